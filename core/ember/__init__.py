@@ -1,0 +1,46 @@
+"""ember: a small deep-learning framework with a pure-Python core and pluggable backends.
+
+>>> import ember
+>>> x = ember.tensor([1.0, 2.0, 3.0], requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad.tolist()
+[2.0, 4.0, 6.0]
+
+The pipeline, top to bottom (docs/architecture.md): tensor.py (the user's arrays) →
+dispatch.py (one door for every primitive) → autodiff.py (the VJP table) → backend.py (the
+contract) → backends/ (numpy reference, pure Python) and plugins (numba, cupy).
+"""
+from importlib import import_module as _import_module
+
+from . import dtypes
+from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, value_and_grad
+from .autodiff import grad_of as _grad_of
+from .backend import API_VERSION, Backend, BackendInfo, Capabilities
+from .dtypes import (DType, bool_, float16, float32, float64, int32, int64, promote as promote_types,
+                     uint8, uint32)
+from .errors import (BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend,
+                     ShapeError)
+from .hooks import hookimpl
+from .random import Generator, manual_seed, rand, randint, randn, randperm
+from .registry import backend, backends, get_backend, register_backend, use
+from .tensor import (Tensor, arange, as_tensor, broadcast_tensors, cat, concatenate, empty, eye,
+                     from_numpy, full, full_like, linspace, matmul, ones, ones_like, stack, tensor,
+                     where, zeros, zeros_like)
+from .tensor import FUNCTIONS as _FUNCTIONS
+
+globals().update(_FUNCTIONS)     # ember.exp(x), ember.sum(x, dim), ... (see tensor.FUNCTIONS)
+__version__ = "0.1.0"
+bool = bool_  # noqa: A001 - ember.bool like torch.bool
+
+autograd = type("autograd", (), {"grad": staticmethod(_grad_of)})
+
+_SUBMODULES = {"nn", "optim", "data", "io", "train", "models", "conformance", "wasm", "cli",
+               "jit", "fused", "distributed", "functional", "checkpoint"}
+
+
+def __getattr__(name):
+    # Subpackages load on first use, so `import ember` stays light (no numpy until a
+    # backend needs it) and never imports numba, cupy or torch.
+    if name in _SUBMODULES:
+        return _import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")

@@ -1,0 +1,380 @@
+"""Reverse-mode autodiff: the VJP table and the backward walk.
+
+``VJP[name](g, out, *inputs, **params)`` returns one cotangent per input (``None`` where an
+input has no gradient). Rules are written in Tensor operations, so running them with grad mode
+on records *their* graph too: that is all higher-order differentiation needs.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+from . import dispatch
+from .errors import GradError, located
+
+VJP: dict = {}
+
+
+def defvjp(name):
+    """Register the VJP rule of primitive ``name`` (decorator)."""
+    def register(rule):
+        VJP[name] = rule
+        return rule
+    return register
+
+
+# ----------------------------------------------------------------------------- grad mode
+class no_grad(contextlib.ContextDecorator):
+    """Run without recording graphs (inference, optimizer updates).
+
+    >>> import ember
+    >>> x = ember.ones(2, requires_grad=True)
+    >>> with ember.no_grad():
+    ...     (x * 2).requires_grad
+    False
+    """
+
+    def __enter__(self):
+        self.prev = dispatch.GRAD_ENABLED[0]
+        dispatch.GRAD_ENABLED[0] = False
+
+    def __exit__(self, *exc):
+        dispatch.GRAD_ENABLED[0] = self.prev
+
+
+class enable_grad(no_grad):
+    """Record graphs again inside a ``no_grad`` block."""
+
+    def __enter__(self):
+        self.prev = dispatch.GRAD_ENABLED[0]
+        dispatch.GRAD_ENABLED[0] = True
+
+
+def is_grad_enabled() -> bool:
+    return dispatch.GRAD_ENABLED[0]
+
+
+# ----------------------------------------------------------------------------- the walk
+def _topo_order(roots):
+    """Tensors reachable from ``roots`` through recorded ops, each after everything it feeds."""
+    order, seen = [], set()
+    stack = [(r, False) for r in roots]
+    while stack:                       # iterative: a 10,000-op chain must not hit recursion limits
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if node._ctx is not None:
+            for a in node._ctx[1]:
+                if isinstance(a, dispatch.Tensor) and a.requires_grad and id(a) not in seen:
+                    stack.append((a, False))
+    order.reverse()
+    return order
+
+
+def _accumulate(grads, t, g):
+    key = id(t)
+    prev = grads.get(key)
+    grads[key] = g if prev is None else prev + g
+
+
+def backprop(outputs, cotangents, inputs=None, create_graph=False):
+    """Push ``cotangents`` back from ``outputs``. With ``inputs`` return their gradients;
+    without, accumulate into the ``.grad`` of every leaf that requires one."""
+    prev = dispatch.GRAD_ENABLED[0]
+    dispatch.GRAD_ENABLED[0] = create_graph
+    try:
+        grads: dict = {}
+        for o, c in zip(outputs, cotangents):
+            _accumulate(grads, o, c)
+        wanted = None if inputs is None else {id(t) for t in inputs}
+        for node in _topo_order(outputs):
+            g = grads.get(id(node))
+            if g is None:
+                continue
+            if node._ctx is None:
+                if wanted is None:
+                    node.grad = g if node.grad is None else node.grad + g
+                continue
+            if wanted is None or id(node) not in wanted:
+                del grads[id(node)]          # free each cotangent as soon as it is pushed back
+            name, args, params = node._ctx
+            rule = VJP.get(name)
+            if rule is None:
+                raise located(GradError, f"primitive {name!r} has no gradient rule")
+            for a, ga in zip(args, rule(g, node, *args, **params)):
+                if ga is not None and isinstance(a, dispatch.Tensor) and a.requires_grad:
+                    _accumulate(grads, a, ga)
+        if inputs is not None:
+            return [grads.get(id(t)) for t in inputs]
+        return None
+    finally:
+        dispatch.GRAD_ENABLED[0] = prev
+
+
+def backward(tensor, gradient=None, create_graph=False):
+    """``tensor.backward()``: accumulate d tensor / d leaf into each leaf's ``.grad``."""
+    if not tensor.requires_grad:
+        raise located(GradError, "backward() on a tensor that does not require grad: no input of its "
+                      "computation had requires_grad=True (or it was computed under no_grad)")
+    if gradient is None:
+        if tensor.numel() != 1:
+            raise located(GradError, f"backward() without a gradient needs a scalar output, got shape "
+                          f"{tensor.shape}; pass gradient= or reduce first (e.g. .sum())")
+        gradient = dispatch.Tensor._ones_like(tensor)
+    backprop([tensor], [gradient], create_graph=create_graph)
+
+
+def grad_of(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False):
+    """Gradients of ``outputs`` with respect to ``inputs`` (like ``torch.autograd.grad``)."""
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    single = not isinstance(inputs, (list, tuple))
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None:
+        grad_outputs = [dispatch.Tensor._ones_like(o) for o in outputs]
+    elif not isinstance(grad_outputs, (list, tuple)):
+        grad_outputs = [grad_outputs]
+    gs = backprop(outputs, grad_outputs, inputs, create_graph=create_graph)
+    for i, (t, g) in enumerate(zip(inputs, gs)):
+        if g is None:
+            if not allow_unused:
+                raise located(GradError, f"input {i} (shape {t.shape}) was not used to compute the output; "
+                              f"pass allow_unused=True to get zeros")
+            gs[i] = dispatch.Tensor._zeros_like(t)
+    return gs[0] if single else gs
+
+
+# ----------------------------------------------------------------------------- functional API
+def _prepare(args, argnums):
+    """Mark the differentiated arguments. Inside an outer differentiation they stay connected
+    to its graph (that is what makes grad(grad(f)) work); otherwise they become fresh leaves."""
+    args = list(args)
+    nested = False
+    for i in argnums:
+        a = args[i]
+        if a.requires_grad and dispatch.GRAD_ENABLED[0]:
+            nested = True
+        else:
+            args[i] = a.detach().requires_grad_()
+    return args, nested
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """``value_and_grad(f)(*args)`` returns ``(f(*args), df/dargs[argnums])``.
+
+    >>> import ember
+    >>> v, g = ember.value_and_grad(lambda x: (x * x).sum())(ember.tensor([1.0, 2.0]))
+    >>> g.tolist()
+    [2.0, 4.0]
+    """
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def wrapped(*args, **kwargs):
+        args, nested = _prepare(args, nums)
+        with enable_grad():
+            out = f(*args, **kwargs)
+        value, aux = out if has_aux else (out, None)
+        if value.numel() != 1:
+            raise located(GradError, f"grad needs f to return a scalar, got shape {value.shape}")
+        if not value.requires_grad:
+            gs = [dispatch.Tensor._zeros_like(args[i]) for i in nums]
+        else:
+            gs = grad_of(value, [args[i] for i in nums], create_graph=nested, allow_unused=True)
+        g = gs[0] if isinstance(argnums, int) else tuple(gs)
+        if not nested:
+            value = value.detach()
+        return ((value, aux), g) if has_aux else (value, g)
+
+    return wrapped
+
+
+def grad(f, argnums=0, has_aux=False):
+    """``grad(f)(*args)``: the gradient of scalar ``f`` with respect to ``args[argnums]``.
+    Composes: ``grad(grad(f))`` is the second derivative.
+
+    >>> import ember
+    >>> d2 = ember.grad(ember.grad(lambda x: (x ** 3).sum()))
+    >>> d2(ember.tensor(2.0)).item()
+    12.0
+    """
+    vg = value_and_grad(f, argnums, has_aux)
+
+    def wrapped(*args, **kwargs):
+        (value, g) = vg(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    return wrapped
+
+
+# ----------------------------------------------------------------------------- VJP rules
+def unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape``: the adjoint of broadcasting."""
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and g.shape[i + lead] != 1)
+    out = g.sum(axes, keepdim=True) if axes else g
+    return out.reshape(shape)
+
+
+def _shape(x):
+    return x.shape if isinstance(x, dispatch.Tensor) else ()
+
+
+def _binary(rule):
+    """Lift a rule giving full-shape cotangents to one that unbroadcasts to each input."""
+    def vjp(g, out, a, b):
+        ga, gb = rule(g, out, a, b)
+        return (None if ga is None else unbroadcast(ga, _shape(a)),
+                None if gb is None or not isinstance(b, dispatch.Tensor) else unbroadcast(gb, _shape(b)))
+    return vjp
+
+
+defvjp("neg")(lambda g, out, x: (-g,))
+defvjp("exp")(lambda g, out, x: (g * out,))
+defvjp("log")(lambda g, out, x: (g / x,))
+defvjp("sin")(lambda g, out, x: (g * x.cos(),))
+defvjp("cos")(lambda g, out, x: (-g * x.sin(),))
+defvjp("tanh")(lambda g, out, x: (g * (1 - out * out),))
+defvjp("sqrt")(lambda g, out, x: (g / (2 * out),))
+defvjp("reciprocal")(lambda g, out, x: (-g * out * out,))
+defvjp("abs")(lambda g, out, x: (g * x.sign(),))
+defvjp("sign")(lambda g, out, x: (g * 0,))
+defvjp("floor")(lambda g, out, x: (g * 0,))
+defvjp("erf")(lambda g, out, x: (g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),))
+
+defvjp("add")(_binary(lambda g, out, a, b: (g, g)))
+defvjp("sub")(_binary(lambda g, out, a, b: (g, -g)))
+defvjp("mul")(_binary(lambda g, out, a, b: (g * b, g * a)))
+defvjp("div")(_binary(lambda g, out, a, b: (g / b, -g * out / b)))
+defvjp("pow")(_binary(lambda g, out, a, b: (
+    g * b * a ** (b - 1),
+    g * out * dispatch.Tensor._where(a > 0, a, 1).log() if isinstance(b, dispatch.Tensor) else None)))
+
+
+def _max_min_rule(g, out, a, b, keep):
+    """torch's rule: the larger (smaller) input gets g; ties split it in half."""
+    share = dispatch.Tensor._where(a == b, g * 0.5, g)
+    zero = g * 0
+    return (dispatch.Tensor._where(keep(a, b), share, zero),
+            dispatch.Tensor._where(keep(b, a), share, zero))
+
+
+defvjp("maximum")(_binary(lambda g, out, a, b: _max_min_rule(g, out, a, b, lambda p, q: p >= q)))
+defvjp("minimum")(_binary(lambda g, out, a, b: _max_min_rule(g, out, a, b, lambda p, q: p <= q)))
+
+
+@defvjp("where")
+def _where_vjp(g, out, c, a, b):
+    zero = g * 0
+    return (None,
+            unbroadcast(dispatch.Tensor._where(c, g, zero), _shape(a)) if isinstance(a, dispatch.Tensor) else None,
+            unbroadcast(dispatch.Tensor._where(c, zero, g), _shape(b)) if isinstance(b, dispatch.Tensor) else None)
+
+
+defvjp("cast")(lambda g, out, x, dtype: (g.to(x.dtype) if x.dtype.is_floating_point else None,))
+
+
+@defvjp("sum")
+def _sum_vjp(g, out, x, axes, keepdims=False):
+    if not keepdims:
+        g = g.reshape(_keepdims_shape(x.shape, axes))
+    return (g.expand(x.shape),)
+
+
+def _keepdims_shape(shape, axes):
+    axes = {a % max(len(shape), 1) for a in axes}
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def _extremum_vjp(g, out, x, axes, keepdims=False):
+    kshape = _keepdims_shape(x.shape, axes)
+    if not keepdims:
+        g, out = g.reshape(kshape), out.reshape(kshape)
+    mask = (x == out).to(g.dtype)             # ties share the gradient evenly, as in torch.amax
+    return (g * mask / mask.sum(tuple(axes), keepdim=True),)
+
+
+defvjp("max")(_extremum_vjp)
+defvjp("min")(_extremum_vjp)
+defvjp("reshape")(lambda g, out, x, shape: (g.reshape(x.shape),))
+defvjp("expand")(lambda g, out, x, shape: (unbroadcast(g, x.shape),))
+defvjp("flip")(lambda g, out, x, axes: (g.flip(axes),))
+
+
+@defvjp("permute")
+def _permute_vjp(g, out, x, axes):
+    inverse = [0] * len(axes)
+    for i, a in enumerate(axes):
+        inverse[a] = i
+    return (g.permute(inverse),)
+
+
+@defvjp("pad")
+def _pad_vjp(g, out, x, widths, value=0):
+    return (g._slice([lo for lo, _ in widths], [lo + s for (lo, _), s in zip(widths, x.shape)],
+                     [1] * x.ndim),)
+
+
+@defvjp("slice")
+def _slice_vjp(g, out, x, starts, stops, steps):
+    # Put each strided element back at its place: interleave zeros (pad a new unit axis up to
+    # the step, then merge it), then pad the ends. Only movement ops, so this is differentiable too.
+    for d, step in enumerate(steps):
+        if step > 1 and g.shape[d] > 0:
+            shape = g.shape
+            g = g.unsqueeze(d + 1)
+            g = g.pad([(0, 0)] * (d + 1) + [(0, step - 1)] + [(0, 0)] * (len(shape) - d - 1))
+            g = g.reshape(shape[:d] + (shape[d] * step,) + shape[d + 1:])
+            g = g._slice([0] * g.ndim, [min(s, (shape[d] - 1) * step + 1) if i == d else s
+                                        for i, s in enumerate(g.shape)], [1] * g.ndim)
+    widths = [(a, s - a - n) for a, s, n in zip(starts, x.shape, g.shape)]
+    return (g.pad(widths),)
+
+
+@defvjp("concatenate")
+def _concatenate_vjp(g, out, *xs, axis):
+    grads, start = [], 0
+    for x in xs:
+        n = x.shape[axis]
+        grads.append(g.narrow(axis, start, n))
+        start += n
+    return tuple(grads)
+
+
+defvjp("take")(lambda g, out, x, indices, axis: (
+    dispatch.Tensor._zeros_like(x).index_add(axis, indices, g), None))
+defvjp("index_add")(lambda g, out, x, indices, values, axis: (g, None, g.take(indices, axis)))
+
+
+@defvjp("matmul")
+def _matmul_vjp(g, out, a, b):
+    return unbroadcast(g @ b.mT, a.shape), unbroadcast(a.mT @ g, b.shape)
+
+
+@defvjp("conv2d")
+def _conv2d_vjp(g, out, x, w, **p):
+    return (dispatch.apply("conv2d_grad_input", g, w, input_shape=x.shape, **p),
+            dispatch.apply("conv2d_grad_weight", x, g, weight_shape=w.shape, **p))
+
+
+@defvjp("conv2d_grad_input")
+def _conv2d_grad_input_vjp(u, out, g, w, input_shape, **p):
+    # out = J_x^T g is bilinear in (g, w); <u, out> = <conv2d(u, w), g>.
+    return (dispatch.apply("conv2d", u, w, **p),
+            dispatch.apply("conv2d_grad_weight", u, g, weight_shape=w.shape, **p))
+
+
+@defvjp("conv2d_grad_weight")
+def _conv2d_grad_weight_vjp(v, out, x, g, weight_shape, **p):
+    # out = J_w^T g is bilinear in (x, g); <v, out> = <conv2d(x, v), g>.
+    return (dispatch.apply("conv2d_grad_input", g, v, input_shape=x.shape, **p),
+            dispatch.apply("conv2d", x, v, **p))
+
+
+defvjp("windows")(lambda g, out, x, **p: (dispatch.apply("windows_grad", g, input_shape=x.shape, **p),))
+defvjp("windows_grad")(lambda u, out, g, input_shape, **p: (dispatch.apply("windows", u, **p),))

@@ -1,0 +1,115 @@
+"""The backend protocol: what a backend is, what it declares, how it is called.
+
+A backend is an object with a table ``impls`` from primitive name to a function
+``impl(*buffers, **params) -> buffer`` (the primitives and their specs are in primitives.py),
+plus host transfer and a few queries. Buffers are whatever the backend likes (a NumPy array, a
+CuPy array, a flat Python list); ember never looks inside them.
+
+Subclass :class:`Backend`, fill ``impls``, and register it through the ``ember_backends`` hook
+(registry.py). ``plugins/template`` is the smallest complete example.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import dtypes as D
+from .errors import NotImplementedByBackend
+
+#: The protocol version. A plugin declaring a different major version is disabled.
+API_VERSION = "1.0"
+
+
+@dataclass
+class Capabilities:
+    """What a backend declares. The conformance suite checks the declaration both ways:
+    declared-but-failing is a failure, implemented-but-undeclared is reported."""
+    ops: frozenset = frozenset()
+    dtypes: frozenset = frozenset()
+    devices: tuple = ("cpu",)
+    fused: frozenset = frozenset()      # optional fused ops (see ember.fused) it implements
+    compiles_groups: bool = False       # implements compile(group) for ember.jit fusion groups
+    notes: dict = field(default_factory=dict)
+
+
+class Backend:
+    """Base class of backends. Required: ``name``, ``impls`` and the host-transfer methods."""
+
+    name = "abstract"
+    version = "0"
+    api_version = API_VERSION
+    device = "cpu"
+    impls: dict = {}
+
+    # -- availability and declaration ------------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        """(True, "") if this backend can run here, else (False, the reason and the fix)."""
+        return True, ""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(ops=frozenset(self.impls), dtypes=frozenset(D.ALL), devices=(self.device,))
+
+    # -- running primitives -----------------------------------------------------------------------
+    def impl(self, name: str):
+        try:
+            return self.impls[name]
+        except KeyError:
+            raise NotImplementedByBackend(self.name, name) from None
+
+    # -- buffers ----------------------------------------------------------------------------------
+    def shape(self, buf) -> tuple:
+        raise NotImplementedByBackend(self.name, "shape")
+
+    def dtype(self, buf) -> D.DType:
+        raise NotImplementedByBackend(self.name, "dtype")
+
+    def from_list(self, flat: list, shape: tuple, dtype: D.DType):
+        """A buffer from a flat row-major list of Python numbers."""
+        raise NotImplementedByBackend(self.name, "from_list")
+
+    def to_list(self, buf) -> list:
+        """The buffer's elements as a flat row-major list of Python numbers."""
+        raise NotImplementedByBackend(self.name, "to_list")
+
+    def from_bytes(self, data: bytes, shape: tuple, dtype: D.DType):
+        """A buffer from little-endian raw bytes (checkpoints use this; no numpy needed)."""
+        raise NotImplementedByBackend(self.name, "from_bytes")
+
+    def to_bytes(self, buf) -> bytes:
+        raise NotImplementedByBackend(self.name, "to_bytes")
+
+    def from_numpy(self, array):
+        return self.from_bytes(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes(),
+                               tuple(array.shape), D.get(array.dtype.name))
+
+    def to_numpy(self, buf):
+        import numpy as np
+        dt = self.dtype(buf)
+        return np.frombuffer(self.to_bytes(buf), dtype=np.dtype(dt.name).newbyteorder("<")) \
+            .astype(dt.name).reshape(self.shape(buf))
+
+    def assign(self, dst, src) -> None:
+        """Copy src's elements into dst in place (same shape and dtype). Optimizers use this."""
+        raise NotImplementedByBackend(self.name, "assign")
+
+    def synchronize(self) -> None:
+        """Wait for queued work (asynchronous devices); a no-op on the CPU."""
+
+    def compile(self, group):
+        """Optional: a callable running a fused group from ember.jit, or None to run it op by op."""
+        return None
+
+    def __repr__(self):
+        return f"<ember backend {self.name} {self.version}>"
+
+
+@dataclass
+class BackendInfo:
+    """What a plugin's ``ember_backends`` hook returns for each backend it offers.
+
+    ``load`` is called only when the backend is first used, so listing plugins never imports
+    heavy libraries (numba, cupy)."""
+    name: str
+    load: object                  # () -> Backend
+    api_version: str = API_VERSION
+    priority: int = 0             # higher wins when choosing a default among available backends
+    description: str = ""

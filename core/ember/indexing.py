@@ -1,0 +1,154 @@
+"""``x[key]`` and ``x[key] = v``: NumPy indexing semantics out of slice, flip, take and reshape.
+
+Basic indices (ints, slices, None, ...) become one ``slice`` primitive (plus ``flip`` for
+negative steps); integer-array and boolean indices become one ``take`` on the flattened
+indexed dims. So indexing is differentiable with no rule of its own.
+"""
+from __future__ import annotations
+
+from . import dtypes as D
+from .errors import ShapeError, located
+
+
+def _to_index_tensor(t, entry):
+    from .tensor import Tensor, tensor
+    if isinstance(entry, Tensor):
+        return entry
+    return tensor(entry, backend=t._backend)
+
+
+def _normalize(t, key):
+    """Key -> list of entries, one per dim after None-insertion: int | slice | int Tensor."""
+    from .tensor import Tensor
+    if not isinstance(key, tuple):
+        key = (key,)
+    entries = []
+    for k in key:
+        if isinstance(k, (list,)) or (hasattr(k, "__array_interface__") and not isinstance(k, Tensor)):
+            k = _to_index_tensor(t, k)
+        if isinstance(k, Tensor) and k.dtype is D.bool_:
+            # A k-dim mask is k integer index arrays: the coordinates of its True elements.
+            import itertools
+            coords = [i for i, v in zip(itertools.product(*map(range, k.shape)), k.reshape(-1).tolist()) if v] \
+                if k.ndim else None
+            if k.ndim == 0:
+                entries.append(None)
+                if not k.item():
+                    entries.append(_to_index_tensor(t, []))   # x[False] is empty
+                continue
+            for d in range(k.ndim):
+                entries.append(_to_index_tensor(t, [c[d] for c in coords]).long())
+            continue
+        if isinstance(k, Tensor) and k.dtype.kind not in "iu":
+            raise located(IndexError, f"tensors used as indices must be integer or bool, got {k.dtype}")
+        entries.append(k)
+    if sum(e is Ellipsis for e in entries) > 1:
+        raise located(IndexError, "an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for e in entries if e is not None and e is not Ellipsis)
+    if Ellipsis in [e for e in entries if not isinstance(e, Tensor)]:
+        i = next(i for i, e in enumerate(entries) if e is Ellipsis)
+        entries[i:i + 1] = [slice(None)] * (t.ndim - consumed)
+    if consumed > t.ndim:
+        raise located(IndexError, f"too many indices for a tensor of shape {t.shape}: {consumed} given")
+    return entries
+
+
+def getitem(t, key):
+    from .tensor import Tensor, arange
+    entries = _normalize(t, key)
+    # None: insert the new unit dims first, then index them with a full slice.
+    if any(e is None for e in entries):
+        shape, dim = list(t.shape), 0
+        for i, e in enumerate(entries):
+            if e is None:
+                shape.insert(dim, 1)
+                entries[i] = slice(None)
+            dim += 1
+        t = t.reshape(shape)
+    entries += [slice(None)] * (t.ndim - len(entries))
+    shape = t.shape
+    starts, stops, steps, flips, labels, adv = [], [], [], [], [], []
+    for d, (e, size) in enumerate(zip(entries, shape)):
+        if isinstance(e, slice):
+            a, b, c = e.indices(size)
+            if c < 0:     # walk backwards = take the mirrored forward slice, then flip
+                n = len(range(a, b, c))
+                a, b, c = (a + c * (n - 1), a + 1, -c) if n else (0, 0, 1)
+                flips.append(d)
+            starts.append(a)
+            stops.append(max(a, b))
+            steps.append(c)
+            labels.append("k")
+        elif isinstance(e, Tensor):
+            starts.append(0), stops.append(size), steps.append(1)
+            labels.append("a")
+            adv.append((d, e))
+        else:
+            try:
+                i = int(e)
+            except TypeError:
+                raise located(IndexError, f"unsupported index {e!r} of type {type(e).__name__}") from None
+            if not -size <= i < size:
+                raise located(IndexError, f"index {i} is out of bounds for dim {d} with size {size}")
+            i %= size
+            starts.append(i), stops.append(i + 1), steps.append(1)
+            labels.append("i")
+    if any(a or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):
+        t = t._slice(starts, stops, steps)
+    if flips:
+        t = t.flip(flips)
+    if adv:
+        t, labels = _advanced(t, labels, adv, arange)
+    squeeze = [d for d, lab in enumerate(labels) if lab == "i"]
+    return t.squeeze(squeeze) if squeeze else t
+
+
+def _advanced(t, labels, adv, arange):
+    """Integer-array indexing of dims ``adv`` (NumPy rules) with one take on flattened dims."""
+    from .primitives import broadcast_shapes
+    dims = [d for d, _ in adv]
+    try:
+        bshape = broadcast_shapes(*(i.shape for _, i in adv))
+    except ShapeError as err:
+        raise located(IndexError, f"index arrays cannot be broadcast together: {err}") from None
+    contiguous = dims == list(range(dims[0], dims[0] + len(dims)))
+    pos = dims[0] if contiguous else 0
+    rest = [d for d in range(t.ndim) if d not in dims]
+    order = rest[:pos] + dims + rest[pos:]
+    t = t.permute(order)
+    sizes = [t.shape[pos + k] for k in range(len(dims))]
+    linear = None
+    stride = 1
+    for k in reversed(range(len(dims))):
+        idx = adv[k][1].long()
+        size = sizes[k]
+        if idx.numel():
+            lo, hi = idx.amin().item(), idx.amax().item()
+            if lo < -size or hi >= size:
+                raise located(IndexError, f"index {hi if hi >= size else lo} is out of bounds for dim "
+                              f"{dims[k]} with size {size}")
+        idx = idx + (idx < 0).long() * size
+        linear = idx * stride if linear is None else linear + idx * stride
+        stride *= size
+    linear = linear.expand(bshape) if linear.shape != bshape else linear
+    flat = t.reshape(t.shape[:pos] + (stride,) + t.shape[pos + len(dims):])
+    out = flat.take(linear, pos)
+    rest_labels = [labels[d] for d in rest]
+    labels = rest_labels[:pos] + ["k"] * len(bshape) + rest_labels[pos:]
+    return out, labels
+
+
+def setitem(t, key, value):
+    """In-place assignment through NumPy indexing (no gradient flows through it)."""
+    from .dispatch import GRAD_ENABLED
+    from .tensor import Tensor
+    if t.requires_grad and GRAD_ENABLED[0]:
+        raise located(RuntimeError, "in-place assignment to a tensor that requires grad; "
+                      "use ember.where / masked_fill, or wrap it in ember.no_grad()")
+    host = t.numpy().copy()
+
+    def conv(k):
+        return k.numpy() if isinstance(k, Tensor) else k
+    key = tuple(conv(k) for k in key) if isinstance(key, tuple) else conv(key)
+    host[key] = value.numpy() if isinstance(value, Tensor) else value
+    t._backend.assign(t._data, t._backend.from_numpy(host))

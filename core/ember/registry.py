@@ -1,0 +1,215 @@
+"""Finding and choosing backends.
+
+Discovery is lazy: the first call that needs a backend loads the ``ember`` entry points
+(each in its own try/except, so one broken plugin cannot hide the others), registers the
+built-in backends through the same pluggy hook, and asks every plugin for its backends.
+A backend object is created only when it is first used.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import warnings
+
+import pluggy
+
+from . import hooks
+from .backend import API_VERSION, Backend, BackendInfo
+from .errors import BackendError
+
+BUILTIN_MODULES = ("ember.backends.numpy_backend", "ember.backends.python_backend")
+
+
+class PluginWarning(UserWarning):
+    """A plugin was disabled; ember goes on with the others."""
+
+
+class _Registry:
+    def __init__(self):
+        self.infos: dict[str, BackendInfo] = {}
+        self.origin: dict[str, str] = {}          # backend name -> plugin it came from
+        self.problems: dict[str, str] = {}        # plugin or backend name -> why it is disabled
+        self.loaded: dict[str, Backend] = {}
+        self.discovered = False
+        self.pm = None
+
+    # -- discovery ------------------------------------------------------------------------------
+    def _problem(self, name: str, message: str, exc: BaseException | None = None):
+        self.problems[name] = message
+        if os.environ.get("EMBER_STRICT_PLUGINS") == "1":
+            raise BackendError(f"plugin {name!r}: {message} (EMBER_STRICT_PLUGINS=1 makes this an error)") from exc
+        warnings.warn(f"ember: plugin {name!r} disabled: {message}", PluginWarning, stacklevel=4)
+
+    def discover(self):
+        if self.discovered:
+            return
+        self.discovered = True
+        pm = self.pm = pluggy.PluginManager("ember")
+        pm.add_hookspecs(hooks)
+        for modname in BUILTIN_MODULES:
+            try:
+                pm.register(importlib.import_module(modname), name=modname)
+            except ImportError:
+                pass      # numpy missing (e.g. Pyodide without numpy): the python backend takes over
+        for ep in _entry_points():
+            try:
+                plugin = ep.load()
+                if pm.is_registered(plugin):
+                    continue
+                pm.register(plugin, name=f"{ep.name} ({ep.value})")
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take ember down
+                self._problem(ep.name, f"import of {ep.value!r} failed with {type(exc).__name__}: {exc}; "
+                                       f"reinstall it or `pip uninstall` its distribution", exc)
+        pm.check_pending()
+        # Call each plugin's hook separately: pluggy's order depends on disk, and one failing
+        # hook must not lose the others' backends.
+        for plugin_name, plugin in pm.list_name_plugin():
+            impl = getattr(plugin, "ember_backends", None)
+            if impl is None:
+                continue
+            try:
+                infos = list(impl())
+            except Exception as exc:  # noqa: BLE001
+                self._problem(plugin_name, f"ember_backends() raised {type(exc).__name__}: {exc}", exc)
+                continue
+            for info in infos:
+                self._add(info, plugin_name)
+
+    def _add(self, info: BackendInfo, origin: str):
+        major = str(info.api_version).split(".")[0]
+        if major != API_VERSION.split(".")[0]:
+            self._problem(info.name, f"implements backend API {info.api_version} but this ember speaks "
+                                     f"{API_VERSION}; install a version of the plugin made for ember's API {API_VERSION}")
+            return
+        if info.name in self.infos:
+            self._problem(info.name, f"backend name already provided by {self.origin[info.name]}; ignoring "
+                                     f"the one from {origin}")
+            return
+        self.infos[info.name] = info
+        self.origin[info.name] = origin
+
+    def register(self, info: BackendInfo, origin: str = "ember.register_backend"):
+        self.discover()
+        self.problems.pop(info.name, None)
+        self.infos.pop(info.name, None)
+        self.loaded.pop(info.name, None)
+        self._add(info, origin)
+
+    # -- loading --------------------------------------------------------------------------------
+    def get(self, name: str) -> Backend:
+        backend = self.loaded.get(name)
+        if backend is not None:
+            return backend
+        self.discover()
+        if name not in self.infos:
+            known = ", ".join(sorted(self.infos)) or "none"
+            why = f" ({self.problems[name]})" if name in self.problems else ""
+            raise BackendError(f"unknown backend {name!r}{why}; available: {known}. "
+                               f"Install its plugin (e.g. `pip install ember-{name}`)")
+        try:
+            backend = self.infos[name].load()
+        except Exception as exc:  # noqa: BLE001
+            raise BackendError(f"backend {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
+        ok, reason = backend.available()
+        if not ok:
+            raise BackendError(f"backend {name!r} is installed but unavailable here: {reason}")
+        self.loaded[name] = backend
+        return backend
+
+    def status(self) -> list[dict]:
+        """One record per known backend or disabled plugin, for ``ember backends``."""
+        self.discover()
+        rows = []
+        for name, info in sorted(self.infos.items(), key=lambda kv: -kv[1].priority):
+            row = {"name": name, "origin": self.origin[name], "description": info.description}
+            try:
+                backend = info.load() if name not in self.loaded else self.loaded[name]
+                ok, reason = backend.available()
+                caps = backend.capabilities()
+                row.update(version=backend.version, status="ok" if ok else f"unavailable: {reason}",
+                           devices=list(caps.devices), ops=len(caps.ops),
+                           dtypes=sorted(d.name for d in caps.dtypes), fused=sorted(caps.fused))
+            except Exception as exc:  # noqa: BLE001
+                row.update(version="?", status=f"broken: {type(exc).__name__}: {exc}")
+            rows.append(row)
+        for name, why in sorted(self.problems.items()):
+            if name not in self.infos:
+                rows.append({"name": name, "origin": "", "version": "?", "status": f"disabled: {why}"})
+        return rows
+
+
+def _entry_points():
+    from importlib.metadata import entry_points
+    return list(entry_points(group="ember"))
+
+
+REGISTRY = _Registry()
+_current: list[Backend] = []
+
+
+def _default_name() -> str:
+    env = os.environ.get("EMBER_BACKEND")
+    if env:
+        return env
+    try:
+        import numpy  # noqa: F401
+        return "numpy"
+    except ImportError:
+        return "python"
+
+
+def get_backend(name: str | Backend | None = None) -> Backend:
+    """The backend called ``name``, or the current one.
+
+    >>> get_backend("numpy").name
+    'numpy'
+    """
+    if isinstance(name, Backend):
+        return name
+    if name is not None:
+        return REGISTRY.get(name)
+    if not _current:
+        _current.append(REGISTRY.get(_default_name()))
+    return _current[-1]
+
+
+def use(name: str) -> Backend:
+    """Make ``name`` the backend for new tensors, for the rest of the program.
+
+    >>> import ember
+    >>> ember.use("numpy").name
+    'numpy'
+    """
+    backend = REGISTRY.get(name)
+    if _current:
+        _current[-1] = backend
+    else:
+        _current.append(backend)
+    return backend
+
+
+@contextlib.contextmanager
+def backend(name: str):
+    """Use ``name`` for new tensors inside a ``with`` block only.
+
+    >>> import ember
+    >>> with ember.backend("numpy"):
+    ...     ember.ones(2).backend.name
+    'numpy'
+    """
+    get_backend()
+    _current.append(REGISTRY.get(name))
+    try:
+        yield _current[-1]
+    finally:
+        _current.pop()
+
+
+def register_backend(info: BackendInfo) -> None:
+    """Register a backend by hand (tests, notebooks, places without entry points)."""
+    REGISTRY.register(info)
+
+
+def backends() -> list[dict]:
+    return REGISTRY.status()

@@ -1,0 +1,1008 @@
+"""Tensor: the user-facing array, with PyTorch's names, over any backend.
+
+A Tensor is a backend buffer plus a backend plus (when it needs a gradient) the record of
+the primitive that made it. Every method below is either one primitive (through dispatch) or a
+short composition of them; compositions get their gradients for free from the primitives' VJPs.
+"""
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+from . import dispatch
+from . import dtypes as D
+from .dispatch import apply, apply1, apply2
+from .errors import DTypeError, GradError, ShapeError, located
+from .primitives import broadcast_shapes, normalize_axis
+from .registry import get_backend
+
+MaxMin = namedtuple("MaxMin", "values indices")
+
+
+def _dims(dim, ndim):
+    """Normalize a ``dim`` argument (None = all, int, or tuple) to a tuple of axes."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        return (normalize_axis(dim, ndim),)
+    return tuple(normalize_axis(d, ndim) for d in dim)
+
+
+def _shape_arg(shape):
+    """Accept ``f(2, 3)`` and ``f((2, 3))`` like PyTorch."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+class Tensor:
+    """An n-dimensional array that can remember how it was computed.
+
+    >>> import ember
+    >>> x = ember.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad.tolist()
+    [[2.0, 4.0], [6.0, 8.0]]
+    """
+
+    __slots__ = ("_data", "_backend", "_ctx", "requires_grad", "grad", "__weakref__")
+    __array_priority__ = 1000      # numpy scalars/arrays defer to our operators
+
+    # ------------------------------------------------------------------------ basic properties
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._backend.shape(self._data))
+
+    @property
+    def dtype(self) -> D.DType:
+        return self._backend.dtype(self._data)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._backend.shape(self._data))
+
+    dim = lambda self: self.ndim  # noqa: E731 - torch spells it as a method
+
+    @property
+    def backend(self):
+        return self._backend
+
+    @property
+    def device(self) -> str:
+        return self._backend.device
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._ctx is None
+
+    @property
+    def data(self) -> "Tensor":
+        return self.detach()
+
+    def size(self, dim=None):
+        shape = self.shape
+        return shape if dim is None else shape[normalize_axis(dim, len(shape))]
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self):
+        shape = self.shape
+        if not shape:
+            raise located(TypeError, "len() of a 0-d tensor")
+        return shape[0]
+
+    # ------------------------------------------------------------------------ host exchange
+    def numpy(self):
+        """The values as a NumPy array (shares memory on the numpy backend). Detached."""
+        return self._backend.to_numpy(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def tolist(self):
+        flat = self._backend.to_list(self._data)
+        shape = self.shape
+        if not shape:
+            return flat[0]
+
+        def nest(offset, dims):
+            if len(dims) == 1:
+                return flat[offset:offset + dims[0]]
+            step = math.prod(dims[1:])
+            return [nest(offset + i * step, dims[1:]) for i in range(dims[0])]
+        return nest(0, shape)
+
+    def item(self):
+        if self.numel() != 1:
+            raise located(ShapeError, f"item() needs exactly one element, tensor has shape {self.shape}")
+        return self._backend.to_list(self._data)[0]
+
+    __float__ = lambda self: float(self.item())   # noqa: E731
+    __int__ = lambda self: int(self.item())       # noqa: E731
+    __index__ = lambda self: int(self.item()) if self.dtype.kind in "iu" else self._no_index()  # noqa: E731
+
+    def _no_index(self):
+        raise located(TypeError, f"only integer tensors can be used as an index, got {self.dtype}")
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise located(ShapeError, f"the truth value of a tensor with {self.numel()} elements is "
+                          "ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __repr__(self):
+        try:
+            import numpy as np
+            body = np.array2string(self.numpy(), separator=", ", prefix="tensor(", threshold=200, suppress_small=True,
+                                   precision=4)
+        except ImportError:
+            body = repr(self.tolist())
+        extras = []
+        if self.dtype not in (D.float32, D.int64, D.bool_):
+            extras.append(f"dtype={self.dtype}")
+        if self._backend.name != "numpy":
+            extras.append(f"backend={self._backend.name!r}")
+        if self._ctx is not None:
+            extras.append(f"grad_fn={self._ctx[0]}")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return f"tensor({body}{''.join(', ' + e for e in extras)})"
+
+    __hash__ = object.__hash__
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # ------------------------------------------------------------------------ autodiff
+    def backward(self, gradient=None, create_graph=False):
+        """Accumulate the gradient of this (scalar) tensor into every leaf's ``.grad``."""
+        from .autodiff import backward
+        backward(self, gradient, create_graph)
+
+    def detach(self) -> "Tensor":
+        """The same values, cut from the graph (shares the buffer)."""
+        return dispatch._wrap(self._data, self._backend, None)
+
+    def requires_grad_(self, requires_grad=True) -> "Tensor":
+        if requires_grad and not self.dtype.is_floating_point:
+            raise located(GradError, f"only floating-point tensors can require grad, got {self.dtype}")
+        if not requires_grad and self._ctx is not None:
+            raise located(GradError, "requires_grad_(False) on a non-leaf; use .detach()")
+        self.requires_grad = requires_grad
+        return self
+
+    def clone(self) -> "Tensor":
+        return apply1("cast", self, dtype=self.dtype) if self.requires_grad else \
+            dispatch._wrap(self._backend.impls["cast"](self._data, dtype=self.dtype), self._backend, None)
+
+    # ------------------------------------------------------------------------ in-place updates
+    def copy_(self, src) -> "Tensor":
+        """Overwrite the values in place (no graph). Used by optimizers and load_state_dict."""
+        src = src if isinstance(src, Tensor) else self._like(src)
+        if src.shape != self.shape:
+            src = src.expand(self.shape)
+        if src.dtype is not self.dtype:
+            src = src.to(self.dtype)
+        if src._backend is not self._backend:
+            src = src.to(self._backend)
+        self._backend.assign(self._data, src._data)
+        return self
+
+    def zero_(self) -> "Tensor":
+        return self.copy_(self._full_like(0))
+
+    def fill_(self, value) -> "Tensor":
+        return self.copy_(self._full_like(value))
+
+    def add_(self, other, alpha=1) -> "Tensor":
+        from .autodiff import no_grad
+        with no_grad():
+            return self.copy_(self + (other * alpha if alpha != 1 else other))
+
+    def sub_(self, other, alpha=1) -> "Tensor":
+        return self.add_(other, -alpha)
+
+    def mul_(self, other) -> "Tensor":
+        from .autodiff import no_grad
+        with no_grad():
+            return self.copy_(self * other)
+
+    # ------------------------------------------------------------------------ conversion
+    def to(self, target) -> "Tensor":
+        """``x.to(ember.float64)`` casts; ``x.to("numba")`` moves to another backend."""
+        if isinstance(target, (D.DType, type)) or (isinstance(target, str) and target in D.BY_NAME):
+            dtype = D.get(target)
+            return self if dtype is self.dtype else apply1("cast", self, dtype=dtype)
+        backend = get_backend(target)
+        if backend is self._backend:
+            return self
+        data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
+        out = dispatch._wrap(data, backend, None)
+        return out.requires_grad_() if self.requires_grad and self.is_leaf else out
+
+    def float(self):
+        return self.to(D.float32)
+
+    def double(self):
+        return self.to(D.float64)
+
+    def half(self):
+        return self.to(D.float16)
+
+    def long(self):
+        return self.to(D.int64)
+
+    def int(self):
+        return self.to(D.int32)
+
+    def bool(self):
+        return self.to(D.bool_)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    astype = to
+
+    def contiguous(self):
+        return self
+
+    # ------------------------------------------------------------------------ helpers
+    def _like(self, value, dtype=None):
+        """A tensor on this backend from a Python value or a tensor."""
+        if isinstance(value, Tensor):
+            return value
+        return tensor(value, dtype=dtype or self.dtype, backend=self._backend)
+
+    def _full_like(self, value, shape=None, dtype=None):
+        return dispatch.create("full", self._backend, shape=self.shape if shape is None else shape,
+                               value=value, dtype=dtype or self.dtype)
+
+    @staticmethod
+    def _ones_like(t):
+        return t._full_like(1)
+
+    @staticmethod
+    def _zeros_like(t):
+        return t._full_like(0)
+
+    @staticmethod
+    def _where(cond, a, b):
+        return where(cond, a, b)
+
+    def _binary(self, name, other, reverse=False):
+        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
+        if isinstance(other, Tensor):
+            da, db = self.dtype, other.dtype
+            a, b = self, other
+            if da is not db:
+                common = D.promote(da, db)
+                a, b = a.to(common), b.to(common)
+            return apply2(name, b, a) if reverse else apply2(name, a, b)
+        if isinstance(other, (int, float, bool)):
+            dtype = D.result_with_scalar(self.dtype, other)
+            a = self if dtype is self.dtype else self.to(dtype)
+            if reverse:
+                return apply2(name, a._full_like(other, shape=()), a)
+            return apply2(name, a, other)
+        if hasattr(other, "__array__") or isinstance(other, (list, tuple)):
+            return self._binary(name, tensor(other, backend=self._backend), reverse)
+        return NotImplemented
+
+    def _float(self):
+        return self if self.dtype.is_floating_point else self.to(D.default_float)
+
+    # ------------------------------------------------------------------------ arithmetic
+    def __add__(self, o):
+        return self._binary("add", o)
+
+    def __radd__(self, o):
+        return self._binary("add", o, True)
+
+    def __sub__(self, o):
+        return self._binary("sub", o)
+
+    def __rsub__(self, o):
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o):
+        return self._binary("mul", o)
+
+    def __rmul__(self, o):
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o):
+        if not self.dtype.is_floating_point and not (isinstance(o, Tensor) and o.dtype.is_floating_point):
+            return self._float()._binary("div", o)
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o):
+        return self._float()._binary("div", o, True)
+
+    def __floordiv__(self, o):
+        return (self / o).floor().to(D.promote(self.dtype, o.dtype if isinstance(o, Tensor) else D.scalar_dtype(o)))
+
+    def __mod__(self, o):
+        return self - (self // o) * o
+
+    def __pow__(self, o):
+        if isinstance(o, (int, float)) and not isinstance(o, bool):
+            if o == 2:
+                return self * self
+            if o == 1:
+                return self
+            if o == 0.5 and self.dtype.is_floating_point:
+                return self.sqrt()
+        return self._binary("pow", o)
+
+    def __rpow__(self, o):
+        return self._binary("pow", o, True)
+
+    def __neg__(self):
+        return apply1("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return apply1("abs", self)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(self._like(o), self)
+
+    # comparisons and logic (no gradient)
+    def __eq__(self, o):
+        return self._binary("eq", o)
+
+    def __ne__(self, o):
+        return self._binary("ne", o)
+
+    def __lt__(self, o):
+        return self._binary("lt", o)
+
+    def __le__(self, o):
+        return self._binary("le", o)
+
+    def __gt__(self, o):
+        return self._binary("gt", o)
+
+    def __ge__(self, o):
+        return self._binary("ge", o)
+
+    def _logical(self, name, o):
+        o = o if isinstance(o, Tensor) else self._like(o, D.bool_)
+        return apply2(name, self.bool(), o.bool())
+
+    def __and__(self, o):
+        return self._logical("logical_and", o)
+
+    def __or__(self, o):
+        return self._logical("logical_or", o)
+
+    def __xor__(self, o):
+        return self._logical("logical_xor", o)
+
+    def __invert__(self):
+        return apply1("logical_not", self.bool())
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+    add, sub, mul, div, pow = __add__, __sub__, __mul__, __truediv__, __pow__
+    neg, matmul = __neg__, __matmul__
+    logical_not = __invert__
+
+    def equal(self, other) -> bool:
+        return self.shape == other.shape and bool((self == other).all())
+
+    # ------------------------------------------------------------------------ elementwise math
+    def exp(self):
+        return apply1("exp", self._float())
+
+    def log(self):
+        return apply1("log", self._float())
+
+    def sin(self):
+        return apply1("sin", self._float())
+
+    def cos(self):
+        return apply1("cos", self._float())
+
+    def tanh(self):
+        return apply1("tanh", self._float())
+
+    def sqrt(self):
+        return apply1("sqrt", self._float())
+
+    def rsqrt(self):
+        return apply1("reciprocal", self.sqrt())
+
+    def reciprocal(self):
+        return apply1("reciprocal", self._float())
+
+    def abs(self):
+        return apply1("abs", self)
+
+    def sign(self):
+        return apply1("sign", self)
+
+    def floor(self):
+        return apply1("floor", self) if self.dtype.is_floating_point else self
+
+    def ceil(self):
+        return -(-self).floor()
+
+    def round(self):
+        return (self + 0.5).floor()
+
+    def erf(self):
+        return apply1("erf", self._float())
+
+    def square(self):
+        return self * self
+
+    def log1p(self):
+        return (self + 1).log()
+
+    def expm1(self):
+        return self.exp() - 1
+
+    def sigmoid(self):
+        # 1 / (1 + e^-x) overflows harmlessly to 0 for very negative x in float; tanh form is exact.
+        return (self._float() * 0.5).tanh() * 0.5 + 0.5
+
+    def relu(self):
+        return where(self > 0, self, 0)
+
+    def clamp(self, min=None, max=None):
+        out = self
+        if min is not None:
+            out = apply2("maximum", out, min) if not isinstance(min, Tensor) else out._binary("maximum", min)
+        if max is not None:
+            out = apply2("minimum", out, max) if not isinstance(max, Tensor) else out._binary("minimum", max)
+        return out
+
+    clip = clamp
+
+    def maximum(self, other):
+        return self._binary("maximum", other)
+
+    def minimum(self, other):
+        return self._binary("minimum", other)
+
+    def isnan(self):
+        return self != self
+
+    def isinf(self):
+        return self.abs() == math.inf
+
+    def isfinite(self):
+        return ~(self.isnan() | self.isinf())
+
+    def lerp(self, end, weight):
+        return self + (end - self) * weight
+
+    # ------------------------------------------------------------------------ reductions
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        x = self.to(dtype) if dtype is not None else (self.long() if self.dtype.kind in "bu" or self.dtype is D.int32 else self)
+        return apply1("sum", x, axes=_dims(dim, x.ndim), keepdims=keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        x = self._float()
+        axes = _dims(dim, x.ndim)
+        n = math.prod(x.shape[a] for a in axes)
+        return x.sum(axes, keepdim) / max(n, 1) if n else x.sum(axes, keepdim) * math.nan
+
+    def var(self, dim=None, keepdim=False, correction=1, unbiased=None):
+        if unbiased is not None:
+            correction = 1 if unbiased else 0
+        x = self._float()
+        axes = _dims(dim, x.ndim)
+        n = math.prod(x.shape[a] for a in axes)
+        centered = x - x.mean(axes, keepdim=True)
+        return (centered * centered).sum(axes, keepdim) / max(n - correction, 0)
+
+    def std(self, dim=None, keepdim=False, correction=1, unbiased=None):
+        return self.var(dim, keepdim, correction, unbiased).sqrt()
+
+    def amax(self, dim=None, keepdim=False):
+        return apply1("max", self, axes=_dims(dim, self.ndim), keepdims=keepdim)
+
+    def amin(self, dim=None, keepdim=False):
+        return apply1("min", self, axes=_dims(dim, self.ndim), keepdims=keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        """``x.max()`` is the largest element; ``x.max(dim)`` gives ``(values, indices)``."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        if dim is None:
+            return self.amax()
+        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        if dim is None:
+            return self.amin()
+        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def argmax(self, dim=None, keepdim=False):
+        if dim is None:
+            return apply1("argmax", self.reshape(-1), axis=0)
+        return apply1("argmax", self, axis=normalize_axis(dim, self.ndim), keepdims=keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return (-self if self.dtype is not D.bool_ else ~self).argmax(dim, keepdim)
+
+    def all(self, dim=None, keepdim=False):
+        return self.bool().long().amin(dim, keepdim).bool() if self.numel() else self._full_like(True, (), D.bool_)
+
+    def any(self, dim=None, keepdim=False):
+        return self.bool().long().amax(dim, keepdim).bool() if self.numel() else self._full_like(False, (), D.bool_)
+
+    def logsumexp(self, dim=None, keepdim=False):
+        axes = _dims(dim, self.ndim)
+        m = self.amax(axes, keepdim=True).detach()
+        m = where(m.isfinite(), m, 0)
+        out = (self - m).exp().sum(axes, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(axes)
+
+    def softmax(self, dim=-1):
+        x = self._float()
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim=-1):
+        x = self._float()
+        shifted = x - x.amax(dim, keepdim=True).detach()
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def norm(self, p=2, dim=None, keepdim=False):
+        if p == 2:
+            return (self * self).sum(dim, keepdim).sqrt()
+        if p == 1:
+            return self.abs().sum(dim, keepdim)
+        return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+
+    def cumsum(self, dim):
+        # A lower-triangular matmul: O(n^2) but one BLAS call, and differentiable for free.
+        dim = normalize_axis(dim, self.ndim)
+        n = self.shape[dim]
+        tri = (arange(n, backend=self._backend).unsqueeze(1) >= arange(n, backend=self._backend)).to(self.dtype)
+        x = self.transpose(dim, -1)
+        return (x @ tri.T).transpose(dim, -1)
+
+    # ------------------------------------------------------------------------ movement
+    def reshape(self, *shape):
+        shape = list(_shape_arg(shape))
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape[shape.index(-1)] = self.numel() // known if known else 0
+        shape = tuple(shape)
+        if shape == self.shape:
+            return self
+        return apply1("reshape", self, shape=shape)
+
+    view = reshape
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    def reshape_as(self, other):
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        shape = self.shape
+        if not shape:
+            return self.reshape(1)
+        s, e = normalize_axis(start_dim, len(shape)), normalize_axis(end_dim, len(shape))
+        return self.reshape(shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+
+    def unflatten(self, dim, sizes):
+        dim = normalize_axis(dim, self.ndim)
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+
+    def permute(self, *axes):
+        axes = tuple(normalize_axis(a, self.ndim) for a in _shape_arg(axes))
+        if axes == tuple(range(self.ndim)):
+            return self
+        return apply1("permute", self, axes=axes)
+
+    def transpose(self, dim0, dim1):
+        axes = list(range(self.ndim))
+        d0, d1 = normalize_axis(dim0, self.ndim), normalize_axis(dim1, self.ndim)
+        axes[d0], axes[d1] = axes[d1], axes[d0]
+        return self.permute(axes)
+
+    def t(self):
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def T(self):
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    def squeeze(self, dim=None):
+        shape = self.shape
+        axes = [i for i, s in enumerate(shape) if s == 1] if dim is None else \
+            [a for a in _dims(dim, len(shape)) if shape[a] == 1]
+        return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
+
+    def unsqueeze(self, dim):
+        shape = self.shape
+        dim = normalize_axis(dim, len(shape) + 1)
+        return self.reshape(shape[:dim] + (1,) + shape[dim:])
+
+    def expand(self, *shape):
+        shape = _shape_arg(shape)
+        own = (1,) * (len(shape) - self.ndim) + self.shape
+        shape = tuple(o if s == -1 else s for s, o in zip(shape, own))
+        if shape == self.shape:
+            return self
+        return apply1("expand", self, shape=shape)
+
+    broadcast_to = expand
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def flip(self, dims):
+        dims = _dims(dims, self.ndim)
+        return apply1("flip", self, axes=dims) if dims else self
+
+    def pad(self, widths, value=0):
+        """Pad with one ``(lo, hi)`` pair per dim (ember's order; see F.pad for PyTorch's)."""
+        widths = tuple((int(lo), int(hi)) for lo, hi in widths)
+        if not any(lo or hi for lo, hi in widths):
+            return self
+        return apply1("pad", self, widths=widths, value=value)
+
+    def _slice(self, starts, stops, steps):
+        return apply1("slice", self, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
+
+    def narrow(self, dim, start, length):
+        dim = normalize_axis(dim, self.ndim)
+        starts = [0] * self.ndim
+        stops = list(self.shape)
+        starts[dim], stops[dim] = start, start + length
+        return self._slice(starts, stops, [1] * self.ndim)
+
+    def chunk(self, chunks, dim=0):
+        size = -(-self.shape[dim] // chunks)
+        return self.split(size, dim)
+
+    def split(self, split_size, dim=0):
+        n = self.shape[dim]
+        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
+            if isinstance(split_size, int) else list(split_size)
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(dim, start, s))
+            start += s
+        return tuple(out)
+
+    def repeat(self, *sizes):
+        sizes = _shape_arg(sizes)
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
+        inter = []
+        for s in x.shape:
+            inter += [1, s]
+        big = x.reshape(inter).expand(tuple(v for r, s in zip(sizes, x.shape) for v in (r, s)))
+        return big.reshape(tuple(r * s for r, s in zip(sizes, x.shape)))
+
+    def take(self, indices, axis=0):
+        indices = indices if isinstance(indices, Tensor) else tensor(indices, dtype=D.int64, backend=self._backend)
+        return apply("take", self, indices, axis=normalize_axis(axis, self.ndim))
+
+    def index_add(self, dim, index, source):
+        return apply("index_add", self, index, source, axis=normalize_axis(dim, self.ndim))
+
+    def gather(self, dim, index):
+        """``out[i][j] = self[i][index[i][j]]`` for dim=1 (torch.gather), via one flat take."""
+        dim = normalize_axis(dim, self.ndim)
+        shape = index.shape
+        strides = [math.prod(self.shape[d + 1:]) for d in range(self.ndim)]
+        flat = index.long() * strides[dim]
+        for d in range(self.ndim):
+            if d != dim:
+                flat = flat + arange(shape[d], backend=self._backend).reshape(
+                    [shape[d] if i == d else 1 for i in range(self.ndim)]) * strides[d]
+        return self.reshape(-1).take(flat, 0)
+
+    def masked_fill(self, mask, value):
+        return where(mask, value, self)
+
+    def __getitem__(self, key):
+        from .indexing import getitem
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from .indexing import setitem
+        setitem(self, key, value)
+
+
+dispatch.Tensor = Tensor
+
+
+# ============================================================================== functions
+def _infer_from_python(data):
+    """Flatten nested lists/tuples of Python numbers; return (flat, shape, dtype)."""
+    shape = []
+    probe = data
+    while isinstance(probe, (list, tuple)):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    flat = []
+
+    def walk(x, depth):
+        if isinstance(x, (list, tuple)):
+            if depth >= len(shape) or len(x) != shape[depth]:
+                raise located(ShapeError, f"ragged nested sequence: expected length {shape[depth] if depth < len(shape) else 'scalar'} "
+                              f"at depth {depth}, got {len(x)}")
+            for y in x:
+                walk(y, depth + 1)
+        else:
+            if depth != len(shape):
+                raise located(ShapeError, f"ragged nested sequence: a scalar at depth {depth}, expected depth {len(shape)}")
+            flat.append(x.item() if isinstance(x, Tensor) else x)
+
+    walk(data, 0)
+    if all(isinstance(v, bool) for v in flat) and flat:
+        dtype = D.bool_
+    elif all(isinstance(v, int) for v in flat) and flat:
+        dtype = D.default_int
+    elif all(isinstance(v, (int, float, bool)) for v in flat):
+        dtype = D.default_float
+    else:
+        bad = next(v for v in flat if not isinstance(v, (int, float, bool)))
+        raise located(DTypeError, f"cannot make a tensor from a {type(bad).__name__} ({bad!r})")
+    return flat, tuple(shape), dtype
+
+
+def tensor(data, dtype=None, backend=None, requires_grad=False) -> Tensor:
+    """A new tensor from nested lists, a scalar, a NumPy array or another tensor (copied).
+
+    >>> import ember
+    >>> ember.tensor([[1, 2], [3, 4]]).dtype
+    ember.int64
+    """
+    be = get_backend(backend)
+    if isinstance(data, Tensor):
+        out = data.detach().to(be)
+        out = out.clone() if out._data is data._data else out
+        out = out.to(D.get(dtype)) if dtype is not None else out
+    elif hasattr(data, "__array_interface__") or type(data).__module__ == "numpy":
+        import numpy as np
+        arr = np.asarray(data)
+        if dtype is not None:
+            arr = arr.astype(D.get(dtype).name)
+        elif arr.dtype == np.float64 and not isinstance(data, np.ndarray):
+            arr = arr.astype(np.float32)
+        try:
+            D.get(arr.dtype.name)
+        except DTypeError:
+            raise located(DTypeError, f"numpy dtype {arr.dtype} has no ember equivalent") from None
+        out = dispatch._wrap(be.from_numpy(np.array(arr, copy=True)), be, None)
+    else:
+        flat, shape, inferred = _infer_from_python(data)
+        dt = D.get(dtype) if dtype is not None else inferred
+        out = dispatch._wrap(be.from_list(flat, shape, dt), be, None)
+    if requires_grad:
+        out.requires_grad_()
+    return out
+
+
+def as_tensor(data, dtype=None, backend=None) -> Tensor:
+    """Like :func:`tensor` but shares memory with a NumPy array on the numpy backend.
+
+    >>> import numpy as np, ember
+    >>> ember.as_tensor(np.zeros(3, dtype=np.float32)).shape
+    (3,)
+    """
+    be = get_backend(backend)
+    if isinstance(data, Tensor):
+        out = data.to(be)
+        return out.to(D.get(dtype)) if dtype is not None else out
+    if hasattr(data, "__array_interface__"):
+        import numpy as np
+        arr = np.asarray(data)
+        if dtype is not None:
+            arr = arr.astype(D.get(dtype).name, copy=False)
+        return dispatch._wrap(be.from_numpy(arr), be, None)
+    return tensor(data, dtype, be)
+
+
+from_numpy = as_tensor
+
+
+def full(shape, fill_value, dtype=None, backend=None, requires_grad=False) -> Tensor:
+    """A tensor of ``shape`` filled with ``fill_value``.
+
+    >>> import ember
+    >>> ember.full((2,), 7.0).tolist()
+    [7.0, 7.0]
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
+    out = dispatch.create("full", get_backend(backend), shape=shape, value=fill_value, dtype=dt)
+    return out.requires_grad_() if requires_grad else out
+
+
+def zeros(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
+    """>>> import ember; ember.zeros(2, 3).shape
+    (2, 3)
+    """
+    return full(_shape_arg(shape), 0.0, dtype or D.default_float, backend, requires_grad)
+
+
+def ones(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
+    return full(_shape_arg(shape), 1.0, dtype or D.default_float, backend, requires_grad)
+
+
+def empty(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
+    return zeros(*shape, dtype=dtype, backend=backend, requires_grad=requires_grad)
+
+
+def zeros_like(t, dtype=None, requires_grad=False) -> Tensor:
+    return full(t.shape, 0, dtype or t.dtype, t._backend, requires_grad)
+
+
+def ones_like(t, dtype=None, requires_grad=False) -> Tensor:
+    return full(t.shape, 1, dtype or t.dtype, t._backend, requires_grad)
+
+
+def full_like(t, fill_value, dtype=None) -> Tensor:
+    return full(t.shape, fill_value, dtype or t.dtype, t._backend)
+
+
+def arange(start, end=None, step=1, dtype=None, backend=None) -> Tensor:
+    """``arange(5)`` is 0..4; float arguments give float32 like PyTorch.
+
+    >>> import ember
+    >>> ember.arange(1, 7, 2).tolist()
+    [1, 3, 5]
+    """
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = D.default_int if all(isinstance(v, int) for v in (start, end, step)) else D.default_float
+    if step == 0:
+        raise located(ValueError, "arange step must not be zero")
+    return dispatch.create("arange", get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
+
+
+def linspace(start, end, steps, dtype=None, backend=None) -> Tensor:
+    if steps == 1:
+        return full((1,), float(start), dtype or D.default_float, backend)
+    idx = arange(steps, dtype=D.float64, backend=backend)
+    return (idx * ((end - start) / (steps - 1)) + start).to(dtype or D.default_float)
+
+
+def eye(n, m=None, dtype=None, backend=None) -> Tensor:
+    m = n if m is None else m
+    return (arange(n, backend=backend).unsqueeze(1) == arange(m, backend=backend)).to(dtype or D.default_float)
+
+
+def where(condition, x, y) -> Tensor:
+    """Elementwise ``x if condition else y``; x and y may be scalars.
+
+    >>> import ember
+    >>> ember.where(ember.tensor([True, False]), 1.0, 0.0).tolist()
+    [1.0, 0.0]
+    """
+    if not isinstance(condition, Tensor):
+        raise located(DTypeError, "where: condition must be a bool tensor")
+    cond = condition if condition.dtype is D.bool_ else condition.bool()
+    tx, ty = isinstance(x, Tensor), isinstance(y, Tensor)
+    if tx and ty:
+        if x.dtype is not y.dtype:
+            common = D.promote(x.dtype, y.dtype)
+            x, y = x.to(common), y.to(common)
+    elif tx:
+        dt = D.result_with_scalar(x.dtype, y)
+        x = x.to(dt)
+    elif ty:
+        dt = D.result_with_scalar(y.dtype, x)
+        y = y.to(dt)
+    else:
+        dt = D.promote(D.scalar_dtype(x), D.scalar_dtype(y))
+        x = cond._full_like(x, (), dt)
+    return apply("where", cond, x, y)
+
+
+def matmul(a, b) -> Tensor:
+    """Matrix product with NumPy's rules for 1-d operands and broadcast batch dims.
+
+    >>> import ember
+    >>> (ember.ones(2, 3) @ ember.ones(3)).tolist()
+    [3.0, 3.0]
+    """
+    if a.dtype is not b.dtype:
+        common = D.promote(a.dtype, b.dtype)
+        a, b = a.to(common), b.to(common)
+    if a.ndim == 0 or b.ndim == 0:
+        raise located(ShapeError, f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    va, vb = a.ndim == 1, b.ndim == 1
+    a2 = a.unsqueeze(0) if va else a
+    b2 = b.unsqueeze(1) if vb else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise located(ShapeError, f"matmul: shapes {a.shape} and {b.shape} do not align: "
+                      f"{a2.shape[-1]} (last dim of the first) != {b2.shape[-2]} "
+                      f"({'first' if vb else 'second-to-last'} dim of the second)")
+    out = apply2("matmul", a2, b2)
+    if va:
+        out = out.squeeze(-2)
+    if vb:
+        out = out.squeeze(-1)
+    return out
+
+
+def cat(tensors, dim=0) -> Tensor:
+    """Join tensors along an existing dim.
+
+    >>> import ember
+    >>> ember.cat([ember.zeros(1, 2), ember.ones(2, 2)]).shape
+    (3, 2)
+    """
+    tensors = list(tensors)
+    if not tensors:
+        raise located(ValueError, "cat() needs at least one tensor")
+    common = tensors[0].dtype
+    for t in tensors[1:]:
+        common = D.promote(common, t.dtype)
+    tensors = [t.to(common) for t in tensors]
+    if len(tensors) == 1:
+        return tensors[0]
+    return apply("concatenate", *tensors, axis=normalize_axis(dim, tensors[0].ndim))
+
+
+concatenate = cat
+
+
+def stack(tensors, dim=0) -> Tensor:
+    """Join tensors along a new dim.
+
+    >>> import ember
+    >>> ember.stack([ember.zeros(2), ember.ones(2)]).shape
+    (2, 2)
+    """
+    tensors = list(tensors)
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise located(ShapeError, f"stack needs equal shapes, got {sorted(shapes)}")
+    dim = normalize_axis(dim, tensors[0].ndim + 1)
+    return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def broadcast_tensors(*tensors):
+    shape = broadcast_shapes(*(t.shape for t in tensors))
+    return tuple(t.expand(shape) for t in tensors)
+
+
+# Module-level spellings of the methods users expect (ember.exp(x), ember.sum(x, 1), ...),
+# kept in a table rather than in this module's globals, where they would shadow sum/max/all.
+def _method(name):
+    def f(x, *args, **kwargs):
+        return getattr(x, name)(*args, **kwargs)
+    f.__name__ = name
+    f.__doc__ = f"``ember.{name}(x, ...)`` is ``x.{name}(...)``."
+    return f
+
+
+FUNCTIONS = {}
+for _name in ("exp log sin cos tanh sqrt rsqrt abs sign floor ceil round erf sigmoid relu clamp clip "
+              "sum mean var std amax amin max min argmax argmin all any logsumexp softmax log_softmax "
+              "reshape flatten permute transpose squeeze unsqueeze flip narrow chunk split maximum "
+              "minimum isnan isinf isfinite square log1p expm1 norm cumsum gather masked_fill "
+              "index_add take").split():
+    FUNCTIONS[_name] = _method(_name)
