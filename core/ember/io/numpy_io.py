@@ -1,0 +1,60 @@
+"""Convert between NumPy arrays and ``TensorBytes``; numpy is imported only when called.
+
+The rest of ``ember.io`` deals in bytes so that it runs where numpy does not (Pyodide).
+"""
+from __future__ import annotations
+
+from .safetensors import _BY_EMBER, TensorBytes, dtype_info
+
+
+def to_numpy(tensor: TensorBytes):
+    """A read-only NumPy view of a tensor's bytes (no copy).
+
+    >>> import struct
+    >>> to_numpy(TensorBytes("I32", (2,), struct.pack("<2i", 1, 2))).tolist()
+    [1, 2]
+    """
+    import numpy as np
+
+    name = dtype_info(tensor.dtype).ember
+    try:
+        dtype = np.dtype(name).newbyteorder("<")  # the file is little-endian on every machine
+    except TypeError:
+        raise ValueError(f"numpy has no dtype {name!r} (file dtype {tensor.dtype}); "
+                         "read its raw bytes from TensorBytes.data instead") from None
+    return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
+
+
+def from_numpy(array) -> TensorBytes:
+    """``TensorBytes`` for a NumPy array (or anything ``numpy.asarray`` accepts).
+
+    Shares memory with ``array`` when it is already contiguous and little-endian.
+
+    >>> import numpy as np
+    >>> from_numpy(np.zeros((2, 3), dtype=np.float32))
+    TensorBytes(dtype='F32', shape=(2, 3), data=<24 bytes>)
+    """
+    import numpy as np
+
+    array = np.asarray(array)
+    d = _BY_EMBER.get(array.dtype.name)
+    if d is None:
+        raise ValueError(f"cannot store numpy dtype {array.dtype} in safetensors; "
+                         f"supported: {', '.join(_BY_EMBER)}")
+    # Not ascontiguousarray: it turns a 0-d array into a 1-d one.
+    array = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
+    return TensorBytes(d.code, tuple(int(s) for s in array.shape), array.reshape(-1).view(np.uint8).data)
+
+
+def as_tensor_bytes(value) -> TensorBytes:
+    """Accept a ``TensorBytes`` as is; convert an array-like (NumPy array, or any object
+    with a ``.numpy()`` method such as a tensor) through NumPy.
+
+    >>> as_tensor_bytes(TensorBytes("U8", (1,), b"x")).data
+    b'x'
+    """
+    if isinstance(value, TensorBytes):
+        return value
+    if hasattr(value, "numpy") and not hasattr(value, "__array_interface__"):
+        value = value.numpy()
+    return from_numpy(value)
