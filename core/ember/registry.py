@@ -16,7 +16,7 @@ import pluggy
 
 from . import hooks
 from .backend import API_VERSION, Backend, BackendInfo
-from .errors import BackendError
+from .errors import BackendError, located
 
 BUILTIN_MODULES = ("ember.backends.numpy_backend", "ember.backends.python_backend")
 
@@ -105,15 +105,15 @@ class _Registry:
         if name not in self.infos:
             known = ", ".join(sorted(self.infos)) or "none"
             why = f" ({self.problems[name]})" if name in self.problems else ""
-            raise BackendError(f"unknown backend {name!r}{why}; available: {known}. "
-                               f"Install its plugin (e.g. `pip install ember-{name}`)")
+            raise located(BackendError, f"unknown backend {name!r}{why}; available: {known}. "
+                          f"Install its plugin (e.g. `pip install ember-{name}`)")
         try:
             backend = self.infos[name].load()
         except Exception as exc:  # noqa: BLE001
             raise BackendError(f"backend {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
         ok, reason = backend.available()
         if not ok:
-            raise BackendError(f"backend {name!r} is installed but unavailable here: {reason}")
+            raise located(BackendError, f"backend {name!r} is installed but unavailable here: {reason}")
         self.loaded[name] = backend
         return backend
 

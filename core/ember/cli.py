@@ -1,0 +1,75 @@
+"""The ``ember`` command line.
+
+    ember train mnist [--model mlp|cnn|resnet18] [--epochs N] [--backend numba] [--out DIR] [--resume]
+    ember eval CKPT                   accuracy of a saved model on its dataset's test split
+    ember checkpoints inspect DIR     list the checkpoints in a run directory
+    ember checkpoints plot DIR        write the training curves of a run as PNG
+    ember backends [--json]           the backends ember can see, with status and capabilities
+    ember certify NAME [...]          run the conformance suite on a backend, write a certificate
+
+Each subcommand's work lives in its own module; this file only parses arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import EmberError
+
+
+def _backends(args) -> int:
+    from . import registry
+    rows = registry.backends()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':10} {'version':10} {'status':12} {'devices':10} ops  origin")
+    for r in rows:
+        status = r["status"] if len(r["status"]) < 12 else r["status"][:11] + "…"
+        print(f"{r['name']:10} {r.get('version', '?'):10} {status:12} "
+              f"{','.join(r.get('devices', [])):10} {r.get('ops', '-'):>3}  {r.get('origin', '')}")
+        if r["status"] != "ok":
+            print(f"    {r['status']}")
+    return 0
+
+
+def _certify(argv) -> int:
+    from .conformance.certify import main
+    return main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember", description="ember: train and run models on any backend")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("backends", help="list backends and their status")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
+
+    from .train import cli as train_cli
+    train_cli.add_subcommands(sub)
+
+    sub.add_parser("certify", help="certify a backend with the conformance suite (see `ember certify -h`)",
+                   add_help=False)
+    return p
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["certify"]:
+        return _certify(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "backends":
+            return _backends(args)
+        return args.run(args)
+    except EmberError as err:
+        print(f"ember: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ember: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""``ember train``, ``ember eval`` and ``ember checkpoints``: argument parsing and wiring only."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..errors import EmberError
+from . import recipes
+
+
+def add_subcommands(sub) -> None:
+    t = sub.add_parser("train", help="train a model on a dataset",
+                       description="Train a model; flags override the recipe for the dataset and model.")
+    t.add_argument("dataset", choices=sorted(recipes.DATASETS))
+    t.add_argument("--model", default="mlp", choices=sorted(recipes.RECIPES))
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop"])
+    t.add_argument("--momentum", type=float)
+    t.add_argument("--weight-decay", type=float)
+    t.add_argument("--schedule", choices=["none", "cosine", "step"])
+    t.add_argument("--augment", action=argparse_bool(), default=None)
+    t.add_argument("--clip-grad-norm", type=float, default=None)
+    t.add_argument("--backend", default=None, help="numpy (default), python, numba, cupy, ...")
+    t.add_argument("--out", default=None, help="run directory (default runs/DATASET-MODEL)")
+    t.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
+    t.add_argument("--keep-last", type=int, default=3)
+    t.add_argument("--max-steps", type=int, default=None, help="stop after N steps in total")
+    t.add_argument("--limit-train", type=int, default=None, help="use only the first N training samples")
+    t.add_argument("--limit-test", type=int, default=None, help="use only the first N test samples")
+    t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA or ~/.cache)")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(run=run_train)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint on its dataset's test split")
+    e.add_argument("checkpoint", help="a run directory or a ckpt-*.safetensors file")
+    e.add_argument("--batch-size", type=int, default=500)
+    e.add_argument("--data-root", default=None)
+    e.add_argument("--limit-test", type=int, default=None)
+    e.add_argument("--backend", default=None)
+    e.set_defaults(run=run_eval)
+
+    c = sub.add_parser("checkpoints", help="inspect or plot a run directory")
+    c.add_argument("action", choices=["inspect", "plot"])
+    c.add_argument("directory")
+    c.add_argument("--verify", action="store_true", help="inspect: also check every checksum")
+    c.set_defaults(run=run_checkpoints)
+
+
+def argparse_bool():
+    import argparse
+    return argparse.BooleanOptionalAction
+
+
+def _config(args) -> dict:
+    cfg = recipes.recipe(args.dataset, args.model)
+    for key in ("epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "schedule", "augment"):
+        value = getattr(args, key)
+        if value is not None:
+            cfg[key] = value
+    cfg.update(dataset=args.dataset, model=args.model, seed=args.seed, limit_train=args.limit_train,
+               limit_test=args.limit_test, clip_grad_norm=args.clip_grad_norm)
+    return cfg
+
+
+def _loaders(cfg, data_root, for_eval_only=False):
+    from ..data import DataLoader
+    train_set, test_set = recipes.build_datasets(cfg["dataset"], data_root, cfg.get("limit_train"),
+                                                 cfg.get("limit_test"))
+    test_loader = DataLoader(test_set, batch_size=500, transform=recipes.transforms(cfg["dataset"], False))
+    if for_eval_only:
+        return None, test_loader
+    train_loader = DataLoader(train_set, batch_size=cfg["batch_size"], shuffle=True, seed=cfg["seed"],
+                              transform=recipes.transforms(cfg["dataset"], cfg["augment"]))
+    return train_loader, test_loader
+
+
+def run_train(args) -> int:
+    import ember
+    from .trainer import Trainer
+    if args.backend:
+        ember.use(args.backend)
+    out = args.out or os.path.join("runs", f"{args.dataset}-{args.model}")
+    cfg = _config(args)
+    if args.resume:
+        saved = _saved_config(out)
+        if saved is not None:
+            differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
+            if differs:
+                raise EmberError(f"--resume: the run in {out} was started with different settings "
+                                 + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
+    elif _has_checkpoints(out):
+        raise EmberError(f"{out} already holds checkpoints of a run; pass --resume to continue it or "
+                         f"--out to start a new one (nothing was changed)")
+    ember.manual_seed(cfg["seed"])
+    model = recipes.build_model(cfg["model"], cfg["dataset"])
+    train_loader, test_loader = _loaders(cfg, args.data_root)
+    optimizer = recipes.build_optimizer(model.parameters(), cfg["optimizer"], cfg["lr"], cfg["momentum"],
+                                        cfg["weight_decay"])
+    scheduler = recipes.build_scheduler(optimizer, cfg["schedule"], cfg["epochs"])
+    trainer = Trainer(model, optimizer, train_loader, eval_loader=test_loader, scheduler=scheduler,
+                      out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
+                      progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg)
+    if args.resume and trainer.resume():
+        print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch})", file=sys.stderr)
+    backend = ember.get_backend()
+    print(f"training {cfg['model']} on {cfg['dataset']} ({len(train_loader.dataset)} samples) with "
+          f"backend {backend.name}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}",
+          file=sys.stderr)
+    history = trainer.fit(cfg["epochs"], max_steps=args.max_steps)
+    if history:
+        last = history[-1]
+        print(json.dumps({"step": trainer.step, **last}))
+    return 0
+
+
+def _has_checkpoints(out) -> bool:
+    from ..io.checkpoint import list_checkpoints
+    return os.path.isdir(out) and bool(list_checkpoints(out))
+
+
+def _saved_config(out):
+    from ..io.checkpoint import latest_checkpoint, read_checkpoint
+    path = latest_checkpoint(out) if os.path.isdir(out) else None
+    return None if path is None else read_checkpoint(path)[1].get("config")
+
+
+def run_eval(args) -> int:
+    import ember
+    from ..io.checkpoint import read_checkpoint
+    from .state import load_training_state
+    from .trainer import Trainer
+    if args.backend:
+        ember.use(args.backend)
+    _, meta = read_checkpoint(args.checkpoint)
+    cfg = dict(meta.get("config") or {})
+    if "model" not in cfg:
+        raise EmberError(f"{args.checkpoint}: no training config in this checkpoint (not written by ember train)")
+    if args.limit_test:
+        cfg["limit_test"] = args.limit_test
+    model = recipes.build_model(cfg["model"], cfg["dataset"])
+    load_training_state(args.checkpoint, model)
+    _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True)
+    trainer = Trainer(model, None, None, eval_loader=test_loader, progress=False)
+    result = trainer.evaluate()
+    print(json.dumps({"checkpoint": os.fspath(args.checkpoint), "step": meta["step"], "dataset": cfg["dataset"],
+                      "model": cfg["model"], **result}))
+    return 0
+
+
+def run_checkpoints(args) -> int:
+    from ..io.checkpoint import list_checkpoints
+    from .logbook import plot_curves
+    if not os.path.isdir(args.directory):
+        raise EmberError(f"{args.directory} is not a directory")
+    if args.action == "plot":
+        print(plot_curves(args.directory))
+        return 0
+    rows = list_checkpoints(args.directory, verify=args.verify)
+    if not rows:
+        print(f"no checkpoints in {args.directory}")
+        return 1
+    print(f"{'step':>8}  {'size':>10}  {'tensors':>7}  status  file")
+    for r in rows:
+        size = "-" if r.size is None else f"{r.size:,}"
+        print(f"{r.step:>8}  {size:>10}  {r.num_tensors if r.num_tensors is not None else '-':>7}  "
+              f"{r.status:6}  {os.path.basename(r.path)}")
+    return 0

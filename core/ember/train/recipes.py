@@ -1,0 +1,92 @@
+"""Defaults per dataset and model: what ``ember train mnist`` does when told nothing else.
+
+Each recipe is a row: hyperparameters that reach the accuracy bars in docs/training.md on the
+NumPy backend. Command-line flags override any of them.
+"""
+from __future__ import annotations
+
+from ..errors import EmberError
+
+DATASETS = {
+    #  name            class name       (C, H, W)     mean                       std
+    "mnist":         ("MNIST",         (1, 28, 28), (0.1307,),                 (0.3081,)),
+    "fashion-mnist": ("FashionMNIST",  (1, 28, 28), (0.2860,),                 (0.3530,)),
+    "cifar10":       ("CIFAR10",       (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "synthetic-cifar10": ("SyntheticCIFAR10", (3, 32, 32), (0.5, 0.5, 0.5), (0.29, 0.29, 0.29)),
+}
+
+BASE = dict(epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, weight_decay=0.0,
+            schedule="none", augment=False)
+
+RECIPES = {
+    "mlp": dict(),
+    "cnn": dict(epochs=2),
+    "resnet18": dict(epochs=30, batch_size=128, lr=0.1, optimizer="sgd", weight_decay=5e-4,
+                     schedule="cosine", augment=True),
+    "transformer": dict(),
+}
+
+
+def recipe(dataset: str, model: str) -> dict:
+    if dataset not in DATASETS:
+        raise EmberError(f"unknown dataset {dataset!r}; ember knows {', '.join(DATASETS)}")
+    if model not in RECIPES:
+        raise EmberError(f"unknown model {model!r}; ember train knows {', '.join(RECIPES)}")
+    return {**BASE, **RECIPES[model]}
+
+
+def build_datasets(name: str, root=None, limit_train=None, limit_test=None):
+    """(train, test) datasets, optionally the first N samples of each (quick runs and tests)."""
+    from .. import data
+    cls_name, shape, _, _ = DATASETS[name]
+    cls = getattr(data, cls_name)
+    if cls_name == "SyntheticCIFAR10":
+        train, test = cls(n=limit_train or 10000, seed=0), cls(n=limit_test or 2000, seed=1)
+    else:
+        train, test = cls(root=root, train=True), cls(root=root, train=False)
+    if limit_train:
+        train = data.Subset(train, range(min(limit_train, len(train))))
+    if limit_test:
+        test = data.Subset(test, range(min(limit_test, len(test))))
+    return train, test
+
+
+def transforms(name: str, augment: bool):
+    from ..data import transforms as T
+    _, (c, h, w), mean, std = DATASETS[name]
+    steps = []
+    if augment:
+        steps += [T.RandomCrop(h, padding=4), T.RandomHorizontalFlip()]
+    steps.append(T.Normalize(mean, std))
+    return T.Compose(steps)
+
+
+def build_model(model: str, dataset: str):
+    from .. import models
+    _, (c, h, w), _, _ = DATASETS[dataset]
+    return models.get(model, in_channels=c, image_size=h, num_classes=10)
+
+
+def build_optimizer(params, name: str, lr: float, momentum: float, weight_decay: float):
+    from .. import optim
+    table = {
+        "sgd": lambda: optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay),
+        "adam": lambda: optim.Adam(params, lr=lr, weight_decay=weight_decay),
+        "adamw": lambda: optim.AdamW(params, lr=lr, weight_decay=weight_decay or 1e-2),
+        "rmsprop": lambda: optim.RMSprop(params, lr=lr, weight_decay=weight_decay),
+    }
+    if name not in table:
+        raise EmberError(f"unknown optimizer {name!r}; ember knows {', '.join(table)}")
+    return table[name]()
+
+
+def build_scheduler(optimizer, schedule: str, epochs: int):
+    from ..optim import lr_scheduler as S
+    table = {
+        "none": lambda: None,
+        "cosine": lambda: S.CosineAnnealingLR(optimizer, T_max=epochs),
+        "step": lambda: S.StepLR(optimizer, step_size=max(1, epochs // 3), gamma=0.1),
+    }
+    if schedule not in table:
+        raise EmberError(f"unknown schedule {schedule!r}; ember knows {', '.join(table)}")
+    return table[schedule]()

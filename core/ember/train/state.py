@@ -1,0 +1,88 @@
+"""Saving and restoring a whole training run, so that a resumed run continues bit for bit.
+
+What a run is: model parameters and buffers, optimizer state, LR schedule, the random stream
+(dropout, augmentation), the data loader's position, and the step counter. Tensors go into
+the checkpoint's safetensors file; everything else into its JSON sidecar (ember.io.checkpoint
+writes both atomically). No pickle anywhere.
+"""
+from __future__ import annotations
+
+from .. import dtypes as D
+from ..errors import EmberError
+from ..io.checkpoint import read_checkpoint, write_checkpoint
+from ..io.safetensors import TensorBytes, dtype_info
+from ..random import default_generator
+from ..tensor import Tensor
+
+
+def to_bytes(t: Tensor) -> TensorBytes:
+    """A tensor as safetensors bytes, through its backend (no numpy needed)."""
+    return TensorBytes(dtype_info(t.dtype.name).code, t.shape, t.backend.to_bytes(t._data))
+
+
+def from_bytes(tb: TensorBytes, backend) -> Tensor:
+    from .. import dispatch
+    dtype = D.get(dtype_info(tb.dtype).ember)
+    return dispatch._wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend, None)
+
+
+def _split(obj, prefix, tensors):
+    """Replace every Tensor inside nested dicts/lists by a reference, collecting the tensors."""
+    if isinstance(obj, Tensor):
+        tensors[prefix] = to_bytes(obj)
+        return {"__tensor__": prefix}
+    if isinstance(obj, dict):
+        return {str(k): _split(v, f"{prefix}/{k}", tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_split(v, f"{prefix}/{i}", tensors) for i, v in enumerate(obj)]
+    return obj
+
+
+def _join(obj, tensors, backend):
+    if isinstance(obj, dict):
+        if set(obj) == {"__tensor__"}:
+            return from_bytes(tensors[obj["__tensor__"]], backend)
+        return {_key(k): _join(v, tensors, backend) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_join(v, tensors, backend) for v in obj]
+    return obj
+
+
+def _key(k):
+    return int(k) if k.isdigit() else k       # optimizer state is keyed by parameter index
+
+
+def save_training_state(directory, step, model, optimizer=None, scheduler=None, loader=None,
+                        config=None, extra=None, keep_last=3) -> str:
+    """Write checkpoint ``step`` of a run into ``directory``; returns its path."""
+    tensors = {f"model/{k}": to_bytes(v) for k, v in model.state_dict().items()}
+    meta = {"config": config or {}, "rng": default_generator.get_state(), "extra": extra or {}}
+    if optimizer is not None:
+        meta["optimizer"] = _split(optimizer.state_dict(), "optimizer", tensors)
+    if scheduler is not None:
+        meta["scheduler"] = scheduler.state_dict()
+    if loader is not None:
+        meta["loader"] = loader.state_dict()
+    return write_checkpoint(directory, step, tensors, meta, keep_last=keep_last)
+
+
+def load_training_state(path, model, optimizer=None, scheduler=None, loader=None) -> dict:
+    """Restore what :func:`save_training_state` wrote; returns the sidecar meta (with step).
+
+    The model is checked before anything is changed: a checkpoint of another model raises
+    an error listing the missing, unexpected and mis-shaped names, and the model is untouched.
+    """
+    tensors, meta = read_checkpoint(path)
+    backend = next(iter(model.parameters())).backend
+    state = {k[len("model/"):]: from_bytes(v, backend) for k, v in tensors.items() if k.startswith("model/")}
+    if not state:
+        raise EmberError(f"{path}: this checkpoint holds no model tensors (not written by ember train?)")
+    model.load_state_dict(state)
+    if optimizer is not None and "optimizer" in meta:
+        optimizer.load_state_dict(_join(meta["optimizer"], tensors, backend))
+    if scheduler is not None and "scheduler" in meta:
+        scheduler.load_state_dict(meta["scheduler"])
+    if loader is not None and "loader" in meta:
+        loader.load_state_dict(meta["loader"])
+    default_generator.set_state(meta["rng"])
+    return meta
