@@ -1,0 +1,223 @@
+"""The update rules, as plain functions: the reference decompositions of the fused optimizer ops.
+
+Each rule takes a parameter, its gradient and its state tensors, and returns new tensors
+``(param, *state)``; it never writes into its inputs. The optimizers (sgd.py, adam.py,
+rmsprop.py) call them through :func:`run_step` and copy the results back in place.
+
+The arithmetic follows PyTorch's single-tensor CPU implementation operation by operation
+(``lerp`` with its two-sided formula, ``addcmul`` as ``(value * a) * b``, ``addcdiv`` as
+``(value * a) / b``), so that ember and torch agree to float rounding.
+
+Fused path (ember/fused.py): a backend that lists a rule's name (``"adam_step"``) in
+``capabilities().fused`` provides ``fused_impls[name]``, the same function over buffers
+instead of tensors. It returns the new buffers; it may update its inputs in place and return
+them, which saves the optimizer's copy-back. :func:`fused_mismatches` checks a backend's
+kernels against the rules here, on every option set in :data:`CASES`.
+
+>>> import ember
+>>> p, g = ember.tensor([1.0, 2.0]), ember.tensor([0.5, -0.5])
+>>> new_p, buf = sgd_step(p, g, None, lr=0.1, momentum=0.9)
+>>> [round(v, 6) for v in new_p.tolist()]
+[0.95, 2.05]
+"""
+from __future__ import annotations
+
+from .. import dispatch
+
+
+def _lerp(start, end, weight: float):
+    """``start + weight * (end - start)``, with torch's form for large weights (exact at 1)."""
+    if abs(weight) < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1 - weight)
+
+
+def _with_decay(param, grad, weight_decay, maximize):
+    """The gradient the rule sees: negated to maximize, plus classic L2 weight decay."""
+    grad = -grad if maximize else grad
+    return grad + param * weight_decay if weight_decay != 0 else grad
+
+
+# --------------------------------------------------------------------------------------- rules
+def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
+             weight_decay=0.0, maximize=False):
+    """One SGD step. ``momentum_buffer`` is None before the first step with momentum.
+
+    Returns ``(param, momentum_buffer)``; the buffer stays None without momentum.
+
+    >>> import ember
+    >>> p, buf = sgd_step(ember.tensor([1.0]), ember.tensor([2.0]), None, lr=0.5)
+    >>> p.tolist(), buf
+    ([0.0], None)
+    """
+    d_p = _with_decay(param, grad, weight_decay, maximize)
+    if momentum != 0:
+        if momentum_buffer is None:
+            # A copy: the gradient's buffer may be shared with other leaves or read-only.
+            momentum_buffer = d_p.clone()
+        else:
+            momentum_buffer = momentum_buffer * momentum + (
+                d_p if dampening == 0 else d_p * (1 - dampening))
+        d_p = d_p + momentum_buffer * momentum if nesterov else momentum_buffer
+    return param + d_p * (-lr), momentum_buffer
+
+
+def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, beta1=0.9,
+              beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
+              decoupled_weight_decay=False):
+    """One Adam (or, with ``decoupled_weight_decay``, AdamW) step; ``step`` counts from 1.
+
+    Returns ``(param, exp_avg, exp_avg_sq, max_exp_avg_sq)``; the last stays None unless
+    ``amsgrad``.
+
+    >>> import ember
+    >>> z = ember.zeros(1)
+    >>> p, *_ = adam_step(ember.tensor([1.0]), ember.tensor([3.0]), z, z, None, step=1, lr=0.1)
+    >>> round(p.item(), 6)      # the first Adam step moves by lr, whatever the gradient's size
+    0.9
+    """
+    grad = -grad if maximize else grad
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param = param * (1 - lr * weight_decay)
+        else:
+            grad = grad + param * weight_decay
+    exp_avg = _lerp(exp_avg, grad, 1 - beta1)
+    exp_avg_sq = exp_avg_sq * beta2 + grad * (1 - beta2) * grad
+    if amsgrad:
+        max_exp_avg_sq = max_exp_avg_sq.maximum(exp_avg_sq)
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+    step_size = lr / bias_correction1
+    second = max_exp_avg_sq if amsgrad else exp_avg_sq
+    denom = second.sqrt() / bias_correction2_sqrt + eps
+    return param + exp_avg * (-step_size) / denom, exp_avg, exp_avg_sq, max_exp_avg_sq
+
+
+def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alpha=0.99, eps=1e-8,
+                 weight_decay=0.0, momentum=0.0, centered=False, maximize=False):
+    """One RMSprop step. ``grad_avg`` is used only if ``centered``, ``momentum_buffer`` only
+    with momentum (pass None otherwise; they come back None).
+
+    Returns ``(param, square_avg, grad_avg, momentum_buffer)``.
+
+    >>> import ember
+    >>> p, sq, _, _ = rmsprop_step(ember.tensor([1.0]), ember.tensor([2.0]), ember.zeros(1),
+    ...                            None, None, lr=0.01, alpha=0.75)
+    >>> round(sq.item(), 6), round(p.item(), 4)
+    (1.0, 0.98)
+    """
+    grad = _with_decay(param, grad, weight_decay, maximize)
+    square_avg = square_avg * alpha + grad * (1 - alpha) * grad
+    if centered:
+        grad_avg = _lerp(grad_avg, grad, 1 - alpha)
+        avg = (square_avg - grad_avg * grad_avg).sqrt() + eps
+    else:
+        avg = square_avg.sqrt() + eps
+    if momentum > 0:
+        momentum_buffer = momentum_buffer * momentum + grad / avg
+        return param + momentum_buffer * (-lr), square_avg, grad_avg, momentum_buffer
+    return param + grad * (-lr) / avg, square_avg, grad_avg, momentum_buffer
+
+
+#: The reference decomposition of every fused optimizer op a backend may declare.
+REFERENCE = {"sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
+
+
+# --------------------------------------------------------------------------------------- dispatch
+def run_step(name, param, grad, *state, **hyper):
+    """Run rule ``name`` as the backend's fused kernel if it declares one (see ember.fused),
+    else as the reference decomposition above.
+
+    >>> import ember
+    >>> p, _ = run_step("sgd_step", ember.tensor([1.0]), ember.tensor([1.0]), None, lr=0.5)
+    >>> p.tolist()
+    [0.5]
+    """
+    from .. import fused
+    return fused.run(name, param, grad, *state, **hyper)
+
+
+# --------------------------------------------------------------------------------------- conformance
+#: Option sets covering every branch of each rule (what the conformance suite runs).
+CASES = {
+    "sgd_step": [dict(lr=0.1), dict(lr=0.1, momentum=0.9), dict(lr=0.1, momentum=0.9, dampening=0.3),
+                 dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+                 dict(lr=0.1, weight_decay=0.1, maximize=True)],
+    "adam_step": [dict(lr=0.01), dict(lr=0.01, amsgrad=True), dict(lr=0.01, weight_decay=0.1),
+                  dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True, maximize=True),
+                  dict(lr=0.01, beta1=0.3, beta2=0.5, eps=1e-3, amsgrad=True)],
+    "rmsprop_step": [dict(lr=0.01), dict(lr=0.01, centered=True), dict(lr=0.01, momentum=0.9),
+                     dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1, maximize=True)],
+}
+
+
+def _case_inputs(name, hyper, shape, dtype, backend, seed):
+    """Random inputs for one option set: a list of ``(tensors, extra keywords)`` variants.
+    State the options do not use is None; SGD with momentum is tried on its first step too
+    (no buffer yet)."""
+    from ..random import Generator, rand, randn
+    gen = Generator(seed)
+
+    def r():
+        return randn(*shape, dtype=dtype, backend=backend, generator=gen)
+
+    def pos():  # second-moment state must be positive, and above the squared mean
+        return rand(*shape, dtype=dtype, backend=backend, generator=gen) + 1.0
+
+    if name == "sgd_step":
+        if not hyper.get("momentum", 0):
+            return [((r(), r(), None), {})]
+        p, g = r(), r()
+        return [((p, g, r()), {}), ((p, g, None), {})]
+    if name == "adam_step":
+        return [((r(), r(), r(), pos(), pos() + 0.5 if hyper.get("amsgrad") else None), {"step": 3})]
+    return [((r(), r(), pos(), r() * 0.1 if hyper.get("centered") else None,
+              r() if hyper.get("momentum", 0) else None), {})]
+
+
+def fused_mismatches(backend, names=None, shape=(3, 17), dtypes=("float32", "float64"), rtol=1e-5,
+                     atol=1e-6, seed=0) -> list:
+    """Run each fused optimizer kernel ``backend`` declares against its reference rule, on
+    every option set in :data:`CASES`; return one line per mismatch (empty: all agree).
+
+    >>> import ember
+    >>> fused_mismatches(ember.get_backend("numpy"))     # numpy declares none: nothing to compare
+    []
+    """
+    from .. import dtypes as D
+    from .. import fused
+    problems = []
+    names = sorted(fused.declared(backend) & set(REFERENCE)) if names is None else names
+    for name in names:
+        for hyper in CASES[name]:
+            for dtype, (inputs, extra) in ((d, v) for d in map(D.get, dtypes)
+                                           for v in _case_inputs(name, hyper, shape, d, backend, seed)):
+                want = REFERENCE[name](*inputs, **hyper, **extra)
+                # Copies: a kernel may update its inputs in place.
+                bufs = [None if t is None else t.clone()._data for t in inputs]
+                got = backend.fused_impls[name](*bufs, **hyper, **extra)
+                nones = [i for i, t in enumerate(inputs) if t is None]
+                label = (f"{name}({', '.join(f'{k}={v}' for k, v in {**hyper, **extra}.items())}) {dtype}"
+                         + (f" with inputs {nones} None" if nones else ""))
+                if not isinstance(got, tuple) or len(got) != len(want):
+                    problems.append(f"{label}: expected a tuple of {len(want)} buffers, got {type(got).__name__}")
+                    continue
+                for i, (w, b) in enumerate(zip(want, got)):
+                    problems += _compare(f"{label} output {i}", w,
+                                         None if b is None else dispatch._wrap(b, backend, None), rtol, atol)
+    return problems
+
+
+def _compare(label, want, got, rtol, atol):
+    if want is None or got is None:
+        if want is None and got is None:
+            return []
+        return [f"{label}: expected {'None' if want is None else 'a buffer'}, got "
+                f"{'None' if got is None else 'a buffer'}"]
+    if got.shape != want.shape or got.dtype is not want.dtype:
+        return [f"{label}: expected shape {want.shape} {want.dtype}, got {got.shape} {got.dtype}"]
+    excess = ((got - want).abs() - (want.abs() * rtol + atol)).amax().item() if want.numel() else 0.0
+    if excess > 0 or excess != excess:      # the second catches NaN
+        return [f"{label}: differs from the reference by {excess:.3g} beyond rtol={rtol}, atol={atol}"]
+    return []
