@@ -34,6 +34,8 @@ def add_subcommands(sub) -> None:
     t.add_argument("--limit-test", type=int, default=None, help="use only the first N test samples")
     t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA or ~/.cache)")
     t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--distributed", action="store_true",
+                   help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global")
     t.set_defaults(run=run_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint on its dataset's test split")
@@ -80,6 +82,28 @@ def _loaders(cfg, data_root, for_eval_only=False):
 
 
 def run_train(args) -> int:
+    if args.distributed:
+        return _run_distributed(args)
+    return _train(args)
+
+
+def _run_distributed(args) -> int:
+    """Every rank runs the same training; a rank that fails ends the whole job at once
+    (otherwise the others would wait forever in the next all-reduce)."""
+    from .. import distributed as dist
+    dist.init()
+    try:
+        return _train(args, dist)
+    except BaseException as exc:  # noqa: BLE001
+        if dist.world_size() > 1 and not isinstance(exc, SystemExit):
+            import traceback
+            print(f"ember: rank {dist.rank()} failed; aborting all {dist.world_size()} ranks", file=sys.stderr)
+            traceback.print_exc()
+            dist.abort(1)
+        raise
+
+
+def _train(args, dist=None) -> int:
     import ember
     from .trainer import Trainer
     if args.backend:
@@ -99,20 +123,31 @@ def run_train(args) -> int:
     ember.manual_seed(cfg["seed"])
     model = recipes.build_model(cfg["model"], cfg["dataset"])
     train_loader, test_loader = _loaders(cfg, args.data_root)
+    is_main = True
+    if dist is not None:
+        from ..distributed.sharding import ShardedLoader
+        rank, world = dist.rank(), dist.world_size()
+        model = dist.DistributedDataParallel(model)
+        train_loader = ShardedLoader(train_loader, rank, world)
+        test_loader = ShardedLoader(test_loader, rank, world)
+        is_main = rank == 0
     optimizer = recipes.build_optimizer(model.parameters(), cfg["optimizer"], cfg["lr"], cfg["momentum"],
                                         cfg["weight_decay"])
-    scheduler = recipes.build_scheduler(optimizer, cfg["schedule"], cfg["epochs"])
+    scheduler = recipes.build_scheduler(optimizer, cfg["schedule"], cfg["epochs"] * len(train_loader))
     trainer = Trainer(model, optimizer, train_loader, eval_loader=test_loader, scheduler=scheduler,
+                      scheduler_interval="step",
                       out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
-                      progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg)
-    if args.resume and trainer.resume():
+                      progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg,
+                      is_main=is_main)
+    if args.resume and trainer.resume(out):
         print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch})", file=sys.stderr)
     backend = ember.get_backend()
-    print(f"training {cfg['model']} on {cfg['dataset']} ({len(train_loader.dataset)} samples) with "
-          f"backend {backend.name}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}",
-          file=sys.stderr)
+    if is_main:
+        print(f"training {cfg['model']} on {cfg['dataset']} ({len(train_loader.dataset)} samples) with "
+              f"backend {backend.name}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}"
+              + (f", {dist.world_size()} ranks" if dist is not None else ""), file=sys.stderr)
     history = trainer.fit(cfg["epochs"], max_steps=args.max_steps)
-    if history:
+    if history and is_main:
         last = history[-1]
         print(json.dumps({"step": trainer.step, **last}))
     return 0

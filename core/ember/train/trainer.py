@@ -36,7 +36,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, train_loader, *, loss_fn=None, eval_loader=None,
                  scheduler=None, scheduler_interval="epoch", out_dir=None, checkpoint_every=None,
-                 keep_last=3, log_every=50, progress=True, clip_grad_norm=None, config=None):
+                 keep_last=3, log_every=50, progress=True, clip_grad_norm=None, config=None, is_main=True):
         if loss_fn is None:
             from ..nn import functional as F
             loss_fn = F.cross_entropy
@@ -45,7 +45,10 @@ class Trainer:
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.train_loader, self.eval_loader = train_loader, eval_loader
         self.scheduler, self.scheduler_interval = scheduler, scheduler_interval
-        self.out_dir = None if out_dir is None else os.fspath(out_dir)
+        # Under data parallelism only the main rank writes logs and checkpoints and shows progress.
+        self.is_main = is_main
+        self.out_dir = None if out_dir is None or not is_main else os.fspath(out_dir)
+        progress = progress and is_main
         self.checkpoint_every, self.keep_last, self.log_every = checkpoint_every, keep_last, log_every
         self.progress, self.clip_grad_norm = progress, clip_grad_norm
         self.config = dict(config or {})
@@ -79,7 +82,13 @@ class Trainer:
                              f"lower the learning rate or enable --clip-grad-norm. The last good "
                              f"checkpoint is in {self.out_dir or '(no out_dir)'}")
         self.optimizer.zero_grad()
+        sync = getattr(self.model, "sync_gradients", None)     # data-parallel: average over ranks
+        if sync is not None:
+            shard = getattr(self.train_loader, "global_size", 0)
+            self.model.set_weight(y.shape[0] * self.model.size / shard if shard else 1.0)
         loss.backward()
+        if sync is not None:
+            sync()
         if self.clip_grad_norm:
             from ..optim import clip_grad_norm_
             clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
@@ -162,11 +171,18 @@ class Trainer:
                 if _is_classification(logits, y):
                     acc.add(logits, y)
         self.model.train(was_training)
+        if getattr(self.model, "sync_gradients", None) is not None:   # data-parallel: sum over ranks
+            from ..distributed.comm import allreduce_scalars
+            loss.total, loss.count, acc.correct, acc.count = allreduce_scalars(
+                [loss.total, loss.count, acc.correct, acc.count])
         return {"loss": loss.value, "accuracy": acc.value}
 
     # ------------------------------------------------------------------------------- state
-    def save(self) -> str:
-        """Checkpoint the run now (atomically; keeps the newest ``keep_last``)."""
+    def save(self) -> str | None:
+        """Checkpoint the run now (atomically; keeps the newest ``keep_last``). Only the main
+        rank writes; on the others this does nothing."""
+        if not self.is_main:
+            return None
         if self.out_dir is None:
             raise EmberError("Trainer.save() needs out_dir")
         return save_training_state(self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
