@@ -34,6 +34,8 @@ def read_log(path) -> list[dict]:
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.jsonl")
     records = []
+    if not os.path.exists(path):
+        return records
     with open(path) as f:
         for line in f:
             line = line.strip()

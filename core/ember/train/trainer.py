@@ -132,6 +132,8 @@ class Trainer:
                     break
             bar.close()
             if stopped and self.epoch + 1 < epochs:
+                if self.out_dir is not None and not (self.checkpoint_every and self.step % self.checkpoint_every == 0):
+                    self.save()                    # a run stopped by max_steps can be resumed
                 break
             record = {"epoch": self.epoch + 1, "step": self.step, "train_loss": epoch_loss.value,
                       "train_accuracy": epoch_acc.value}
