@@ -44,7 +44,7 @@ class Accuracy:
     """Fraction of argmax predictions equal to the labels.
 
     >>> import ember
-    >>> a = Accuracy(); a.add(ember.tensor([[0.1, 0.9], [0.8, 0.2]]), ember.tensor([1, 1])); a.value
+    >>> a = Accuracy(); _ = a.add(ember.tensor([[0.1, 0.9], [0.8, 0.2]]), ember.tensor([1, 1])); a.value
     0.5
     """
 

@@ -24,7 +24,7 @@ class Trainer:
     >>> import ember
     >>> from ember import nn, optim
     >>> from ember.data import ArrayDataset, DataLoader
-    >>> ember.manual_seed(0)
+    >>> _ = ember.manual_seed(0)
     >>> x = ember.randn(64, 4); y = (x.sum(1) > 0).long()
     >>> loader = DataLoader(ArrayDataset(x.numpy(), y.numpy()), batch_size=16, shuffle=True)
     >>> model = nn.Linear(4, 2)

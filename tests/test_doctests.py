@@ -1,0 +1,16 @@
+"""Every runnable example in the core's docstrings runs and prints what it says."""
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.registry", "ember.tensor", "ember.autodiff",
+           "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+    assert result.attempted > 0, f"{name} has no examples"
