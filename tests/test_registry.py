@@ -55,7 +55,7 @@ LIST = """
     import json, warnings, ember
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        rows = ember.backends()
+        rows = ember.list_backends()
     print(json.dumps({"rows": rows, "warnings": [str(x.message) for x in w],
                       "default": ember.get_backend().name}))
 """

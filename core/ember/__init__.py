@@ -22,7 +22,8 @@ from .errors import (BackendError, DTypeError, EmberError, GradError, NotImpleme
                      ShapeError)
 from .hooks import hookimpl
 from .random import Generator, manual_seed, rand, randint, randn, randperm
-from .registry import backend, backends, get_backend, register_backend, use
+from .registry import backend, get_backend, register_backend, use
+from .registry import backends as list_backends  # `ember.backends` is the subpackage of built-in backends
 from .tensor import (Tensor, arange, as_tensor, broadcast_tensors, cat, concatenate, empty, eye,
                      from_numpy, full, full_like, linspace, matmul, ones, ones_like, stack, tensor,
                      where, zeros, zeros_like)

@@ -101,6 +101,10 @@ class Backend:
     def __repr__(self):
         return f"<ember backend {self.name} {self.version}>"
 
+    def __deepcopy__(self, memo):
+        # A backend is a singleton: a deep copy of a tensor (or a model) must stay on it.
+        return self
+
 
 @dataclass
 class BackendInfo:
