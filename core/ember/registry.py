@@ -53,6 +53,8 @@ class _Registry:
             except ImportError:
                 pass      # numpy missing (e.g. Pyodide without numpy): the python backend takes over
         for ep in _entry_points():
+            if ep.value in BUILTIN_MODULES:
+                continue  # tried above; a missing numpy must not warn where python takes over
             try:
                 plugin = ep.load()
                 if pm.is_registered(plugin):
