@@ -24,20 +24,24 @@ _PHILOX_W = (0x9E3779B9, 0xBB67AE85)
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
-def philox4x32(counters: np.ndarray, seed: int) -> np.ndarray:
-    """Philox-4x32-10 (Salmon et al. 2011) on uint64 block counters -> (n, 4) uint32 words."""
-    c0 = counters & _MASK32
-    c1 = counters >> np.uint64(32)
-    c2 = np.zeros_like(c0)
-    c3 = np.zeros_like(c0)
-    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+def philox4x32_10(c0, c1, c2, c3, k0: int, k1: int) -> np.ndarray:
+    """Philox-4x32-10 (Salmon et al. 2011): the four 32-bit counter words (uint64 arrays holding
+    32-bit values) and the two key words -> (n, 4) uint32 words. Random123's known-answer
+    vectors check this function (tests/backends/test_numpy_backend.py)."""
     for _ in range(10):
-        p0 = _PHILOX_M[0] * c0
+        p0 = _PHILOX_M[0] * c0          # 32 x 32 -> 64-bit products: (hi, lo) = (p >> 32, p & mask)
         p1 = _PHILOX_M[1] * c2
         c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _MASK32,
                           (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _MASK32)
         k0, k1 = (k0 + _PHILOX_W[0]) & 0xFFFFFFFF, (k1 + _PHILOX_W[1]) & 0xFFFFFFFF
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
+
+
+def philox4x32(counters: np.ndarray, seed: int) -> np.ndarray:
+    """ember's stream: block i has counter words (i low, i high, 0, 0) and key (seed low, seed high)."""
+    zeros = np.zeros_like(counters)
+    return philox4x32_10(counters & _MASK32, counters >> np.uint64(32), zeros, zeros,
+                         seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
 
 
 def random_bits(shape, seed, offset):
@@ -51,12 +55,30 @@ def random_bits(shape, seed, offset):
 # ----------------------------------------------------------------------------- helpers
 def _erf(x):
     if x.dtype == np.float64:
-        return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+        return np.asarray(np.frompyfunc(math.erf, 1, 1)(x)).astype(np.float64)    # 0-d gives a bare float
     # Abramowitz & Stegun 7.1.26 in float64: |error| < 1.5e-7, below float32 resolution near 1.
     z = np.abs(x.astype(np.float64))
     t = 1.0 / (1.0 + 0.3275911 * z)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     return (np.sign(x) * (1.0 - poly * np.exp(-z * z))).astype(x.dtype)
+
+
+def _ufunc(f, quiet=False):
+    """Elementwise ``f`` returning an ndarray: NumPy gives a scalar, not a 0-d array, for 0-d
+    input, and a buffer must be an array (``assign`` writes into it in place). ``quiet`` drops
+    NumPy's divide/invalid warnings where the spec defines the result (IEEE-754: log(0) = -inf,
+    x/0 = inf, sqrt(-1) = nan); users of a DL framework do not expect a warning for them."""
+    if quiet:
+        def run(*xs):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = f(*xs)
+            return out if type(out) is np.ndarray else np.asarray(out)
+    else:
+        def run(*xs):
+            out = f(*xs)
+            return out if type(out) is np.ndarray else np.asarray(out)
+    run.__name__ = getattr(f, "__name__", "ufunc")
+    return run
 
 
 def _sum(x, axes, keepdims=False):
@@ -66,7 +88,8 @@ def _sum(x, axes, keepdims=False):
 
 
 def _div(a, b):
-    return np.true_divide(a, b, dtype=(a.dtype if isinstance(a, np.ndarray) else b.dtype))
+    # A 0-d result of a ufunc is a NumPy scalar, not an ndarray: both have .dtype.
+    return np.true_divide(a, b, dtype=(a.dtype if hasattr(a, "dtype") else b.dtype))
 
 
 def _windows(x, kernel, stride, dilation=(1, 1)):
@@ -145,21 +168,23 @@ def _index_add(x, indices, values, axis):
 
 
 def _slice(x, starts, stops, steps):
-    return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))]
+    # the trailing ... keeps a 0-d result an array (x[()] would be a scalar)
+    return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps)) + (Ellipsis,)]
 
 
 IMPLS = {
     "full": lambda shape, value, dtype: np.full(shape, value, dtype=NP[dtype]),
     "arange": lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=NP[dtype]),
     "random_bits": random_bits,
-    "neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
-    "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs, "sign": np.sign, "floor": np.floor,
-    "reciprocal": np.reciprocal, "erf": _erf, "logical_not": np.logical_not,
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _div, "pow": np.power,
-    "maximum": np.maximum, "minimum": np.minimum,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-    "gt": np.greater, "ge": np.greater_equal,
-    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+    **{name: _ufunc(f) for name, f in [
+        ("neg", np.negative), ("exp", np.exp), ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
+        ("abs", np.abs), ("sign", np.sign), ("floor", np.floor), ("erf", _erf), ("logical_not", np.logical_not),
+        ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("maximum", np.maximum),
+        ("minimum", np.minimum), ("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
+        ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+        ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]},
+    **{name: _ufunc(f, quiet=True) for name, f in [
+        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power)]},
     "where": np.where,
     "cast": lambda x, dtype: x.astype(NP[dtype]),
     "sum": _sum,
@@ -172,8 +197,8 @@ IMPLS = {
     "pad": lambda x, widths, value=0: np.pad(x, widths, constant_values=value),
     "slice": _slice,
     "concatenate": lambda *xs, axis: np.concatenate(xs, axis=axis),
-    "flip": lambda x, axes: np.flip(x, axis=tuple(axes)),
-    "take": lambda x, indices, axis: np.take(x, indices, axis=axis),
+    "flip": lambda x, axes: np.flip(x, axis=tuple(axes)) if axes else x,
+    "take": lambda x, indices, axis: np.asarray(np.take(x, indices, axis=axis)),
     "index_add": _index_add,
     "matmul": np.matmul,
     "conv2d": _conv2d,
@@ -182,6 +207,7 @@ IMPLS = {
     "windows": _windows,
     "windows_grad": _windows_grad,
 }
+
 
 
 class NumpyBackend(Backend):

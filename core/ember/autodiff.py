@@ -14,6 +14,11 @@ from .errors import GradError, located
 
 VJP: dict = {}
 
+# id(leaf) -> callback(leaf), called the moment a leaf's .grad is final during backward().
+# Leaves are visited once, after every path into them, so "final" is exact. Data-parallel
+# training uses it to start each bucket's all-reduce while the rest of backward still runs.
+GRAD_READY_HOOKS: dict = {}
+
 
 def defvjp(name):
     """Register the VJP rule of primitive ``name`` (decorator)."""
@@ -34,20 +39,23 @@ class no_grad(contextlib.ContextDecorator):
     False
     """
 
+    mode = False
+
+    def __init__(self):
+        self._prev = []     # a stack: one instance is re-entered when a @no_grad() function recurses
+
     def __enter__(self):
-        self.prev = dispatch.GRAD_ENABLED[0]
-        dispatch.GRAD_ENABLED[0] = False
+        self._prev.append(dispatch.GRAD_ENABLED[0])
+        dispatch.GRAD_ENABLED[0] = self.mode
 
     def __exit__(self, *exc):
-        dispatch.GRAD_ENABLED[0] = self.prev
+        dispatch.GRAD_ENABLED[0] = self._prev.pop()
 
 
 class enable_grad(no_grad):
     """Record graphs again inside a ``no_grad`` block."""
 
-    def __enter__(self):
-        self.prev = dispatch.GRAD_ENABLED[0]
-        dispatch.GRAD_ENABLED[0] = True
+    mode = True
 
 
 def is_grad_enabled() -> bool:
@@ -98,7 +106,13 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
                 continue
             if node._ctx is None:
                 if wanted is None:
-                    node.grad = g if node.grad is None else node.grad + g
+                    # A fresh buffer: g may be shared with another leaf's grad or be a read-only
+                    # broadcast view, and optimizers update .grad in place.
+                    node.grad = g.clone() if node.grad is None else node.grad + g
+                    if GRAD_READY_HOOKS:
+                        hook = GRAD_READY_HOOKS.get(id(node))
+                        if hook is not None:
+                            hook(node)
                 continue
             if wanted is None or id(node) not in wanted:
                 del grads[id(node)]          # free each cotangent as soon as it is pushed back
@@ -221,16 +235,18 @@ def unbroadcast(g, shape):
     return out.reshape(shape)
 
 
-def _shape(x):
-    return x.shape if isinstance(x, dispatch.Tensor) else ()
+def _needs(x):
+    """Does input ``x`` want a cotangent? Skipping the others costs nothing to check and saves
+    real work: the data side of ``x @ w`` would be a whole GEMM per layer."""
+    return isinstance(x, dispatch.Tensor) and x.requires_grad
 
 
-def _binary(rule):
-    """Lift a rule giving full-shape cotangents to one that unbroadcasts to each input."""
+def _binary(rule_a, rule_b):
+    """A binary primitive's VJP from one rule per operand (as in HIPS autograd), each giving a
+    full-shape cotangent that is then unbroadcast to its operand's shape."""
     def vjp(g, out, a, b):
-        ga, gb = rule(g, out, a, b)
-        return (None if ga is None else unbroadcast(ga, _shape(a)),
-                None if gb is None or not isinstance(b, dispatch.Tensor) else unbroadcast(gb, _shape(b)))
+        return (unbroadcast(rule_a(g, out, a, b), a.shape) if _needs(a) else None,
+                unbroadcast(rule_b(g, out, a, b), b.shape) if _needs(b) else None)
     return vjp
 
 
@@ -247,33 +263,32 @@ defvjp("sign")(lambda g, out, x: (g * 0,))
 defvjp("floor")(lambda g, out, x: (g * 0,))
 defvjp("erf")(lambda g, out, x: (g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),))
 
-defvjp("add")(_binary(lambda g, out, a, b: (g, g)))
-defvjp("sub")(_binary(lambda g, out, a, b: (g, -g)))
-defvjp("mul")(_binary(lambda g, out, a, b: (g * b, g * a)))
-defvjp("div")(_binary(lambda g, out, a, b: (g / b, -g * out / b)))
-defvjp("pow")(_binary(lambda g, out, a, b: (
-    g * b * a ** (b - 1),
-    g * out * dispatch.Tensor._where(a > 0, a, 1).log() if isinstance(b, dispatch.Tensor) else None)))
+defvjp("add")(_binary(lambda g, out, a, b: g, lambda g, out, a, b: g))
+defvjp("sub")(_binary(lambda g, out, a, b: g, lambda g, out, a, b: -g))
+defvjp("mul")(_binary(lambda g, out, a, b: g * b, lambda g, out, a, b: g * a))
+defvjp("div")(_binary(lambda g, out, a, b: g / b, lambda g, out, a, b: -g * out / b))
+defvjp("pow")(_binary(lambda g, out, a, b: g * b * a ** (b - 1),
+                      lambda g, out, a, b: g * out * dispatch.Tensor._where(a > 0, a, 1).log()))
 
 
-def _max_min_rule(g, out, a, b, keep):
-    """torch's rule: the larger (smaller) input gets g; ties split it in half."""
-    share = dispatch.Tensor._where(a == b, g * 0.5, g)
-    zero = g * 0
-    return (dispatch.Tensor._where(keep(a, b), share, zero),
-            dispatch.Tensor._where(keep(b, a), share, zero))
+def _max_min_rule(wins):
+    """torch's rule: the operand that ``wins`` (is the max/min) gets g; ties split it in half."""
+    def rule(g, out, a, b):
+        share = dispatch.Tensor._where(a == b, g * 0.5, g)
+        return dispatch.Tensor._where(wins(a, b), share, g * 0)
+    return rule
 
 
-defvjp("maximum")(_binary(lambda g, out, a, b: _max_min_rule(g, out, a, b, lambda p, q: p >= q)))
-defvjp("minimum")(_binary(lambda g, out, a, b: _max_min_rule(g, out, a, b, lambda p, q: p <= q)))
+defvjp("maximum")(_binary(_max_min_rule(lambda a, b: a >= b), _max_min_rule(lambda a, b: b >= a)))
+defvjp("minimum")(_binary(_max_min_rule(lambda a, b: a <= b), _max_min_rule(lambda a, b: b <= a)))
 
 
 @defvjp("where")
 def _where_vjp(g, out, c, a, b):
     zero = g * 0
     return (None,
-            unbroadcast(dispatch.Tensor._where(c, g, zero), _shape(a)) if isinstance(a, dispatch.Tensor) else None,
-            unbroadcast(dispatch.Tensor._where(c, zero, g), _shape(b)) if isinstance(b, dispatch.Tensor) else None)
+            unbroadcast(dispatch.Tensor._where(c, g, zero), a.shape) if _needs(a) else None,
+            unbroadcast(dispatch.Tensor._where(c, zero, g), b.shape) if _needs(b) else None)
 
 
 defvjp("cast")(lambda g, out, x, dtype: (g.to(x.dtype) if x.dtype.is_floating_point else None,))
@@ -353,27 +368,28 @@ defvjp("index_add")(lambda g, out, x, indices, values, axis: (g, None, g.take(in
 
 @defvjp("matmul")
 def _matmul_vjp(g, out, a, b):
-    return unbroadcast(g @ b.mT, a.shape), unbroadcast(a.mT @ g, b.shape)
+    return (unbroadcast(g @ b.mT, a.shape) if a.requires_grad else None,
+            unbroadcast(a.mT @ g, b.shape) if b.requires_grad else None)
 
 
 @defvjp("conv2d")
 def _conv2d_vjp(g, out, x, w, **p):
-    return (dispatch.apply("conv2d_grad_input", g, w, input_shape=x.shape, **p),
-            dispatch.apply("conv2d_grad_weight", x, g, weight_shape=w.shape, **p))
+    return (dispatch.apply("conv2d_grad_input", g, w, input_shape=x.shape, **p) if x.requires_grad else None,
+            dispatch.apply("conv2d_grad_weight", x, g, weight_shape=w.shape, **p) if w.requires_grad else None)
 
 
 @defvjp("conv2d_grad_input")
 def _conv2d_grad_input_vjp(u, out, g, w, input_shape, **p):
     # out = J_x^T g is bilinear in (g, w); <u, out> = <conv2d(u, w), g>.
-    return (dispatch.apply("conv2d", u, w, **p),
-            dispatch.apply("conv2d_grad_weight", u, g, weight_shape=w.shape, **p))
+    return (dispatch.apply("conv2d", u, w, **p) if g.requires_grad else None,
+            dispatch.apply("conv2d_grad_weight", u, g, weight_shape=w.shape, **p) if w.requires_grad else None)
 
 
 @defvjp("conv2d_grad_weight")
 def _conv2d_grad_weight_vjp(v, out, x, g, weight_shape, **p):
     # out = J_w^T g is bilinear in (x, g); <v, out> = <conv2d(x, v), g>.
-    return (dispatch.apply("conv2d_grad_input", g, v, input_shape=x.shape, **p),
-            dispatch.apply("conv2d", x, v, **p))
+    return (dispatch.apply("conv2d_grad_input", g, v, input_shape=x.shape, **p) if x.requires_grad else None,
+            dispatch.apply("conv2d", x, v, **p) if g.requires_grad else None)
 
 
 defvjp("windows")(lambda g, out, x, **p: (dispatch.apply("windows_grad", g, input_shape=x.shape, **p),))

@@ -16,6 +16,13 @@ from .errors import BackendError, EmberError, NotImplementedByBackend, located
 
 Tensor = None            # set by tensor.py (the two modules need each other)
 GRAD_ENABLED = [True]    # a list so that every importer shares the one flag
+# Comparisons, argmax, logical ops: their outputs never require grad (as in torch), so they
+# hold no graph alive and backward never meets them.
+NO_GRAD = primitives.NON_DIFFERENTIABLE
+# ember.jit: the active Tracer while a function is being traced, else None. Tracing swaps
+# the real backends' impls for a table that refuses, so an op on concrete tensors lands in
+# the error path below, where the tracer records it instead: the fast path has no check.
+TRACER = [None]
 
 
 def _wrap(data, backend, ctx):
@@ -33,7 +40,12 @@ def _wrap(data, backend, ctx):
 
 
 def _explain(name, backend, args, params, exc):
-    """Turn a backend failure into an ember error that names shapes and the user's line."""
+    """Turn a backend failure into an ember error that names shapes and the user's line.
+    While ember.jit traces, first offer the op to the tracer: it returns ``(data, backend)``."""
+    if TRACER[0] is not None:
+        lifted = TRACER[0].apply(name, backend, args, params)
+        if lifted is not None:
+            return lifted
     if isinstance(exc, EmberError):
         raise exc
     if name not in backend.impls:
@@ -53,8 +65,8 @@ def apply1(name, x, **params):
     try:
         data = backend.impls[name](x._data, **params)
     except Exception as exc:  # noqa: BLE001
-        _explain(name, backend, (x,), params, exc)
-    if x.requires_grad and GRAD_ENABLED[0]:
+        data, backend = _explain(name, backend, (x,), params, exc)
+    if x.requires_grad and GRAD_ENABLED[0] and name not in NO_GRAD:
         return _wrap(data, backend, (name, (x,), params))
     return _wrap(data, backend, None)
 
@@ -69,8 +81,8 @@ def apply2(name, a, b):
                           f"{b._backend.name!r}; move one with .to({backend.name!r})")
         data = backend.impls[name](a._data, b._data if bt else b)
     except Exception as exc:  # noqa: BLE001
-        _explain(name, backend, (a, b), {}, exc)
-    if GRAD_ENABLED[0] and (a.requires_grad or (bt and b.requires_grad)):
+        data, backend = _explain(name, backend, (a, b), {}, exc)
+    if GRAD_ENABLED[0] and (a.requires_grad or (bt and b.requires_grad)) and name not in NO_GRAD:
         return _wrap(data, backend, (name, (a, b), {}))
     return _wrap(data, backend, None)
 
@@ -84,15 +96,17 @@ def apply(name, *args, **params):
             if backend is None:
                 backend = a._backend
             elif a._backend is not backend:
-                raise located(BackendError, f"{name}: inputs live on backends {backend.name!r} and "
-                              f"{a._backend.name!r}; move them to one with .to(name)")
+                if TRACER[0] is None:
+                    raise located(BackendError, f"{name}: inputs live on backends {backend.name!r} and "
+                                  f"{a._backend.name!r}; move them to one with .to(name)")
+                backend = None     # ember.jit: traced meets concrete; the error path below lifts it
             grad = grad or a.requires_grad
     bufs = [a._data if isinstance(a, Tensor) else a for a in args]
     try:
         data = backend.impls[name](*bufs, **params)
     except Exception as exc:  # noqa: BLE001
-        _explain(name, backend, args, params, exc)
-    if grad and GRAD_ENABLED[0]:
+        data, backend = _explain(name, backend, args, params, exc)
+    if grad and GRAD_ENABLED[0] and name not in NO_GRAD:
         return _wrap(data, backend, (name, args, params))
     return _wrap(data, backend, None)
 
@@ -102,5 +116,5 @@ def create(name, backend, **params):
     try:
         data = backend.impls[name](**params)
     except Exception as exc:  # noqa: BLE001
-        _explain(name, backend, (), params, exc)
+        data, backend = _explain(name, backend, (), params, exc)
     return _wrap(data, backend, None)

@@ -66,8 +66,8 @@ def get(d) -> DType:
     try:
         return BY_NAME[name]
     except KeyError:
-        from .errors import DTypeError
-        raise DTypeError(f"unknown dtype {d!r}; ember knows {', '.join(x.name for x in ALL)}") from None
+        from .errors import DTypeError, located
+        raise located(DTypeError, f"unknown dtype {d!r}; ember knows {', '.join(x.name for x in ALL)}") from None
 
 
 def promote(a: DType, b: DType) -> DType:

@@ -129,7 +129,9 @@ def run(name, *args, **params):
     tensors = [a for a in args if isinstance(a, dispatch.Tensor)]
     backend = tensors[0]._backend
     needs_grad = dispatch.GRAD_ENABLED[0] and any(t.requires_grad for t in tensors)
-    if needs_grad or name not in declared(backend):
+    # While ember.jit traces, buffers are graph nodes, not arrays: record the decomposition
+    # (the backend's compile() fuses it again).
+    if needs_grad or dispatch.TRACER[0] is not None or name not in declared(backend):
         return FUSED[name](*args, **params)
     out = backend.fused_impls[name](*(a._data if isinstance(a, dispatch.Tensor) else a for a in args),
                                     **params)

@@ -6,66 +6,105 @@ indexed dims. So indexing is differentiable with no rule of its own.
 """
 from __future__ import annotations
 
+import operator
+
 from . import dtypes as D
-from .errors import ShapeError, located
+from .errors import DTypeError, ShapeError, located
 
 
 def _to_index_tensor(t, entry):
     from .tensor import Tensor, tensor
     if isinstance(entry, Tensor):
         return entry
+    if isinstance(entry, (list, tuple)) and not entry:
+        return tensor(entry, dtype=D.int64, backend=t._backend)     # x[[]] is an empty selection
     return tensor(entry, backend=t._backend)
 
 
+def _mask_coords(t, k, dim):
+    """A k-dim bool mask indexing dims dim.. of ``t`` -> k integer index arrays (its True places)."""
+    import itertools
+    if t.shape[dim:dim + k.ndim] != k.shape:
+        raise located(IndexError, f"boolean mask of shape {k.shape} does not match the indexed dims "
+                      f"{t.shape[dim:dim + k.ndim]} (dims {dim}..{dim + k.ndim - 1}) of a tensor of shape {t.shape}")
+    coords = [i for i, v in zip(itertools.product(*map(range, k.shape)), k.reshape(-1).tolist()) if v]
+    return [_to_index_tensor(t, [c[d] for c in coords]) for d in range(k.ndim)]
+
+
 def _normalize(t, key):
-    """Key -> list of entries, one per dim after None-insertion: int | slice | int Tensor."""
+    """Key -> list of entries, one per dim after None-insertion: int | slice | None | int Tensor."""
     from .tensor import Tensor
     if not isinstance(key, tuple):
         key = (key,)
     entries = []
     for k in key:
-        if isinstance(k, (list,)) or (hasattr(k, "__array_interface__") and not isinstance(k, Tensor)):
+        if isinstance(k, (list, bool)) or (hasattr(k, "__array_interface__") and not isinstance(k, Tensor)):
             k = _to_index_tensor(t, k)
-        if isinstance(k, Tensor) and k.dtype is D.bool_:
-            # A k-dim mask is k integer index arrays: the coordinates of its True elements.
-            import itertools
-            coords = [i for i, v in zip(itertools.product(*map(range, k.shape)), k.reshape(-1).tolist()) if v] \
-                if k.ndim else None
-            if k.ndim == 0:
-                entries.append(None)
-                if not k.item():
-                    entries.append(_to_index_tensor(t, []))   # x[False] is empty
-                continue
-            for d in range(k.ndim):
-                entries.append(_to_index_tensor(t, [c[d] for c in coords]).long())
+        if isinstance(k, Tensor) and k.dtype.kind not in "iub":
+            raise located(DTypeError, f"tensors used as indices must be integer or bool, got {k.dtype} "
+                          f"(index of shape {k.shape}); cast it with .long()")
+        if isinstance(k, Tensor) and k.dtype is D.bool_ and k.ndim == 0:
+            # NumPy: a 0-d mask adds a unit dim indexed by its True coordinates, [0] or [].
+            entries.append(_NewAxis(_to_index_tensor(t, [0] if k.item() else [])))
             continue
-        if isinstance(k, Tensor) and k.dtype.kind not in "iu":
-            raise located(IndexError, f"tensors used as indices must be integer or bool, got {k.dtype}")
         entries.append(k)
     if sum(e is Ellipsis for e in entries) > 1:
         raise located(IndexError, "an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for e in entries if e is not None and e is not Ellipsis)
-    if Ellipsis in [e for e in entries if not isinstance(e, Tensor)]:
-        i = next(i for i, e in enumerate(entries) if e is Ellipsis)
-        entries[i:i + 1] = [slice(None)] * (t.ndim - consumed)
+    consumed = sum(e.ndim if isinstance(e, Tensor) and e.dtype is D.bool_ else 1
+                   for e in entries if not _new_axis(e) and e is not Ellipsis)
     if consumed > t.ndim:
         raise located(IndexError, f"too many indices for a tensor of shape {t.shape}: {consumed} given")
-    return entries
+    if any(e is Ellipsis for e in entries):
+        i = next(i for i, e in enumerate(entries) if e is Ellipsis)
+        entries[i:i + 1] = [slice(None)] * (t.ndim - consumed)
+    # A k-dim bool mask is k integer index arrays: the coordinates of its True elements.
+    out, dim = [], 0
+    for e in entries:
+        if isinstance(e, Tensor) and e.dtype is D.bool_:
+            out += _mask_coords(t, e, dim)
+            dim += e.ndim
+        else:
+            out.append(e)
+            dim += not _new_axis(e)
+    return out
+
+
+class _NewAxis:
+    """A unit dim to insert (like None) and then index with ``index`` (a 0-d bool mask)."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _new_axis(e):
+    return e is None or isinstance(e, _NewAxis)
+
+
+def _int(e):
+    try:
+        return operator.index(e)
+    except TypeError:
+        raise located(IndexError, f"unsupported index {e!r} of type {type(e).__name__}: use ints, slices, "
+                      "None, ..., integer or bool tensors") from None
 
 
 def getitem(t, key):
     from .tensor import Tensor, arange
     entries = _normalize(t, key)
     # None: insert the new unit dims first, then index them with a full slice.
-    if any(e is None for e in entries):
+    if any(_new_axis(e) for e in entries):
         shape, dim = list(t.shape), 0
         for i, e in enumerate(entries):
-            if e is None:
+            if _new_axis(e):
                 shape.insert(dim, 1)
-                entries[i] = slice(None)
+                entries[i] = slice(None) if e is None else e.index
             dim += 1
         t = t.reshape(shape)
     entries += [slice(None)] * (t.ndim - len(entries))
+    if any(isinstance(e, Tensor) for e in entries):
+        # Beside index arrays an integer is a 0-d index array (NumPy): it counts when deciding
+        # whether the advanced indices are adjacent, and so where the result's dims go.
+        entries = [e if isinstance(e, (slice, Tensor)) else _to_index_tensor(t, _int(e)) for e in entries]
     shape = t.shape
     starts, stops, steps, flips, labels, adv = [], [], [], [], [], []
     for d, (e, size) in enumerate(zip(entries, shape)):
@@ -84,10 +123,7 @@ def getitem(t, key):
             labels.append("a")
             adv.append((d, e))
         else:
-            try:
-                i = int(e)
-            except TypeError:
-                raise located(IndexError, f"unsupported index {e!r} of type {type(e).__name__}") from None
+            i = _int(e)
             if not -size <= i < size:
                 raise located(IndexError, f"index {i} is out of bounds for dim {d} with size {size}")
             i %= size

@@ -29,11 +29,14 @@ class Primitive:
 
 
 PRIMITIVES: dict[str, Primitive] = {}
+NON_DIFFERENTIABLE: set[str] = set()     # dispatch records no graph for these (comparisons, argmax, ...)
 
 
 def _define(group, names, abstract, doc, differentiable=True, required=True):
     for name in names.split():
         PRIMITIVES[name] = Primitive(name, group, doc, abstract, differentiable, required)
+        if not differentiable:
+            NON_DIFFERENTIABLE.add(name)
 
 
 # ----------------------------------------------------------------------------- shape helpers

@@ -39,8 +39,11 @@ class Generator:
     def bits(self, shape, backend=None):
         """A uint32 tensor of fresh random words."""
         shape = tuple(shape)
-        out = dispatch.create("random_bits", get_backend(backend), shape=shape, seed=self.seed,
-                              offset=self.offset)
+        if dispatch.TRACER[0] is not None:      # ember.jit: draw from this generator's state at each call
+            out = dispatch.TRACER[0].random_bits(self, shape, backend)
+        else:
+            out = dispatch.create("random_bits", get_backend(backend), shape=shape, seed=self.seed,
+                                  offset=self.offset)
         self.offset += math.prod(shape)
         return out
 
@@ -55,13 +58,15 @@ def manual_seed(seed: int) -> Generator:
 
 
 def _uniform(shape, dtype, generator, backend):
-    """Uniform [0, 1): 24 random bits for float32/16, 53 (two words) for float64."""
+    """Uniform [0, 1): as many random bits as the dtype's significand holds (11 for float16,
+    24 for float32, 53 from two words for float64), so rounding can never reach 1.0."""
     g = generator or default_generator
     if dtype is D.float64:
         hi = (g.bits(shape, backend).to(D.float64) / 32).floor()
         lo = (g.bits(shape, backend).to(D.float64) / 64).floor()
         return (hi * 67108864.0 + lo) * (1.0 / 9007199254740992.0)
-    u = (g.bits(shape, backend).to(D.float64) / 256).floor() * (1.0 / 16777216.0)
+    bits = 11 if dtype is D.float16 else 24
+    u = (g.bits(shape, backend).to(D.float64) / 2 ** (32 - bits)).floor() * (1.0 / 2 ** bits)
     return u.to(dtype)
 
 
@@ -69,7 +74,7 @@ def rand(*shape, dtype=None, generator=None, backend=None, requires_grad=False):
     """Uniform samples in [0, 1).
 
     >>> import ember
-    >>> ember.manual_seed(0); x = ember.rand(2, 3); x.shape
+    >>> _ = ember.manual_seed(0); x = ember.rand(2, 3); x.shape
     (2, 3)
     """
     from .tensor import _shape_arg

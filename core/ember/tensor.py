@@ -11,6 +11,7 @@ from collections import namedtuple
 
 from . import dispatch
 from . import dtypes as D
+from .backend import Backend
 from .dispatch import apply, apply1, apply2
 from .errors import DTypeError, GradError, ShapeError, located
 from .primitives import broadcast_shapes, normalize_axis
@@ -19,13 +20,21 @@ from .registry import get_backend
 MaxMin = namedtuple("MaxMin", "values indices")
 
 
+def _axis(dim, ndim):
+    """``normalize_axis`` with its error located at the user's line."""
+    try:
+        return normalize_axis(dim, ndim)
+    except ShapeError as err:
+        raise located(ShapeError, str(err)) from None
+
+
 def _dims(dim, ndim):
     """Normalize a ``dim`` argument (None = all, int, or tuple) to a tuple of axes."""
     if dim is None:
         return tuple(range(ndim))
     if isinstance(dim, int):
-        return (normalize_axis(dim, ndim),)
-    return tuple(normalize_axis(d, ndim) for d in dim)
+        return (_axis(dim, ndim),)
+    return tuple(_axis(d, ndim) for d in dim)
 
 
 def _shape_arg(shape):
@@ -82,7 +91,7 @@ class Tensor:
 
     def size(self, dim=None):
         shape = self.shape
-        return shape if dim is None else shape[normalize_axis(dim, len(shape))]
+        return shape if dim is None else shape[_axis(dim, len(shape))]
 
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -176,8 +185,8 @@ class Tensor:
         return self
 
     def clone(self) -> "Tensor":
-        return apply1("cast", self, dtype=self.dtype) if self.requires_grad else \
-            dispatch._wrap(self._backend.impls["cast"](self._data, dtype=self.dtype), self._backend, None)
+        # Through dispatch even without grad, so that ember.jit records the copy when it traces.
+        return apply1("cast", self, dtype=self.dtype)
 
     # ------------------------------------------------------------------------ in-place updates
     def copy_(self, src) -> "Tensor":
@@ -187,6 +196,8 @@ class Tensor:
             src = src.expand(self.shape)
         if src.dtype is not self.dtype:
             src = src.to(self.dtype)
+        if dispatch.TRACER[0] is not None:      # ember.jit: the write becomes part of the graph
+            return dispatch.TRACER[0].assign(self, src)
         if src._backend is not self._backend:
             src = src.to(self._backend)
         self._backend.assign(self._data, src._data)
@@ -204,7 +215,9 @@ class Tensor:
             return self.copy_(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1) -> "Tensor":
-        return self.add_(other, -alpha)
+        from .autodiff import no_grad
+        with no_grad():     # not add_(other, -alpha): that costs a pass over `other` to negate it
+            return self.copy_(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other) -> "Tensor":
         from .autodiff import no_grad
@@ -214,7 +227,7 @@ class Tensor:
     # ------------------------------------------------------------------------ conversion
     def to(self, target) -> "Tensor":
         """``x.to(ember.float64)`` casts; ``x.to("numba")`` moves to another backend."""
-        if isinstance(target, (D.DType, type)) or (isinstance(target, str) and target in D.BY_NAME):
+        if not isinstance(target, (str, Backend)) or target in D.BY_NAME:    # a dtype in any spelling
             dtype = D.get(target)
             return self if dtype is self.dtype else apply1("cast", self, dtype=dtype)
         backend = get_backend(target)
@@ -323,7 +336,11 @@ class Tensor:
         return self._float()._binary("div", o, True)
 
     def __floordiv__(self, o):
-        return (self / o).floor().to(D.promote(self.dtype, o.dtype if isinstance(o, Tensor) else D.scalar_dtype(o)))
+        dtype = D.promote(self.dtype, o.dtype) if isinstance(o, Tensor) else D.result_with_scalar(self.dtype, o)
+        if dtype.is_floating_point:
+            return (self / o).floor().to(dtype)
+        # Integers divide in float64: exact while |self| < 2**53 (float32 would round above 2**24).
+        return (self.double() / o).floor().to(dtype)
 
     def __mod__(self, o):
         return self - (self // o) * o
@@ -534,16 +551,25 @@ class Tensor:
     def argmax(self, dim=None, keepdim=False):
         if dim is None:
             return apply1("argmax", self.reshape(-1), axis=0)
-        return apply1("argmax", self, axis=normalize_axis(dim, self.ndim), keepdims=keepdim)
+        return apply1("argmax", self, axis=_axis(dim, self.ndim), keepdims=keepdim)
 
     def argmin(self, dim=None, keepdim=False):
-        return (-self if self.dtype is not D.bool_ else ~self).argmax(dim, keepdim)
+        # argmax of an order-reversing map: -x for floats, -1 - x for integers (-x overflows at
+        # the most negative int64 and wraps for unsigned types, which go through int64 first).
+        if self.dtype is D.bool_:
+            flipped = ~self
+        elif self.dtype.is_floating_point:
+            flipped = -self
+        else:
+            flipped = -1 - (self.long() if self.dtype.kind == "u" else self)
+        return flipped.argmax(dim, keepdim)
 
     def all(self, dim=None, keepdim=False):
-        return self.bool().long().amin(dim, keepdim).bool() if self.numel() else self._full_like(True, (), D.bool_)
+        # Counting the False elements works for empty dims too (max/min have no identity).
+        return (~self.bool()).long().sum(dim, keepdim) == 0
 
     def any(self, dim=None, keepdim=False):
-        return self.bool().long().amax(dim, keepdim).bool() if self.numel() else self._full_like(False, (), D.bool_)
+        return self.bool().long().sum(dim, keepdim) > 0
 
     def logsumexp(self, dim=None, keepdim=False):
         axes = _dims(dim, self.ndim)
@@ -571,7 +597,7 @@ class Tensor:
 
     def cumsum(self, dim):
         # A lower-triangular matmul: O(n^2) but one BLAS call, and differentiable for free.
-        dim = normalize_axis(dim, self.ndim)
+        dim = _axis(dim, self.ndim)
         n = self.shape[dim]
         tri = (arange(n, backend=self._backend).unsqueeze(1) >= arange(n, backend=self._backend)).to(self.dtype)
         x = self.transpose(dim, -1)
@@ -582,6 +608,9 @@ class Tensor:
         shape = list(_shape_arg(shape))
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
+            if shape.count(-1) > 1 or (known and self.numel() % known) or (not known and self.numel()):
+                raise located(ShapeError, f"cannot reshape {self.shape} ({self.numel()} elements) into "
+                              f"{tuple(shape)}: the -1 has no whole-number size")
             shape[shape.index(-1)] = self.numel() // known if known else 0
         shape = tuple(shape)
         if shape == self.shape:
@@ -600,22 +629,22 @@ class Tensor:
         shape = self.shape
         if not shape:
             return self.reshape(1)
-        s, e = normalize_axis(start_dim, len(shape)), normalize_axis(end_dim, len(shape))
+        s, e = _axis(start_dim, len(shape)), _axis(end_dim, len(shape))
         return self.reshape(shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
 
     def unflatten(self, dim, sizes):
-        dim = normalize_axis(dim, self.ndim)
+        dim = _axis(dim, self.ndim)
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
 
     def permute(self, *axes):
-        axes = tuple(normalize_axis(a, self.ndim) for a in _shape_arg(axes))
+        axes = tuple(_axis(a, self.ndim) for a in _shape_arg(axes))
         if axes == tuple(range(self.ndim)):
             return self
         return apply1("permute", self, axes=axes)
 
     def transpose(self, dim0, dim1):
         axes = list(range(self.ndim))
-        d0, d1 = normalize_axis(dim0, self.ndim), normalize_axis(dim1, self.ndim)
+        d0, d1 = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
         axes[d0], axes[d1] = axes[d1], axes[d0]
         return self.permute(axes)
 
@@ -638,7 +667,7 @@ class Tensor:
 
     def unsqueeze(self, dim):
         shape = self.shape
-        dim = normalize_axis(dim, len(shape) + 1)
+        dim = _axis(dim, len(shape) + 1)
         return self.reshape(shape[:dim] + (1,) + shape[dim:])
 
     def expand(self, *shape):
@@ -669,7 +698,8 @@ class Tensor:
         return apply1("slice", self, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
 
     def narrow(self, dim, start, length):
-        dim = normalize_axis(dim, self.ndim)
+        dim = _axis(dim, self.ndim)
+        start = start + self.shape[dim] if start < 0 else start     # torch counts negative from the end
         starts = [0] * self.ndim
         stops = list(self.shape)
         starts[dim], stops[dim] = start, start + length
@@ -700,14 +730,14 @@ class Tensor:
 
     def take(self, indices, axis=0):
         indices = indices if isinstance(indices, Tensor) else tensor(indices, dtype=D.int64, backend=self._backend)
-        return apply("take", self, indices, axis=normalize_axis(axis, self.ndim))
+        return apply("take", self, indices, axis=_axis(axis, self.ndim))
 
     def index_add(self, dim, index, source):
-        return apply("index_add", self, index, source, axis=normalize_axis(dim, self.ndim))
+        return apply("index_add", self, index, source, axis=_axis(dim, self.ndim))
 
     def gather(self, dim, index):
         """``out[i][j] = self[i][index[i][j]]`` for dim=1 (torch.gather), via one flat take."""
-        dim = normalize_axis(dim, self.ndim)
+        dim = _axis(dim, self.ndim)
         shape = index.shape
         strides = [math.prod(self.shape[d + 1:]) for d in range(self.ndim)]
         flat = index.long() * strides[dim]
@@ -839,7 +869,9 @@ def full(shape, fill_value, dtype=None, backend=None, requires_grad=False) -> Te
 
 
 def zeros(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
-    """>>> import ember; ember.zeros(2, 3).shape
+    """A tensor of zeros (float32 unless ``dtype`` says otherwise).
+
+    >>> import ember; ember.zeros(2, 3).shape
     (2, 3)
     """
     return full(_shape_arg(shape), 0.0, dtype or D.default_float, backend, requires_grad)
@@ -900,9 +932,12 @@ def where(condition, x, y) -> Tensor:
     >>> ember.where(ember.tensor([True, False]), 1.0, 0.0).tolist()
     [1.0, 0.0]
     """
-    if not isinstance(condition, Tensor):
-        raise located(DTypeError, "where: condition must be a bool tensor")
-    cond = condition if condition.dtype is D.bool_ else condition.bool()
+    if not isinstance(condition, Tensor) or condition.dtype is not D.bool_:
+        got = f"a {condition.dtype} tensor of shape {condition.shape}" if isinstance(condition, Tensor) \
+            else type(condition).__name__
+        raise located(DTypeError, f"where: condition must be a bool tensor, got {got}; compare first "
+                      "(x != 0) or cast with .bool()")
+    cond = condition
     tx, ty = isinstance(x, Tensor), isinstance(y, Tensor)
     if tx and ty:
         if x.dtype is not y.dtype:
@@ -963,7 +998,7 @@ def cat(tensors, dim=0) -> Tensor:
     tensors = [t.to(common) for t in tensors]
     if len(tensors) == 1:
         return tensors[0]
-    return apply("concatenate", *tensors, axis=normalize_axis(dim, tensors[0].ndim))
+    return apply("concatenate", *tensors, axis=_axis(dim, tensors[0].ndim))
 
 
 concatenate = cat
@@ -980,7 +1015,7 @@ def stack(tensors, dim=0) -> Tensor:
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise located(ShapeError, f"stack needs equal shapes, got {sorted(shapes)}")
-    dim = normalize_axis(dim, tensors[0].ndim + 1)
+    dim = _axis(dim, tensors[0].ndim + 1)
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from .. import dispatch
 from .. import dtypes as D
 from ..autodiff import is_grad_enabled, no_grad
 from ..dispatch import apply
@@ -554,7 +555,9 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     valid = target != ignore_index
     safe = where(valid, target, 0)
     c = logp.shape[-1]
-    if target.numel() and (safe.amin().item() < 0 or safe.amax().item() >= c):
+    # Under ember.jit the targets are not known while tracing: the check is left to run time
+    # (take fails there on an index past the end).
+    if target.numel() and dispatch.TRACER[0] is None and (safe.amin().item() < 0 or safe.amax().item() >= c):
         bad = safe.amax().item() if safe.amax().item() >= c else safe.amin().item()
         raise located(ValueError, f"nll_loss: target {bad} is out of range for {c} classes")
     w = valid.to(logp.dtype) if weight is None else weight.take(safe, 0) * valid.to(logp.dtype)
