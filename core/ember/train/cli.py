@@ -34,6 +34,9 @@ def add_subcommands(sub) -> None:
     t.add_argument("--limit-test", type=int, default=None, help="use only the first N test samples")
     t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA or ~/.cache)")
     t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-jit", action="store_true",
+                   help="run each training step eagerly instead of compiled by ember.jit (EMBER_JIT=0 "
+                        "does this everywhere)")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global")
     t.set_defaults(run=run_train)
@@ -138,7 +141,7 @@ def _train(args, dist=None) -> int:
                       scheduler_interval="step",
                       out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
                       progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg,
-                      is_main=is_main)
+                      is_main=is_main, jit=not args.no_jit)
     if args.resume and trainer.resume(out):
         print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch})", file=sys.stderr)
     backend = ember.get_backend()

@@ -36,7 +36,8 @@ class Trainer:
 
     def __init__(self, model, optimizer, train_loader, *, loss_fn=None, eval_loader=None,
                  scheduler=None, scheduler_interval="epoch", out_dir=None, checkpoint_every=None,
-                 keep_last=3, log_every=50, progress=True, clip_grad_norm=None, config=None, is_main=True):
+                 keep_last=3, log_every=50, progress=True, clip_grad_norm=None, config=None, is_main=True,
+                 jit=True):
         if loss_fn is None:
             from ..nn import functional as F
             loss_fn = F.cross_entropy
@@ -58,6 +59,11 @@ class Trainer:
         self._epoch_hooks: list = []
         self._log = None
         self._resumed_step = None
+        # ember.jit compiles forward + backward + update into one graph (docs/jit.md); off with
+        # jit=False (``ember train --no-jit``) or EMBER_JIT=0. Data-parallel training all-reduces
+        # gradients between backward and step, in Python: it stays eager.
+        self.jit = jit
+        self._compiled_step = None
 
     # ------------------------------------------------------------------------------- hooks
     def every(self, n_steps: int):
@@ -75,6 +81,16 @@ class Trainer:
     # ------------------------------------------------------------------------------- one step
     def train_step(self, x, y):
         """Forward, backward, update. Returns ``(loss tensor, logits)``."""
+        if self.jit and getattr(self.model, "sync_gradients", None) is None:
+            if self._compiled_step is None:
+                from ..jit import jit
+                self._compiled_step = jit(self._update)
+            loss, logits = self._compiled_step(x, y)
+            # A compiled step cannot stop half-way: the loss is checked after the update.
+            self._check_loss(loss)
+            if self.scheduler is not None and self.scheduler_interval == "step":
+                self.scheduler.step()
+            return loss, logits
         logits = self.model(x)
         loss = self.loss_fn(logits, y)
         if not math.isfinite(loss.item()):
@@ -96,6 +112,24 @@ class Trainer:
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
         return loss, logits
+
+    def _update(self, x, y):
+        """The step ember.jit compiles: forward, loss, backward, clipping, update."""
+        logits = self.model(x)
+        loss = self.loss_fn(logits, y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.clip_grad_norm:
+            from ..optim import clip_grad_norm_
+            clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.optimizer.step()
+        return loss, logits
+
+    def _check_loss(self, loss):
+        if not math.isfinite(loss.item()):
+            raise EmberError(f"loss became {loss.item()} at step {self.step} (epoch {self.epoch}); "
+                             f"lower the learning rate or enable --clip-grad-norm. The parameters hold "
+                             f"that step's update; the last good checkpoint is in {self.out_dir or '(no out_dir)'}")
 
     # ------------------------------------------------------------------------------- the loop
     def fit(self, epochs: int, max_steps: int | None = None) -> list[dict]:

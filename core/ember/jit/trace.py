@@ -1,0 +1,680 @@
+"""Tracing: run the user's function once on abstract tensors and record a Graph.
+
+Tracing is just another backend. :class:`TraceBackend`'s buffers are :class:`~.graph.Var`
+objects, and its ``impls`` table — one entry per row of ``primitives.PRIMITIVES`` — records a
+node and computes the output's shape and dtype with the primitive's abstract rule, running
+nothing. So Tensor methods, the VJP table, layers and optimizers run unchanged on traced
+tensors, and a shape mismatch raises at trace time, naming the lines that made the operands.
+
+Everything else the function touches is *concrete* (model parameters, optimizer state held in
+Python objects). While a :class:`Tracer` is active:
+
+* every primitive that meets a concrete tensor lifts it into a ``capture`` node, read by
+  reference at each call — the real backends' ``impls`` are swapped for a table that refuses
+  to run, so even an op on concrete tensors alone is recorded, not run (and not baked in);
+* ``t.copy_(src)`` on a concrete ``t`` becomes an in-place update of that tensor at each call;
+* writes to ``.grad`` are watched (``Tensor.grad`` is wrapped for the trace's duration): a
+  gradient left on a tensor becomes an output bound to its ``.grad`` at each call;
+* ``Generator.bits`` records its offset relative to the generator's state when tracing began,
+  so each call draws the numbers an eager call would draw;
+* a traced tensor that is still referenced from Python state when tracing ends (an optimizer
+  creating its state on the first step) is found and made concrete (see ``Tracer.leaks``).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+import threading
+import weakref
+
+from .. import dispatch, primitives
+from ..backend import Backend, Capabilities
+from ..dtypes import ALL, float64, uint32
+from ..errors import BackendError, DTypeError, EmberError, ShapeError, _internal, located, user_frame
+from ..tensor import Tensor
+from . import scalars
+from .graph import Graph, Var
+from .scalars import Scalar
+
+
+class TraceError(EmberError, RuntimeError):
+    """Something a traced function did cannot be compiled (a data-dependent Python value, a
+    traced tensor used after its trace ended)."""
+
+
+class _Lift(Exception):
+    """Raised by a real backend's impls while tracing: dispatch then asks the tracer to record."""
+
+
+class _Refuse(dict):
+    """A real backend's impls while a trace is active: every lookup from the tracing thread
+    refuses, so dispatch's error path hands the operation to the tracer (the eager fast path
+    stays untouched). Other threads (a data loader's) get the real implementations."""
+
+    def __init__(self, table, thread):
+        super().__init__(table)
+        self.thread = thread
+
+    def __getitem__(self, name):
+        if threading.get_ident() != self.thread:
+            return dict.__getitem__(self, name)
+        raise _Lift(f"primitive {name!r} on a concrete tensor was called outside ember's dispatch "
+                    f"while ember.jit was tracing")
+
+
+class Source:
+    """Where a capture node reads its buffer at each call: a tensor's own buffer
+    (``kind="tensor"``, ``obj`` the tensor), its ``.grad``'s buffer (``"grad"``), the ``.grad``
+    of tensor argument ``key`` (``"arg_grad"``), or a Python number ``obj[key]`` in an
+    optimizer's state or param group (``"python"``, read as a 0-d float64 buffer)."""
+
+    __slots__ = ("kind", "obj", "key")
+
+    def __init__(self, kind, obj=None, key=None):
+        self.kind, self.obj, self.key = kind, obj, key
+
+    def read(self, args, backend):
+        """The buffer now, or None when it is gone (a ``.grad`` reset to None)."""
+        kind = self.kind
+        if kind == "tensor":
+            return self.obj._data
+        if kind == "python":
+            v = self.obj.get(self.key) if isinstance(self.obj, dict) else self.obj[self.key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return None
+            return backend.from_list([float(v)], (), float64)
+        t = (args[self.key] if kind == "arg_grad" else self.obj).grad
+        return None if t is None else t._data
+
+    def __repr__(self):
+        if self.kind == "python":
+            return f"python[{self.key!r}]"
+        what = f"argument {self.key}" if self.kind == "arg_grad" else f"tensor {tuple(self.obj.shape)}"
+        return f"{what}.grad" if self.kind != "tensor" else what
+
+
+# ----------------------------------------------------------------------------- the backend
+class TraceBackend(Backend):
+    """The backend of traced tensors: records primitives into the active trace's graph."""
+
+    name = "jit-trace"
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self.device = tracer.real.device
+        record = tracer.record
+        self.impls = {name: (lambda name: lambda *args, **params: record(name, args, params))(name)
+                      for name in primitives.PRIMITIVES}
+
+    def capabilities(self):
+        return Capabilities(ops=frozenset(self.impls), dtypes=frozenset(ALL), devices=(self.device,))
+
+    def shape(self, buf):
+        return buf.shape
+
+    def dtype(self, buf):
+        return buf.dtype
+
+    # Host data entering a trace is a constant; host data leaving it is only possible for values
+    # that do not depend on the inputs (they are evaluated now, at trace time).
+    def from_list(self, flat, shape, dtype):
+        return self.tracer.const(self.tracer.real.from_list(flat, shape, dtype))
+
+    def from_bytes(self, data, shape, dtype):
+        return self.tracer.const(self.tracer.real.from_bytes(data, shape, dtype))
+
+    def from_numpy(self, array):
+        return self.tracer.const(self.tracer.real.from_numpy(array))
+
+    def to_list(self, buf):
+        return self.tracer.real.to_list(self.tracer.concrete(buf))
+
+    def to_bytes(self, buf):
+        return self.tracer.real.to_bytes(self.tracer.concrete(buf))
+
+    def to_numpy(self, buf):
+        return self.tracer.real.to_numpy(self.tracer.concrete(buf))
+
+    def assign(self, dst, src):
+        raise located(TraceError, "in-place write into a traced buffer outside Tensor.copy_ under ember.jit")
+
+
+# ----------------------------------------------------------------------------- the tracer
+class Tracer:
+    """The state of one trace: the nodes recorded so far and everything met on the way."""
+
+    def __init__(self, real, name="f"):
+        self.real, self.name = real, name
+        self.real_impls = real.impls     # the real table, for values known at trace time
+        self.backend = TraceBackend(self)
+        self.nodes: list = []
+        self.captures: list = []         # slot -> Source
+        self.capture_var: dict = {}      # id(buffer) -> the capture Var of that buffer
+        self.current: dict = {}          # id(buffer) -> the Var holding its value now (after writes)
+        self.keep: list = []             # lifted tensors, kept alive so that ids stay unique
+        self.grad_source: dict = {}      # id(concrete .grad tensor) -> Source
+        self.grad_before: dict = {}      # id(t) -> (t, .grad before the trace first wrote it)
+        self.grad_guards: dict = {}      # id(t) -> (t, was None): .grad read before written
+        self.assigns: dict = {}          # capture Var id -> (capture Var, new value Var)
+        self.generators: list = []       # [generator, offset when first drawn from]
+        self.placeholders: list = []     # traced stand-ins of the tensor arguments
+        self.python_numbers: list = []   # (container, key, value before, its Scalar)
+        self.python_guards: list = []    # (container, key, value): Python values the trace used
+        self.thread = threading.get_ident()     # only this thread's work is traced
+        self.made: list = []             # weak references to the traced tensors made
+        self._next = 0
+
+    # -- nodes --------------------------------------------------------------------------------------
+    def new_var(self, op, args, params, shape, dtype, where=None, value=None):
+        v = Var(self._next, op, args, params, shape, dtype, where or _site(), value)
+        self._next += 1
+        self.nodes.append(v)
+        return v
+
+    def record(self, name, args, params):
+        """A TraceBackend impl: one node, its aval from the primitive's abstract rule."""
+        if any(isinstance(a, Scalar) for a in args) or any(isinstance(p, Scalar) for p in params.values()):
+            args, params = self._unscalar(args, params)
+        avals = [a.aval if isinstance(a, Var) else a for a in args]
+        try:
+            shape, dtype = primitives.abstract_eval(name, *avals, **params)
+        except (ShapeError, DTypeError) as err:
+            made = "; ".join(f"{a.type_str()} {_made(a)}" for a in args if isinstance(a, Var))
+            raise located(type(err), f"{name}: {err}. Operands: {made}") from None
+        return self.new_var(name, args, params, shape, dtype)
+
+    def _unscalar(self, args, params):
+        """Scalars handed straight to a primitive: operands become traced 0-d tensors of the
+        other operand's dtype (what the spec says of Python scalars); parameters are fixed
+        at their value now, guarded."""
+        dtype = next((a.dtype for a in args if isinstance(a, Var)), float64)
+        args = [scalars.operand(a, dtype)._data if isinstance(a, Scalar) else a for a in args]
+        params = {k: v.concrete() if isinstance(v, Scalar) else v for k, v in params.items()}
+        return args, params
+
+    def python_number(self, container, key):
+        """Make ``container[key]`` (a Python number) a Scalar read at every call."""
+        value = container[key]
+        source = Source("python", container, key)
+        slot = len(self.captures)
+        self.captures.append(source)
+        v = self.new_var("capture", (), {"slot": slot, "label": repr(source)}, (), float64)
+        s = Scalar(value, self.wrap(v), frozenset((source,)), self)
+        self.python_numbers.append((container, key, value, s))
+        container[key] = s
+        return s
+
+    def const(self, buf):
+        return self.new_var("const", (), {}, self.real.shape(buf), self.real.dtype(buf), value=buf)
+
+    def wrap(self, var, requires_grad=False):
+        t = dispatch._wrap(var, self.backend, None)
+        t.requires_grad = requires_grad
+        return t
+
+    # -- concrete tensors met while tracing -----------------------------------------------------------
+    def lift(self, t) -> Var:
+        """The Var standing for tensor ``t`` in the graph (a capture node for concrete ones)."""
+        if t._backend is self.backend:
+            return t._data
+        if t._backend is not self.real:
+            raise located(BackendError, f"ember.jit traces on backend {self.real.name!r} but met a tensor "
+                          f"on backend {t._backend.name!r}; move it with .to({self.real.name!r})")
+        key = id(t._data)
+        v = self.current.get(key)
+        if v is None:
+            source = self.grad_source.get(id(t)) or Source("tensor", t)
+            slot = len(self.captures)
+            self.captures.append(source)
+            self.keep.append(t)
+            v = self.new_var("capture", (), {"slot": slot, "label": repr(source), "requires_grad": t.requires_grad},
+                             self.real.shape(t._data), self.real.dtype(t._data))
+            self.capture_var[key] = self.current[key] = v
+        return v
+
+    def apply(self, name, backend, args, params):
+        """dispatch's hook: record ``name`` on lifted operands; None if this is a real error."""
+        if threading.get_ident() != self.thread:
+            if backend is None:
+                raise located(BackendError, f"{name}: inputs live on different backends; move them to one")
+            return None
+        if backend is self.backend and all(not isinstance(a, Tensor) or a._backend is self.backend for a in args):
+            return None
+        bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
+        if name == "random_bits":
+            raise located(TraceError, "random bits must come from an ember.Generator under ember.jit")
+        return self.backend.impls[name](*bufs, **params), self.backend
+
+    def assign(self, dst, src):
+        """Tensor.copy_'s hook: ``dst`` now holds ``src`` (same shape and dtype)."""
+        if threading.get_ident() != self.thread:          # not ours: what copy_ does
+            src = src if src._backend is dst._backend else src.to(dst._backend)
+            dst._backend.assign(dst._data, src._data)
+            return dst
+        value = self.lift(src)
+        if dst._backend is self.backend:        # a traced tensor: just rebind it (SSA)
+            dst._data = value
+            return dst
+        self.lift(dst)
+        key = id(dst._data)
+        cap = self.capture_var[key]
+        if value is not cap:
+            self.current[key] = value
+            self.assigns[cap.id] = (cap, value)
+        return dst
+
+    def random_bits(self, generator, shape, backend=None):
+        """Generator.bits' hook: bits at an offset relative to the generator's state at each call."""
+        if threading.get_ident() != self.thread:
+            from ..registry import get_backend
+            return dispatch.create("random_bits", get_backend(backend), shape=tuple(shape),
+                                   seed=generator.seed, offset=generator.offset)
+        for slot, (g, start) in enumerate(self.generators):
+            if g is generator:
+                break
+        else:
+            slot, start = len(self.generators), generator.offset
+            self.generators.append([generator, start])
+        var = self.new_var("random_bits", (), {"shape": tuple(shape), "generator": slot,
+                                               "offset": generator.offset - start}, shape, uint32)
+        return self.wrap(var)
+
+    def concrete(self, var):
+        """The value of ``var`` if it depends on no input, capture or random draw (it is then
+        computed now, at trace time); else a TraceError naming the line that asked."""
+        if var.value is not None:
+            return var.value
+        stack, seen = [var], set()
+        while stack:
+            v = stack.pop()
+            if v.op in ("input", "capture", "random_bits"):
+                also = "" if v is var else f", which depends on {v.type_str()} {_made(v)}"
+                raise located(TraceError, f"ember.jit cannot give a Python value (item(), tolist(), numpy(), "
+                              f"bool(), an `if` on a tensor, print) for the traced tensor {var.type_str()} "
+                              f"{_made(var)}{also}: its value is known only when the graph runs. Keep it in "
+                              f"tensor ops (ember.where instead of if), move it out of the jitted function, "
+                              f"or turn jit off with EMBER_JIT=0")
+            if v.id not in seen and v.value is None:
+                seen.add(v.id)
+                stack.extend(v.inputs)
+        args = [self.concrete(a) if isinstance(a, Var) else a for a in var.args]
+        var.value = self.real_impls[var.op](*args, **var.params)
+        return var.value
+
+    # -- .grad writes and reads -------------------------------------------------------------------------
+    def _local(self, t) -> bool:
+        """A traced tensor made during the trace: its .grad is the trace's own business."""
+        return t._backend is self.backend and not any(p is t for p in self.placeholders)
+
+    def grad_read(self, t, value):
+        if self._local(t) or threading.get_ident() != self.thread:
+            return
+        if id(t) not in self.grad_before and id(t) not in self.grad_guards:
+            self.grad_guards[id(t)] = (t, value is None)
+        if value is not None and value._backend is not self.backend and id(value) not in self.grad_source:
+            self.grad_source[id(value)] = self._grad_source_of(t)
+
+    def grad_write(self, t, old):
+        if id(t) not in self.grad_before and not self._local(t) and threading.get_ident() == self.thread:
+            self.grad_before[id(t)] = (t, old)
+
+    def _grad_source_of(self, t):
+        for i, p in enumerate(self.placeholders):
+            if p is t:
+                return Source("arg_grad", key=i)
+        return Source("grad", t)
+
+    # -- the tracing context ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def active(self):
+        """Install the hooks (dispatch, copy_, Generator.bits, Tensor.grad) for the trace's duration."""
+        from ..registry import REGISTRY
+        if dispatch.TRACER[0] is not None:
+            raise TraceError("ember.jit cannot trace while another trace is active")
+        backends = {id(b): b for b in list(REGISTRY.loaded.values()) + [self.real]}.values()
+        saved = [(b, b.__dict__.get("impls")) for b in backends]
+        slot = Tensor.__dict__["grad"]
+        wrap = dispatch._wrap
+        dispatch.TRACER[0] = self
+        try:
+            dispatch._wrap = self._noting(wrap)
+            for b, own in saved:
+                b.impls = _Refuse(own if own is not None else type(b).impls, self.thread)
+            Tensor.grad = _GradSpy(slot, self)
+            yield self
+        finally:
+            dispatch._wrap = wrap
+            Tensor.grad = slot
+            for b, own in saved:
+                if own is None:
+                    del b.impls
+                else:
+                    b.impls = own
+            dispatch.TRACER[0] = None
+
+    # -- after the trace: leaked tensors -------------------------------------------------------------------
+    def leaks(self, keep=()) -> list:
+        """Traced tensors still referenced from Python state, other than ``keep`` (the tracer's).
+
+        Every traced tensor made during the trace was noted (weakly); those alive now have their
+        history (``_ctx``) cut, so a tensor counts only if something outside the trace holds it,
+        not because it is the ancestor of a held one. Garbage cycles are collected before the
+        final count."""
+        alive = [t for t in (r() for r in self.made) if t is not None and t._backend is self.backend]
+        for t in alive:
+            t._ctx = None
+        t = None
+        skip = {id(k) for k in keep}
+        alive = [t for t in alive if id(t) not in skip]
+        held = _held(alive)
+        if held:
+            del held
+            gc.collect()
+            held = _held(alive)
+        return held
+
+    def _noting(self, wrap):
+        """dispatch._wrap while tracing: also note each traced tensor made (for ``leaks``)."""
+        made, backend = self.made, self.backend
+
+        def noted(data, b, ctx):
+            t = wrap(data, b, ctx)
+            if b is backend:
+                made.append(weakref.ref(t))
+            return t
+        return noted
+
+
+def _held(objs) -> list:
+    """The objects of ``objs`` that something besides ``objs`` (and this scan) refers to."""
+    base = [sys.getrefcount(o) for o in [object()]][0]          # what the list and this scan hold
+    counts = [sys.getrefcount(o) for o in objs]
+    return [o for o, n in zip(objs, counts) if n > base]
+
+
+_INTERNAL_CODE: dict = {}
+
+
+def _site():
+    """``(filename, lineno, None)`` of the innermost frame outside ember: errors.user_frame
+    without its per-frame path work (tracing asks this of every node); the source line is
+    read only if a message needs it (graph.Var.origin)."""
+    f = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        internal = _INTERNAL_CODE.get(code)
+        if internal is None:
+            internal = _INTERNAL_CODE[code] = _internal(os.path.abspath(code.co_filename))
+        if not internal:
+            return code.co_filename, f.f_lineno, None
+        f = f.f_back
+    return None
+
+
+class _GradSpy:
+    """``Tensor.grad`` while tracing: the slot, plus a note of each read and first write."""
+
+    def __init__(self, slot, tracer):
+        self.slot, self.tracer = slot, tracer
+
+    def __get__(self, t, owner=None):
+        if t is None:
+            return self
+        value = self.slot.__get__(t, owner)
+        self.tracer.grad_read(t, value)
+        return value
+
+    def __set__(self, t, value):
+        try:
+            old = self.slot.__get__(t)
+        except AttributeError:      # a tensor being built: nothing to remember
+            self.slot.__set__(t, value)
+            return
+        self.tracer.grad_write(t, old)
+        self.slot.__set__(t, value)
+
+
+def _made(v: Var) -> str:
+    if v.op == "input":
+        return f"(tensor argument {v.params['index']}, passed at {v.origin()})"
+    if v.op == "capture":
+        return f"(captured {v.params.get('label', 'tensor')}, first used at {v.origin()})"
+    return f"(made at {v.origin()})"
+
+
+def _with_operands(err, tracer):
+    """A shape/dtype error raised by a front-end check (not by the trace's own abstract rules)
+    gets the lines that made the traced tensors the failing function was looking at."""
+    if "Operands:" in str(err):
+        return err
+    tb, frames = err.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        seen, made = set(), []
+        for value in frame.f_locals.values():
+            if isinstance(value, Tensor) and value._backend is tracer.backend and value._data.id not in seen:
+                seen.add(value._data.id)
+                made.append(f"{value._data.type_str()} {_made(value._data)}")
+        if made:
+            try:
+                return type(err)(f"{err}. Operands: {'; '.join(made)}")
+            except TypeError:
+                return err
+    return err
+
+
+def raw_grad(t):
+    """``t.grad`` without the tracer noticing (for the tracer's own bookkeeping)."""
+    slot = Tensor.__dict__["grad"]
+    return (slot.slot if isinstance(slot, _GradSpy) else slot).__get__(t, Tensor)
+
+
+def set_raw_grad(t, value):
+    slot = Tensor.__dict__["grad"]
+    (slot.slot if isinstance(slot, _GradSpy) else slot).__set__(t, value)
+
+
+def is_traced(t) -> bool:
+    """True if ``t`` is a tensor being traced by ember.jit (its values are not known yet).
+
+    >>> import ember
+    >>> is_traced(ember.ones(2))
+    False
+    """
+    return isinstance(t, Tensor) and isinstance(t._backend, TraceBackend)
+
+
+def is_tracing() -> bool:
+    """True while ember.jit traces a function."""
+    return dispatch.TRACER[0] is not None
+
+
+# ----------------------------------------------------------------------------- pytrees
+def flatten(obj):
+    """Leaves of nested tuples/lists/dicts, a function that rebuilds the structure from new
+    leaves, and a hashable description of the structure (part of the cache key).
+
+    >>> leaves, rebuild, _ = flatten((1, [2, {"a": 3}]))
+    >>> leaves, rebuild([4, 5, 6])
+    ([1, 2, 3], (4, [5, {'a': 6}]))
+    """
+    leaves = []
+    build, desc = _walk(obj, leaves)      # no closure over `leaves`: nothing keeps them alive
+    return leaves, (lambda new: build(iter(new))), desc
+
+
+def _next(it):
+    return next(it)
+
+
+def _walk(o, leaves):
+    if isinstance(o, (list, tuple)):
+        kids = [_walk(x, leaves) for x in o]
+        kind = type(o)
+        builders = [b for b, _ in kids]
+        desc = (kind.__name__, tuple(d for _, d in kids))
+        if hasattr(o, "_fields"):                       # a namedtuple
+            return (lambda it: kind(*[b(it) for b in builders])), desc
+        return (lambda it: kind([b(it) for b in builders])), desc
+    if isinstance(o, dict):
+        keys = list(o)
+        kids = [_walk(o[k], leaves) for k in keys]
+        builders = [b for b, _ in kids]
+        return (lambda it: dict(zip(keys, [b(it) for b in builders]))), ("dict", tuple(keys),
+                                                                          tuple(d for _, d in kids))
+    leaves.append(o)
+    return _next, "*"
+
+
+# ----------------------------------------------------------------------------- one trace
+TENSOR = object()     # marks where a tensor goes among the Python values of a result
+class Traced:
+    """What one trace produced: the graph and how its outputs bind back at each call.
+
+    ``bindings[i]`` says what output ``i`` of the graph is: ``("result", None)`` (a leaf of the
+    function's return value), ``("grad", target)`` (a gradient to store in ``.grad``),
+    ``("arg_data", k)`` (new contents of tensor argument k), ``("assign", slot)`` (new contents
+    of a captured tensor) or ``("rebind", tensor)`` (a traced tensor left in Python state,
+    made concrete). A target is ``("arg", k)`` or ``("tensor", t)``.
+    """
+
+    def __init__(self, graph, bindings, rebuild, statics, grad_effects, grad_guards, generators,
+                 leaked, n_primitives):
+        self.graph, self.bindings, self.rebuild, self.statics = graph, bindings, rebuild, statics
+        self.grad_effects, self.grad_guards = grad_effects, grad_guards
+        self.generators, self.leaked, self.n_primitives = generators, leaked, n_primitives
+
+
+def trace(fn, args, kwargs, real, name="f", optimizers=()) -> Traced:
+    """Run ``fn`` on traced stand-ins of its tensor arguments; return the recorded :class:`Traced`.
+
+    The learning rates and the numbers in the state of ``optimizers`` become Scalars (see
+    scalars.py): read at every call rather than fixed now."""
+    tracer = Tracer(real, name)
+    leaves, rebuild_args, _ = flatten((tuple(args), dict(kwargs)))
+    where = user_frame()
+    with tracer.active():
+        stand_ins = list(leaves)
+        k = 0
+        for i, t in enumerate(leaves):
+            if isinstance(t, Tensor):
+                var = tracer.new_var("input", (), {"index": k}, t.shape, t.dtype, where=where)
+                p = tracer.wrap(var, t.requires_grad)
+                g = raw_grad(t)
+                if g is not None:            # the stand-in starts with the argument's gradient
+                    tracer.grad_source[id(g)] = Source("arg_grad", key=k)
+                set_raw_grad(p, g)
+                tracer.placeholders.append(p)
+                stand_ins[i] = p
+                k += 1
+        a, kw = rebuild_args(stand_ins)
+        del stand_ins
+        for opt in optimizers:
+            _symbolize(tracer, opt)
+        try:
+            out = fn(*a, **kw)
+        except (ShapeError, DTypeError) as err:
+            _undo(tracer)
+            raise _with_operands(err, tracer) from None
+        except BaseException:
+            _undo(tracer)
+            raise
+        del a, kw
+        out_leaves, rebuild_out, _ = flatten(out)
+        del out
+        outputs, bindings, statics = [], [], []
+        leaf = None
+        for leaf in out_leaves:
+            if isinstance(leaf, Tensor):
+                statics.append(TENSOR)
+                outputs.append(tracer.lift(leaf))
+                bindings.append(("result", None))
+            else:
+                statics.append(leaf)
+        del out_leaves, leaf
+    return _finish(tracer, outputs, bindings, statics, rebuild_out)
+
+
+def _symbolize(tracer, opt):
+    """Learning rates and numbers in optimizer state become Scalars for the trace."""
+    for group in opt.param_groups:
+        lr = group.get("lr")
+        if isinstance(lr, (int, float)) and not isinstance(lr, bool):
+            tracer.python_number(group, "lr")
+    for state in opt.state.values():
+        for key, value in list(state.items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                tracer.python_number(state, key)
+
+
+def _undo(tracer):
+    """A trace that failed leaves no traced values behind in the state it touched."""
+    for container, key, before, _ in tracer.python_numbers:
+        container[key] = before
+    for t, before in tracer.grad_before.values():
+        set_raw_grad(t, before)
+    for g, start in tracer.generators:
+        g.offset = start
+
+
+def _finish(tracer, outputs, bindings, statics, rebuild_out) -> Traced:
+    """Turn what the trace left behind (gradients, writes, draws, leaks) into outputs and effects."""
+    placeholders = {id(p): k for k, p in enumerate(tracer.placeholders)}
+
+    def target(t):
+        return ("arg", placeholders[id(t)]) if id(t) in placeholders else ("tensor", t)
+
+    grad_effects = []
+    for t, before in tracer.grad_before.values():
+        final = raw_grad(t)
+        set_raw_grad(t, before)
+        if t._backend is tracer.backend and id(t) not in placeholders:
+            continue                                  # a tensor local to the trace
+        if is_traced(final):
+            outputs.append(final._data)
+            bindings.append(("grad", target(t)))
+        else:
+            grad_effects.append((target(t), final))
+    final = t = None        # hold no traced tensor while looking for leaks
+    for p in tracer.placeholders:
+        set_raw_grad(p, None)
+    grad_guards = [(t, none) for t, none in tracer.grad_guards.values()
+                   if t._backend is not tracer.backend]
+    for k, p in enumerate(tracer.placeholders):
+        if p._data.op != "input" or p._data.params["index"] != k:
+            outputs.append(p._data)
+            bindings.append(("arg_data", k))
+    donate = {}
+    for cap, value in tracer.assigns.values():
+        donate[len(outputs)] = cap
+        outputs.append(value)
+        bindings.append(("assign", cap.params["slot"]))
+    python_effects = []
+    for container, key, before, s in tracer.python_numbers:
+        now = container[key]
+        container[key] = before
+        if isinstance(now, Scalar) and now is not s:        # e.g. step += 1: written at each call
+            outputs.append(now.t._data)
+            bindings.append(("python", (container, key, type(now.value))))
+        elif not isinstance(now, Scalar) and now is not before:
+            python_effects.append((container, key, now))
+    tracer.python_numbers = now = s = None
+    generators = []
+    for g, start in tracer.generators:
+        generators.append((g, g.offset - start))
+        g.offset = start
+    leaked = tracer.leaks(keep=tracer.placeholders)
+    for t in leaked:
+        outputs.append(t._data)
+        bindings.append(("rebind", t))
+    n_primitives = sum(v.op not in ("input", "capture", "const") for v in tracer.nodes)
+    graph = Graph(tracer.nodes, outputs, tracer.captures, donate, tracer.name)
+    traced = Traced(graph, bindings, rebuild_out, statics, grad_effects, grad_guards, generators,
+                    bool(leaked), n_primitives)
+    traced.python_effects, traced.python_guards = python_effects, tracer.python_guards
+    traced.capture_vars = [v for v in tracer.nodes if v.op == "capture"]      # by slot
+    return traced

@@ -1,0 +1,188 @@
+"""The runners: the numpy runner's buffers and donation, and backends that compile groups."""
+import numpy as np
+import pytest
+
+import ember
+from ember.backends.numpy_backend import IMPLS, NumpyBackend
+from ember.jit import numpy_runner
+from ember.jit.graph import Var
+
+
+# ----------------------------------------------------------------------------- numpy runner
+@pytest.mark.parametrize("name", sorted(numpy_runner.UFUNCS))
+def test_each_ufunc_the_runner_writes_with_is_the_backends_implementation(name, rng):
+    """The runner calls ufuncs with out=; they must give the backend's results bit for bit."""
+    ufunc = numpy_runner.UFUNCS[name]
+    kind = ember.primitives.PRIMITIVES[name].group
+    if kind == "logical" or name == "logical_not":
+        args = [rng.random((3, 4)) > 0.5 for _ in range(ufunc.nin)]
+    else:
+        args = [rng.standard_normal((3, 4)).astype(np.float32) + 2.5 for _ in range(ufunc.nin)]
+    want = IMPLS[name](*args)
+    out = np.empty_like(want)
+    got = ufunc(*args, out=out)
+    assert got is out and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool", "float16", "uint8"])
+def test_where_as_bit_operations_gives_np_where_bits(dtype, rng):
+    special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5])
+    a = np.resize(special if dtype.startswith("float") else rng.integers(0, 2, 6), (4, 6)).astype(dtype)
+    b = rng.standard_normal((1, 6)).astype(dtype) if dtype != "bool" else np.ones((1, 6), bool)
+    c = rng.random((4, 1)) > 0.5
+    yes = ember.ones(4, 6, dtype=ember.bool)
+
+    def f(c, a, b, s):             # inner wheres are intermediates: they run as bit operations
+        keep = lambda x: ember.where(yes, x, a)      # noqa: E731 - passes x through unchanged
+        return keep(ember.where(c, a, b)), keep(ember.where(c, s, a)), keep(ember.where(~c, a, s))
+
+    f = ember.jit(f)
+    args = ember.tensor(c), ember.tensor(a), ember.tensor(b), (True if dtype == "bool" else 2)
+    for _ in range(2):                   # the second call writes through the planned buffers
+        for got, want in zip(f(*args), (np.where(c, a, b), np.where(c, args[3], a), np.where(~c, a, args[3]))):
+            assert got.numpy().dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy().view(np.uint8), want.view(np.uint8))
+    program = f.lower(*args).program
+    assert sum(program.assignment.get(v.id, ("",))[0] == "pool" for v in program.order if v.op == "where") == 3
+
+
+def _mlp_step():
+    from ember import models, optim
+    from ember.nn import functional as F
+    ember.manual_seed(0)
+    model = models.MLP(32, (64,), 4)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, opt, ember.jit(step), ember.randn(16, 32), ember.randint(0, 4, (16,))
+
+
+def test_buffers_are_planned_once_and_reused_across_calls():
+    model, opt, step, x, y = _mlp_step()
+    for _ in range(3):
+        step(x, y)
+    program = step.lower(x, y).program
+    assert program.planned and program.buffers
+    before = [id(b) for b in program.buffers]
+    pooled = sum(plan[0] == "pool" for plan in program.assignment.values())
+    assert pooled > len(program.buffers)          # values share buffers
+    step(x, y)
+    assert [id(b) for b in program.buffers] == before
+
+
+def test_parameters_are_updated_in_their_own_buffers():
+    model, opt, step, x, y = _mlp_step()
+    step(x, y)
+    step(x, y)
+    buffers = [p._data for p in model.parameters()]
+    momentum = [opt.state[p]["momentum_buffer"]._data for p in model.parameters()]
+    before = [b.copy() for b in buffers]
+    step(x, y)
+    program = step.lower(x, y).program
+    donated = [plan for plan in program.assignment.values() if plan[0] == "donate"]
+    assert len(donated) >= len(buffers)            # computed straight into the parameters' memory
+    assert all(p._data is b for p, b in zip(model.parameters(), buffers))
+    assert all(opt.state[p]["momentum_buffer"]._data is m for p, m in zip(model.parameters(), momentum))
+    assert any(not np.array_equal(b, old) for b, old in zip(buffers, before))
+
+
+def test_pooled_buffers_follow_the_layout_numpy_gives():
+    # NumPy lays out the result of an elementwise op on a transposed (Fortran-ordered) view
+    # like its input; the buffer planned for it must be laid out the same way, since writing
+    # it into a C-ordered buffer is several times slower.
+    step = ember.jit(lambda x: ((x.T * 2.0).exp() + 1.0).sum(0))
+    x = ember.randn(48, 64)
+    want = ((x.T * 2.0).exp() + 1.0).sum(0).numpy()
+    for _ in range(2):
+        np.testing.assert_array_equal(step(x).numpy(), want)
+    program = step.lower(x).program
+    assert any(b.flags["F_CONTIGUOUS"] and not b.flags["C_CONTIGUOUS"] for b in program.buffers)
+
+
+def test_transposed_products_come_out_in_the_layout_they_are_read_in():
+    w = ember.randn(64, 48)
+    step = ember.jit(lambda x, g: w + (g.T @ x).T * 0.1)
+    x, g = ember.randn(8, 64), ember.randn(8, 48)
+    compiled = step.lower(x, g)
+    (mm,) = [v for v in compiled.graph.nodes if v.op == "matmul"]
+    assert [a.op for a in mm.args] == ["permute", "input"]         # x.T @ g, not (g.T @ x).T
+    np.testing.assert_allclose(step(x, g).numpy(), (w + (g.T @ x).T * 0.1).numpy(), rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- compile(group)
+class FusingNumpy(NumpyBackend):
+    """A backend that runs each fusion group as one call (here: its nodes in one Python
+    function, the shape a numba or CUDA kernel generator would take)."""
+
+    name = "numpy-fusing-test"
+
+    def __init__(self):
+        self.groups = []
+
+    def compile(self, group):
+        if not group.fused:
+            return None
+        self.groups.append(group)
+        nodes, inputs, outputs = list(group.nodes), list(group.inputs), list(group.outputs)
+
+        def kernel(*buffers):
+            env = {v.id: b for v, b in zip(inputs, buffers)}
+            for v in nodes:
+                env[v.id] = IMPLS[v.op](*[env[a.id] if isinstance(a, Var) else a for a in v.args], **v.params)
+            return tuple(env[o.id] for o in outputs)
+        return kernel
+
+
+@pytest.fixture(scope="module")
+def fusing():
+    ember.register_backend(ember.BackendInfo(FusingNumpy.name, FusingNumpy))
+    return ember.get_backend(FusingNumpy.name)
+
+
+def test_a_backend_that_compiles_groups_runs_each_group_as_one_call(fusing):
+    a, b, c = (ember.tensor(np.random.default_rng(i).standard_normal((5, 7)).astype(np.float32),
+                            backend=fusing.name) for i in range(3))
+    f = ember.jit(lambda a, b, c: ((a * b + c).relu().sum(1) + a.exp().amax(1)).log1p())
+    out = f(a, b, c)
+    want = ((a * b + c).relu().sum(1) + a.exp().amax(1)).log1p()
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    compiled = f.lower(a, b, c)
+    stats = compiled.stats()
+    assert fusing.groups and compiled.program.compiled == stats["fused"]
+    assert stats["calls"] == stats["kernels"] < stats["nodes"]
+    for g in fusing.groups:                       # the structure a kernel generator reads
+        assert g.kind in ("elementwise", "reduce") and g.outputs and g.inputs
+        assert all(v.op in ember.jit.passes.ELEMENTWISE | ember.jit.passes.REDUCE for v in g.nodes)
+
+
+def test_training_step_on_a_group_compiling_backend(fusing):
+    from ember import nn, optim
+    from ember.nn import functional as F
+    ember.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(fusing.name)
+    model.load_state_dict(ref.state_dict())
+    opts = [optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, model)]
+
+    def step(m, o, x, y):
+        loss = F.cross_entropy(m(x), y)
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        return loss
+
+    jstep = ember.jit(step)
+    x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
+    for _ in range(3):
+        le = step(ref, opts[0], x, y)
+        lj = jstep(model, opts[1], x.to(fusing.name), y.to(fusing.name))
+        assert abs(le.item() - lj.item()) < 1e-6
+    for p, q in zip(ref.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
