@@ -1,0 +1,35 @@
+"""``ember.wasm``: trained ember models in the browser, through Pyodide.
+
+A static site (no server beyond static files) loads Pyodide, installs the ember wheel from a
+patched lock file (integrity checks on), loads a checkpoint written by ``ember train``, and
+classifies digits drawn on a canvas. The modules, in the order a visitor's page meets them:
+
+- ``build``: ``python -m ember.wasm build OUT --checkpoint RUN_DIR`` assembles the site:
+  Pyodide's runtime, the wheels it needs (ember, pluggy, micropip), the lock file patched to
+  list them with their sha256, the model's weights and JSON, and the page (``site/``).
+- ``runtime``: the Python the page runs: pick a backend (webgpu, numpy, python), load the
+  model, turn pixels into the training pipeline's inputs, predict.
+- ``webgpu_backend``: the ``webgpu`` backend: primitives as WGSL compute shaders driven from
+  Python through Pyodide's ``js`` module; registered through the ``ember_backends`` hook only
+  inside Pyodide when ``navigator.gpu`` exists. ``webgpu_device`` holds its buffers and the
+  device plumbing, ``wgsl`` its shader templates.
+- ``selfcheck``: runs every WebGPU kernel against the pure-Python backend (browser tests).
+
+docs/browser.md is the user's guide.
+
+>>> from ember.wasm import runtime
+>>> runtime.in_pyodide()
+False
+"""
+from __future__ import annotations
+
+PYODIDE_VERSION = "314.0.7"       # the npm package the site is built from
+MICROPIP_VERSION = "0.11.1"       # PyPI wheel; the npm package ships none
+
+__all__ = ["PYODIDE_VERSION", "MICROPIP_VERSION", "build_site"]
+
+
+def build_site(out, checkpoint, **options):
+    """Assemble the static site in ``out``; see :func:`ember.wasm.build.build_site`."""
+    from .build import build_site as build
+    return build(out, checkpoint, **options)
