@@ -1,0 +1,306 @@
+"""``ember certify NAME``: run the conformance suite on a backend and write its certificate.
+
+The suite runs in a child process (``python -m pytest`` with only the conformance plugin
+loaded), which writes one JSON record per test; this module turns those records into
+``certificate.json`` and ``certificate.md``: what was certified (backend, version, ember and
+API versions, date, machine), per tier pass/fail/skip counts, the op x dtype matrix of tier 2,
+gradients, fused ops and layers, the tolerances used, every declared-but-failing test with its
+message, and what the backend implements without declaring it.
+
+Exit status: 0 when nothing failed, 1 when something did (or, with ``--require-available``, the
+backend cannot run here), 2 for a usage error such as an unknown backend.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from ember.conformance import TIERS
+
+SYMBOL = {"pass": "✓", "fail": "✗", "undeclared": "u", "skip": "s", "n/a": "·"}
+DEFAULT_MAX_EXAMPLES = 25
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember certify", description="Run the conformance suite on a backend "
+                                "and write certificate.json and certificate.md.")
+    p.add_argument("name", help="backend name (as in `ember backends`)")
+    p.add_argument("--tiers", default=",".join(map(str, TIERS)),
+                   help="comma-separated tiers to run (default: all, 0-6)")
+    p.add_argument("--out", default=None, help="directory for the certificate (default: ./ember-certificate-NAME)")
+    p.add_argument("--require-available", action="store_true",
+                   help="fail when the backend cannot run here, instead of skipping (for CI)")
+    p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES,
+                   help=f"hypothesis examples per (primitive, dtype) in tier 2 (default {DEFAULT_MAX_EXAMPLES})")
+    p.add_argument("--ops", default=None, help="only these primitives / fused ops / layers (comma-separated)")
+    p.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (dotted name or .py path) first and register its ember_backends(): "
+                        "certify a backend that is not installed")
+    p.add_argument("--quiet", action="store_true", help="do not show pytest's progress")
+    return p
+
+
+def main(argv=None) -> int:
+    """Entry point of ``ember certify``; returns the exit status.
+
+    >>> main(["--help"])  # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+    usage: ember certify ...
+    0
+    """
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        tiers = sorted({int(t) for t in args.tiers.split(",") if t.strip()})
+    except ValueError:
+        print(f"ember certify: --tiers takes comma-separated numbers 0-6, got {args.tiers!r}", file=sys.stderr)
+        return 2
+    if not set(tiers) <= set(TIERS):
+        print(f"ember certify: unknown tiers {sorted(set(tiers) - set(TIERS))}; tiers are 0-6", file=sys.stderr)
+        return 2
+    problem = _check_setup(args)
+    if problem:
+        print(f"ember certify: {problem}", file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out or f"ember-certificate-{args.name}")
+    report = run_suite(args, tiers)
+    if report is None:
+        return 2
+    if str(report["meta"].get("load_error") or "").startswith("unknown backend"):
+        print(f"ember certify: {report['meta']['load_error']}", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
+    cert = certificate(report, tiers, command=["ember", "certify", *(argv if argv is not None else sys.argv[1:])])
+    with open(os.path.join(out, "certificate.json"), "w", encoding="utf-8") as f:
+        json.dump(cert, f, indent=1, sort_keys=False)
+        f.write("\n")
+    with open(os.path.join(out, "certificate.md"), "w", encoding="utf-8") as f:
+        f.write(markdown(cert))
+    print(summary(cert, out))
+    return 0 if cert["verdict"] in ("pass", "unavailable") else 1
+
+
+def _check_setup(args) -> str | None:
+    """A missing tool in one line, or None. (Whether the backend exists is asked in the child
+    process, whose registry sees plugins installed after this process started.)"""
+    for module in ("pytest", "hypothesis", "numpy"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"the conformance suite needs {module}: pip install pytest hypothesis numpy"
+    for spec in args.backend_module:
+        if (spec.endswith(".py") or os.sep in spec) and not os.path.exists(spec):
+            return f"--backend-module {spec!r}: no such file"
+    return None
+
+
+def run_suite(args, tiers) -> dict | None:
+    """Run pytest on the suite in a child process; return the plugin's JSON report."""
+    with tempfile.TemporaryDirectory(prefix="ember-certify-") as work:
+        report_path = os.path.join(work, "results.json")
+        ini = os.path.join(work, "pytest.ini")
+        with open(ini, "w", encoding="utf-8") as f:
+            f.write("[pytest]\n")          # the user's own pytest configuration does not apply
+        cmd = [sys.executable, "-m", "pytest", "-p", "ember.conformance.plugin", "-p", "no:cacheprovider",
+               "-c", ini, "--rootdir", work, "--pyargs", "ember.conformance",
+               "--ember-backend", args.name, "--ember-report", report_path,
+               "--ember-tiers", ",".join(map(str, tiers)), "--ember-max-examples", str(args.max_examples),
+               "-q", "--tb=no", "-o", "console_output_style=count"]
+        if args.require_available:
+            cmd.append("--ember-require-available")
+        if args.ops:
+            cmd += ["--ember-ops", args.ops]
+        for spec in args.backend_module:
+            cmd += ["--ember-backend-module", os.path.abspath(spec) if os.path.exists(spec) else spec]
+        env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+        env.pop("PYTEST_ADDOPTS", None)
+        proc = subprocess.run(cmd, cwd=work, env=env, text=True,
+                              stdout=subprocess.PIPE if args.quiet else None,
+                              stderr=subprocess.STDOUT if args.quiet else None)
+        if not os.path.exists(report_path):
+            tail = (proc.stdout or "")[-3000:] if args.quiet else ""
+            print(f"ember certify: the suite did not run (pytest exit status {proc.returncode}).\n{tail}",
+                  file=sys.stderr)
+            return None
+        with open(report_path, encoding="utf-8") as f:
+            return json.load(f)
+
+
+# ----------------------------------------------------------------------------- the certificate
+def _status(rec) -> str:
+    if rec["outcome"] == "passed":
+        return "pass"
+    if rec["outcome"] == "failed":
+        return "fail"
+    return "undeclared" if rec["message"].startswith("[undeclared]") else "skip"
+
+
+def _skip_kind(message: str) -> str:
+    if message.startswith("[") and "]" in message:
+        return message[1:message.index("]")]
+    return "other"
+
+
+def certificate(report: dict, tiers, command=()) -> dict:
+    """The certificate (a plain dict) from the plugin's report."""
+    from ember.conformance.cases import DTYPES
+    meta, tests = report["meta"], report["tests"]
+    per_tier = {}
+    for t in tiers:
+        recs = [r for r in tests if r["tier"] == t]
+        skips = {}
+        for r in recs:
+            if r["outcome"] == "skipped":
+                kind = _skip_kind(r["message"])
+                skips[kind] = skips.get(kind, 0) + 1
+        per_tier[str(t)] = {"name": TIERS[t], "passed": sum(r["outcome"] == "passed" for r in recs),
+                            "failed": sum(r["outcome"] == "failed" for r in recs),
+                            "skipped": sum(r["outcome"] == "skipped" for r in recs), "skip_reasons": skips}
+    # certified: tiers 0, 1, ... in order, each run without a failure, on a backend that ran here
+    certified = []
+    for t in sorted(TIERS):
+        row = per_tier.get(str(t))
+        if row is None or row["failed"] or not meta.get("available"):
+            break
+        certified.append(t)
+
+    dtypes = [d for d in ("bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64")]
+    matrix = {}
+    for r in (r for r in tests if r["tier"] == 2):
+        matrix.setdefault(r["op"], {d: "n/a" for d in dtypes})[r["dtype"]] = _status(r)
+    gradients, fused, layers = {}, {}, {}
+    for r in tests:
+        if r["tier"] == 3:
+            gradients.setdefault(r["op"], {})[f"order{r.get('order', 1)}"] = _status(r)
+        elif r["tier"] == 4:
+            fused.setdefault(r["op"], {})[r["dtype"]] = _status(r)
+        elif r["tier"] == 5:
+            layers[r["op"]] = _status(r)
+    failures = [{k: r.get(k) for k in ("tier", "op", "dtype", "test", "nodeid", "message")}
+                for r in tests if r["outcome"] == "failed"]
+    declared_failing = sorted({f"{f['op']}[{f['dtype']}]" if f["dtype"] else str(f["op"])
+                               for f in failures if f["op"]})
+    unavailable = not meta.get("available") and not meta.get("load_error")
+    verdict = "fail" if failures else ("unavailable" if unavailable else "pass")
+    return {
+        "certificate_version": 1,
+        "backend": {"name": meta["backend"], "version": meta.get("backend_version"),
+                    "api_version": meta.get("backend_api_version"), "class": meta.get("backend_class"),
+                    "device": meta.get("device"), "devices": meta.get("devices"),
+                    "declared_dtypes": meta.get("declared_dtypes"), "declared_fused": meta.get("declared_fused"),
+                    "declared_ops": len(meta.get("declared_ops") or []), "notes": meta.get("notes")},
+        "ember": {"version": meta["ember_version"], "api_version": meta["api_version"]},
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": meta["machine"],
+        "run": {"command": " ".join(command), "tiers": list(tiers), "max_examples": meta.get("max_examples"),
+                "ops": meta.get("ops_selected") or None, "require_available": meta.get("require_available"),
+                "seconds": meta.get("seconds"), "cpu_seconds": meta.get("cpu_seconds"),
+                "gradient_dtype": meta.get("grad_dtype")},
+        "available": bool(meta.get("available")), "unavailable_reason": meta.get("unavailable_reason") or "",
+        "load_error": meta.get("load_error"),
+        "verdict": verdict,
+        "certified_tiers": certified,
+        "level": certified[-1] if certified else None,
+        "tiers": per_tier,
+        "matrix": {"dtypes": dtypes, "ops": {op: matrix[op] for op in matrix},
+                   "covered_dtypes": {op: list(DTYPES.get(op, ())) for op in matrix}},
+        "gradients": gradients, "fused": fused, "layers": layers,
+        "tolerances": meta.get("tolerances"),
+        "declared_but_failing": declared_failing,
+        "implemented_but_undeclared": {"primitives": meta.get("undeclared_implemented", []),
+                                       "fused": meta.get("undeclared_implemented_fused", [])},
+        "failures": failures,
+    }
+
+
+def markdown(cert: dict) -> str:
+    """The certificate as a Markdown page."""
+    b, m = cert["backend"], cert["machine"]
+    level = "none" if cert["level"] is None else f"tiers {', '.join(map(str, cert['certified_tiers']))}"
+    lines = [f"# ember conformance certificate: `{b['name']}`", "",
+             f"**Verdict: {cert['verdict'].upper()}** — certified {level}.", "",
+             "| | |", "|---|---|",
+             f"| backend | `{b['name']}` {b['version']} (`{b['class']}`), device {b['device']} |",
+             f"| backend API | {b['api_version']} (ember speaks {cert['ember']['api_version']}) |",
+             f"| ember | {cert['ember']['version']} |",
+             f"| date | {cert['date']} |",
+             f"| machine | {m.get('platform')}, {m.get('cpu_count')} CPUs, Python {m.get('python')}"
+             f"{', numpy ' + m['numpy'] if m.get('numpy') else ''} |",
+             f"| run | `{cert['run']['command']}` ({cert['run']['seconds']:.0f} s wall, "
+             f"{cert['run']['cpu_seconds']:.0f} s CPU; {cert['run']['max_examples']} hypothesis examples per "
+             f"primitive and dtype; gradients in {cert['run']['gradient_dtype']}) |",
+             f"| declared | {b['declared_ops']} primitives; dtypes {', '.join(b['declared_dtypes'] or [])}; "
+             f"fused {', '.join(b['declared_fused'] or []) or 'none'} |", ""]
+    if not cert["available"]:
+        lines += [f"Backend unavailable here: {cert['unavailable_reason'] or cert['load_error']}", ""]
+    lines += ["## Tiers", "", "| tier | | passed | failed | skipped | skip reasons |", "|---|---|---|---|---|---|"]
+    for t, row in cert["tiers"].items():
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(row["skip_reasons"].items())) or ""
+        lines.append(f"| {t} | {row['name']} | {row['passed']} | {row['failed']} | {row['skipped']} | {reasons} |")
+    not_run = [f"{t} ({name})" for t, name in TIERS.items() if str(t) not in cert["tiers"]]
+    if not_run:
+        lines += ["", f"Not run: tier {', '.join(not_run)}."]
+    if cert["matrix"]["ops"]:
+        dts = cert["matrix"]["dtypes"]
+        lines += ["", "## Primitives × dtypes (tier 2)", "",
+                  "✓ pass · ✗ fail · u undeclared (op or dtype) · s skipped · `·` not applicable", "",
+                  "| primitive | " + " | ".join(dts) + " |", "|---|" + "---|" * len(dts)]
+        for op, row in cert["matrix"]["ops"].items():
+            lines.append(f"| {op} | " + " | ".join(SYMBOL[row[d]] for d in dts) + " |")
+    if cert["gradients"]:
+        lines += ["", "## Gradients (tier 3)", "", "| primitive | first order | second order |", "|---|---|---|"]
+        for op, row in cert["gradients"].items():
+            lines.append(f"| {op} | {SYMBOL[row.get('order1', 'n/a')]} | {SYMBOL[row.get('order2', 'n/a')]} |")
+    if cert["fused"]:
+        lines += ["", "## Fused ops (tier 4)", "", "| fused op | float32 | float64 |", "|---|---|---|"]
+        for op, row in cert["fused"].items():
+            lines.append(f"| {op} | {SYMBOL[row.get('float32', 'n/a')]} | {SYMBOL[row.get('float64', 'n/a')]} |")
+    if cert["layers"]:
+        lines += ["", "## Layers (tier 5)", "", "| layer | |", "|---|---|"]
+        lines += [f"| {name} | {SYMBOL[s]} |" for name, s in cert["layers"].items()]
+    tol = cert["tolerances"] or {}
+    if tol:
+        lines += ["", "## Tolerances", "", "| dtype | rtol | atol | eps |", "|---|---|---|---|"]
+        lines += [f"| {d} | {v['rtol']:g} | {v['atol']:g} | {v['eps']:.3g} |" for d, v in tol["elementwise"].items()]
+        lines += ["", f"Accumulating ops: {tol['accumulation']}. Integers and bool: {tol['integers_and_bool']}.",
+                  "Gradients: " + "; ".join(f"{d}: rtol {v['rtol_vs_reference']:g} vs the reference, "
+                                             f"{v['rtol_vs_finite_differences']:g} vs finite differences "
+                                             f"(step {v['fd_step']:g})" for d, v in tol["gradients"].items()) + "."]
+    undeclared = cert["implemented_but_undeclared"]
+    lines += ["", "## Implemented but not declared (reported, not failures)", "",
+              f"- primitives: {', '.join(undeclared['primitives']) or 'none'}",
+              f"- fused ops: {', '.join(undeclared['fused']) or 'none'}"]
+    lines += ["", "## Declared but failing", ""]
+    if not cert["failures"]:
+        lines.append("None.")
+    for f in cert["failures"]:
+        what = f"{f['op']} [{f['dtype']}]" if f["dtype"] else (f["op"] or f["test"])
+        msg = " ".join(str(f["message"]).split())
+        lines.append(f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`): "
+                     f"{msg[:400] + (' ...' if len(msg) > 400 else '')}")
+    return "\n".join(lines) + "\n"
+
+
+def summary(cert: dict, out: str) -> str:
+    rows = [f"  tier {t} {row['name']:<24} {row['passed']:4d} passed {row['failed']:4d} failed "
+            f"{row['skipped']:4d} skipped" for t, row in cert["tiers"].items()]
+    level = "none" if cert["level"] is None else ", ".join(map(str, cert["certified_tiers"]))
+    extra = ""
+    if cert["declared_but_failing"]:
+        extra += f"\n  declared but failing: {', '.join(cert['declared_but_failing'][:20])}" + (
+            " ..." if len(cert["declared_but_failing"]) > 20 else "")
+    undeclared = cert["implemented_but_undeclared"]["primitives"] + cert["implemented_but_undeclared"]["fused"]
+    if undeclared:
+        extra += f"\n  implemented but undeclared: {', '.join(undeclared)}"
+    return (f"ember certify {cert['backend']['name']}: {cert['verdict'].upper()} (certified tiers: {level})\n"
+            + "\n".join(rows) + extra + f"\n  certificate: {os.path.join(out, 'certificate.md')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

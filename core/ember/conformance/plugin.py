@@ -1,0 +1,306 @@
+"""The pytest plugin behind the conformance suite (registered through the ``pytest11`` entry
+point, so it is active in every pytest run but does nothing until conformance tests run).
+
+    pytest --pyargs ember.conformance --ember-backend=numpy
+
+Options: ``--ember-backend NAME`` (default ``$EMBER_BACKEND`` or numpy), ``--ember-require-available``
+(an unavailable backend fails instead of skipping), ``--ember-backend-module MOD`` (import a
+module, dotted name or ``.py`` path, before the run and register the backends its
+``ember_backends()`` returns: how a backend that is not installed gets certified),
+``--ember-tiers 0,1,2``, ``--ember-ops add,matmul``, ``--ember-max-examples N`` (hypothesis
+examples per op and dtype) and ``--ember-report FILE`` (the JSON that ``ember certify`` turns
+into a certificate).
+
+Skip reasons start with a tag the certificate sorts by: ``[undeclared]`` (the backend does not
+declare the op or dtype), ``[unavailable]`` (cannot run here), ``[missing]`` (a part of ember or
+a data set the tier needs is not there).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+
+import pytest
+
+TAGS = ("undeclared", "unavailable", "missing")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("ember", "ember backend conformance")
+    group.addoption("--ember-backend", default=None, help="backend to certify (default: $EMBER_BACKEND or numpy)")
+    group.addoption("--ember-require-available", action="store_true",
+                    help="fail, instead of skipping, when the backend cannot run here")
+    group.addoption("--ember-backend-module", action="append", default=[], metavar="MODULE",
+                    help="import MODULE (dotted name or .py path) first and register its ember_backends()")
+    group.addoption("--ember-tiers", default=None, help="comma-separated tiers to run (default: all)")
+    group.addoption("--ember-ops", default=None, help="comma-separated primitives / fused ops to run")
+    group.addoption("--ember-max-examples", type=int, default=10,
+                    help="hypothesis examples per (op, dtype) in tier 2 (default 10)")
+    group.addoption("--ember-report", default=None, metavar="FILE", help="write per-test results as JSON")
+
+
+def _split(value):
+    return None if not value else {v.strip() for v in value.split(",") if v.strip()}
+
+
+def import_backend_module(spec: str):
+    """Import a module by dotted name, ``.py`` file or package directory, and register the
+    backends its ``ember_backends()`` hook returns (as if it were an installed plugin)."""
+    if spec.endswith(".py") or os.sep in spec or os.path.isdir(spec):
+        path = os.path.abspath(spec)
+        if os.path.isdir(path):
+            path = os.path.join(path, "__init__.py")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        name = os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
+        loader = importlib.util.spec_from_file_location(name, path)
+        if loader is None or not os.path.exists(path):
+            raise pytest.UsageError(f"--ember-backend-module: cannot import {spec!r}")
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[name] = module
+        loader.loader.exec_module(module)
+    else:
+        module = importlib.import_module(spec)
+    hook = getattr(module, "ember_backends", None)
+    if callable(hook):
+        import ember
+        for info in hook():
+            ember.register_backend(info)
+    return module
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "ember_slow: a conformance test that takes seconds, not milliseconds")
+    for spec in config.getoption("ember_backend_module") or []:
+        import_backend_module(spec)
+    config._ember_context = None
+    config.pluginmanager.register(Recorder(config), "ember-conformance-recorder")
+
+
+# ----------------------------------------------------------------------------- the context
+class Context:
+    """What every conformance test needs: the backend under test, what it declares, the
+    reference backend and the run's options. One per session (the ``conformance`` fixture)."""
+
+    def __init__(self, config):
+        self.name = config.getoption("ember_backend") or os.environ.get("EMBER_BACKEND") or "numpy"
+        self.require_available = config.getoption("ember_require_available")
+        self.max_examples = config.getoption("ember_max_examples")
+        self.backend = None
+        self.load_error = None
+        self.available, self.reason = False, ""
+        self._load()
+
+    def _load(self):
+        from ember.registry import REGISTRY
+        REGISTRY.discover()
+        info = REGISTRY.infos.get(self.name)
+        if info is None:
+            why = f" ({REGISTRY.problems[self.name]})" if self.name in REGISTRY.problems else ""
+            self.load_error = (f"unknown backend {self.name!r}{why}; known: {', '.join(sorted(REGISTRY.infos))}. "
+                               f"Install its plugin, or load it with --backend-module (pytest: --ember-backend-module)")
+            return
+        try:
+            backend = REGISTRY.loaded.get(self.name) or info.load()
+            ok, reason = backend.available()
+        except Exception as exc:  # noqa: BLE001 - a broken backend is a finding, not a crash
+            self.load_error = f"loading backend {self.name!r} raised {type(exc).__name__}: {exc}"
+            return
+        self.backend, self.available, self.reason = backend, bool(ok), str(reason)
+        if ok:
+            REGISTRY.loaded[self.name] = backend      # tensors made by name get this very object
+            try:
+                self._declare()
+            except Exception as exc:  # noqa: BLE001
+                self.load_error = f"capabilities() of {self.name!r} raised {type(exc).__name__}: {exc}"
+
+    def _declare(self):
+        from ember.fused import FUSED
+        from ember.primitives import PRIMITIVES
+        caps = self.caps = self.backend.capabilities()
+        self.ops = frozenset(caps.ops)
+        self.dtype_names = frozenset(getattr(d, "name", str(d)) for d in caps.dtypes)
+        self.fused = frozenset(caps.fused)
+        impls = dict(getattr(self.backend, "impls", {}) or {})
+        fused_impls = dict(getattr(self.backend, "fused_impls", {}) or {})
+        self.undeclared_impls = sorted(n for n in impls if n in PRIMITIVES and n not in self.ops)
+        self.undeclared_fused = sorted(n for n in fused_impls if n in FUSED and n not in self.fused)
+        self.grad_dtype = "float64" if "float64" in self.dtype_names else "float32"
+
+    @property
+    def reference(self):
+        import ember
+        return ember.get_backend("numpy")
+
+    # -- the skips every tier shares ------------------------------------------------------------
+    def require_usable(self):
+        if self.load_error:
+            pytest.fail(self.load_error, pytrace=False)
+        if not self.available:
+            msg = f"[unavailable] backend {self.name!r} cannot run here: {self.reason}"
+            if self.require_available:
+                pytest.fail(msg + " (--ember-require-available)", pytrace=False)
+            pytest.skip(msg)
+
+    def require_op(self, op):
+        if op not in self.ops:
+            impl = "implements it but " if op in getattr(self.backend, "impls", {}) else ""
+            pytest.skip(f"[undeclared] backend {self.name!r} {impl}does not declare primitive {op!r}")
+
+    def require_dtype(self, dtype):
+        if dtype not in self.dtype_names:
+            pytest.skip(f"[undeclared] backend {self.name!r} does not declare dtype {dtype}")
+
+    def require_fused(self, name):
+        if name not in self.fused:
+            pytest.skip(f"[undeclared] backend {self.name!r} does not declare fused op {name!r} "
+                        f"(ember runs the decomposition)")
+
+    # -- for the report -------------------------------------------------------------------------
+    def meta(self) -> dict:
+        import ember
+        from ember.conformance import tolerances
+        meta = {"backend": self.name, "ember_version": ember.__version__, "api_version": ember.API_VERSION,
+                "available": self.available, "unavailable_reason": self.reason, "load_error": self.load_error,
+                "tolerances": tolerances.table(),
+                "machine": {"platform": platform.platform(), "machine": platform.machine(),
+                            "processor": platform.processor(), "cpu_count": os.cpu_count(),
+                            "python": platform.python_version(),
+                            "implementation": platform.python_implementation()}}
+        try:
+            import numpy
+            meta["machine"]["numpy"] = numpy.__version__
+        except ImportError:
+            pass
+        b = self.backend
+        if b is not None:
+            meta.update(backend_version=str(getattr(b, "version", "?")),
+                        backend_api_version=str(getattr(b, "api_version", "?")),
+                        backend_class=f"{type(b).__module__}.{type(b).__qualname__}",
+                        device=str(getattr(b, "device", "?")))
+        if hasattr(self, "caps"):
+            meta.update(declared_ops=sorted(self.ops), declared_dtypes=sorted(self.dtype_names),
+                        declared_fused=sorted(self.fused), devices=list(self.caps.devices),
+                        undeclared_implemented=self.undeclared_impls,
+                        undeclared_implemented_fused=self.undeclared_fused,
+                        grad_dtype=self.grad_dtype, notes={k: str(v) for k, v in self.caps.notes.items()})
+        return meta
+
+
+def context(config) -> Context:
+    if config._ember_context is None:
+        config._ember_context = Context(config)
+    return config._ember_context
+
+
+@pytest.fixture(scope="session")
+def ember_loaded(request):
+    """The context, without insisting that the backend can run here (tier 0 checks that)."""
+    return context(request.config)
+
+
+@pytest.fixture(scope="session")
+def conformance_session(request):
+    return context(request.config)
+
+
+@pytest.fixture
+def conformance(conformance_session):
+    """The context of a backend that loaded and is available (else the test skips or fails)."""
+    conformance_session.require_usable()
+    return conformance_session
+
+
+# ----------------------------------------------------------------------------- collection
+def _tier(item):
+    module = getattr(item, "module", None)
+    return getattr(module, "EMBER_TIER", None)
+
+
+def _label(value):
+    return getattr(value, "name", None) or (value if isinstance(value, (str, int)) else str(value))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    tiers, ops = _split(config.getoption("ember_tiers")), _split(config.getoption("ember_ops"))
+    keep, drop = [], []
+    for item in items:
+        tier = _tier(item)
+        if tier is None:
+            keep.append(item)
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        op = params.get("op")
+        info = {"tier": tier, "op": None if op is None else _label(op),
+                "dtype": None if params.get("dtype") is None else _label(params["dtype"]),
+                "test": item.originalname if hasattr(item, "originalname") else item.name}
+        for extra in ("order", "case"):
+            if extra in params:
+                info[extra] = _label(params[extra])
+        item.user_properties.append(("ember", info))
+        unwanted_op = ops is not None and op is not None and info["op"] not in ops
+        if (tiers is not None and str(tier) not in tiers) or unwanted_op:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# ----------------------------------------------------------------------------- results
+def _message(report) -> str:
+    if report.skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    # keep the suite's own message: drop pytest's assertion replay and hypothesis's example dump
+    for tail in ("\nassert ", "\nFalsifying example", "\nExplanation:"):
+        text = text.split(tail)[0]
+    text = text[len("AssertionError: "):] if text.startswith("AssertionError: ") else text
+    return text if len(text) < 2000 else text[:2000] + " ..."
+
+
+class Recorder:
+    """Collects one record per conformance test and writes them to ``--ember-report``."""
+
+    def __init__(self, config):
+        self.config = config
+        self.results = {}
+        self.started, self.started_cpu = time.time(), time.process_time()
+
+    def pytest_runtest_logreport(self, report):
+        info = dict(report.user_properties).get("ember")
+        if info is None:
+            return
+        rec = self.results.setdefault(report.nodeid, dict(info, nodeid=report.nodeid, outcome="passed",
+                                                          message="", duration=0.0))
+        rec["duration"] = round(rec["duration"] + report.duration, 4)
+        if report.failed:
+            if rec["outcome"] != "failed":
+                rec["outcome"], rec["message"] = "failed", (
+                    _message(report) if report.when == "call" else f"[{report.when} error] {_message(report)}")
+        elif report.skipped and rec["outcome"] == "passed":
+            rec["outcome"], rec["message"] = "skipped", _message(report)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        config = self.config
+        path = config.getoption("ember_report")
+        if not path:
+            return
+        ctx = context(config)
+        report = {"meta": dict(ctx.meta(), seconds=round(time.time() - self.started, 2),
+                               cpu_seconds=round(time.process_time() - self.started_cpu, 2),
+                               max_examples=ctx.max_examples, require_available=ctx.require_available,
+                               tiers_selected=sorted(_split(config.getoption("ember_tiers")) or []),
+                               ops_selected=sorted(_split(config.getoption("ember_ops")) or []),
+                               pytest_exitstatus=int(exitstatus)),
+                  "tests": list(self.results.values())}
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, default=str)
