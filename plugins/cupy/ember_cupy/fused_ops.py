@@ -1,0 +1,203 @@
+"""The fused ops ember.fused lets a backend provide: one kernel where the decomposition runs many.
+
+Each entry has the signature of the reference in ember.fused (buffers for tensors) and
+computes what it computes, in the same order of operations where rounding can tell:
+
+* ``softmax`` / ``log_softmax``: one block per row (max, sum of exponentials, write);
+* ``cross_entropy``: one block per row picks ``log_softmax(x)[target]``; a CuPy mean of the
+  N picked values finishes (two launches, no host sync);
+* ``layer_norm``: one block per row, mean and variance in double;
+* ``gelu``: one elementwise kernel (exact erf or the tanh form);
+* ``scaled_dot_product_attention``: two cuBLAS GEMMs around the fused softmax;
+* ``sgd_step`` / ``adam_step`` / ``rmsprop_step``: one elementwise kernel updating parameter
+  and state in place (when they are contiguous; else into new buffers) and returning them.
+
+float16 runs the float32 kernels on upcast copies (kernels.py has no half type).
+"""
+from __future__ import annotations
+
+import math
+
+from . import kernels
+from .runtime import contiguous
+
+KERNEL_DTYPES = ("float32", "float64")
+
+
+def make_fused(rt) -> dict:
+    """The fused-op table for runtime ``rt``."""
+    xp = rt.xp
+
+    def wide(x):
+        return x.astype(xp.float32) if x.dtype == xp.float16 else x
+
+    def rows_op(x, dim, kernel_of):
+        """Run a row kernel over dim ``dim`` of ``x`` (moved last and made contiguous)."""
+        out_dtype = x.dtype
+        x = wide(x)
+        moved = contiguous(xp.moveaxis(x, dim, -1))
+        y = xp.empty(moved.shape, dtype=moved.dtype)
+        c = moved.shape[-1] if moved.ndim else 1
+        if moved.size:
+            rt.launch(kernel_of(moved.dtype.name), moved.size // c, moved, y, c)
+        y = xp.moveaxis(y, -1, dim)
+        return y if y.dtype == out_dtype else y.astype(out_dtype)
+
+    def softmax(x, *, dim=-1):
+        if x.ndim == 0:
+            return xp.ones_like(x)
+        return rows_op(x, dim, lambda dt: kernels.softmax_kernel(dt, log=False))
+
+    def log_softmax(x, *, dim=-1):
+        if x.ndim == 0:
+            return xp.zeros_like(x)
+        return rows_op(x, dim, lambda dt: kernels.softmax_kernel(dt, log=True))
+
+    def cross_entropy(logits, target):
+        out_dtype = logits.dtype
+        x = contiguous(wide(logits))
+        n, c = x.shape
+        if target.dtype.name not in ("int32", "int64"):
+            target = target.astype(xp.int64)
+        target = contiguous(target.reshape(-1))
+        picked = xp.empty((n,), dtype=x.dtype)
+        rt.launch(kernels.cross_entropy_kernel(x.dtype.name, target.dtype.name), n, x, target, picked, c)
+        loss = xp.negative(xp.asarray(picked.sum(dtype=picked.dtype) / n, dtype=picked.dtype))
+        return xp.asarray(loss, dtype=out_dtype)
+
+    def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
+        out_dtype = x.dtype
+        x = contiguous(wide(x))
+        d = math.prod(normalized_shape)
+        y = xp.empty(x.shape, dtype=x.dtype)
+        args = [x, y]
+        if weight is not None:
+            args.append(contiguous(weight.astype(x.dtype, copy=False)).reshape(-1))
+        if bias is not None:
+            args.append(contiguous(bias.astype(x.dtype, copy=False)).reshape(-1))
+        if x.size:
+            rt.launch(kernels.layer_norm_kernel(x.dtype.name, weight is not None, bias is not None),
+                      x.size // d, *args, d, eps)
+        return y if y.dtype == out_dtype else y.astype(out_dtype)
+
+    def gelu(x, *, approximate="none"):
+        out_dtype = x.dtype
+        x = contiguous(wide(x))
+        y = xp.empty(x.shape, dtype=x.dtype)
+        rt.launch(kernels.gelu_kernel(x.dtype.name, approximate), x.size, x, y)
+        return y if y.dtype == out_dtype else y.astype(out_dtype)
+
+    def attention(q, k, v, *, causal=False, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
+        scores = scores * xp.asarray(scale, dtype=scores.dtype)
+        if causal:
+            n, m = scores.shape[-2], scores.shape[-1]
+            keep = xp.arange(n)[:, None] >= xp.arange(m)[None, :]
+            scores = xp.where(keep, scores, xp.asarray(-math.inf, dtype=scores.dtype))
+        return xp.matmul(softmax(scores, dim=-1), v)
+
+    # -- optimizer steps ----------------------------------------------------------------------------
+    def run_step(rule, flags, scalars, tensors):
+        """Launch ``rule`` over ``tensors`` (param, grad, *state; the kernel's pointer order),
+        in place where that is safe, else on copies. Returns the updated buffers in order."""
+        dtype = tensors[0].dtype
+        writable = [i for i in range(len(tensors)) if i != 1]
+        targets = [tensors[i] for i in writable]
+        in_place = dtype.name in KERNEL_DTYPES and all(
+            t.dtype == dtype and t.flags.c_contiguous and t.shape == tensors[0].shape for t in tensors) and \
+            len({id(t) for t in targets}) == len(targets) and not _overlap(xp, targets)
+        if in_place:
+            work = list(tensors)
+        else:
+            kdtype = dtype if dtype.name in KERNEL_DTYPES else xp.dtype(xp.float32)
+            work = [xp.array(xp.broadcast_to(t, tensors[0].shape), dtype=kdtype, order="C") for t in tensors]
+        kernel = kernels.step_kernel(rule, work[0].dtype.name, **flags)
+        values = [scalars[s] for s in kernel.meta["scalars"]]
+        rt.launch(kernel, work[0].size, *work, *values)
+        if in_place or work[0].dtype == dtype:
+            return work
+        return [w.astype(dtype) for w in work]
+
+    def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
+                 weight_decay=0.0, maximize=False):
+        first = momentum != 0 and momentum_buffer is None
+        tensors = [param, grad]
+        if momentum != 0:
+            tensors.append(xp.empty_like(param, order="C") if first else momentum_buffer)
+        flags, scalars = sgd_constants(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                                       weight_decay=weight_decay, maximize=maximize, first=first)
+        out = run_step("sgd_step", flags, scalars, tensors)
+        return out[0], (out[2] if momentum != 0 else None)
+
+    def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, beta1=0.9,
+                  beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
+                  decoupled_weight_decay=False):
+        flags, scalars = adam_constants(step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                                        weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
+                                        decoupled_weight_decay=decoupled_weight_decay)
+        tensors = [param, grad, exp_avg, exp_avg_sq] + ([max_exp_avg_sq] if amsgrad else [])
+        out = run_step("adam_step", flags, scalars, tensors)
+        return out[0], out[2], out[3], (out[4] if amsgrad else None)
+
+    def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alpha=0.99, eps=1e-8,
+                     weight_decay=0.0, momentum=0.0, centered=False, maximize=False):
+        flags, scalars = rmsprop_constants(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                           momentum=momentum, centered=centered, maximize=maximize)
+        tensors = [param, grad, square_avg] + ([grad_avg] if centered else []) + \
+            ([momentum_buffer] if momentum > 0 else [])
+        out = run_step("rmsprop_step", flags, scalars, tensors)
+        k = 3
+        ga = bf = None
+        if centered:
+            ga, k = out[k], k + 1
+        if momentum > 0:
+            bf = out[k]
+        return out[0], out[2], ga if centered else grad_avg, bf if momentum > 0 else momentum_buffer
+
+    return {"softmax": softmax, "log_softmax": log_softmax, "cross_entropy": cross_entropy,
+            "layer_norm": layer_norm, "gelu": gelu, "scaled_dot_product_attention": attention,
+            "sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
+
+
+def adam_constants(*, step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay):
+    """The compile-time flags and the per-step scalars of one Adam step, computed in Python
+    doubles exactly as ember.optim.functional.adam_step computes them."""
+    weight = 1 - beta1
+    big = abs(weight) >= 0.5
+    flags = dict(amsgrad=amsgrad, maximize=maximize, weight_decay=weight_decay,
+                 decoupled=decoupled_weight_decay, big_lerp=big)
+    scalars = dict(decay=1 - lr * weight_decay, wd=weight_decay, w1=(1 - weight) if big else weight,
+                   c2=1 - beta2, beta2=beta2, neg_step=-(lr / (1 - beta1 ** step)),
+                   bc2=(1 - beta2 ** step) ** 0.5, eps=eps)
+    return flags, scalars
+
+
+def sgd_constants(*, lr, momentum, dampening, nesterov, weight_decay, maximize, first):
+    flags = dict(maximize=maximize, weight_decay=weight_decay, momentum=momentum,
+                 dampening=dampening, nesterov=nesterov, first=first)
+    return flags, dict(wd=weight_decay, mom=momentum, damp=1 - dampening, neg_lr=-lr)
+
+
+def rmsprop_constants(*, lr, alpha, eps, weight_decay, momentum, centered, maximize):
+    weight = 1 - alpha
+    big = abs(weight) >= 0.5
+    flags = dict(maximize=maximize, weight_decay=weight_decay, momentum=momentum > 0,
+                 centered=centered, big_lerp=big)
+    scalars = dict(wd=weight_decay, alpha=alpha, c1=1 - alpha, w1=(1 - weight) if big else weight,
+                   eps=eps, mom=momentum, neg_lr=-lr)
+    return flags, scalars
+
+
+def _overlap(xp, arrays) -> bool:
+    """Whether any two of ``arrays`` share memory (then an in-place update would race)."""
+    spans = []
+    for a in arrays:
+        start = _address(a)
+        spans.append((start, start + a.nbytes))
+    spans.sort()
+    return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
+def _address(a) -> int:
+    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ember-cupy on a GPU machine, in one go and under 8 minutes: the plugin's GPU tests, the
+# conformance suite on `cupy`, and the MLP / ResNet-18 training benchmarks against PyTorch CUDA.
+#
+#   bash plugins/cupy/gpu_check.sh [OUT_DIR]        (default: $OUT, else a new temporary folder)
+#
+# Made for the project's GPU machine: one H200, no network, with cupy-cuda13x, numpy, torch,
+# pytest and pluggy preinstalled. It installs nothing from the network: ember and this plugin
+# go in editable from the repository copy (--no-deps --no-build-isolation); hypothesis, which
+# the conformance suite needs, is taken from a wheel folder ($EMBER_WHEELS, default ./.wheels)
+# if it is not installed. Every step has its own time limit, writes its log into OUT_DIR, and
+# the run goes on after a failed step; OUT_DIR/summary.md says what passed and how long it took.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="${1:-${OUT:-$(mktemp -d)}}"
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
+echo "results go to $OUT"
+cd "$ROOT"
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+PY="${PYTHON:-python3}"
+START=$(date +%s)
+SUMMARY="$OUT/summary.md"
+printf '# ember-cupy GPU check\n\n| step | status | seconds |\n| --- | --- | ---: |\n' > "$SUMMARY"
+
+# step NAME LIMIT_SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, record the outcome
+step() {
+  local name="$1" limit="$2"; shift 2
+  local t0=$(date +%s) rc
+  echo "=== $name (limit ${limit}s, $(($(date +%s) - START))s elapsed)"
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  local status="ok"
+  [ $rc -eq 124 ] && status="TIMED OUT after ${limit}s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && status="FAILED (exit $rc)"
+  printf '| %s | %s | %d |\n' "$name" "$status" "$(($(date +%s) - t0))" >> "$SUMMARY"
+  tail -n 5 "$OUT/$name.log"
+  return $rc
+}
+
+step environment 20 bash -c "nvidia-smi; $PY -c 'import sys, numpy, cupy, torch; print(sys.version); \
+print(\"numpy\", numpy.__version__, \"cupy\", cupy.__version__, \"torch\", torch.__version__, \
+\"torch cuda\", torch.version.cuda, torch.cuda.is_available()); cupy.show_config()'"
+
+step install 45 bash -c "$PY -m pip install --no-deps --no-build-isolation -e . -e plugins/cupy && \
+( $PY -c 'import hypothesis' 2>/dev/null || $PY -m pip install --no-index \
+  --find-links \"\${EMBER_WHEELS:-$ROOT/.wheels}\" hypothesis attrs sortedcontainers )"
+
+step backends 20 $PY -m ember.cli backends
+if ! $PY -c "from ember_cupy import device; ok, why = device.probe(); print(why); raise SystemExit(0 if ok else 1)" \
+    >> "$OUT/backends.log" 2>&1; then
+  echo "cupy is unavailable here (see $OUT/backends.log); nothing else to check" | tee -a "$SUMMARY"
+  exit 2
+fi
+
+# The plugin's GPU tests (the host-harness ones ran on the CPU machines already).
+step pytest 75 $PY -m pytest tests/plugins/cupy/test_cupy_gpu.py tests/plugins/cupy/test_cupy_plugin.py \
+  -q -rs -p no:cacheprovider -m "not slow" \
+  --junitxml="$OUT/pytest.xml"
+
+# The conformance suite on the real backend (a failing tier fails the step; the certificate says which).
+step conformance 150 $PY -m ember.cli certify cupy --require-available --max-examples 5 \
+  --out "$OUT/certificate" --quiet
+
+# Training throughput against PyTorch CUDA: MLP first (cheap), ResNet-18 after.
+step bench 160 $PY -m ember_cupy.bench --out "$OUT/bench" --workloads mlp,resnet18 \
+  --targets torch-cuda,ember-cupy,ember-cupy-multi,ember-cupy-jit --steps 20 --warmup 3 --timeout 45
+
+{
+  printf '\ntotal: %ds\n\n' "$(($(date +%s) - START))"
+  [ -f "$OUT/certificate/certificate.md" ] && head -n 20 "$OUT/certificate/certificate.md"
+  printf '\n## Benchmarks (batch 128, float32, SGD momentum 0.9)\n\n'
+  cat "$OUT/bench/bench.md" 2>/dev/null || echo "(no benchmark table)"
+} >> "$SUMMARY"
+cat "$SUMMARY"
