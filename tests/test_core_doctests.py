@@ -14,3 +14,11 @@ def test_docstring_examples(name):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0, f"{name} has no examples"
+
+
+def test_primitives_doc_is_current():
+    import pathlib
+
+    from ember.primitives import markdown
+    doc = pathlib.Path(__file__).resolve().parents[1] / "docs" / "primitives.md"
+    assert doc.read_text() == markdown(), "regenerate with ember.primitives.markdown()"

@@ -359,3 +359,23 @@ for _p in PRIMITIVES.values():
 def abstract_eval(name: str, *avals, **params):
     """Output (shape, dtype) of primitive `name`, or a ShapeError/DTypeError saying why not."""
     return PRIMITIVES[name].abstract(*avals, **params)
+
+
+def markdown() -> str:
+    """The contract as a Markdown page (docs/primitives.md is this text; a test keeps it current).
+
+    >>> markdown().splitlines()[0]
+    '# The primitive contract'
+    """
+    lines = ["# The primitive contract", "",
+             "Generated from `ember.primitives.PRIMITIVES` by `ember.primitives.markdown()`.",
+             "A backend implements each primitive as `impls[name](*buffers, **params) -> buffer` (see",
+             "docs/writing-a-backend.md). Gradients are ember's business: backends never write backward code.", ""]
+    for group, names in GROUPS.items():
+        lines += [f"## {group}", "", "| primitive | differentiable | spec |", "|---|---|---|"]
+        for name in names:
+            p = PRIMITIVES[name]
+            lines.append(f"| `{name}` | {'yes' if p.differentiable else 'no'} | {p.doc.replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)
+
