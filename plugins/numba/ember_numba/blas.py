@@ -1,0 +1,133 @@
+"""Matrix products on NumPy's BLAS, each run the way that measured faster.
+
+Two ways to run a product, chosen per shape by measurement (launch.ThreadChoice):
+
+* **one thread**: BLAS on the calling thread;
+* **shared**: the product split into column blocks that the calling thread and helper threads
+  take one at a time, each block one single-threaded BLAS call. OpenBLAS's own threads split
+  a product into fixed equal parts and wait for the last one: when another process holds a
+  core, that part waits for a time slice and the product with it (measured on the 2-core
+  development machine: GEMMs of 10-100 ms on one thread took 2-30 times longer on OpenBLAS's
+  two when the machine was busy). Blocks taken on demand let the running thread do the work of
+  one that is not running, and the caller waits only for blocks already started, never for a
+  helper that has not woken up.
+
+Products below :data:`SHARE_FLOPS` (a few ms on one core) always run on one thread; "all
+threads" is the count BLAS is set to (its environment variables, threadpoolctl,
+``EMBER_NUM_THREADS``): this never uses more. BLAS itself is held at one thread during these
+calls and restored after (~1 µs through threadpoolctl's handle on the library).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ember.backends import numpy_backend as nb
+
+from .launch import ThreadChoice
+
+SHARE_FLOPS = 1 << 27        # ~1 ms on one core: below it a second thread cannot pay
+BLOCK = 256                  # columns per block at least (narrower blocks starve the GEMM kernel)
+CHOICE = ThreadChoice()
+_LIBS: list = []
+_POOL: list = []
+
+
+def _libs():
+    """threadpoolctl's controllers of the loaded BLAS libraries (None when unavailable)."""
+    if not _LIBS:
+        try:
+            import threadpoolctl
+            _LIBS.append([c for c in threadpoolctl.ThreadpoolController().lib_controllers if c.user_api == "blas"])
+        except Exception:  # noqa: BLE001 - no threadpoolctl, or a BLAS it cannot drive: plain NumPy
+            _LIBS.append(None)
+    return _LIBS[0]
+
+
+def _set(libs, n):
+    for lib in libs:
+        lib.set_num_threads(n)
+
+
+def _pool(helpers):
+    """A pool of ``helpers`` daemon threads, made once."""
+    from concurrent.futures import ThreadPoolExecutor
+    if not _POOL or _POOL[0][0] < helpers:
+        _POOL[:] = [(helpers, ThreadPoolExecutor(helpers, thread_name_prefix="ember-numba-gemm"))]
+    return _POOL[0][1]
+
+
+def shared_matmul(a, b, threads):
+    """``a @ b`` for 2-d ``a``, ``b`` as column blocks taken on demand by ``threads`` threads.
+
+    >>> a, b = np.ones((3, 4)), np.arange(4.0 * 600).reshape(4, 600)
+    >>> bool((shared_matmul(a, b, 2) == a @ b).all())
+    True
+    """
+    m, n = a.shape[0], b.shape[1]
+    out = np.empty((m, n), np.result_type(a, b))
+    blocks = max(1, min(4 * threads, n // BLOCK))
+    edges = [n * i // blocks for i in range(blocks + 1)]
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0, "error": None}
+    finished = threading.Event()
+
+    def work():
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= blocks or state["error"] is not None:
+                    return
+                state["next"] = i + 1
+            try:
+                j0, j1 = edges[i], edges[i + 1]
+                np.matmul(a, b[:, j0:j1], out=out[:, j0:j1])
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                state["error"] = exc
+            with lock:
+                state["done"] += 1
+                if state["done"] == blocks or state["error"] is not None:
+                    finished.set()
+
+    pool = _pool(threads - 1)
+    for _ in range(threads - 1):
+        pool.submit(work)
+    work()
+    finished.wait()
+    if state["error"] is not None:
+        raise state["error"]
+    return out
+
+
+def matmul(a, b):
+    """``np.matmul(a, b)`` (the reference), on one thread or shared, as measured faster."""
+    if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2:
+        return nb.IMPLS["matmul"](a, b)
+    batch = max(a.size // max(a.shape[-2] * a.shape[-1], 1), 1)
+    flops = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * batch
+    libs = _libs()
+    n = libs[0].get_num_threads() if libs else 1
+    if n <= 1:
+        return nb.IMPLS["matmul"](a, b)
+    shareable = flops >= SHARE_FLOPS and a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype \
+        and b.shape[1] >= 2 * BLOCK
+    if shareable:
+        one, explore, st = CHOICE.choose((a.shape, b.shape, a.dtype.char, a.strides, b.strides))
+    else:
+        one, explore, st = True, False, None
+    _set(libs, 1)
+    t0 = time.perf_counter()
+    try:
+        out = nb.IMPLS["matmul"](a, b) if one else shared_matmul(a, b, n)
+    finally:
+        _set(libs, n)
+    if st is not None:
+        CHOICE.record(st, one, explore, time.perf_counter() - t0)
+    return out
+
+
+def choices() -> dict:
+    """For each product shape seen: (calls, mean seconds on 1 thread, shared). For reports."""
+    return {k[:2]: v for k, v in CHOICE.summary().items()}

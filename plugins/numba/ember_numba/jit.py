@@ -1,0 +1,219 @@
+"""``compile(group)`` for ember.jit: a fusion group becomes one generated, cached numba kernel.
+
+ember.jit hands the backend each fusion group (ember.jit.passes.Group): an *elementwise*
+group (a chain of elementwise primitives over one shape) or a *reduce* group (elementwise
+work over a shape, one sum/max/min over some of its axes, then elementwise work over the
+result). This module translates the group's nodes into a render.Program — SSA names for its
+values, literals for its scalar arguments — renders the kernel source, and returns a
+function of the group's input buffers that returns its output buffers. Only the values the
+group's consumers need are written to memory; everything else lives in registers.
+
+Returns None (ember.jit then runs the group op by op) for what the kernels do not cover:
+float16, integer ``pow``/``div``, max/min of integers, reductions whose kept and reduced axes
+interleave (keep, reduce, keep), or inputs that cannot be addressed by one stride per
+collapsed dim.
+
+>>> import ember, numpy as np
+>>> f = ember.jit(lambda a, b: (a * b + 1.0).relu().sum(1))
+>>> a = ember.ones(4, 3, backend="numba")
+>>> f(a, a).tolist(), f.stats(a, a)["fused"]
+([6.0, 6.0, 6.0, 6.0], 1)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import launch
+from .render import EXPR, Program, element_strides, render_reduce
+
+_KERNELS: dict = {}            # rendered source -> module (one per distinct group structure)
+
+
+class Unsupported(Exception):
+    """The group has something the generated kernels do not handle."""
+
+
+def compile_group(group):
+    """A function ``run(*input_buffers) -> tuple of output buffers`` for ``group``, or None."""
+    try:
+        if group.kind == "elementwise":
+            return _elementwise(group)
+        if group.kind == "reduce":
+            return _reduce(group)
+    except Unsupported:
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------- translation
+def _dtype(v) -> str:
+    name = str(v.dtype)
+    if name == "float16":
+        raise Unsupported("float16")
+    return name
+
+
+def _check(v):
+    if v.op not in EXPR:
+        raise Unsupported(v.op)
+    if v.op in ("pow", "div", "floor") and _dtype(v)[0] != "f":
+        raise Unsupported(f"integer {v.op}")
+
+
+def _node(v, names, dtype=None):
+    """The Program node of Var ``v``; its Var arguments are looked up in ``names``."""
+    _check(v)
+    args = []
+    for a in v.args:
+        if isinstance(a, (bool, int, float)):
+            args.append(a)
+        elif a.id in names:
+            args.append(names[a.id])
+        else:
+            raise Unsupported("an argument from outside the group that is not one of its inputs")
+    return (names[v.id], v.op, tuple(args), dict(v.params), dtype or _dtype(v))
+
+
+def _inputs(group):
+    names = {a.id: f"x{i}" for i, a in enumerate(group.inputs)}
+    return names, [("array", _dtype(a)) for a in group.inputs]
+
+
+def _elementwise(group):
+    names, inputs = _inputs(group)
+    for i, v in enumerate(group.nodes):
+        names[v.id] = f"t{i}"
+    program = Program(inputs, [_node(v, names) for v in group.nodes], [names[o.id] for o in group.outputs])
+    kernel = launch.Kernel(program)
+    shapes = tuple(tuple(a.shape) for a in group.inputs)
+    plan = kernel.plan(shapes, force=True)
+    if plan is None or plan.out_shape != tuple(group.shape):
+        raise Unsupported("the inputs do not broadcast to the group's shape in at most 4 dims")
+
+    def run(*bufs):
+        return kernel(*[np.ascontiguousarray(b) for b in bufs], force=True)
+    return run
+
+
+# ----------------------------------------------------------------------------- reduce groups
+def _groups_of_dims(shape, axes):
+    """Each non-unit dim of ``shape`` labelled "a" (reduced, before the kept ones), "b" (kept)
+    or "c" (reduced, after them); Unsupported if they interleave otherwise."""
+    labels, seen_kept = {}, False
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if d in axes:
+            labels[d] = "c" if seen_kept else "a"
+        else:
+            if seen_kept and any(labels[e] == "c" for e in labels):
+                raise Unsupported("kept axes on both sides of a reduced one")
+            labels[d] = "b"
+            seen_kept = True
+    return labels
+
+
+def _collapsed(shape, strides, dims):
+    """One stride for the collapsed run of ``dims`` (0 when broadcast along all of them)."""
+    dims = [d for d in dims if shape[d] != 1]
+    if not dims:
+        return 0
+    for d, e in zip(dims, dims[1:]):
+        if strides[d] != strides[e] * shape[e]:
+            raise Unsupported("an input that is not one stride per collapsed dim")
+    return strides[dims[-1]]
+
+
+def _reduce(group):
+    red = group.reduce
+    shape = tuple(group.shape)
+    axes = {a % max(len(shape), 1) for a in red.params["axes"]}
+    if not axes:
+        raise Unsupported("an empty reduction")
+    dt = _dtype(red)
+    if red.op != "sum" and dt[0] != "f":
+        raise Unsupported("max/min of integers")
+    labels = _groups_of_dims(shape, axes)
+    size = {k: int(np.prod([shape[d] for d in labels if labels[d] == k])) for k in "abc"}
+
+    post_ids, names = set(), {}
+    for i, v in enumerate(group.nodes):
+        if v is red:
+            names[v.id] = "r"
+            post_ids.add(v.id)
+        elif any(not isinstance(a, (bool, int, float)) and a.id in post_ids for a in v.args):
+            post_ids.add(v.id)
+            names[v.id] = f"t{i}"
+        else:
+            names[v.id] = f"t{i}"
+    in_names, inputs = _inputs(group)
+    names.update(in_names)
+    pre_nodes = [v for v in group.nodes if v.id not in post_ids]
+    post_nodes = [v for v in group.nodes if v.id in post_ids and v is not red]
+    pre_names = {names[v.id] for v in pre_nodes}
+    for v in post_nodes:
+        if any(not isinstance(a, (bool, int, float)) and names.get(a.id) in pre_names for a in v.args):
+            raise Unsupported("a post-reduction op reading a pre-reduction value")
+
+    pre = Program(inputs, [_node(v, names) for v in pre_nodes], [])
+    post = Program(inputs, [_node(v, names) for v in post_nodes], [])
+    post.dtypes["r"] = dt
+    red_arg = red.args[0]
+    if isinstance(red_arg, (bool, int, float)) or red_arg.id not in names:
+        raise Unsupported("a reduction of a scalar")
+    red_arg = names[red_arg.id]
+
+    # Strides: pre-stage inputs over (A, B, C) of the group's shape, post-stage ones over B.
+    pre_reads = {a for _, _, args, _, _ in pre.nodes for a in args if isinstance(a, str)} | {red_arg}
+    post_reads = {a for _, _, args, _, _ in post.nodes for a in args if isinstance(a, str)}
+    post_inputs = sorted(int(n[1:]) for n in post_reads if n.startswith("x"))
+    stride_args, inner, expand = [], [], set()
+    full = element_strides(shape, shape)
+    for k, a in enumerate(group.inputs):
+        sa = sb = sc = 0                # inputs read only after the reduction have no pre strides
+        if f"x{k}" in pre_reads:
+            try:
+                st = element_strides(tuple(a.shape), shape)
+                sa, sb, sc = (_collapsed(shape, st, [d for d in labels if labels[d] == g]) for g in "abc")
+                if sc not in (0, 1):
+                    raise Unsupported("an input that does not walk the innermost reduced dims contiguously")
+            except Unsupported:
+                # Broadcast in a way one stride per run cannot express: give the kernel a full copy.
+                if k in post_inputs:
+                    raise
+                expand.add(k)
+                sa, sb, sc = (_collapsed(shape, full, [d for d in labels if labels[d] == g]) for g in "abc")
+        stride_args += [sa, sb, sc]
+        inner.append(sc == 1)
+    rshape = tuple(red.shape)
+    kept = [d for d, n in enumerate(rshape) if n != 1]
+    for k in post_inputs:
+        a = group.inputs[k]
+        st = element_strides(tuple(a.shape), rshape)
+        stride_args.append(_collapsed(rshape, st, kept))
+
+    pre_outs = [o for o in group.outputs if o.id not in post_ids]
+    post_outs = [o for o in group.outputs if o.id in post_ids]
+    for o in post_outs:
+        if int(np.prod(o.shape)) != size["b"]:
+            raise Unsupported("a post-reduction output of another size")
+    acc = ("float64" if dt[0] == "f" else "int64") if red.op == "sum" else dt
+    source = render_reduce(pre, red.op, red_arg, post, post_inputs, [names[o.id] for o in pre_outs],
+                           [names[o.id] for o in post_outs], tuple(inner), acc)
+    module = _KERNELS.get(source)
+    if module is None:
+        from . import cache
+        module = _KERNELS[source] = cache.load(source)
+    A, B, C = size["a"], size["b"], size["c"]
+    prefix = (A, B, C, *stride_args)
+    out_specs = [(tuple(o.shape), np.dtype(str(o.dtype))) for o in pre_outs + post_outs]
+    order = [(pre_outs + post_outs).index(o) for o in group.outputs]
+    work = A * B * C if B >= 2 else 0          # one kept output: one task, no threads to share it
+
+    def run(*bufs):
+        outs = [np.empty(s, d) for s, d in out_specs]
+        ins = [np.ascontiguousarray(np.broadcast_to(b, shape) if k in expand else b).reshape(-1)
+               for k, b in enumerate(bufs)]
+        launch.run(module.kernel, work, *prefix, *ins, *[o.reshape(-1) for o in outs])
+        return tuple(outs[i] for i in order)
+    return run

@@ -1,0 +1,219 @@
+"""Running an elementwise program on NumPy buffers: shapes to a plan, a plan to a kernel call.
+
+A :class:`Kernel` is one program (render.Program); for each broadcast pattern it meets it
+renders, caches and imports a module (cache.py) and keeps it. :func:`run` decides how many
+threads a call gets. :meth:`Kernel.plan` turns
+the operand shapes into everything a call needs — the kernel variant and its size and stride
+arguments — and remembers it per shapes, so a training loop that calls the same op on the
+same shapes pays one dictionary lookup before the kernel runs.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from . import cache
+from .render import MAX_RANK, collapse, element_strides, render
+
+#: Elements of work from which a kernel may run on all threads (``EMBER_NUMBA_PAR_MIN``);
+#: below it, always on the calling thread. Every kernel is compiled for ``prange``; run with
+#: one thread it costs ~1 µs more than a plain loop, while waking the other threads costs
+#: ~8 µs on an idle machine, so smaller loops cannot gain. Above it, ThreadChoice decides by
+#: measurement.
+PAR_MIN = int(os.environ.get("EMBER_NUMBA_PAR_MIN", 1 << 18))
+
+#: Calls with the same op and shapes before a kernel is compiled (or loaded from the disk
+#: cache) for them: ``EMBER_NUMBA_HOT``, default 3; 1 compiles at the first call. Work done
+#: once or twice — building a model, one evaluation, the first step of a small network —
+#: stays on NumPy and never waits for the compiler; a training loop, which repeats its shapes
+#: every step, gets its kernels within its first few steps (tiered compilation, as
+#: JIT-compiling interpreters do it).
+HOT = int(os.environ.get("EMBER_NUMBA_HOT", 3))
+_SEEN: dict = {}
+
+
+#: Work (elements or flops) from which a call compiles at once: NumPy would take longer than
+#: loading or compiling the kernel (a ResNet convolution: 100 ms on NumPy, a kernel once).
+HOT_WORK = 1 << 28
+
+
+def hot(key, work=0) -> bool:
+    """Has ``key`` (an op and its shapes) now been seen HOT times, or is its ``work`` at least
+    HOT_WORK? Counts this call; a key that got hot stays hot.
+
+    >>> [hot(("doc", 1)) for _ in range(4)] == [False] * (HOT - 1) + [True] * (5 - HOT)
+    True
+    """
+    n = _SEEN.get(key, 0)
+    if n >= HOT - 1 or work >= HOT_WORK:
+        return True
+    if len(_SEEN) > 100_000:          # shapes that never repeat: forget them rather than grow
+        _SEEN.clear()
+    _SEEN[key] = n + 1
+    return False
+
+
+def threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+class ThreadChoice:
+    """One thread or all, per kind of call, by measurement.
+
+    Work split over threads ends when the slowest thread does. On an idle machine two
+    threads nearly halve a large loop; on a shared one, where another process holds the
+    other core, the second thread waits for a time slice and the call takes milliseconds
+    longer (measured on the 2-core development machine: a 4M-element loop 0.3 ms on two
+    threads or 0.6 ms on one when quiet; GEMMs of 1-100 ms on one thread taking 10-3000 ms on
+    two when busy). Which is better changes with the machine's load, so each key (a kernel
+    and its size, a GEMM shape) keeps a running mean of its time on one thread and on all,
+    uses the faster, and measures the other again after EXPLORE calls, then after twice as
+    many each time it loses again (and enough more that re-tries cost under ~5% of the time
+    in between), up to MAX_PERIOD.
+
+    A busy machine is busy for every key at once: after STREAK tries in a row (any keys) in
+    which all threads lost, a key about to try all threads for the first time waits one more
+    period instead of paying for that try at once.
+    """
+
+    EXPLORE, MAX_PERIOD, SMOOTH, STREAK = 16, 4096, 0.3, 3
+    streak = [0]                # shared by every ThreadChoice: tries in a row that threads lost
+
+    def __init__(self):
+        self.stats: dict = {}
+
+    def choose(self, key):
+        """(use one thread?, is this a try of the road not taken?, the key's record)."""
+        st = self.stats.get(key)
+        if st is None:
+            if len(self.stats) > 10_000:
+                self.stats.clear()
+            # calls, mean seconds on 1 thread, on all, call of the next try, try period
+            st = self.stats[key] = [0, None, None, 0, self.EXPLORE]
+        st[0] += 1
+        if st[1] is None:
+            return True, False, st
+        if st[2] is None:
+            if st[0] < st[3]:
+                return True, False, st
+            if self.streak[0] >= self.STREAK and st[4] == self.EXPLORE:
+                st[3], st[4] = st[0] + self.EXPLORE, 2 * self.EXPLORE    # busy: try later, once
+                return True, False, st
+            return False, True, st
+        one = st[1] <= st[2]
+        if st[0] >= st[3]:
+            return not one, True, st
+        return one, False, st
+
+    def record(self, st, one, explore, seconds):
+        slot = 1 if one else 2
+        if not explore:
+            st[slot] = seconds if st[slot] is None else st[slot] + self.SMOOTH * (seconds - st[slot])
+            if st[3] == 0:
+                st[3] = st[0] + 1           # the first try of all threads: at the next call
+            return
+        # The fresh time of the road not taken replaces its estimate. If it wins it is taken
+        # from now on; if it still loses, the next try waits twice as long, and at least long
+        # enough that tries cost under ~5% of the calls' time in between.
+        other = st[2] if one else st[1]
+        st[slot] = seconds
+        lost = other is not None and seconds > other
+        if lost:
+            st[4] = min(max(2 * st[4], int(20 * (seconds / max(other, 1e-9) - 1))), self.MAX_PERIOD)
+        else:
+            st[4] = self.EXPLORE
+        st[3] = st[0] + st[4]
+        threads_lost = (not one and lost) or (one and not lost)
+        self.streak[0] = self.streak[0] + 1 if threads_lost else 0
+
+    def summary(self) -> dict:
+        return {k: tuple(v[:3]) for k, v in self.stats.items()}
+
+
+KERNEL_THREADS = ThreadChoice()
+
+
+def run(fn, work, *args):
+    """``fn(*args)`` on this thread alone if ``work`` (elements) is below PAR_MIN, else on one
+    thread or all, whichever KERNEL_THREADS measured faster for this kernel and size."""
+    import numba
+    n = numba.get_num_threads()
+    if n == 1:
+        return fn(*args)
+    if work >= PAR_MIN:
+        one, explore, st = KERNEL_THREADS.choose((fn, work))
+    else:
+        one, explore, st = True, False, None
+    if one:
+        numba.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        if one:
+            numba.set_num_threads(n)
+        if st is not None:
+            KERNEL_THREADS.record(st, one, explore, time.perf_counter() - t0)
+
+
+class Plan:
+    __slots__ = ("fn", "prefix", "out_shape", "size")
+
+    def __init__(self, module, prefix, out_shape):
+        self.fn, self.prefix, self.out_shape = module.kernel, prefix, out_shape
+        self.size = math.prod(out_shape)
+
+
+class Kernel:
+    """One elementwise program, compiled per broadcast pattern on demand."""
+
+    def __init__(self, program):
+        self.program = program
+        self.out_dtypes = [np.dtype(program.dtypes[o]) for o in program.outputs]
+        self.modules: dict = {}
+        self.plans: dict = {}
+
+    def module(self, rank: int, inner: tuple):
+        key = (rank, inner)
+        m = self.modules.get(key)
+        if m is None:
+            m = self.modules[key] = cache.load(render(self.program, rank, inner))
+        return m
+
+    def plan(self, shapes: tuple, force: bool = False):
+        """The plan for array inputs of ``shapes`` (in input order, scalars left out), or None
+        when the collapsed rank is above MAX_RANK or the shapes are not hot yet (see HOT)."""
+        p = self.plans.get(shapes, False)
+        if p is not False:
+            return p
+        if not force and not hot((id(self), shapes)):
+            return None
+        out_shape = np.broadcast_shapes(*shapes) if shapes else ()
+        strides = [element_strides(s, out_shape) for s in shapes]
+        cshape, cstrides = collapse(out_shape, strides)
+        if len(cshape) > MAX_RANK:
+            p = None
+        else:
+            inner = tuple(st[-1] == 1 for st in cstrides)
+            outer = tuple(st[d] for st in cstrides for d in range(len(cshape) - 1))
+            p = Plan(self.module(len(cshape), inner), tuple(cshape) + outer, tuple(out_shape))
+        self.plans[shapes] = p
+        return p
+
+    def __call__(self, *args, out=None, force=False):
+        """Run on C-contiguous arrays and scalars (in the program's input order); returns the
+        output arrays (a list), or None when this shape pattern is not handled. ``out`` may
+        give C-contiguous output buffers of the right shape and dtype, inputs included: each
+        element is read before it is written, so updating an input in place is safe."""
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        p = self.plan(tuple(a.shape for a in arrays), force)
+        if p is None:
+            return None
+        outs = out if out is not None else [np.empty(p.out_shape, dt) for dt in self.out_dtypes]
+        flat = [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in args]
+        run(p.fn, p.size, *p.prefix, *flat, *[o.reshape(-1) for o in outs])
+        return outs

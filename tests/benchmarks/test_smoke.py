@@ -1,0 +1,129 @@
+"""The benchmark harness: `python -m benchmarks run --smoke` runs every workload and reports each
+one for ember/numpy and torch, measured or with the reason it was not; the FLOP counts behind
+"% of GEMM peak" match the models; the speed ratio points the right way for times and rates."""
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))      # `benchmarks` is a top-level folder of the repository, not installed
+
+from benchmarks import runner  # noqa: E402
+from benchmarks.workloads import WORKLOADS, _forward_macs  # noqa: E402
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def run_benchmarks(*args, timeout=400):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "run", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_smoke_reports_every_workload_for_numpy_and_torch(tmp_path):
+    docs = ROOT / "docs" / "performance.md"
+    docs_before = docs.read_text() if docs.exists() else None
+    out = tmp_path / "smoke.json"
+    # numpy and torch only: the pure-Python backend needs minutes for one ResNet-18 step
+    proc = run_benchmarks("--smoke", "--backends", "numpy,torch", "--json", str(out))
+    report = json.loads(out.read_text())
+
+    assert list(report["status"]) == ["gemm", *WORKLOADS]
+    assert report["status"]["gemm"]["gemm/numpy"] == "ok"
+    assert report["status"]["gemm"]["gemm/torch"] == "ok" or not HAS_TORCH
+    for workload, row in list(report["status"].items())[1:]:
+        for target in ("ember/numpy", "torch/eager"):
+            status = row[target]
+            # measured, or unavailable with its reason; a crash of the harness or of ember fails here
+            assert status == "ok" or (status.startswith("unavailable: ") and len(status) > 20), (workload, target, status)
+        if HAS_TORCH:
+            assert row["torch/eager"] == "ok", (workload, row["torch/eager"])
+
+    for r in report["records"]:
+        if r["status"] == "ok":
+            assert all(math.isfinite(v) and v > 0 for v in r["metrics"].values()), r
+            assert r["maxrss_mib"] > 0 and r["env"]["OMP_NUM_THREADS"] == "2"
+            if "loss_first_last" in r:
+                assert all(math.isfinite(v) for v in r["loss_first_last"]), r
+
+    # the table is printed, names the machine, and smoke results stay out of the docs
+    assert "| W1-train | torch/eager |" in proc.stdout or not HAS_TORCH
+    assert "Threads: 2 for every pool" in proc.stdout
+    assert (docs.read_text() if docs.exists() else None) == docs_before
+    # the JSON holds all the table needs: `report` prints the same table again
+    again = subprocess.run([sys.executable, "-m", "benchmarks", "report", str(out)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0 and again.stdout == proc.stdout
+
+
+def test_unknown_backend_is_reported_not_dropped(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_benchmarks("--smoke", "--workloads", "W4", "--backends", "no_such_backend", "--json", str(out))
+    report = json.loads(out.read_text())
+    status = report["status"]["W4-overhead"]["ember/no_such_backend"]
+    assert status.startswith("unavailable: BackendError") and "no_such_backend" in status
+    assert "ember/no_such_backend, every workload: unavailable" in proc.stdout
+
+
+def test_flop_counts_match_the_torch_models():
+    """The analytic multiply-add counts equal what torch's layers actually compute."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.workloads import lenet, mlp, resnet18
+    for workload, build, shape in (("W1-train", mlp, (784,)), ("W2-train", lenet, (1, 28, 28)),
+                                   ("W3-train", resnet18, (3, 32, 32))):
+        macs = []
+
+        def count(module, inputs, output):
+            if isinstance(module, torch.nn.Conv2d):
+                k = module.weight[0].numel()            # cin/groups * kh * kw per output element
+                macs.append(output[0].numel() * k)
+            else:
+                macs.append(module.in_features * module.out_features)
+        model = build(torch.nn)
+        for m in model.modules():
+            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                m.register_forward_hook(count)
+        with torch.no_grad():
+            model.eval()(torch.zeros(1, *shape))
+        assert sum(macs) == _forward_macs(workload), workload
+
+
+def test_speed_ratio_is_faster_above_one_for_rates_and_times():
+    ember, torch_ = runner.Target("ember", "numpy"), runner.REFERENCE
+    records = []
+    for rnd, (rate, fwd) in enumerate([(200.0, 2.0), (100.0, 4.0)], start=1):
+        for target, scale in ((ember, 1.0), (torch_, 2.0)):      # torch: twice the rate, twice the time
+            records.append({"status": "ok", "workload": "W1-train", "target": target.label, "round": rnd, "busy": False,
+                            "maxrss_mib": 10.0, "metrics": {"samples_per_s": rate * scale}})
+            records.append({"status": "ok", "workload": "W4-overhead", "target": target.label, "round": rnd,
+                            "busy": rnd == 2, "maxrss_mib": 10.0,
+                            "metrics": {"fwd_us_per_op": fwd * scale, "bwd_us_per_op": fwd}})
+    rows = {(r["workload"], r["target"], r["metric"]): r
+            for r in runner.summarize(records, ["W1-train", "W4-overhead"], [ember, torch_])["rows"]}
+    assert rows["W1-train", "ember/numpy", "samples_per_s"]["speed_vs_torch_eager"]["median"] == 0.5
+    assert rows["W4-overhead", "ember/numpy", "fwd_us_per_op"]["speed_vs_torch_eager"]["median"] == 2.0
+    assert rows["W4-overhead", "ember/numpy", "bwd_us_per_op"]["speed_vs_torch_eager"]["median"] == 1.0
+    assert rows["W1-train", "ember/numpy", "samples_per_s"]["median"] == 150.0
+    assert rows["W4-overhead", "torch/eager", "fwd_us_per_op"]["busy"] == 1
+
+
+def test_default_backends_list_every_known_one_and_say_what_smoke_leaves_out():
+    targets, not_run = runner.default_targets(smoke=True)
+    assert {runner.Target("ember", n) for n in runner.KNOWN_EMBER_BACKENDS} <= set(targets)
+    assert runner.REFERENCE in targets and runner.Target("torch", "compile") in targets
+    assert "smoke" in not_run["torch/compile"]
+    assert runner.default_targets(smoke=False)[1] == {}
+
+
+def test_workload_selection_by_prefix():
+    assert runner.select_workloads("W1,W4") == ["W1-train", "W1-infer", "W4-overhead"]
+    assert runner.parse_target("torch.compile") == runner.Target("torch", "compile")
+    assert runner.parse_target("ember/numba") == runner.parse_target("numba") == runner.Target("ember", "numba")
+    with pytest.raises(SystemExit, match="W9"):
+        runner.select_workloads("W9")

@@ -1,0 +1,277 @@
+"""ember-numba: its kernels against the NumPy reference, on shapes large enough to take them.
+
+The conformance suite (``ember certify numba``) checks every primitive and fused op on small,
+adversarial cases; with the default thresholds those run on NumPy, so here the kernels
+themselves are driven: thresholds lowered to 0 and shapes above the parallel threshold, so
+both the serial and the parallel build of each kernel run. Skipped when numba or the plugin
+is not installed (``pip install -e plugins/numba``).
+"""
+import doctest
+import importlib
+import pathlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+pytest.importorskip("ember_numba")
+
+import ember  # noqa: E402
+from ember.backends import numpy_backend as nb  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return ember.get_backend("numba")
+
+
+@pytest.fixture(autouse=True)
+def compile_at_once(monkeypatch):
+    """Kernels from the first call (the backend otherwise waits for a shape to repeat), on all
+    threads however small the work (so the parallel loops run parallel)."""
+    from ember_numba import launch
+    monkeypatch.setattr(launch, "HOT", 1)
+    monkeypatch.setattr(launch, "PAR_MIN", 0)
+
+
+@pytest.fixture
+def kernels_always(monkeypatch, backend):
+    """Send everything the kernels cover to them, however small."""
+    from ember_numba import backend as numba_backend, kernels
+    monkeypatch.setattr(numba_backend, "MIN_SIZE", 0)
+    monkeypatch.setattr(numba_backend, "MIN_SIZE_WHERE", 0)
+    monkeypatch.setattr(kernels, "MIN_SIZE", 0)
+
+
+def close(got, want, rtol=1e-5, atol=1e-6):
+    assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape, \
+        (type(got), getattr(got, "dtype", None), getattr(got, "shape", None), want.dtype, want.shape)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+
+
+# ----------------------------------------------------------------------------- elementwise
+# Each op once or twice, each broadcast pattern of the kernels at least once (every kernel
+# variant is compiled on first use, so the list is kept short): same shape, a row (bias), a
+# column (softmax's max), NCHW with a per-channel operand, a Python scalar, a 0-d array.
+BINARY = [("add", (300, 257), (300, 257)), ("add", (300, 257), (257,)), ("sub", (8, 16, 30, 30), (1, 16, 1, 1)),
+          ("mul", (300, 257), (300, 1)), ("div", (70000,), ()), ("maximum", (300, 257), (300, 257)),
+          ("minimum", (257,), (300, 257)), ("gt", (300, 257), None), ("eq", (300, 257), (300, 257)),
+          ("div", (300, 257), None)]
+
+
+@pytest.mark.parametrize("op,sa,sb", BINARY, ids=str)
+def test_binary_kernels_match_the_reference(op, sa, sb, backend, kernels_always, rng):
+    a = rng.standard_normal(sa).astype(np.float32)
+    a.reshape(-1)[::97] = np.nan
+    if sb is None:
+        b = 0.5
+    else:
+        b = rng.standard_normal(sb).astype(np.float32)
+        b.reshape(-1)[::89] = 0.0
+    with np.errstate(all="ignore"):
+        close(backend.impls[op](a, b), nb.IMPLS[op](a, b))
+
+
+def test_where_and_unary_kernels(backend, kernels_always, rng):
+    x = rng.standard_normal((256, 300))
+    c = x > 0
+    close(backend.impls["where"](c, x, 0.0), nb.IMPLS["where"](c, x, 0.0))
+    x = x.astype(np.float32)
+    close(backend.impls["where"](c, 1.5, x[:1]), nb.IMPLS["where"](c, 1.5, x[:1]))
+    for op in ("neg", "sqrt", "reciprocal", "abs", "floor"):
+        with np.errstate(all="ignore"):
+            close(backend.impls[op](x), nb.IMPLS[op](x))
+
+
+def test_views_and_other_dtypes_take_the_reference(backend, kernels_always, rng):
+    x = rng.standard_normal((300, 400)).astype(np.float32)
+    close(backend.impls["add"](x.T, x.T), x.T + x.T)                           # a permuted view
+    h = x.astype(np.float16)
+    close(backend.impls["mul"](h, h), nb.IMPLS["mul"](h, h))
+    i = rng.integers(-5, 5, (300, 400))
+    np.testing.assert_array_equal(backend.impls["add"](i, i), i + i)
+
+
+# ----------------------------------------------------------------------------- reductions, layout
+@pytest.mark.parametrize("shape,axes", [((512, 300), (0,)), ((300, 512), (1,)), ((64, 32, 7, 7), (0, 2, 3)),
+                                        ((100, 1000), (0, 1)), ((6, 50, 40), (1,))], ids=str)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_reductions(op, shape, axes, backend, kernels_always, rng):
+    x = rng.standard_normal(shape)
+    for dtype in ("float32", "float64"):
+        xd = x.astype(dtype)
+        for keepdims in (False, True):
+            # The kernels add in float64: compare with the exact sum of the same inputs, rounded once.
+            want = nb.IMPLS[op](xd.astype(np.float64), axes, keepdims).astype(dtype)
+            # (A layout the kernels leave to NumPy adds in float32: the suite's accumulation allowance.)
+            terms = np.prod([shape[a] for a in axes])
+            atol = 4 * np.finfo(dtype).eps * terms * np.abs(x).max()
+            close(backend.impls[op](xd, axes, keepdims), want, rtol=1e-6 if dtype == "float32" else 1e-12, atol=atol)
+    y = x.copy()
+    y.reshape(-1)[7] = np.nan
+    close(backend.impls[op](y, axes, False), nb.IMPLS[op](y, axes, False))
+
+
+@pytest.mark.parametrize("widths,value", [(((0, 0), (0, 0), (1, 1), (2, 0)), 0.0),
+                                          (((1, 0), (0, 2), (0, 0), (0, 0)), -np.inf),
+                                          (((0, 0), (0, 0), (0, 0), (0, 1)), 3.0)], ids=str)
+def test_pad(widths, value, backend, kernels_always, rng):
+    x = rng.standard_normal((16, 8, 30, 20)).astype(np.float32)
+    close(backend.impls["pad"](x, widths, value), nb.IMPLS["pad"](x, widths, value))
+
+
+CONVS = [((16, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
+         ((8, 16, 15, 13), (32, 16, 3, 3), (2, 2), (1, 1), (1, 1)),
+         ((4, 4, 20, 20), (8, 4, 3, 2), (2, 1), (0, 2), (2, 1)),
+         ((32, 1, 28, 28), (32, 1, 3, 3), (1, 1), (0, 0), (1, 1))]
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation", CONVS, ids=str)
+def test_convolutions(xs, ws, stride, padding, dilation, backend, kernels_always, rng):
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    p = dict(stride=stride, padding=padding, dilation=dilation, groups=1)
+    y = nb.IMPLS["conv2d"](x, w, **p)
+    g = rng.standard_normal(y.shape)
+    close(backend.impls["conv2d"](x, w, **p), y, rtol=1e-10, atol=1e-10)
+    close(backend.impls["conv2d_grad_input"](g, w, input_shape=xs, **p),
+          nb.IMPLS["conv2d_grad_input"](g, w, input_shape=xs, **p), rtol=1e-10, atol=1e-10)
+    close(backend.impls["conv2d_grad_weight"](x, g, weight_shape=ws, **p),
+          nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape=ws, **p), rtol=1e-10, atol=1e-9)
+    x32, w32 = x.astype(np.float32), w.astype(np.float32)
+    close(backend.impls["conv2d"](x32, w32, **p), nb.IMPLS["conv2d"](x32, w32, **p), rtol=1e-4, atol=1e-4)
+
+
+def test_windows_grad_index_add_and_random_bits(backend, kernels_always, rng):
+    g = rng.standard_normal((4, 8, 9, 8, 2, 3)).astype(np.float32)
+    args = dict(input_shape=(4, 8, 20, 20), kernel=(2, 3), stride=(2, 2), dilation=(1, 2))
+    close(backend.impls["windows_grad"](g, **args), nb.IMPLS["windows_grad"](g, **args))
+    x = rng.standard_normal((30, 1000))
+    idx = rng.integers(-30, 30, 500)                      # repeats accumulate, negatives count from the end
+    v = rng.standard_normal((500, 1000))
+    close(backend.impls["index_add"](x, idx, v, 0), nb.IMPLS["index_add"](x, idx, v, 0), rtol=1e-12, atol=1e-12)
+    for shape, seed, offset in [((300, 301), 7, 3), ((100000,), 2 ** 64 - 1, 2 ** 40 + 1)]:
+        np.testing.assert_array_equal(backend.impls["random_bits"](shape, seed, offset),
+                                      nb.IMPLS["random_bits"](shape, seed, offset))
+
+
+# ----------------------------------------------------------------------------- fused ops
+def _reference(name, *args, **params):
+    from ember.fused import FUSED
+    with ember.no_grad():
+        out = FUSED[name](*(None if a is None else ember.tensor(a, backend="numpy") for a in args), **params)
+    return tuple(None if t is None else t.numpy() for t in out) if isinstance(out, tuple) else out.numpy()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_row_ops_on_large_inputs(dtype, backend, rng):
+    x = (rng.standard_normal((600, 130)) * 5).astype(dtype)
+    x[0, 0] = 800.0
+    # float32 atol: a few roundings of values up to ~800 (the shifted logits), as tier 4 allows.
+    tol = dict(rtol=2e-5, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-11)
+    for name in ("softmax", "log_softmax"):
+        for dim in (-1, 0):
+            close(backend.fused_impls[name](x, dim=dim), _reference(name, x, dim=dim), **tol)
+    t = rng.integers(0, 130, 600)
+    close(backend.fused_impls["cross_entropy"](x, t), _reference("cross_entropy", x, t), **tol)
+    w, b = rng.standard_normal(130).astype(dtype), rng.standard_normal(130).astype(dtype)
+    close(backend.fused_impls["layer_norm"](x, w, b, normalized_shape=(130,)),
+          _reference("layer_norm", x, w, b, normalized_shape=(130,)), **tol)
+    for approximate in ("none", "tanh"):
+        close(backend.fused_impls["gelu"](x, approximate=approximate),
+              _reference("gelu", x, approximate=approximate), **tol)
+
+
+@pytest.mark.parametrize("name", ["sgd_step", "adam_step", "rmsprop_step"])
+def test_fused_optimizer_steps_update_in_place(name, backend, rng):
+    from ember.optim.functional import CASES, REFERENCE
+    shape = (300, 257)
+    for hyper in (CASES[name][0], CASES[name][-1]):      # the plainest and the most involved options
+        p, g = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+        if name == "sgd_step":
+            state = [rng.standard_normal(shape).astype(np.float32) if hyper.get("momentum") else None]
+            extra = {}
+        elif name == "adam_step":
+            state = [rng.standard_normal(shape).astype(np.float32), rng.uniform(1, 2, shape).astype(np.float32),
+                     rng.uniform(2, 3, shape).astype(np.float32) if hyper.get("amsgrad") else None]
+            extra = {"step": 4}
+        else:
+            state = [rng.uniform(1, 2, shape).astype(np.float32),
+                     (rng.standard_normal(shape) * 0.1).astype(np.float32) if hyper.get("centered") else None,
+                     rng.standard_normal(shape).astype(np.float32) if hyper.get("momentum") else None]
+            extra = {}
+        with ember.no_grad():
+            want = REFERENCE[name](*(None if a is None else ember.tensor(a.copy(), backend="numpy") for a in [p, g] + state),
+                                   **hyper, **extra)
+        bufs = [None if a is None else a.copy() for a in [p, g] + state]
+        got = backend.fused_impls[name](*bufs, **hyper, **extra)
+        assert got[0] is bufs[0], "the parameter is updated in its own buffer"
+        for gv, wv in zip(got, want):
+            if wv is None:
+                assert gv is None
+            else:
+                close(gv, wv.numpy(), rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- ember.jit groups
+def test_jit_fusion_groups_run_as_numba_kernels(backend, rng):
+    x = rng.standard_normal((64, 32, 9)).astype(np.float32)
+    y = rng.standard_normal((32, 1)).astype(np.float32)
+
+    def f(x, y):
+        h = (x * y).tanh()
+        s = h.sum((0, 2), keepdim=True)
+        return (s * 2 + 1).relu().sqrt(), h.exp(), x.amax(2), (x - y).abs().sum(), (x > y).float() * 3
+
+    jf = ember.jit(f)
+    got = jf(ember.tensor(x, backend="numba"), ember.tensor(y, backend="numba"))
+    want = f(ember.tensor(x, backend="numpy"), ember.tensor(y, backend="numpy"))
+    for g, w in zip(got, want):
+        close(g.numpy(), w.numpy(), rtol=2e-5, atol=1e-4)
+    stats = jf.stats(ember.tensor(x, backend="numba"), ember.tensor(y, backend="numba"))
+    compiled = jf.lower(ember.tensor(x, backend="numba"), ember.tensor(y, backend="numba"))
+    assert stats["fused"] >= 2 and compiled.program.compiled == stats["fused"]
+
+
+@pytest.mark.parametrize("use_jit", [False, True], ids=["eager", "jit"])
+def test_training_steps_match_numpy(use_jit, rng):
+    from ember import models, optim
+    from ember.nn import functional as F
+    x = rng.standard_normal((128, 100)).astype(np.float32)
+    y = rng.integers(0, 10, 128)
+    losses = {}
+    for name in ("numpy", "numba"):
+        ember.manual_seed(0)
+        with ember.backend(name):
+            model = models.MLP(100, (300,), 10)
+            opt = optim.Adam(model.parameters(), lr=1e-3)
+
+        def step(x, y):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        run = ember.jit(step) if use_jit else step
+        xt, yt = ember.tensor(x, backend=name), ember.tensor(y, backend=name)
+        losses[name] = [run(xt, yt).item() for _ in range(4)]
+    np.testing.assert_allclose(losses["numba"], losses["numpy"], rtol=1e-5)
+    assert losses["numba"][-1] < losses["numba"][0]
+
+
+# ----------------------------------------------------------------------------- examples
+@pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "fused", "jit"])
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(f"ember_numba.{name}"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("doc,heading", [("numba.md", "# The numba backend"), ("backends.md", "## `numba`")])
+def test_docs_examples(doc, heading):
+    """The examples of docs/numba.md and of the numba section of docs/backends.md."""
+    text = (pathlib.Path(__file__).resolve().parents[3] / "docs" / doc).read_text()
+    section = text[text.index(heading):]
+    section = section[:section.find("\n## ", 1)] if doc == "backends.md" and "\n## " in section[1:] else section
+    test = doctest.DocTestParser().get_doctest(section, {}, doc, doc, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0
