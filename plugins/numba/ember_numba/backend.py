@@ -5,7 +5,8 @@ products from :class:`~ember.backends.numpy_backend.NumpyBackend` unchanged, and
 entries of its ``impls`` table by functions that run a numba kernel when the work is large
 enough to pay for it and fall back to the reference below that (:data:`MIN_SIZE`) or for
 layouts and dtypes the kernels do not cover (float16, integers, non-contiguous views):
-a fallback is the reference itself, so results never depend on which path ran.
+a fallback is the reference itself. The elementwise kernels give the reference's results to
+the bit; reductions and convolutions add in another order (docs/numba.md).
 
 >>> import ember
 >>> b = ember.get_backend("numba")
@@ -56,8 +57,8 @@ def _program(op, kinds, dtype):
 
 def elementwise(op):
     """``impls[op]``: a numba kernel for float32/float64 C-contiguous operands of at least
-    MIN_SIZE elements, else the reference. Small operands are sent on first (W4 in
-    benchmarks/ measures what an op costs the framework)."""
+    MIN_SIZE elements, else the reference. Small operands go straight to the reference,
+    checked first and cheaply: W4 in benchmarks/ measures what an op costs the framework."""
     ref = nb.IMPLS[op]
     table: dict = {}
     where = op == "where"

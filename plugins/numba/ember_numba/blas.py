@@ -1,21 +1,23 @@
-"""Matrix products on NumPy's BLAS, each run the way that measured faster.
-
-Two ways to run a product, chosen per shape by measurement (launch.ThreadChoice):
+"""Matrix products on NumPy's BLAS, each run the way that measured faster for its shape.
 
 * **one thread**: BLAS on the calling thread;
-* **shared**: the product split into column blocks that the calling thread and helper threads
-  take one at a time, each block one single-threaded BLAS call. OpenBLAS's own threads split
-  a product into fixed equal parts and wait for the last one: when another process holds a
-  core, that part waits for a time slice and the product with it (measured on the 2-core
-  development machine: GEMMs of 10-100 ms on one thread took 2-30 times longer on OpenBLAS's
-  two when the machine was busy). Blocks taken on demand let the running thread do the work of
-  one that is not running, and the caller waits only for blocks already started, never for a
-  helper that has not woken up.
+* **all threads**, below :data:`SHARE_FLOPS` (about a millisecond of work): OpenBLAS's own
+  threads, which win when the other cores are idle;
+* **all threads**, above it (2-d products): :func:`shared_matmul`, column blocks that the
+  calling thread and helper threads take one at a time, each one single-threaded BLAS call.
 
-Products below :data:`SHARE_FLOPS` (a few ms on one core) always run on one thread; "all
-threads" is the count BLAS is set to (its environment variables, threadpoolctl,
-``EMBER_NUM_THREADS``): this never uses more. BLAS itself is held at one thread during these
-calls and restored after (~1 µs through threadpoolctl's handle on the library).
+Which of one thread and all is faster depends on the machine's load and is measured per
+shape (launch.ThreadChoice). OpenBLAS's threads split a product into equal fixed parts and
+wait for the last one: when another process holds a core, that part waits for a time slice,
+and the product with it (on the 2-core development machine, GEMMs of 1-100 ms on one thread
+took 2-30 times longer on OpenBLAS's two when the machine was busy). Blocks taken on demand
+let the running thread do the work of one that is not running, and the caller waits only for
+blocks already started, never for a helper that has not been scheduled yet.
+
+Products below :data:`MIN_FLOPS` always run on one thread. "All threads" is the count BLAS is
+set to (its environment variables, threadpoolctl, ``EMBER_NUM_THREADS``): this never uses
+more. BLAS's count is process-wide, so it is lowered for a call and restored right after
+(~1 µs each through threadpoolctl's handle on the library).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from ember.backends import numpy_backend as nb
 
 from .launch import ThreadChoice
 
-SHARE_FLOPS = 1 << 27        # ~1 ms on one core: below it a second thread cannot pay
+MIN_FLOPS = 1 << 24          # ~0.15 ms on one core: below it a second thread cannot pay
+SHARE_FLOPS = 1 << 27        # ~1 ms: from here on, blocks taken on demand beat OpenBLAS's split
 BLOCK = 256                  # columns per block at least (narrower blocks starve the GEMM kernel)
 CHOICE = ThreadChoice()
 _LIBS: list = []
@@ -102,7 +105,9 @@ def shared_matmul(a, b, threads):
 
 
 def matmul(a, b):
-    """``np.matmul(a, b)`` (the reference), on one thread or shared, as measured faster."""
+    """``np.matmul(a, b)`` (the reference), run the way that measured faster for its shape:
+    on one thread, or on all — OpenBLAS's own threads for mid-sized products, shared column
+    blocks (:func:`shared_matmul`) for large 2-d ones."""
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2:
         return nb.IMPLS["matmul"](a, b)
     batch = max(a.size // max(a.shape[-2] * a.shape[-1], 1), 1)
@@ -111,18 +116,23 @@ def matmul(a, b):
     n = libs[0].get_num_threads() if libs else 1
     if n <= 1:
         return nb.IMPLS["matmul"](a, b)
-    shareable = flops >= SHARE_FLOPS and a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype \
+    shared = flops >= SHARE_FLOPS and a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype \
         and b.shape[1] >= 2 * BLOCK
-    if shareable:
+    if flops >= MIN_FLOPS:
         one, explore, st = CHOICE.choose((a.shape, b.shape, a.dtype.char, a.strides, b.strides))
     else:
         one, explore, st = True, False, None
-    _set(libs, 1)
+    if one or shared:
+        _set(libs, 1)
     t0 = time.perf_counter()
     try:
-        out = nb.IMPLS["matmul"](a, b) if one else shared_matmul(a, b, n)
+        if one or not shared:
+            out = nb.IMPLS["matmul"](a, b)
+        else:
+            out = shared_matmul(a, b, n)
     finally:
-        _set(libs, n)
+        if one or shared:
+            _set(libs, n)
     if st is not None:
         CHOICE.record(st, one, explore, time.perf_counter() - t0)
     return out

@@ -1,9 +1,9 @@
-"""Running an elementwise program on NumPy buffers: shapes to a plan, a plan to a kernel call.
+"""Launching kernels: when to compile (:func:`hot`), on how many threads (:func:`run`,
+:class:`ThreadChoice`), and elementwise programs on NumPy buffers (:class:`Kernel`).
 
 A :class:`Kernel` is one program (render.Program); for each broadcast pattern it meets it
-renders, caches and imports a module (cache.py) and keeps it. :func:`run` decides how many
-threads a call gets. :meth:`Kernel.plan` turns
-the operand shapes into everything a call needs — the kernel variant and its size and stride
+renders, caches and imports a module (cache.py) and keeps it. :meth:`Kernel.plan` turns the
+operand shapes into everything a call needs — the kernel variant and its size and stride
 arguments — and remembers it per shapes, so a training loop that calls the same op on the
 same shapes pays one dictionary lookup before the kernel runs.
 """
@@ -33,7 +33,6 @@ PAR_MIN = int(os.environ.get("EMBER_NUMBA_PAR_MIN", 1 << 18))
 #: JIT-compiling interpreters do it).
 HOT = int(os.environ.get("EMBER_NUMBA_HOT", 3))
 _SEEN: dict = {}
-
 
 #: Work (elements or flops) from which a call compiles at once: NumPy would take longer than
 #: loading or compiling the kernel (a ResNet convolution: 100 ms on NumPy, a kernel once).
@@ -201,14 +200,17 @@ class Kernel:
             inner = tuple(st[-1] == 1 for st in cstrides)
             outer = tuple(st[d] for st in cstrides for d in range(len(cshape) - 1))
             p = Plan(self.module(len(cshape), inner), tuple(cshape) + outer, tuple(out_shape))
+        if len(self.plans) > 1000:        # shapes that never repeat: forget rather than grow
+            self.plans.clear()
         self.plans[shapes] = p
         return p
 
     def __call__(self, *args, out=None, force=False):
         """Run on C-contiguous arrays and scalars (in the program's input order); returns the
         output arrays (a list), or None when this shape pattern is not handled. ``out`` may
-        give C-contiguous output buffers of the right shape and dtype, inputs included: each
-        element is read before it is written, so updating an input in place is safe."""
+        give C-contiguous output buffers of the right shape and dtype, inputs of the output's
+        shape included: each element is read before it is written, so updating such an input
+        in place is safe (the optimizer steps do)."""
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         p = self.plan(tuple(a.shape for a in arrays), force)
         if p is None:

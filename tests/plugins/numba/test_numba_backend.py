@@ -258,8 +258,38 @@ def test_training_steps_match_numpy(use_jit, rng):
     assert losses["numba"][-1] < losses["numba"][0]
 
 
+# ----------------------------------------------------------------------------- threads
+def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
+    """Simulated times: all threads 10x slower, then (the machine quiets down) 2x faster."""
+    from ember_numba.launch import ThreadChoice
+    choice = ThreadChoice()
+    monkeypatch.setattr(ThreadChoice, "streak", [0])
+    slow_tries = []
+    for call in range(600):
+        one, explore, st = choice.choose("k")
+        if not one:
+            slow_tries.append(call)
+        choice.record(st, one, explore, 1.0 if one else 10.0)
+    assert slow_tries[0] == 1 and len(slow_tries) <= 4       # tried, then ever more rarely
+    assert all(b - a >= 16 for a, b in zip(slow_tries, slow_tries[1:]))
+    uses = []
+    for call in range(2000):                      # the next try comes within MAX_PERIOD calls
+        one, explore, st = choice.choose("k")
+        uses.append(one)
+        choice.record(st, one, explore, 1.0 if one else 0.5)
+    assert sum(uses[-500:]) <= 5                  # now all threads, re-checking one now and then
+
+
+def test_shared_gemm_matches_numpy(rng):
+    from ember_numba import blas
+    a = rng.standard_normal((70, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 2000)).astype(np.float32)
+    close(blas.shared_matmul(a, b, 3), a @ b, rtol=1e-4, atol=1e-4)
+    close(blas.shared_matmul(b.T, a.T, 2), b.T @ a.T, rtol=1e-4, atol=1e-4)    # transposed views
+
+
 # ----------------------------------------------------------------------------- examples
-@pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "fused", "jit"])
+@pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "blas", "fused", "jit"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(f"ember_numba.{name}"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
