@@ -75,11 +75,11 @@ class ThreadChoice:
     in between), up to MAX_PERIOD.
 
     A busy machine is busy for every key at once: after STREAK tries in a row (any keys) in
-    which all threads lost, a key about to try all threads for the first time waits one more
-    period instead of paying for that try at once.
+    which all threads stalled (took over STALL times as long as one), a key about to try all
+    threads for the first time waits one more period instead of paying for that try at once.
     """
 
-    EXPLORE, MAX_PERIOD, SMOOTH, STREAK = 16, 4096, 0.3, 3
+    EXPLORE, MAX_PERIOD, SMOOTH, STREAK, STALL = 16, 4096, 0.3, 3, 2.5
     streak = [0]                # shared by every ThreadChoice: tries in a row that threads lost
 
     def __init__(self):
@@ -126,8 +126,11 @@ class ThreadChoice:
         else:
             st[4] = self.EXPLORE
         st[3] = st[0] + st[4]
-        threads_lost = (not one and lost) or (one and not lost)
-        self.streak[0] = self.streak[0] + 1 if threads_lost else 0
+        # A stall — all threads several times slower than one — is what a busy core does; a
+        # memory-bound loop that merely gains nothing from a second thread is not evidence.
+        slow, fast = (seconds, other) if not one else (other, seconds)
+        stalled = other is not None and slow is not None and fast is not None and slow > self.STALL * fast
+        self.streak[0] = self.streak[0] + 1 if stalled and ((not one and lost) or (one and not lost)) else 0
 
     def summary(self) -> dict:
         return {k: tuple(v[:3]) for k, v in self.stats.items()}
