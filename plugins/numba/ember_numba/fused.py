@@ -48,20 +48,27 @@ def _reference(name, *args, **params):
 
 
 # ============================================================================ row kernels
+@numba.njit(inline="always", **JIT)
+def _row_max_sumexp(x, base, c_n):
+    """(max, sum of exp(x - max)) of one row; NaN wins the max so it propagates."""
+    m = x[base]
+    for c in range(c_n):
+        v = x[base + c]
+        if v > m or v != v:
+            m = v
+    s = 0.0
+    for c in range(c_n):
+        s += math.exp(x[base + c] - m)
+    return m, s
+
+
 @numba.njit(parallel=True, **JIT)
 def softmax_rows(x, R, C, log, out):
     """Softmax (or log-softmax) of each row of a contiguous (R, C) x, shifted by its max."""
     c_n = uint64(C)
     for r in prange(R):
         base = uint64(r * C)
-        m = x[base]
-        for c in range(c_n):
-            v = x[base + c]
-            if v > m or v != v:
-                m = v
-        s = 0.0
-        for c in range(c_n):
-            s += math.exp(x[base + c] - m)
+        m, s = _row_max_sumexp(x, base, c_n)
         if log:
             ls = math.log(s)
             for c in range(c_n):
@@ -77,14 +84,7 @@ def cross_entropy_rows(x, target, R, C, losses):
     c_n = uint64(C)
     for r in prange(R):
         base = uint64(r * C)
-        m = x[base]
-        for c in range(c_n):
-            v = x[base + c]
-            if v > m or v != v:
-                m = v
-        s = 0.0
-        for c in range(c_n):
-            s += math.exp(x[base + c] - m)
+        m, s = _row_max_sumexp(x, base, c_n)
         losses[r] = (m + math.log(s)) - x[base + uint64(target[r])]
 
 
