@@ -96,7 +96,11 @@ def default_targets(smoke):
     Returns (targets, notes): torch.compile is left out of smoke runs, with a note saying so."""
     names = list(KNOWN_EMBER_BACKENDS)
     names += [n for n in installed_backends() if n not in names]
-    targets = [Target("ember", n) for n in names] + [REFERENCE, Target("torch", "compile")]
+    # Each ember backend eager, then with ember.jit (what the Trainer runs), except the
+    # pure-Python one, whose jit has no compiler of its own to show.
+    targets = [Target("ember", n) for n in names]
+    targets += [Target("ember", n + "+jit") for n in names if n != "python"]
+    targets += [REFERENCE, Target("torch", "compile")]
     notes = {}
     if smoke:
         notes["torch/compile"] = "left out of --smoke (compiling takes minutes); name it in --backends to include it"
@@ -128,8 +132,8 @@ def select_workloads(spec):
 
 
 def not_applicable(workload, target):
-    if workload == "W4-overhead" and target.backend == "compile":
-        return "does not apply: W4 measures eager dispatch, which torch.compile removes"
+    if workload == "W4-overhead" and (target.backend == "compile" or target.backend.endswith("+jit")):
+        return "does not apply: W4 measures eager dispatch, which a compiler removes"
     return None
 
 

@@ -101,7 +101,8 @@ def training(build, shape):
         opt = fw.optim.SGD(model.parameters(), lr=0.01)
         run = fw.compiled(model)
         x, y = synthetic_batch(fw, batch, shape)
-        return lambda: sgd_step(fw, run, opt, x, y)
+        whole = fw.compiled_step(lambda m, o, a, b: sgd_step(fw, m, o, a, b))
+        return lambda: whole(run, opt, x, y)
     return setup
 
 
@@ -113,10 +114,11 @@ def inference(build, shape):
         run = fw.compiled(model)
         x, _ = synthetic_batch(fw, batch, shape)
 
-        def step():
+        def forward(a):
             with fw.no_grad():
-                return run(x)
-        return step
+                return run(a)
+        whole = fw.compiled_step(forward)
+        return lambda: whole(x)
     return setup
 
 
@@ -229,6 +231,9 @@ class Torch:
     def compiled(self, model):
         return self.lib.compile(model) if self.backend == "compile" else model
 
+    def compiled_step(self, fn):
+        return fn                   # torch.compile compiles the model (above), as users do
+
     def tensor(self, array):
         return self.lib.from_numpy(array)
 
@@ -243,13 +248,18 @@ class Torch:
 
 
 class Ember:
-    """ember on one of its backends, chosen by name (numpy, python, numba, cupy, ...)."""
+    """ember on one of its backends, chosen by name (numpy, python, numba, cupy, ...), eager;
+    with ``+jit`` after the name ("numba+jit") each whole step runs through ``ember.jit``, as
+    the Trainer runs it (forward, loss, backward and update in one compiled graph)."""
 
     def __init__(self, backend, threads):
         import ember
-        ember.use(backend)          # BackendError names the plugin to install when it is missing
+        name, _, mode = backend.partition("+")
+        if mode not in ("", "jit"):
+            raise ValueError(f"ember backend {backend!r}: the only mode after '+' is 'jit'")
+        ember.use(name)             # BackendError names the plugin to install when it is missing
         ember.manual_seed(0)
-        self.lib, self.version, self.backend = ember, ember.__version__, backend
+        self.lib, self.version, self.backend, self.jit = ember, ember.__version__, backend, mode == "jit"
 
     # Imported on first use, so W4 (core only) runs even where ember.nn is not there yet.
     nn = property(lambda self: importlib.import_module("ember.nn"))
@@ -258,6 +268,9 @@ class Ember:
 
     def compiled(self, model):
         return model
+
+    def compiled_step(self, fn):
+        return self.lib.jit(fn) if self.jit else fn
 
     def tensor(self, array):
         return self.lib.tensor(array)

@@ -30,8 +30,8 @@ def test_smoke_reports_every_workload_for_numpy_and_torch(tmp_path):
     docs = ROOT / "docs" / "performance.md"
     docs_before = docs.read_text() if docs.exists() else None
     out = tmp_path / "smoke.json"
-    # numpy and torch only: the pure-Python backend needs minutes for one ResNet-18 step
-    proc = run_benchmarks("--smoke", "--backends", "numpy,torch", "--json", str(out))
+    # numpy (eager and jit) and torch only: the pure-Python backend needs minutes for one ResNet-18 step
+    proc = run_benchmarks("--smoke", "--backends", "numpy,numpy+jit,torch", "--json", str(out))
     report = json.loads(out.read_text())
 
     assert list(report["status"]) == ["gemm", *WORKLOADS]
@@ -44,6 +44,9 @@ def test_smoke_reports_every_workload_for_numpy_and_torch(tmp_path):
             assert status == "ok" or (status.startswith("unavailable: ") and len(status) > 20), (workload, target, status)
         if HAS_TORCH:
             assert row["torch/eager"] == "ok", (workload, row["torch/eager"])
+        # the whole step through ember.jit runs everywhere but W4, which measures eager dispatch
+        expected = "not run: does not apply" if workload == "W4-overhead" else "ok"
+        assert row["ember/numpy+jit"].startswith(expected), (workload, row["ember/numpy+jit"])
 
     for r in report["records"]:
         if r["status"] == "ok":
@@ -116,6 +119,7 @@ def test_speed_ratio_is_faster_above_one_for_rates_and_times():
 def test_default_backends_list_every_known_one_and_say_what_smoke_leaves_out():
     targets, not_run = runner.default_targets(smoke=True)
     assert {runner.Target("ember", n) for n in runner.KNOWN_EMBER_BACKENDS} <= set(targets)
+    assert runner.Target("ember", "numba+jit") in targets and runner.Target("ember", "python+jit") not in targets
     assert runner.REFERENCE in targets and runner.Target("torch", "compile") in targets
     assert "smoke" in not_run["torch/compile"]
     assert runner.default_targets(smoke=False)[1] == {}
