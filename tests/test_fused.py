@@ -1,5 +1,7 @@
-"""ember.fused: the reference decompositions agree with PyTorch, and run() picks the backend's
-kernel only when it is declared and no gradient is needed."""
+"""ember.fused: the reference decompositions (forward and backward) agree with PyTorch; run()
+picks the backend's kernel only when it is declared, and with a gradient needed only when the
+backward op is declared too, recording one autodiff node whose rule runs the backward kernel
+(or, for a higher derivative, the backward op's decomposition)."""
 import math
 
 import numpy as np
@@ -76,7 +78,8 @@ def test_run_uses_the_declared_kernel_only_without_gradients(counting):
     out = fused.run("softmax", x, dim=-1)
     assert Counting.calls == ["softmax"] and out.backend is x.backend
     np.testing.assert_allclose(out.numpy(), x.softmax(-1).numpy(), rtol=1e-6)
-    # a gradient is needed: the decomposition, whose primitives have VJP rules
+    # a gradient is needed and there is no softmax_backward: the decomposition, whose
+    # primitives have VJP rules
     xg = x.detach().requires_grad_()
     y = fused.run("softmax", xg, dim=-1)
     assert Counting.calls == ["softmax"] and y.requires_grad
@@ -88,3 +91,185 @@ def test_run_uses_the_declared_kernel_only_without_gradients(counting):
     # implemented but undeclared: never used
     g = fused.run("gelu", x)
     assert g.tolist()[0][2] == pytest.approx(3.0 * 0.5 * (1 + math.erf(3 / math.sqrt(2))), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- gradients
+def test_backward_decompositions_match_torch(torch, rng):
+    """Each backward op's decomposition is the VJP torch's autograd computes."""
+    F = torch.nn.functional
+    x, g = rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
+
+    def vjp(f, *inputs):
+        ts = [torch.tensor(a, requires_grad=True) if a is not None else None for a in inputs]
+        out = f(*ts)
+        cot = torch.tensor(g) if out.ndim else torch.tensor(1.7, dtype=out.dtype)
+        return torch.autograd.grad(out, [t for t in ts if t is not None], cot)
+
+    for dim in (0, -1):
+        y = fused.softmax(t(x), dim=dim)
+        np.testing.assert_allclose(fused.softmax_backward(t(g), y, dim=dim).numpy(),
+                                   vjp(lambda a: F.softmax(a, dim), x)[0].numpy(), atol=1e-12)
+        y = fused.log_softmax(t(x), dim=dim)
+        np.testing.assert_allclose(fused.log_softmax_backward(t(g), y, dim=dim).numpy(),
+                                   vjp(lambda a: F.log_softmax(a, dim), x)[0].numpy(), atol=1e-12)
+    for ignore, target in ((-100, np.array([0, 5, -100, 2])), (2, np.array([0, 5, 2, 1]))):
+        want = vjp(lambda a: F.cross_entropy(a, torch.tensor(target), ignore_index=ignore), x)[0]
+        got = fused.cross_entropy_backward(t(1.7), t(x), t(target), ignore_index=ignore)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-12)
+    for approximate in ("none", "tanh"):
+        want = vjp(lambda a: F.gelu(a, approximate=approximate), x)[0]
+        np.testing.assert_allclose(fused.gelu_backward(t(g), t(x), approximate=approximate).numpy(),
+                                   want.numpy(), atol=1e-12)
+    w, b = rng.standard_normal(6), rng.standard_normal(6)
+    for weight, bias in ((w, b), (None, None), (w, None)):
+        want = vjp(lambda a, *p: F.layer_norm(a, (6,), *p) if p else F.layer_norm(a, (6,)), x,
+                   *[v for v in (weight, bias) if v is not None])
+        got = fused.layer_norm_backward(t(g), t(x), None if weight is None else t(weight),
+                                        None if bias is None else t(bias), normalized_shape=(6,))
+        assert [v is None for v in got] == [False, weight is None, bias is None]
+        for gv, wv in zip([v for v in got if v is not None], want):
+            np.testing.assert_allclose(gv.numpy(), wv.numpy(), atol=1e-12)
+
+
+def test_every_forward_vjp_names_a_fused_backward_op():
+    assert set(fused.VJPS) <= set(fused.FUSED)
+    assert all(back in fused.FUSED for back, _ in fused.VJPS.values())
+
+
+class Tracking(NumpyBackend):
+    """Declares every fused op with a NumPy kernel that counts its calls (each kernel computes
+    the op's decomposition on the reference backend: right by construction)."""
+    name = "tracking_fused"
+    calls: list = []
+    declare = None      # a subclass may declare fewer
+
+    def __init__(self):
+        def kernel(name):
+            def run(*bufs, **params):
+                Tracking.calls.append(name)
+                with ember.no_grad():
+                    out = fused.FUSED[name](*(None if b is None else ember.tensor(b, backend="numpy") for b in bufs),
+                                            **params)
+                return tuple(None if o is None else o.numpy() for o in out) if isinstance(out, tuple) else out.numpy()
+            return run
+        self.fused_impls = {n: kernel(n) for n in (self.declare or fused.FUSED)}
+
+    def capabilities(self):
+        caps = super().capabilities()
+        caps.fused = frozenset(self.fused_impls)
+        return caps
+
+
+class ForwardOnly(Tracking):
+    """Declares the forward ops only: training must take the decompositions."""
+    name = "forward_only_fused"
+    declare = ("softmax", "log_softmax", "cross_entropy", "gelu", "layer_norm")
+
+
+@pytest.fixture
+def tracking():
+    from ember.registry import REGISTRY
+    for cls in (Tracking, ForwardOnly):
+        ember.register_backend(BackendInfo(cls.name, cls))
+    Tracking.calls.clear()
+    yield
+    for cls in (Tracking, ForwardOnly):
+        for table in (REGISTRY.infos, REGISTRY.origin, REGISTRY.loaded):
+            table.pop(cls.name, None)
+
+
+def _grads(backend, f, *arrays, order=1):
+    """f's value and gradient (order 2: the gradient of |gradient|^2) for inputs on ``backend``."""
+    xs = [ember.tensor(a, backend=backend) for a in arrays]
+    if order == 1:
+        v, gs = ember.value_and_grad(f, argnums=tuple(range(len(xs))))(*xs)
+    else:
+        def norm(*xs):
+            gs = ember.grad(f, argnums=tuple(range(len(xs))))(*xs)
+            return sum((g * g).sum() for g in gs)
+        v, gs = ember.value_and_grad(norm, argnums=tuple(range(len(xs))))(*xs)
+    return v.item(), [g.numpy() for g in gs]
+
+
+def _layers(target):
+    import ember.nn.functional as F
+
+    def f(x, w, b):
+        h = F.layer_norm(x, (6,), w, b)
+        h = F.gelu(h) + F.gelu(h * 0.5, approximate="tanh")
+        h = F.softmax(h, dim=0) * 3 + F.log_softmax(h, dim=-1)
+        return F.cross_entropy(h, ember.tensor(target, backend=x.backend.name))
+    return f
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_training_runs_the_fused_kernels_forward_and_backward(tracking, torch, rng, order):
+    x, w, b = rng.standard_normal((5, 6)), rng.standard_normal(6), rng.standard_normal(6)
+    target = np.array([0, 5, -100, 2, 2])
+    f = _layers(target)
+    want_v, want_g = _grads("numpy", f, x, w, b, order=order)
+    Tracking.calls.clear()
+    got_v, got_g = _grads("tracking_fused", f, x, w, b, order=order)
+    assert got_v == pytest.approx(want_v, rel=1e-12)
+    for g_got, g_want in zip(got_g, want_g):
+        np.testing.assert_allclose(g_got, g_want, rtol=1e-10, atol=1e-12)
+    forward = ["layer_norm", "gelu", "gelu", "softmax", "log_softmax", "cross_entropy"]
+    backward = ["cross_entropy_backward", "log_softmax_backward", "softmax_backward", "gelu_backward",
+                "gelu_backward", "layer_norm_backward"]
+    if order == 1:
+        assert sorted(Tracking.calls) == sorted(forward + backward)
+    else:
+        # The first gradient is recorded for differentiation, so the backward ops run as their
+        # decompositions; differentiating those reaches the forward nodes again, whose rules now
+        # run the backward kernels -- all but cross-entropy's, whose output (the loss) the
+        # decompositions never use.
+        assert sorted(Tracking.calls) == sorted(forward + backward[1:])
+    # and torch agrees
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    TF = torch.nn.functional
+    h = TF.layer_norm(tx, (6,), tw, tb)
+    h = TF.gelu(h) + TF.gelu(h * 0.5, approximate="tanh")
+    h = TF.softmax(h, dim=0) * 3 + TF.log_softmax(h, dim=-1)
+    loss = TF.cross_entropy(h, torch.tensor(target))
+    gs = torch.autograd.grad(loss, (tx, tw, tb), create_graph=order == 2)
+    if order == 2:
+        gs = torch.autograd.grad(sum((g * g).sum() for g in gs), (tx, tw, tb))
+    for g_got, g_want in zip(got_g, gs):
+        np.testing.assert_allclose(g_got, g_want.detach().numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_one_autodiff_node_per_fused_op(tracking):
+    import ember.nn.functional as F
+    x = ember.tensor([[1.0, 2.0, 0.5]], backend="tracking_fused", requires_grad=True)
+    loss = F.cross_entropy(x, ember.tensor([2], backend="tracking_fused"))
+    assert loss._ctx[0] == "fused.cross_entropy" and loss._ctx[1][0] is x
+    with ember.no_grad():
+        assert F.cross_entropy(x, ember.tensor([2], backend="tracking_fused"))._ctx is None
+
+
+def test_a_backend_without_the_backward_op_trains_on_the_decomposition(tracking, rng):
+    x, w, b = rng.standard_normal((5, 6)), rng.standard_normal(6), rng.standard_normal(6)
+    f = _layers(np.array([0, 5, 1, 2, 2]))
+    want_v, want_g = _grads("numpy", f, x, w, b)
+    got_v, got_g = _grads("forward_only_fused", f, x, w, b)
+    assert Tracking.calls == [] and got_v == want_v
+    for g_got, g_want in zip(got_g, want_g):
+        np.testing.assert_array_equal(g_got, g_want)
+    with ember.no_grad():
+        f(*(ember.tensor(a, backend="forward_only_fused") for a in (x, w, b)))
+    assert sorted(Tracking.calls) == sorted(["layer_norm", "gelu", "gelu", "softmax", "log_softmax", "cross_entropy"])
+
+
+def test_cross_entropy_ignore_index_through_the_fused_op(tracking, torch):
+    import ember.nn.functional as F
+    x = np.array([[2.0, 0.0, 1.0], [0.0, 2.0, 1.0], [1.0, 1.0, 5.0]])
+    for target in ([0, -100, 2], [0, 1, 1], [-100, -100, -100]):
+        e = ember.tensor(x, backend="tracking_fused", requires_grad=True)
+        loss = F.cross_entropy(e, ember.tensor(target, backend="tracking_fused"), ignore_index=-100 if -100 in target
+                               else 1)
+        loss.backward()
+        tx = torch.tensor(x, requires_grad=True)
+        want = torch.nn.functional.cross_entropy(tx, torch.tensor(target), ignore_index=-100 if -100 in target else 1)
+        want.backward()
+        np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
+        np.testing.assert_allclose(e.grad.numpy(), tx.grad.numpy(), atol=1e-12)

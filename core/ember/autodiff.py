@@ -2,7 +2,8 @@
 
 ``VJP[name](g, out, *inputs, **params)`` returns one cotangent per input (``None`` where an
 input has no gradient). Rules are written in Tensor operations, so running them with grad mode
-on records *their* graph too: that is all higher-order differentiation needs.
+on records *their* graph too: that is all higher-order differentiation needs. A function that
+is not a primitive can bring a rule of its own (:func:`custom_vjp`); it is then one node.
 """
 from __future__ import annotations
 
@@ -26,6 +27,49 @@ def defvjp(name):
         VJP[name] = rule
         return rule
     return register
+
+
+def custom_vjp(fn, vjp, name=None):
+    """``fn`` with a hand-written gradient, in the spirit of ``jax.custom_vjp``.
+
+    The result runs ``fn`` (which returns one Tensor) without recording its operations and,
+    when grad mode is on and an argument requires a gradient, records a single node named
+    ``name`` instead. Backward calls ``vjp(g, out, *args, **params)``, which returns one
+    cotangent per argument like a primitive's rule (``None`` for arguments without one). The
+    rule is written in Tensor ops, so a second derivative differentiates the rule in turn.
+    ember.fused uses it to train with a backend's fused kernels: the forward kernel computes
+    the value, the rule calls the backward kernel.
+
+    >>> import ember
+    >>> def cube(x):
+    ...     return x * x * x
+    >>> cube = custom_vjp(cube, lambda g, out, x: (g * 3 * x * x,), name="doc.cube")
+    >>> x = ember.tensor([2.0], requires_grad=True)
+    >>> y = cube(x)
+    >>> y._ctx[0]                       # one node, not the two multiplications
+    'doc.cube'
+    >>> ember.grad(lambda x: cube(x).sum())(x).tolist(), ember.grad(ember.grad(lambda x: cube(x).sum()))(x).item()
+    ([12.0], 12.0)
+    """
+    from .primitives import PRIMITIVES
+    name = name or f"{fn.__module__}.{fn.__qualname__}"
+    if name in PRIMITIVES:
+        raise ValueError(f"custom_vjp: {name!r} is a primitive; give the function a name of its own")
+    VJP[name] = vjp
+
+    def wrapped(*args, **params):
+        prev = dispatch.GRAD_ENABLED[0]
+        dispatch.GRAD_ENABLED[0] = False
+        try:
+            out = fn(*args, **params)
+        finally:
+            dispatch.GRAD_ENABLED[0] = prev
+        if prev and any(isinstance(a, dispatch.Tensor) and a.requires_grad for a in args):
+            return dispatch._wrap(out._data, out._backend, (name, args, params))
+        return out
+
+    wrapped.__name__, wrapped.__doc__ = getattr(fn, "__name__", name), fn.__doc__
+    return wrapped
 
 
 # ----------------------------------------------------------------------------- grad mode

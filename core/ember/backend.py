@@ -28,6 +28,9 @@ class Capabilities:
     devices: tuple = ("cpu",)
     fused: frozenset = frozenset()      # optional fused ops (see ember.fused) it implements
     compiles_groups: bool = False       # implements compile(group) for ember.jit fusion groups
+    # Buffers live on an accelerator: a host read (item, tolist, numpy) waits for queued work,
+    # so ember defers its value checks to the next such read (ember.deferred) instead.
+    on_device: bool = False
     notes: dict = field(default_factory=dict)
 
 

@@ -8,8 +8,14 @@ tuple of buffers where the reference returns a tuple. A backend that declares no
 runs every op here: :func:`run` falls back to the decomposition.
 
 The conformance suite (tier 4) checks each declared fused op against its decomposition.
-Gradients never go through a fused kernel: when an input needs one, :func:`run` takes the
-decomposition, whose primitives have VJP rules.
+
+Gradients: the backward passes are fused ops too (``softmax_backward``, ...), each with its
+own decomposition. :data:`VJPS` says which backward op gives a forward op's VJP. When an input
+needs a gradient and the backend declares both ops, :func:`run` runs the forward kernel and
+records one autodiff node (autodiff.custom_vjp) whose rule calls ``run(<backward op>)``: the
+backward kernel in plain training, the backward op's decomposition when a higher derivative
+is being recorded (its primitives have VJP rules). Otherwise :func:`run` takes the forward
+decomposition, as it does while ember.jit traces.
 
 >>> import ember
 >>> x = ember.tensor([[1.0, 2.0, 3.0]])
@@ -22,6 +28,7 @@ import math
 import weakref
 
 from . import dispatch
+from .autodiff import custom_vjp
 
 
 # ----------------------------------------------------------------------------- decompositions
@@ -35,10 +42,12 @@ def log_softmax(x, *, dim=-1):
     return x.log_softmax(dim)
 
 
-def cross_entropy(logits, target):
-    """Mean negative log-likelihood of integer class ``target`` (N,) under ``logits`` (N, C)."""
-    picked = logits.log_softmax(-1).gather(1, target.reshape(-1, 1))
-    return -picked.mean()
+def cross_entropy(logits, target, *, ignore_index=-100):
+    """Mean negative log-likelihood of integer class ``target`` (N,) under ``logits`` (N, C),
+    over the rows whose target is not ``ignore_index`` (PyTorch's ``F.cross_entropy``)."""
+    # One decomposition, two users: ember.nn.functional's (its target checks included).
+    from .nn.functional import nll_loss
+    return nll_loss(logits.log_softmax(-1), target, ignore_index=ignore_index)
 
 
 def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
@@ -74,6 +83,56 @@ def scaled_dot_product_attention(q, k, v, *, causal=False, scale=None):
     return scores.softmax(-1) @ v
 
 
+# ----------------------------------------------------------------------------- backward ops
+# Each takes the upstream gradient first (PyTorch's *_backward order) and returns the
+# forward op's input gradient(s).
+def softmax_backward(grad, out, *, dim=-1):
+    """The VJP of softmax from its output ``out``: ``out * (grad - sum(grad * out))``."""
+    return out * (grad - (grad * out).sum(dim, keepdim=True))
+
+
+def log_softmax_backward(grad, out, *, dim=-1):
+    """The VJP of log_softmax from its output ``out``: ``grad - exp(out) * sum(grad)``."""
+    return grad - out.exp() * grad.sum(dim, keepdim=True)
+
+
+def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
+    """d cross_entropy / d logits times the scalar ``grad``: ``(softmax - one_hot) * grad / n``
+    on the ``n`` rows that count, zero on the ignored ones (all of them when ``n`` is 0, as in
+    PyTorch, though the loss is then NaN)."""
+    from .tensor import arange, where
+    valid = target != ignore_index
+    w = valid.to(logits.dtype)
+    one_hot = (where(valid, target, 0).reshape(-1, 1) == arange(logits.shape[-1], backend=logits.backend))
+    return (logits.softmax(-1) - one_hot.to(logits.dtype)) * (w * (grad / w.sum().maximum(1))).reshape(-1, 1)
+
+
+def gelu_backward(grad, x, *, approximate="none"):
+    """d gelu / dx times ``grad``: ``Phi(x) + x * phi(x)``, or the tanh form's derivative."""
+    if approximate == "tanh":
+        k = math.sqrt(2 / math.pi)
+        t = ((x + x * x * x * 0.044715) * k).tanh()
+        slope = (x * x * (3 * 0.044715) + 1) * k
+        return grad * ((t + 1) * 0.5 + x * 0.5 * (1 - t * t) * slope)
+    cdf = ((x * (1 / math.sqrt(2))).erf() + 1) * 0.5
+    pdf = (x * x * -0.5).exp() * (1 / math.sqrt(2 * math.pi))
+    return grad * (cdf + x * pdf)
+
+
+def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
+    """The gradients of layer_norm for ``(x, weight, bias)`` (None for an absent parameter):
+    ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` with ``gw = grad * weight``."""
+    from .autodiff import unbroadcast
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    centered = x - x.mean(axes, keepdim=True)
+    rstd = ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
+    xhat = centered * rstd
+    gw = grad if weight is None else grad * weight
+    dx = (gw - gw.mean(axes, keepdim=True) - xhat * (gw * xhat).mean(axes, keepdim=True)) * rstd
+    return (dx, None if weight is None else unbroadcast(grad * xhat, weight.shape),
+            None if bias is None else unbroadcast(grad, bias.shape))
+
+
 def _optimizer_rule(name):
     # The optimizer rules live with the optimizers; one decomposition, two users.
     def rule(*args, **params):
@@ -92,9 +151,54 @@ FUSED = {
     "layer_norm": layer_norm,
     "gelu": gelu,
     "scaled_dot_product_attention": scaled_dot_product_attention,
+    "softmax_backward": softmax_backward,
+    "log_softmax_backward": log_softmax_backward,
+    "cross_entropy_backward": cross_entropy_backward,
+    "gelu_backward": gelu_backward,
+    "layer_norm_backward": layer_norm_backward,
     "sgd_step": _optimizer_rule("sgd_step"),
     "adam_step": _optimizer_rule("adam_step"),
     "rmsprop_step": _optimizer_rule("rmsprop_step"),
+    # Multi-tensor forms: lists of tensors in, lists out (ember.optim.functional.FOREACH);
+    # called by Optimizer.step through optim.functional.run_foreach, never through run().
+    "sgd_step_foreach": _optimizer_rule("sgd_step_foreach"),
+    "adam_step_foreach": _optimizer_rule("adam_step_foreach"),
+    "rmsprop_step_foreach": _optimizer_rule("rmsprop_step_foreach"),
+}
+
+
+# ----------------------------------------------------------------------------- gradients
+# VJP rules (autodiff's signature: g, the output, the inputs, the parameters) that hand the
+# work to a backward op through run(): its kernel, or its decomposition when a higher
+# derivative is being recorded.
+def _softmax_vjp(g, out, x, *, dim=-1):
+    return (run("softmax_backward", g, out, dim=dim),)
+
+
+def _log_softmax_vjp(g, out, x, *, dim=-1):
+    return (run("log_softmax_backward", g, out, dim=dim),)
+
+
+def _cross_entropy_vjp(g, out, logits, target, *, ignore_index=-100):
+    return (run("cross_entropy_backward", g, logits, target, ignore_index=ignore_index), None)
+
+
+def _gelu_vjp(g, out, x, *, approximate="none"):
+    return (run("gelu_backward", g, x, approximate=approximate),)
+
+
+def _layer_norm_vjp(g, out, x, weight, bias, *, normalized_shape, eps=1e-5):
+    return run("layer_norm_backward", g, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
+
+
+#: forward fused op -> (the backward fused op its VJP runs, the VJP rule). A backend that
+#: declares both gets its kernels used in training too.
+VJPS = {
+    "softmax": ("softmax_backward", _softmax_vjp),
+    "log_softmax": ("log_softmax_backward", _log_softmax_vjp),
+    "cross_entropy": ("cross_entropy_backward", _cross_entropy_vjp),
+    "gelu": ("gelu_backward", _gelu_vjp),
+    "layer_norm": ("layer_norm_backward", _layer_norm_vjp),
 }
 
 
@@ -118,8 +222,9 @@ def declared(backend) -> frozenset:
 
 
 def run(name, *args, **params):
-    """Run fused op ``name``: the backend's kernel if it declares one and no gradient is
-    needed, else the reference decomposition.
+    """Run fused op ``name``: the backend's kernel if it declares one, else the reference
+    decomposition. When an input needs a gradient, the kernel runs only if the backend also
+    declares the op's backward op (:data:`VJPS`); the result is then one autodiff node.
 
     >>> import ember
     >>> logits = ember.tensor([[2.0, 0.0], [0.0, 2.0]])
@@ -128,13 +233,37 @@ def run(name, *args, **params):
     """
     tensors = [a for a in args if isinstance(a, dispatch.Tensor)]
     backend = tensors[0]._backend
-    needs_grad = dispatch.GRAD_ENABLED[0] and any(t.requires_grad for t in tensors)
     # While ember.jit traces, buffers are graph nodes, not arrays: record the decomposition
     # (the backend's compile() fuses it again).
-    if needs_grad or dispatch.TRACER[0] is not None or name not in declared(backend):
+    if dispatch.TRACER[0] is not None:
         return FUSED[name](*args, **params)
+    names = declared(backend)
+    if name not in names:
+        return FUSED[name](*args, **params)
+    if dispatch.GRAD_ENABLED[0] and any(t.requires_grad for t in tensors):
+        if name not in VJPS or VJPS[name][0] not in names:
+            return FUSED[name](*args, **params)
+        return _DIFFERENTIABLE[name](*args, **params)
+    return _kernel(name, backend, args, params)
+
+
+def _kernel(name, backend, args, params):
+    """The backend's kernel for ``name`` on the arguments' buffers, wrapped as tensors."""
     out = backend.fused_impls[name](*(a._data if isinstance(a, dispatch.Tensor) else a for a in args),
                                     **params)
     if isinstance(out, tuple):
         return tuple(None if b is None else dispatch._wrap(b, backend, None) for b in out)
     return dispatch._wrap(out, backend, None)
+
+
+def _kernel_of(name):
+    def kernel(*args, **params):
+        backend = next(a for a in args if isinstance(a, dispatch.Tensor))._backend
+        return _kernel(name, backend, args, params)
+    kernel.__name__ = name
+    return kernel
+
+
+#: forward op -> its kernel as one autodiff node, named ``fused.<op>``, whose rule is VJPS[op].
+_DIFFERENTIABLE = {name: custom_vjp(_kernel_of(name), rule, name=f"fused.{name}")
+                   for name, (_, rule) in VJPS.items()}

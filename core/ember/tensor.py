@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
-from . import dispatch
+from . import deferred, dispatch
 from . import dtypes as D
 from .backend import Backend
 from .dispatch import apply, apply1, apply2
@@ -105,6 +105,8 @@ class Tensor:
     # ------------------------------------------------------------------------ host exchange
     def numpy(self):
         """The values as a NumPy array (shares memory on the numpy backend). Detached."""
+        if deferred.PENDING:            # a host read: device-side checks surface here
+            deferred.raise_pending(self._backend)
         return self._backend.to_numpy(self._data)
 
     def __array__(self, dtype=None, copy=None):
@@ -112,6 +114,8 @@ class Tensor:
         return a if dtype is None else a.astype(dtype)
 
     def tolist(self):
+        if deferred.PENDING:
+            deferred.raise_pending(self._backend)
         flat = self._backend.to_list(self._data)
         shape = self.shape
         if not shape:
@@ -127,6 +131,8 @@ class Tensor:
     def item(self):
         if self.numel() != 1:
             raise located(ShapeError, f"item() needs exactly one element, tensor has shape {self.shape}")
+        if deferred.PENDING:
+            deferred.raise_pending(self._backend)
         return self._backend.to_list(self._data)[0]
 
     __float__ = lambda self: float(self.item())   # noqa: E731
@@ -233,6 +239,8 @@ class Tensor:
         backend = get_backend(target)
         if backend is self._backend:
             return self
+        if deferred.PENDING:
+            deferred.raise_pending(self._backend)
         data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
         out = dispatch._wrap(data, backend, None)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out

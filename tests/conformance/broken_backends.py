@@ -70,11 +70,16 @@ def _through_reference(name):
     def kernel(*bufs, **params):
         import ember
         from ember.fused import FUSED
+        def tensor(b):        # a buffer, or a list of them (a multi-tensor op's argument)
+            return [tensor(x) for x in b] if isinstance(b, list) else None if b is None else ember.as_tensor(b)
+
+        def array(t):
+            return [array(x) for x in t] if isinstance(t, list) else None if t is None else t.numpy()
         with ember.no_grad():
-            out = FUSED[name](*(None if b is None else ember.as_tensor(b) for b in bufs), **params)
+            out = FUSED[name](*(tensor(b) for b in bufs), **params)
         if isinstance(out, tuple):
-            return tuple(None if t is None else t.numpy() for t in out)
-        return out.numpy()
+            return tuple(array(t) for t in out)
+        return array(out)
     return kernel
 
 

@@ -1,7 +1,9 @@
 """Tier 4 — each optional fused op the backend declares (``Capabilities.fused``) equals its
 reference decomposition (ember.fused.FUSED, run in Tensor ops on the NumPy reference), in
 float32 and float64, including inputs that need the numerically careful form (softmax of
-logits near 1000). Ops the backend does not declare are skipped: ember runs the decomposition.
+logits near 1000), ignored cross-entropy targets, and the backward ops (``*_backward``) that
+ember calls to train on a backend's kernels. Ops the backend does not declare are skipped:
+ember runs the decomposition.
 """
 import numpy as np
 import pytest
@@ -31,8 +33,50 @@ def _softmax_like(rng, dt):
             ((_n(rng, (2, 3, 5), dt),), dict(dim=1), 3)]
 
 
+def _targets(rng):
+    """Class indices into 5 classes; the same with two rows at the default ignore_index."""
+    t = rng.integers(0, 5, 6).astype(np.int64)
+    ignored = t.copy()
+    ignored[[1, 4]] = -100
+    return t, ignored
+
+
 def _cross_entropy(rng, dt):
-    return [((_n(rng, (6, 5), dt, 2.0), rng.integers(0, 5, 6).astype(np.int64)), {}, 30)]
+    x = _n(rng, (6, 5), dt, 2.0)
+    t, ignored = _targets(rng)
+    return [((x, t), {}, 30), ((x, ignored), dict(ignore_index=-100), 30),
+            ((x, t), dict(ignore_index=int(t[0])), 30)]
+
+
+def _softmax_backward(log):
+    def cases(rng, dt):
+        out = []
+        for (x,), params, terms in _softmax_like(rng, dt):
+            z = x.astype(np.float64) - x.astype(np.float64).max(params["dim"], keepdims=True)
+            lse = np.log(np.exp(z).sum(params["dim"], keepdims=True))
+            y = (z - lse if log else np.exp(z - lse)).astype(dt)
+            out.append(((_n(rng, x.shape, dt), y), params, terms))
+        return out
+    return cases
+
+
+def _cross_entropy_backward(rng, dt):
+    x = _n(rng, (6, 5), dt, 2.0)
+    t, ignored = _targets(rng)
+    g = np.array(1.3, dt)
+    return [((g, x, t), {}, 30), ((g, x, ignored), dict(ignore_index=-100), 30),
+            ((g, x, t), dict(ignore_index=int(t[0])), 30),
+            ((g, x, np.full(6, -100, np.int64)), {}, 30)]       # nothing counts: a zero gradient
+
+
+def _gelu_backward(rng, dt):
+    return [((_n(rng, args[0].shape, dt),) + args, params, terms) for args, params, terms in _gelu(rng, dt)]
+
+
+def _layer_norm_backward(rng, dt):
+    # terms: the row reductions of dx and the column sums of the weight's and bias's gradients
+    return [((_n(rng, args[0].shape, dt),) + args, params, 12 * terms)
+            for args, params, terms in _layer_norm(rng, dt)]
 
 
 def _layer_norm(rng, dt):
@@ -87,10 +131,26 @@ def _rmsprop(rng, dt):
     return out
 
 
+def _foreach(single):
+    """Cases of a multi-tensor op (``adam_step_foreach``) from its rule's: each option set over
+    three parameters of different sizes, every argument a list (None stays None)."""
+    parts = [lambda a: a, lambda a: np.ascontiguousarray(a[:2, :5]), lambda a: np.ascontiguousarray(a[0])]
+
+    def cases(rng, dt):
+        return [([[None if a is None else part(a) for part in parts] for a in args], params, terms)
+                for args, params, terms in single(rng, dt)]
+    return cases
+
+
 #: fused op -> cases: (inputs, parameters, values each output element combines, for the tolerance)
 CASES = {"softmax": _softmax_like, "log_softmax": _softmax_like, "cross_entropy": _cross_entropy,
          "layer_norm": _layer_norm, "gelu": _gelu, "scaled_dot_product_attention": _attention,
-         "sgd_step": _sgd, "adam_step": _adam, "rmsprop_step": _rmsprop}
+         "softmax_backward": _softmax_backward(False), "log_softmax_backward": _softmax_backward(True),
+         "cross_entropy_backward": _cross_entropy_backward, "gelu_backward": _gelu_backward,
+         "layer_norm_backward": _layer_norm_backward,
+         "sgd_step": _sgd, "adam_step": _adam, "rmsprop_step": _rmsprop,
+         "sgd_step_foreach": _foreach(_sgd), "adam_step_foreach": _foreach(_adam),
+         "rmsprop_step_foreach": _foreach(_rmsprop)}
 
 
 def _compare(where, got, want, dt, terms, backend):
@@ -105,6 +165,19 @@ def _compare(where, got, want, dt, terms, backend):
     assert problem is None, f"{where}: fused result differs from the decomposition: {problem}"
 
 
+def _each(a, fn):
+    """``fn`` of an array, or of each array of a list (a multi-tensor op's argument); None kept."""
+    if isinstance(a, list):
+        return [None if x is None else fn(x) for x in a]
+    return None if a is None else fn(a)
+
+
+def _describe(a):
+    if isinstance(a, list):
+        return "[" + ", ".join(map(_describe, a)) + "]"
+    return "None" if a is None else f"{a.dtype}{list(a.shape)}"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", sorted(FUSED))
 def test_fused(op, dtype, conformance):
@@ -115,12 +188,11 @@ def test_fused(op, dtype, conformance):
     backend = conformance.backend
     rng = np.random.default_rng(sum(map(ord, op + dtype)))
     for k, (args, params, terms) in enumerate(CASES[op](rng, dtype)):
-        where = f"{op}(case {k}: {', '.join('None' if a is None else f'{a.dtype}{list(a.shape)}' for a in args)}, " \
-                f"{params})"
+        where = f"{op}(case {k}: {', '.join(_describe(a) for a in args)}, {params})"
         with ember.no_grad():
-            want = FUSED[op](*(None if a is None else ember.tensor(a, backend="numpy") for a in args), **params)
+            want = FUSED[op](*(_each(a, lambda x: ember.tensor(x, backend="numpy")) for a in args), **params)
         # fresh copies: a fused optimizer step may update its inputs in place
-        bufs = [None if a is None else upload(backend, a.copy(), "contiguous") for a in args]
+        bufs = [_each(a, lambda x: upload(backend, x.copy(), "contiguous")) for a in args]
         try:
             with np.errstate(all="ignore"):
                 got = backend.fused_impls[op](*bufs, **params)
@@ -130,6 +202,12 @@ def test_fused(op, dtype, conformance):
             assert isinstance(got, tuple) and len(got) == len(want), \
                 f"{where}: expected a tuple of {len(want)} buffers like the decomposition, got {type(got).__name__}"
             for i, (g, w) in enumerate(zip(got, want)):
-                _compare(f"{where} output {i}", g, w, dtype, terms, backend)
+                if isinstance(w, list):          # a multi-tensor op: a list per output
+                    assert isinstance(g, (list, tuple)) and len(g) == len(w), \
+                        f"{where} output {i}: expected a list of {len(w)} buffers"
+                    for j, (gj, wj) in enumerate(zip(g, w)):
+                        _compare(f"{where} output {i} entry {j}", gj, wj, dtype, terms, backend)
+                else:
+                    _compare(f"{where} output {i}", g, w, dtype, terms, backend)
         else:
             _compare(where, got, want, dtype, terms, backend)

@@ -2,8 +2,10 @@
 
 Everything here is a short composition of Tensor operations, so gradients come from the
 primitives' VJP rules and every backend runs it unchanged. Convolution is the ``conv2d``
-primitive; a k x k pool is the elementwise max (or sum) of k*k strided slices. Names,
-arguments and defaults follow ``torch.nn.functional``.
+primitive; a k x k pool is the elementwise max (or sum) of k*k strided slices. softmax,
+log_softmax, gelu, layer_norm and the common cross_entropy go through ``ember.fused``, so a
+backend may run them, forward and backward, as its own kernels. Names, arguments and
+defaults follow ``torch.nn.functional``.
 
 >>> import ember
 >>> import ember.nn.functional as F
@@ -14,8 +16,9 @@ from __future__ import annotations
 
 import math
 
-from .. import dispatch
+from .. import deferred, dispatch
 from .. import dtypes as D
+from .. import fused
 from ..autodiff import is_grad_enabled, no_grad
 from ..dispatch import apply
 from ..errors import DTypeError, ShapeError, located
@@ -276,12 +279,9 @@ def gelu(input, approximate="none"):
     >>> round(gelu(ember.tensor([1.0])).item(), 4)
     0.8413
     """
-    if approximate == "tanh":
-        inner = (input + 0.044715 * input * input * input) * math.sqrt(2.0 / math.pi)
-        return 0.5 * input * (1.0 + inner.tanh())
-    if approximate != "none":
+    if approximate not in ("none", "tanh"):
         raise located(ValueError, f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * input * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+    return fused.run("gelu", input, approximate=approximate)
 
 
 def silu(input):
@@ -298,11 +298,13 @@ def tanh(input):
 
 
 def softmax(input, dim=-1):
-    return input.softmax(dim)
+    """``exp(x) / sum(exp(x))`` along ``dim`` (ember.fused's op: a backend may run it as one kernel)."""
+    return fused.run("softmax", input, dim=dim)
 
 
 def log_softmax(input, dim=-1):
-    return input.log_softmax(dim)
+    """``x - logsumexp(x)`` along ``dim`` (ember.fused's op)."""
+    return fused.run("log_softmax", input, dim=dim)
 
 
 def dropout(input, p=0.5, training=True, generator=None):
@@ -384,13 +386,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     [-1.0, 1.0]
     """
     axes = _norm_axes(input, normalized_shape, "layer_norm")
-    centered = input - input.mean(axes, keepdim=True)
-    out = centered * ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
+    return fused.run("layer_norm", input, weight, bias, normalized_shape=input.shape[input.ndim - len(axes):],
+                     eps=eps)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -541,6 +538,30 @@ def _check_targets(input, target, name):
                       f"{expected}, got {target.shape}")
 
 
+def _range_error(lo, hi, c):
+    """The message for targets whose extremes are ``lo`` and ``hi``, or None if in [0, c)."""
+    if lo >= 0 and hi < c:
+        return None
+    return f"nll_loss: target {hi if hi >= c else lo} is out of range for {c} classes"
+
+
+def _check_class_range(targets, c):
+    """Raise ValueError for a target outside [0, c); return the targets to index with.
+
+    On the CPU the extremes are read at once. On a device backend (``Capabilities.on_device``)
+    that read would wait for the device every step, so the check is deferred to the next host
+    read (ember.deferred: same error, same line), and meanwhile bad targets are replaced by 0
+    so the loss reads only real entries."""
+    if not deferred.on_device(targets._backend):
+        text = _range_error(targets.amin().item(), targets.amax().item(), c)
+        if text is not None:
+            raise located(ValueError, text)
+        return targets
+    deferred.defer(("nll_loss", c), (targets.amin(), targets.amax()), (Tensor.minimum, Tensor.maximum),
+                   lambda lo, hi: _range_error(lo, hi, c))
+    return where((targets >= 0) & (targets < c), targets, 0)
+
+
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log-likelihood of class-index targets, given log-probabilities (N, C, ...).
 
@@ -557,9 +578,8 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     c = logp.shape[-1]
     # Under ember.jit the targets are not known while tracing: the check is left to run time
     # (take fails there on an index past the end).
-    if target.numel() and dispatch.TRACER[0] is None and (safe.amin().item() < 0 or safe.amax().item() >= c):
-        bad = safe.amax().item() if safe.amax().item() >= c else safe.amin().item()
-        raise located(ValueError, f"nll_loss: target {bad} is out of range for {c} classes")
+    if target.numel() and dispatch.TRACER[0] is None:
+        safe = _check_class_range(safe, c)
     w = valid.to(logp.dtype) if weight is None else weight.take(safe, 0) * valid.to(logp.dtype)
     loss = -_pick(logp, safe) * w
     if reduction == "mean":
@@ -577,6 +597,14 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise located(ValueError, f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if input.ndim == 2 and weight is None and label_smoothing == 0 and reduction == "mean" \
+            and target.dtype.kind in "iu" and target.shape == input.shape[:1]:
+        # The common case is ember.fused's op: a backend may run it (and its gradient) as one kernel.
+        if deferred.on_device(input._backend) and dispatch.TRACER[0] is None and target.numel() \
+                and "cross_entropy" in fused.declared(input._backend):
+            # A device kernel cannot raise: the range check waits for the next host read.
+            _check_class_range(where(target != ignore_index, target, 0), input.shape[1])
+        return fused.run("cross_entropy", input, target, ignore_index=ignore_index)
     class_dim = 0 if input.ndim == 1 else 1
     logp = input.log_softmax(class_dim)
     c = input.shape[class_dim]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ..tensor import zeros_like
-from .functional import run_step
 from .optimizer import Optimizer, beta_pair, flag, nonnegative
 
 
@@ -33,7 +32,9 @@ class Adam(Optimizer):
                                       amsgrad=amsgrad, maximize=maximize,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
-    def _update(self, param, grad, state, group):
+    rule = "adam_step"
+
+    def _inputs(self, param, state, group):
         if not state:
             state["step"] = 0
             state["exp_avg"] = zeros_like(param)
@@ -43,16 +44,17 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = zeros_like(param)
         state["step"] += 1
         beta1, beta2 = group["betas"]
-        new_param, exp_avg, exp_avg_sq, max_sq = run_step(
-            "adam_step", param, grad, state["exp_avg"], state["exp_avg_sq"],
-            state["max_exp_avg_sq"] if amsgrad else None, step=state["step"], lr=group["lr"],
-            beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-            amsgrad=amsgrad, maximize=group["maximize"],
-            decoupled_weight_decay=group["decoupled_weight_decay"])
+        return ((state["exp_avg"], state["exp_avg_sq"], state["max_exp_avg_sq"] if amsgrad else None),
+                dict(step=state["step"], lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                     weight_decay=group["weight_decay"], amsgrad=amsgrad, maximize=group["maximize"],
+                     decoupled_weight_decay=group["decoupled_weight_decay"]))
+
+    def _store(self, param, state, group, results):
+        new_param, exp_avg, exp_avg_sq, max_sq = results
         self._assign(param, new_param)
         self._assign(state["exp_avg"], exp_avg)
         self._assign(state["exp_avg_sq"], exp_avg_sq)
-        if amsgrad:
+        if group["amsgrad"]:
             self._assign(state["max_exp_avg_sq"], max_sq)
 
 

@@ -14,6 +14,11 @@ instead of tensors. It returns the new buffers; it may update its inputs in plac
 them, which saves the optimizer's copy-back. :func:`fused_mismatches` checks a backend's
 kernels against the rules here, on every option set in :data:`CASES`.
 
+Multi-tensor path: each rule also has a ``_foreach`` form (``"adam_step_foreach"``) over
+*lists*, one entry per parameter, returning lists. Its reference is the loop over the rule;
+a backend declaring it updates a whole param group in one or two kernel launches, writing
+into the buffers it was given and returning them (the optimizer then copies nothing back).
+
 >>> import ember
 >>> p, g = ember.tensor([1.0, 2.0]), ember.tensor([0.5, -0.5])
 >>> new_p, buf = sgd_step(p, g, None, lr=0.1, momentum=0.9)
@@ -124,6 +129,46 @@ def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alph
 REFERENCE = {"sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
 
 
+# --------------------------------------------------------------------------------------- multi-tensor rules
+def _each(rule, params, grads, *states, **hyper):
+    """``rule`` applied to each parameter in turn; its results transposed into lists."""
+    outs = [rule(p, g, *s, **hyper) for p, g, *s in zip(params, grads, *states, strict=True)]
+    return tuple(list(column) for column in zip(*outs)) if outs else tuple([] for _ in range(1 + len(states)))
+
+
+def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
+    """:func:`sgd_step` over lists, one entry per parameter (a buffer may be None: that
+    parameter's first step); the keywords are sgd_step's, shared by all. Returns
+    ``(params, momentum_buffers)`` as lists.
+
+    >>> import ember
+    >>> ps, bufs = sgd_step_foreach([ember.tensor([1.0]), ember.tensor([2.0, 3.0])],
+    ...                             [ember.tensor([1.0]), ember.tensor([1.0, -1.0])], [None, None], lr=0.5)
+    >>> [p.tolist() for p in ps], bufs
+    ([[0.5], [1.5, 3.5]], [None, None])
+    """
+    return _each(sgd_step, params, grads, momentum_buffers, **hyper)
+
+
+def adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **hyper):
+    """:func:`adam_step` over lists (``max_exp_avg_sqs`` holds None entries unless
+    ``amsgrad``); one ``step`` for all, so the optimizer calls it once per step count.
+    Returns ``(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)`` as lists."""
+    return _each(adam_step, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **hyper)
+
+
+def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper):
+    """:func:`rmsprop_step` over lists. Returns ``(params, square_avgs, grad_avgs,
+    momentum_buffers)`` as lists."""
+    return _each(rmsprop_step, params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper)
+
+
+#: Multi-tensor op -> its reference; the per-parameter rule it loops over is the name minus
+#: ``_foreach``.
+FOREACH = {"sgd_step_foreach": sgd_step_foreach, "adam_step_foreach": adam_step_foreach,
+           "rmsprop_step_foreach": rmsprop_step_foreach}
+
+
 # --------------------------------------------------------------------------------------- dispatch
 def run_step(name, param, grad, *state, **hyper):
     """Run rule ``name`` as the backend's fused kernel if it declares one (see ember.fused),
@@ -136,6 +181,38 @@ def run_step(name, param, grad, *state, **hyper):
     """
     from .. import fused
     return fused.run(name, param, grad, *state, **hyper)
+
+
+def run_foreach(name, params, grads, *states, **hyper):
+    """Run multi-tensor rule ``name`` (``"sgd_step_foreach"``) over lists of tensors on one
+    backend: the backend's kernel if it declares one (and ember.jit is not tracing), else
+    :func:`run_step` for each parameter. An output the kernel wrote in place comes back as the
+    input tensor itself.
+
+    >>> import ember
+    >>> (p,), (buf,) = run_foreach("sgd_step_foreach", [ember.tensor([1.0])], [ember.tensor([1.0])],
+    ...                            [None], lr=0.5, momentum=0.9)
+    >>> p.tolist(), buf.tolist()
+    ([0.5], [1.0])
+    """
+    from .. import fused
+    backend = params[0]._backend if params else None
+    if backend is None or dispatch.TRACER[0] is not None or name not in fused.declared(backend):
+        rule = name[:-len("_foreach")]
+        return _each(lambda *args, **kw: run_step(rule, *args, **kw), params, grads, *states, **hyper)
+    inputs = (params, *states)
+    out = backend.fused_impls[name]([p._data for p in params], [g._data for g in grads],
+                                    *([None if t is None else t._data for t in column] for column in states),
+                                    **hyper)
+    return tuple([_rewrap(b, t, backend) for b, t in zip(column, given)] for column, given in zip(out, inputs))
+
+
+def _rewrap(buf, given, backend):
+    if buf is None:
+        return None
+    if given is not None and buf is given._data:
+        return given            # updated in place: the optimizer's _assign then copies nothing
+    return dispatch._wrap(buf, backend, None)
 
 
 # --------------------------------------------------------------------------------------- conformance
@@ -178,8 +255,9 @@ def _case_inputs(name, hyper, shape, dtype, backend, seed):
 
 def fused_mismatches(backend, names=None, shape=(3, 17), dtypes=("float32", "float64"), rtol=1e-5,
                      atol=1e-6, seed=0) -> list:
-    """Run each fused optimizer kernel ``backend`` declares against its reference rule, on
-    every option set in :data:`CASES`; return one line per mismatch (empty: all agree).
+    """Run each fused optimizer kernel ``backend`` declares (per-parameter and ``_foreach``)
+    against its reference rule, on every option set in :data:`CASES`; return one line per
+    mismatch (empty: all agree).
 
     >>> import ember
     >>> fused_mismatches(ember.get_backend("numpy"))     # numpy declares none: nothing to compare
@@ -188,24 +266,52 @@ def fused_mismatches(backend, names=None, shape=(3, 17), dtypes=("float32", "flo
     from .. import dtypes as D
     from .. import fused
     problems = []
-    names = sorted(fused.declared(backend) & set(REFERENCE)) if names is None else names
+    known = set(REFERENCE) | set(FOREACH)
+    names = sorted(fused.declared(backend) & known) if names is None else names
     for name in names:
-        for hyper in CASES[name]:
-            for dtype, (inputs, extra) in ((d, v) for d in map(D.get, dtypes)
-                                           for v in _case_inputs(name, hyper, shape, d, backend, seed)):
-                want = REFERENCE[name](*inputs, **hyper, **extra)
-                # Copies: a kernel may update its inputs in place.
-                bufs = [None if t is None else t.clone()._data for t in inputs]
-                got = backend.fused_impls[name](*bufs, **hyper, **extra)
-                nones = [i for i, t in enumerate(inputs) if t is None]
-                label = (f"{name}({', '.join(f'{k}={v}' for k, v in {**hyper, **extra}.items())}) {dtype}"
-                         + (f" with inputs {nones} None" if nones else ""))
-                if not isinstance(got, tuple) or len(got) != len(want):
-                    problems.append(f"{label}: expected a tuple of {len(want)} buffers, got {type(got).__name__}")
-                    continue
-                for i, (w, b) in enumerate(zip(want, got)):
-                    problems += _compare(f"{label} output {i}", w,
-                                         None if b is None else dispatch._wrap(b, backend, None), rtol, atol)
+        single = name[:-len("_foreach")] if name in FOREACH else name
+        for hyper in CASES[single]:
+            for dtype in map(D.get, dtypes):
+                variants = _case_inputs(single, hyper, shape, dtype, backend, seed) if name == single \
+                    else [_foreach_inputs(single, hyper, shape, dtype, backend, seed)]
+                for inputs, extra in variants:
+                    problems += _mismatches(backend, name, inputs, {**hyper, **extra}, dtype, rtol, atol)
+    return problems
+
+
+def _foreach_inputs(name, hyper, shape, dtype, backend, seed):
+    """Lists for a ``_foreach`` op: three parameters of different sizes, the second on its
+    first SGD step (no momentum buffer yet) when the others have one."""
+    sizes = [shape, (5,), (2, 3, 4)]
+    per = [_case_inputs(name, hyper, s, dtype, backend, seed + k) for k, s in enumerate(sizes)]
+    picked = [variants[-1] if k == 1 else variants[0] for k, variants in enumerate(per)]
+    return tuple(list(column) for column in zip(*(inputs for inputs, _ in picked))), picked[0][1]
+
+
+def _mismatches(backend, name, inputs, params, dtype, rtol, atol):
+    many = name in FOREACH
+    want = (FOREACH if many else REFERENCE)[name](*inputs, **params)
+
+    def buffers(t):          # copies: a kernel may update its inputs in place
+        return None if t is None else t.clone()._data
+    bufs = [[buffers(t) for t in x] if many else buffers(x) for x in inputs]
+    got = backend.fused_impls[name](*bufs, **params)
+    nones = [i for i, t in enumerate(inputs) if (any(e is None for e in t) if many else t is None)]
+    label = (f"{name}({', '.join(f'{k}={v}' for k, v in params.items())}) {dtype}"
+             + (f" with inputs {nones} None" if nones else ""))
+    if not isinstance(got, tuple) or len(got) != len(want):
+        return [f"{label}: expected a tuple of {len(want)} {'lists' if many else 'buffers'}, "
+                f"got {type(got).__name__}"]
+    problems = []
+    for i, (w, b) in enumerate(zip(want, got)):
+        if not many:
+            w, b = [w], [b]
+        elif not isinstance(b, (list, tuple)) or len(b) != len(w):
+            problems.append(f"{label} output {i}: expected a list of {len(w)} buffers")
+            continue
+        for k, (wk, bk) in enumerate(zip(w, b)):
+            where = f"{label} output {i}" + (f" entry {k}" if many else "")
+            problems += _compare(where, wk, None if bk is None else dispatch._wrap(bk, backend, None), rtol, atol)
     return problems
 
 

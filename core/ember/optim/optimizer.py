@@ -6,8 +6,12 @@ parameter to its running tensors). ``step()`` runs each parameter's update rule 
 under ``no_grad`` and writes the result into the parameter's own buffer, so the model, which
 holds the same tensors, sees the new values.
 
-A subclass names its hyperparameters and their rules (the ``rules`` table) and implements
-``_update(param, grad, state, group)``; everything else lives here.
+A subclass names its hyperparameters and their rules (the ``rules`` table) and either
+implements ``_update(param, grad, state, group)``, or names its update rule (``rule =
+"adam_step"``, one of ember.optim.functional's) and says which state the rule reads
+(``_inputs``) and where its results go (``_store``). The second kind gets multi-tensor steps:
+where the backend declares ``"adam_step_foreach"``, ``step()`` updates all of a param group's
+parameters with one call (one or two kernel launches) instead of one call per parameter.
 """
 from __future__ import annotations
 
@@ -16,9 +20,11 @@ import math
 from collections import defaultdict
 from numbers import Real
 
+from .. import dispatch, fused
 from ..autodiff import enable_grad, no_grad
 from ..errors import EmberError, ShapeError, located
 from ..tensor import Tensor
+from .functional import run_foreach, run_step
 
 
 class OptimizerError(EmberError, ValueError):
@@ -94,6 +100,9 @@ class Optimizer:
 
     #: hyperparameter name -> rule (see above); subclasses fill it in.
     rules: dict = {}
+    #: The update rule of ember.optim.functional this optimizer runs (``"sgd_step"``), or None
+    #: for a subclass that implements ``_update`` itself.
+    rule: str | None = None
 
     def __init__(self, params, defaults: dict):
         self.defaults = {k: _clean(v) for k, v in defaults.items()}
@@ -236,6 +245,7 @@ class Optimizer:
                 loss = closure()
         with no_grad():
             for gi, group in enumerate(self.param_groups):
+                todo = []
                 for i, p in enumerate(group["params"]):
                     grad = p.grad
                     if grad is None:
@@ -243,11 +253,55 @@ class Optimizer:
                     if grad.shape != p.shape:
                         raise located(ShapeError, f"{type(self).__name__}: parameter {i} of param group {gi} "
                                                   f"has shape {p.shape} but its .grad has shape {grad.shape}")
+                    todo.append((p, grad))
+                for p, grad in self._step_foreach(todo, group):
                     self._update(p, grad, self.state[p], group)
         return loss
 
+    def _step_foreach(self, todo, group) -> list:
+        """Update the ``(param, grad)`` pairs of ``todo`` whose backend declares this rule's
+        multi-tensor op, one call per backend and set of hyperparameters (Adam's step count is
+        one of them: normally all parameters share it); return the pairs left for ``_update``.
+
+        Not while ember.jit traces: the per-parameter rules are recorded then, and the jit
+        compiler fuses them itself."""
+        name = None if self.rule is None else self.rule + "_foreach"
+        if name is None or type(self)._update is not Optimizer._update or dispatch.TRACER[0] is not None:
+            return todo
+        rest, calls = [], {}
+        for p, grad in todo:
+            backend = p._backend
+            if grad._backend is not backend or name not in fused.declared(backend):
+                rest.append((p, grad))
+                continue
+            states, hyper = self._inputs(p, self.state[p], group)
+            key = (backend, tuple(sorted(hyper.items())))
+            try:
+                calls.setdefault(key, []).append((p, grad, states))
+            except TypeError:       # an unhashable hyperparameter value: this parameter alone
+                self._store(p, self.state[p], group, run_step(self.rule, p, grad, *states, **hyper))
+        for (_, hyper), members in calls.items():
+            params, grads, states = zip(*members)
+            out = run_foreach(name, list(params), list(grads), *map(list, zip(*states)), **dict(hyper))
+            for k, p in enumerate(params):
+                self._store(p, self.state[p], group, tuple(column[k] for column in out))
+        return rest
+
     def _update(self, param, grad, state: dict, group: dict) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement _update")
+        """One parameter's update: ``rule`` through its fused op (or its reference)."""
+        if self.rule is None:
+            raise NotImplementedError(f"{type(self).__name__} must implement _update, or name its rule")
+        states, hyper = self._inputs(param, state, group)
+        self._store(param, state, group, run_step(self.rule, param, grad, *states, **hyper))
+
+    def _inputs(self, param, state: dict, group: dict):
+        """``(state tensors, keywords)`` for ``rule`` on ``param``: creates missing state and
+        counts the step (it is called once per parameter and step)."""
+        raise NotImplementedError(f"{type(self).__name__} names rule {self.rule!r} but not its _inputs")
+
+    def _store(self, param, state: dict, group: dict, results: tuple) -> None:
+        """Put ``rule``'s results ``(param, *state)`` into the parameter and its state."""
+        raise NotImplementedError(f"{type(self).__name__} names rule {self.rule!r} but not its _store")
 
     def _assign(self, dst, src) -> None:
         """Write ``src`` into ``dst``'s own buffer: holders of ``dst`` (the model) see the values."""

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ..tensor import zeros_like
-from .functional import run_step
 from .optimizer import Optimizer, flag, nonnegative
 
 
@@ -28,7 +27,9 @@ class RMSprop(Optimizer):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                                       momentum=momentum, centered=centered, maximize=maximize))
 
-    def _update(self, param, grad, state, group):
+    rule = "rmsprop_step"
+
+    def _inputs(self, param, state, group):
         if not state:
             state["step"] = 0
             state["square_avg"] = zeros_like(param)
@@ -38,14 +39,16 @@ class RMSprop(Optimizer):
         if centered and state.get("grad_avg") is None:
             state["grad_avg"] = zeros_like(param)
         state["step"] += 1
-        new_param, square_avg, grad_avg, buf = run_step(
-            "rmsprop_step", param, grad, state["square_avg"], state["grad_avg"] if centered else None,
-            state["momentum_buffer"] if momentum > 0 else None, lr=group["lr"], alpha=group["alpha"],
-            eps=group["eps"], weight_decay=group["weight_decay"], momentum=momentum,
-            centered=centered, maximize=group["maximize"])
+        return ((state["square_avg"], state["grad_avg"] if centered else None,
+                 state["momentum_buffer"] if momentum > 0 else None),
+                dict(lr=group["lr"], alpha=group["alpha"], eps=group["eps"], weight_decay=group["weight_decay"],
+                     momentum=momentum, centered=centered, maximize=group["maximize"]))
+
+    def _store(self, param, state, group, results):
+        new_param, square_avg, grad_avg, buf = results
         self._assign(param, new_param)
         self._assign(state["square_avg"], square_avg)
-        if centered:
+        if group["centered"]:
             self._assign(state["grad_avg"], grad_avg)
-        if momentum > 0:
+        if group["momentum"] > 0:
             self._assign(state["momentum_buffer"], buf)

@@ -1,7 +1,6 @@
 """SGD: stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
 from __future__ import annotations
 
-from .functional import run_step
 from .optimizer import Optimizer, flag, nonnegative, number
 
 
@@ -35,11 +34,15 @@ class SGD(Optimizer):
                     f"{group['momentum']} and dampening={group['dampening']}")
         return None
 
-    def _update(self, param, grad, state, group):
+    rule = "sgd_step"
+
+    def _inputs(self, param, state, group):
         momentum = group["momentum"]
-        new_param, buf = run_step(
-            "sgd_step", param, grad, state.get("momentum_buffer") if momentum != 0 else None,
-            lr=group["lr"], momentum=momentum, dampening=group["dampening"],
-            nesterov=group["nesterov"], weight_decay=group["weight_decay"], maximize=group["maximize"])
+        return ((state.get("momentum_buffer") if momentum != 0 else None,),
+                dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
+                     nesterov=group["nesterov"], weight_decay=group["weight_decay"], maximize=group["maximize"]))
+
+    def _store(self, param, state, group, results):
+        new_param, buf = results
         self._assign(param, new_param)
         self._keep(state, "momentum_buffer", buf)

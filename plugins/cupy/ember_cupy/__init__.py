@@ -8,8 +8,9 @@ whether it can run through ``available()`` (a machine without a GPU gets the dri
     EMBER_BACKEND=cupy ember train cifar10 --model resnet18
 
 Helpers for users of the backend: :func:`from_dlpack` / :func:`to_dlpack` (zero-copy exchange
-with torch and other CUDA libraries), :func:`multi_tensor_step` (every parameter of an
-optimizer in one launch), :func:`transfers` (host/device copies counted so far).
+with torch and other CUDA libraries), :func:`transfers` (host/device copies counted so far).
+``Optimizer.step()`` updates every parameter of a group in one launch by itself (the
+``*_foreach`` fused ops, multi_tensor.py).
 """
 from ember import BackendInfo, hookimpl
 
@@ -51,7 +52,8 @@ def to_dlpack(tensor):
 
 
 def multi_tensor_step(optimizer, closure=None):
-    """``optimizer.step()`` with all parameters in one or two launches (see multi_tensor.py)."""
+    """``optimizer.step(closure)``, which now runs the multi-tensor kernels by itself (kept for
+    scripts written before it did)."""
     from .multi_tensor import step
     return step(optimizer, closure)
 

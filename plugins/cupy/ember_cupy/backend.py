@@ -20,7 +20,10 @@ from . import device, fusion
 
 #: Fused ops this backend provides (ember.fused's names).
 FUSED = frozenset(("softmax", "log_softmax", "cross_entropy", "layer_norm", "gelu",
-                   "scaled_dot_product_attention", "sgd_step", "adam_step", "rmsprop_step"))
+                   "scaled_dot_product_attention", "sgd_step", "adam_step", "rmsprop_step",
+                   "softmax_backward", "log_softmax_backward", "cross_entropy_backward", "layer_norm_backward",
+                   "gelu_backward",
+                   "sgd_step_foreach", "adam_step_foreach", "rmsprop_step_foreach"))   # multi_tensor.py
 
 
 class CupyBackend(Backend):
@@ -50,6 +53,7 @@ class CupyBackend(Backend):
     def _build(self):
         from .fused_ops import make_fused
         from .impls import make_impls
+        from .multi_tensor import make_foreach
         if self._runtime is None:
             from .runtime import DeviceRuntime
             self._runtime = DeviceRuntime()
@@ -60,6 +64,7 @@ class CupyBackend(Backend):
         self.np = numpy
         self.impls = make_impls(self.rt)
         self.fused_impls = make_fused(self.rt)
+        self.fused_impls.update(make_foreach(self.rt, self.fused_impls))     # multi-tensor optimizer steps
 
     def capabilities(self):
         notes = {"blas": "cuBLAS (cupy.matmul)", "conv": "im2col + cuBLAS GEMM, col2im kernel",
@@ -69,7 +74,10 @@ class CupyBackend(Backend):
         else:
             notes.update(device.describe() if self.rt is not None else {})
         return Capabilities(ops=frozenset(PRIMITIVES), dtypes=frozenset(D.ALL), devices=(self.device,),
-                            fused=FUSED, compiles_groups=True, notes=notes)
+                            fused=FUSED, compiles_groups=True, notes=notes,
+                            # value checks wait for the next host read (ember.deferred); the host
+                            # harness declares it too, so it runs the GPU's code paths
+                            on_device=True)
 
     # -- buffers ------------------------------------------------------------------------------------
     def shape(self, buf):

@@ -60,12 +60,22 @@ def library_kernels(exhaustive: bool = False) -> list:
         ks += [kernels.softmax_kernel(dt, log) for log in (False, True)]
         ks += [kernels.cross_entropy_kernel(dt, it) for it in ("int32", "int64")]
         ks += [kernels.layer_norm_kernel(dt, w, b) for w in (False, True) for b in (False, True)]
+        ks += [kernels.gelu_backward_kernel(dt, a) for a in ("none", "tanh")]
+        ks += [kernels.softmax_backward_kernel(dt, log) for log in (False, True)]
+        ks += [kernels.cross_entropy_backward_kernel(dt, it) for it in ("int32", "int64")]
+        ks += [kernels.layer_norm_backward_kernel(dt, w) for w in (False, True)]
+        ks.append(kernels.layer_norm_params_kernel(dt))
         for rule, flags in _optimizer_flags(exhaustive):
             ks.append(kernels.step_kernel(rule, dt, **flags))
         ks.append(kernels.multi_step_kernel("adam_step", dt, [3, 1000, 7, 1 << 20], amsgrad=False, maximize=False,
                                             weight_decay=0.0, decoupled=False, big_lerp=False))
         ks.append(kernels.multi_step_kernel("sgd_step", dt, [5] * 62, maximize=False, weight_decay=0.0,
                                             momentum=0.9, dampening=0.0, nesterov=False, first=False))
+        # the other multi-tensor forms Optimizer.step launches: SGD's first momentum step, RMSprop
+        ks.append(kernels.multi_step_kernel("sgd_step", dt, [5, 7], maximize=False, weight_decay=0.0,
+                                            momentum=0.9, dampening=0.0, nesterov=False, first=True))
+        ks.append(kernels.multi_step_kernel("rmsprop_step", dt, [5, 7, 1 << 16], maximize=False, weight_decay=0.0,
+                                            momentum=True, centered=True, big_lerp=False))
     for dt in ("float32", "float64", "int32", "int64"):
         ks.append(kernels.col2im_kernel(dt))
     return list({k.key: k for k in ks}.values())

@@ -4,10 +4,14 @@ Each entry has the signature of the reference in ember.fused (buffers for tensor
 computes what it computes, in the same order of operations where rounding can tell:
 
 * ``softmax`` / ``log_softmax``: one block per row (max, sum of exponentials, write);
-* ``cross_entropy``: one block per row picks ``log_softmax(x)[target]``; a CuPy mean of the
-  N picked values finishes (two launches, no host sync);
+* ``cross_entropy``: one block per row picks ``log_softmax(x)[target]`` (0 for an ignored
+  row); CuPy divides their sum by the rows that count (a few launches, no host sync);
 * ``layer_norm``: one block per row, mean and variance in double;
 * ``gelu``: one elementwise kernel (exact erf or the tanh form);
+* the backward ops ember trains with: ``softmax_backward`` / ``log_softmax_backward`` and
+  ``cross_entropy_backward`` (one block per row), ``gelu_backward`` (elementwise),
+  ``layer_norm_backward`` (one block per row for the input gradient, then one thread per
+  column for the weight and bias gradients);
 * ``scaled_dot_product_attention``: two cuBLAS GEMMs around the fused softmax;
 * ``sgd_step`` / ``adam_step`` / ``rmsprop_step``: one elementwise kernel updating parameter
   and state in place (when they are contiguous; else into new buffers) and returning them.
@@ -53,17 +57,57 @@ def make_fused(rt) -> dict:
             return xp.zeros_like(x)
         return rows_op(x, dim, lambda dt: kernels.softmax_kernel(dt, log=True))
 
-    def cross_entropy(logits, target):
+    def rows_op2(y, g, dim, kernel_of):
+        """Run a row kernel over dim ``dim`` of ``y`` and ``g`` (same shape; moved last, contiguous)."""
+        out_dtype = y.dtype
+        y = wide(y)
+        g = wide(g).astype(y.dtype, copy=False)
+        ym, gm = contiguous(xp.moveaxis(y, dim, -1)), contiguous(xp.moveaxis(g, dim, -1))
+        dx = xp.empty(ym.shape, dtype=ym.dtype)
+        c = ym.shape[-1] if ym.ndim else 1
+        if ym.size:
+            rt.launch(kernel_of(ym.dtype.name), ym.size // c, ym, gm, dx, c)
+        dx = xp.moveaxis(dx, -1, dim)
+        return dx if dx.dtype == out_dtype else dx.astype(out_dtype)
+
+    def softmax_backward(grad, out, *, dim=-1):
+        if out.ndim == 0:                     # softmax of a scalar is 1 whatever the input
+            return xp.zeros_like(out)
+        return rows_op2(out, grad, dim, lambda dt: kernels.softmax_backward_kernel(dt, log=False))
+
+    def log_softmax_backward(grad, out, *, dim=-1):
+        if out.ndim == 0:
+            return xp.zeros_like(out)
+        return rows_op2(out, grad, dim, lambda dt: kernels.softmax_backward_kernel(dt, log=True))
+
+    def class_targets(target):
+        if target.dtype.name not in ("int32", "int64"):
+            target = target.astype(xp.int64)
+        return contiguous(target.reshape(-1))
+
+    def cross_entropy(logits, target, *, ignore_index=-100):
         out_dtype = logits.dtype
         x = contiguous(wide(logits))
         n, c = x.shape
-        if target.dtype.name not in ("int32", "int64"):
-            target = target.astype(xp.int64)
-        target = contiguous(target.reshape(-1))
+        target = class_targets(target)
         picked = xp.empty((n,), dtype=x.dtype)
-        rt.launch(kernels.cross_entropy_kernel(x.dtype.name, target.dtype.name), n, x, target, picked, c)
-        loss = xp.negative(xp.asarray(picked.sum(dtype=picked.dtype) / n, dtype=picked.dtype))
+        rt.launch(kernels.cross_entropy_kernel(x.dtype.name, target.dtype.name), n, x, target, picked, c,
+                  ignore_index)
+        counted = (target != ignore_index).sum().astype(picked.dtype)
+        loss = xp.negative(xp.asarray(picked.sum(dtype=picked.dtype) / counted, dtype=picked.dtype))
         return xp.asarray(loss, dtype=out_dtype)
+
+    def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
+        out_dtype = logits.dtype
+        x = contiguous(wide(logits))
+        n, c = x.shape
+        target = class_targets(target)
+        counted = xp.maximum((target != ignore_index).sum(), 1).astype(x.dtype)
+        scale = contiguous(xp.asarray(grad, dtype=x.dtype).reshape(1) / counted)     # stays on the device
+        dx = xp.empty(x.shape, dtype=x.dtype)
+        rt.launch(kernels.cross_entropy_backward_kernel(x.dtype.name, target.dtype.name), n, x, target, scale, dx,
+                  c, ignore_index)
+        return dx if dx.dtype == out_dtype else dx.astype(out_dtype)
 
     def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
         out_dtype = x.dtype
@@ -85,6 +129,36 @@ def make_fused(rt) -> dict:
         x = contiguous(wide(x))
         y = xp.empty(x.shape, dtype=x.dtype)
         rt.launch(kernels.gelu_kernel(x.dtype.name, approximate), x.size, x, y)
+        return y if y.dtype == out_dtype else y.astype(out_dtype)
+
+    def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
+        out_dtype = x.dtype
+        x = contiguous(wide(x))
+        g = contiguous(wide(grad).astype(x.dtype, copy=False))
+        d = math.prod(normalized_shape)
+        rows = x.size // d if d else 0
+        dx = xp.empty(x.shape, dtype=x.dtype)
+        mean, rstd = xp.empty((rows,), dtype=xp.float64), xp.empty((rows,), dtype=xp.float64)
+        args = [x, g] + ([contiguous(weight.astype(x.dtype, copy=False)).reshape(-1)] if weight is not None else [])
+        if x.size:
+            rt.launch(kernels.layer_norm_backward_kernel(x.dtype.name, weight is not None), rows,
+                      *args, dx, mean, rstd, d, eps)
+        dw = db = None
+        if weight is not None or bias is not None:
+            dw, db = xp.zeros((d,), dtype=x.dtype), xp.zeros((d,), dtype=x.dtype)
+            if x.size:
+                rt.launch(kernels.layer_norm_params_kernel(x.dtype.name), d, x, g, mean, rstd, dw, db, rows, d)
+
+        def back(b, like):
+            return None if like is None else b.reshape(like.shape).astype(out_dtype, copy=False)
+        return dx.astype(out_dtype, copy=False), back(dw, weight), back(db, bias)
+
+    def gelu_backward(grad, x, *, approximate="none"):
+        out_dtype = x.dtype
+        x = contiguous(wide(x))
+        g = contiguous(wide(grad).astype(x.dtype, copy=False))
+        y = xp.empty(x.shape, dtype=x.dtype)
+        rt.launch(kernels.gelu_backward_kernel(x.dtype.name, approximate), x.size, g, x, y)
         return y if y.dtype == out_dtype else y.astype(out_dtype)
 
     def attention(q, k, v, *, causal=False, scale=None):
@@ -157,6 +231,9 @@ def make_fused(rt) -> dict:
 
     return {"softmax": softmax, "log_softmax": log_softmax, "cross_entropy": cross_entropy,
             "layer_norm": layer_norm, "gelu": gelu, "scaled_dot_product_attention": attention,
+            "softmax_backward": softmax_backward, "log_softmax_backward": log_softmax_backward,
+            "cross_entropy_backward": cross_entropy_backward, "layer_norm_backward": layer_norm_backward,
+            "gelu_backward": gelu_backward,
             "sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
 
 

@@ -1,142 +1,150 @@
-"""Multi-tensor optimizer steps: every parameter of an optimizer updated in one launch.
+"""Multi-tensor optimizer steps: a param group's parameters updated in one launch.
 
-``ember.optim`` steps one parameter at a time (one fused kernel each through
-``fused_impls``); for a model with 62 parameter tensors that is 62 launches. :func:`step`
-does what ``optimizer.step()`` does for SGD, Adam, AdamW and RMSprop, but groups the
-parameters by dtype and hyperparameters and updates each group — up to :data:`PER_LAUNCH`
-tensors — with one kernel (kernels.multi_step_kernel): the tensors' pointers are kernel
-arguments and their sizes are compiled in, so nothing is copied to the device and nothing
-waits for it. A parameter whose buffers are not contiguous float32/float64 takes the
-optimizer's own path.
+ember.fused's ``sgd_step_foreach``, ``adam_step_foreach`` and ``rmsprop_step_foreach`` take
+lists (one entry per parameter) and ``Optimizer.step()`` calls them once per param group
+(ember.optim), so a model with 62 parameter tensors costs one kernel launch per step, not 62.
+The kernel (kernels.multi_step_kernel) gets every tensor's pointers as kernel arguments and
+has their sizes compiled in (a balanced tree of comparisons finds a thread's tensor): nothing
+is copied to the device, nothing waits for it, and the parameter and its state are updated
+in their own buffers, which come back as the results (the optimizer copies nothing).
 
-    loss.backward()
-    ember_cupy.multi_tensor_step(opt)        # instead of opt.step()
+One launch covers up to :data:`PER_LAUNCH` tensors of one dtype; SGD's first momentum step
+(no buffer yet) is a second kernel. An entry the kernel does not cover — not float32/float64,
+a state buffer that is not contiguous or overlaps another, an empty tensor — takes the
+per-parameter op (fused_ops.py).
 
-It runs eagerly (not inside ``ember.jit``), on tensors of a CupyBackend.
+>>> from ember_cupy import kernels
+>>> k = kernels.multi_step_kernel("sgd_step", "float32", [3, 5], maximize=False, weight_decay=0.0,
+...                               momentum=0.0, dampening=0.0, nesterov=False, first=False)
+>>> k.meta["total"], k.params[:4]
+(8, ('ptr', 'ptr', 'ptr', 'ptr'))
 """
 from __future__ import annotations
 
 from . import kernels
+from .fused_ops import KERNEL_DTYPES, _overlap, adam_constants, rmsprop_constants, sgd_constants
 from .runtime import contiguous
-from .fused_ops import adam_constants, rmsprop_constants, sgd_constants
 
 #: Tensors per launch: 64 x 5 pointers stays far below CUDA's 4 KiB of kernel parameters.
 PER_LAUNCH = 64
+_KERNELS: dict = {}
 
 
-def _freeze(d: dict) -> tuple:
-    return tuple(sorted(d.items()))
+def _kernel(rule, dtype, sizes, flags):
+    """multi_step_kernel, remembered: rendering 64 tensors' source costs more than a launch."""
+    key = (rule, dtype, sizes, tuple(sorted(flags.items())))
+    k = _KERNELS.get(key)
+    if k is None:
+        if len(_KERNELS) > 512:
+            _KERNELS.clear()
+        k = _KERNELS[key] = kernels.multi_step_kernel(rule, dtype, list(sizes), **flags)
+    return k
 
 
-def _prepare_adam(opt, p, grad, state, group):
-    from ember.tensor import zeros_like
-    if not state:
-        state["step"] = 0
-        state["exp_avg"] = zeros_like(p)
-        state["exp_avg_sq"] = zeros_like(p)
-    amsgrad = group["amsgrad"]
-    if amsgrad and state.get("max_exp_avg_sq") is None:
-        state["max_exp_avg_sq"] = zeros_like(p)
-    state["step"] += 1
-    beta1, beta2 = group["betas"]
-    flags, scalars = adam_constants(step=state["step"], lr=group["lr"], beta1=beta1, beta2=beta2,
-                                    eps=group["eps"], weight_decay=group["weight_decay"], amsgrad=amsgrad,
-                                    maximize=group["maximize"],
-                                    decoupled_weight_decay=group["decoupled_weight_decay"])
-    tensors = [p, grad, state["exp_avg"], state["exp_avg_sq"]] + ([state["max_exp_avg_sq"]] if amsgrad else [])
-    return "adam_step", flags, scalars, tensors
+def make_foreach(rt, single: dict) -> dict:
+    """The ``_foreach`` fused ops on runtime ``rt``; ``single`` is the per-parameter table
+    (fused_ops.make_fused) for the entries the kernel does not cover."""
+    xp = rt.xp
+
+    def launch(rule, flags, scalars, members):
+        """``members``: one list of buffers per tensor, in the kernel's pointer order."""
+        dtype = members[0][0].dtype.name
+        for i in range(0, len(members), PER_LAUNCH):
+            chunk = members[i:i + PER_LAUNCH]
+            kernel = _kernel(rule, dtype, tuple(m[0].size for m in chunk), flags)
+            rt.launch(kernel, kernel.meta["total"], *[b for m in chunk for b in m],
+                      *[scalars[s] for s in kernel.meta["scalars"]])
+
+    def split(params, grads, states):
+        """(entries by dtype, the other entries): an entry goes to the kernel when its param
+        and state (``states[k]``, the buffers written) are contiguous and of the param's
+        float dtype and shape, and nothing written overlaps anything else written."""
+        groups, rest, written = {}, [], []
+        for k, (p, g) in enumerate(zip(params, grads)):
+            ok = p.dtype.name in KERNEL_DTYPES and p.size > 0 and g.dtype == p.dtype and g.shape == p.shape \
+                and all(s.dtype == p.dtype and s.shape == p.shape and s.flags.c_contiguous
+                        for s in [p] + states[k])
+            if ok:
+                groups.setdefault(p.dtype.name, []).append(k)
+                written += [p] + states[k]
+            else:
+                rest.append(k)
+        if len({id(b) for b in written}) != len(written) or _overlap(xp, written):
+            return {}, list(range(len(params)))
+        return groups, rest
+
+    def per_parameter(rule, results, rest, args, hyper):
+        for k in rest:
+            for column, value in zip(results, single[rule](*(a[k] for a in args), **hyper)):
+                column[k] = value
+
+    def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
+        momentum = hyper.get("momentum", 0.0) != 0
+        bufs = list(momentum_buffers)
+        states = [[b] if momentum and b is not None else [] for b in bufs]
+        groups, rest = split(params, grads, states)
+        for ks in groups.values():
+            for first in (False, True):
+                sel = [k for k in ks if (momentum and bufs[k] is None) == first]
+                if not sel:
+                    continue
+                for k in sel:
+                    if first:
+                        bufs[k] = xp.empty_like(params[k], order="C")
+                flags, scalars = sgd_constants(first=first, **_defaults(SGD, hyper))
+                launch("sgd_step", flags, scalars,
+                       [[params[k], contiguous(grads[k])] + ([bufs[k]] if momentum else []) for k in sel])
+        results = (list(params), bufs)
+        per_parameter("sgd_step", results, rest, (params, grads, momentum_buffers), hyper)
+        return results
+
+    def adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **hyper):
+        amsgrad = bool(hyper.get("amsgrad", False))
+        states = [[m, v] + ([x] if amsgrad else []) for m, v, x in zip(exp_avgs, exp_avg_sqs, max_exp_avg_sqs)]
+        if amsgrad and any(x is None for x in max_exp_avg_sqs):
+            groups, rest = {}, list(range(len(params)))
+        else:
+            groups, rest = split(params, grads, states)
+        flags, scalars = adam_constants(**_defaults(ADAM, hyper))
+        for ks in groups.values():
+            launch("adam_step", flags, scalars, [[params[k], contiguous(grads[k])] + states[k] for k in ks])
+        results = (list(params), list(exp_avgs), list(exp_avg_sqs), list(max_exp_avg_sqs))
+        per_parameter("adam_step", results, rest, (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), hyper)
+        return results
+
+    def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper):
+        centered = bool(hyper.get("centered", False))
+        momentum = hyper.get("momentum", 0.0) > 0
+        states = [[s] + ([a] if centered else []) + ([b] if momentum else [])
+                  for s, a, b in zip(square_avgs, grad_avgs, momentum_buffers)]
+        if any(x is None for st in states for x in st):
+            groups, rest = {}, list(range(len(params)))
+        else:
+            groups, rest = split(params, grads, states)
+        flags, scalars = rmsprop_constants(**_defaults(RMSPROP, hyper))
+        for ks in groups.values():
+            launch("rmsprop_step", flags, scalars, [[params[k], contiguous(grads[k])] + states[k] for k in ks])
+        results = (list(params), list(square_avgs), list(grad_avgs), list(momentum_buffers))
+        per_parameter("rmsprop_step", results, rest, (params, grads, square_avgs, grad_avgs, momentum_buffers),
+                      hyper)
+        return results
+
+    return {"sgd_step_foreach": sgd_step_foreach, "adam_step_foreach": adam_step_foreach,
+            "rmsprop_step_foreach": rmsprop_step_foreach}
 
 
-def _prepare_sgd(opt, p, grad, state, group):
-    from ember.tensor import zeros_like
-    momentum = group["momentum"]
-    first = momentum != 0 and state.get("momentum_buffer") is None
-    if first:
-        state["momentum_buffer"] = zeros_like(p)
-    flags, scalars = sgd_constants(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
-                                   nesterov=group["nesterov"], weight_decay=group["weight_decay"],
-                                   maximize=group["maximize"], first=first)
-    tensors = [p, grad] + ([state["momentum_buffer"]] if momentum != 0 else [])
-    return "sgd_step", flags, scalars, tensors
+#: The rules' keyword defaults (ember.optim.functional), for the *_constants helpers.
+SGD = dict(momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False)
+ADAM = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
+            decoupled_weight_decay=False)
+RMSPROP = dict(alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False)
 
 
-def _prepare_rmsprop(opt, p, grad, state, group):
-    from ember.tensor import zeros_like
-    if not state:
-        state["step"] = 0
-        state["square_avg"] = zeros_like(p)
-    if group["momentum"] > 0 and state.get("momentum_buffer") is None:
-        state["momentum_buffer"] = zeros_like(p)
-    if group["centered"] and state.get("grad_avg") is None:
-        state["grad_avg"] = zeros_like(p)
-    state["step"] += 1
-    flags, scalars = rmsprop_constants(lr=group["lr"], alpha=group["alpha"], eps=group["eps"],
-                                       weight_decay=group["weight_decay"], momentum=group["momentum"],
-                                       centered=group["centered"], maximize=group["maximize"])
-    tensors = [p, grad, state["square_avg"]] + ([state["grad_avg"]] if group["centered"] else []) + \
-        ([state["momentum_buffer"]] if group["momentum"] > 0 else [])
-    return "rmsprop_step", flags, scalars, tensors
-
-
-def _rules():
-    from ember.optim import SGD, Adam
-    rules = [(Adam, _prepare_adam), (SGD, _prepare_sgd)]
-    try:
-        from ember.optim import RMSprop
-        rules.append((RMSprop, _prepare_rmsprop))
-    except ImportError:      # pragma: no cover - older ember
-        pass
-    return rules
-
-
-def _eligible(xp, tensors) -> bool:
-    first = tensors[0]._data
-    if first.dtype.name not in ("float32", "float64"):
-        return False
-    return all(t._data.dtype == first.dtype and t._data.shape == first.shape and
-               (i == 1 or t._data.flags.c_contiguous) for i, t in enumerate(tensors))
+def _defaults(defaults, hyper):
+    return {**defaults, **hyper}
 
 
 def step(optimizer, closure=None):
-    """``optimizer.step(closure)`` with all parameters in as few launches as possible; returns
-    the closure's loss. Falls back to ``optimizer.step`` for optimizers it does not know."""
-    from ember.autodiff import enable_grad, no_grad
-    prepare = next((f for cls, f in _rules() if isinstance(optimizer, cls)), None)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    backend = params[0]._backend if params else None
-    rt = getattr(backend, "rt", None)
-    if prepare is None or rt is None:
-        return optimizer.step(closure)
-    loss = None
-    if closure is not None:
-        with enable_grad():
-            loss = closure()
-    buckets: dict = {}
-    with no_grad():
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None:
-                    continue
-                if grad.shape != p.shape or p._backend is not backend or grad._backend is not backend:
-                    optimizer._update(p, grad, optimizer.state[p], group)   # its own checks and messages
-                    continue
-                state = optimizer.state[p]
-                before = {k: v for k, v in state.items()}
-                rule, flags, scalars, tensors = prepare(optimizer, p, grad, state, group)
-                if not _eligible(rt.xp, tensors):
-                    state.clear()
-                    state.update(before)
-                    optimizer._update(p, grad, state, group)
-                    continue
-                key = (rule, p._data.dtype.name, _freeze(flags), _freeze(scalars))
-                buckets.setdefault(key, []).append([t._data for t in tensors])
-    for (rule, dtype, flags, scalars), members in buckets.items():
-        flags, scalars = dict(flags), dict(scalars)
-        for i in range(0, len(members), PER_LAUNCH):
-            chunk = members[i:i + PER_LAUNCH]
-            chunk = [[b if j != 1 else contiguous(b) for j, b in enumerate(bufs)] for bufs in chunk]
-            kernel = kernels.multi_step_kernel(rule, dtype, [bufs[0].size for bufs in chunk], **flags)
-            args = [b for bufs in chunk for b in bufs] + [scalars[s] for s in kernel.meta["scalars"]]
-            rt.launch(kernel, kernel.meta["total"], *args)
-    return loss
+    """``optimizer.step(closure)``. Kept for scripts written before ``Optimizer.step()`` used
+    the multi-tensor ops by itself; it now does, on this backend, with nothing to ask."""
+    return optimizer.step(closure)

@@ -25,7 +25,7 @@ from ember.backends import numpy_backend as nb
 from ember.backends.numpy_backend import NumpyBackend
 from ember.primitives import GROUPS
 
-from . import __version__, kernels, launch, threads
+from . import __version__, conv, foreach, kernels, launch, threads
 from . import fused as fused_ops
 from .render import Program
 
@@ -118,6 +118,7 @@ ELEMENTWISE = ["neg", "abs", "sqrt", "reciprocal", "floor", "add", "sub", "mul",
 IMPLS = dict(nb.IMPLS)
 IMPLS.update({op: elementwise(op) for op in ELEMENTWISE})
 IMPLS.update(kernels.IMPLS)
+IMPLS.update(conv.IMPLS)
 
 
 class NumbaBackend(NumpyBackend):
@@ -127,12 +128,12 @@ class NumbaBackend(NumpyBackend):
     version = __version__
     device = "cpu"
     impls = IMPLS
-    fused_impls = fused_ops.IMPLS
+    fused_impls = {**fused_ops.IMPLS, **foreach.IMPLS}      # foreach: multi-tensor optimizer steps
 
     def capabilities(self):
         import numba
         return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
-                            fused=frozenset(fused_ops.IMPLS), compiles_groups=True,
+                            fused=frozenset(self.fused_impls), compiles_groups=True,
                             notes={"numba": numba.__version__, "blas": "numpy",
                                    "threads": threads.get_num_threads(),
                                    "threading_layer": threads.STATE["layer"],

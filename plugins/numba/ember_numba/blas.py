@@ -62,6 +62,69 @@ def _pool(helpers):
     return _POOL[0][1]
 
 
+def on_demand(count, threads, work):
+    """Call ``work(i)`` for i in range(count) on ``threads`` threads (the caller and helpers)
+    that each take the next i when free; returns when all are done, re-raising the first error.
+
+    A thread that is not scheduled (the machine is busy) takes nothing, and the others do its
+    share: the caller never waits for a helper that has not started.
+
+    >>> done = []
+    >>> on_demand(5, 2, done.append)
+    >>> sorted(done)
+    [0, 1, 2, 3, 4]
+    """
+    if count <= 0:
+        return
+    if threads <= 1 or count == 1:
+        for i in range(count):
+            work(i)
+        return
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0, "error": None}
+    finished = threading.Event()
+
+    def loop():
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= count or state["error"] is not None:
+                    return
+                state["next"] = i + 1
+            try:
+                work(i)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                state["error"] = exc
+            with lock:
+                state["done"] += 1
+                if state["done"] == count or state["error"] is not None:
+                    finished.set()
+
+    pool = _pool(threads - 1)
+    for _ in range(min(threads, count) - 1):
+        pool.submit(loop)
+    loop()
+    finished.wait()
+    if state["error"] is not None:
+        raise state["error"]
+
+
+class one_thread_blas:
+    """Context manager: BLAS on one thread inside (for work split across threads by the
+    caller), its previous count restored after. Returns the previous count."""
+
+    def __enter__(self):
+        self.libs = _libs()
+        self.n = self.libs[0].get_num_threads() if self.libs else 1
+        if self.libs and self.n > 1:
+            _set(self.libs, 1)
+        return self.n
+
+    def __exit__(self, *exc):
+        if self.libs and self.n > 1:
+            _set(self.libs, self.n)
+
+
 def shared_matmul(a, b, threads):
     """``a @ b`` for 2-d ``a``, ``b`` as column blocks taken on demand by ``threads`` threads.
 
@@ -73,34 +136,12 @@ def shared_matmul(a, b, threads):
     out = np.empty((m, n), np.result_type(a, b))
     blocks = max(1, min(4 * threads, n // BLOCK))
     edges = [n * i // blocks for i in range(blocks + 1)]
-    lock = threading.Lock()
-    state = {"next": 0, "done": 0, "error": None}
-    finished = threading.Event()
 
-    def work():
-        while True:
-            with lock:
-                i = state["next"]
-                if i >= blocks or state["error"] is not None:
-                    return
-                state["next"] = i + 1
-            try:
-                j0, j1 = edges[i], edges[i + 1]
-                np.matmul(a, b[:, j0:j1], out=out[:, j0:j1])
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-                state["error"] = exc
-            with lock:
-                state["done"] += 1
-                if state["done"] == blocks or state["error"] is not None:
-                    finished.set()
+    def block(i):
+        j0, j1 = edges[i], edges[i + 1]
+        np.matmul(a, b[:, j0:j1], out=out[:, j0:j1])
 
-    pool = _pool(threads - 1)
-    for _ in range(threads - 1):
-        pool.submit(work)
-    work()
-    finished.wait()
-    if state["error"] is not None:
-        raise state["error"]
+    on_demand(blocks, threads, block)
     return out
 
 

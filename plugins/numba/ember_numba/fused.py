@@ -1,12 +1,12 @@
 """Fused ops (ember.fused): one kernel where the reference decomposition makes several passes.
 
-* ``softmax``, ``log_softmax``, ``cross_entropy``, ``layer_norm``: one task per row (the
-  normalized dims flattened), reading the row two or three times while it is in cache, sums
-  in float64;
-* ``gelu`` and the optimizer steps ``sgd_step``, ``adam_step``, ``rmsprop_step``: elementwise
-  programs (render.py) built from the same arithmetic as the references, operation for
-  operation and rounded to the tensor's dtype at each step, so they agree with them to the
-  last bit or so. The optimizer kernels write the new parameter and state into the buffers
+* ``softmax``, ``log_softmax``, ``cross_entropy``, ``layer_norm`` and their backward ops: one
+  task per row (the normalized dims flattened), reading the row two or three times while it
+  is in cache, sums in float64; layer norm's weight and bias gradients one task per column;
+* ``gelu``, ``gelu_backward`` and the optimizer steps ``sgd_step``, ``adam_step``,
+  ``rmsprop_step``: elementwise programs (render.py) built from the same arithmetic as the
+  references, operation for operation and rounded to the tensor's dtype at each step, so
+  they agree with them to the last bit or so. The optimizer kernels write the new parameter and state into the buffers
   they were given (when those are writable and contiguous), which saves the optimizer's
   copy-back; hyperparameters are kernel arguments, so a learning-rate schedule compiles
   nothing new.
@@ -15,8 +15,8 @@ Each function takes the reference's arguments with buffers for tensors and falls
 reference (run on this backend through ember's Tensor ops) for what its kernel does not
 cover: float16 and integer inputs, unusual shapes.
 
-Gradients never come here (ember.fused runs the decomposition when an input needs one), so
-these kernels serve inference, evaluation and optimizer updates.
+Each forward op is declared with its backward op, so ember.fused runs both in eager training
+(one autodiff node per op); inference, evaluation and optimizer updates use the rest.
 """
 from __future__ import annotations
 
@@ -79,10 +79,13 @@ def softmax_rows(x, R, C, log, out):
 
 
 @numba.njit(parallel=True, **JIT)
-def cross_entropy_rows(x, target, R, C, losses):
-    """losses[r] = logsumexp(x[r]) - x[r, target[r]]."""
+def cross_entropy_rows(x, target, R, C, ignore, losses):
+    """losses[r] = logsumexp(x[r]) - x[r, target[r]], or 0 where target[r] == ignore."""
     c_n = uint64(C)
     for r in prange(R):
+        if target[r] == ignore:
+            losses[r] = 0.0
+            continue
         base = uint64(r * C)
         m, s = _row_max_sumexp(x, base, c_n)
         losses[r] = (m + math.log(s)) - x[base + uint64(target[r])]
@@ -112,6 +115,90 @@ def layer_norm_rows(x, w, b, R, C, eps, has_w, has_b, out):
             out[base + c] = v
 
 
+@numba.njit(parallel=True, **JIT)
+def softmax_backward_rows(y, g, R, C, log, out):
+    """The VJP of softmax (``y * (g - sum(g * y))``) or log-softmax (``g - exp(y) * sum(g)``)
+    from its output ``y``, row by row."""
+    c_n = uint64(C)
+    for r in prange(R):
+        base = uint64(r * C)
+        s = 0.0
+        if log:
+            for c in range(c_n):
+                s += g[base + c]
+            for c in range(c_n):
+                out[base + c] = g[base + c] - math.exp(y[base + c]) * s
+        else:
+            for c in range(c_n):
+                s += g[base + c] * y[base + c]
+            for c in range(c_n):
+                out[base + c] = y[base + c] * (g[base + c] - s)
+
+
+@numba.njit(parallel=True, **JIT)
+def cross_entropy_backward_rows(x, target, R, C, ignore, scale, out):
+    """out[r] = (softmax(x[r]) - one_hot(target[r])) * scale; zero where target[r] == ignore."""
+    c_n = uint64(C)
+    for r in prange(R):
+        base = uint64(r * C)
+        t = target[r]
+        if t == ignore:
+            for c in range(c_n):
+                out[base + c] = 0.0
+            continue
+        m, s = _row_max_sumexp(x, base, c_n)
+        for c in range(c_n):
+            out[base + c] = math.exp(x[base + c] - m) / s * scale
+        if 0 <= t < C:               # the reference's one-hot has no 1 for a target out of range
+            k = base + uint64(t)
+            out[k] = (math.exp(x[k] - m) / s - 1.0) * scale
+
+
+@numba.njit(parallel=True, **JIT)
+def layer_norm_backward_rows(x, w, g, R, C, eps, has_w, dx, mean, rstd):
+    """dx of each row (``rstd * (gw - mean(gw) - xhat * mean(gw * xhat))``, gw = g * w); keeps
+    each row's mean and 1/std for the parameters' column sums."""
+    c_n = uint64(C)
+    for r in prange(R):
+        base = uint64(r * C)
+        s = 0.0
+        for c in range(c_n):
+            s += x[base + c]
+        mu = s / C
+        q = 0.0
+        for c in range(c_n):
+            d = x[base + c] - mu
+            q += d * d
+        rs = 1.0 / math.sqrt(q / C + eps)
+        a = 0.0
+        b = 0.0
+        for c in range(c_n):
+            gw = g[base + c] * w[c] if has_w else g[base + c]
+            a += gw
+            b += gw * ((x[base + c] - mu) * rs)
+        a /= C
+        b /= C
+        for c in range(c_n):
+            gw = g[base + c] * w[c] if has_w else g[base + c]
+            dx[base + c] = (gw - a - (x[base + c] - mu) * rs * b) * rs
+        mean[r] = mu
+        rstd[r] = rs
+
+
+@numba.njit(parallel=True, **JIT)
+def layer_norm_param_grads(x, g, R, C, mean, rstd, dw, db):
+    """Column sums over the rows: dw = sum(g * xhat), db = sum(g)."""
+    for c in prange(C):
+        a = 0.0
+        b = 0.0
+        for r in range(R):
+            i = r * C + c
+            a += g[i] * ((x[i] - mean[r]) * rstd[r])
+            b += g[i]
+        dw[c] = a
+        db[c] = b
+
+
 def _rows(x, dim):
     """x with ``dim`` moved last, contiguous, as (R, C); and how to put a result back."""
     dim %= max(x.ndim, 1)
@@ -126,9 +213,14 @@ def _rows(x, dim):
     return rows.reshape(-1, C) if C else rows.reshape(0, 0), back
 
 
+def _dim_ok(dim, ndim):
+    return isinstance(dim, int) and -max(ndim, 1) <= dim < max(ndim, 1)
+
+
 def _softmax_like(name, log):
     def impl(x, *, dim=-1):
-        if x.dtype not in FLOATS or x.size == 0 or not launch.hot((name, x.shape, x.dtype.num, dim)):
+        if x.dtype not in FLOATS or x.size == 0 or not _dim_ok(dim, x.ndim) \
+                or not launch.hot((name, x.shape, x.dtype.num, dim)):
             return _reference(name, x, dim=dim)
         rows, back = _rows(x, dim)
         out = np.empty_like(rows)
@@ -138,18 +230,52 @@ def _softmax_like(name, log):
     return impl
 
 
-def cross_entropy(logits, target):
-    if logits.dtype not in FLOATS or logits.ndim != 2 or target.shape != logits.shape[:1] \
-            or target.dtype.kind not in "iu" or logits.shape[0] == 0 or logits.shape[1] == 0 \
-            or not launch.hot(("cross_entropy", logits.shape, logits.dtype.num)):
-        return _reference("cross_entropy", logits, target)
+def _softmax_backward_like(name, log):
+    def impl(grad, out, *, dim=-1):
+        if out.dtype not in FLOATS or grad.dtype != out.dtype or grad.shape != out.shape or out.size == 0 \
+                or not _dim_ok(dim, out.ndim) or not launch.hot((name, out.shape, out.dtype.num, dim)):
+            return _reference(name, grad, out, dim=dim)
+        ys, back = _rows(out, dim)
+        gs, _ = _rows(grad, dim)
+        res = np.empty_like(ys)
+        launch.run(softmax_backward_rows, ys.size, ys.reshape(-1), gs.reshape(-1), ys.shape[0], ys.shape[1], log,
+                   res.reshape(-1))
+        return back(res)
+    impl.__name__ = f"numba_{name}"
+    return impl
+
+
+def _ce_ok(name, logits, target):
+    return logits.dtype in FLOATS and logits.ndim == 2 and target.shape == logits.shape[:1] \
+        and target.dtype.kind in "iu" and logits.shape[0] > 0 and logits.shape[1] > 0 \
+        and launch.hot((name, logits.shape, logits.dtype.num))
+
+
+def cross_entropy(logits, target, *, ignore_index=-100):
+    if not _ce_ok("cross_entropy", logits, target):
+        return _reference("cross_entropy", logits, target, ignore_index=ignore_index)
     R, C = logits.shape
     t = np.ascontiguousarray(target, dtype=np.int64)
-    if t.min() < 0 or t.max() >= C:
-        return _reference("cross_entropy", logits, target)   # the reference's error names it
+    counted = t != ignore_index
+    n = int(counted.sum())
+    if n and (t.min(where=counted, initial=0) < 0 or t.max(where=counted, initial=0) >= C):
+        return _reference("cross_entropy", logits, target, ignore_index=ignore_index)   # its error names it
     losses = np.empty(R, np.float64)
-    launch.run(cross_entropy_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C, losses)
-    return np.asarray(losses.mean(), dtype=logits.dtype)
+    launch.run(cross_entropy_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C, ignore_index,
+               losses)
+    return np.asarray(losses.sum() / n if n else np.nan, dtype=logits.dtype)
+
+
+def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
+    if grad.dtype != logits.dtype or grad.size != 1 or not _ce_ok("cross_entropy_backward", logits, target):
+        return _reference("cross_entropy_backward", grad, logits, target, ignore_index=ignore_index)
+    R, C = logits.shape
+    t = np.ascontiguousarray(target, dtype=np.int64)
+    scale = float(grad.reshape(())) / max(int((t != ignore_index).sum()), 1)
+    out = np.empty((R, C), logits.dtype)
+    launch.run(cross_entropy_backward_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C,
+               ignore_index, scale, out.reshape(-1))
+    return out
 
 
 def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
@@ -168,6 +294,31 @@ def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
     launch.run(layer_norm_rows, rows.size, rows.reshape(-1), w, b, rows.shape[0], C, float(eps),
                weight is not None, bias is not None, out.reshape(-1))
     return out.reshape(x.shape)
+
+
+def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
+    normalized_shape = tuple(normalized_shape)
+    k = len(normalized_shape)
+    ok = x.dtype in FLOATS and x.size > 0 and k <= x.ndim and tuple(x.shape[x.ndim - k:]) == normalized_shape \
+        and grad.dtype == x.dtype and grad.shape == x.shape \
+        and all(p is None or (p.dtype == x.dtype and tuple(p.shape) == normalized_shape) for p in (weight, bias))
+    if not ok or not launch.hot(("layer_norm_backward", x.shape, x.dtype.num, normalized_shape)):
+        return _reference("layer_norm_backward", grad, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
+    C = math.prod(normalized_shape)
+    rows = np.ascontiguousarray(x).reshape(-1)
+    g = np.ascontiguousarray(grad).reshape(-1)
+    R = rows.size // C
+    w = np.zeros(1, x.dtype) if weight is None else np.ascontiguousarray(weight).reshape(-1)
+    dx = np.empty(x.shape, x.dtype)
+    mean, rstd = np.empty(R), np.empty(R)
+    launch.run(layer_norm_backward_rows, rows.size, rows, w, g, R, C, float(eps), weight is not None,
+               dx.reshape(-1), mean, rstd)
+    if weight is None and bias is None:
+        return dx, None, None
+    dw, db = np.empty(C, x.dtype), np.empty(C, x.dtype)
+    launch.run(layer_norm_param_grads, rows.size, rows, g, R, C, mean, rstd, dw, db)
+    return (dx, None if weight is None else dw.reshape(normalized_shape),
+            None if bias is None else db.reshape(normalized_shape))
 
 
 # ============================================================================ programs
@@ -228,6 +379,31 @@ def gelu(x, *, approximate="none"):
     return k(np.ascontiguousarray(x), force=True)[0]
 
 
+def gelu_backward(grad, x, *, approximate="none"):
+    if x.dtype not in FLOATS or x.size == 0 or approximate not in ("none", "tanh") or grad.dtype != x.dtype \
+            or grad.shape != x.shape or not launch.hot(("gelu_backward", x.shape, x.dtype.num)):
+        return _reference("gelu_backward", grad, x, approximate=approximate)
+
+    def build():                      # ember.fused.gelu_backward's operations, in its order
+        b = Builder(x.dtype.name)
+        g, v = b.array(), b.array()
+        if approximate == "tanh":
+            k = math.sqrt(2 / math.pi)
+            cube = b.op("mul", b.op("mul", b.op("mul", v, v), v), 0.044715)
+            t = b.op("tanh", b.op("mul", b.op("add", v, cube), k))
+            slope = b.op("mul", b.op("add", b.op("mul", b.op("mul", v, v), 3 * 0.044715), 1), k)
+            left = b.op("mul", b.op("add", t, 1), 0.5)
+            right = b.op("mul", b.op("mul", b.op("mul", v, 0.5), b.op("sub", 1, b.op("mul", t, t))), slope)
+            d = b.op("add", left, right)
+        else:
+            cdf = b.op("mul", b.op("add", b.op("erf", b.op("mul", v, 1 / math.sqrt(2))), 1), 0.5)
+            pdf = b.op("mul", b.op("exp", b.op("mul", b.op("mul", v, v), -0.5)), 1 / math.sqrt(2 * math.pi))
+            d = b.op("add", cdf, b.op("mul", v, pdf))
+        return b.program([b.op("mul", g, d)])
+    k = _kernel(("gelu_backward", approximate, x.dtype.name), build)
+    return k(np.ascontiguousarray(grad), np.ascontiguousarray(x), force=True)[0]
+
+
 def _writable(*bufs):
     return all(b.flags.writeable and b.flags.c_contiguous for b in bufs)
 
@@ -247,130 +423,174 @@ def _step_ok(name, *bufs):
         and launch.hot((name, first.shape, first.dtype.num))
 
 
+# The optimizer programs, one per option set: what sgd_step / adam_step / rmsprop_step run on
+# one tensor, and foreach.py on many. Inputs: the arrays (param, grad, state), then the
+# scalars; outputs: the new param, then the new state, in the rule's order.
+def sgd_program(dtype, *, momentum, first, dampening, nesterov, weight_decay, maximize):
+    """SGD as ember.optim.functional.sgd_step; flags say which branches exist. ``first``:
+    there is no momentum buffer yet (it starts as the gradient). Scalars: :func:`sgd_scalars`."""
+    b = Builder(dtype)
+    p, g = b.array(), b.array()
+    buf = b.array() if momentum and not first else None
+    s_lr, s_m, s_damp, s_wd = b.scalar(), b.scalar(), b.scalar(), b.scalar()
+    d = b.op("neg", g) if maximize else g
+    if weight_decay:
+        d = b.op("add", d, b.op("mul", p, s_wd))
+    outs = []
+    if momentum:
+        if first:
+            buf = d
+        else:
+            buf = b.op("add", b.op("mul", buf, s_m), d if not dampening else b.op("mul", d, s_damp))
+        d = b.op("add", d, b.op("mul", buf, s_m)) if nesterov else buf
+        outs = [buf]
+    return b.program([b.op("add", p, b.op("mul", d, s_lr))] + outs)
+
+
+def sgd_scalars(*, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, **_):
+    return [-lr, momentum, 1 - dampening, weight_decay]
+
+
+def adam_program(dtype, *, weight_decay, decoupled, amsgrad, maximize, small_weight):
+    """Adam/AdamW as ember.optim.functional.adam_step (``small_weight``: which of _lerp's two
+    forms the reference takes). Scalars: :func:`adam_scalars`."""
+    b = Builder(dtype)
+    p, g, m, v = b.array(), b.array(), b.array(), b.array()
+    vmax = b.array() if amsgrad else None
+    s_decay, s_wd, s_w, s_1mw, s_b2, s_1mb2, s_bc2, s_eps, s_step = (b.scalar() for _ in range(9))
+    if maximize:
+        g = b.op("neg", g)
+    if weight_decay:
+        if decoupled:
+            p = b.op("mul", p, s_decay)
+        else:
+            g = b.op("add", g, b.op("mul", p, s_wd))
+    diff = b.op("sub", g, m)
+    m = b.op("add", m, b.op("mul", diff, s_w)) if small_weight else b.op("sub", g, b.op("mul", diff, s_1mw))
+    v = b.op("add", b.op("mul", v, s_b2), b.op("mul", b.op("mul", g, s_1mb2), g))
+    outs = [m, v]
+    second = v
+    if amsgrad:
+        vmax = second = b.op("maximum", vmax, v)
+        outs.append(vmax)
+    denom = b.op("add", b.op("div", b.op("sqrt", second), s_bc2), s_eps)
+    new_p = b.op("add", p, b.op("div", b.op("mul", m, s_step), denom))
+    return b.program([new_p] + outs)
+
+
+def adam_scalars(*, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, **_):
+    bc1 = 1 - beta1 ** step
+    return [1 - lr * weight_decay, weight_decay, 1 - beta1, 1 - (1 - beta1), beta2, 1 - beta2,
+            (1 - beta2 ** step) ** 0.5, eps, -(lr / bc1)]
+
+
+def rmsprop_program(dtype, *, weight_decay, momentum, centered, maximize, small_weight):
+    """RMSprop as ember.optim.functional.rmsprop_step. Scalars: :func:`rmsprop_scalars`."""
+    b = Builder(dtype)
+    p, g, sq = b.array(), b.array(), b.array()
+    ga = b.array() if centered else None
+    mb = b.array() if momentum else None
+    s_wd, s_alpha, s_1ma, s_w, s_1mw, s_eps, s_m, s_lr = (b.scalar() for _ in range(8))
+    if maximize:
+        g = b.op("neg", g)
+    if weight_decay:
+        g = b.op("add", g, b.op("mul", p, s_wd))
+    sq = b.op("add", b.op("mul", sq, s_alpha), b.op("mul", b.op("mul", g, s_1ma), g))
+    outs = [sq]
+    if centered:
+        diff = b.op("sub", g, ga)
+        ga = b.op("add", ga, b.op("mul", diff, s_w)) if small_weight else b.op("sub", g, b.op("mul", diff, s_1mw))
+        avg = b.op("add", b.op("sqrt", b.op("sub", sq, b.op("mul", ga, ga))), s_eps)
+        outs.append(ga)
+    else:
+        avg = b.op("add", b.op("sqrt", sq), s_eps)
+    if momentum:
+        mb = b.op("add", b.op("mul", mb, s_m), b.op("div", g, avg))
+        new_p = b.op("add", p, b.op("mul", mb, s_lr))
+        outs.append(mb)
+    else:
+        new_p = b.op("add", p, b.op("div", b.op("mul", g, s_lr), avg))
+    return b.program([new_p] + outs)
+
+
+def rmsprop_scalars(*, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, **_):
+    return [weight_decay, alpha, 1 - alpha, 1 - alpha, 1 - (1 - alpha), eps, momentum, -lr]
+
+
+def sgd_flags(first, *, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False,
+              **_) -> dict:
+    """sgd_program's flags for these hyperparameters; ``first``: no momentum buffer yet."""
+    return dict(momentum=momentum != 0, first=momentum != 0 and first,
+                dampening=dampening != 0, nesterov=bool(nesterov), weight_decay=weight_decay != 0,
+                maximize=bool(maximize))
+
+
+def adam_flags(*, beta1=0.9, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False,
+               **_) -> dict:
+    return dict(weight_decay=weight_decay != 0, decoupled=bool(decoupled_weight_decay), amsgrad=bool(amsgrad),
+                maximize=bool(maximize), small_weight=abs(1 - beta1) < 0.5)
+
+
+def rmsprop_flags(*, alpha=0.99, weight_decay=0.0, momentum=0.0, centered=False, maximize=False, **_) -> dict:
+    return dict(weight_decay=weight_decay != 0, momentum=momentum > 0, centered=bool(centered),
+                maximize=bool(maximize), small_weight=abs(1 - alpha) < 0.5)
+
+
+def _flag_key(rule, flags, dtype):
+    return (rule,) + tuple(sorted(flags.items())) + (dtype,)
+
+
 def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
              weight_decay=0.0, maximize=False):
+    hyper = dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=weight_decay,
+                 maximize=maximize)
     if not _step_ok("sgd_step", param, grad, momentum_buffer):
-        return _reference("sgd_step", param, grad, momentum_buffer, lr=lr, momentum=momentum, dampening=dampening,
-                          nesterov=nesterov, weight_decay=weight_decay, maximize=maximize)
-    first = momentum != 0 and momentum_buffer is None
-    flags = (momentum != 0, first, dampening != 0, bool(nesterov), weight_decay != 0, bool(maximize))
-
-    def build():
-        b = Builder(param.dtype.name)
-        p, g = b.array(), b.array()
-        buf = b.array() if momentum != 0 and not first else None
-        s_lr, s_m, s_damp, s_wd = b.scalar(), b.scalar(), b.scalar(), b.scalar()
-        d = b.op("neg", g) if maximize else g
-        if weight_decay != 0:
-            d = b.op("add", d, b.op("mul", p, s_wd))
-        outs = []
-        if momentum != 0:
-            if first:
-                buf = d
-            else:
-                buf = b.op("add", b.op("mul", buf, s_m), d if dampening == 0 else b.op("mul", d, s_damp))
-            d = b.op("add", d, b.op("mul", buf, s_m)) if nesterov else buf
-            outs = [buf]
-        return b.program([b.op("add", p, b.op("mul", d, s_lr))] + outs)
-
+        return _reference("sgd_step", param, grad, momentum_buffer, **hyper)
+    flags = sgd_flags(momentum_buffer is None, **hyper)
+    first = flags["first"]
     arrays = [param, grad] + ([momentum_buffer] if momentum != 0 and not first else [])
-    scalars = [-lr, momentum, 1 - dampening, weight_decay]
     if momentum == 0:
         outputs = [param] if _writable(param) else None
     elif first:
         outputs = [param, np.empty_like(param)] if _writable(param) else None
     else:
         outputs = [param, momentum_buffer] if _writable(param, momentum_buffer) else None
-    out = _run_step(("sgd",) + flags + (param.dtype.name,), build, arrays, scalars, outputs)
+    dt = param.dtype.name
+    out = _run_step(_flag_key("sgd", flags, dt), lambda: sgd_program(dt, **flags), arrays, sgd_scalars(**hyper),
+                    outputs)
     return out[0], (out[1] if momentum != 0 else None)
 
 
 def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, beta1=0.9, beta2=0.999,
               eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False):
+    hyper = dict(step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                 maximize=maximize, decoupled_weight_decay=decoupled_weight_decay)
     if not _step_ok("adam_step", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else None) or \
             (amsgrad and max_exp_avg_sq is None):
-        return _reference("adam_step", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step=step, lr=lr,
-                          beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                          maximize=maximize, decoupled_weight_decay=decoupled_weight_decay)
-    small_weight = abs(1 - beta1) < 0.5          # which of _lerp's two forms the reference takes
-    flags = (weight_decay != 0, bool(decoupled_weight_decay), bool(amsgrad), bool(maximize), small_weight)
-
-    def build():
-        b = Builder(param.dtype.name)
-        p, g, m, v = b.array(), b.array(), b.array(), b.array()
-        vmax = b.array() if amsgrad else None
-        s_decay, s_wd, s_w, s_1mw, s_b2, s_1mb2, s_bc2, s_eps, s_step = (b.scalar() for _ in range(9))
-        if maximize:
-            g = b.op("neg", g)
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                p = b.op("mul", p, s_decay)
-            else:
-                g = b.op("add", g, b.op("mul", p, s_wd))
-        diff = b.op("sub", g, m)
-        m = b.op("add", m, b.op("mul", diff, s_w)) if small_weight else b.op("sub", g, b.op("mul", diff, s_1mw))
-        v = b.op("add", b.op("mul", v, s_b2), b.op("mul", b.op("mul", g, s_1mb2), g))
-        outs = [m, v]
-        second = v
-        if amsgrad:
-            vmax = second = b.op("maximum", vmax, v)
-            outs.append(vmax)
-        denom = b.op("add", b.op("div", b.op("sqrt", second), s_bc2), s_eps)
-        new_p = b.op("add", p, b.op("div", b.op("mul", m, s_step), denom))
-        return b.program([new_p] + outs)
-
-    bc1 = 1 - beta1 ** step
-    scalars = [1 - lr * weight_decay, weight_decay, 1 - beta1, 1 - (1 - beta1), beta2, 1 - beta2,
-               (1 - beta2 ** step) ** 0.5, eps, -(lr / bc1)]
+        return _reference("adam_step", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, **hyper)
+    flags = adam_flags(**hyper)
     arrays = [param, grad, exp_avg, exp_avg_sq] + ([max_exp_avg_sq] if amsgrad else [])
     state = [param, exp_avg, exp_avg_sq] + ([max_exp_avg_sq] if amsgrad else [])
     outputs = state if _writable(*state) else None
-    out = _run_step(("adam",) + flags + (param.dtype.name,), build, arrays, scalars, outputs)
+    dt = param.dtype.name
+    out = _run_step(_flag_key("adam", flags, dt), lambda: adam_program(dt, **flags), arrays, adam_scalars(**hyper),
+                    outputs)
     return out[0], out[1], out[2], (out[3] if amsgrad else max_exp_avg_sq)
 
 
 def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alpha=0.99, eps=1e-8,
                  weight_decay=0.0, momentum=0.0, centered=False, maximize=False):
+    hyper = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered,
+                 maximize=maximize)
     needs = [param, grad, square_avg] + ([grad_avg] if centered else []) + ([momentum_buffer] if momentum > 0 else [])
     if any(x is None for x in needs) or not _step_ok("rmsprop_step", *needs):
-        return _reference("rmsprop_step", param, grad, square_avg, grad_avg, momentum_buffer, lr=lr, alpha=alpha,
-                          eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered,
-                          maximize=maximize)
-    small_weight = abs(1 - alpha) < 0.5
-    flags = (weight_decay != 0, momentum > 0, bool(centered), bool(maximize), small_weight)
-
-    def build():
-        b = Builder(param.dtype.name)
-        p, g, sq = b.array(), b.array(), b.array()
-        ga = b.array() if centered else None
-        mb = b.array() if momentum > 0 else None
-        s_wd, s_alpha, s_1ma, s_w, s_1mw, s_eps, s_m, s_lr = (b.scalar() for _ in range(8))
-        if maximize:
-            g = b.op("neg", g)
-        if weight_decay != 0:
-            g = b.op("add", g, b.op("mul", p, s_wd))
-        sq = b.op("add", b.op("mul", sq, s_alpha), b.op("mul", b.op("mul", g, s_1ma), g))
-        outs = [sq]
-        if centered:
-            diff = b.op("sub", g, ga)
-            ga = b.op("add", ga, b.op("mul", diff, s_w)) if small_weight else b.op("sub", g, b.op("mul", diff, s_1mw))
-            avg = b.op("add", b.op("sqrt", b.op("sub", sq, b.op("mul", ga, ga))), s_eps)
-            outs.append(ga)
-        else:
-            avg = b.op("add", b.op("sqrt", sq), s_eps)
-        if momentum > 0:
-            mb = b.op("add", b.op("mul", mb, s_m), b.op("div", g, avg))
-            new_p = b.op("add", p, b.op("mul", mb, s_lr))
-            outs.append(mb)
-        else:
-            new_p = b.op("add", p, b.op("div", b.op("mul", g, s_lr), avg))
-        return b.program([new_p] + outs)
-
-    scalars = [weight_decay, alpha, 1 - alpha, 1 - alpha, 1 - (1 - alpha), eps, momentum, -lr]
+        return _reference("rmsprop_step", param, grad, square_avg, grad_avg, momentum_buffer, **hyper)
+    flags = rmsprop_flags(**hyper)
     state = [param, square_avg] + ([grad_avg] if centered else []) + ([momentum_buffer] if momentum > 0 else [])
     outputs = state if _writable(*state) else None
-    out = _run_step(("rmsprop",) + flags + (param.dtype.name,), build, needs, scalars, outputs)
-    out = list(out)
+    dt = param.dtype.name
+    out = list(_run_step(_flag_key("rmsprop", flags, dt), lambda: rmsprop_program(dt, **flags), needs,
+                         rmsprop_scalars(**hyper), outputs))
     new_p, new_sq = out[0], out[1]
     new_ga = out[2] if centered else grad_avg
     new_mb = out[-1] if momentum > 0 else momentum_buffer
@@ -383,6 +603,11 @@ IMPLS = {
     "cross_entropy": cross_entropy,
     "layer_norm": layer_norm,
     "gelu": gelu,
+    "softmax_backward": _softmax_backward_like("softmax_backward", False),
+    "log_softmax_backward": _softmax_backward_like("log_softmax_backward", True),
+    "cross_entropy_backward": cross_entropy_backward,
+    "layer_norm_backward": layer_norm_backward,
+    "gelu_backward": gelu_backward,
     "sgd_step": sgd_step,
     "adam_step": adam_step,
     "rmsprop_step": rmsprop_step,

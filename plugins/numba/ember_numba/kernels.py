@@ -2,9 +2,7 @@
 
 * reductions (``sum``/``max``/``min``) over the axes a network reduces: rows (softmax), columns
   (bias gradients), all-but-channels (batch norm), everything (losses);
-* convolution lowered to one BLAS GEMM each way: parallel ``im2col`` gathers the windows into
-  columns, ``col2im`` scatters them back, and a row-block swap moves between NCHW and the
-  GEMM's (O, N*OH*OW) layout; at stride 1 the input gradient is itself a convolution;
+* convolution (conv.py): im2col + BLAS GEMM over chunks of the batch;
 * ``windows_grad`` (the adjoint of sliding windows), ``pad`` without ``np.pad``'s per-call
   overhead, ``index_add`` without ``np.add.at``'s slow unbuffered loop, and ``random_bits``
   (Philox-4x32-10 in 32-bit words, no 64-bit temporaries).
@@ -246,173 +244,7 @@ def _pad(x, widths, value=0):
     return out
 
 
-# ============================================================================ convolution
-# Layout: "columns" cols[(c, kh, kw), (n, oh, ow)] hold, for each kernel tap, the input values
-# it meets at every output position. Each row is a run of OW values read from one input row,
-# so im2col and col2im are straight (vectorizable) copies for stride 1, and all three
-# convolutions become one BLAS GEMM each against (O, N*OH*OW) "o-major" outputs/gradients:
-#   conv2d:             out_o = W (O, CKK) @ cols (CKK, NP)
-#   conv2d_grad_weight: dW    = g_o (O, NP) @ cols.T
-#   conv2d_grad_input:  cols  = W.T @ g_o, then col2im
-# with one row-block swap between (N, O, P) and (O, N, P) around them.
-@numba.njit(inline="always", **JIT)
-def _inside(x0, sw, W, OW):
-    """The range [lo, hi) of ow whose column ow * sw + x0 lies inside [0, W)."""
-    lo = 0 if x0 >= 0 else (-x0 + sw - 1) // sw
-    hi = 0 if W - 1 - x0 < 0 else min(OW, (W - 1 - x0) // sw + 1)
-    return lo, max(lo, hi)
-
-
-@numba.njit(parallel=True, **JIT)
-def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, cols):
-    P = OH * OW
-    for t in prange(C * KH * KW * N):
-        k = t // N
-        n = t - k * N
-        c = k // (KH * KW)
-        kh = (k // KW) % KH
-        kw = k % KW
-        src_plane = (n * C + c) * H
-        dst = uint64((k * N + n) * P)
-        x0 = kw * dw - pw
-        lo, hi = _inside(x0, sw, W, OW)
-        for oh in range(OH):
-            y = oh * sh + kh * dh - ph
-            row = dst + uint64(oh * OW)
-            if y < 0 or y >= H:
-                for ow in range(uint64(OW)):
-                    cols[row + ow] = 0
-                continue
-            src = (src_plane + y) * W + x0
-            for ow in range(lo):
-                cols[row + uint64(ow)] = 0
-            for ow in range(lo, hi):
-                cols[row + uint64(ow)] = x[uint64(src + ow * sw)]
-            for ow in range(hi, OW):
-                cols[row + uint64(ow)] = 0
-
-
-@numba.njit(parallel=True, **JIT)
-def _col2im(cols, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, out):
-    """The adjoint of _im2col: each column value is added back where it was read from."""
-    P = OH * OW
-    for t in prange(N * C):
-        n = t // C
-        c = t - n * C
-        plane = uint64(t * H * W)
-        for i in range(uint64(H * W)):
-            out[plane + i] = 0
-        for kh in range(KH):
-            for kw in range(KW):
-                k = (c * KH + kh) * KW + kw
-                src_base = (k * N + n) * P
-                x0 = kw * dw - pw
-                lo, hi = _inside(x0, sw, W, OW)
-                for oh in range(OH):
-                    y = oh * sh + kh * dh - ph
-                    if y < 0 or y >= H:
-                        continue
-                    dst = plane + uint64(y * W + x0)
-                    src = src_base + oh * OW
-                    for ow in range(lo, hi):
-                        out[dst + uint64(ow * sw)] += cols[uint64(src + ow)]
-
-
-def _geometry(x_shape, w_shape, stride, padding, dilation):
-    n, c, h, w = x_shape
-    o, _, kh, kw = w_shape
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    return (n, c, h, w, kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], oh, ow)
-
-
-def im2col(x, w_shape, stride, padding, dilation):
-    """The columns (C*KH*KW, N*OH*OW) of ``x``'s windows (zero outside), and (OH, OW)."""
-    geo = _geometry(x.shape, w_shape, stride, padding, dilation)
-    n, c, _, _, kh, kw = geo[:6]
-    oh, ow = geo[-2:]
-    cols = np.empty((c * kh * kw, n * oh * ow), x.dtype)
-    run(_im2col, cols.size, np.ascontiguousarray(x).reshape(-1), *geo, cols.reshape(-1))
-    return cols, (oh, ow)
-
-
-@numba.njit(parallel=True, **JIT)
-def _swap01_kernel(x, A, B, C, out):
-    """(A, B, C) -> (B, A, C): whole rows of C move, in parallel."""
-    c_n = uint64(C)
-    for t in prange(A * B):
-        b = t // A
-        a = t - b * A
-        src = uint64((a * B + b) * C)
-        dst = uint64(t * C)
-        for c in range(c_n):
-            out[dst + c] = x[src + c]
-
-
-def swap01(x3):
-    """A contiguous (B, A, C) copy of (A, B, C) ``x3``."""
-    A, B, C = x3.shape
-    out = np.empty((B, A, C), x3.dtype)
-    if x3.size:
-        run(_swap01_kernel, out.size, np.ascontiguousarray(x3).reshape(-1), A, B, C, out.reshape(-1))
-    return out
-
-
-def _o_major(g):
-    """(N, O, OH, OW) -> contiguous (O, N*OH*OW)."""
-    n, o = g.shape[:2]
-    return swap01(g.reshape(n, o, -1)).reshape(o, -1)
-
-
-def _conv_ok(name, a, b, groups, macs):
-    """Can the kernels take this convolution (``macs``: its multiply-adds, for the hotness rule)?"""
-    if not (groups == 1 and a.dtype in FLOATS and a.dtype == b.dtype and a.size > 0 and b.size > 0
-            and max(a.size, b.size) >= MIN_SIZE):
-        return False
-    return hot((name, a.shape, b.shape, a.dtype.num), 2 * macs)
-
-
-def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    if not _conv_ok("conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)):
-        return nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
-    return _conv2d_cols(x, w, stride, padding, dilation)
-
-
-def _conv2d_cols(x, w, stride, padding, dilation):
-    n, o = x.shape[0], w.shape[0]
-    cols, (oh, ow) = im2col(x, w.shape, stride, padding, dilation)
-    out_o = matmul(np.ascontiguousarray(w).reshape(o, -1), cols)        # BLAS GEMM: (O, N*OH*OW)
-    return swap01(out_o.reshape(o, n, oh * ow)).reshape(n, o, oh, ow)
-
-
-def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    if not _conv_ok("conv2d_grad_weight", x, g, groups, math.prod(weight_shape) * g.size // max(g.shape[1], 1)):
-        return nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape, stride, padding, dilation, groups)
-    cols, _ = im2col(x, weight_shape, stride, padding, dilation)
-    return matmul(_o_major(g), cols.T).reshape(weight_shape)             # BLAS GEMM, K = N*OH*OW
-
-
-def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    if not _conv_ok("conv2d_grad_input", g, w, groups, g.size * w.size // max(w.shape[0], 1)):
-        return nb.IMPLS["conv2d_grad_input"](g, w, input_shape, stride, padding, dilation, groups)
-    o, c, kh, kw = w.shape
-    full = (dilation[0] * (kh - 1) - padding[0], dilation[1] * (kw - 1) - padding[1])
-    h_w, oh_ow = input_shape[2] * input_shape[3], g.shape[2] * g.shape[3]
-    if tuple(stride) == (1, 1) and full[0] >= 0 and full[1] >= 0 and o * h_w <= 1.5 * c * oh_ow:
-        # At stride 1 the input gradient is a forward convolution of g with the kernel flipped
-        # and its in/out channels swapped: columns of g (O*KH*KW, N*H*W) and a GEMM with the
-        # long inner dim O*KH*KW, instead of a GEMM with inner dim O writing (C*KH*KW, N*OH*OW)
-        # columns for col2im. Taken when its columns are not much larger (O <~ C): ResNet's
-        # 64->64 convolutions run 2-3x faster; LeNet's 32->64 one would not.
-        flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        return _conv2d_cols(g, flipped, (1, 1), full, dilation)
-    cols = matmul(np.ascontiguousarray(w).reshape(o, -1).T, _o_major(g))  # BLAS GEMM: (CKK, N*OH*OW)
-    out = np.empty(input_shape, g.dtype)
-    geo = _geometry(input_shape, w.shape, stride, padding, dilation)
-    run(_col2im, cols.size, cols.reshape(-1), *geo, out.reshape(-1))
-    return out
-
-
+# ============================================================================ windows
 @numba.njit(parallel=True, **JIT)
 def _windows_grad_kernel(g, L, H, W, OH, OW, KH, KW, sh, sw, dh, dw, out):
     for l in prange(L):
@@ -508,9 +340,6 @@ IMPLS = {
     "max": _extreme("max", True),
     "min": _extreme("min", False),
     "pad": _pad,
-    "conv2d": _conv2d,
-    "conv2d_grad_input": _conv2d_grad_input,
-    "conv2d_grad_weight": _conv2d_grad_weight,
     "windows_grad": _windows_grad,
     "index_add": _index_add,
     "random_bits": _random_bits,

@@ -182,6 +182,95 @@ def test_fused_row_ops_on_large_inputs(dtype, backend, rng):
               _reference("gelu", x, approximate=approximate), **tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_backward_ops_on_large_inputs(dtype, backend, rng):
+    x = (rng.standard_normal((600, 130)) * 5).astype(dtype)
+    x[0, 0] = 800.0
+    g = rng.standard_normal(x.shape).astype(dtype)
+    tol = dict(rtol=2e-5, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-11)
+    for name in ("softmax", "log_softmax"):
+        for dim in (-1, 0):
+            y = _reference(name, x, dim=dim)
+            close(backend.fused_impls[name + "_backward"](g, y, dim=dim),
+                  _reference(name + "_backward", g, y, dim=dim), **tol)
+    t = rng.integers(0, 130, 600)
+    t[::7] = 5
+    for ignore_index in (-100, 5):
+        args = (np.array(0.7, dtype), x, t)
+        close(backend.fused_impls["cross_entropy_backward"](*args, ignore_index=ignore_index),
+              _reference("cross_entropy_backward", *args, ignore_index=ignore_index), **tol)
+        close(backend.fused_impls["cross_entropy"](x, t, ignore_index=ignore_index),
+              _reference("cross_entropy", x, t, ignore_index=ignore_index), **tol)
+    for approximate in ("none", "tanh"):
+        close(backend.fused_impls["gelu_backward"](g, x, approximate=approximate),
+              _reference("gelu_backward", g, x, approximate=approximate), **tol)
+    w, b = rng.standard_normal(130).astype(dtype), rng.standard_normal(130).astype(dtype)
+    # float32: the parameters' gradients add 600 rows (the kernel in float64, NumPy pairwise)
+    ptol = dict(rtol=1e-4, atol=1e-3) if dtype == "float32" else tol
+    for weight, bias in ((w, b), (None, None), (w, None)):
+        got = backend.fused_impls["layer_norm_backward"](g, x, weight, bias, normalized_shape=(130,))
+        want = _reference("layer_norm_backward", g, x, weight, bias, normalized_shape=(130,))
+        for i, (gv, wv) in enumerate(zip(got, want)):
+            assert (gv is None) == (wv is None)
+            if gv is not None:
+                close(gv, wv, **(tol if i == 0 else ptol))
+
+
+def test_eager_training_runs_the_fused_kernels(monkeypatch, rng):
+    """F.cross_entropy in an eager training step runs the numba cross-entropy kernels, forward
+    and backward, and the step computes what the NumPy reference computes."""
+    from ember import models, optim
+    from ember.nn import functional as F
+    from ember_numba import fused as numba_fused, launch
+    ran = []
+    real_run = launch.run
+
+    def counting_run(fn, work, *args):
+        ran.append(fn)
+        return real_run(fn, work, *args)
+    monkeypatch.setattr(launch, "run", counting_run)
+    x = rng.standard_normal((64, 30)).astype(np.float32)
+    y = rng.integers(0, 10, 64)
+    losses, grads = {}, {}
+    for name in ("numpy", "numba"):
+        ember.manual_seed(0)
+        with ember.backend(name):
+            model = models.MLP(30, (40,), 10)
+            opt = optim.SGD(model.parameters(), lr=0.1)
+        xt, yt = ember.tensor(x, backend=name), ember.tensor(y, backend=name)
+        losses[name] = []
+        for _ in range(3):
+            loss = F.cross_entropy(model(xt), yt)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+        grads[name] = [p.grad.numpy() for p in model.parameters()]
+    assert ran.count(numba_fused.cross_entropy_rows) == 3
+    assert ran.count(numba_fused.cross_entropy_backward_rows) == 3
+    np.testing.assert_allclose(losses["numba"], losses["numpy"], rtol=1e-5)
+    for gn, gr in zip(grads["numba"], grads["numpy"]):
+        close(gn, gr, rtol=1e-4, atol=1e-6)
+
+
+def test_second_derivatives_through_the_fused_ops(rng):
+    """grad of grad through ops that train on the fused kernels: the inner gradient is recorded
+    through the backward ops' decompositions, and the result is the reference's."""
+    from ember.nn import functional as F
+    x = rng.standard_normal((7, 5))
+    y = rng.integers(0, 5, 7)
+
+    def f(x):
+        h = F.gelu(F.log_softmax(x, dim=-1)) + F.softmax(x, dim=0)
+        return F.cross_entropy(h, ember.tensor(y, backend=x.backend.name))
+
+    def curvature(x):
+        return (ember.grad(f)(x) ** 2).sum()
+    got = ember.grad(curvature)(ember.tensor(x, backend="numba")).numpy()
+    want = ember.grad(curvature)(ember.tensor(x, backend="numpy")).numpy()
+    close(got, want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["sgd_step", "adam_step", "rmsprop_step"])
 def test_fused_optimizer_steps_update_in_place(name, backend, rng):
     from ember.optim.functional import CASES, REFERENCE

@@ -1,0 +1,298 @@
+"""Convolution as im2col + BLAS GEMM, over chunks of the batch small enough to stay in cache.
+
+Layout: "columns" ``cols[(c, kh, kw), (n, oh, ow)]`` hold, for each kernel tap, the input
+values it meets at every output position. Each row is a run of OW values read from one input
+row, so im2col and col2im are straight (vectorizable) copies at stride 1, and the three
+convolutions are GEMMs against "o-major" ``(O, n*OH*OW)`` outputs and gradients:
+
+=====================  =========================================  ==========================
+primitive              per chunk of ``m`` samples                 then
+=====================  =========================================  ==========================
+conv2d                 ``out_o = W (O, CKK) @ cols (CKK, m*P)``   swap to (m, O, P)
+conv2d_grad_weight     ``dW += g_o (O, m*P) @ cols.T``            (sum over chunks)
+conv2d_grad_input      ``cols = W.T @ g_o``                       col2im into the m samples
+=====================  =========================================  ==========================
+
+Why chunks: the columns of a whole batch are large — ResNet-18's first stage at batch 128
+needs 302 MB of them per convolution. Written and read once per call, they cost more than
+the GEMM: fresh pages fault in (glibc returns large blocks to the OS), and every pass goes to
+main memory. A chunk holds :data:`CHUNK_BYTES` of columns (a few MB, in the last-level cache),
+in buffers reused from call to call. A chunk of one sample needs no swap at all: its GEMM
+writes the sample's (O, P) block of the NCHW output directly. Chunks are at least
+:data:`MIN_COLUMNS` wide, so deep layers with few output pixels (P = 16) still hand BLAS a
+GEMM wide enough to run at speed.
+
+At stride 1 the input gradient is itself a forward convolution of the output gradient with
+the kernel flipped and its channels swapped; that is taken when its columns are not much
+larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import numba
+import numpy as np
+from numba import uint64
+
+from ember.backends import numpy_backend as nb
+
+from .blas import on_demand, one_thread_blas
+from .kernels import FLOATS, JIT, MIN_SIZE
+from .launch import hot
+
+#: Bytes of columns per chunk (``EMBER_NUMBA_CONV_CHUNK``): in the last-level cache with room
+#: for the GEMM's other operands.
+CHUNK_BYTES = int(os.environ.get("EMBER_NUMBA_CONV_CHUNK", 4 << 20))
+#: Columns per GEMM at least: narrower products leave BLAS's kernels half idle, and each
+#: call packs the whole weight matrix again (measured on ResNet-18's 256- and 512-channel
+#: layers: 512 columns ran up to 1.4x slower than one GEMM over the batch, 2048 as fast or faster).
+MIN_COLUMNS = 2048
+#: Chunks per thread at least, where the batch allows: the last chunks even out the threads.
+CHUNKS_PER_THREAD = 4
+
+
+# ----------------------------------------------------------------------------- kernels
+@numba.njit(inline="always", **JIT)
+def _inside(x0, sw, W, OW):
+    """The range [lo, hi) of ow whose column ow * sw + x0 lies inside [0, W)."""
+    lo = 0 if x0 >= 0 else (-x0 + sw - 1) // sw
+    hi = 0 if W - 1 - x0 < 0 else min(OW, (W - 1 - x0) // sw + 1)
+    return lo, max(lo, hi)
+
+
+@numba.njit(**JIT)
+def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, cols):
+    P = OH * OW
+    for t in range(C * KH * KW * N):
+        k = t // N
+        n = t - k * N
+        c = k // (KH * KW)
+        kh = (k // KW) % KH
+        kw = k % KW
+        src_plane = (n * C + c) * H
+        dst = uint64((k * N + n) * P)
+        x0 = kw * dw - pw
+        lo, hi = _inside(x0, sw, W, OW)
+        for oh in range(OH):
+            y = oh * sh + kh * dh - ph
+            row = dst + uint64(oh * OW)
+            if y < 0 or y >= H:
+                for ow in range(uint64(OW)):
+                    cols[row + ow] = 0
+                continue
+            src = (src_plane + y) * W + x0
+            for ow in range(lo):
+                cols[row + uint64(ow)] = 0
+            for ow in range(lo, hi):
+                cols[row + uint64(ow)] = x[uint64(src + ow * sw)]
+            for ow in range(hi, OW):
+                cols[row + uint64(ow)] = 0
+
+
+@numba.njit(**JIT)
+def _col2im(cols, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, out):
+    """The adjoint of _im2col: each column value is added back where it was read from."""
+    P = OH * OW
+    for t in range(N * C):
+        n = t // C
+        c = t - n * C
+        plane = uint64(t * H * W)
+        for i in range(uint64(H * W)):
+            out[plane + i] = 0
+        for kh in range(KH):
+            for kw in range(KW):
+                k = (c * KH + kh) * KW + kw
+                src_base = (k * N + n) * P
+                x0 = kw * dw - pw
+                lo, hi = _inside(x0, sw, W, OW)
+                for oh in range(OH):
+                    y = oh * sh + kh * dh - ph
+                    if y < 0 or y >= H:
+                        continue
+                    dst = plane + uint64(y * W + x0)
+                    src = src_base + oh * OW
+                    for ow in range(lo, hi):
+                        out[dst + uint64(ow * sw)] += cols[uint64(src + ow)]
+
+
+@numba.njit(**JIT)
+def _swap01(x, A, B, C, out):
+    """(A, B, C) -> (B, A, C): whole rows of C move."""
+    c_n = uint64(C)
+    for t in range(A * B):
+        b = t // A
+        a = t - b * A
+        src = uint64((a * B + b) * C)
+        dst = uint64(t * C)
+        for c in range(c_n):
+            out[dst + c] = x[src + c]
+
+
+# ----------------------------------------------------------------------------- buffers
+_SCRATCH = threading.local()
+
+
+def scratch(name, size, dtype):
+    """A flat buffer of at least ``size`` elements, kept per thread and reused across calls
+    (grown when too small). Callers use a prefix and never keep it past their own call."""
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    key = (name, np.dtype(dtype).char)
+    buf = bufs.get(key)
+    if buf is None or buf.size < size:
+        buf = bufs[key] = np.empty(size, dtype)
+    return buf[:size]
+
+
+# ----------------------------------------------------------------------------- the chunks
+def _geometry(x_shape, w_shape, stride, padding, dilation):
+    n, c, h, w = x_shape
+    o, _, kh, kw = w_shape
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return (n, c, h, w, kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], oh, ow)
+
+
+class Chunks:
+    """The batch of one convolution cut into chunks of ``m`` samples, and the per-chunk steps
+    the three primitives share. :meth:`run` hands the chunks to the threads on demand; each
+    chunk runs on one thread (one-thread kernels, one-thread BLAS), so threads never wait for
+    each other inside a chunk, and a thread the machine does not schedule takes no chunk."""
+
+    def __init__(self, x_shape, w_shape, stride, padding, dilation, dtype):
+        self.geo = _geometry(x_shape, w_shape, stride, padding, dilation)
+        n, c, _, _, kh, kw = self.geo[:6]
+        self.n, self.o, self.ckk = n, w_shape[0], c * kh * kw
+        self.p = self.geo[-2] * self.geo[-1]
+        self.dtype = np.dtype(dtype)
+        self.threads = numba.get_num_threads()
+        per_sample = max(self.ckk * self.p * self.dtype.itemsize, 1)
+        by_cache = max(1, CHUNK_BYTES // per_sample)
+        by_threads = -(-n // (CHUNKS_PER_THREAD * self.threads))    # enough chunks to share out evenly
+        by_gemm = min(-(-MIN_COLUMNS // max(self.p, 1)), -(-n // self.threads))  # but every thread gets one
+        self.m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
+        self.count = -(-n // self.m)
+
+    def run(self, work):
+        """``work(n0, m)`` for each chunk (first sample, samples), on all threads."""
+        def chunk(i):
+            n0 = i * self.m
+            work(n0, min(self.m, self.n - n0))
+        with one_thread_blas():
+            on_demand(self.count, self.threads, chunk)
+
+    def cols(self, m):
+        """This thread's column buffer for ``m`` samples: (CKK, m*P)."""
+        return scratch("cols", self.ckk * m * self.p, self.dtype).reshape(self.ckk, m * self.p)
+
+    def im2col(self, x, n0, m):
+        """Columns of samples n0 .. n0+m-1 of contiguous NCHW ``x``."""
+        cols = self.cols(m)
+        _im2col(x[n0:n0 + m].reshape(-1), m, *self.geo[1:], cols.reshape(-1))
+        return cols
+
+    def o_major(self, g, n0, m):
+        """Samples n0 .. n0+m-1 of contiguous (N, O, P) ``g`` as (O, m*P): a view for one sample."""
+        if m == 1:
+            return g[n0].reshape(self.o, self.p)
+        out = scratch("o_major", self.o * m * self.p, self.dtype)
+        _swap01(g[n0:n0 + m].reshape(-1), m, self.o, self.p, out)
+        return out.reshape(self.o, m * self.p)
+
+
+def conv2d_cols(x, w, stride, padding, dilation):
+    """``conv2d`` (groups 1) for float ``x`` (N, C, H, W) and ``w`` (O, C, KH, KW)."""
+    x = np.ascontiguousarray(x)
+    ch = Chunks(x.shape, w.shape, stride, padding, dilation, x.dtype)
+    o, p = ch.o, ch.p
+    wm = np.ascontiguousarray(w).reshape(o, ch.ckk)
+    out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
+
+    def work(n0, m):
+        cols = ch.im2col(x, n0, m)
+        if m == 1:
+            np.matmul(wm, cols, out=out[n0].reshape(o, p))                   # BLAS GEMM, straight into NCHW
+            return
+        out_o = scratch("out_o", o * m * p, x.dtype)
+        np.matmul(wm, cols, out=out_o.reshape(o, m * p))                     # BLAS GEMM: (O, m*P)
+        _swap01(out_o, o, m, p, out[n0:n0 + m].reshape(-1))
+    ch.run(work)
+    return out
+
+
+def conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation):
+    """``conv2d_grad_weight``: the sum over chunks of ``g_o @ cols.T``, one partial sum per thread."""
+    x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
+    ch = Chunks(x.shape, weight_shape, stride, padding, dilation, x.dtype)
+    sums = {}                               # thread id -> its partial dW
+
+    def work(n0, m):
+        cols = ch.im2col(x, n0, m)
+        mine = sums.get(threading.get_ident())
+        if mine is None:
+            sums[threading.get_ident()] = np.matmul(ch.o_major(g, n0, m), cols.T)   # BLAS GEMM, K = m*P
+            return
+        part = scratch("dw_part", mine.size, x.dtype).reshape(mine.shape)
+        np.matmul(ch.o_major(g, n0, m), cols.T, out=part)
+        mine += part
+    ch.run(work)
+    parts = list(sums.values())
+    dw = parts[0]
+    for part in parts[1:]:
+        dw += part
+    return dw.reshape(weight_shape)
+
+
+def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):
+    """``conv2d_grad_input``: per chunk ``cols = W.T @ g_o``, scattered back by col2im."""
+    g = np.ascontiguousarray(g)
+    ch = Chunks(input_shape, w.shape, stride, padding, dilation, g.dtype)
+    wt = np.ascontiguousarray(w).reshape(ch.o, ch.ckk).T
+    dx = np.empty(input_shape, g.dtype)
+
+    def work(n0, m):
+        cols = np.matmul(wt, ch.o_major(g, n0, m), out=ch.cols(m))           # BLAS GEMM: (CKK, m*P)
+        _col2im(cols.reshape(-1), m, *ch.geo[1:], dx[n0:n0 + m].reshape(-1))
+    ch.run(work)
+    return dx
+
+
+# ----------------------------------------------------------------------------- the primitives
+def _conv_ok(name, a, b, groups, macs):
+    """Can the kernels take this convolution (``macs``: its multiply-adds, for the hotness rule)?"""
+    if not (groups == 1 and a.dtype in FLOATS and a.dtype == b.dtype and a.size > 0 and b.size > 0
+            and max(a.size, b.size) >= MIN_SIZE):
+        return False
+    return hot((name, a.shape, b.shape, a.dtype.num), 2 * macs)
+
+
+def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    if not _conv_ok("conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)):
+        return nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
+    return conv2d_cols(x, w, stride, padding, dilation)
+
+
+def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    if not _conv_ok("conv2d_grad_weight", x, g, groups, math.prod(weight_shape) * g.size // max(g.shape[1], 1)):
+        return nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape, stride, padding, dilation, groups)
+    return conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation)
+
+
+def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    if not _conv_ok("conv2d_grad_input", g, w, groups, g.size * w.size // max(w.shape[0], 1)):
+        return nb.IMPLS["conv2d_grad_input"](g, w, input_shape, stride, padding, dilation, groups)
+    o, c, kh, kw = w.shape
+    full = (dilation[0] * (kh - 1) - padding[0], dilation[1] * (kw - 1) - padding[1])
+    h_w, oh_ow = input_shape[2] * input_shape[3], g.shape[2] * g.shape[3]
+    if tuple(stride) == (1, 1) and full[0] >= 0 and full[1] >= 0 and o * h_w <= 1.5 * c * oh_ow:
+        flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        return conv2d_cols(g, flipped, (1, 1), full, dilation)
+    return conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation)
+
+
+IMPLS = {
+    "conv2d": _conv2d,
+    "conv2d_grad_input": _conv2d_grad_input,
+    "conv2d_grad_weight": _conv2d_grad_weight,
+}

@@ -1,0 +1,80 @@
+"""ember-numba's convolutions (conv.py): chunks of the batch, shared out among threads.
+
+Every split of the batch must give the reference's numbers: one chunk, chunks of one sample
+(whose GEMM writes the output directly), uneven last chunks, more threads than chunks. The
+chunk size is lowered here so that small shapes take each path.
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+pytest.importorskip("ember_numba")
+
+from ember.backends import numpy_backend as nb  # noqa: E402
+from ember_numba import conv  # noqa: E402
+
+CASES = [  # x shape, w shape, stride, padding, dilation
+    ((5, 3, 9, 8), (4, 3, 3, 3), 1, 1, 1),
+    ((7, 2, 11, 10), (3, 2, 3, 3), 2, 0, 1),
+    ((3, 4, 8, 8), (6, 4, 1, 1), 2, 0, 1),
+    ((4, 3, 10, 9), (5, 3, 3, 3), 1, 2, 2),
+    ((9, 8, 4, 4), (16, 8, 3, 3), 1, 1, 1),
+]
+
+
+@pytest.fixture(params=[1, 700, 1 << 22], ids=["one-sample-chunks", "few-sample-chunks", "whole-batch"])
+def chunk_bytes(request, monkeypatch):
+    monkeypatch.setattr(conv, "CHUNK_BYTES", request.param)
+    monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
+@pytest.mark.parametrize("xs,ws,s,p,d", CASES)
+def test_every_split_of_the_batch_gives_the_reference(xs, ws, s, p, d, dtype, tol, chunk_bytes):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
+    geo = dict(stride=(s, s), padding=(p, p), dilation=(d, d))
+    y = nb.IMPLS["conv2d"](x, w, groups=1, **geo)
+    np.testing.assert_allclose(conv.conv2d_cols(x, w, *geo.values()), y, rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    np.testing.assert_allclose(conv.conv2d_grad_weight_cols(x, g, ws, *geo.values()),
+                               nb.IMPLS["conv2d_grad_weight"](x, g, ws, groups=1, **geo), rtol=tol, atol=10 * tol)
+    np.testing.assert_allclose(conv.conv2d_grad_input_cols(g, w, xs, *geo.values()),
+                               nb.IMPLS["conv2d_grad_input"](g, w, xs, groups=1, **geo), rtol=tol, atol=tol)
+
+
+def test_chunks_share_out_the_batch():
+    ch = conv.Chunks((128, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), np.float32)
+    # ResNet-18's first stage: 2.4 MB of columns and 1024 output pixels a sample, so chunks of
+    # as few samples as make MIN_COLUMNS columns: a few MB, not the batch's 302 MB
+    assert ch.m == -(-conv.MIN_COLUMNS // 1024) and ch.count == -(-128 // ch.m)
+    deep = conv.Chunks((128, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), (1, 1), np.float32)
+    # 16 output pixels a sample: chunks widened for the GEMM, but never fewer than the threads
+    assert deep.m * deep.p >= min(conv.MIN_COLUMNS, 128 * 16 // deep.threads)
+    assert deep.count >= min(deep.threads, 128)
+
+
+def test_an_error_in_a_chunk_reaches_the_caller(monkeypatch):
+    calls = []
+
+    def work(n0, m):
+        calls.append(n0)
+        if n0 == 2:
+            raise RuntimeError("chunk 2 failed")
+
+    ch = conv.Chunks((6, 1, 4, 4), (1, 1, 1, 1), (1, 1), (0, 0), (1, 1), np.float32)
+    ch.m, ch.count = 1, 6
+    with pytest.raises(RuntimeError, match="chunk 2 failed"):
+        ch.run(work)
+
+
+def test_scratch_buffers_do_not_leak_between_calls():
+    """Buffers are reused from call to call: a smaller call after a larger one must not see
+    the larger one's columns."""
+    rng = np.random.default_rng(1)
+    big = rng.standard_normal((6, 3, 12, 12)), rng.standard_normal((4, 3, 3, 3))
+    small = rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))
+    conv.conv2d_cols(*big, (1, 1), (1, 1), (1, 1))
+    np.testing.assert_allclose(conv.conv2d_cols(*small, (1, 1), (1, 1), (1, 1)),
+                               nb.IMPLS["conv2d"](*small, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10)
