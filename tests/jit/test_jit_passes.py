@@ -289,3 +289,57 @@ def test_no_donation_through_a_view_of_the_captured_buffer():
     order = [v for v in graph.nodes if v.op != "capture"]
     assignment, _ = passes.plan_buffers(order, graph, _always)
     assert assignment.get(new.id, ("pool",))[0] != "donate"
+
+
+# ----------------------------------------------------------------------------- group donation
+def _donations(graph):
+    return passes.group_donations(passes.fusion_groups(graph), graph)
+
+
+def test_group_donation_writes_an_update_into_the_parameter_it_overwrites():
+    g = G()
+    p, grad = g.capture((4, 8)), g.input((4, 8))
+    new = g.op("sub", p, g.op("mul", grad, 0.1))
+    assert _donations(g.graph(new, donate={0: p})) == {new.id: p}
+
+
+def test_group_donation_allows_reads_of_the_old_value_inside_the_group():
+    g = G()
+    p, grad = g.capture((8,)), g.input((8,))
+    new = g.op("sub", p, grad)
+    both = g.op("mul", new, p)               # same group, same element: read before written
+    graph = g.graph(new, both, donate={0: p})
+    assert len(passes.fusion_groups(graph)) == 1
+    assert _donations(graph) == {new.id: p}
+
+
+def test_no_group_donation_when_a_later_group_reads_the_old_value():
+    g = G()
+    p, grad, w = g.capture((4, 4)), g.input((4, 4)), g.input((4, 4))
+    new = g.op("sub", p, grad)
+    late = g.op("matmul", p, w)              # another group, after the update
+    assert _donations(g.graph(new, late, donate={0: p})) == {}
+
+
+def test_no_group_donation_when_the_group_reads_a_view_of_the_parameter():
+    g = G()
+    p = g.capture((4, 4))
+    new = g.op("add", p, g.op("permute", p, axes=(1, 0)))   # element (i, j) reads (j, i)
+    assert _donations(g.graph(new, donate={0: p})) == {}
+
+
+def test_no_group_donation_across_shapes_or_outside_elementwise_groups():
+    g = G()
+    p, x = g.capture((8,)), g.input((4, 8))
+    wide = g.op("add", p, x)                                 # p broadcast over 4 rows
+    assert _donations(g.graph(wide, donate={0: p})) == {}
+    g = G()
+    p, x = g.capture((8,)), g.input((4, 8))
+    new = g.op("sub", p, g.op("mul", g.op("sum", x, axes=(0,)), 0.1))   # the tail of a reduce group
+    graph = g.graph(new, donate={0: p})
+    assert [grp.kind for grp in passes.fusion_groups(graph)] == ["reduce"]
+    assert _donations(graph) == {}
+    g = G()
+    p, grad = g.capture((8,)), g.input((8,))
+    new = g.op("sub", p, grad)
+    assert _donations(g.graph(new, new, donate={0: p})) == {}   # also returned: must stay apart

@@ -186,3 +186,68 @@ def test_training_step_on_a_group_compiling_backend(fusing):
         assert abs(le.item() - lj.item()) < 1e-6
     for p, q in zip(ref.parameters(), model.parameters()):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class FusingIntoNumpy(FusingNumpy):
+    """Kernels that take destinations (``out=``), as a generated kernel does: a parameter's
+    new value is written into the parameter's buffer. ``writes=False`` declines them all."""
+
+    name = "numpy-fusing-into-test"
+    writes = True
+
+    def compile(self, group):
+        kernel = super().compile(group)
+        if kernel is None:
+            return None
+
+        def run(*buffers, out=None):
+            values = kernel(*buffers)
+            if out is None or not self.writes:
+                return values
+            self.written += sum(o is not None for o in out)
+            return tuple(v if o is None else (np.copyto(o, v), o)[1] for v, o in zip(values, out))
+        run.accepts_out = True
+        return run
+
+
+@pytest.mark.parametrize("writes", [True, False], ids=["writes", "declines"])
+def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
+    from ember import nn, optim
+    from ember.nn import functional as F
+    ember.register_backend(ember.BackendInfo(FusingIntoNumpy.name, FusingIntoNumpy))
+    backend = ember.get_backend(FusingIntoNumpy.name)
+    monkeypatch.setattr(backend, "writes", writes)
+    monkeypatch.setattr(backend, "written", 0, raising=False)
+    ember.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(backend.name)
+    model.load_state_dict(ref.state_dict())
+    opts = [optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, model)]
+
+    def step(m, o, x, y):
+        loss = F.cross_entropy(m(x), y)
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        return loss
+
+    jstep = ember.jit(step)
+    x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
+    xb, yb = x.to(backend.name), y.to(backend.name)
+    for _ in range(2):
+        step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
+    buffers = [p._data for p in model.parameters()]
+    copies = []
+    monkeypatch.setattr(FusingIntoNumpy, "assign", lambda self, dst, src: copies.append(dst) or np.copyto(dst, src))
+    backend.written = 0
+    le, lj = step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
+    assert abs(le.item() - lj.item()) < 1e-6
+    for p, q in zip(ref.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
+    assert all(p._data is b for p, b in zip(model.parameters(), buffers))
+    donations = jstep.lower(model, opts[1], xb, yb).program.donations
+    assert len(donations) == 2 * len(buffers)          # each parameter and its momentum buffer
+    if writes:
+        assert backend.written == len(donations) and copies == []
+    else:
+        assert backend.written == 0 and len(copies) == len(donations)

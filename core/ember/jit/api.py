@@ -45,7 +45,6 @@ class Compiled:
         self.live_captures = [(slot, var) for slot, _, var in self.program.captures]
         self.grad_flags = [(src.obj, var.params["requires_grad"]) for src, var in
                            zip(graph.captures, traced.capture_vars) if src.kind == "tensor"]
-        self.donated = getattr(self.program, "donated", lambda var: False)
         # Two Python objects must not share a buffer unless eager mode would share it too:
         # after CSE two gradients (or two new optimizer buffers) may be one value, and
         # constants live in the program. Such outputs are copied; the first holder keeps it.
@@ -110,7 +109,7 @@ class Compiled:
             elif kind == "grad":
                 set_raw_grad(_resolve(target, tensors), dispatch._wrap(buf, backend, None))
             elif kind == "assign":
-                if not self.donated(var):
+                if buf is not captures[target]:     # not computed in place (donated) already
                     backend.assign(captures[target], buf)
             elif kind == "arg_data":
                 backend.assign(tensors[target]._data, buf)

@@ -11,7 +11,9 @@ In the order :func:`optimize` runs them:
 * :func:`elide_copies`   — drop copies (``clone()``) that nobody can tell from their source;
 * :func:`fusion_groups`  — elementwise chains + at most one reduce + an elementwise tail;
 * :func:`liveness` and :func:`plan_buffers` — when each value dies, which buffers can be
-  reused, and which outputs can be computed in place of the tensor they overwrite (donation).
+  reused, and which outputs can be computed in place of the tensor they overwrite (donation);
+* :func:`group_donations` — the same donation for whole fused groups, whose kernels write
+  their outputs element by element (for backends that compile groups).
 """
 from __future__ import annotations
 
@@ -518,3 +520,51 @@ def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place
             if a is not None and a[0] == "pool" and root.get(r, r) == r:
                 free.setdefault(buffers[a[1]], []).append(a[1])
     return assignment, buffers
+
+
+def group_donations(groups: list, graph: Graph, aliases=VIEWS) -> dict:
+    """Outputs of fused elementwise groups that a kernel may write straight into the captured
+    tensor they overwrite at the end of the call: ``{var id: capture Var}``.
+
+    An elementwise kernel reads every input at an element before it writes its outputs
+    there, so writing a parameter's new value over the old one is safe when the group reads
+    the old value only at the element it writes (the capture itself, of the output's shape:
+    not broadcast, not through a view) and no later group reads it. The SGD update
+    ``p - lr * g`` is the typical case: its kernel then writes into ``p`` and the copy
+    into the parameter disappears.
+
+    >>> from ember.jit.graph import Var, Graph
+    >>> p = Var(0, "capture", (), {"slot": 0}, (8,), "float32")
+    >>> g = Var(1, "input", (), {"index": 0}, (8,), "float32")
+    >>> new = Var(3, "sub", (p, Var(2, "mul", (g, 0.1), {}, (8,), "float32")), {}, (8,), "float32")
+    >>> graph = Graph([p, g, new.args[1], new], [new], donate={0: p})
+    >>> group_donations(fusion_groups(graph), graph)
+    {3: %0}
+    """
+    order = [v for g in groups for v in g.nodes]
+    last = liveness(order, graph, aliases)
+    root = roots(order, aliases)
+    escaping = {root.get(o.id, o.id) for o in graph.outputs}
+    count: dict = {}
+    for o in graph.outputs:
+        count[o.id] = count.get(o.id, 0) + 1
+    group_of, end, pos = {}, {}, -1
+    for g in groups:
+        pos += len(g.nodes)
+        for v in g.nodes:
+            group_of[v.id], end[v.id] = g, pos
+    found, taken = {}, set()
+    for i, cap in graph.donate.items():
+        v = graph.outputs[i]
+        g = group_of.get(v.id)
+        if g is None or g.kind != "elementwise" or count[v.id] != 1 or cap.id in escaping or cap.id in taken:
+            continue
+        if v.shape != cap.shape or v.dtype != cap.dtype or tuple(g.shape) != v.shape:
+            continue
+        if last.get(cap.id, -1) > end[v.id]:
+            continue                     # a later group reads the old value
+        if any(a is not cap and root.get(a.id, a.id) == cap.id for a in g.inputs):
+            continue                     # the group reads it through a view: other elements
+        found[v.id] = cap
+        taken.add(cap.id)
+    return found

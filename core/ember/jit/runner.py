@@ -5,7 +5,9 @@ free)``: call ``fn`` on the buffers in slots ``args``, put the result in slot ``
 drop the buffers in slots ``free`` (their last use). Backends are called through their plain
 ``impls`` — no Tensor objects, no autodiff records — which is where most of the speed over
 eager execution comes from. A fused group whose backend's ``compile(group)`` returns a
-callable runs as one step; otherwise its nodes run one by one.
+callable runs as one step; otherwise its nodes run one by one. A compiled group that
+computes a parameter's new value writes it straight into the parameter's buffer when the
+callable takes destinations (``accepts_out``) and passes.group_donations says it is safe.
 
 Subclasses change how single nodes are lowered: numpy_runner.py computes into preallocated
 buffers with ``out=``.
@@ -16,7 +18,7 @@ import operator
 
 from ..errors import BackendError, EmberError
 from .graph import Var
-from .passes import VIEWS
+from .passes import VIEWS, group_donations
 
 
 class Program:
@@ -27,6 +29,7 @@ class Program:
         self.impls = backend.impls
         self.order = [v for g in groups for v in g.nodes]
         self.rng: list = []               # per generator: [seed, offset at the start of the call]
+        self.donations = group_donations(groups, graph) if graph.donate else {}
         self.build()
 
     def build(self):
@@ -74,7 +77,13 @@ class Program:
             self.compiled += 1
             self.calls += 1
             pack = self.new_slot()
-            self.emit(kernel, g.nodes[-1], [self.slot[a.id] for a in g.inputs], out=pack)
+            args = [self.slot[a.id] for a in g.inputs]
+            into = [i for i, o in enumerate(g.outputs) if o.id in self.donations] \
+                if getattr(kernel, "accepts_out", False) else []
+            if into:
+                args += [self.slot[self.donations[g.outputs[i].id].id] for i in into]
+                kernel = _writing_into(kernel, len(g.inputs), len(g.outputs), into)
+            self.emit(kernel, g.nodes[-1], args, out=pack)
             for i, o in enumerate(g.outputs):
                 self.emit(operator.itemgetter(i), o, [pack])
 
@@ -146,3 +155,14 @@ class Program:
             raise exc
         raise BackendError(f"ember.jit: {v.op} -> {v.type_str()} failed on backend {self.backend.name!r} "
                            f"at run time: {type(exc).__name__}: {exc} (the op was made at {v.origin()})") from exc
+
+
+def _writing_into(kernel, n_in, n_out, into):
+    """``kernel`` called on ``n_in`` input buffers followed by the destination buffers of
+    outputs ``into`` (positions among its ``n_out`` outputs), passed as ``out=``."""
+    def run(*buffers):
+        out = [None] * n_out
+        for i, b in zip(into, buffers[n_in:]):
+            out[i] = b
+        return kernel(*buffers[:n_in], out=out)
+    return run

@@ -6,7 +6,10 @@ work over a shape, one sum/max/min over some of its axes, then elementwise work 
 result). This module translates the group's nodes into a render.Program — SSA names for its
 values, literals for its scalar arguments — renders the kernel source, and returns a
 function of the group's input buffers that returns its output buffers. Only the values the
-group's consumers need are written to memory; everything else lives in registers.
+group's consumers need are written to memory; everything else lives in registers. A reduce
+group's loop order follows its layout (render.render_reduce: rows or columns); an
+elementwise group's kernel takes destinations (``out=``), so ember.jit can have it write a
+parameter's new value into the parameter's own buffer.
 
 Returns None (ember.jit then runs the group op by op) for what the kernels do not cover:
 float16, integer ``pow``/``div``, max/min of integers, reductions whose kept and reduced axes
@@ -90,15 +93,31 @@ def _elementwise(group):
     if plan is None or plan.out_shape != tuple(group.shape):
         raise Unsupported("the inputs do not broadcast to the group's shape in at most 4 dims")
 
-    def run(*bufs):
-        return kernel(*[np.ascontiguousarray(b) for b in bufs], force=True)
+    shape = tuple(group.shape)
+    dtypes = kernel.out_dtypes
+
+    def run(*bufs, out=None):
+        ins = [np.ascontiguousarray(b) for b in bufs]
+        if out is not None:
+            # Destinations (a parameter's buffer for its new value, see ember.jit's
+            # group_donations) that the flat kernel can write: C-contiguous, of the output's
+            # shape and dtype. Others are allocated; the caller sees which from what it gets.
+            out = [o if o is not None and o.shape == shape and o.dtype == dt and o.flags.c_contiguous
+                   and o.flags.writeable else np.empty(shape, dt) for o, dt in zip(out, dtypes)]
+        return kernel(*ins, out=out, force=True)
+    run.accepts_out = True
     return run
 
 
 # ----------------------------------------------------------------------------- reduce groups
 def _groups_of_dims(shape, axes):
     """Each non-unit dim of ``shape`` labelled "a" (reduced, before the kept ones), "b" (kept)
-    or "c" (reduced, after them); Unsupported if they interleave otherwise."""
+    or "c" (reduced, after them; without kept dims, the last one); Unsupported if they
+    interleave otherwise.
+
+    >>> _groups_of_dims((128, 512), {0}), _groups_of_dims((4, 3, 5), {0, 1, 2})
+    ({0: 'a', 1: 'b'}, {0: 'a', 1: 'a', 2: 'c'})
+    """
     labels, seen_kept = {}, False
     for d, n in enumerate(shape):
         if n == 1:
@@ -110,6 +129,9 @@ def _groups_of_dims(shape, axes):
                 raise Unsupported("kept axes on both sides of a reduced one")
             labels[d] = "b"
             seen_kept = True
+    if labels and not seen_kept:
+        # A reduction over everything: its last dim is the contiguous inner run (C).
+        labels[max(labels)] = "c"
     return labels
 
 
@@ -124,6 +146,34 @@ def _collapsed(shape, strides, dims):
     return strides[dims[-1]]
 
 
+#: Kept indices per task in the column layout: wide enough for the inner loop to vectorize,
+#: its accumulators (8 bytes each) small enough to stay in the L1 cache.
+TILE = 256
+#: Column counts up to which a kernel is generated for the count itself (render_reduce's
+#: ``width``): fewer columns than a vector's lanes leave a loop of a few iterations per row.
+NARROW = 16
+#: Tasks a reduction large enough for threads is cut into, splitting the reduced rows (A)
+#: when the kept indices alone give fewer. Fixed, not the thread count: the partial sums,
+#: hence the rounding, depend on the shapes (and PAR_MIN), not on how many threads run.
+TASKS = 16
+
+
+def tiles(A, B, C, layout):
+    """(AT, BT): rows of A per chunk and kept indices per task (see render.render_reduce).
+
+    >>> tiles(128, 8192, 1, "columns"), tiles(128, 8192, 1, "rows")    # enough tasks
+    ((128, 256), (128, 1))
+    >>> launch.PAR_MIN <= 1 << 22 and tiles(1 << 16, 64, 1, "columns") == (4096, 64)   # 16 chunks
+    True
+    """
+    BT = min(B, TILE) if layout == "columns" else 1
+    AT = A
+    tasks = -(-B // BT)
+    if A * B * C >= launch.PAR_MIN and tasks < TASKS and A > 1:
+        AT = -(-A // min(A, -(-TASKS // tasks)))
+    return AT, BT
+
+
 def _reduce(group):
     red = group.reduce
     shape = tuple(group.shape)
@@ -135,6 +185,8 @@ def _reduce(group):
         raise Unsupported("max/min of integers")
     labels = _groups_of_dims(shape, axes)
     size = {k: int(np.prod([shape[d] for d in labels if labels[d] == k])) for k in "abc"}
+    if 0 in size.values():
+        raise Unsupported("an empty reduction")          # the reference knows sum() == 0
 
     post_ids, names = set(), {}
     for i, v in enumerate(group.nodes):
@@ -167,6 +219,10 @@ def _reduce(group):
     pre_reads = {a for _, _, args, _, _ in pre.nodes for a in args if isinstance(a, str)} | {red_arg}
     post_reads = {a for _, _, args, _, _ in post.nodes for a in args if isinstance(a, str)}
     post_inputs = sorted(int(n[1:]) for n in post_reads if n.startswith("x"))
+    # The loop order follows the layout (render.render_reduce): with reduced dims after the
+    # kept ones the reduced run is innermost ("rows"); without, the kept run is ("columns").
+    layout = "rows" if size["c"] > 1 or size["b"] == 1 else "columns"
+    walk = 2 if layout == "rows" else 1         # the run the inner loop walks: C or B
     stride_args, inner, expand = [], [], set()
     full = element_strides(shape, shape)
     for k, a in enumerate(group.inputs):
@@ -175,8 +231,8 @@ def _reduce(group):
             try:
                 st = element_strides(tuple(a.shape), shape)
                 sa, sb, sc = (_collapsed(shape, st, [d for d in labels if labels[d] == g]) for g in "abc")
-                if sc not in (0, 1):
-                    raise Unsupported("an input that does not walk the innermost reduced dims contiguously")
+                if (sa, sb, sc)[walk] not in (0, 1):
+                    raise Unsupported("an input that does not walk the inner loop's dims contiguously")
             except Unsupported:
                 # Broadcast in a way one stride per run cannot express: give the kernel a full copy.
                 if k in post_inputs:
@@ -184,7 +240,7 @@ def _reduce(group):
                 expand.add(k)
                 sa, sb, sc = (_collapsed(shape, full, [d for d in labels if labels[d] == g]) for g in "abc")
         stride_args += [sa, sb, sc]
-        inner.append(sc == 1)
+        inner.append((sa, sb, sc)[walk] == 1)
     rshape = tuple(red.shape)
     kept = [d for d, n in enumerate(rshape) if n != 1]
     for k in post_inputs:
@@ -199,16 +255,19 @@ def _reduce(group):
             raise Unsupported("a post-reduction output of another size")
     acc = ("float64" if dt[0] == "f" else "int64") if red.op == "sum" else dt
     source = render_reduce(pre, red.op, red_arg, post, post_inputs, [names[o.id] for o in pre_outs],
-                           [names[o.id] for o in post_outs], tuple(inner), acc)
+                           [names[o.id] for o in post_outs], tuple(inner), acc, layout,
+                           size["b"] if layout == "columns" and size["b"] <= NARROW else 0)
     module = _KERNELS.get(source)
     if module is None:
         from . import cache
         module = _KERNELS[source] = cache.load(source)
     A, B, C = size["a"], size["b"], size["c"]
-    prefix = (A, B, C, *stride_args)
+    AT, BT = tiles(A, B, C, layout)
+    prefix = (A, B, C, AT, BT, *stride_args)
     out_specs = [(tuple(o.shape), np.dtype(str(o.dtype))) for o in pre_outs + post_outs]
     order = [(pre_outs + post_outs).index(o) for o in group.outputs]
-    work = A * B * C if B >= 2 else 0          # one kept output: one task, no threads to share it
+    tasks = -(-A // AT) * -(-B // BT)
+    work = A * B * C if tasks >= 2 else 0       # one task: no threads to share it
 
     def run(*bufs):
         outs = [np.empty(s, d) for s, d in out_specs]

@@ -221,56 +221,132 @@ def element_strides(shape: tuple, out_shape: tuple) -> tuple:
 
 # ----------------------------------------------------------------------------- reduce groups
 INIT = {"sum": "0", "max": "-math.inf", "min": "math.inf"}
+#: acc, v -> the accumulator after taking in v. max/min propagate NaN: a NaN ``v`` wins, and
+#: nothing wins over a NaN ``acc`` (every comparison with it is false). Written as selects,
+#: not branches, so the column layout's inner loop vectorizes.
+COMBINE = {"sum": "{0} + {1}", "max": "({1} if ({1} > {0} or {1} != {1}) else {0})",
+           "min": "({1} if ({1} < {0} or {1} != {1}) else {0})"}
+#: The same as statements: in the row layout's scalar loop a branch is taken rarely and is
+#: faster than the select (~3x for max, measured).
+BRANCH = {"sum": ["acc += v"], "max": ["if v > acc or v != v:", "    acc = v"],
+          "min": ["if v < acc or v != v:", "    acc = v"]}
 
 
 def render_reduce(pre: Program, reduce_op: str, red_arg: str, post: Program, post_inputs: list,
-                  pre_outputs: list, post_outputs: list, inner: tuple, acc_dtype: str) -> str:
+                  pre_outputs: list, post_outputs: list, inner: tuple, acc_dtype: str,
+                  layout: str = "rows", width: int = 0) -> str:
     """Module source with ``kernel`` for an ember.jit reduce group: elementwise ``pre``
-    over an (A, B, C) index space, ``reduce_op`` of value ``red_arg`` over A and C (the value
-    is then named ``r``), and elementwise ``post`` over B.
+    over an (A, B, C) index space (C-ordered: element (a, b, c) at ``(a*B + b)*C + c``),
+    ``reduce_op`` of value ``red_arg`` over A and C (the value is then named ``r``), and
+    elementwise ``post`` over B.
+
+    The loop order follows the layout, so that the innermost loop walks memory contiguously:
+
+    * ``"rows"`` (C > 1: the reduced run is innermost, e.g. a row sum): a task per kept index
+      b reduces its rows of C elements; ``inner[k]`` says whether input k walks C;
+    * ``"columns"`` (C == 1: the kept run is innermost, e.g. a bias gradient): a task per tile
+      of BT kept indices walks the rows a, updating BT accumulators with one straight loop;
+      ``inner[k]`` says whether input k walks B (else it is broadcast along it). A nonzero
+      ``width`` fixes the tile width (= B) in the source: a loop of a few elements with a
+      known count is unrolled and vectorized (3x faster for 4 columns, measured).
+
+    The A rows are cut into chunks of AT rows, each chunk's tasks reducing into partial
+    results that a second loop combines in chunk order (a reduction with few kept values
+    still gets several tasks); with one chunk each task finishes its own results.
 
     ``pre.inputs`` are the group inputs read in the pre stage (strides over A, B, C as
-    arguments; ``inner[k]`` whether input k walks C); ``post_inputs`` (indices into
-    ``pre.inputs``, named like them) are read at b in the post stage (one stride each).
-    ``pre_outputs`` are stored over (A, B, C), ``post_outputs`` (which may include ``r``) at b.
-    Arguments: A, B, C, strides, inputs, pre outputs, post outputs.
+    arguments); ``post_inputs`` (indices into ``pre.inputs``, named like them) are read at b
+    in the post stage (one stride each). ``pre_outputs`` are stored over (A, B, C),
+    ``post_outputs`` (which may include ``r``) at b.
+    Arguments: A, B, C, AT, BT, strides, inputs, pre outputs, post outputs.
+
+    >>> p = Program(inputs=[("array", "float32")], nodes=[("t0", "abs", ("x0",), {}, "float32")],
+    ...             outputs=[])
+    >>> post = Program(inputs=p.inputs, nodes=[], outputs=[]); post.dtypes["r"] = "float32"
+    >>> src = render_reduce(p, "sum", "t0", post, [], [], ["r"], (True,), "float64", "columns")
+    >>> "part[po + j] = part[po + j] + v" in src
+    True
     """
+    assert layout in ("rows", "columns"), layout
     n = len(pre.inputs)
     strides = [f"s{k}_{d}" for k in range(n) for d in "abc"] + [f"p{k}" for k in post_inputs]
     ins = [f"a{k}" for k in range(n)]
     outs = [f"o{j}" for j in range(len(pre_outputs) + len(post_outputs))]
-    params = ", ".join(["A", "B", "C"] + strides + ins + outs)
+    params = ", ".join(["A", "B", "C", "AT", "BT"] + strides + ins + outs)
     reads = {a for _, _, args, _, _ in pre.nodes for a in args if isinstance(a, str)}
     used_pre = sorted(int(a[1:]) for a in reads | {red_arg} | set(pre_outputs) if a.startswith("x"))
-    combine = {"sum": "acc += v",
-               "max": "if v > acc or v != v:\n                    acc = v",
-               "min": "if v < acc or v != v:\n                    acc = v"}[reduce_op]
+    combine = COMBINE[reduce_op]
+    init = f"{CTOR[acc_dtype]}({INIT[reduce_op]})"
 
-    def kernel(name, loop):
-        fm = ", fastmath={'reassoc'}" if reduce_op == "sum" else ""
-        lines = [f"@numba.njit(cache=True, error_model='numpy', nogil=True, parallel=True{fm})",
-                 f"def {name}({params}):",
-                 "    m = uint64(C)",
-                 f"    for b in {loop}(B):",
-                 f"        acc = {CTOR[acc_dtype]}({INIT[reduce_op]})",
-                 "        for a in range(A):"]
-        for k in used_pre:
-            lines.append(f"            b{k} = uint64(a * s{k}_a + b * s{k}_b)")
-        lines.append("            bo = uint64((a * B + b) * C)")
+    def finish(pad):
+        """Statements turning ``acc`` into the results at kept index ``b``."""
+        lines = [f"r = {CTOR[post.dtypes['r']]}(acc)"]
+        lines += [f"x{k} = a{k}[uint64(b * p{k})]" for k in post_inputs]
+        lines += body(post)
+        lines += [f"o{len(pre_outputs) + j}[b] = {o}" for j, o in enumerate(post_outputs)]
+        return [pad + s for s in lines]
+
+    def element(pad, index):
+        """Statements for one element: compute, store the pre outputs at ``bo + index``."""
+        lines = [f"x{k} = a{k}[b{k} + {index}]" for k in used_pre if inner[k]]
+        lines += body(pre)
+        lines += [f"o{j}[bo + {index}] = {o}" for j, o in enumerate(pre_outputs)]
+        return [pad + s for s in lines]
+
+    fm = ", fastmath={'reassoc'}" if reduce_op == "sum" else ""
+    lines = [f"@numba.njit(cache=True, error_model='numpy', nogil=True, parallel=True{fm})",
+             f"def kernel({params}):",
+             "    na = (A + AT - 1) // AT",
+             "    nb = (B + BT - 1) // BT",
+             # partial results per chunk of rows (the column layout's accumulators too)
+             f"    part = np.empty({'na * B' if layout == 'columns' else 'na * B if na > 1 else 0'}, "
+             f"np.{acc_dtype})",
+             "    for t in prange(na * nb):",
+             "        ia = t // nb",
+             "        ib = t - ia * nb",
+             "        alo = ia * AT",
+             "        ahi = min(A, alo + AT)",
+             "        blo = ib * BT",
+             "        bhi = min(B, blo + BT)"]
+    if layout == "rows":
+        lines += ["        m = uint64(C)",
+                  "        for b in range(blo, bhi):",
+                  f"            acc = {init}",
+                  "            for a in range(alo, ahi):"]
+        lines += [f"                b{k} = uint64(a * s{k}_a + b * s{k}_b)" for k in used_pre]
+        lines.append("                bo = uint64((a * B + b) * C)")
+        lines += [f"                x{k} = a{k}[b{k}]" for k in used_pre if not inner[k]]
+        lines.append("                for c in range(m):")
+        lines += element(" " * 20, "c")
+        lines += [f"                    v = {red_arg}"] + [" " * 20 + b for b in BRANCH[reduce_op]]
+        lines.append("            if na == 1:")
+        lines += finish(" " * 16)
+        lines += ["            else:",
+                  "                part[ia * B + b] = acc"]
+    else:
+        lines += [f"        n = uint64({width or 'bhi - blo'})",
+                  "        po = uint64(ia * B + blo)",
+                  "        for j in range(n):",
+                  f"            part[po + j] = {init}",
+                  "        for a in range(alo, ahi):"]
+        lines += [f"            b{k} = uint64(a * s{k}_a + blo * s{k}_b)" for k in used_pre]
+        lines.append("            bo = uint64(a * B + blo)")
         lines += [f"            x{k} = a{k}[b{k}]" for k in used_pre if not inner[k]]
-        lines.append("            for c in range(m):")
-        lines += [f"                x{k} = a{k}[b{k} + c]" for k in used_pre if inner[k]]
-        lines += [f"                {s}" for s in body(pre)]
-        lines += [f"                o{j}[bo + c] = {o}" for j, o in enumerate(pre_outputs)]
-        lines.append(f"                v = {red_arg}")
-        lines.append(f"                {combine}")
-        lines.append(f"        r = {CTOR[post.dtypes['r']]}(acc)")
-        lines += [f"        x{k} = a{k}[uint64(b * p{k})]" for k in post_inputs]
-        lines += [f"        {s}" for s in body(post)]
-        lines += [f"        o{len(pre_outputs) + j}[b] = {o}" for j, o in enumerate(post_outputs)]
-        return lines
-
+        lines.append("            for j in range(n):")
+        lines += element(" " * 16, "j")
+        lines += [f"                v = {red_arg}",
+                  f"                part[po + j] = {combine.format('part[po + j]', 'v')}",
+                  "        if na == 1:",
+                  "            for b in range(blo, bhi):",
+                  "                acc = part[b]"]
+        lines += finish(" " * 16)
+    lines += ["    if na > 1:",
+              "        for b in prange(B):",
+              "            acc = part[b]",
+              "            for ia in range(1, na):",
+              "                v = part[ia * B + b]",
+              f"                acc = {combine.format('acc', 'v')}"]
+    lines += finish(" " * 12)
     src = ["# Generated by ember_numba.render: a reduce group of ember.jit.",
            "import math", "import numpy as np", "import numba", "from numba import prange, uint64", ""]
-    src += kernel("kernel", "prange") + [""]
-    return "\n".join(src)
+    return "\n".join(src + lines + [""])
