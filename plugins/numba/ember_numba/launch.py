@@ -139,11 +139,29 @@ class ThreadChoice:
 KERNEL_THREADS = ThreadChoice()
 
 
+_COUNT: list = []
+
+
+def thread_count_calls():
+    """(get, set) of numba's thread count for the calling thread. The public functions check
+    their argument and that the pool runs (~2 us a call, paid twice around every kernel
+    launch: ~0.14 ms of a 2.4 ms MLP step); once the pool runs, numba's own ctypes entry points
+    do the same work without the checks. The public ones where a numba lacks those."""
+    if not _COUNT:
+        import numba
+        from numba.np.ufunc import parallel
+        parallel._launch_threads()
+        get, set_ = getattr(parallel, "_get_num_threads", None), getattr(parallel, "_set_num_threads", None)
+        _COUNT.append((get, set_) if get is not None and set_ is not None
+                      else (numba.get_num_threads, numba.set_num_threads))
+    return _COUNT[0]
+
+
 def run(fn, work, *args):
     """``fn(*args)`` on this thread alone if ``work`` (elements) is below PAR_MIN, else on one
     thread or all, whichever KERNEL_THREADS measured faster for this kernel and size."""
-    import numba
-    n = numba.get_num_threads()
+    get, set_ = _COUNT[0] if _COUNT else thread_count_calls()
+    n = get()
     if n == 1:
         return fn(*args)
     if work >= PAR_MIN:
@@ -151,13 +169,13 @@ def run(fn, work, *args):
     else:
         one, explore, st = True, False, None
     if one:
-        numba.set_num_threads(1)
+        set_(1)
     t0 = time.perf_counter()
     try:
         return fn(*args)
     finally:
         if one:
-            numba.set_num_threads(n)
+            set_(n)
         if st is not None:
             KERNEL_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
