@@ -273,3 +273,105 @@ def test_cross_entropy_ignore_index_through_the_fused_op(tracking, torch):
         want.backward()
         np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
         np.testing.assert_allclose(e.grad.numpy(), tx.grad.numpy(), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- pooling and batch norm
+POOLS = [dict(kernel_size=2), dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=2, stride=1),
+         dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+         dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True)]
+
+
+@pytest.mark.parametrize("kw", POOLS)
+def test_max_pool2d_and_its_backward_match_torch(torch, rng, kw):
+    """Ties (small integers, zeros after a ReLU) send the gradient to each window's first
+    maximum; NaN wins the window (the last NaN when there are two) and takes its gradient."""
+    x = np.maximum(rng.integers(-2, 3, (2, 3, 9, 9)), 0).astype(np.float64)
+    x[0, 0, 1, 1] = x[1, 2, 4, 4] = x[1, 2, 4, 5] = np.nan
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.max_pool2d(tx, **kw)
+    np.testing.assert_array_equal(fused.max_pool2d(t(x), **kw).numpy(), want.detach().numpy())
+    g = rng.standard_normal(tuple(want.shape))
+    want.backward(torch.tensor(g))
+    np.testing.assert_allclose(fused.max_pool2d_backward(t(g), t(x), **kw).numpy(), tx.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 3), (2, 3, 4), (1, 3, 1, 2)])
+def test_batch_norm_and_its_backward_match_torch(torch, rng, shape):
+    TF = torch.nn.functional
+    x, g = rng.standard_normal(shape) * 2 + 1, rng.standard_normal(shape)
+    w, b = rng.standard_normal(3), rng.standard_normal(3)
+    axes = (0,) + tuple(range(2, len(shape)))
+    for weight, bias in ((w, b), (None, None), (w, None)):
+        ts = [torch.tensor(a, requires_grad=True) for a in (x, weight, bias) if a is not None]
+        want = TF.batch_norm(ts[0], None, None, *([ts[1]] if weight is not None else [None]),
+                             *([ts[-1]] if bias is not None else [None]), training=True, eps=1e-3)
+        out, mean, var = fused.batch_norm(t(x), None if weight is None else t(weight),
+                                          None if bias is None else t(bias), eps=1e-3)
+        np.testing.assert_allclose(out.numpy(), want.detach().numpy(), atol=1e-12)
+        np.testing.assert_allclose(mean.numpy(), x.mean(axes), atol=1e-12)
+        np.testing.assert_allclose(var.numpy(), x.var(axes), atol=1e-12)
+        want_g = torch.autograd.grad(want, ts, torch.tensor(g))
+        got = fused.batch_norm_backward(t(g), t(x), None if weight is None else t(weight),
+                                        None if bias is None else t(bias), mean, var, eps=1e-3)
+        assert [v is None for v in got] == [False, weight is None, bias is None]
+        for gv, wv in zip([v for v in got if v is not None], want_g):
+            np.testing.assert_allclose(gv.numpy(), wv.numpy(), atol=1e-11)
+
+
+def _cnn_layers(x, w, b):
+    import ember.nn.functional as F
+    h = F.batch_norm(x, None, None, w, b, training=True)
+    h = F.max_pool2d(h.tanh(), 2)
+    h = F.max_pool2d(h, 3, stride=1, padding=1)
+    return (h * h.sin()).sum()
+
+
+def _torch_cnn_layers(torch, x, w, b):
+    TF = torch.nn.functional
+    h = TF.batch_norm(x, None, None, w, b, training=True)
+    h = TF.max_pool2d(h.tanh(), 2)
+    h = TF.max_pool2d(h, 3, stride=1, padding=1)
+    return (h * h.sin()).sum()
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_training_runs_the_pool_and_batch_norm_kernels(tracking, torch, rng, order):
+    x, w, b = rng.standard_normal((3, 2, 8, 8)), rng.standard_normal(2), rng.standard_normal(2)
+    want_v, want_g = _grads("numpy", _cnn_layers, x, w, b, order=order)
+    Tracking.calls.clear()
+    got_v, got_g = _grads("tracking_fused", _cnn_layers, x, w, b, order=order)
+    assert got_v == pytest.approx(want_v, rel=1e-12)
+    for g_got, g_want in zip(got_g, want_g):
+        np.testing.assert_allclose(g_got, g_want, rtol=1e-10, atol=1e-12)
+    forward = ["batch_norm", "max_pool2d", "max_pool2d"]
+    backward = ["max_pool2d_backward", "max_pool2d_backward", "batch_norm_backward"]
+    # Order 2: the first gradient is recorded, so the backward ops run as their decompositions
+    # (batch norm's with its statistics recomputed from x, so that their dependence on x is
+    # differentiated); differentiating those reaches the forward nodes again, whose rules then
+    # run the backward kernels.
+    assert sorted(Tracking.calls) == sorted(forward + backward)
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    gs = torch.autograd.grad(_torch_cnn_layers(torch, *ts), ts, create_graph=order == 2)
+    if order == 2:
+        gs = torch.autograd.grad(sum((g * g).sum() for g in gs), ts)
+    for g_got, g_want in zip(got_g, gs):
+        np.testing.assert_allclose(g_got, g_want.detach().numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_batch_norm_is_one_node_with_its_statistics_saved(tracking, rng):
+    import ember.nn.functional as F
+    x = ember.tensor(rng.standard_normal((4, 3, 2, 2)), backend="tracking_fused", requires_grad=True)
+    w = ember.tensor(np.ones(3), backend="tracking_fused", requires_grad=True)
+    rm, rv = ember.zeros(3, dtype=ember.float64, backend="tracking_fused"), \
+        ember.ones(3, dtype=ember.float64, backend="tracking_fused")
+    out = F.batch_norm(x, rm, rv, w, None, training=True, momentum=0.25)
+    name, args, params = out._ctx
+    assert name == "fused.batch_norm" and args[0] is x and args[1] is w and args[2] is None
+    saved_mean, saved_var = args[3:]
+    assert not saved_mean.requires_grad and not saved_var.requires_grad and params == {"eps": 1e-5}
+    n = 4 * 2 * 2
+    np.testing.assert_allclose(rm.numpy(), 0.25 * saved_mean.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(rv.numpy(), 0.75 + 0.25 * saved_var.numpy() * n / (n - 1), rtol=1e-12)
+    assert Tracking.calls == ["batch_norm"]
+    out.sum().backward()
+    assert Tracking.calls == ["batch_norm", "batch_norm_backward"]

@@ -15,7 +15,11 @@ needs a gradient and the backend declares both ops, :func:`run` runs the forward
 records one autodiff node (autodiff.custom_vjp) whose rule calls ``run(<backward op>)``: the
 backward kernel in plain training, the backward op's decomposition when a higher derivative
 is being recorded (its primitives have VJP rules). Otherwise :func:`run` takes the forward
-decomposition, as it does while ember.jit traces.
+decomposition. ember.jit follows the same rules while it traces, recording one graph node per
+kernel (jit.trace.Tracer.fused) where the graph's backend declares the ops. An op in
+:data:`SAVES` (``batch_norm``) returns ``(out, *saved)``; trained on its kernel, only ``out``
+is differentiable and its node keeps the saved buffers (the batch statistics) for the rule,
+so that the backward kernel need not recompute them.
 
 >>> import ember
 >>> x = ember.tensor([[1.0, 2.0, 3.0]])
@@ -28,7 +32,7 @@ import math
 import weakref
 
 from . import dispatch
-from .autodiff import custom_vjp
+from .autodiff import VJP, custom_vjp, no_grad
 
 
 # ----------------------------------------------------------------------------- decompositions
@@ -83,6 +87,82 @@ def scaled_dot_product_attention(q, k, v, *, causal=False, scale=None):
     return scores.softmax(-1) @ v
 
 
+def pool_geometry(size, kernel, stride, padding, dilation, ceil_mode):
+    """(output size, extra cells on the far side) of one spatial dim of a pool: PyTorch's rule,
+    for kernels that compute the output shape themselves.
+
+    >>> pool_geometry(5, 2, 2, 0, 1, False), pool_geometry(5, 2, 2, 0, 1, True)
+    ((2, 0), (3, 1))
+    """
+    from .nn.functional import _pool_geometry
+    return _pool_geometry(size, kernel, stride, padding, dilation, ceil_mode)
+
+
+def _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """``(padded, index, widths)``: ``x`` padded with -inf (ceil_mode's extra cells included);
+    per output element, the flat index into ``padded`` of its window's first maximum (a later
+    NaN replaces the choice, as in PyTorch); the pad widths. Computed without recording a graph."""
+    from .nn.functional import _kernel_slices, _pool_input
+    from .tensor import arange
+    padded, k, s, d, (oh, ow), widths = _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode,
+                                                    -math.inf, "max_pool2d")
+    *lead, hp, wp = padded.shape
+    with no_grad():
+        slices = _kernel_slices(padded.detach(), k, s, d, (oh, ow))
+        best, arg = slices[0], 0
+        for n, piece in enumerate(slices[1:], 1):
+            # arithmetic select: np.where is several times slower on unpredictable masks
+            better = ((piece > best) | (piece != piece)).long()
+            arg = arg + better * ((n // k[1]) * d[0] * wp + (n % k[1]) * d[1] - arg)
+            best = best.maximum(piece)
+        be = x.backend
+        corner = arange(oh, backend=be).unsqueeze(1) * (s[0] * wp) + arange(ow, backend=be) * s[1]
+        plane = arange(math.prod(lead), backend=be).reshape(tuple(lead) + (1, 1)) * (hp * wp)
+        index = plane + corner + arg
+    return padded, index, widths
+
+
+def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """Max over sliding windows of the last two dims (padding counts as -inf; NaN wins).
+
+    Without a gradient to record it is the elementwise maximum of the k*k kernel-position
+    slices. With one, it finds each window's first maximum the same way (unrecorded), then
+    gathers it with one ``take``: the gradient goes to that single element, as in PyTorch, and
+    the backward pass is one scatter-add instead of k*k tie-splitting rules.
+    """
+    from .autodiff import is_grad_enabled
+    from .nn.functional import _kernel_slices, _pool_input, _total
+    if not (x.requires_grad and is_grad_enabled()):
+        padded, k, s, d, out_size, _ = _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode,
+                                                   -math.inf, "max_pool2d")
+        return _total(_kernel_slices(padded, k, s, d, out_size), dispatch.Tensor.maximum)
+    padded, index, _ = _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return padded.reshape(-1).take(index, 0)
+
+
+def _batch_stats(x):
+    """Per-channel mean and biased variance of ``x`` (N, C, ...) over every dim but 1, keepdim."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean = x.mean(axes, keepdim=True)
+    centered = x - mean
+    return mean, centered, (centered * centered).mean(axes, keepdim=True)
+
+
+def batch_norm(x, weight, bias, *, eps=1e-5):
+    """Batch normalization in training mode over ``x`` (N, C, ...): normalize each channel by
+    its batch mean and biased variance, then scale by ``weight`` and shift by ``bias`` (C,)
+    (either may be None). Returns ``(out, mean, var)``, the statistics of shape (C,) for the
+    running averages; a kernel's statistics carry no gradient (F.batch_norm uses them so)."""
+    mean, centered, var = _batch_stats(x)
+    out = centered * (var + eps).rsqrt()
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out, mean.reshape(-1), var.reshape(-1)
+
+
 # ----------------------------------------------------------------------------- backward ops
 # Each takes the upstream gradient first (PyTorch's *_backward order) and returns the
 # forward op's input gradient(s).
@@ -133,6 +213,29 @@ def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
             None if bias is None else unbroadcast(grad, bias.shape))
 
 
+def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """The VJP of max_pool2d: each output's ``grad`` added to its window's first maximum in
+    ``x`` (overlapping windows accumulate; a window whose maximum is padding gives nothing)."""
+    padded, index, widths = _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode)
+    flat = padded._full_like(0.0, shape=(padded.numel(),)).index_add(0, index, grad)
+    lo = [w[0] for w in widths]
+    return flat.reshape(padded.shape)._slice(lo, [a + n for a, n in zip(lo, x.shape)], [1] * x.ndim)
+
+
+def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
+    """The gradients of batch_norm for ``(x, weight, bias)`` (None for an absent parameter),
+    given the batch statistics it returned: with ``xhat = (x - mean) / sqrt(var + eps)`` and
+    ``gw = grad * weight``, ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` over every
+    dim but the channel dim, ``dweight = sum(grad * xhat)``, ``dbias = sum(grad)``."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    rstd = (var + eps).rsqrt().reshape(shape)
+    xhat = (x - mean.reshape(shape)) * rstd
+    gw = grad if weight is None else grad * weight.reshape(shape)
+    dx = (gw - gw.mean(axes, keepdim=True) - xhat * (gw * xhat).mean(axes, keepdim=True)) * rstd
+    return (dx, None if weight is None else (grad * xhat).sum(axes), None if bias is None else grad.sum(axes))
+
+
 def _optimizer_rule(name):
     # The optimizer rules live with the optimizers; one decomposition, two users.
     def rule(*args, **params):
@@ -151,11 +254,15 @@ FUSED = {
     "layer_norm": layer_norm,
     "gelu": gelu,
     "scaled_dot_product_attention": scaled_dot_product_attention,
+    "max_pool2d": max_pool2d,
+    "batch_norm": batch_norm,
     "softmax_backward": softmax_backward,
     "log_softmax_backward": log_softmax_backward,
     "cross_entropy_backward": cross_entropy_backward,
     "gelu_backward": gelu_backward,
     "layer_norm_backward": layer_norm_backward,
+    "max_pool2d_backward": max_pool2d_backward,
+    "batch_norm_backward": batch_norm_backward,
     "sgd_step": _optimizer_rule("sgd_step"),
     "adam_step": _optimizer_rule("adam_step"),
     "rmsprop_step": _optimizer_rule("rmsprop_step"),
@@ -191,6 +298,18 @@ def _layer_norm_vjp(g, out, x, weight, bias, *, normalized_shape, eps=1e-5):
     return run("layer_norm_backward", g, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
 
 
+def _max_pool2d_vjp(g, out, x, **params):
+    return (run("max_pool2d_backward", g, x, **params),)
+
+
+def _batch_norm_vjp(g, out, x, weight, bias, mean, var, *, eps=1e-5):
+    # mean and var are the kernel's saved statistics (constants). For a higher derivative their
+    # dependence on x counts: recompute them in Tensor ops, which run() then differentiates.
+    if dispatch.GRAD_ENABLED[0] and x.requires_grad:
+        mean, _, var = _batch_stats(x)
+    return run("batch_norm_backward", g, x, weight, bias, mean.reshape(-1), var.reshape(-1), eps=eps) + (None, None)
+
+
 #: forward fused op -> (the backward fused op its VJP runs, the VJP rule). A backend that
 #: declares both gets its kernels used in training too.
 VJPS = {
@@ -199,7 +318,13 @@ VJPS = {
     "cross_entropy": ("cross_entropy_backward", _cross_entropy_vjp),
     "gelu": ("gelu_backward", _gelu_vjp),
     "layer_norm": ("layer_norm_backward", _layer_norm_vjp),
+    "max_pool2d": ("max_pool2d_backward", _max_pool2d_vjp),
+    "batch_norm": ("batch_norm_backward", _batch_norm_vjp),
 }
+
+#: forward ops that return ``(out, *saved)``: on the kernel path only ``out`` is differentiable,
+#: and the saved buffers (batch norm's statistics) reach the VJP rule after the op's arguments.
+SAVES = {"batch_norm"}
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -233,10 +358,13 @@ def run(name, *args, **params):
     """
     tensors = [a for a in args if isinstance(a, dispatch.Tensor)]
     backend = tensors[0]._backend
-    # While ember.jit traces, buffers are graph nodes, not arrays: record the decomposition
-    # (the backend's compile() fuses it again).
-    if dispatch.TRACER[0] is not None:
-        return FUSED[name](*args, **params)
+    tracer = dispatch.TRACER[0]
+    if tracer is not None:
+        # ember.jit records the op as one node if the backend the graph runs on declares it
+        # (jit.trace.Tracer.fused), else its decomposition (compile() may fuse it again).
+        if not tracer.takes_fused(name):
+            return FUSED[name](*args, **params)
+        backend = tracer.real
     names = declared(backend)
     if name not in names:
         return FUSED[name](*args, **params)
@@ -249,6 +377,9 @@ def run(name, *args, **params):
 
 def _kernel(name, backend, args, params):
     """The backend's kernel for ``name`` on the arguments' buffers, wrapped as tensors."""
+    tracer = dispatch.TRACER[0]
+    if tracer is not None and tracer.takes_fused(name):
+        return tracer.fused(name, args, params)          # ember.jit: a node, run later
     out = backend.fused_impls[name](*(a._data if isinstance(a, dispatch.Tensor) else a for a in args),
                                     **params)
     if isinstance(out, tuple):
@@ -264,6 +395,22 @@ def _kernel_of(name):
     return kernel
 
 
+def _saving(name, rule):
+    """Op ``name`` of :data:`SAVES` as one autodiff node for its first output, whose recorded
+    inputs are its arguments followed by the saved outputs (constants to autodiff)."""
+    node = f"fused.{name}"
+    VJP[node] = rule
+
+    def differentiable(*args, **params):
+        backend = next(a for a in args if isinstance(a, dispatch.Tensor))._backend
+        with no_grad():
+            out, *saved = _kernel(name, backend, args, params)
+        return (dispatch._wrap(out._data, out._backend, (node, args + tuple(saved), params)), *saved)
+    differentiable.__name__ = name
+    return differentiable
+
+
 #: forward op -> its kernel as one autodiff node, named ``fused.<op>``, whose rule is VJPS[op].
-_DIFFERENTIABLE = {name: custom_vjp(_kernel_of(name), rule, name=f"fused.{name}")
+_DIFFERENTIABLE = {name: _saving(name, rule) if name in SAVES
+                   else custom_vjp(_kernel_of(name), rule, name=f"fused.{name}")
                    for name, (_, rule) in VJPS.items()}

@@ -291,6 +291,25 @@ def test_no_donation_through_a_view_of_the_captured_buffer():
     assert assignment.get(new.id, ("pool",))[0] != "donate"
 
 
+def test_a_compiled_groups_outputs_never_take_the_buffer_of_a_value_dying_inside_it():
+    g = G()
+    x = g.input((16,))
+    a = g.op("exp", x)                         # dies at its last reader, inside the kernel
+    b = g.op("neg", a)                         # the kernel: [neg mul], writing only c
+    c = g.op("mul", b, 2.0)
+    graph = g.graph(g.op("sum", c, axes=(0,)))
+    order = [v for v in graph.nodes if v.op != "input"]
+    kernel = passes.Group("elementwise", [b, c], (16,))
+
+    def writes(v):
+        return v is not b and v.op in passes.ELEMENTWISE
+
+    apart, _ = passes.plan_buffers(order, graph, writes)
+    assert apart[c.id] == apart[a.id]          # op by op, c may reuse a's buffer
+    together, _ = passes.plan_buffers(order, graph, writes, together=[kernel])
+    assert together[c.id] != together[a.id]   # one kernel reads a while it writes c
+
+
 # ----------------------------------------------------------------------------- group donation
 def _donations(graph):
     return passes.group_donations(passes.fusion_groups(graph), graph)
@@ -343,3 +362,33 @@ def test_no_group_donation_across_shapes_or_outside_elementwise_groups():
     p, grad = g.capture((8,)), g.input((8,))
     new = g.op("sub", p, grad)
     assert _donations(g.graph(new, new, donate={0: p})) == {}   # also returned: must stay apart
+
+
+# ----------------------------------------------------------------------------- fused ops
+def _fused(g, name, args, shape, **params):
+    return g._var("fused", args, {"name": name, "params": params}, shape)
+
+
+def test_a_fused_node_is_one_opaque_group_with_the_results_it_gives():
+    g = G()
+    x = g.input((4, 3))
+    sm = _fused(g, "softmax", (x,), (4, 3), dim=-1)
+    bn = g._var("fused", (x, None, None), {"name": "batch_norm", "params": {"eps": 1e-5}}, (), None)
+    out, mean = (g._var("fused_output", (bn,), {"index": i}, s) for i, s in enumerate([(4, 3), (3,)]))
+    graph = g.graph(g.op("add", sm, out), mean)
+    groups = passes.fusion_groups(graph)
+    assert [(grp.kind, [v.op for v in grp.nodes]) for grp in groups] == [
+        ("opaque", ["fused"]), ("opaque", ["fused", "fused_output", "fused_output"]), ("elementwise", ["add"])]
+    assert groups[1].outputs == [out, mean]
+    assert "fused.softmax(%0, dim=-1)" in graph.format() and "tuple" in graph.format()
+
+
+def test_cse_dce_and_folding_treat_fused_nodes_as_opaque():
+    g = G()
+    x = g.input((4, 3))
+    one, two = _fused(g, "softmax", (x,), (4, 3), dim=-1), _fused(g, "softmax", (x,), (4, 3), dim=-1)
+    other = _fused(g, "softmax", (x,), (4, 3), dim=0)
+    _fused(g, "softmax", (x,), (4, 3), dim=1)                      # dead
+    folded = _fused(g, "softmax", (g.const(np.ones((2, 2))),), (2, 2), dim=-1)
+    graph = passes.optimize(g.graph(g.op("add", one, two), other, folded), IMPLS)
+    assert [v.params["params"]["dim"] for v in graph.nodes if v.op == "fused"] == [-1, 0, -1]

@@ -190,7 +190,8 @@ def test_training_step_on_a_group_compiling_backend(fusing):
 
 class FusingIntoNumpy(FusingNumpy):
     """Kernels that take destinations (``out=``), as a generated kernel does: a parameter's
-    new value is written into the parameter's buffer. ``writes=False`` declines them all."""
+    new value is written into the parameter's buffer, other results into planned buffers.
+    ``writes=False`` declines them all; ``written`` lists the destinations written."""
 
     name = "numpy-fusing-into-test"
     writes = True
@@ -204,7 +205,7 @@ class FusingIntoNumpy(FusingNumpy):
             values = kernel(*buffers)
             if out is None or not self.writes:
                 return values
-            self.written += sum(o is not None for o in out)
+            self.written += [o for o in out if o is not None]
             return tuple(v if o is None else (np.copyto(o, v), o)[1] for v, o in zip(values, out))
         run.accepts_out = True
         return run
@@ -217,7 +218,7 @@ def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
     ember.register_backend(ember.BackendInfo(FusingIntoNumpy.name, FusingIntoNumpy))
     backend = ember.get_backend(FusingIntoNumpy.name)
     monkeypatch.setattr(backend, "writes", writes)
-    monkeypatch.setattr(backend, "written", 0, raising=False)
+    monkeypatch.setattr(backend, "written", [], raising=False)
     ember.manual_seed(0)
     ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(backend.name)
@@ -239,15 +240,18 @@ def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
     buffers = [p._data for p in model.parameters()]
     copies = []
     monkeypatch.setattr(FusingIntoNumpy, "assign", lambda self, dst, src: copies.append(dst) or np.copyto(dst, src))
-    backend.written = 0
+    backend.written = []
     le, lj = step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
     assert abs(le.item() - lj.item()) < 1e-6
     for p, q in zip(ref.parameters(), model.parameters()):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
     assert all(p._data is b for p, b in zip(model.parameters(), buffers))
-    donations = jstep.lower(model, opts[1], xb, yb).program.donations
+    program = jstep.lower(model, opts[1], xb, yb).program
+    donations = program.donations
     assert len(donations) == 2 * len(buffers)          # each parameter and its momentum buffer
+    pooled = [o for o in backend.written if any(o is b for b in program.buffers)]
     if writes:
-        assert backend.written == len(donations) and copies == []
+        assert len(backend.written) - len(pooled) == len(donations) and copies == []
+        assert pooled                                   # intermediate results in planned buffers
     else:
-        assert backend.written == 0 and len(copies) == len(donations)
+        assert backend.written == [] and len(copies) == len(donations)

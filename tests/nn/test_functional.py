@@ -64,6 +64,22 @@ def test_functional_batch_norm(twin, torch, rng):
         F.batch_norm(ember.zeros(1, 3), None, None, training=True)
 
 
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (7, 3), (1, 3, 1, 2)])
+def test_functional_batch_norm_training_through_the_fused_op(twin, torch, rng, shape):
+    """Training mode is ember.fused's batch_norm: output, gradients (with and without the affine
+    parameters) and the running statistics (momentum, unbiased variance) as torch's."""
+    x, w, b = f32(rng, *shape), f32(rng, 3), f32(rng, 3)
+    for momentum in (0.1, 1.0):
+        erm, erv = ember.tensor(np.full(3, 0.5, np.float32)), ember.tensor(np.full(3, 2.0, np.float32))
+        trm, trv = torch.full((3,), 0.5), torch.full((3,), 2.0)
+        twin.check(lambda x, w, b: F.batch_norm(x, erm, erv, w, b, training=True, momentum=momentum, eps=1e-3),
+                   lambda x, w, b: torch.nn.functional.batch_norm(x, trm, trv, w, b, training=True,
+                                                                  momentum=momentum, eps=1e-3), x, w, b)
+        twin.close(erm, trm, "running mean"), twin.close(erv, trv, "running var")
+    twin.check(lambda x: F.batch_norm(x, None, None, training=True),
+               lambda x: torch.nn.functional.batch_norm(x, None, None, training=True), x)
+
+
 def test_functional_norms(twin, torch, rng):
     x, w, b = f32(rng, 3, 4, 5), f32(rng, 5), f32(rng, 5)
     twin.check(lambda x, w, b: F.layer_norm(x, (5,), w, b), lambda x, w, b: torch.nn.functional.layer_norm(x, (5,), w, b), x, w, b)

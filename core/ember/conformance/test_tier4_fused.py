@@ -1,7 +1,8 @@
 """Tier 4 — each optional fused op the backend declares (``Capabilities.fused``) equals its
 reference decomposition (ember.fused.FUSED, run in Tensor ops on the NumPy reference), in
 float32 and float64, including inputs that need the numerically careful form (softmax of
-logits near 1000), ignored cross-entropy targets, and the backward ops (``*_backward``) that
+logits near 1000), ignored cross-entropy targets, max-pool windows with ties, NaNs and
+padding, batch norm over as few as two values per channel, and the backward ops (``*_backward``) that
 ember calls to train on a backend's kernels. Ops the backend does not declare are skipped:
 ember runs the decomposition.
 """
@@ -99,6 +100,62 @@ def _attention(rng, dt):
             ((q, k, v), dict(causal=False, scale=0.3), 20)]
 
 
+#: max_pool2d parameter sets: kernel = stride, overlapping windows with padding, ceil_mode with
+#: a ragged edge, dilation and unequal dims, ints and a default stride as callers may pass them.
+POOLS = [dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+         dict(kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), ceil_mode=False),
+         dict(kernel_size=(2, 2), stride=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+         dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True),
+         dict(kernel_size=3, stride=None, padding=1, dilation=1, ceil_mode=True)]
+
+
+def _pool_inputs(rng, dt):
+    """Random values; ties (small integers, zeros after a ReLU); NaNs, two in one window; all
+    below zero with a -inf (padding, which is -inf too, must never win over a real cell)."""
+    x = _n(rng, (2, 3, 7, 8), dt)
+    ties = np.maximum(rng.integers(-2, 3, x.shape), 0).astype(dt)
+    nan = x.copy()
+    nan[0, 0, 1, 1] = nan[1, 2, 4, 4] = nan[1, 2, 4, 5] = np.nan
+    neg = (-np.abs(x) - 10).astype(dt)
+    neg[0, 1, 0, 0] = -np.inf
+    return [x, ties, nan, neg, _n(rng, (3, 5, 5), dt)]          # the last: (C, H, W)
+
+
+def _max_pool2d(rng, dt):
+    return [((x,), params, 1) for params in POOLS for x in _pool_inputs(rng, dt)]
+
+
+def _max_pool2d_backward(rng, dt):
+    out = []
+    for params in POOLS:
+        for x in _pool_inputs(rng, dt):
+            with ember.no_grad():
+                shape = FUSED["max_pool2d"](ember.tensor(x, backend="numpy"), **params).shape
+            # terms: overlapping windows add several gradients into one cell
+            out.append(((_n(rng, shape, dt), x), params, 9))
+    return out
+
+
+def _batch_norm(rng, dt):
+    """(N, C, H, W), (N, C), (N, C, L) and N * H * W = 2 (the fewest values training allows)."""
+    x4 = _n(rng, (3, 4, 5, 6), dt, 2.0) + 1.5
+    w, b = _n(rng, (4,), dt), _n(rng, (4,), dt)
+    return [((x4, w, b), dict(eps=1e-5), 90), ((x4, None, None), dict(eps=1e-3), 90),
+            ((_n(rng, (9, 4), dt), w, None), dict(eps=1e-5), 9), ((_n(rng, (4, 4, 3), dt), None, b), {}, 12),
+            ((_n(rng, (1, 4, 1, 2), dt), w, b), dict(eps=1e-5), 2), ((_n(rng, (2, 4), dt), w, b), {}, 2)]
+
+
+def _batch_norm_backward(rng, dt):
+    out = []
+    for (x, w, b), params, terms in _batch_norm(rng, dt):
+        axes = (0,) + tuple(range(2, x.ndim))
+        wide = x.astype(np.float64)
+        mean, var = wide.mean(axes).astype(dt), wide.var(axes).astype(dt)     # the forward's statistics
+        # terms: dx and the weight's gradient sum gradients times normalized values
+        out.append(((_n(rng, x.shape, dt), x, w, b, mean, var), params, 4 * terms))
+    return out
+
+
 def _optimizer_options(name):
     from ember.optim import functional
     return functional.CASES[name]
@@ -148,6 +205,8 @@ CASES = {"softmax": _softmax_like, "log_softmax": _softmax_like, "cross_entropy"
          "softmax_backward": _softmax_backward(False), "log_softmax_backward": _softmax_backward(True),
          "cross_entropy_backward": _cross_entropy_backward, "gelu_backward": _gelu_backward,
          "layer_norm_backward": _layer_norm_backward,
+         "max_pool2d": _max_pool2d, "max_pool2d_backward": _max_pool2d_backward,
+         "batch_norm": _batch_norm, "batch_norm_backward": _batch_norm_backward,
          "sgd_step": _sgd, "adam_step": _adam, "rmsprop_step": _rmsprop,
          "sgd_step_foreach": _foreach(_sgd), "adam_step_foreach": _foreach(_adam),
          "rmsprop_step_foreach": _foreach(_rmsprop)}

@@ -142,14 +142,13 @@ def _resolve(target, tensors):
 
 
 def _program_class(backend):
-    """The numpy runner (out= buffers) for the numpy backend, unless it fuses groups itself."""
-    from ..backend import Backend
-    if backend.name == "numpy" and type(backend).compile is Backend.compile:
-        try:
-            from .numpy_runner import NumpyProgram
-            return NumpyProgram
-        except ImportError:       # pragma: no cover - numpy backend without numpy cannot happen
-            pass
+    """The NumPy runner (planned ``out=`` buffers) for backends whose buffers are NumPy arrays
+    (the NumPy backend and its subclasses, numba's included); the generic Program otherwise."""
+    import sys
+    numpy_backend = sys.modules.get("ember.backends.numpy_backend")     # loaded if such a backend exists
+    if numpy_backend is not None and isinstance(backend, numpy_backend.NumpyBackend):
+        from .numpy_runner import NumpyProgram
+        return NumpyProgram
     return Program
 
 

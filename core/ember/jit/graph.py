@@ -10,6 +10,11 @@ primitives there are three kinds of leaves:
   state), read by reference at every call (``params["slot"]`` indexes ``Graph.captures``);
 * ``const``   — a buffer fixed at compile time (``Var.value``), made by constant folding.
 
+One more kind of node is not a primitive: ``fused``, one of ember.fused's ops that the
+backend declares (``params`` ``{"name", "params"}``), recorded whole instead of its
+decomposition. One returning several tensors has ``dtype`` None (a tuple), and each result is
+picked by a ``fused_output`` node (``params["index"]``).
+
 A :class:`Graph` is the list of Vars in a valid execution order plus the Vars the caller
 needs (``outputs``). Passes (passes.py) are functions Graph -> Graph.
 """
@@ -44,6 +49,8 @@ class Var:
         return self.shape, self.dtype
 
     def type_str(self) -> str:
+        if self.dtype is None:               # a fused op's several results (see trace.Tracer.fused)
+            return "tuple"
         return f"{_short(self.dtype)}[{','.join(map(str, self.shape))}]"
 
     def origin(self) -> str:
@@ -131,5 +138,8 @@ def _node_str(v: Var) -> str:
         return f"{v!r} = capture[{v.params['slot']}] {v.params.get('label', '')}".rstrip()
     if v.op == "const":
         return f"{v!r} = const" + (f" {v.params['repr']}" if "repr" in v.params else "")
-    args = ", ".join([repr(a) for a in v.args] + [f"{k}={p}" for k, p in v.params.items()])
-    return f"{v!r} = {v.op}({args})"
+    op, params = v.op, v.params
+    if op == "fused":
+        op, params = f"fused.{params['name']}", params["params"]
+    args = ", ".join([repr(a) for a in v.args] + [f"{k}={p}" for k, p in params.items()])
+    return f"{v!r} = {op}({args})"

@@ -1,4 +1,5 @@
-"""The NumPy backend's runner: compute into preallocated, reused buffers with ``out=``.
+"""The runner for backends whose buffers are NumPy arrays: compute into preallocated, reused
+buffers with ``out=``.
 
 Elementwise ufuncs, casts, sums/max/min and matmul write into buffers planned by
 ``passes.plan_buffers``: a value that dies frees its buffer for a later value of the same
@@ -6,8 +7,14 @@ shape and dtype, and the buffers are kept from call to call, so a training step 
 almost nothing. A new parameter value computed by an optimizer step is written straight into
 the parameter's own buffer (donation) when nothing reads the old value afterwards.
 
-The functions are the very ones the NumPy backend uses, so results are bit-for-bit those of
-eager execution. Imported only when a graph runs on the numpy backend.
+A backend that compiles fusion groups (numba) gets the same plan: its kernels that take
+destinations (``accepts_out``) write their outputs into planned buffers too, and the nodes
+it runs one by one are written with NumPy's functions where the backend's own gives the same
+values (its impl is the NumPy reference's, or the backend lists the op in
+``same_as_numpy``); other nodes run through the backend's impls and allocate.
+
+On the NumPy backend the functions are the very ones it uses, so results are bit-for-bit
+those of eager execution. Imported only when a graph runs on a NumPy-array backend.
 """
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import numpy as np
 
 from ..backends import numpy_backend as nb
 from .passes import ELEMENTWISE, plan_buffers
-from .runner import Program
+from .runner import NO_CALL, Program
 
 #: Primitives whose numpy_backend implementation is this ufunc (which takes ``out=``).
 #: tests/jit/test_jit_runners.py checks each against the backend, bit for bit.
@@ -99,9 +106,10 @@ def _into(v, out, impl, scratch=None):
 
 
 class NumpyProgram(Program):
-    """A Program whose ``out=``-capable nodes write into planned buffers (see module doc).
+    """A Program whose ``out=``-capable nodes and compiled groups write into planned buffers
+    (see module doc).
 
-    The first run goes op by op with NumPy allocating as usual, and notes the memory layout
+    The first run goes with the backend allocating as usual, and notes the memory layout
     (strides) of every result: NumPy lays a result out like its inputs, and writing into a
     buffer of another layout (a C-ordered buffer for a transposed gradient) can be ten times
     slower. The buffer plan, made after that run, shares buffers only between values of the
@@ -110,7 +118,10 @@ class NumpyProgram(Program):
 
     def __init__(self, graph, groups, backend):
         self.assignment, self.buffers, self.scratch = {}, [], {}
+        self.kernel_group, self.kernel_outputs = {}, set()
         self.planned = self.last_planned = False
+        same = getattr(backend, "same_as_numpy", frozenset())
+        self.numpy_ops = {op for op, impl in backend.impls.items() if impl is nb.IMPLS.get(op) or op in same}
         super().__init__(graph, groups, backend)
 
     def run(self, inputs, captures, rng):
@@ -124,7 +135,8 @@ class NumpyProgram(Program):
         try:
             for i, (fn, out, args, free) in enumerate(self.steps):
                 env[out] = result = fn(*[env[a] for a in args])
-                layout[self.origin[i].id] = (getattr(result, "strides", None), result)
+                if not isinstance(result, (tuple, list)):          # not a compiled group's results
+                    layout[self.origin[i].id] = (getattr(result, "strides", None), result)
                 for f in free:
                     env[f] = None
         except Exception as exc:  # noqa: BLE001
@@ -133,20 +145,37 @@ class NumpyProgram(Program):
         self._plan(layout, cap_strides)
         return outs
 
+    def _writes_into(self, v) -> bool:
+        """Can the runner have node ``v`` computed into a planned buffer?"""
+        g = self.kernel_group.get(v.id)
+        if g is not None:                      # in a compiled group: its outputs, given out=
+            return v.id in self.kernel_outputs
+        return v.op in self.numpy_ops and _writes_into(v)
+
     def _plan(self, layout, cap_strides):
         def key(v):
             return v.shape, v.dtype, layout[v.id][0]
 
         def donatable(v, cap):
-            return layout[v.id][0] == cap_strides.get(cap.id)
+            # A compiled group's outputs are donated by passes.group_donations (Program).
+            return v.id not in self.kernel_group and layout[v.id][0] == cap_strides.get(cap.id)
 
-        order = [v for g in self.groups for v in g.nodes]
-        self.assignment, kinds = plan_buffers(order, self.graph, _writes_into, key=key, donatable=donatable,
-                                              in_place=ELEMENTWISE - {"where"})
+        self.kernel_group, self.kernel_outputs = {}, set()
+        together = []
+        for g in self.groups:
+            kernel = self.kernels[id(g)]
+            if kernel is not None:
+                together.append(g)
+                self.kernel_group.update((v.id, g) for v in g.nodes)
+                if getattr(kernel, "accepts_out", False):
+                    self.kernel_outputs.update(o.id for o in g.outputs if o.id in layout)
+        self.assignment, kinds = plan_buffers(self.order, self.graph, self._writes_into, key=key,
+                                              donatable=donatable, in_place=ELEMENTWISE - {"where"},
+                                              together=together)
         samples = {}
         for vid, (strides, result) in layout.items():
-            samples.setdefault((result.shape, str(result.dtype), strides), result) \
-                if isinstance(result, np.ndarray) else None
+            if isinstance(result, np.ndarray):
+                samples.setdefault((result.shape, str(result.dtype), strides), result)
         # empty_like keeps the sample's layout (order="K")
         self.buffers = [np.empty_like(samples[(shape, str(nb.NP[dtype]), strides)])
                         if (shape, str(nb.NP[dtype]), strides) in samples else np.empty(shape, nb.NP[dtype])
@@ -154,9 +183,21 @@ class NumpyProgram(Program):
         self.planned = True
         self.build()
 
+    def destinations(self, g, kernel) -> list:
+        into = super().destinations(g, kernel)
+        for i, o in enumerate(g.outputs):
+            plan = self.assignment.get(o.id)
+            if plan is not None and plan[0] == "pool" and into[i] is None:
+                into[i] = self.buffers[plan[1]]
+        return into
+
     def _lower(self):
-        # Op by op: numpy has no fused kernels, and reused buffers already make groups cheap.
+        # Nodes outside compiled groups one by one, each into its planned buffer if it has one.
         for g in self.groups:
+            kernel = self.kernels[id(g)]
+            if kernel is not None:
+                self.emit_kernel(g, kernel, self.destinations(g, kernel))
+                continue
             for v in g.nodes:
                 plan = self.assignment.get(v.id)
                 args = [self.arg_slot(a) for a in v.args]
@@ -166,7 +207,7 @@ class NumpyProgram(Program):
                     self.emit(_into(v, self.buffers[plan[1]], self.impls[v.op], self.scratch), v, args)
                 else:                                    # donated: write into the captured tensor
                     self.emit(_into(v, None, self.impls[v.op], self.scratch), v, args + [self.slot[plan[1].id]])
-                self.calls += v.op not in ("reshape", "permute", "expand", "slice", "flip")
+                self.calls += v.op not in NO_CALL
 
     def donated(self, var) -> bool:
         """Did the last run compute ``var`` straight into the captured tensor it overwrites?"""

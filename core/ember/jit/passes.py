@@ -27,6 +27,9 @@ REDUCE = frozenset(("sum", "max", "min"))
 VIEWS = frozenset(("reshape", "permute", "expand", "slice", "flip"))
 #: Ops whose result is not a function of their arguments alone.
 STATEFUL = frozenset(("random_bits",))
+#: A backend's fused op (ember.fused) recorded as one node, and the pick of one of its results
+#: when it returns several (see trace.Tracer.fused): opaque to every pass.
+FUSED = frozenset(("fused", "fused_output"))
 #: Constant folding stops at results larger than this (they would live in memory for good).
 FOLD_LIMIT = 1 << 14
 
@@ -122,7 +125,8 @@ def fold_constants(graph: Graph, impls) -> Graph:
     constants — including creation ops such as ``full`` and ``arange`` — up to FOLD_LIMIT
     elements (views of constants have no limit: they cost no memory)."""
     def visit(v):
-        if v.op in LEAVES or v.op in STATEFUL or any(isinstance(a, Var) and a.op != "const" for a in v.args):
+        if v.op in LEAVES or v.op in STATEFUL or v.op in FUSED \
+                or any(isinstance(a, Var) and a.op != "const" for a in v.args):
             return v
         if v.size > FOLD_LIMIT and v.op not in VIEWS:
             return v
@@ -298,7 +302,8 @@ class Group:
     ``kind`` is ``"elementwise"`` (elementwise ops over one shape), ``"reduce"`` (elementwise
     ops over ``shape``, one reduction ``reduce``, then elementwise ops over its result shape),
     ``"view"`` (one metadata-only movement op) or ``"opaque"`` (any other single op: matmul,
-    convolution, creation, gather...). ``nodes`` are in execution order; ``inputs`` are the Vars
+    convolution, creation, gather, a ``fused`` node with the ``fused_output`` nodes picking
+    its results...). ``nodes`` are in execution order; ``inputs`` are the Vars
     read from outside the group (other groups' outputs, inputs, captures, constants); ``outputs``
     are the members needed outside it — the only values a fused kernel must write to memory.
     """
@@ -342,7 +347,9 @@ def fusion_groups(graph: Graph) -> list:
             continue
         producers = [group_of[a.id] for a in v.inputs if a.id in group_of]
         chosen = None
-        if v.op in ELEMENTWISE or v.op in REDUCE:
+        if v.op == "fused_output":              # with the fused op it picks from: one opaque group
+            chosen = group_of[v.args[0].id]
+        elif v.op in ELEMENTWISE or v.op in REDUCE:
             for gi in dict.fromkeys(producers):
                 if _fits(groups[gi], v) and not any(
                         gi in deps[group_of[a.id]] for a in v.inputs
@@ -437,15 +444,19 @@ def _schedule(groups, group_of, graph) -> list:
 
 
 # ----------------------------------------------------------------------------- buffers
-def liveness(order: list, graph: Graph, aliases=VIEWS) -> dict:
+def liveness(order: list, graph: Graph, aliases=VIEWS, steps=None) -> dict:
     """var id -> position in ``order`` of its last use (len(order) for graph outputs).
 
     A view shares its argument's memory, so a use of the view counts as a use of the value it
-    views (its *root*): a buffer dies only when nothing that looks into it is needed."""
+    views (its *root*): a buffer dies only when nothing that looks into it is needed.
+    ``steps`` (var id -> step) counts positions in steps instead, for nodes that run together
+    (a compiled group: see plan_buffers)."""
+    step = steps or {v.id: i for i, v in enumerate(order)}
     last = {}
-    end = len(order)
+    end = max(step.values(), default=-1) + 1
     root = roots(order, aliases)
-    for pos, v in enumerate(order):
+    for v in order:
+        pos = step[v.id]
         for a in v.inputs:
             r = root.get(a.id, a.id)
             last[r] = max(last.get(r, -1), pos)
@@ -464,23 +475,45 @@ def roots(order: list, aliases=VIEWS) -> dict:
     return root
 
 
+def steps_of(order: list, together=()) -> dict:
+    """var id -> step: one step per node of ``order``, except that the nodes of each group in
+    ``together`` (Groups run as one kernel) share one.
+
+    >>> from ember.jit.graph import Var
+    >>> a, b, c = (Var(i, "exp", (), {}, (2,), "float32") for i in range(3))
+    >>> steps_of([a, b, c], together=[Group("elementwise", [a, b], (2,))])
+    {0: 0, 1: 0, 2: 1}
+    """
+    kernel = {v.id: i for i, g in enumerate(together) for v in g.nodes}
+    steps, n, prev = {}, -1, None
+    for v in order:
+        k = kernel.get(v.id)
+        if k is None or k != prev:
+            n += 1
+        steps[v.id], prev = n, k
+    return steps
+
+
 def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place=ELEMENTWISE,
-                 key=None, donatable=None):
+                 key=None, donatable=None, together=()):
     """A buffer plan: which nodes write into a reused buffer, and which into a donated one.
 
     ``writes_into(var)`` says whether the backend can compute ``var`` into a given buffer;
     ``key(var)`` which values may share a buffer (default: same shape and dtype; a backend
     adds the memory layout); ``donatable(var, capture)`` whether ``var`` may be computed in
     the captured tensor's buffer (default: yes, when the rules below allow it).
+    ``together`` lists groups whose nodes run as one kernel (compiled fusion groups): the
+    kernel reads all its inputs while it writes all its outputs, so none of its outputs may
+    take the buffer of a value that dies inside it.
     Returns ``(assignment, buffers)``: ``assignment[var.id]`` is ``("pool", k)`` (buffer k of
     ``buffers``, a list of ``(shape, dtype)`` reused across the graph and across calls) or
     ``("donate", capture_var)`` (the captured tensor that the node's value overwrites at the end
     of the call: computing it there saves the copy). Values that leave the call (outputs and
     anything they view) never live in pooled buffers.
     """
-    last = liveness(order, graph, aliases)
+    position = steps_of(order, together)
+    last = liveness(order, graph, aliases, position)
     root = roots(order, aliases)
-    position = {v.id: i for i, v in enumerate(order)}
     escaping = {root.get(o.id, o.id) for o in graph.outputs}
     out_count: dict = {}
     for o in graph.outputs:
@@ -505,7 +538,7 @@ def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place
     dying: dict = {}
     for r, p in last.items():
         dying.setdefault(p, []).append(r)
-    for pos, v in enumerate(order):
+    for i, v in enumerate(order):
         if v.id not in assignment and v.id not in escaping and writes_into(v):
             kind = (v.shape, v.dtype) if key is None else key(v)
             pool = free.get(kind)
@@ -515,6 +548,9 @@ def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place
                 k = len(buffers)
                 buffers.append(kind)
             assignment[v.id] = ("pool", k)
+        pos = position[v.id]
+        if i + 1 < len(order) and position[order[i + 1].id] == pos:
+            continue                         # the step goes on: its inputs are still being read
         for r in dying.get(pos, ()):         # release after assigning: no op reads its own output
             a = assignment.get(r)
             if a is not None and a[0] == "pool" and root.get(r, r) == r:

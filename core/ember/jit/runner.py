@@ -4,13 +4,15 @@ A :class:`Program` lowers the fusion groups, in schedule order, to steps ``(fn, 
 free)``: call ``fn`` on the buffers in slots ``args``, put the result in slot ``out``, then
 drop the buffers in slots ``free`` (their last use). Backends are called through their plain
 ``impls`` — no Tensor objects, no autodiff records — which is where most of the speed over
-eager execution comes from. A fused group whose backend's ``compile(group)`` returns a
-callable runs as one step; otherwise its nodes run one by one. A compiled group that
-computes a parameter's new value writes it straight into the parameter's buffer when the
-callable takes destinations (``accepts_out``) and passes.group_donations says it is safe.
+eager execution comes from; a ``fused`` node (one of ember.fused's ops, see
+trace.Tracer.fused) calls ``backend.fused_impls[name]``. A fused group whose backend's
+``compile(group)`` returns a callable runs as one step; otherwise its nodes run one by one.
+A compiled group that computes a parameter's new value writes it straight into the
+parameter's buffer when the callable takes destinations (``accepts_out``) and
+passes.group_donations says it is safe.
 
-Subclasses change how single nodes are lowered: numpy_runner.py computes into preallocated
-buffers with ``out=``.
+Subclasses change how single nodes are lowered and give compiled groups more destinations:
+numpy_runner.py computes into planned, reused buffers with ``out=``.
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ import operator
 from ..errors import BackendError, EmberError
 from .graph import Var
 from .passes import VIEWS, group_donations
+
+#: Nodes that make no backend call (views share memory; fused_output picks a result).
+NO_CALL = VIEWS | {"fused_output"}
 
 
 class Program:
@@ -30,6 +35,7 @@ class Program:
         self.order = [v for g in groups for v in g.nodes]
         self.rng: list = []               # per generator: [seed, offset at the start of the call]
         self.donations = group_donations(groups, graph) if graph.donate else {}
+        self.kernels = {id(g): backend.compile(g) if g.fused and len(g.nodes) > 1 else None for g in groups}
         self.build()
 
     def build(self):
@@ -68,24 +74,36 @@ class Program:
 
     def _lower(self):
         for g in self.groups:
-            kernel = self.backend.compile(g) if g.fused and len(g.nodes) > 1 else None
+            kernel = self.kernels[id(g)]
             if kernel is None:
                 for v in g.nodes:
                     self.emit(self.lower(v), v, [self.arg_slot(a) for a in v.args])
-                    self.calls += v.op not in VIEWS
-                continue
-            self.compiled += 1
-            self.calls += 1
-            pack = self.new_slot()
-            args = [self.slot[a.id] for a in g.inputs]
-            into = [i for i, o in enumerate(g.outputs) if o.id in self.donations] \
-                if getattr(kernel, "accepts_out", False) else []
-            if into:
-                args += [self.slot[self.donations[g.outputs[i].id].id] for i in into]
-                kernel = _writing_into(kernel, len(g.inputs), len(g.outputs), into)
-            self.emit(kernel, g.nodes[-1], args, out=pack)
-            for i, o in enumerate(g.outputs):
-                self.emit(operator.itemgetter(i), o, [pack])
+                    self.calls += v.op not in NO_CALL
+            else:
+                self.emit_kernel(g, kernel, self.destinations(g, kernel))
+
+    def destinations(self, g, kernel) -> list:
+        """Per output of compiled group ``g``: where its kernel should write it — a capture
+        Var (a parameter's buffer, passes.group_donations), a buffer, or None (anywhere)."""
+        if not getattr(kernel, "accepts_out", False):
+            return [None] * len(g.outputs)
+        return [self.donations.get(o.id) for o in g.outputs]
+
+    def emit_kernel(self, g, kernel, into):
+        """One step running compiled group ``g``, then one per output picking it from the
+        tuple; ``into`` as :meth:`destinations` gives it."""
+        self.compiled += 1
+        self.calls += 1
+        pack = self.new_slot()
+        args = [self.slot[a.id] for a in g.inputs]
+        if any(d is not None for d in into):
+            fixed = [None if isinstance(d, Var) else d for d in into]
+            slots = [i for i, d in enumerate(into) if isinstance(d, Var)]
+            args += [self.slot[into[i].id] for i in slots]
+            kernel = _writing_into(kernel, len(g.inputs), fixed, slots)
+        self.emit(kernel, g.nodes[-1], args, out=pack)
+        for i, o in enumerate(g.outputs):
+            self.emit(operator.itemgetter(i), o, [pack])
 
     def emit(self, fn, var, args, out=None):
         if out is None:
@@ -101,10 +119,14 @@ class Program:
             while len(rng) <= k:
                 rng.append([0, 0])
             return lambda: impl(shape=shape, seed=rng[k][0], offset=rng[k][1] + rel)
-        impl = self.impls[v.op]
-        if not v.params:
+        if v.op == "fused":
+            impl, params = self.backend.fused_impls[v.params["name"]], v.params["params"]
+        elif v.op == "fused_output":
+            return operator.itemgetter(v.params["index"])
+        else:
+            impl, params = self.impls[v.op], v.params
+        if not params:
             return impl
-        params = v.params
         return lambda *bufs: impl(*bufs, **params)
 
     def _frees(self):
@@ -157,12 +179,13 @@ class Program:
                            f"at run time: {type(exc).__name__}: {exc} (the op was made at {v.origin()})") from exc
 
 
-def _writing_into(kernel, n_in, n_out, into):
-    """``kernel`` called on ``n_in`` input buffers followed by the destination buffers of
-    outputs ``into`` (positions among its ``n_out`` outputs), passed as ``out=``."""
+def _writing_into(kernel, n_in, fixed, slots):
+    """``kernel`` given destinations: called on ``n_in`` input buffers followed by the
+    destination buffers of outputs ``slots`` (positions among its outputs), it gets
+    ``out=fixed`` with those filled in (``fixed``: per output, a buffer or None)."""
     def run(*buffers):
-        out = [None] * n_out
-        for i, b in zip(into, buffers[n_in:]):
+        out = list(fixed)
+        for i, b in zip(slots, buffers[n_in:]):
             out[i] = b
         return kernel(*buffers[:n_in], out=out)
     return run

@@ -209,6 +209,41 @@ class Tracer:
     def const(self, buf):
         return self.new_var("const", (), {}, self.real.shape(buf), self.real.dtype(buf), value=buf)
 
+    # -- ember.fused's ops ---------------------------------------------------------------------------
+    def takes_fused(self, name) -> bool:
+        """Does fused op ``name`` become one node (:meth:`fused`) in this trace? Yes when the
+        backend the graph runs on declares it and it is a forward op with a VJP rule in
+        ember.fused or such a rule's backward op. Not the optimizer steps: elementwise work
+        that the fusion groups compile, writing each parameter in its own buffer."""
+        from .. import fused
+        if threading.get_ident() != self.thread or name not in fused.declared(self.real):
+            return False
+        return name in fused.VJPS or any(name == bw for bw, _ in fused.VJPS.values())
+
+    def fused(self, name, args, params):
+        """Fused op ``name`` of ember.fused as one node: ``fused`` with params ``{"name",
+        "params"}``, run by ``backend.fused_impls[name]``. The output shapes and dtypes come
+        from running the op's decomposition now (its nodes are then dropped). An op returning
+        several tensors gets one ``fused_output`` node (params ``{"index"}``) per tensor.
+        Returns what the kernel would: a traced tensor, or a tuple of them (None where the
+        decomposition gives None)."""
+        from ..autodiff import no_grad
+        from ..fused import FUSED
+        if any(isinstance(p, Scalar) for p in params.values()):
+            _, params = self._unscalar((), params)       # a kernel parameter: fixed now, guarded
+        mark = len(self.nodes)
+        with no_grad():
+            ref = FUSED[name](*args, **params)
+        # Keep the captures it lifted (their slots are taken); drop everything else.
+        self.nodes[mark:] = [v for v in self.nodes[mark:] if v.op == "capture"]
+        bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
+        if isinstance(ref, Tensor):
+            return self.wrap(self.new_var("fused", bufs, {"name": name, "params": dict(params)}, ref.shape, ref.dtype))
+        node = self.new_var("fused", bufs, {"name": name, "params": dict(params)}, (), None)
+        return tuple(None if t is None else self.wrap(self.new_var("fused_output", (node,), {"index": i},
+                                                                   t.shape, t.dtype))
+                     for i, t in enumerate(ref))
+
     def wrap(self, var, requires_grad=False):
         t = dispatch._wrap(var, self.backend, None)
         t.requires_grad = requires_grad
@@ -300,7 +335,12 @@ class Tracer:
                 seen.add(v.id)
                 stack.extend(v.inputs)
         args = [self.concrete(a) if isinstance(a, Var) else a for a in var.args]
-        var.value = self.real_impls[var.op](*args, **var.params)
+        if var.op == "fused":
+            var.value = self.real.fused_impls[var.params["name"]](*args, **var.params["params"])
+        elif var.op == "fused_output":
+            var.value = args[0][var.params["index"]]
+        else:
+            var.value = self.real_impls[var.op](*args, **var.params)
         return var.value
 
     # -- .grad writes and reads -------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 Everything here is a short composition of Tensor operations, so gradients come from the
 primitives' VJP rules and every backend runs it unchanged. Convolution is the ``conv2d``
 primitive; a k x k pool is the elementwise max (or sum) of k*k strided slices. softmax,
-log_softmax, gelu, layer_norm and the common cross_entropy go through ``ember.fused``, so a
-backend may run them, forward and backward, as its own kernels. Names, arguments and
-defaults follow ``torch.nn.functional``.
+log_softmax, gelu, layer_norm, max_pool2d, training-mode batch_norm and the common
+cross_entropy go through ``ember.fused``, so a backend may run them, forward and backward, as
+its own kernels. Names, arguments and defaults follow ``torch.nn.functional``.
 
 >>> import ember
 >>> import ember.nn.functional as F
@@ -19,7 +19,7 @@ import math
 from .. import deferred, dispatch
 from .. import dtypes as D
 from .. import fused
-from ..autodiff import is_grad_enabled, no_grad
+from ..autodiff import no_grad
 from ..dispatch import apply
 from ..errors import DTypeError, ShapeError, located
 from ..random import rand
@@ -130,9 +130,9 @@ def _pool_geometry(size, k, s, p, d, ceil_mode):
     return out, extra
 
 
-def _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode, value, name):
-    """Check the arguments, pad ``x`` (ceil_mode adds cells on the far side) and return
-    ``(padded, kernel, stride, dilation, (OH, OW), pad widths)``."""
+def _pool_params(x, kernel_size, stride, padding, dilation, ceil_mode, name):
+    """Check a pool's arguments; returns them as pairs ``(k, s, p, d)`` and, per spatial dim,
+    ``(output size, extra far-side padding)``."""
     k = _pair(kernel_size, "kernel_size")
     s = _pair(stride if stride is not None and stride != () else kernel_size, "stride")
     p, d = _pair(padding, "padding"), _pair(dilation, "dilation")
@@ -144,6 +144,13 @@ def _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode, value, nam
     if any(o <= 0 for o, _ in geo):
         raise located(ShapeError, f"{name}: kernel {k} (dilation {d}, padding {p}) is larger than the "
                       f"input's spatial size {x.shape[-2:]}")
+    return k, s, p, d, geo
+
+
+def _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode, value, name):
+    """Check the arguments, pad ``x`` (ceil_mode adds cells on the far side) and return
+    ``(padded, kernel, stride, dilation, (OH, OW), pad widths)``."""
+    k, s, p, d, geo = _pool_params(x, kernel_size, stride, padding, dilation, ceil_mode, name)
     widths = ((0, 0),) * (x.ndim - 2) + tuple((p[i], p[i] + geo[i][1]) for i in range(2))
     return x.pad(widths, value=value), k, s, d, (geo[0][0], geo[1][0]), widths
 
@@ -173,35 +180,17 @@ def _total(slices, combine):
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """Max over sliding windows (padding counts as -inf; NaN wins, as in PyTorch).
-
-    Without a gradient to record it is the elementwise maximum of the k*k kernel-position
-    slices. With one, it finds each window's first maximum the same way (unrecorded), then
-    gathers it with one ``take``: the gradient goes to that single element, as in PyTorch, and
-    the backward pass is one scatter-add instead of k*k tie-splitting rules.
+    """Max over sliding windows (padding counts as -inf; NaN wins, as in PyTorch). The gradient
+    goes to each window's first maximum. ember.fused's op: a backend may run it, forward and
+    backward, as its own kernels; the reference is the elementwise maximum of the k*k
+    kernel-position slices (one ``take`` of the maxima when a gradient is recorded).
 
     >>> import ember
     >>> max_pool2d(ember.arange(16.0).reshape(1, 1, 4, 4), 2).tolist()
     [[[[5.0, 7.0], [13.0, 15.0]]]]
     """
-    padded, k, s, d, (oh, ow), _ = _pool_input(input, kernel_size, stride, padding, dilation, ceil_mode,
-                                               -math.inf, "max_pool2d")
-    if not (input.requires_grad and is_grad_enabled()):
-        return _total(_kernel_slices(padded, k, s, d, (oh, ow)), Tensor.maximum)
-    *lead, hp, wp = padded.shape
-    with no_grad():
-        slices = _kernel_slices(padded.detach(), k, s, d, (oh, ow))
-        best, arg = slices[0], 0
-        for n, piece in enumerate(slices[1:], 1):
-            # arithmetic select: np.where is several times slower on unpredictable masks
-            better = ((piece > best) | (piece != piece)).long()
-            arg = arg + better * ((n // k[1]) * d[0] * wp + (n % k[1]) * d[1] - arg)
-            best = best.maximum(piece)
-        be = input.backend
-        corner = arange(oh, backend=be).unsqueeze(1) * (s[0] * wp) + arange(ow, backend=be) * s[1]
-        plane = arange(math.prod(lead), backend=be).reshape(tuple(lead) + (1, 1)) * (hp * wp)
-        index = plane + corner + arg
-    return padded.reshape(-1).take(index, 0)
+    k, s, p, d, _ = _pool_params(input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+    return fused.run("max_pool2d", input, kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=bool(ceil_mode))
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -335,6 +324,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """Normalize over every dim but the channel dim 1. In training use the batch statistics and
     update the running ones in place (``momentum`` is the weight of the new value; the running
     variance takes the unbiased batch variance, as in PyTorch); otherwise use the running ones.
+    Training mode is ember.fused's ``batch_norm``: a backend may run it, forward and backward,
+    as its own kernels.
 
     >>> import ember
     >>> y = batch_norm(ember.randn(8, 3), None, None, training=True)
@@ -343,25 +334,21 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """
     if input.ndim < 2:
         raise located(ShapeError, f"batch_norm needs input (N, C, ...), got shape {input.shape}")
-    shape = _channel_shape(input)
     if training:
-        axes = (0,) + tuple(range(2, input.ndim))
         n = input.numel() // input.shape[1]
         if n <= 1:
             raise located(ValueError, f"batch_norm: expected more than 1 value per channel when training, "
                           f"got input of shape {input.shape}")
-        mean = input.mean(axes, keepdim=True)
-        centered = input - mean
-        var = (centered * centered).mean(axes, keepdim=True)
+        out, mean, var = fused.run("batch_norm", input, weight, bias, eps=eps)
         if running_mean is not None:
             with no_grad():
-                running_mean.copy_(running_mean * (1 - momentum) + mean.reshape(-1) * momentum)
-                running_var.copy_(running_var * (1 - momentum) + var.reshape(-1) * (momentum * n / (n - 1)))
-        out = centered * (var + eps).rsqrt()
-    else:
-        if running_mean is None or running_var is None:
-            raise located(ValueError, "batch_norm in eval mode needs running_mean and running_var")
-        out = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+                running_mean.copy_(running_mean * (1 - momentum) + mean * momentum)
+                running_var.copy_(running_var * (1 - momentum) + var * (momentum * n / (n - 1)))
+        return out
+    if running_mean is None or running_var is None:
+        raise located(ValueError, "batch_norm in eval mode needs running_mean and running_var")
+    shape = _channel_shape(input)
+    out = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
     if weight is not None:
         out = out * weight.reshape(shape)
     if bias is not None:

@@ -22,7 +22,7 @@ from . import device, fusion
 FUSED = frozenset(("softmax", "log_softmax", "cross_entropy", "layer_norm", "gelu",
                    "scaled_dot_product_attention", "sgd_step", "adam_step", "rmsprop_step",
                    "softmax_backward", "log_softmax_backward", "cross_entropy_backward", "layer_norm_backward",
-                   "gelu_backward",
+                   "gelu_backward", "max_pool2d", "max_pool2d_backward", "batch_norm", "batch_norm_backward",
                    "sgd_step_foreach", "adam_step_foreach", "rmsprop_step_foreach"))   # multi_tensor.py
 
 

@@ -65,6 +65,9 @@ def library_kernels(exhaustive: bool = False) -> list:
         ks += [kernels.cross_entropy_backward_kernel(dt, it) for it in ("int32", "int64")]
         ks += [kernels.layer_norm_backward_kernel(dt, w) for w in (False, True)]
         ks.append(kernels.layer_norm_params_kernel(dt))
+        ks += [kernels.max_pool_kernel(dt), kernels.max_pool_backward_kernel(dt)]
+        ks += [kernels.batch_norm_kernel(dt, w, b) for w in (False, True) for b in (False, True)]
+        ks += [kernels.batch_norm_backward_kernel(dt, w) for w in (False, True)]
         for rule, flags in _optimizer_flags(exhaustive):
             ks.append(kernels.step_kernel(rule, dt, **flags))
         ks.append(kernels.multi_step_kernel("adam_step", dt, [3, 1000, 7, 1 << 20], amsgrad=False, maximize=False,

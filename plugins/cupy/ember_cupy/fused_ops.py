@@ -12,6 +12,11 @@ computes what it computes, in the same order of operations where rounding can te
   ``cross_entropy_backward`` (one block per row), ``gelu_backward`` (elementwise),
   ``layer_norm_backward`` (one block per row for the input gradient, then one thread per
   column for the weight and bias gradients);
+* ``max_pool2d`` (one thread per output) and ``max_pool2d_backward`` (one thread per input
+  element, gathering the gradients of the windows whose first maximum it is: no atomics,
+  the reference's order of addition);
+* ``batch_norm`` (training mode) and ``batch_norm_backward``: one block per channel, sums in
+  double;
 * ``scaled_dot_product_attention``: two cuBLAS GEMMs around the fused softmax;
 * ``sgd_step`` / ``adam_step`` / ``rmsprop_step``: one elementwise kernel updating parameter
   and state in place (when they are contiguous; else into new buffers) and returning them.
@@ -171,6 +176,66 @@ def make_fused(rt) -> dict:
             scores = xp.where(keep, scores, xp.asarray(-math.inf, dtype=scores.dtype))
         return xp.matmul(softmax(scores, dim=-1), v)
 
+    # -- pooling and batch norm --------------------------------------------------------------------
+    def pool_args(x, kernel_size, stride, padding, dilation, ceil_mode):
+        """The pool kernels' (H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW)."""
+        from ember.fused import pool_geometry
+
+        def pair(v):
+            return (int(v), int(v)) if isinstance(v, int) else tuple(int(a) for a in v)
+        k, p, d = pair(kernel_size), pair(padding), pair(dilation)
+        s = k if stride is None or stride == () else pair(stride)
+        h, w = x.shape[-2:]
+        (oh, _), (ow, _) = (pool_geometry(n, k[i], s[i], p[i], d[i], bool(ceil_mode)) for i, n in enumerate((h, w)))
+        return (h, w, oh, ow) + k + s + p + d
+
+    def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        out_dtype = x.dtype
+        x = contiguous(wide(x))
+        args = pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
+        y = xp.empty(x.shape[:-2] + args[2:4], dtype=x.dtype)
+        rt.launch(kernels.max_pool_kernel(x.dtype.name), y.size, x, y, *args)
+        return y if y.dtype == out_dtype else y.astype(out_dtype)
+
+    def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        out_dtype = x.dtype
+        x = contiguous(wide(x))
+        g = contiguous(wide(grad).astype(x.dtype, copy=False))
+        args = pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
+        dx = xp.empty(x.shape, dtype=x.dtype)
+        rt.launch(kernels.max_pool_backward_kernel(x.dtype.name), x.size, x, g, dx, *args)
+        return dx if dx.dtype == out_dtype else dx.astype(out_dtype)
+
+    def channels(x, *params):
+        """x contiguous (N, C, L) in a kernel dtype, its channel parameters too (None kept)."""
+        n, c = x.shape[:2]
+        xs = contiguous(wide(x))
+        return xs, n, c, xs.size // (n * c) if n * c else 0, \
+            [None if q is None else contiguous(wide(q).astype(xs.dtype, copy=False)) for q in params]
+
+    def batch_norm(x, weight, bias, *, eps=1e-5):
+        out_dtype = x.dtype
+        xs, n, c, length, (w, b) = channels(x, weight, bias)
+        y = xp.empty(xs.shape, dtype=xs.dtype)
+        mean, var = xp.empty((c,), dtype=xs.dtype), xp.empty((c,), dtype=xs.dtype)
+        if xs.size:
+            rt.launch(kernels.batch_norm_kernel(xs.dtype.name, w is not None, b is not None), c, xs, y, mean, var,
+                      *[q for q in (w, b) if q is not None], n, length, float(eps))
+        return tuple(a if a.dtype == out_dtype else a.astype(out_dtype) for a in (y, mean, var))
+
+    def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
+        out_dtype = x.dtype
+        xs, n, c, length, (g, w, m, v) = channels(x, grad, weight, mean, var)
+        dx = xp.empty(xs.shape, dtype=xs.dtype)
+        dw, db = xp.empty((c,), dtype=xs.dtype), xp.empty((c,), dtype=xs.dtype)
+        if xs.size:
+            rt.launch(kernels.batch_norm_backward_kernel(xs.dtype.name, w is not None), c, xs, g, m, v,
+                      *([w] if w is not None else []), dx, dw, db, n, length, float(eps))
+
+        def back(a):
+            return a if a.dtype == out_dtype else a.astype(out_dtype)
+        return back(dx), None if weight is None else back(dw), None if bias is None else back(db)
+
     # -- optimizer steps ----------------------------------------------------------------------------
     def run_step(rule, flags, scalars, tensors):
         """Launch ``rule`` over ``tensors`` (param, grad, *state; the kernel's pointer order),
@@ -234,6 +299,8 @@ def make_fused(rt) -> dict:
             "softmax_backward": softmax_backward, "log_softmax_backward": log_softmax_backward,
             "cross_entropy_backward": cross_entropy_backward, "layer_norm_backward": layer_norm_backward,
             "gelu_backward": gelu_backward,
+            "max_pool2d": max_pool2d, "max_pool2d_backward": max_pool2d_backward,
+            "batch_norm": batch_norm, "batch_norm_backward": batch_norm_backward,
             "sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
 
 

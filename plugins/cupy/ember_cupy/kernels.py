@@ -541,6 +541,175 @@ def layer_norm_params_kernel(dtype) -> Kernel:
     return threads_kernel(name, decls, body)
 
 
+# ----------------------------------------------------------------------------- pooling
+POOL_PARAMS = ("H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW")
+
+
+def _window_argmax(dtype) -> str:
+    """``__host__ __device__ long long NAME(plane, ..., T* best)``: a max-pool window's maximum
+    and its flat index in the plane (-1: padding). Cells outside the plane count as -inf; the
+    first maximum wins and a later NaN replaces it (ember.fused.max_pool2d's choice)."""
+    t, name = _t(dtype), f"ember_window_argmax_{dtype}"
+    lowest = render.reduce_identity("max", dtype)
+    return guarded(name, f"""__host__ __device__ inline long long {name}(const {t}* xp, long long H, long long W,
+    long long top, long long left, long long KH, long long KW, long long DH, long long DW, {t}* best_out) {{
+  {t} best = {lowest};
+  long long arg = -1;
+  for (long long a = 0; a < KH; ++a) {{
+    long long r = top + a * DH;
+    for (long long b = 0; b < KW; ++b) {{
+      long long c = left + b * DW;
+      bool inside = r >= 0 && r < H && c >= 0 && c < W;
+      {t} v = inside ? xp[r * W + c] : {lowest};
+      if ((a == 0 && b == 0) || v > best || v != v) {{ best = v; arg = inside ? r * W + c : -1; }}
+    }}
+  }}
+  *best_out = best;
+  return arg;
+}}
+""")
+
+
+def max_pool_kernel(dtype) -> Kernel:
+    """max_pool2d over contiguous planes (P, H, W): logical thread ``t`` is output element
+    (p, i, j) of (P, OH, OW) and writes its window's maximum."""
+    t = _t(dtype)
+    name = f"ember_max_pool_{dtype}"
+    decls = [(f"const {t}*", "x"), (f"{t}*", "y")] + [("long long", n) for n in POOL_PARAMS]
+    body = _window_argmax(dtype) + f"""__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{
+  long long j = t % OW, i = (t / OW) % OH, p = t / (OW * OH);
+  {t} best;
+  ember_window_argmax_{dtype}(x + p * H * W, H, W, i * SH - PH, j * SW - PW, KH, KW, DH, DW, &best);
+  y[t] = best;
+}}
+"""
+    return threads_kernel(name, decls, body)
+
+
+def max_pool_backward_kernel(dtype) -> Kernel:
+    """The VJP of max_pool2d as a gather: logical thread ``t`` is input element (p, r, c) and
+    adds the gradient of every window whose first maximum it is, in the windows' order (the
+    reference's scatter-add order: equal sums, no atomics). Windows recompute their argmax."""
+    t = _t(dtype)
+    name = f"ember_max_pool_backward_{dtype}"
+    decls = [(f"const {t}*", "x"), (f"const {t}*", "g"), (f"{t}*", "dx")] + [("long long", n) for n in POOL_PARAMS]
+    body = _window_argmax(dtype) + f"""__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{
+  long long c = t % W, r = (t / W) % H, p = t / (W * H);
+  const {t}* xp = x + p * H * W;
+  {t} acc = 0, best;
+  for (long long a = KH - 1; a >= 0; --a) {{          // window row i grows as a falls
+    long long ii = r + PH - a * DH;
+    if (ii < 0 || ii % SH) continue;
+    long long i = ii / SH;
+    if (i >= OH) continue;
+    for (long long b = KW - 1; b >= 0; --b) {{
+      long long jj = c + PW - b * DW;
+      if (jj < 0 || jj % SW) continue;
+      long long j = jj / SW;
+      if (j >= OW) continue;
+      if (ember_window_argmax_{dtype}(xp, H, W, i * SH - PH, j * SW - PW, KH, KW, DH, DW, &best) == r * W + c)
+        acc += g[(p * OH + i) * OW + j];
+    }}
+  }}
+  dx[t] = acc;
+}}
+"""
+    return threads_kernel(name, decls, body)
+
+
+# ----------------------------------------------------------------------------- batch norm
+def batch_norm_kernel(dtype, has_weight: bool, has_bias: bool) -> Kernel:
+    """Batch norm in training mode, one block per channel c of contiguous x (N, C, L): mean and
+    biased variance in double (two passes; the mean rounded to the dtype before centering, as
+    the reference centers), then ``(x - mean) / sqrt(var + eps) * w[c] + b[c]``; the channel's
+    mean and variance are written for the running averages and the backward pass."""
+    t = _t(dtype)
+    name = f"ember_batch_norm_{dtype}_{int(has_weight)}{int(has_bias)}"
+    decls = [(f"const {t}*", "x"), (f"{t}*", "y"), (f"{t}*", "mean"), (f"{t}*", "var")]
+    decls += [(f"const {t}*", "w")] if has_weight else []
+    decls += [(f"const {t}*", "b")] if has_bias else []
+    decls += [("long long", "N"), ("long long", "L"), ("double", "eps")]
+    scale = "(1.0 / sqrt(v + eps))" + (" * (double)w[c]" if has_weight else "")
+    shift = "(double)b[c]" if has_bias else "0.0"
+    sig = _sig(decls)
+
+    def channel(par, reduce_d, first):
+        return f"""    double s = 0.0;
+    for ({par}) s += (double)x[IDX(j)];
+    {t} m = ({t})({reduce_d('s')} / (double)(N * L));
+    double q = 0.0;
+    for ({par}) {{ double d = (double)x[IDX(j)] - (double)m; q += d * d; }}
+    double v = {reduce_d('q')} / (double)(N * L);
+    double scale = {scale}, shift = {shift};
+    for ({par}) y[IDX(j)] = ({t})(((double)x[IDX(j)] - (double)m) * scale + shift);
+    if ({first}) {{ mean[c] = m; var[c] = ({t})v; }}
+"""
+    device = channel("long long j = threadIdx.x; j < N * L; j += blockDim.x",
+                     lambda v: f"ember_block_reduce({v}, shm_d, ember_add())", "threadIdx.x == 0")
+    host = channel("long long j = 0; j < N * L; ++j", lambda v: v, "true")
+    body = _reducers() + f"""
+#define IDX(j) (((j) / L * C + c) * L + (j) % L)
+extern "C" __global__ void {name}(long long C, {sig}) {{
+  __shared__ double shm_d[{BLOCK}];
+  for (long long c = blockIdx.x; c < C; c += gridDim.x) {{
+{device}  }}
+}}
+#ifdef EMBER_HOST_HARNESS
+extern "C" void {name}_host(long long C, {sig}) {{
+  for (long long c = 0; c < C; ++c) {{
+{host}  }}
+}}
+#endif
+#undef IDX
+"""
+    return blocks_kernel(name, decls, body)
+
+
+def batch_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
+    """Batch norm's gradients, one block per channel: ``sum(g)`` and ``sum(g * xhat)`` in
+    double, then ``dx = (gw - mean(gw) - xhat * mean(gw * xhat)) * rstd`` (gw = g * w[c]) and
+    the weight and bias gradients (those two sums), from the forward's saved mean and variance."""
+    t = _t(dtype)
+    name = f"ember_batch_norm_backward_{dtype}_{int(has_weight)}"
+    decls = [(f"const {t}*", "x"), (f"const {t}*", "g"), (f"const {t}*", "mean"), (f"const {t}*", "var")]
+    decls += [(f"const {t}*", "w")] if has_weight else []
+    decls += [(f"{t}*", "dx"), (f"{t}*", "dw"), (f"{t}*", "db"), ("long long", "N"), ("long long", "L"),
+              ("double", "eps")]
+    wc = "(double)w[c]" if has_weight else "1.0"
+    sig = _sig(decls)
+
+    def channel(par, reduce_d, first):
+        return f"""    double m = (double)mean[c], rs = 1.0 / sqrt((double)var[c] + eps);
+    double sg = 0.0, sgx = 0.0;
+    for ({par}) {{ double gj = (double)g[IDX(j)]; sg += gj; sgx += gj * ((double)x[IDX(j)] - m); }}
+    sg = {reduce_d('sg')};
+    sgx = {reduce_d('sgx')} * rs;                       // sum(g * xhat)
+    double count = (double)(N * L), wc = {wc};
+    double k_g = wc * rs, k_x = wc * sgx / count * rs * rs, k_0 = wc * sg / count * rs;
+    for ({par}) dx[IDX(j)] = ({t})((double)g[IDX(j)] * k_g - ((double)x[IDX(j)] - m) * k_x - k_0);
+    if ({first}) {{ dw[c] = ({t})sgx; db[c] = ({t})sg; }}
+"""
+    device = channel("long long j = threadIdx.x; j < N * L; j += blockDim.x",
+                     lambda v: f"ember_block_reduce({v}, shm_d, ember_add())", "threadIdx.x == 0")
+    host = channel("long long j = 0; j < N * L; ++j", lambda v: v, "true")
+    body = _reducers() + f"""
+#define IDX(j) (((j) / L * C + c) * L + (j) % L)
+extern "C" __global__ void {name}(long long C, {sig}) {{
+  __shared__ double shm_d[{BLOCK}];
+  for (long long c = blockIdx.x; c < C; c += gridDim.x) {{
+{device}  }}
+}}
+#ifdef EMBER_HOST_HARNESS
+extern "C" void {name}_host(long long C, {sig}) {{
+  for (long long c = 0; c < C; ++c) {{
+{host}  }}
+}}
+#endif
+#undef IDX
+"""
+    return blocks_kernel(name, decls, body)
+
+
 # ----------------------------------------------------------------------------- optimizer steps
 def _lerp(t, start, end, weight_name, big) -> str:
     """ember.optim.functional._lerp: torch's two-sided form. ``big`` (weight >= 0.5): the

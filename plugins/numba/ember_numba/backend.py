@@ -129,6 +129,12 @@ class NumbaBackend(NumpyBackend):
     device = "cpu"
     impls = IMPLS
     fused_impls = {**fused_ops.IMPLS, **foreach.IMPLS}      # foreach: multi-tensor optimizer steps
+    #: Primitives whose kernels here compute what NumPy's own function does, to the bit:
+    #: ember.jit's NumPy-array runner may compute them with NumPy into its planned buffers
+    #: (``out=``). Not matmul (NumPy's call would lose blas.matmul's choice of threads: on a
+    #: busy machine BLAS's own threads stall) nor the reductions (NumPy's are several times
+    #: slower over several axes, and their results are small).
+    same_as_numpy = frozenset(ELEMENTWISE)
 
     def capabilities(self):
         import numba

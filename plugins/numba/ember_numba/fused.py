@@ -3,6 +3,15 @@
 * ``softmax``, ``log_softmax``, ``cross_entropy``, ``layer_norm`` and their backward ops: one
   task per row (the normalized dims flattened), reading the row two or three times while it
   is in cache, sums in float64; layer norm's weight and bias gradients one task per column;
+* ``max_pool2d`` and ``max_pool2d_backward``: one task per (N*C) plane; each output row is
+  built kernel position by kernel position, so neighbouring windows are independent work
+  instead of a chain of compares (kernel 2, stride 2 -- most pools -- is unrolled); the
+  backward pass zeroes the plane and adds each gradient at its window's first maximum,
+  recomputed (as cheap as reading saved indices);
+* ``batch_norm`` (training) and ``batch_norm_backward``: one task per channel (or a few
+  neighbouring channels when a channel's runs are short), reading its N runs of H*W values;
+  statistics and gradient sums in float64, the output and the input gradient one
+  multiply-add per element;
 * ``gelu``, ``gelu_backward`` and the optimizer steps ``sgd_step``, ``adam_step``,
   ``rmsprop_step``: elementwise programs (render.py) built from the same arithmetic as the
   references, operation for operation and rounded to the tensor's dtype at each step, so
@@ -31,6 +40,7 @@ from .render import Program
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 JIT = dict(cache=True, nogil=True, error_model="numpy")
+REASSOC = {"reassoc"}        # lets LLVM vectorize a float64 sum of float32 values (it reorders the additions)
 
 
 def _reference(name, *args, **params):
@@ -321,6 +331,318 @@ def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
             None if bias is None else db.reshape(normalized_shape))
 
 
+# ============================================================================ pooling
+@numba.njit(**JIT)
+def _column_ranges(W, OW, KW, SW, PW, DW):
+    """For each kernel column b: the range [lo, hi) of output columns j whose cell
+    ``j * SW - PW + b * DW`` is inside the plane (the same for every row: computed once)."""
+    lo, hi = np.empty(KW, np.int64), np.empty(KW, np.int64)
+    for b in range(KW):
+        off = b * DW - PW
+        lo[b] = min(max(0, -(off // SW)), OW)
+        hi[b] = max(min(OW, (W - 1 - off) // SW + 1), lo[b])
+    return lo, hi
+
+
+@numba.njit(inline="always", **JIT)
+def _pool_row(x, base, H, W, top, OW, KH, KW, SW, PW, DH, DW, lo, hi, best, bo, arg, track):
+    """One row of max-pool outputs, the windows whose top row is ``top``, in the plane at
+    ``base``: ``best[bo + j]`` gets window j's max and, if ``track``, ``arg[j]`` the kernel
+    position (``a * KW + b``) it came from. The loops go kernel position by kernel position
+    over the whole row, so consecutive j are independent (no chain of compares per window to
+    wait on). Cells outside the plane (columns outside [lo[b], hi[b])) count as -inf; the
+    first maximum wins and a later NaN replaces it (ember.fused.max_pool2d's choice, PyTorch's)."""
+    for a in range(KH):
+        r = top + a * DH
+        inside = 0 <= r < H
+        for b in range(KW):
+            rb = base + r * W + b * DW - PW
+            if a == 0 and b == 0:              # the first position sets every output
+                for j in range(OW):
+                    best[uint64(bo + j)] = x[uint64(rb + j * SW)] if inside and lo[0] <= j < hi[0] else -np.inf
+                    if track:
+                        arg[j] = 0
+            elif inside:
+                n = a * KW + b
+                for j in range(lo[b], hi[b]):
+                    v = x[uint64(rb + j * SW)]
+                    q = uint64(bo + j)
+                    m = best[q]
+                    better = (v > m) | (v != v)
+                    best[q] = v if better else m
+                    if track:
+                        # positions only grow: max() is the select, without the branch LLVM
+                        # would emit for a conditional (it mispredicts half the time)
+                        arg[j] = max(arg[j], n * better)
+
+
+@numba.njit(parallel=True, **JIT)
+def max_pool_planes(x, P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, out):
+    """out[p, i, j] = the max of window (i, j) of plane p of contiguous x (P, H, W)."""
+    no_arg = np.empty(0, np.int64)
+    lo, hi = _column_ranges(W, OW, KW, SW, PW, DW)
+    for p in prange(P):
+        for i in range(OH):
+            _pool_row(x, p * H * W, H, W, i * SH - PH, OW, KH, KW, SW, PW, DH, DW, lo, hi, out, (p * OH + i) * OW,
+                      no_arg, False)
+
+
+@numba.njit(parallel=True, **JIT)
+def max_pool_backward_planes(x, g, P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, dx):
+    """dx[p] = each g[p, i, j] added at the first maximum of window (i, j) of plane p, in
+    order (the reference's scatter-add; a maximum in the padding takes nothing); one task per
+    plane, so no two tasks write one cell."""
+    rows, cols = np.empty(KH * KW, np.int64), np.empty(KH * KW, np.int64)     # kernel position -> offsets
+    for n in range(KH * KW):
+        rows[n], cols[n] = (n // KW) * DH, (n % KW) * DW
+    lo, hi = _column_ranges(W, OW, KW, SW, PW, DW)
+    for p in prange(P):
+        best = np.empty(OW, x.dtype)
+        arg = np.empty(OW, np.int64)
+        base = p * H * W
+        for k in range(H * W):
+            dx[uint64(base + k)] = 0.0
+        for i in range(OH):
+            top = i * SH - PH
+            _pool_row(x, base, H, W, top, OW, KH, KW, SW, PW, DH, DW, lo, hi, best, 0, arg, True)
+            gb = (p * OH + i) * OW
+            for j in range(OW):
+                r = top + rows[arg[j]]
+                c = j * SW - PW + cols[arg[j]]
+                if 0 <= r < H and 0 <= c < W:
+                    dx[uint64(base + r * W + c)] += g[uint64(gb + j)]
+
+
+@numba.njit(inline="always", **JIT)
+def _later(a, b):
+    """max(a, b) where a comes first in the window: b must be larger, or NaN, to win."""
+    return b if (b > a) | (b != b) else a
+
+
+@numba.njit(inline="always", **JIT)
+def _argmax4(a, b, c, d, W):
+    """The offset (0, 1, W or W + 1 from the corner) of a 2x2 window's first maximum, row-major,
+    a later NaN replacing it. Selects without branches (they would mispredict half the time):
+    the offsets only grow, so max() is the select."""
+    best, off = a, 0
+    better = (b > best) | (b != b)
+    best, off = (b if better else best), max(off, 1 * better)
+    better = (c > best) | (c != c)
+    best, off = (c if better else best), max(off, W * better)
+    better = (d > best) | (d != d)
+    return max(off, (W + 1) * better)
+
+
+@numba.njit(parallel=True, **JIT)
+def max_pool_2x2_planes(x, P, H, W, OH, OW, out):
+    """The common pool, kernel 2 and stride 2 without padding or dilation, unrolled. (Index
+    arithmetic stays in uint64: numba makes uint64 + int64 a float64, 4x slower here.)"""
+    w = uint64(W)
+    for p in prange(P):
+        base, ob = uint64(p * H * W), uint64(p * OH * OW)
+        for i in range(OH):
+            row, o = base + uint64(2 * i) * w, ob + uint64(i * OW)
+            for j in range(OW):
+                q = row + uint64(2 * j)
+                out[o + uint64(j)] = _later(_later(_later(x[q], x[q + uint64(1)]), x[q + w]), x[q + w + uint64(1)])
+
+
+@numba.njit(parallel=True, **JIT)
+def max_pool_2x2_backward_planes(x, g, P, H, W, OH, OW, dx):
+    """Its VJP: the plane zeroed, then each window's gradient stored at its maximum (the
+    windows do not overlap; storing zeros around it in the same loop is 3x slower)."""
+    w = uint64(W)
+    for p in prange(P):
+        base, gb = uint64(p * H * W), uint64(p * OH * OW)
+        for k in range(uint64(H * W)):
+            dx[base + k] = 0.0
+        for i in range(OH):
+            row, o = base + uint64(2 * i) * w, gb + uint64(i * OW)
+            for j in range(OW):
+                q = row + uint64(2 * j)
+                off = _argmax4(x[q], x[q + uint64(1)], x[q + w], x[q + w + uint64(1)], W)
+                dx[q + uint64(off)] = g[o + uint64(j)]
+
+
+def _is_2x2(args) -> bool:
+    """Kernel 2, stride 2, no padding, no dilation, no ceil_mode window past the edge."""
+    _, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = args
+    return (KH, KW, SH, SW, PH, PW, DH, DW) == (2, 2, 2, 2, 0, 0, 1, 1) and 2 * OH <= H and 2 * OW <= W
+
+
+def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """(P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW) for the plane kernels, or None where
+    the reference should run (and raise its error)."""
+    from ember.fused import pool_geometry
+
+    def pair(v):
+        return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(a) for a in v)
+    try:
+        k, p, d = pair(kernel_size), pair(padding), pair(dilation)
+        s = k if stride is None or stride == () else pair(stride)
+    except (TypeError, ValueError):
+        return None
+    if x.dtype not in FLOATS or x.ndim < 3 or x.size == 0 or any(len(v) != 2 for v in (k, s, p, d)) \
+            or min(k + s + d) < 1 or min(p) < 0 or any(2 * pi > ki for pi, ki in zip(p, k)):
+        return None
+    H, W = x.shape[-2:]
+    (OH, _), (OW, _) = (pool_geometry(n, k[i], s[i], p[i], d[i], bool(ceil_mode)) for i, n in enumerate((H, W)))
+    if OH <= 0 or OW <= 0:
+        return None
+    return (x.size // (H * W), H, W, OH, OW) + k + s + p + d
+
+
+def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    params = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    args = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if args is None or not launch.hot(("max_pool2d", x.shape, x.dtype.num) + args):
+        return _reference("max_pool2d", x, **params)
+    out = np.empty(x.shape[:-2] + args[3:5], x.dtype)
+    if _is_2x2(args):
+        launch.run(max_pool_2x2_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args[:5], out.reshape(-1))
+    else:
+        launch.run(max_pool_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args, out.reshape(-1))
+    return out
+
+
+def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    params = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    args = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if args is None or grad.dtype != x.dtype or grad.shape != x.shape[:-2] + args[3:5] \
+            or not launch.hot(("max_pool2d_backward", x.shape, x.dtype.num) + args):
+        return _reference("max_pool2d_backward", grad, x, **params)
+    dx = np.empty(x.shape, x.dtype)
+    xs, gs = np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(grad).reshape(-1)
+    if _is_2x2(args):
+        launch.run(max_pool_2x2_backward_planes, x.size, xs, gs, *args[:5], dx.reshape(-1))
+    else:
+        launch.run(max_pool_backward_planes, x.size, xs, gs, *args, dx.reshape(-1))
+    return dx
+
+
+# ============================================================================ batch norm
+@numba.njit(parallel=True, fastmath=REASSOC, **JIT)
+def batch_norm_channels(x, w, b, N, C, L, G, eps, has_w, has_b, out, mean, var):
+    """Batch norm of contiguous x (N, C, L), one task per G consecutive channels (G * L values
+    in a row: a single channel's runs of a few values, C * L apart -- 32 KB for 512 4x4 maps --
+    would fight over the same cache sets). Per channel: mean and biased variance in float64, two passes, the mean
+    rounded to x's dtype before centering as the reference does; then
+    ``(x - mean) / sqrt(var + eps) * w[c] + b[c]``."""
+    l_n = uint64(L)
+    count = N * L
+    for t in prange((C + G - 1) // G):
+        c0, c1 = t * G, min(C, (t + 1) * G)
+        acc = np.zeros(c1 - c0)
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                s = 0.0
+                for k in range(l_n):
+                    s += x[base + k]
+                acc[c - c0] += s
+        for c in range(c0, c1):
+            mean[c] = acc[c - c0] / count
+            acc[c - c0] = 0.0
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                q = 0.0
+                for k in range(l_n):
+                    d = x[base + k] - m
+                    q += d * d
+                acc[c - c0] += q
+        for c in range(c0, c1):
+            var[c] = acc[c - c0] / count
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                scale = 1.0 / math.sqrt(acc[c - c0] / count + eps)
+                if has_w:
+                    scale = scale * w[c]
+                shift = b[c] if has_b else 0.0
+                for k in range(l_n):
+                    out[base + k] = (x[base + k] - m) * scale + shift
+
+
+@numba.njit(parallel=True, fastmath=REASSOC, **JIT)
+def batch_norm_backward_channels(x, g, w, mean, var, N, C, L, G, eps, has_w, dx, dw, db):
+    """Batch norm's gradients, tasks as in :func:`batch_norm_channels`: per channel
+    ``sum(g)`` and ``sum(g * xhat)`` (float64), then ``dx = (gw - mean(gw) - xhat *
+    mean(gw * xhat)) * rstd`` with gw = g * w[c], one multiply-add per element, and the
+    weight and bias gradients (those two sums)."""
+    l_n = uint64(L)
+    count = N * L
+    for t in prange((C + G - 1) // G):
+        c0, c1 = t * G, min(C, (t + 1) * G)
+        sg, sgx = np.zeros(c1 - c0), np.zeros(c1 - c0)
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                a = 0.0
+                bb = 0.0
+                for k in range(l_n):
+                    gi = g[base + k]
+                    a += gi
+                    bb += gi * (x[base + k] - m)
+                sg[c - c0] += a
+                sgx[c - c0] += bb
+        for c in range(c0, c1):
+            rs = 1.0 / math.sqrt(var[c] + eps)
+            dw[c] = sgx[c - c0] * rs                          # sum(g * xhat)
+            db[c] = sg[c - c0]
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                rs = 1.0 / math.sqrt(var[c] + eps)
+                wc = w[c] if has_w else 1.0
+                k_g = wc * rs
+                k_x = wc * (sgx[c - c0] * rs) / count * rs * rs
+                k_0 = wc * sg[c - c0] / count * rs
+                for k in range(l_n):
+                    dx[base + k] = g[base + k] * k_g - (x[base + k] - m) * k_x - k_0
+
+
+def _channel_group(C, L) -> int:
+    """Channels per task: enough for runs of ~256 values, while leaving 2 tasks a thread."""
+    return max(1, min(-(-256 // L), C // (2 * launch.threads())))
+
+
+def _channel_params_ok(x, *params):
+    return all(p is None or (p.dtype == x.dtype and p.shape == (x.shape[1],)) for p in params)
+
+
+def batch_norm(x, weight, bias, *, eps=1e-5):
+    if x.dtype not in FLOATS or x.ndim < 2 or x.size == 0 or not _channel_params_ok(x, weight, bias) \
+            or not launch.hot(("batch_norm", x.shape, x.dtype.num)):
+        return _reference("batch_norm", x, weight, bias, eps=eps)
+    N, C = x.shape[:2]
+    w, b = (np.zeros(1, x.dtype) if p is None else np.ascontiguousarray(p) for p in (weight, bias))
+    out, mean, var = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
+    L = x.size // (N * C)
+    launch.run(batch_norm_channels, x.size, np.ascontiguousarray(x).reshape(-1), w, b, N, C, L, _channel_group(C, L),
+               float(eps), weight is not None, bias is not None, out.reshape(-1), mean, var)
+    return out, mean, var
+
+
+def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
+    if x.dtype not in FLOATS or x.ndim < 2 or x.size == 0 or grad.dtype != x.dtype or grad.shape != x.shape \
+            or not _channel_params_ok(x, weight, bias, mean, var) \
+            or not launch.hot(("batch_norm_backward", x.shape, x.dtype.num)):
+        return _reference("batch_norm_backward", grad, x, weight, bias, mean, var, eps=eps)
+    N, C = x.shape[:2]
+    L = x.size // (N * C)
+    dx, dw, db = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
+    w = np.zeros(1, x.dtype) if weight is None else np.ascontiguousarray(weight)
+    launch.run(batch_norm_backward_channels, x.size, np.ascontiguousarray(x).reshape(-1),
+               np.ascontiguousarray(grad).reshape(-1), w, np.ascontiguousarray(mean), np.ascontiguousarray(var),
+               N, C, L, _channel_group(C, L), float(eps), weight is not None, dx.reshape(-1), dw, db)
+    return dx, None if weight is None else dw, None if bias is None else db
+
+
 # ============================================================================ programs
 class Builder:
     """Writes an elementwise Program one operation at a time, in the reference's order.
@@ -608,6 +930,10 @@ IMPLS = {
     "cross_entropy_backward": cross_entropy_backward,
     "layer_norm_backward": layer_norm_backward,
     "gelu_backward": gelu_backward,
+    "max_pool2d": max_pool2d,
+    "max_pool2d_backward": max_pool2d_backward,
+    "batch_norm": batch_norm,
+    "batch_norm_backward": batch_norm_backward,
     "sgd_step": sgd_step,
     "adam_step": adam_step,
     "rmsprop_step": rmsprop_step,

@@ -7,9 +7,9 @@ result). This module translates the group's nodes into a render.Program — SSA 
 values, literals for its scalar arguments — renders the kernel source, and returns a
 function of the group's input buffers that returns its output buffers. Only the values the
 group's consumers need are written to memory; everything else lives in registers. A reduce
-group's loop order follows its layout (render.render_reduce: rows or columns); an
-elementwise group's kernel takes destinations (``out=``), so ember.jit can have it write a
-parameter's new value into the parameter's own buffer.
+group's loop order follows its layout (render.render_reduce: rows or columns). Kernels take
+destinations (``out=``): ember.jit has them write into its planned, reused buffers, and an
+elementwise kernel write a parameter's new value into the parameter's own buffer.
 
 Returns None (ember.jit then runs the group op by op) for what the kernels do not cover:
 float16, integer ``pow``/``div``, max/min of integers, reductions whose kept and reduced axes
@@ -269,10 +269,19 @@ def _reduce(group):
     tasks = -(-A // AT) * -(-B // BT)
     work = A * B * C if tasks >= 2 else 0       # one task: no threads to share it
 
-    def run(*bufs):
-        outs = [np.empty(s, d) for s, d in out_specs]
+    def run(*bufs, out=None):
+        outs = [None] * len(out_specs)
+        if out is not None:
+            # Destinations (ember.jit's planned buffers, never one of the inputs) that the
+            # kernel can write: C-contiguous, of the output's shape and dtype.
+            for i, o in zip(order, out):
+                if o is not None and o.shape == out_specs[i][0] and o.dtype == out_specs[i][1] \
+                        and o.flags.c_contiguous and o.flags.writeable:
+                    outs[i] = o
+        outs = [np.empty(s, d) if o is None else o for o, (s, d) in zip(outs, out_specs)]
         ins = [np.ascontiguousarray(np.broadcast_to(b, shape) if k in expand else b).reshape(-1)
                for k, b in enumerate(bufs)]
         launch.run(module.kernel, work, *prefix, *ins, *[o.reshape(-1) for o in outs])
         return tuple(outs[i] for i in order)
+    run.accepts_out = True
     return run

@@ -199,7 +199,7 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_ops(host, rng):
     del fusion.FALLBACKS[before:]
 
 
-def test_batch_norm_and_relu_fuse_into_one_kernel(host, rng):
+def test_batch_norm_is_one_fused_node_and_relu_one_kernel(host, rng):
     import ember.nn as nn
     x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
     outs = []
@@ -214,9 +214,10 @@ def test_batch_norm_and_relu_fuse_into_one_kernel(host, rng):
     (want, var_want, _), (got, var, groups) = outs
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(var, var_want, rtol=1e-5)
-    # normalize, scale, shift and ReLU: one elementwise group over the activation
+    # batch norm (declared by the backend, with its backward op) is one node running its
+    # fused kernel, not its decomposition; the ReLU after it is one elementwise kernel
+    fused = [v.params["name"] for g in groups for v in g.nodes if v.op == "fused"]
+    assert fused == ["batch_norm"] and not any(g.kind == "reduce" for g in groups)
     tail = [g for g in groups if g.kind == "elementwise" and g.shape == x.shape[:1] + (8, 8, 8)]
-    assert len(tail) == 1 and {"mul", "add", "where"} <= {v.op for v in tail[0].nodes}
+    assert len(tail) == 1 and "where" in {v.op for v in tail[0].nodes}
     assert host.compile(tail[0]) is not None
-    # the statistics: two reductions over (N, H, W), the second with the rsqrt in its tail
-    assert sum(g.kind == "reduce" for g in groups) == 2

@@ -138,3 +138,34 @@ def test_conformance_suite_on_the_gpu(gpu, tmp_path):
                           "--max-examples", "5", "--out", str(tmp_path), "--quiet"],
                          capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+
+
+def test_pool_and_batch_norm_kernels_match_the_reference(gpu, rng):
+    """The block-cooperative batch-norm sums and the max-pool gather on the device."""
+    from ember.fused import FUSED
+
+    def ref(name, *args, **params):
+        with ember.no_grad():
+            out = FUSED[name](*(None if a is None else ember.tensor(a, backend="numpy") for a in args), **params)
+        return [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
+
+    def run(name, *args, **params):
+        out = gpu.fused_impls[name](*(None if a is None else gpu.xp.asarray(a) for a in args), **params)
+        return [gpu.to_numpy(o) for o in out] if isinstance(out, tuple) else [gpu.to_numpy(out)]
+    x = np.maximum(rng.integers(-2, 3, (64, 32, 26, 26)), 0).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    params = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True)
+    out = run("max_pool2d", x, **params)
+    np.testing.assert_array_equal(out[0], ref("max_pool2d", x, **params)[0])
+    g = rng.standard_normal(out[0].shape).astype(np.float32)
+    np.testing.assert_array_equal(run("max_pool2d_backward", g, x, **params)[0],
+                                  ref("max_pool2d_backward", g, x, **params)[0])
+    x = (rng.standard_normal((128, 64, 16, 16)) * 2 + 1).astype(np.float32)
+    w, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    got, want = run("batch_norm", x, w, b), ref("batch_norm", x, w, b)
+    for a, r in zip(got, want):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    stats = want[1:]
+    for a, r in zip(run("batch_norm_backward", g, x, w, b, *stats), ref("batch_norm_backward", g, x, w, b, *stats)):
+        np.testing.assert_allclose(a, r, rtol=1e-3, atol=1e-3)

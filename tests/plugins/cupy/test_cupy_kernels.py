@@ -292,3 +292,75 @@ def test_transfers_are_counted(host):
     assert host.transfers["to_host"] == before["to_host"] + 1
     assert host.transfers["bytes_to_device"] - before["bytes_to_device"] == 64
     assert math.isclose(float((t * 3).sum().numpy()), 48.0)
+
+
+POOLS = [dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+         dict(kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), ceil_mode=False),
+         dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True),
+         dict(kernel_size=3, stride=None, padding=1, dilation=1, ceil_mode=True)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("params", POOLS)
+def test_max_pool_kernels(host, rng, dtype, params):
+    """Ties and NaNs (two in a window): the kernels pick the reference's element, and the
+    backward gather adds overlapping windows' gradients in the reference's order."""
+    x = np.maximum(rng.integers(-2, 3, (2, 3, 9, 8)), 0).astype(dtype)
+    x[0, 0, 1, 1] = x[1, 2, 4, 4] = x[1, 2, 4, 5] = np.nan
+    neg = (-np.abs(rng.standard_normal((3, 7, 7))) - 10).astype(dtype)            # (C, H, W)
+    for xx in (x, neg):
+        got = host.fused_impls["max_pool2d"](xx, **params)
+        want = _fused("max_pool2d", "numpy", xx, **params).numpy()
+        np.testing.assert_array_equal(got, want)
+        g = rng.standard_normal(want.shape).astype(dtype)
+        got = host.fused_impls["max_pool2d_backward"](g, xx, **params)
+        want = _fused("max_pool2d_backward", "numpy", g, xx, **params).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(3, 4, 5, 6), (9, 4), (4, 4, 3), (1, 4, 1, 2)])
+def test_batch_norm_kernels(host, rng, dtype, shape):
+    x = (rng.standard_normal(shape) * 2 + 1.5).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    w, b = rng.standard_normal(4).astype(dtype), rng.standard_normal(4).astype(dtype)
+    tol = 2e-5 if dtype == "float32" else 1e-12
+    for weight, bias in ((w, b), (None, None), (w, None), (None, b)):
+        got = host.fused_impls["batch_norm"](x, weight, bias, eps=1e-3)
+        want = [v.numpy() for v in _fused("batch_norm", "numpy", x, weight, bias, eps=1e-3)]
+        for gv, wv in zip(got, want):
+            assert gv.dtype == wv.dtype and gv.shape == wv.shape
+            np.testing.assert_allclose(gv, wv, rtol=tol, atol=tol)
+        got = host.fused_impls["batch_norm_backward"](g, x, weight, bias, *want[1:], eps=1e-3)
+        ref = _fused("batch_norm_backward", "numpy", g, x, weight, bias, *want[1:], eps=1e-3)
+        for gv, wv in zip(got, ref):
+            assert (gv is None) == (wv is None)
+            if gv is not None:
+                np.testing.assert_allclose(gv, wv.numpy(), rtol=tol * 5, atol=tol * 5)
+
+
+def test_eager_cnn_training_runs_the_pool_and_batch_norm_kernels(host, rng):
+    """BatchNorm2d and MaxPool2d in an eager training step launch one forward and one backward
+    kernel each, and the gradients and running statistics are the NumPy reference's."""
+    import ember.nn as nn
+    import ember.nn.functional as F
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 4)
+    launched = [kernels.batch_norm_kernel("float32", True, True), kernels.batch_norm_backward_kernel("float32", True),
+                kernels.max_pool_kernel("float32"), kernels.max_pool_backward_kernel("float32")]
+    results = {}
+    for backend in ("numpy", "cupy-host"):
+        with ember.backend(backend):
+            ember.manual_seed(2)
+            model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Flatten(), nn.Linear(64, 5))
+        before = [host.rt.calls.get(k.key, 0) for k in launched]
+        F.cross_entropy(model(ember.tensor(x, backend=backend)), ember.tensor(y, backend=backend)).backward()
+        after = [host.rt.calls.get(k.key, 0) for k in launched]
+        results[backend] = ([p.grad.numpy() for p in model.parameters()], model[1].running_var.numpy(),
+                            [a - b for a, b in zip(after, before)])
+    assert results["cupy-host"][2] == [1, 1, 1, 1]
+    (got_g, got_var, _), (want_g, want_var, _) = results["cupy-host"], results["numpy"]
+    for got, want in zip(got_g + [got_var], want_g + [want_var]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

@@ -1,5 +1,6 @@
-"""ember-numba's ember.jit groups: reduce kernels in each loop layout, and parameters updated
-in their own buffers.
+"""ember-numba's ember.jit groups: reduce kernels in each loop layout, parameters updated in
+their own buffers, other results in ember.jit's planned buffers, and ember.fused's ops as
+single graph nodes.
 
 Each case runs a function through ember.jit on the numba backend and compares it with the
 same function run eagerly on the NumPy reference. Thresholds are lowered (every kernel
@@ -218,3 +219,92 @@ def test_a_destination_the_kernel_cannot_write_is_copied_into_instead():
         jf(g)
         np.testing.assert_allclose(w.numpy(), before - k * 0.5 * g.numpy(), rtol=1e-6)
     assert jf.lower(g).program.donations
+
+
+# ----------------------------------------------------------------------------- planned buffers
+def test_compiled_groups_write_into_planned_buffers():
+    from ember.jit.numpy_runner import NumpyProgram
+    x, y = normal(16, 20), R.integers(0, 4, 16)
+    model, opt, step = _sgd_mlp("numba", 0.9)
+    ref_model, _, ref_step = _sgd_mlp("numpy", 0.9)
+    jstep = ember.jit(step)
+    xt, yt = ember.tensor(x, backend="numba"), ember.tensor(y, backend="numba")
+    for _ in range(3):
+        jstep(xt, yt)
+    program = jstep.lower(xt, yt).program
+    assert isinstance(program, NumpyProgram) and program.planned and program.compiled
+    written = []
+    for g in program.groups:                    # note what each kernel is given and returns
+        kernel = program.kernels[id(g)]
+        if kernel is not None:
+            def noting(*bufs, out=None, kernel=kernel):
+                got = kernel(*bufs, out=out)
+                written.extend(o for o, r in zip(out or (), got) if o is r)
+                return got
+            noting.accepts_out = True
+            program.kernels[id(g)] = noting
+    program.build()
+    loss = jstep(xt, yt).item()
+    assert any(any(w is b for b in program.buffers) for w in written)       # pooled
+    assert any(any(w is p._data for p in model.parameters()) for w in written)  # donated
+    xr, yr = ember.tensor(x), ember.tensor(y)
+    want = [ref_step(xr, yr).item() for _ in range(4)][-1]
+    assert abs(loss - want) < 1e-5
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_reduce_kernel_writes_into_a_destination_it_can_use():
+    from ember_numba import jit
+    g, mask = normal(64, 300), normal(64, 300) > 0
+    f = ember.jit(relu_backward_and_bias_grad)
+    args = [ember.tensor(a, backend="numba") for a in (g, mask)]
+    (group,) = [grp for grp in f.groups(*args) if grp.kind == "reduce"]
+    kernel = jit.compile_group(group)
+    shapes = [tuple(o.shape) for o in group.outputs]
+    into = [np.empty(s, np.float32) for s in shapes]
+    got = kernel(g, mask, out=into)
+    assert all(r is o for r, o in zip(got, into))
+    fresh = kernel(g, mask, out=[np.empty(shapes[0], np.float64), None])      # unusable: allocated
+    assert fresh[0] is not into[0] and fresh[0].dtype == np.float32
+    for r in (got, fresh):
+        np.testing.assert_allclose(r[0], np.where(mask, g, 0), rtol=1e-6)
+        np.testing.assert_allclose(r[1].reshape(-1), np.where(mask, g, 0).sum(0), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- fused ops
+def _lenet():
+    from ember import nn
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+
+
+def test_a_cnn_training_step_runs_the_fused_ops_as_single_nodes():
+    from ember import fused, optim
+    from ember.nn import functional as F
+    ember.manual_seed(0)
+    ref = _lenet()
+    model = _lenet().to("numba")
+    model.load_state_dict(ref.state_dict())
+    opts = [optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, model)]
+
+    def step(m, o, x, y):
+        loss = F.cross_entropy(m(x), y)
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        return loss
+
+    jstep = ember.jit(step)
+    x, y = ember.tensor(normal(6, 1, 10, 10)), ember.tensor(R.integers(0, 3, 6))
+    xb, yb = x.to("numba"), y.to("numba")
+    for _ in range(3):
+        le, lj = step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
+        np.testing.assert_allclose(lj.item(), le.item(), rtol=1e-5)
+    for p, q in zip(ref.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-5)
+    nodes = [v.params["name"] for v in jstep.lower(model, opts[1], xb, yb).graph.nodes if v.op == "fused"]
+    declared = fused.declared(ember.get_backend("numba"))
+    expect = [n for n in ("max_pool2d", "cross_entropy", "cross_entropy_backward", "max_pool2d_backward")
+              if n in declared and (not n.startswith("max_pool2d") or "max_pool2d_backward" in declared)]
+    assert {"cross_entropy", "cross_entropy_backward"} <= set(expect)
+    assert sorted(nodes) == sorted(expect)
