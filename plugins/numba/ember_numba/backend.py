@@ -131,8 +131,8 @@ class NumbaBackend(NumpyBackend):
     fused_impls = {**fused_ops.IMPLS, **foreach.IMPLS}      # foreach: multi-tensor optimizer steps
     #: Primitives whose kernels here compute what NumPy's own function does, to the bit:
     #: ember.jit's NumPy-array runner may compute them with NumPy into its planned buffers
-    #: (``out=``). Not matmul (NumPy's call would lose blas.matmul's choice of threads: on a
-    #: busy machine BLAS's own threads stall) nor the reductions (NumPy's are several times
+    #: (``out=``). Not matmul (NumPy's call would run on one BLAS thread; blas.matmul splits
+    #: the product across the plugin's threads) nor the reductions (NumPy's are several times
     #: slower over several axes, and their results are small).
     same_as_numpy = frozenset(ELEMENTWISE)
 
@@ -140,7 +140,7 @@ class NumbaBackend(NumpyBackend):
         import numba
         return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
                             fused=frozenset(self.fused_impls), compiles_groups=True,
-                            notes={"numba": numba.__version__, "blas": "numpy",
+                            notes={"numba": numba.__version__, "blas": "numpy", "blas_threads": threads.STATE["blas_threads"],
                                    "threads": threads.get_num_threads(),
                                    "threading_layer": threads.STATE["layer"],
                                    "min_size": MIN_SIZE})

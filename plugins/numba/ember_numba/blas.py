@@ -1,64 +1,55 @@
-"""Matrix products on NumPy's BLAS, each run the way that measured faster for its shape.
+"""Matrix products on NumPy's BLAS, always called single-threaded, split across the plugin's
+threads by the plugin itself.
 
-* **one thread**: BLAS on the calling thread;
-* **all threads**, below :data:`SHARE_FLOPS` (about a millisecond of work): OpenBLAS's own
-  threads, which win when the other cores are idle;
-* **all threads**, above it (2-d products): :func:`shared_matmul`, column blocks that the
-  calling thread and helper threads take one at a time, each one single-threaded BLAS call.
+Why never BLAS's own threads: OpenBLAS's workers spin for a while after each product,
+waiting for the next one. On a machine with few cores they then take the cores from
+everything that runs next — numba's kernels, the convolution's chunk threads: a 0.2 ms matrix
+product before a 2.6 ms convolution made the pair take 3.9-5.1 ms (the 2-core development
+machine, idle otherwise). And on a busy machine OpenBLAS splits a product into equal parts
+and waits for the slowest, whose thread may not be scheduled at all (GEMMs of 1-100 ms took
+2-30 times longer on two threads than on one).
 
-Which of one thread and all is faster depends on the machine's load and is measured per
-shape (launch.ThreadChoice). OpenBLAS's threads split a product into equal fixed parts and
-wait for the last one: when another process holds a core, that part waits for a time slice,
-and the product with it (on the 2-core development machine, GEMMs of 1-100 ms on one thread
-took 2-30 times longer on OpenBLAS's two when the machine was busy). Blocks taken on demand
-let the running thread do the work of one that is not running, and the caller waits only for
-blocks already started, never for a helper that has not been scheduled yet.
-
-Products below :data:`MIN_FLOPS` always run on one thread. "All threads" is the count BLAS is
-set to (its environment variables, threadpoolctl, ``EMBER_NUM_THREADS``): this never uses
-more. BLAS's count is process-wide, so it is lowered for a call and restored right after
-(~1 µs each through threadpoolctl's handle on the library).
+So the plugin sets BLAS to one thread when it loads (:func:`single_threaded`) and runs each
+product of at least :data:`MIN_FLOPS` as blocks — of columns, of rows, or of a stack of
+matrices — that the calling thread and helper threads take on demand (:func:`on_demand`),
+each block one single-threaded BLAS call. A thread the machine does not schedule takes no
+block; the caller waits only for blocks already started.
 """
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 
 from ember.backends import numpy_backend as nb
 
-from .launch import ThreadChoice
-
-MIN_FLOPS = 1 << 24          # ~0.15 ms on one core: below it a second thread cannot pay
-SHARE_FLOPS = 1 << 27        # ~1 ms: from here on, blocks taken on demand beat OpenBLAS's split
-BLOCK = 256                  # columns per block at least (narrower blocks starve the GEMM kernel)
-CHOICE = ThreadChoice()
-_LIBS: list = []
+MIN_FLOPS = 1 << 24          # ~0.1 ms on one core: below it a second thread cannot pay
+BLOCK = 128                  # rows or columns per block at least (narrower ones starve the GEMM kernel)
 _POOL: list = []
 
 
-def _libs():
-    """threadpoolctl's controllers of the loaded BLAS libraries (None when unavailable)."""
-    if not _LIBS:
-        try:
-            import threadpoolctl
-            _LIBS.append([c for c in threadpoolctl.ThreadpoolController().lib_controllers if c.user_api == "blas"])
-        except Exception:  # noqa: BLE001 - no threadpoolctl, or a BLAS it cannot drive: plain NumPy
-            _LIBS.append(None)
-    return _LIBS[0]
+def single_threaded() -> str:
+    """Set every BLAS library loaded in this process to one thread (threadpoolctl). Returns
+    what was done, for ``capabilities().notes``."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return "unchanged (threadpoolctl not installed): BLAS may run its own threads"
+    global _LIMIT        # kept alive: the limiter restores the old limits when collected
+    _LIMIT = threadpoolctl.threadpool_limits(1, user_api="blas")
+    return "1 (products are split across the plugin's threads)"
 
 
-def _set(libs, n):
-    for lib in libs:
-        lib.set_num_threads(n)
+def _threads() -> int:
+    from .launch import thread_count_calls
+    return thread_count_calls()[0]()
 
 
 def _pool(helpers):
     """A pool of ``helpers`` daemon threads, made once."""
     from concurrent.futures import ThreadPoolExecutor
     if not _POOL or _POOL[0][0] < helpers:
-        _POOL[:] = [(helpers, ThreadPoolExecutor(helpers, thread_name_prefix="ember-numba-gemm"))]
+        _POOL[:] = [(helpers, ThreadPoolExecutor(helpers, thread_name_prefix="ember-numba"))]
     return _POOL[0][1]
 
 
@@ -109,24 +100,17 @@ def on_demand(count, threads, work):
         raise state["error"]
 
 
-class one_thread_blas:
-    """Context manager: BLAS on one thread inside (for work split across threads by the
-    caller), its previous count restored after. Returns the previous count."""
-
-    def __enter__(self):
-        self.libs = _libs()
-        self.n = self.libs[0].get_num_threads() if self.libs else 1
-        if self.libs and self.n > 1:
-            _set(self.libs, 1)
-        return self.n
-
-    def __exit__(self, *exc):
-        if self.libs and self.n > 1:
-            _set(self.libs, self.n)
+def _edges(n, threads):
+    """Block boundaries over ``n`` rows or columns: a multiple of ``threads`` blocks (so the
+    threads finish together), two per thread where each still has BLOCK lines."""
+    per = 2 if n >= 2 * threads * BLOCK else 1
+    blocks = max(1, min(per * threads, n // BLOCK))
+    return [n * i // blocks for i in range(blocks + 1)]
 
 
 def shared_matmul(a, b, threads):
-    """``a @ b`` for 2-d ``a``, ``b`` as column blocks taken on demand by ``threads`` threads.
+    """``a @ b`` for 2-d ``a``, ``b`` as blocks of columns (or of rows, when ``b`` is narrow)
+    taken on demand by ``threads`` threads.
 
     >>> a, b = np.ones((3, 4)), np.arange(4.0 * 600).reshape(4, 600)
     >>> bool((shared_matmul(a, b, 2) == a @ b).all())
@@ -134,51 +118,33 @@ def shared_matmul(a, b, threads):
     """
     m, n = a.shape[0], b.shape[1]
     out = np.empty((m, n), np.result_type(a, b))
-    blocks = max(1, min(4 * threads, n // BLOCK))
-    edges = [n * i // blocks for i in range(blocks + 1)]
-
-    def block(i):
-        j0, j1 = edges[i], edges[i + 1]
-        np.matmul(a, b[:, j0:j1], out=out[:, j0:j1])
-
-    on_demand(blocks, threads, block)
+    if n >= m or n >= threads * BLOCK:
+        e = _edges(n, threads)
+        on_demand(len(e) - 1, threads, lambda i: np.matmul(a, b[:, e[i]:e[i + 1]], out=out[:, e[i]:e[i + 1]]))
+    else:
+        e = _edges(m, threads)
+        on_demand(len(e) - 1, threads, lambda i: np.matmul(a[e[i]:e[i + 1]], b, out=out[e[i]:e[i + 1]]))
     return out
 
 
 def matmul(a, b):
-    """``np.matmul(a, b)`` (the reference), run the way that measured faster for its shape:
-    on one thread, or on all — OpenBLAS's own threads for mid-sized products, shared column
-    blocks (:func:`shared_matmul`) for large 2-d ones."""
-    if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2:
+    """``np.matmul(a, b)`` (the reference), on all of the plugin's threads for products of at
+    least :data:`MIN_FLOPS`: 2-d ones as column (or row) blocks, stacked ones as blocks of the
+    stack, each block one single-threaded BLAS call (see the module doc for why never
+    BLAS's own threads)."""
+    if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return nb.IMPLS["matmul"](a, b)
-    batch = max(a.size // max(a.shape[-2] * a.shape[-1], 1), 1)
-    flops = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * batch
-    libs = _libs()
-    n = libs[0].get_num_threads() if libs else 1
-    if n <= 1:
+    n = _threads()
+    m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
+    if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
         return nb.IMPLS["matmul"](a, b)
-    shared = flops >= SHARE_FLOPS and a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype \
-        and b.shape[1] >= 2 * BLOCK
-    if flops >= MIN_FLOPS:
-        one, explore, st = CHOICE.choose((a.shape, b.shape, a.dtype.char, a.strides, b.strides))
-    else:
-        one, explore, st = True, False, None
-    if one or shared:
-        _set(libs, 1)
-    t0 = time.perf_counter()
-    try:
-        if one or not shared:
-            out = nb.IMPLS["matmul"](a, b)
-        else:
-            out = shared_matmul(a, b, n)
-    finally:
-        if one or shared:
-            _set(libs, n)
-    if st is not None:
-        CHOICE.record(st, one, explore, time.perf_counter() - t0)
+    if a.ndim == 2 and b.ndim == 2:
+        return shared_matmul(a, b, n)
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, cols), a.dtype)
+    a3, b3 = (np.broadcast_to(x, out.shape[:-2] + x.shape[-2:]).reshape((-1,) + x.shape[-2:]) for x in (a, b))
+    o3 = out.reshape((-1, m, cols))
+    edges = [o3.shape[0] * i // n for i in range(n + 1)]
+    on_demand(n, n, lambda i: np.matmul(a3[edges[i]:edges[i + 1]], b3[edges[i]:edges[i + 1]],
+                                        out=o3[edges[i]:edges[i + 1]]))
     return out
-
-
-def choices() -> dict:
-    """For each product shape seen: (calls, mean seconds on 1 thread, shared). For reports."""
-    return {k[:2]: v for k, v in CHOICE.summary().items()}

@@ -9,8 +9,8 @@ threads launch kernels at once (ember's DataLoader prefetches in a thread); work
 fallback where numba has no OpenMP. Whatever the user set in the environment wins.
 
 Thread count: ``EMBER_NUM_THREADS`` (else numba's default, the number of cores) for numba's
-kernels and, when threadpoolctl is installed, for BLAS too. :func:`set_num_threads` changes
-it later.
+kernels and for the blocks blas.py splits matrix products into; BLAS itself is set to one
+thread (blas.py says why). :func:`set_num_threads` changes it later.
 
 The variables are set only while numba starts its threads and removed again afterwards
 (:data:`STATE` records what was set): a process this one starts — a benchmark's PyTorch, a
@@ -64,7 +64,7 @@ def configure() -> dict:
             numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
         # numba reads NUMBA_* when imported; setting the count starts the threads, and OpenMP
         # reads OMP_WAIT_POLICY as it loads.
-        set_num_threads(n if n is not None else numba.config.NUMBA_NUM_THREADS, blas=n is not None)
+        set_num_threads(n if n is not None else numba.config.NUMBA_NUM_THREADS)
         STATE["layer"] = numba.threading_layer()
     finally:
         for k in ours:
@@ -74,8 +74,8 @@ def configure() -> dict:
 
 
 def set_num_threads(n: int, blas: bool = True) -> int:
-    """Use ``n`` threads in numba's kernels (at most the pool's size) and, with ``blas`` and
-    threadpoolctl installed, in BLAS. Returns the numba thread count now in force.
+    """Use ``n`` threads in numba's kernels (at most the pool's size) and matrix products, and
+    (with ``blas``) keep BLAS itself on one thread. Returns the numba thread count now in force.
 
     numba keeps the count per calling thread; ember calls its kernels from the thread that
     set it, which is also what a training loop does.
@@ -85,14 +85,8 @@ def set_num_threads(n: int, blas: bool = True) -> int:
     numba.set_num_threads(n)
     STATE["threads"] = n
     if blas:
-        try:
-            import threadpoolctl
-        except ImportError:
-            STATE["blas_threads"] = "unchanged (threadpoolctl not installed)"
-        else:
-            global _BLAS_LIMIT       # kept alive: the limiter restores the old limits when collected
-            _BLAS_LIMIT = threadpoolctl.threadpool_limits(n, user_api="blas")
-            STATE["blas_threads"] = n
+        from .blas import single_threaded
+        STATE["blas_threads"] = single_threaded()     # blas.py splits products over the n threads
     return n
 
 

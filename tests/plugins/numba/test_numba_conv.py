@@ -1,8 +1,9 @@
 """ember-numba's convolutions (conv.py): chunks of the batch, shared out among threads.
 
 Every split of the batch must give the reference's numbers: one chunk, chunks of one sample
-(whose GEMM writes the output directly), uneven last chunks, more threads than chunks. The
-chunk size is lowered here so that small shapes take each path.
+(whose GEMM writes the output directly), uneven last chunks, more threads than chunks, and
+chunks whose GEMMs go sample by sample. The thresholds are lowered here so that small shapes
+take each path.
 """
 import numpy as np
 import pytest
@@ -22,11 +23,16 @@ CASES = [  # x shape, w shape, stride, padding, dilation
 ]
 
 
-@pytest.fixture(params=[1, 700, 1 << 22], ids=["one-sample-chunks", "few-sample-chunks", "whole-batch"])
+@pytest.fixture(params=[(1, 10**9), (700, 10**9), (700, 1), (1 << 22, 10**9), (1 << 22, 1)],
+                ids=["one-sample-chunks", "few-sample-chunks", "few-sample-chunks-per-sample-gemms",
+                     "whole-batch", "whole-batch-per-sample-gemms"])
 def chunk_bytes(request, monkeypatch):
-    monkeypatch.setattr(conv, "CHUNK_BYTES", request.param)
+    size, per_sample_p = request.param
+    monkeypatch.setattr(conv, "CHUNK_BYTES", size)
     monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
-    return request.param
+    monkeypatch.setattr(conv, "PER_SAMPLE_P", per_sample_p)
+    monkeypatch.setattr(conv, "PER_SAMPLE_CKK", 10**9)
+    return size
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
