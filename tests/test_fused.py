@@ -191,6 +191,18 @@ def _grads(backend, f, *arrays, order=1):
     return v.item(), [g.numpy() for g in gs]
 
 
+def _tracked_grads(f, *arrays, order):
+    """f's gradients on the tracking backend, checked (with its value) against NumPy's; the
+    fused kernels that backend ran are left in ``Tracking.calls``."""
+    want_v, want_g = _grads("numpy", f, *arrays, order=order)
+    Tracking.calls.clear()
+    got_v, got_g = _grads("tracking_fused", f, *arrays, order=order)
+    assert got_v == pytest.approx(want_v, rel=1e-12)
+    for g_got, g_want in zip(got_g, want_g):
+        np.testing.assert_allclose(g_got, g_want, rtol=1e-10, atol=1e-12)
+    return got_g
+
+
 def _layers(target):
     import ember.nn.functional as F
 
@@ -207,12 +219,7 @@ def test_training_runs_the_fused_kernels_forward_and_backward(tracking, torch, r
     x, w, b = rng.standard_normal((5, 6)), rng.standard_normal(6), rng.standard_normal(6)
     target = np.array([0, 5, -100, 2, 2])
     f = _layers(target)
-    want_v, want_g = _grads("numpy", f, x, w, b, order=order)
-    Tracking.calls.clear()
-    got_v, got_g = _grads("tracking_fused", f, x, w, b, order=order)
-    assert got_v == pytest.approx(want_v, rel=1e-12)
-    for g_got, g_want in zip(got_g, want_g):
-        np.testing.assert_allclose(g_got, g_want, rtol=1e-10, atol=1e-12)
+    got_g = _tracked_grads(f, x, w, b, order=order)
     forward = ["layer_norm", "gelu", "gelu", "softmax", "log_softmax", "cross_entropy"]
     backward = ["cross_entropy_backward", "log_softmax_backward", "softmax_backward", "gelu_backward",
                 "gelu_backward", "layer_norm_backward"]
@@ -337,12 +344,7 @@ def _torch_cnn_layers(torch, x, w, b):
 @pytest.mark.parametrize("order", [1, 2])
 def test_training_runs_the_pool_and_batch_norm_kernels(tracking, torch, rng, order):
     x, w, b = rng.standard_normal((3, 2, 8, 8)), rng.standard_normal(2), rng.standard_normal(2)
-    want_v, want_g = _grads("numpy", _cnn_layers, x, w, b, order=order)
-    Tracking.calls.clear()
-    got_v, got_g = _grads("tracking_fused", _cnn_layers, x, w, b, order=order)
-    assert got_v == pytest.approx(want_v, rel=1e-12)
-    for g_got, g_want in zip(got_g, want_g):
-        np.testing.assert_allclose(g_got, g_want, rtol=1e-10, atol=1e-12)
+    got_g = _tracked_grads(_cnn_layers, x, w, b, order=order)
     forward = ["batch_norm", "max_pool2d", "max_pool2d"]
     backward = ["max_pool2d_backward", "max_pool2d_backward", "batch_norm_backward"]
     # Order 2: the first gradient is recorded, so the backward ops run as their decompositions

@@ -8,6 +8,7 @@ from ember import dispatch, fused, nn, optim
 from ember.autodiff import no_grad
 from ember.backends.numpy_backend import NumpyBackend
 from ember.nn import functional as F
+from jit_helpers import mlp_twins, train_step, twins
 
 
 class FusedReference(NumpyBackend):
@@ -49,22 +50,6 @@ def _fused_nodes(jf, *args):
     return [v.params["name"] for v in jf.lower(*args).graph.nodes if v.op == "fused"]
 
 
-def _train(model, opt, x, y):
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    return loss
-
-
-def _twins(backend, build):
-    ember.manual_seed(0)
-    ref = build()
-    model = build().to(backend.name)
-    model.load_state_dict(ref.state_dict())
-    return ref, model
-
-
 def test_a_declared_fused_op_is_one_node_and_runs_the_backends_kernel(backend):
     x = ember.randn(5, 4)
     t = ember.tensor([0, 3, 1, 1, 2])
@@ -80,13 +65,12 @@ def test_a_declared_fused_op_is_one_node_and_runs_the_backends_kernel(backend):
 
 
 def test_a_training_step_records_the_forward_and_the_backward_op(backend):
-    ref, model = _twins(backend, lambda: nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)))
-    opts = [optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, model)]
-    step = ember.jit(_train)
+    ref, model, opts = mlp_twins(backend.name)
+    step = ember.jit(train_step)
     x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
     xb, yb = x.to(backend.name), y.to(backend.name)
     for _ in range(3):
-        le, lj = _train(ref, opts[0], x, y), step(model, opts[1], xb, yb)
+        le, lj = train_step(ref, opts[0], x, y), step(model, opts[1], xb, yb)
         np.testing.assert_allclose(lj.item(), le.item(), rtol=1e-5)
     for p, q in zip(ref.parameters(), model.parameters()):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6)
@@ -98,13 +82,13 @@ def test_an_op_with_several_results_and_saved_statistics(backend):
     """batch_norm returns (out, mean, var); its backward op three gradients (None without
     parameters): one node each, the results picked by fused_output nodes."""
     build = lambda: nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 3))  # noqa: E731
-    ref, model = _twins(backend, build)
+    ref, model = twins(backend.name, build)
     opts = [optim.SGD(m.parameters(), lr=0.1) for m in (ref, model)]
-    step = ember.jit(_train)
+    step = ember.jit(train_step)
     x, y = ember.randn(8, 5), ember.tensor([0, 2, 1, 1, 0, 2, 2, 1])
     xb, yb = x.to(backend.name), y.to(backend.name)
     for _ in range(3):
-        le, lj = _train(ref, opts[0], x, y), step(model, opts[1], xb, yb)
+        le, lj = train_step(ref, opts[0], x, y), step(model, opts[1], xb, yb)
         np.testing.assert_allclose(lj.item(), le.item(), rtol=1e-5)
     for a, b in zip(list(ref.parameters()) + list(ref.buffers()), list(model.parameters()) + list(model.buffers())):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6)
@@ -131,7 +115,7 @@ def test_graphs_on_the_numpy_backend_have_no_fused_nodes():
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
     opt = optim.SGD(model.parameters(), lr=0.1)
-    step = ember.jit(_train)
+    step = ember.jit(train_step)
     x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
     step(model, opt, x, y)
     assert not {"fused", "fused_output"} & {v.op for v in step.lower(model, opt, x, y).graph.nodes}

@@ -6,6 +6,7 @@ import ember
 from ember.backends.numpy_backend import IMPLS, NumpyBackend
 from ember.jit import numpy_runner
 from ember.jit.graph import Var
+from jit_helpers import mlp_twins, train_step
 
 
 # ----------------------------------------------------------------------------- numpy runner
@@ -163,25 +164,11 @@ def test_a_backend_that_compiles_groups_runs_each_group_as_one_call(fusing):
 
 
 def test_training_step_on_a_group_compiling_backend(fusing):
-    from ember import nn, optim
-    from ember.nn import functional as F
-    ember.manual_seed(0)
-    ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
-    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(fusing.name)
-    model.load_state_dict(ref.state_dict())
-    opts = [optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, model)]
-
-    def step(m, o, x, y):
-        loss = F.cross_entropy(m(x), y)
-        o.zero_grad()
-        loss.backward()
-        o.step()
-        return loss
-
-    jstep = ember.jit(step)
+    ref, model, opts = mlp_twins(fusing.name)
+    jstep = ember.jit(train_step)
     x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
     for _ in range(3):
-        le = step(ref, opts[0], x, y)
+        le = train_step(ref, opts[0], x, y)
         lj = jstep(model, opts[1], x.to(fusing.name), y.to(fusing.name))
         assert abs(le.item() - lj.item()) < 1e-6
     for p, q in zip(ref.parameters(), model.parameters()):
@@ -213,35 +200,21 @@ class FusingIntoNumpy(FusingNumpy):
 
 @pytest.mark.parametrize("writes", [True, False], ids=["writes", "declines"])
 def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
-    from ember import nn, optim
-    from ember.nn import functional as F
     ember.register_backend(ember.BackendInfo(FusingIntoNumpy.name, FusingIntoNumpy))
     backend = ember.get_backend(FusingIntoNumpy.name)
     monkeypatch.setattr(backend, "writes", writes)
     monkeypatch.setattr(backend, "written", [], raising=False)
-    ember.manual_seed(0)
-    ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
-    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(backend.name)
-    model.load_state_dict(ref.state_dict())
-    opts = [optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, model)]
-
-    def step(m, o, x, y):
-        loss = F.cross_entropy(m(x), y)
-        o.zero_grad()
-        loss.backward()
-        o.step()
-        return loss
-
-    jstep = ember.jit(step)
+    ref, model, opts = mlp_twins(backend.name)
+    jstep = ember.jit(train_step)
     x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
     xb, yb = x.to(backend.name), y.to(backend.name)
     for _ in range(2):
-        step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
+        train_step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
     buffers = [p._data for p in model.parameters()]
     copies = []
     monkeypatch.setattr(FusingIntoNumpy, "assign", lambda self, dst, src: copies.append(dst) or np.copyto(dst, src))
     backend.written = []
-    le, lj = step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
+    le, lj = train_step(ref, opts[0], x, y), jstep(model, opts[1], xb, yb)
     assert abs(le.item() - lj.item()) < 1e-6
     for p, q in zip(ref.parameters(), model.parameters()):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6)

@@ -8,19 +8,12 @@ import pytest
 import ember
 from ember import models, optim
 from ember.nn import functional as F
+from jit_helpers import train_step
 
 
 def close(a, b, rtol=1e-5, atol=1e-6):
     np.testing.assert_allclose(np.asarray(a.numpy(), np.float64), np.asarray(b.numpy(), np.float64),
                                rtol=rtol, atol=atol)
-
-
-def train_step(model, opt, x, y):
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    return loss
 
 
 def lm_step(model, opt, idx, targets):

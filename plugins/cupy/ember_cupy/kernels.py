@@ -618,6 +618,34 @@ def max_pool_backward_kernel(dtype) -> Kernel:
 
 
 # ----------------------------------------------------------------------------- batch norm
+def _per_channel_kernel(name, decls, channel) -> Kernel:
+    """One block per channel ``c`` of contiguous (N, C, L) operands, ``IDX(j)`` the index of
+    the channel's element j. ``channel(par, reduce_d, first)`` writes one channel's work:
+    ``par`` heads each loop over its elements, ``reduce_d(v)`` sums a double across the loop's
+    threads, ``first`` holds in one thread. The device shares the loops among a block's
+    threads; the host harness runs them in one."""
+    sig = _sig(decls)
+    device = channel("long long j = threadIdx.x; j < N * L; j += blockDim.x",
+                     lambda v: f"ember_block_reduce({v}, shm_d, ember_add())", "threadIdx.x == 0")
+    host = channel("long long j = 0; j < N * L; ++j", lambda v: v, "true")
+    body = _reducers() + f"""
+#define IDX(j) (((j) / L * C + c) * L + (j) % L)
+extern "C" __global__ void {name}(long long C, {sig}) {{
+  __shared__ double shm_d[{BLOCK}];
+  for (long long c = blockIdx.x; c < C; c += gridDim.x) {{
+{device}  }}
+}}
+#ifdef EMBER_HOST_HARNESS
+extern "C" void {name}_host(long long C, {sig}) {{
+  for (long long c = 0; c < C; ++c) {{
+{host}  }}
+}}
+#endif
+#undef IDX
+"""
+    return blocks_kernel(name, decls, body)
+
+
 def batch_norm_kernel(dtype, has_weight: bool, has_bias: bool) -> Kernel:
     """Batch norm in training mode, one block per channel c of contiguous x (N, C, L): mean and
     biased variance in double (two passes; the mean rounded to the dtype before centering, as
@@ -631,7 +659,6 @@ def batch_norm_kernel(dtype, has_weight: bool, has_bias: bool) -> Kernel:
     decls += [("long long", "N"), ("long long", "L"), ("double", "eps")]
     scale = "(1.0 / sqrt(v + eps))" + (" * (double)w[c]" if has_weight else "")
     shift = "(double)b[c]" if has_bias else "0.0"
-    sig = _sig(decls)
 
     def channel(par, reduce_d, first):
         return f"""    double s = 0.0;
@@ -644,25 +671,7 @@ def batch_norm_kernel(dtype, has_weight: bool, has_bias: bool) -> Kernel:
     for ({par}) y[IDX(j)] = ({t})(((double)x[IDX(j)] - (double)m) * scale + shift);
     if ({first}) {{ mean[c] = m; var[c] = ({t})v; }}
 """
-    device = channel("long long j = threadIdx.x; j < N * L; j += blockDim.x",
-                     lambda v: f"ember_block_reduce({v}, shm_d, ember_add())", "threadIdx.x == 0")
-    host = channel("long long j = 0; j < N * L; ++j", lambda v: v, "true")
-    body = _reducers() + f"""
-#define IDX(j) (((j) / L * C + c) * L + (j) % L)
-extern "C" __global__ void {name}(long long C, {sig}) {{
-  __shared__ double shm_d[{BLOCK}];
-  for (long long c = blockIdx.x; c < C; c += gridDim.x) {{
-{device}  }}
-}}
-#ifdef EMBER_HOST_HARNESS
-extern "C" void {name}_host(long long C, {sig}) {{
-  for (long long c = 0; c < C; ++c) {{
-{host}  }}
-}}
-#endif
-#undef IDX
-"""
-    return blocks_kernel(name, decls, body)
+    return _per_channel_kernel(name, decls, channel)
 
 
 def batch_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
@@ -676,7 +685,6 @@ def batch_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
     decls += [(f"{t}*", "dx"), (f"{t}*", "dw"), (f"{t}*", "db"), ("long long", "N"), ("long long", "L"),
               ("double", "eps")]
     wc = "(double)w[c]" if has_weight else "1.0"
-    sig = _sig(decls)
 
     def channel(par, reduce_d, first):
         return f"""    double m = (double)mean[c], rs = 1.0 / sqrt((double)var[c] + eps);
@@ -689,25 +697,7 @@ def batch_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
     for ({par}) dx[IDX(j)] = ({t})((double)g[IDX(j)] * k_g - ((double)x[IDX(j)] - m) * k_x - k_0);
     if ({first}) {{ dw[c] = ({t})sgx; db[c] = ({t})sg; }}
 """
-    device = channel("long long j = threadIdx.x; j < N * L; j += blockDim.x",
-                     lambda v: f"ember_block_reduce({v}, shm_d, ember_add())", "threadIdx.x == 0")
-    host = channel("long long j = 0; j < N * L; ++j", lambda v: v, "true")
-    body = _reducers() + f"""
-#define IDX(j) (((j) / L * C + c) * L + (j) % L)
-extern "C" __global__ void {name}(long long C, {sig}) {{
-  __shared__ double shm_d[{BLOCK}];
-  for (long long c = blockIdx.x; c < C; c += gridDim.x) {{
-{device}  }}
-}}
-#ifdef EMBER_HOST_HARNESS
-extern "C" void {name}_host(long long C, {sig}) {{
-  for (long long c = 0; c < C; ++c) {{
-{host}  }}
-}}
-#endif
-#undef IDX
-"""
-    return blocks_kernel(name, decls, body)
+    return _per_channel_kernel(name, decls, channel)
 
 
 # ----------------------------------------------------------------------------- optimizer steps

@@ -18,35 +18,9 @@ pytest.importorskip("ember_numba")
 
 import ember  # noqa: E402
 from ember.backends import numpy_backend as nb  # noqa: E402
+from numba_helpers import close, reference  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def backend():
-    return ember.get_backend("numba")
-
-
-@pytest.fixture(autouse=True)
-def compile_at_once(monkeypatch):
-    """Kernels from the first call (the backend otherwise waits for a shape to repeat), on all
-    threads however small the work (so the parallel loops run parallel)."""
-    from ember_numba import launch
-    monkeypatch.setattr(launch, "HOT", 1)
-    monkeypatch.setattr(launch, "PAR_MIN", 0)
-
-
-@pytest.fixture
-def kernels_always(monkeypatch, backend):
-    """Send everything the kernels cover to them, however small."""
-    from ember_numba import backend as numba_backend, kernels
-    monkeypatch.setattr(numba_backend, "MIN_SIZE", 0)
-    monkeypatch.setattr(numba_backend, "MIN_SIZE_WHERE", 0)
-    monkeypatch.setattr(kernels, "MIN_SIZE", 0)
-
-
-def close(got, want, rtol=1e-5, atol=1e-6):
-    assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape, \
-        (type(got), getattr(got, "dtype", None), getattr(got, "shape", None), want.dtype, want.shape)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+pytestmark = pytest.mark.usefixtures("compile_at_once")
 
 
 # ----------------------------------------------------------------------------- elementwise
@@ -156,13 +130,6 @@ def test_windows_grad_index_add_and_random_bits(backend, kernels_always, rng):
 
 
 # ----------------------------------------------------------------------------- fused ops
-def _reference(name, *args, **params):
-    from ember.fused import FUSED
-    with ember.no_grad():
-        out = FUSED[name](*(None if a is None else ember.tensor(a, backend="numpy") for a in args), **params)
-    return tuple(None if t is None else t.numpy() for t in out) if isinstance(out, tuple) else out.numpy()
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fused_row_ops_on_large_inputs(dtype, backend, rng):
     x = (rng.standard_normal((600, 130)) * 5).astype(dtype)
@@ -171,15 +138,15 @@ def test_fused_row_ops_on_large_inputs(dtype, backend, rng):
     tol = dict(rtol=2e-5, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-11)
     for name in ("softmax", "log_softmax"):
         for dim in (-1, 0):
-            close(backend.fused_impls[name](x, dim=dim), _reference(name, x, dim=dim), **tol)
+            close(backend.fused_impls[name](x, dim=dim), reference(name, x, dim=dim), **tol)
     t = rng.integers(0, 130, 600)
-    close(backend.fused_impls["cross_entropy"](x, t), _reference("cross_entropy", x, t), **tol)
+    close(backend.fused_impls["cross_entropy"](x, t), reference("cross_entropy", x, t), **tol)
     w, b = rng.standard_normal(130).astype(dtype), rng.standard_normal(130).astype(dtype)
     close(backend.fused_impls["layer_norm"](x, w, b, normalized_shape=(130,)),
-          _reference("layer_norm", x, w, b, normalized_shape=(130,)), **tol)
+          reference("layer_norm", x, w, b, normalized_shape=(130,)), **tol)
     for approximate in ("none", "tanh"):
         close(backend.fused_impls["gelu"](x, approximate=approximate),
-              _reference("gelu", x, approximate=approximate), **tol)
+              reference("gelu", x, approximate=approximate), **tol)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -190,45 +157,38 @@ def test_fused_backward_ops_on_large_inputs(dtype, backend, rng):
     tol = dict(rtol=2e-5, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-11)
     for name in ("softmax", "log_softmax"):
         for dim in (-1, 0):
-            y = _reference(name, x, dim=dim)
+            y = reference(name, x, dim=dim)
             close(backend.fused_impls[name + "_backward"](g, y, dim=dim),
-                  _reference(name + "_backward", g, y, dim=dim), **tol)
+                  reference(name + "_backward", g, y, dim=dim), **tol)
     t = rng.integers(0, 130, 600)
     t[::7] = 5
     for ignore_index in (-100, 5):
         args = (np.array(0.7, dtype), x, t)
         close(backend.fused_impls["cross_entropy_backward"](*args, ignore_index=ignore_index),
-              _reference("cross_entropy_backward", *args, ignore_index=ignore_index), **tol)
+              reference("cross_entropy_backward", *args, ignore_index=ignore_index), **tol)
         close(backend.fused_impls["cross_entropy"](x, t, ignore_index=ignore_index),
-              _reference("cross_entropy", x, t, ignore_index=ignore_index), **tol)
+              reference("cross_entropy", x, t, ignore_index=ignore_index), **tol)
     for approximate in ("none", "tanh"):
         close(backend.fused_impls["gelu_backward"](g, x, approximate=approximate),
-              _reference("gelu_backward", g, x, approximate=approximate), **tol)
+              reference("gelu_backward", g, x, approximate=approximate), **tol)
     w, b = rng.standard_normal(130).astype(dtype), rng.standard_normal(130).astype(dtype)
     # float32: the parameters' gradients add 600 rows (the kernel in float64, NumPy pairwise)
     ptol = dict(rtol=1e-4, atol=1e-3) if dtype == "float32" else tol
     for weight, bias in ((w, b), (None, None), (w, None)):
         got = backend.fused_impls["layer_norm_backward"](g, x, weight, bias, normalized_shape=(130,))
-        want = _reference("layer_norm_backward", g, x, weight, bias, normalized_shape=(130,))
+        want = reference("layer_norm_backward", g, x, weight, bias, normalized_shape=(130,))
         for i, (gv, wv) in enumerate(zip(got, want)):
             assert (gv is None) == (wv is None)
             if gv is not None:
                 close(gv, wv, **(tol if i == 0 else ptol))
 
 
-def test_eager_training_runs_the_fused_kernels(monkeypatch, rng):
+def test_eager_training_runs_the_fused_kernels(launches, rng):
     """F.cross_entropy in an eager training step runs the numba cross-entropy kernels, forward
     and backward, and the step computes what the NumPy reference computes."""
     from ember import models, optim
     from ember.nn import functional as F
-    from ember_numba import fused as numba_fused, launch
-    ran = []
-    real_run = launch.run
-
-    def counting_run(fn, work, *args):
-        ran.append(fn)
-        return real_run(fn, work, *args)
-    monkeypatch.setattr(launch, "run", counting_run)
+    from ember_numba import fused as numba_fused
     x = rng.standard_normal((64, 30)).astype(np.float32)
     y = rng.integers(0, 10, 64)
     losses, grads = {}, {}
@@ -246,8 +206,8 @@ def test_eager_training_runs_the_fused_kernels(monkeypatch, rng):
             opt.step()
             losses[name].append(loss.item())
         grads[name] = [p.grad.numpy() for p in model.parameters()]
-    assert ran.count(numba_fused.cross_entropy_rows) == 3
-    assert ran.count(numba_fused.cross_entropy_backward_rows) == 3
+    assert launches.count(numba_fused.cross_entropy_rows) == 3
+    assert launches.count(numba_fused.cross_entropy_backward_rows) == 3
     np.testing.assert_allclose(losses["numba"], losses["numpy"], rtol=1e-5)
     for gn, gr in zip(grads["numba"], grads["numpy"]):
         close(gn, gr, rtol=1e-4, atol=1e-6)

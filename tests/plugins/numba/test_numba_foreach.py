@@ -11,35 +11,11 @@ import ember  # noqa: E402
 from ember import fused  # noqa: E402
 from ember.optim.functional import CASES, fused_mismatches  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("compile_at_once")
+
 FOREACH = ("sgd_step_foreach", "adam_step_foreach", "rmsprop_step_foreach")
 #: a weight above one task (CHUNK elements), a bias, a matrix split unevenly, a scalar-sized tail
 SHAPES = [(300, 257), (257,), (129, 130), (1,)]
-
-
-@pytest.fixture(scope="module")
-def backend():
-    return ember.get_backend("numba")
-
-
-@pytest.fixture(autouse=True)
-def compile_at_once(monkeypatch):
-    """Kernels from the first call, on all threads however small the work."""
-    from ember_numba import launch
-    monkeypatch.setattr(launch, "HOT", 1)
-    monkeypatch.setattr(launch, "PAR_MIN", 0)
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    from ember_numba import launch
-    ran = []
-    real = launch.run
-
-    def counting(fn, work, *args):
-        ran.append(fn)
-        return real(fn, work, *args)
-    monkeypatch.setattr(launch, "run", counting)
-    return ran
 
 
 def _state(rule, hyper, shape, dtype, rng, first=False):

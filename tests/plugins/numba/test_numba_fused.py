@@ -10,32 +10,9 @@ pytest.importorskip("ember_numba")
 
 import ember  # noqa: E402
 import ember.nn.functional as F  # noqa: E402
-from ember.fused import FUSED  # noqa: E402
+from numba_helpers import close, reference  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def backend():
-    return ember.get_backend("numba")
-
-
-@pytest.fixture(autouse=True)
-def compile_at_once(monkeypatch):
-    """Kernels from the first call, on all threads however small the work."""
-    from ember_numba import launch
-    monkeypatch.setattr(launch, "HOT", 1)
-    monkeypatch.setattr(launch, "PAR_MIN", 0)
-
-
-def _reference(name, *args, **params):
-    with ember.no_grad():
-        out = FUSED[name](*(None if a is None else ember.tensor(a, backend="numpy") for a in args), **params)
-    return tuple(None if t is None else t.numpy() for t in out) if isinstance(out, tuple) else out.numpy()
-
-
-def close(got, want, rtol=1e-5, atol=1e-6):
-    assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape, \
-        (type(got), getattr(got, "dtype", None), getattr(got, "shape", None), want.dtype, want.shape)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+pytestmark = pytest.mark.usefixtures("compile_at_once")
 
 
 POOLS = [dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
@@ -53,10 +30,10 @@ def test_max_pool_kernels_match_the_reference(backend, rng, dtype, params):
     neg = (-np.abs(rng.standard_normal(ties.shape)) - 10).astype(dtype)
     for x in (ties, neg):
         out = backend.fused_impls["max_pool2d"](x, **params)
-        close(out, _reference("max_pool2d", x, **params), rtol=0, atol=0)
+        close(out, reference("max_pool2d", x, **params), rtol=0, atol=0)
         g = rng.standard_normal(out.shape).astype(dtype)
         close(backend.fused_impls["max_pool2d_backward"](g, x, **params),
-              _reference("max_pool2d_backward", g, x, **params))
+              reference("max_pool2d_backward", g, x, **params))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -71,12 +48,12 @@ def test_batch_norm_kernels_match_the_reference(backend, rng, dtype, shape):
     tol = dict(rtol=1e-4, atol=2e-6 * n ** 0.5 * 10) if dtype == "float32" else dict(rtol=1e-10, atol=1e-11)
     for weight, bias in ((w, b), (None, None), (None, b)):
         got = backend.fused_impls["batch_norm"](x, weight, bias, eps=1e-5)
-        want = _reference("batch_norm", x, weight, bias, eps=1e-5)
+        want = reference("batch_norm", x, weight, bias, eps=1e-5)
         for gv, wv in zip(got, want):
             close(gv, wv, **tol)
         mean, var = want[1:]
         got = backend.fused_impls["batch_norm_backward"](g, x, weight, bias, mean, var, eps=1e-5)
-        want = _reference("batch_norm_backward", g, x, weight, bias, mean, var, eps=1e-5)
+        want = reference("batch_norm_backward", g, x, weight, bias, mean, var, eps=1e-5)
         for gv, wv in zip(got, want):
             assert (gv is None) == (wv is None)
             if gv is not None:
@@ -85,8 +62,8 @@ def test_batch_norm_kernels_match_the_reference(backend, rng, dtype, shape):
 
 def test_other_dtypes_take_the_reference(backend):
     x = np.arange(2 * 3 * 4 * 4).reshape(2, 3, 4, 4).astype(np.float16)
-    close(backend.fused_impls["max_pool2d"](x, kernel_size=2), _reference("max_pool2d", x, kernel_size=2))
-    close(backend.fused_impls["batch_norm"](x, None, None)[0], _reference("batch_norm", x, None, None)[0],
+    close(backend.fused_impls["max_pool2d"](x, kernel_size=2), reference("max_pool2d", x, kernel_size=2))
+    close(backend.fused_impls["batch_norm"](x, None, None)[0], reference("batch_norm", x, None, None)[0],
           rtol=2e-3, atol=2e-3)
 
 
@@ -96,20 +73,13 @@ def _cnn(nn):
                          nn.Flatten(), nn.Linear(8 * 3 * 3, 10))
 
 
-def test_eager_cnn_training_runs_the_kernels(monkeypatch, rng):
+def test_eager_cnn_training_runs_the_kernels(launches, rng):
     """Each step: two batch-norm and two max-pool kernels forward (the 2x2 one and the general
     one), their backward kernels;
     losses, gradients and running statistics are the NumPy reference's."""
     import ember.nn as nn
     from ember import optim
-    from ember_numba import fused as numba_fused, launch
-    ran = []
-    real_run = launch.run
-
-    def counting_run(fn, work, *args):
-        ran.append(fn)
-        return real_run(fn, work, *args)
-    monkeypatch.setattr(launch, "run", counting_run)
+    from ember_numba import fused as numba_fused
     x = rng.standard_normal((16, 3, 12, 12)).astype(np.float32)
     y = rng.integers(0, 10, 16)
     results = {}
@@ -129,10 +99,10 @@ def test_eager_cnn_training_runs_the_kernels(monkeypatch, rng):
         results[name] = (losses, [p.grad.numpy() for p in model.parameters()],
                          [b.numpy() for b in model.buffers() if b.dtype.is_floating_point])
     for kernel in (numba_fused.batch_norm_channels, numba_fused.batch_norm_backward_channels):
-        assert ran.count(kernel) == 6, kernel
+        assert launches.count(kernel) == 6, kernel
     for kernel in (numba_fused.max_pool_2x2_planes, numba_fused.max_pool_2x2_backward_planes,    # MaxPool2d(2)
                    numba_fused.max_pool_planes, numba_fused.max_pool_backward_planes):         # the other
-        assert ran.count(kernel) == 3, kernel
+        assert launches.count(kernel) == 3, kernel
     (want_l, want_g, want_b), (got_l, got_g, got_b) = results["numpy"], results["numba"]
     np.testing.assert_allclose(got_l, want_l, rtol=1e-5)
     for got, want in zip(got_g + got_b, want_g + want_b):

@@ -15,12 +15,7 @@ pytest.importorskip("ember_numba")
 
 import ember  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def compile_at_once(monkeypatch):
-    from ember_numba import launch
-    monkeypatch.setattr(launch, "HOT", 1)
-    monkeypatch.setattr(launch, "PAR_MIN", 0)
+pytestmark = pytest.mark.usefixtures("compile_at_once")
 
 
 def _run_both(f, arrays):
@@ -180,11 +175,21 @@ def _sgd_mlp(backend, momentum):
     return model, opt, step
 
 
+def _same_as_four_reference_steps(loss, model, x, y, momentum):
+    """``loss`` and ``model``'s parameters after four jitted steps are those of four eager
+    steps of the same MLP on NumPy."""
+    ref_model, _, ref_step = _sgd_mlp("numpy", momentum)
+    xr, yr = ember.tensor(x), ember.tensor(y)
+    want = [ref_step(xr, yr).item() for _ in range(4)][-1]
+    assert abs(loss - want) < 1e-5
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_parameters_are_updated_in_place_without_copies(momentum, monkeypatch):
     x, y = normal(16, 20), R.integers(0, 4, 16)
     model, opt, step = _sgd_mlp("numba", momentum)
-    ref_model, _, ref_step = _sgd_mlp("numpy", momentum)
     jstep = ember.jit(step)
     xt, yt = ember.tensor(x, backend="numba"), ember.tensor(y, backend="numba")
     for _ in range(3):
@@ -198,11 +203,7 @@ def test_parameters_are_updated_in_place_without_copies(momentum, monkeypatch):
     assert len(program.donations) >= len(buffers)          # parameters (and momentum buffers)
     assert copies == []                                    # no copy after the kernels
     assert all(p._data is b for p, b in zip(model.parameters(), buffers))
-    xr, yr = ember.tensor(x), ember.tensor(y)
-    want = [ref_step(xr, yr).item() for _ in range(4)][-1]
-    assert abs(loss - want) < 1e-5
-    for p, q in zip(model.parameters(), ref_model.parameters()):
-        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    _same_as_four_reference_steps(loss, model, x, y, momentum)
 
 
 def test_a_destination_the_kernel_cannot_write_is_copied_into_instead():
@@ -226,7 +227,6 @@ def test_compiled_groups_write_into_planned_buffers():
     from ember.jit.numpy_runner import NumpyProgram
     x, y = normal(16, 20), R.integers(0, 4, 16)
     model, opt, step = _sgd_mlp("numba", 0.9)
-    ref_model, _, ref_step = _sgd_mlp("numpy", 0.9)
     jstep = ember.jit(step)
     xt, yt = ember.tensor(x, backend="numba"), ember.tensor(y, backend="numba")
     for _ in range(3):
@@ -247,11 +247,7 @@ def test_compiled_groups_write_into_planned_buffers():
     loss = jstep(xt, yt).item()
     assert any(any(w is b for b in program.buffers) for w in written)       # pooled
     assert any(any(w is p._data for p in model.parameters()) for w in written)  # donated
-    xr, yr = ember.tensor(x), ember.tensor(y)
-    want = [ref_step(xr, yr).item() for _ in range(4)][-1]
-    assert abs(loss - want) < 1e-5
-    for p, q in zip(model.parameters(), ref_model.parameters()):
-        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    _same_as_four_reference_steps(loss, model, x, y, 0.9)
 
 
 def test_a_reduce_kernel_writes_into_a_destination_it_can_use():
