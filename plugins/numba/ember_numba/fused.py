@@ -77,6 +77,20 @@ def _row_max_sumexp(x, base, c_n):
     return m, s
 
 
+@numba.njit(inline="always", **JIT)
+def _row_mean_rstd(x, base, c_n, C, eps):
+    """(mean, 1 / sqrt(biased variance + eps)) of one row, two passes (as the reference)."""
+    s = 0.0
+    for c in range(c_n):
+        s += x[base + c]
+    mean = s / C
+    q = 0.0
+    for c in range(c_n):
+        d = x[base + c] - mean
+        q += d * d
+    return mean, 1.0 / math.sqrt(q / C + eps)
+
+
 @numba.njit(parallel=True, **JIT)
 def softmax_rows(x, R, C, log, out):
     """Softmax (or log-softmax) of each row of a contiguous (R, C) x, shifted by its max."""
@@ -112,15 +126,7 @@ def layer_norm_rows(x, w, b, R, C, eps, has_w, has_b, out):
     c_n = uint64(C)
     for r in prange(R):
         base = uint64(r * C)
-        s = 0.0
-        for c in range(c_n):
-            s += x[base + c]
-        mean = s / C
-        q = 0.0
-        for c in range(c_n):
-            d = x[base + c] - mean
-            q += d * d
-        rstd = 1.0 / math.sqrt(q / C + eps)
+        mean, rstd = _row_mean_rstd(x, base, c_n, C, eps)
         for c in range(c_n):
             v = (x[base + c] - mean) * rstd
             if has_w:
@@ -176,15 +182,7 @@ def layer_norm_backward_rows(x, w, g, R, C, eps, has_w, dx, mean, rstd):
     c_n = uint64(C)
     for r in prange(R):
         base = uint64(r * C)
-        s = 0.0
-        for c in range(c_n):
-            s += x[base + c]
-        mu = s / C
-        q = 0.0
-        for c in range(c_n):
-            d = x[base + c] - mu
-            q += d * d
-        rs = 1.0 / math.sqrt(q / C + eps)
+        mu, rs = _row_mean_rstd(x, base, c_n, C, eps)
         a = 0.0
         b = 0.0
         for c in range(c_n):
