@@ -119,13 +119,12 @@ class NumpyProgram(Program):
     def __init__(self, graph, groups, backend):
         self.assignment, self.buffers, self.scratch = {}, [], {}
         self.kernel_group, self.kernel_outputs = {}, set()
-        self.planned = self.last_planned = False
+        self.planned = False
         same = getattr(backend, "same_as_numpy", frozenset())
         self.numpy_ops = {op for op, impl in backend.impls.items() if impl is nb.IMPLS.get(op) or op in same}
         super().__init__(graph, groups, backend)
 
     def run(self, inputs, captures, rng):
-        self.last_planned = self.planned
         if self.planned:
             return super().run(inputs, captures, rng)
         env = self.start(inputs, captures, rng)
@@ -208,8 +207,3 @@ class NumpyProgram(Program):
                 else:                                    # donated: write into the captured tensor
                     self.emit(_into(v, None, self.impls[v.op], self.scratch), v, args + [self.slot[plan[1].id]])
                 self.calls += v.op not in NO_CALL
-
-    def donated(self, var) -> bool:
-        """Did the last run compute ``var`` straight into the captured tensor it overwrites?"""
-        plan = self.assignment.get(var.id) if self.last_planned else None
-        return plan is not None and plan[0] == "donate"

@@ -709,6 +709,16 @@ def _lerp(t, start, end, weight_name, big) -> str:
     return f"({start} + ({end} - {start}) * {weight_name})"
 
 
+def _step_function(name, t, ptrs, scalars, lines) -> tuple:
+    """(name, source, pointer names, scalar names) of an optimizer's per-element device
+    function ``name(i, ...)`` with body ``lines``; the gradient ``g`` is the one read-only pointer."""
+    args = ", ".join([f"{t}* __restrict__ {n}" if n != "g" else f"const {t}* __restrict__ g" for n in ptrs]
+                     + [f"{t} {s}" for s in scalars])
+    src = guarded(name, f"__host__ __device__ inline void {name}(long long i, {args}) {{\n"
+                        + "\n".join(lines) + "\n}\n")
+    return name, src, ptrs, scalars
+
+
 def adam_body(dtype, *, amsgrad, maximize, weight_decay, decoupled, big_lerp) -> tuple:
     """``__host__ __device__`` Adam/AdamW update of element ``i``, operation for operation as
     ember.optim.functional.adam_step. Returns (function name, source, pointer names, scalar names)."""
@@ -730,11 +740,7 @@ def adam_body(dtype, *, amsgrad, maximize, weight_decay, decoupled, big_lerp) ->
         second = "vmax[i]"
     lines.append(f"  {t} denom = {_fn('sqrtf', dtype)}({second}) / bc2 + eps;")
     lines += ["  m[i] = ea;", "  v[i] = eas;", "  p[i] = param + ea * neg_step / denom;"]
-    args = ", ".join([f"{t}* __restrict__ {n}" if n != "g" else f"const {t}* __restrict__ g" for n in ptrs]
-                     + [f"{t} {s}" for s in scalars])
-    src = guarded(name, f"__host__ __device__ inline void {name}(long long i, {args}) {{\n"
-                        + "\n".join(lines) + "\n}\n")
-    return name, src, ptrs, scalars
+    return _step_function(name, t, ptrs, scalars, lines)
 
 
 def sgd_body(dtype, *, maximize, weight_decay, momentum, dampening, nesterov, first) -> tuple:
@@ -758,11 +764,7 @@ def sgd_body(dtype, *, maximize, weight_decay, momentum, dampening, nesterov, fi
         lines.append("  buf[i] = b;")
         lines.append("  d = d + b * mom;" if nesterov else "  d = b;")
     lines.append("  p[i] = param + d * neg_lr;")
-    args = ", ".join([f"{t}* __restrict__ {n}" if n != "g" else f"const {t}* __restrict__ g" for n in ptrs]
-                     + [f"{t} {s}" for s in scalars])
-    src = guarded(name, f"__host__ __device__ inline void {name}(long long i, {args}) {{\n"
-                        + "\n".join(lines) + "\n}\n")
-    return name, src, ptrs, scalars
+    return _step_function(name, t, ptrs, scalars, lines)
 
 
 def rmsprop_body(dtype, *, maximize, weight_decay, momentum, centered, big_lerp) -> tuple:
@@ -792,11 +794,7 @@ def rmsprop_body(dtype, *, maximize, weight_decay, momentum, centered, big_lerp)
         lines.append("  p[i] = param + b * neg_lr;")
     else:
         lines.append("  p[i] = param + grad * neg_lr / avg;")
-    args = ", ".join([f"{t}* __restrict__ {n}" if n != "g" else f"const {t}* __restrict__ g" for n in ptrs]
-                     + [f"{t} {s}" for s in scalars])
-    src = guarded(name, f"__host__ __device__ inline void {name}(long long i, {args}) {{\n"
-                        + "\n".join(lines) + "\n}\n")
-    return name, src, ptrs, scalars
+    return _step_function(name, t, ptrs, scalars, lines)
 
 
 BODIES = {"adam_step": adam_body, "sgd_step": sgd_body, "rmsprop_step": rmsprop_body}

@@ -23,6 +23,8 @@ import numpy as np
 
 from ember.backends import numpy_backend as nb
 
+from .launch import threads
+
 MIN_FLOPS = 1 << 24          # ~0.1 ms on one core: below it a second thread cannot pay
 BLOCK = 128                  # rows or columns per block at least (narrower ones starve the GEMM kernel)
 _POOL: list = []
@@ -38,11 +40,6 @@ def single_threaded() -> str:
     global _LIMIT        # kept alive: the limiter restores the old limits when collected
     _LIMIT = threadpoolctl.threadpool_limits(1, user_api="blas")
     return "1 (products are split across the plugin's threads)"
-
-
-def _threads() -> int:
-    from .launch import thread_count_calls
-    return thread_count_calls()[0]()
 
 
 def _pool(helpers):
@@ -134,7 +131,7 @@ def matmul(a, b):
     BLAS's own threads)."""
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return nb.IMPLS["matmul"](a, b)
-    n = _threads()
+    n = threads()
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:

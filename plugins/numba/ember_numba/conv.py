@@ -40,7 +40,7 @@ from ember.backends import numpy_backend as nb
 
 from .blas import on_demand
 from .kernels import FLOATS, JIT, MIN_SIZE
-from .launch import hot
+from .launch import hot, threads
 
 #: Bytes of columns per chunk (``EMBER_NUMBA_CONV_CHUNK``): in the last-level cache with room
 #: for the GEMM's other operands.
@@ -177,7 +177,7 @@ class Chunks:
         self.n, self.o, self.ckk = n, w_shape[0], c * kh * kw
         self.p = self.geo[-2] * self.geo[-1]
         self.dtype = np.dtype(dtype)
-        self.threads = numba.get_num_threads()
+        self.threads = threads()
         per_sample = max(self.ckk * self.p * self.dtype.itemsize, 1)
         by_cache = max(1, CHUNK_BYTES // per_sample)
         by_threads = -(-n // (CHUNKS_PER_THREAD * self.threads))    # enough chunks to share out evenly

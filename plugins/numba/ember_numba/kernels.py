@@ -26,7 +26,7 @@ from numba import prange, uint32, uint64
 from ember.backends import numpy_backend as nb
 
 from .blas import matmul
-from .launch import hot, run
+from .launch import hot, run, threads
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: Elements from which these kernels run instead of the reference (``EMBER_NUMBA_MIN_SIZE``
@@ -34,10 +34,6 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 MIN_SIZE = int(os.environ.get("EMBER_NUMBA_MIN_SIZE", 4096))
 REASSOC = {"reassoc"}        # lets LLVM vectorize a sum (it reorders the additions)
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-
-
-def _threads() -> int:
-    return numba.get_num_threads()
 
 
 def _contiguous_float(*arrays) -> bool:
@@ -153,7 +149,7 @@ def _sum(x, axes, keepdims=False):
         return nb.IMPLS["sum"](x, tuple(axes), keepdims)
     A, B, C = pattern
     flat = x.reshape(-1)
-    t = _threads()
+    t = threads()
     if B == 1:
         P = max(1, min(4 * t, x.size // 4096))
         out = np.empty(P, np.float64)

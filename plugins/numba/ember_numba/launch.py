@@ -56,8 +56,8 @@ def hot(key, work=0) -> bool:
 
 
 def threads() -> int:
-    import numba
-    return numba.get_num_threads()
+    """numba's thread count for the calling thread (see :func:`thread_count_calls`)."""
+    return (_COUNT[0] if _COUNT else thread_count_calls())[0]()
 
 
 class ThreadChoice:
