@@ -86,31 +86,22 @@ def library_kernels(exhaustive: bool = False) -> list:
 
 # ----------------------------------------------------------------------------- model steps
 def _mlp(nn):
-    return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    from ember.models import MLP
+    return MLP(784, (128, 128), 10)
 
 
 def _cnn(nn):
     """A small ResNet-style network: the layer kinds of ResNet-18 (conv, batch norm, ReLU,
-    residual add with a projection shortcut, max pool, global average pool, linear)."""
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            out = self.bn1(self.conv1(x)).relu()
-            return (self.bn2(self.conv2(out)) + self.short(x)).relu()
+    residual add with a projection shortcut — ember.models' own BasicBlock —, max pool,
+    global average pool, linear)."""
+    from ember.models.resnet import BasicBlock
 
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
             self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
                                       nn.MaxPool2d(2))
-            self.block = Block(8, 16, 2)
+            self.block = BasicBlock(8, 16, 2)
             self.fc = nn.Linear(16, 10)
 
         def forward(self, x):
