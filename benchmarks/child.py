@@ -38,6 +38,15 @@ def pin_threads(n):
         return None
     global _LIMITS
     _LIMITS = threadpoolctl.threadpool_limits(n)
+    return pools()
+
+
+def pools():
+    """The thread pools loaded now and their sizes (threadpoolctl), for the report."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
     return [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer", "architecture",
                                    "filepath")} for p in threadpoolctl.threadpool_info()]
 
@@ -75,15 +84,20 @@ def measure_steps(step, fw, steps, warmup, max_seconds):
 
 
 def load(args):
-    """Import the framework (or the GEMM library), then pin every pool it brought."""
+    """Pin every pool to ``args.threads``, then import the framework (or the GEMM library).
+
+    Pinning comes first so that a backend may choose less within the budget and keep its
+    choice: ember-numba runs BLAS on one thread and splits products itself (its blas.py);
+    pinning afterwards would turn that into nested threading no user would run."""
     from benchmarks import workloads as W
+    pin_threads(args.threads)
     if args.framework == "gemm":
         lib = importlib.import_module(args.backend)
         if args.backend == "torch":
             lib.set_num_threads(args.threads)
-        return None, pin_threads(args.threads)
+        return None, pools()
     fw = W.FRAMEWORKS[args.framework](args.backend, args.threads)
-    return fw, pin_threads(args.threads)
+    return fw, pools()
 
 
 def torch_build(torch):

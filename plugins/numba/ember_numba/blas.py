@@ -1,33 +1,141 @@
-"""Matrix products on NumPy's BLAS, always called single-threaded, split across the plugin's
-threads by the plugin itself.
+"""Matrix products on NumPy's BLAS, and who runs BLAS's threads.
 
-Why never BLAS's own threads: OpenBLAS's workers spin for a while after each product,
-waiting for the next one. On a machine with few cores they then take the cores from
-everything that runs next — numba's kernels, the convolution's chunk threads: a 0.2 ms matrix
-product before a 2.6 ms convolution made the pair take 3.9-5.1 ms (the 2-core development
-machine, idle otherwise). And on a busy machine OpenBLAS splits a product into equal parts
-and waits for the slowest, whose thread may not be scheduled at all (GEMMs of 1-100 ms took
-2-30 times longer on two threads than on one).
+There are two ways to put all cores on one product:
 
-So the plugin sets BLAS to one thread when it loads (:func:`single_threaded`) and runs each
-product of at least :data:`MIN_FLOPS` as blocks — of columns, of rows, or of a stack of
-matrices — that the calling thread and helper threads take on demand (:func:`on_demand`),
-each block one single-threaded BLAS call. A thread the machine does not schedule takes no
-block; the caller waits only for blocks already started.
+1. **BLAS's own threads.** The fastest for a lone product: its workers are awake when the
+   product comes (W1's 128x784 @ 784x512 in 263 µs on two threads, against 315 µs the other
+   way, on the 2-core development machine). But OpenBLAS's workers then spin for 2^28 cycles
+   (~0.1 s) waiting for the next product, and on a machine with few cores they take the cores
+   from whatever runs next: numba's kernels, the convolutions' chunk threads (a LeNet training
+   step took 22 ms instead of 13.5).
+2. **One-thread BLAS calls on blocks** of the product — of columns, of rows, or of a stack of
+   matrices — that the calling thread and helper threads take on demand (:func:`on_demand`,
+   :func:`shared_matmul`). Nothing spins, but waking a helper and waiting for it costs
+   ~50 µs a product.
+
+OpenBLAS reads how long its workers spin (``OPENBLAS_THREAD_TIMEOUT``: 2 to that power of
+cycles) when it starts them. Where NumPy's BLAS is an OpenBLAS on pthreads that exports the
+entry points to read its environment again and to stop its threads, :func:`configure` does
+that once with :data:`SPIN` (the workers restart with the short timeout on the next product)
+and takes way 1 ("blas" mode): products of at least :data:`MIN_FLOPS` run on one BLAS thread
+or all, whichever :class:`~ember_numba.launch.ThreadChoice` measured faster (on a busy
+machine a product on all threads waits for the one that is not scheduled). Convolutions run
+their chunks on the plugin's threads, so they set BLAS to one thread while they run
+(:func:`one_thread`). Anywhere else (MKL, Accelerate, another OpenBLAS) it takes way 2
+("split" mode): BLAS is set to one thread for good and products are split as blocks.
+``EMBER_NUMBA_BLAS=split`` chooses way 2 everywhere.
+Measured with both on the development machine: W1 steps 1.45-1.55 ms ("blas") against
+1.85-1.98 ms ("split"), W2 13.2-13.5 against 13.6-13.9 ms, W3 the same.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import threading
+import time
 
 import numpy as np
 
 from ember.backends import numpy_backend as nb
 
-from .launch import threads
+from .launch import ThreadChoice, threads
 
 MIN_FLOPS = 1 << 24          # ~0.1 ms on one core: below it a second thread cannot pay
 BLOCK = 128                  # rows or columns per block at least (narrower ones starve the GEMM kernel)
+#: How long OpenBLAS's idle workers spin before they sleep, as ``OPENBLAS_THREAD_TIMEOUT``
+#: (2**SPIN cycles, ~0.1 ms): enough to bridge the kernels between the products of one
+#: backward pass, short enough not to take a core from the work that follows.
+SPIN = 18
 _POOL: list = []
+#: What :func:`configure` chose: the mode, the thread count, and ("blas" mode) the BLAS
+#: libraries loaded then (their files and thread-count setters) and the spin.
+STATE = {"mode": None, "threads": 1, "setters": [], "libraries": [], "spin": None}
+PRODUCT_THREADS = ThreadChoice()
+
+
+def _symbol(dynlib, name):
+    """``name`` in ``dynlib``, under the names NumPy's wheels give OpenBLAS's API
+    (``scipy_..._64_``); the internals keep theirs."""
+    for pre in ("", "scipy_"):
+        for post in ("", "64_", "_64"):
+            found = getattr(dynlib, pre + name + post, None)
+            if found is not None:
+                return found
+    return None
+
+
+def _openblas_handles():
+    """The thread-count setter and the restart entry points of each OpenBLAS (pthreads) loaded
+    in this process, or None when one of them lacks them (then "split" mode)."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
+    found = []
+    for lib in threadpoolctl.ThreadpoolController().lib_controllers:
+        if lib.user_api != "blas":
+            continue
+        if lib.internal_api != "openblas" or lib.threading_layer != "pthreads":
+            return None
+        setter = _symbol(lib.dynlib, "openblas_set_num_threads")
+        read_env = getattr(lib.dynlib, "openblas_read_env", None)
+        stop = getattr(lib.dynlib, "blas_thread_shutdown_", None)
+        if setter is None or read_env is None or stop is None:
+            return None
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+        found.append((setter, read_env, stop, lib.filepath))
+    return found or None
+
+
+def _shorten_spin(handles):
+    """Restart each OpenBLAS's workers with a spin of 2**SPIN cycles (the user's
+    ``OPENBLAS_THREAD_TIMEOUT`` wins). The variable is set only while OpenBLAS reads it.
+    Called once, when the plugin loads, before any product of the plugin's runs."""
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        return os.environ["OPENBLAS_THREAD_TIMEOUT"] + " (the user's)"
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(SPIN)
+    try:
+        for _, read_env, stop, _ in handles:
+            read_env()
+            stop()           # what OpenBLAS's own fork handler does; threads restart on demand
+    finally:
+        del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+    return str(SPIN)
+
+
+def configure(n: int) -> str:
+    """Give BLAS ``n`` threads the way this BLAS allows (see the module doc); returns what was
+    done, for ``capabilities().notes``."""
+    handles = _openblas_handles() if os.environ.get("EMBER_NUMBA_BLAS", "") != "split" else None
+    STATE["threads"] = n
+    if handles:
+        if STATE["spin"] is None:
+            STATE["spin"] = _shorten_spin(handles)
+        STATE["mode"], STATE["setters"], STATE["libraries"] = "blas", [h[0] for h in handles], [h[3] for h in handles]
+        _set(n)
+        return f"{n} (OpenBLAS's threads, spin 2**{STATE['spin']} cycles; one inside convolutions)"
+    STATE["mode"] = "split"
+    return single_threaded()
+
+
+def _set(n):
+    for setter in STATE["setters"]:
+        setter(n)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """BLAS on one thread inside the block ("blas" mode; in "split" mode it always is): for
+    work that runs its own one-thread BLAS calls on the plugin's threads."""
+    if STATE["mode"] != "blas" or STATE["threads"] <= 1:
+        yield
+        return
+    _set(1)
+    try:
+        yield
+    finally:
+        _set(STATE["threads"])
 
 
 def single_threaded() -> str:
@@ -125,17 +233,19 @@ def shared_matmul(a, b, threads):
 
 
 def matmul(a, b):
-    """``np.matmul(a, b)`` (the reference), on all of the plugin's threads for products of at
-    least :data:`MIN_FLOPS`: 2-d ones as column (or row) blocks, stacked ones as blocks of the
-    stack, each block one single-threaded BLAS call (see the module doc for why never
-    BLAS's own threads)."""
+    """``np.matmul(a, b)`` (the reference). Products of at least :data:`MIN_FLOPS` go on all
+    threads: in "blas" mode on BLAS's own (or on one, where that measured faster), in "split"
+    mode as blocks of one-thread BLAS calls (2-d products as column or row blocks, stacked ones
+    as blocks of the stack)."""
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return nb.IMPLS["matmul"](a, b)
-    n = threads()
+    n = STATE["threads"] if STATE["mode"] == "blas" else threads()
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
         return nb.IMPLS["matmul"](a, b)
+    if STATE["mode"] == "blas":
+        return _on_blas_threads(a, b)
     if a.ndim == 2 and b.ndim == 2:
         return shared_matmul(a, b, n)
     out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, cols), a.dtype)
@@ -144,4 +254,17 @@ def matmul(a, b):
     edges = [o3.shape[0] * i // n for i in range(n + 1)]
     on_demand(n, n, lambda i: np.matmul(a3[edges[i]:edges[i + 1]], b3[edges[i]:edges[i + 1]],
                                         out=o3[edges[i]:edges[i + 1]]))
+    return out
+
+
+def _on_blas_threads(a, b):
+    """``a @ b`` on BLAS's threads, or on one where PRODUCT_THREADS measured that faster."""
+    one, explore, st = PRODUCT_THREADS.choose((a.shape, b.shape, a.strides, b.strides, a.dtype.num))
+    t0 = time.perf_counter()
+    if one:
+        with one_thread():
+            out = np.matmul(a, b)
+    else:
+        out = np.matmul(a, b)
+    PRODUCT_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return out

@@ -38,7 +38,7 @@ from numba import uint64
 
 from ember.backends import numpy_backend as nb
 
-from .blas import on_demand
+from .blas import on_demand, one_thread
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import hot, threads
 
@@ -168,8 +168,9 @@ def _geometry(x_shape, w_shape, stride, padding, dilation):
 class Chunks:
     """The batch of one convolution cut into chunks of ``m`` samples, and the per-chunk steps
     the three primitives share. :meth:`run` hands the chunks to the threads on demand; each
-    chunk runs on one thread (one-thread kernels, BLAS single-threaded as always here), so threads never wait for
-    each other inside a chunk, and a thread the machine does not schedule takes no chunk."""
+    chunk runs on one thread (one-thread kernels; BLAS is set to one thread while they run),
+    so threads never wait for each other inside a chunk, and a thread the machine does not
+    schedule takes no chunk."""
 
     def __init__(self, x_shape, w_shape, stride, padding, dilation, dtype):
         self.geo = _geometry(x_shape, w_shape, stride, padding, dilation)
@@ -190,7 +191,8 @@ class Chunks:
         def chunk(i):
             n0 = i * self.m
             work(n0, min(self.m, self.n - n0))
-        on_demand(self.count, self.threads, chunk)
+        with one_thread():          # each chunk makes its own one-thread BLAS calls
+            on_demand(self.count, self.threads, chunk)
 
     def cols(self, m):
         """This thread's column buffer for ``m`` samples: (CKK, m*P)."""

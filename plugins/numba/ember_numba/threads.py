@@ -9,8 +9,9 @@ threads launch kernels at once (ember's DataLoader prefetches in a thread); work
 fallback where numba has no OpenMP. Whatever the user set in the environment wins.
 
 Thread count: ``EMBER_NUM_THREADS`` (else numba's default, the number of cores) for numba's
-kernels and for the blocks blas.py splits matrix products into; BLAS itself is set to one
-thread (blas.py says why). :func:`set_num_threads` changes it later.
+kernels and for matrix products (blas.py: on BLAS's own threads with their spin shortened, or,
+where that cannot be done, BLAS on one thread and products split by the plugin).
+:func:`set_num_threads` changes it later.
 
 The variables are set only while numba starts its threads and removed again afterwards
 (:data:`STATE` records what was set): a process this one starts — a benchmark's PyTorch, a
@@ -74,8 +75,8 @@ def configure() -> dict:
 
 
 def set_num_threads(n: int, blas: bool = True) -> int:
-    """Use ``n`` threads in numba's kernels (at most the pool's size) and matrix products, and
-    (with ``blas``) keep BLAS itself on one thread. Returns the numba thread count now in force.
+    """Use ``n`` threads in numba's kernels (at most the pool's size) and (with ``blas``) in
+    matrix products (:func:`ember_numba.blas.configure`). Returns the numba thread count now in force.
 
     numba keeps the count per calling thread; ember calls its kernels from the thread that
     set it, which is also what a training loop does.
@@ -85,8 +86,8 @@ def set_num_threads(n: int, blas: bool = True) -> int:
     numba.set_num_threads(n)
     STATE["threads"] = n
     if blas:
-        from .blas import single_threaded
-        STATE["blas_threads"] = single_threaded()     # blas.py splits products over the n threads
+        from .blas import configure
+        STATE["blas_threads"] = configure(n)          # blas.py: BLAS's threads or its own split
     return n
 
 

@@ -330,14 +330,6 @@ def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
     assert sum(uses[-500:]) <= 5                  # now all threads, re-checking one now and then
 
 
-def test_shared_gemm_matches_numpy(rng):
-    from ember_numba import blas
-    a = rng.standard_normal((70, 300)).astype(np.float32)
-    b = rng.standard_normal((300, 2000)).astype(np.float32)
-    close(blas.shared_matmul(a, b, 3), a @ b, rtol=1e-4, atol=1e-4)
-    close(blas.shared_matmul(b.T, a.T, 2), b.T @ a.T, rtol=1e-4, atol=1e-4)    # transposed views
-
-
 # ----------------------------------------------------------------------------- examples
 @pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "blas", "fused", "jit"])
 def test_docstring_examples(name):

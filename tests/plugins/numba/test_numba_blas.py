@@ -1,0 +1,128 @@
+"""ember-numba's matrix products (blas.py): both ways of threading them give NumPy's results,
+"blas" mode really shortens OpenBLAS's spinning, convolutions get one-thread BLAS, and
+``EMBER_NUMBA_BLAS=split`` takes the other way."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+pytest.importorskip("ember_numba")
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+import ember  # noqa: E402
+from numba_helpers import close  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def blas():
+    ember.get_backend("numba")              # loading the plugin configures BLAS
+    from ember_numba import blas
+    return blas
+
+
+def blas_threads():
+    """Thread counts of the BLAS libraries the plugin configured (a test may load another)."""
+    from ember_numba import blas
+    mine = blas.STATE["libraries"]
+    return [p["num_threads"] for p in threadpoolctl.threadpool_info()
+            if p["user_api"] == "blas" and (not mine or p["filepath"] in mine)]
+
+
+def needs_blas_mode(blas):
+    if blas.STATE["mode"] != "blas" or blas.STATE["threads"] < 2:
+        pytest.skip(f"BLAS here: mode {blas.STATE['mode']!r}, {blas.STATE['threads']} thread(s)")
+
+
+def test_the_mode_and_thread_count_are_reported(blas):
+    notes = ember.get_backend("numba").capabilities().notes
+    assert blas.STATE["mode"] in ("blas", "split")
+    assert notes["blas_threads"].startswith(str(blas.STATE["threads"] if blas.STATE["mode"] == "blas" else 1))
+
+
+@pytest.mark.parametrize("sa,sb", [((128, 784), (784, 512)), ((300, 70), (70, 2000)), ((4, 96, 200), (200, 160))],
+                         ids=str)
+def test_products_above_the_threshold_match_numpy(blas, rng, sa, sb):
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    assert 2 * a.size * sb[-1] >= blas.MIN_FLOPS
+    for _ in range(3):                          # the first calls try one thread, then all
+        close(blas.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    close(blas.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)), b.swapaxes(-1, -2) @ a.swapaxes(-1, -2),
+          rtol=1e-4, atol=1e-4)
+
+
+def test_shared_gemm_matches_numpy(blas, rng):
+    a = rng.standard_normal((70, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 2000)).astype(np.float32)
+    close(blas.shared_matmul(a, b, 3), a @ b, rtol=1e-4, atol=1e-4)
+    close(blas.shared_matmul(b.T, a.T, 2), b.T @ a.T, rtol=1e-4, atol=1e-4)    # transposed views
+
+
+def test_one_thread_sets_blas_to_one_thread_and_back(blas):
+    needs_blas_mode(blas)
+    before = blas_threads()
+    with blas.one_thread():
+        assert set(blas_threads()) == {1}
+    assert blas_threads() == before == [blas.STATE["threads"]] * len(before)
+    with pytest.raises(KeyError), blas.one_thread():
+        raise KeyError("an error inside still restores the count")
+    assert blas_threads() == before
+
+
+def test_openblas_workers_stop_spinning_soon_after_a_product(blas):
+    """OpenBLAS's default: the workers spin ~0.1 s after each product (the process burns
+    ~100 ms of CPU while its main thread sleeps). After configure(): ~2**18 cycles."""
+    needs_blas_mode(blas)
+    if not blas.STATE["spin"].isdigit():
+        pytest.skip("OPENBLAS_THREAD_TIMEOUT set by the user")
+    a = np.ones((600, 600), np.float32)
+    burnt = []
+    for _ in range(3):
+        a @ a                                   # on BLAS's threads
+        cpu = time.process_time()
+        time.sleep(0.25)
+        burnt.append(time.process_time() - cpu)
+    assert min(burnt) < 0.03, f"CPU seconds burnt while idle after a product: {burnt}"
+
+
+def test_convolution_chunks_run_with_one_blas_thread(blas, rng, monkeypatch):
+    """The chunks make their own one-thread BLAS calls on the plugin's threads: BLAS's threads
+    must be off meanwhile (else two threads each start two), and the result is the reference's."""
+    from ember.backends import numpy_backend as nb
+    from ember_numba import conv
+    seen = []
+    real = conv.on_demand
+
+    def watching(count, threads, work):
+        seen.append(blas_threads())
+        return real(count, threads, work)
+    monkeypatch.setattr(conv, "on_demand", watching)
+    x = rng.standard_normal((16, 8, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((12, 8, 3, 3)).astype(np.float32)
+    close(conv.conv2d_cols(x, w, (1, 1), (1, 1), (1, 1)), nb.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1),
+          rtol=1e-4, atol=1e-4)
+    assert seen and all(set(s) == {1} for s in seen)
+
+
+SPLIT_CHILD = """
+import json, numpy as np, threadpoolctl, ember
+ember.use("numba")
+from ember_numba import blas
+a = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
+ok = bool(np.allclose(blas.matmul(a, a.T), a @ a.T, rtol=1e-4, atol=1e-3))
+print(json.dumps({"mode": blas.STATE["mode"], "ok": ok,
+                  "blas_threads": [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]}))
+"""
+
+
+def test_ember_numba_blas_split_takes_the_other_way():
+    env = dict(os.environ, EMBER_NUMBA_BLAS="split", EMBER_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", SPLIT_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"mode": "split", "ok": True, "blas_threads": [1] * len(got["blas_threads"])}
