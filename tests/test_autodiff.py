@@ -395,6 +395,26 @@ def test_hessian_vector_product_of_an_mlp_matches_torch(torch, rng):
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("lead", [(), (3,)], ids=["2d", "batched"])
+def test_linear_weight_gradient_is_laid_out_like_the_weight_and_twice_differentiable(torch, rng, lead):
+    """x @ w.mT: the matmul rule takes (g.mT @ x).mT for the transposed operand, so w.grad is
+    an ordinary row-major array (an optimizer reads it straight), equal to torch's, and the
+    Hessian-vector product through it still matches."""
+    x, w, v = rng.standard_normal(lead + (5, 4)), rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    xt, wt = ember.tensor(x), ember.tensor(w, requires_grad=True)
+    ((xt @ wt.mT).tanh() ** 2).sum().backward()
+    assert wt.grad._data.flags["C_CONTIGUOUS"]
+    tw = torch.tensor(w, requires_grad=True)
+    ((torch.tensor(x) @ tw.mT).tanh() ** 2).sum().backward()
+    np.testing.assert_allclose(wt.grad.numpy(), tw.grad.numpy(), rtol=1e-12, atol=1e-12)
+    wt2 = ember.tensor(w, requires_grad=True)
+    (g,) = ember.autograd.grad(((xt @ wt2.mT).tanh() ** 2).sum(), [wt2], create_graph=True)
+    (hvp,) = ember.autograd.grad((g * ember.tensor(v)).sum(), [wt2])
+    _, t_hvp = torch.autograd.functional.hvp(lambda w_: ((torch.tensor(x) @ w_.mT).tanh() ** 2).sum(),
+                                             torch.tensor(w), torch.tensor(v))
+    np.testing.assert_allclose(hvp.numpy(), t_hvp.numpy(), rtol=1e-10, atol=1e-12)
+
+
 ELEMENTWISE = {
     "sin": lambda x: x.sin(), "exp": lambda x: x.exp(), "tanh": lambda x: x.tanh(), "log": lambda x: (x * x + 1).log(),
     "cube": lambda x: x ** 3, "sigmoid": lambda x: x.sigmoid(), "erf": lambda x: x.erf(), "sqrt": lambda x: (x * x + 1).sqrt(),

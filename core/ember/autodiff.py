@@ -410,10 +410,26 @@ defvjp("take")(lambda g, out, x, indices, axis: (
 defvjp("index_add")(lambda g, out, x, indices, values, axis: (g, None, g.take(indices, axis)))
 
 
+def _swaps_last_two(t) -> bool:
+    """Was ``t`` made by transposing the last two dims of another tensor (``w.mT``)?"""
+    ctx = t._ctx
+    if ctx is None or ctx[0] != "permute":
+        return False
+    axes = ctx[2]["axes"]
+    n = len(axes)
+    return n >= 2 and axes == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
 @defvjp("matmul")
 def _matmul_vjp(g, out, a, b):
-    return (unbroadcast(g @ b.mT, a.shape) if a.requires_grad else None,
-            unbroadcast(a.mT @ g, b.shape) if b.requires_grad else None)
+    gb = None
+    if b.requires_grad:
+        # For ``x @ w.mT`` (a linear layer) take (g.mT @ x).mT: back through the transpose
+        # it becomes g.mT @ x, laid out like w, where a.mT @ g would reach w as a transposed
+        # view that every optimizer step must copy or read across (PyTorch's linear does the same).
+        gb = (g.mT @ a).mT if _swaps_last_two(b) else a.mT @ g
+        gb = unbroadcast(gb, b.shape)
+    return (unbroadcast(g @ b.mT, a.shape) if a.requires_grad else None, gb)
 
 
 @defvjp("conv2d")
