@@ -319,7 +319,7 @@ def _max_min_rule(wins):
     """torch's rule: the operand that ``wins`` (is the max/min) gets g; ties split it in half."""
     def rule(g, out, a, b):
         share = dispatch.Tensor._where(a == b, g * 0.5, g)
-        return dispatch.Tensor._where(wins(a, b), share, g * 0)
+        return dispatch.Tensor._where(wins(a, b), share, 0)
     return rule
 
 
@@ -329,10 +329,11 @@ defvjp("minimum")(_binary(_max_min_rule(lambda a, b: a <= b), _max_min_rule(lamb
 
 @defvjp("where")
 def _where_vjp(g, out, c, a, b):
-    zero = g * 0
+    # A scalar 0, not g * 0: no pass over g (ReLU's backward is this rule), and the branch not
+    # taken gets an exact 0 even where g is inf or NaN, as in PyTorch.
     return (None,
-            unbroadcast(dispatch.Tensor._where(c, g, zero), a.shape) if _needs(a) else None,
-            unbroadcast(dispatch.Tensor._where(c, zero, g), b.shape) if _needs(b) else None)
+            unbroadcast(dispatch.Tensor._where(c, g, 0), a.shape) if _needs(a) else None,
+            unbroadcast(dispatch.Tensor._where(c, 0, g), b.shape) if _needs(b) else None)
 
 
 defvjp("cast")(lambda g, out, x, dtype: (g.to(x.dtype) if x.dtype.is_floating_point else None,))
