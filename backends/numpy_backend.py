@@ -14,6 +14,8 @@ from ember import dtypes as D
 from ember.backend import Backend, BackendInfo, Capabilities
 from ember.hooks import hookimpl
 
+from . import host_memory
+
 NP = {d: np.dtype(d.name) for d in D.ALL}
 EMBER = {v: k for k, v in NP.items()}
 
@@ -218,9 +220,12 @@ class NumpyBackend(Backend):
     device = "cpu"
     impls = IMPLS
 
+    def __init__(self):
+        host_memory.tune()          # large arrays keep their pages from step to step (host_memory.py)
+
     def capabilities(self):
         return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
-                            notes={"blas": "numpy"})
+                            notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]})
 
     def shape(self, buf):
         return buf.shape

@@ -21,7 +21,7 @@ import numpy as np
 
 from ember import dtypes as D
 from ember.backend import Capabilities
-from ember.backends import numpy_backend as nb
+from ember.backends import host_memory, numpy_backend as nb
 from ember.backends.numpy_backend import NumpyBackend
 from ember.primitives import GROUPS
 
@@ -141,7 +141,7 @@ class NumbaBackend(NumpyBackend):
         return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
                             fused=frozenset(self.fused_impls), compiles_groups=True,
                             notes={"numba": numba.__version__, "blas": "numpy", "blas_threads": threads.STATE["blas_threads"],
-                                   "threads": threads.get_num_threads(),
+                                   "threads": threads.get_num_threads(), "malloc": host_memory.STATE["malloc"],
                                    "threading_layer": threads.STATE["layer"],
                                    "min_size": MIN_SIZE})
 
