@@ -84,3 +84,19 @@ def test_scratch_buffers_do_not_leak_between_calls():
     conv.conv2d_cols(*big, (1, 1), (1, 1), (1, 1))
     np.testing.assert_allclose(conv.conv2d_cols(*small, (1, 1), (1, 1), (1, 1)),
                                nb.IMPLS["conv2d"](*small, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10)
+
+
+@pytest.mark.parametrize("xs,ws,s,p,d", CASES + [((2, 3, 12, 33), (2, 3, 3, 5), 2, 1, 2)])
+def test_both_im2col_kernels_write_the_same_columns(xs, ws, s, p, d, monkeypatch):
+    """The tap-table kernel (narrow outputs) and the row kernel agree bit for bit, inf and NaN
+    inputs and zero padding included, whichever TAPS_MAX_OW picks."""
+    x = np.random.default_rng(1).standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[::7] = np.inf
+    x.reshape(-1)[3::11] = np.nan
+    columns = []
+    for widest in (0, 10**9):
+        monkeypatch.setattr(conv, "TAPS_MAX_OW", widest)
+        ch = conv.Chunks(xs, ws, (s, s), (p, p), (d, d), x.dtype)
+        assert (ch.taps is not None) == (widest > 0)
+        columns.append(ch.im2col(x, 0, xs[0]).copy())
+    np.testing.assert_array_equal(columns[0], columns[1])
