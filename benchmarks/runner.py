@@ -29,7 +29,10 @@ from .workloads import WORKLOADS, flops_per_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_EMBER_BACKENDS = ("numpy", "python", "numba", "cupy")
-JIT_WARMUP = 3        # warm-up steps at least for NAME+jit targets (see child_command)
+JIT_WARMUP = 3        # warm-up steps at least for NAME+jit targets and COMPILES_ON_REPEAT (see child_command)
+#: ember backends that compile a kernel when its shapes come for the third time (ember-numba's
+#: EMBER_NUMBA_HOT): eagerly, too, their third step pays for compiling.
+COMPILES_ON_REPEAT = ("numba",)
 RECORDED_ENV = ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")    # change BLAS kernels / thread waiting
 BUSY = 0.25          # CPU busy fraction (all cores) before a run above which the run is flagged
 
@@ -179,8 +182,10 @@ def child_command(workload, target, s: Settings):
     else:
         w = WORKLOADS[workload]
         steps, warmup = s.steps or w.steps, w.warmup if s.warmup is None else s.warmup
-        if target.backend.endswith("+jit") and s.warmup is None:
-            # ember.jit traces the first two calls and compiles its kernels during the third:
+        if s.warmup is None and (target.backend.endswith("+jit") or
+                                 (target.framework == "ember" and target.backend in COMPILES_ON_REPEAT)):
+            # ember.jit traces the first two calls and compiles its kernels during the third,
+            # and ember-numba compiles an eager kernel at the third call with the same shapes:
             # one-time costs (W5 measures them), kept out of the steady-state rate.
             warmup = max(warmup, JIT_WARMUP)
         if w.kind == "first-step":      # W5 measures step 1 itself: no warm-up, one step

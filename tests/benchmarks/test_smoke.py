@@ -131,3 +131,16 @@ def test_workload_selection_by_prefix():
     assert runner.parse_target("ember/numba") == runner.parse_target("numba") == runner.Target("ember", "numba")
     with pytest.raises(SystemExit, match="W9"):
         runner.select_workloads("W9")
+
+
+def test_targets_that_compile_in_their_third_step_warm_up_past_it():
+    """+jit targets and eager numba compile at the third call with the same shapes; W3's own
+    single warm-up step would leave that step among the three measured."""
+    s = runner.Settings()
+
+    def warmup(backend, framework="ember"):
+        cmd = runner.child_command("W3-train", runner.Target(framework, backend), s)
+        return int(cmd[cmd.index("--warmup") + 1])
+    assert WORKLOADS["W3-train"].warmup < runner.JIT_WARMUP
+    assert warmup("numba") == warmup("numba+jit") == warmup("numpy+jit") == runner.JIT_WARMUP
+    assert warmup("numpy") == warmup("eager", "torch") == WORKLOADS["W3-train"].warmup
