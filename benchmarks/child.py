@@ -29,16 +29,15 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 def pin_threads(n):
     """Pin every thread pool to ``n``: environment first (read when a library loads), then
-    threadpoolctl for pools already loaded. Returns the pools found, for the report."""
+    threadpoolctl for pools already loaded."""
     for var in THREAD_VARIABLES:
         os.environ[var] = str(n)
     try:
         import threadpoolctl
     except ImportError:
-        return None
+        return
     global _LIMITS
     _LIMITS = threadpoolctl.threadpool_limits(n)
-    return pools()
 
 
 def pools():

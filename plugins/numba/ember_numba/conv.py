@@ -28,6 +28,7 @@ larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -118,6 +119,15 @@ def _taps(H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW):
                 for ow in range(OW):
                     xx = ow * sw + kw * dw - pw
                     tab[kh * KW + kw, oh * OW + ow] = y * W + xx if 0 <= y < H and 0 <= xx < W else -1
+    return tab
+
+
+@functools.lru_cache(maxsize=256)
+def _tap_table(geometry):
+    """_taps of a geometry (H, W, KH, KW, strides, padding, dilation, OH, OW), made once: a
+    training step meets the same few geometries every step. Read only."""
+    tab = _taps(*geometry)
+    tab.flags.writeable = False
     return tab
 
 
@@ -221,7 +231,7 @@ class Chunks:
         by_gemm = min(-(-MIN_COLUMNS // max(self.p, 1)), -(-n // self.threads))  # but every thread gets one
         self.m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
         self.count = -(-n // self.m)
-        self.taps = _taps(*self.geo[2:]) if self.geo[-1] <= TAPS_MAX_OW else None
+        self.taps = _tap_table(self.geo[2:]) if self.geo[-1] <= TAPS_MAX_OW else None
 
     def run(self, work):
         """``work(n0, m)`` for each chunk (first sample, samples), on all threads."""
