@@ -10,8 +10,8 @@ import ember
 from ember.optim.functional import CASES, fused_mismatches
 from ember_cupy import catalog, kernels, multi_tensor
 from ember_cupy.fused_ops import adam_constants, rmsprop_constants, sgd_constants
+from foreach_helpers import FOREACH, assert_matches, group, launches_expected
 
-FOREACH = ("sgd_step_foreach", "adam_step_foreach", "rmsprop_step_foreach")
 SHAPES = [(30, 17), (17,), (4, 5, 6), (1,)]
 CONSTANTS = {"sgd_step": (sgd_constants, multi_tensor.SGD), "adam_step": (adam_constants, multi_tensor.ADAM),
              "rmsprop_step": (rmsprop_constants, multi_tensor.RMSPROP)}
@@ -44,19 +44,6 @@ def built(host):
     return host
 
 
-def _state(rule, hyper, shape, dtype, rng, first=False):
-    def n():
-        return rng.standard_normal(shape).astype(dtype)
-
-    def pos():
-        return rng.uniform(1, 2, shape).astype(dtype)
-    if rule == "sgd_step":
-        return [n() if hyper.get("momentum") and not first else None]
-    if rule == "adam_step":
-        return [n(), pos(), pos() + 1 if hyper.get("amsgrad") else None]
-    return [pos(), n() * 0.1 if hyper.get("centered") else None, n() if hyper.get("momentum") else None]
-
-
 def test_the_backend_declares_them(host):
     assert set(FOREACH) <= set(host.capabilities().fused)
     assert set(FOREACH) <= set(host.fused_impls)
@@ -67,23 +54,11 @@ def test_the_backend_declares_them(host):
 def test_bit_for_bit_the_per_parameter_kernels_in_one_launch(built, rng, rule, dtype):
     host = built
     for hyper in CASES[rule]:
-        extra = {"step": 5} if rule == "adam_step" else {}
-        params = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
-        grads = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
-        states = [_state(rule, hyper, s, dtype, rng, first=k == 1) for k, s in enumerate(SHAPES)]
-        want = [host.fused_impls[rule](p.copy(), g, *[None if x is None else x.copy() for x in st], **hyper, **extra)
-                for p, g, st in zip(params, grads, states)]
+        params, grads, states, extra, want = group(host.fused_impls, rule, hyper, SHAPES, dtype, rng)
         before = host.rt.launches
         got = host.fused_impls[rule + "_foreach"](params, grads, *map(list, zip(*states)), **hyper, **extra)
-        first_step = rule == "sgd_step" and hyper.get("momentum")
-        assert host.rt.launches - before == (2 if first_step else 1), hyper
-        for k in range(len(SHAPES)):
-            assert got[0][k] is params[k], "the parameter is updated in its own buffer"
-            for column, w in zip(got, want[k]):
-                if w is None:
-                    assert column[k] is None
-                else:
-                    np.testing.assert_array_equal(column[k], w, err_msg=f"{rule} {hyper} entry {k}")
+        assert host.rt.launches - before == launches_expected(rule, hyper), hyper
+        assert_matches(got, want, params, states, f"{rule} {hyper}")
 
 
 def test_conformance_helper_finds_no_mismatch(host):

@@ -10,25 +10,12 @@ pytest.importorskip("ember_numba")
 import ember  # noqa: E402
 from ember import fused  # noqa: E402
 from ember.optim.functional import CASES, fused_mismatches  # noqa: E402
+from foreach_helpers import FOREACH, assert_matches, group, launches_expected  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("compile_at_once")
 
-FOREACH = ("sgd_step_foreach", "adam_step_foreach", "rmsprop_step_foreach")
 #: a weight above one task (CHUNK elements), a bias, a matrix split unevenly, a scalar-sized tail
 SHAPES = [(300, 257), (257,), (129, 130), (1,)]
-
-
-def _state(rule, hyper, shape, dtype, rng, first=False):
-    def n():
-        return rng.standard_normal(shape).astype(dtype)
-
-    def pos():
-        return rng.uniform(1, 2, shape).astype(dtype)
-    if rule == "sgd_step":
-        return [n() if hyper.get("momentum") and not first else None]
-    if rule == "adam_step":
-        return [n(), pos(), pos() + 1 if hyper.get("amsgrad") else None]
-    return [pos(), n() * 0.1 if hyper.get("centered") else None, n() if hyper.get("momentum") else None]
 
 
 def test_the_backend_declares_them(backend):
@@ -39,29 +26,11 @@ def test_the_backend_declares_them(backend):
 @pytest.mark.parametrize("rule", ["sgd_step", "adam_step", "rmsprop_step"])
 def test_bit_for_bit_the_per_parameter_kernels_in_place(backend, rng, rule, dtype, launches):
     for hyper in CASES[rule]:
-        extra = {"step": 5} if rule == "adam_step" else {}
-        params = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
-        grads = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
-        # the second parameter takes its first SGD momentum step (no buffer yet)
-        states = [_state(rule, hyper, s, dtype, rng, first=k == 1) for k, s in enumerate(SHAPES)]
-        # the per-parameter kernels on copies: what the multi-tensor one must reproduce
-        want = [backend.fused_impls[rule](p.copy(), g, *[None if x is None else x.copy() for x in st],
-                                          **hyper, **extra) for p, g, st in zip(params, grads, states)]
+        params, grads, states, extra, want = group(backend.fused_impls, rule, hyper, SHAPES, dtype, rng)
         del launches[:]
         got = backend.fused_impls[rule + "_foreach"](params, grads, *map(list, zip(*states)), **hyper, **extra)
-        first_step = rule == "sgd_step" and hyper.get("momentum")
-        assert len(launches) == (2 if first_step else 1), hyper          # not one per parameter
-        for k in range(len(SHAPES)):
-            assert got[0][k] is params[k], "the parameter is updated in its own buffer"
-            for column, w in zip(got, want[k]):
-                if w is None:
-                    assert column[k] is None
-                else:
-                    assert column[k].dtype == w.dtype and column[k].shape == w.shape
-                    np.testing.assert_array_equal(column[k], w, err_msg=f"{rule} {hyper} entry {k}")
-        for st, column in zip(zip(*states), got[1:]):
-            for given, out in zip(st, column):
-                assert given is None or out is given, "state is updated in its own buffer"
+        assert len(launches) == launches_expected(rule, hyper), hyper          # not one per parameter
+        assert_matches(got, want, params, states, f"{rule} {hyper}")
 
 
 def test_conformance_helper_finds_no_mismatch(backend):
