@@ -284,8 +284,7 @@ def _windows_grad(draw, name):
 
 # ============================================================================== the checks
 def test_every_differentiable_primitive_has_a_vjp_rule_and_a_case():
-    from ember.autodiff import VJP
-    assert not [n for n in DIFFERENTIABLE if n not in VJP], "primitives without a VJP rule"
+    assert not [n for n in DIFFERENTIABLE if not callable(PRIMITIVES[n].vjp)], "primitives without a VJP rule"
     assert sorted(CASES) == DIFFERENTIABLE, set(CASES) ^ set(DIFFERENTIABLE)
 
 

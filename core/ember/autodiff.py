@@ -1,18 +1,23 @@
-"""Reverse-mode autodiff: the VJP table and the backward walk.
+"""Reverse-mode autodiff: the backward walk over the VJP rules.
 
-``VJP[name](g, out, *inputs, **params)`` returns one cotangent per input (``None`` where an
-input has no gradient). Rules are written in Tensor operations, so running them with grad mode
-on records *their* graph too: that is all higher-order differentiation needs. A function that
-is not a primitive can bring a rule of its own (:func:`custom_vjp`); it is then one node.
+A primitive's rule is in its record (``P.exp.vjp``, see ember.primitives):
+``vjp(g, out, *inputs, **params)`` returns one cotangent per input (``None`` where an input has
+no gradient). Rules are written in Tensor operations, so running them with grad mode on records
+*their* graph too: that is all higher-order differentiation needs. A function that is not a
+primitive can bring a rule of its own (:func:`custom_vjp`); it is then one node, whose rule
+lives in :data:`VJP`.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 
 from . import dispatch
 from .errors import GradError, located
+from .primitives import PRIMITIVES
+from .primitives.adjoint import unbroadcast  # noqa: F401 - rules outside the records (fused.py) use it
 
+#: node name -> VJP rule, for nodes that are not primitives (custom_vjp, ember.fused); it is
+#: consulted first, so a rule registered here for a primitive's name overrides the record's.
 VJP: dict = {}
 
 # id(leaf) -> callback(leaf), called the moment a leaf's .grad is final during backward().
@@ -22,7 +27,7 @@ GRAD_READY_HOOKS: dict = {}
 
 
 def defvjp(name):
-    """Register the VJP rule of primitive ``name`` (decorator)."""
+    """Register the VJP rule of node ``name`` (decorator); primitives carry theirs in their record."""
     def register(rule):
         VJP[name] = rule
         return rule
@@ -51,7 +56,6 @@ def custom_vjp(fn, vjp, name=None):
     >>> ember.grad(lambda x: cube(x).sum())(x).tolist(), ember.grad(ember.grad(lambda x: cube(x).sum()))(x).item()
     ([12.0], 12.0)
     """
-    from .primitives import PRIMITIVES
     name = name or f"{fn.__module__}.{fn.__qualname__}"
     if name in PRIMITIVES:
         raise ValueError(f"custom_vjp: {name!r} is a primitive; give the function a name of its own")
@@ -128,6 +132,11 @@ def _topo_order(roots):
     return order
 
 
+def _record_rule(name):
+    p = PRIMITIVES.get(name)
+    return None if p is None else p.vjp
+
+
 def _accumulate(grads, t, g):
     key = id(t)
     prev = grads.get(key)
@@ -161,7 +170,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
             if wanted is None or id(node) not in wanted:
                 del grads[id(node)]          # free each cotangent as soon as it is pushed back
             name, args, params = node._ctx
-            rule = VJP.get(name)
+            rule = VJP.get(name) or _record_rule(name)
             if rule is None:
                 raise located(GradError, f"primitive {name!r} has no gradient rule")
             for a, ga in zip(args, rule(g, node, *args, **params)):
@@ -266,192 +275,3 @@ def grad(f, argnums=0, has_aux=False):
         return (g, value[1]) if has_aux else g
 
     return wrapped
-
-
-# ----------------------------------------------------------------------------- VJP rules
-def unbroadcast(g, shape):
-    """Sum ``g`` down to ``shape``: the adjoint of broadcasting."""
-    if g.shape == tuple(shape):
-        return g
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and g.shape[i + lead] != 1)
-    out = g.sum(axes, keepdim=True) if axes else g
-    return out.reshape(shape)
-
-
-def _needs(x):
-    """Does input ``x`` want a cotangent? Skipping the others costs nothing to check and saves
-    real work: the data side of ``x @ w`` would be a whole GEMM per layer."""
-    return isinstance(x, dispatch.Tensor) and x.requires_grad
-
-
-def _binary(rule_a, rule_b):
-    """A binary primitive's VJP from one rule per operand (as in HIPS autograd), each giving a
-    full-shape cotangent that is then unbroadcast to its operand's shape."""
-    def vjp(g, out, a, b):
-        return (unbroadcast(rule_a(g, out, a, b), a.shape) if _needs(a) else None,
-                unbroadcast(rule_b(g, out, a, b), b.shape) if _needs(b) else None)
-    return vjp
-
-
-defvjp("neg")(lambda g, out, x: (-g,))
-defvjp("exp")(lambda g, out, x: (g * out,))
-defvjp("log")(lambda g, out, x: (g / x,))
-defvjp("sin")(lambda g, out, x: (g * x.cos(),))
-defvjp("cos")(lambda g, out, x: (-g * x.sin(),))
-defvjp("tanh")(lambda g, out, x: (g * (1 - out * out),))
-defvjp("sqrt")(lambda g, out, x: (g / (2 * out),))
-defvjp("reciprocal")(lambda g, out, x: (-g * out * out,))
-defvjp("abs")(lambda g, out, x: (g * x.sign(),))
-defvjp("sign")(lambda g, out, x: (g * 0,))
-defvjp("floor")(lambda g, out, x: (g * 0,))
-defvjp("erf")(lambda g, out, x: (g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),))
-
-defvjp("add")(_binary(lambda g, out, a, b: g, lambda g, out, a, b: g))
-defvjp("sub")(_binary(lambda g, out, a, b: g, lambda g, out, a, b: -g))
-defvjp("mul")(_binary(lambda g, out, a, b: g * b, lambda g, out, a, b: g * a))
-defvjp("div")(_binary(lambda g, out, a, b: g / b, lambda g, out, a, b: -g * out / b))
-defvjp("pow")(_binary(lambda g, out, a, b: g * b * a ** (b - 1),
-                      lambda g, out, a, b: g * out * dispatch.Tensor._where(a > 0, a, 1).log()))
-
-
-def _max_min_rule(wins):
-    """torch's rule: the operand that ``wins`` (is the max/min) gets g; ties split it in half."""
-    def rule(g, out, a, b):
-        share = dispatch.Tensor._where(a == b, g * 0.5, g)
-        return dispatch.Tensor._where(wins(a, b), share, 0)
-    return rule
-
-
-defvjp("maximum")(_binary(_max_min_rule(lambda a, b: a >= b), _max_min_rule(lambda a, b: b >= a)))
-defvjp("minimum")(_binary(_max_min_rule(lambda a, b: a <= b), _max_min_rule(lambda a, b: b <= a)))
-
-
-@defvjp("where")
-def _where_vjp(g, out, c, a, b):
-    # A scalar 0, not g * 0: no pass over g (ReLU's backward is this rule), and the branch not
-    # taken gets an exact 0 even where g is inf or NaN, as in PyTorch.
-    return (None,
-            unbroadcast(dispatch.Tensor._where(c, g, 0), a.shape) if _needs(a) else None,
-            unbroadcast(dispatch.Tensor._where(c, 0, g), b.shape) if _needs(b) else None)
-
-
-defvjp("cast")(lambda g, out, x, dtype: (g.to(x.dtype) if x.dtype.is_floating_point else None,))
-
-
-@defvjp("sum")
-def _sum_vjp(g, out, x, axes, keepdims=False):
-    if not keepdims:
-        g = g.reshape(_keepdims_shape(x.shape, axes))
-    return (g.expand(x.shape),)
-
-
-def _keepdims_shape(shape, axes):
-    axes = {a % max(len(shape), 1) for a in axes}
-    return tuple(1 if i in axes else s for i, s in enumerate(shape))
-
-
-def _extremum_vjp(g, out, x, axes, keepdims=False):
-    kshape = _keepdims_shape(x.shape, axes)
-    if not keepdims:
-        g, out = g.reshape(kshape), out.reshape(kshape)
-    mask = (x == out).to(g.dtype)             # ties share the gradient evenly, as in torch.amax
-    return (g * mask / mask.sum(tuple(axes), keepdim=True),)
-
-
-defvjp("max")(_extremum_vjp)
-defvjp("min")(_extremum_vjp)
-defvjp("reshape")(lambda g, out, x, shape: (g.reshape(x.shape),))
-defvjp("expand")(lambda g, out, x, shape: (unbroadcast(g, x.shape),))
-defvjp("flip")(lambda g, out, x, axes: (g.flip(axes),))
-
-
-@defvjp("permute")
-def _permute_vjp(g, out, x, axes):
-    inverse = [0] * len(axes)
-    for i, a in enumerate(axes):
-        inverse[a] = i
-    return (g.permute(inverse),)
-
-
-@defvjp("pad")
-def _pad_vjp(g, out, x, widths, value=0):
-    return (g._slice([lo for lo, _ in widths], [lo + s for (lo, _), s in zip(widths, x.shape)],
-                     [1] * x.ndim),)
-
-
-@defvjp("slice")
-def _slice_vjp(g, out, x, starts, stops, steps):
-    # Put each strided element back at its place: interleave zeros (pad a new unit axis up to
-    # the step, then merge it), then pad the ends. Only movement ops, so this is differentiable too.
-    for d, step in enumerate(steps):
-        if step > 1 and g.shape[d] > 0:
-            shape = g.shape
-            g = g.unsqueeze(d + 1)
-            g = g.pad([(0, 0)] * (d + 1) + [(0, step - 1)] + [(0, 0)] * (len(shape) - d - 1))
-            g = g.reshape(shape[:d] + (shape[d] * step,) + shape[d + 1:])
-            g = g._slice([0] * g.ndim, [min(s, (shape[d] - 1) * step + 1) if i == d else s
-                                        for i, s in enumerate(g.shape)], [1] * g.ndim)
-    widths = [(a, s - a - n) for a, s, n in zip(starts, x.shape, g.shape)]
-    return (g.pad(widths),)
-
-
-@defvjp("concatenate")
-def _concatenate_vjp(g, out, *xs, axis):
-    grads, start = [], 0
-    for x in xs:
-        n = x.shape[axis]
-        grads.append(g.narrow(axis, start, n))
-        start += n
-    return tuple(grads)
-
-
-defvjp("take")(lambda g, out, x, indices, axis: (
-    dispatch.Tensor._zeros_like(x).index_add(axis, indices, g), None))
-defvjp("index_add")(lambda g, out, x, indices, values, axis: (g, None, g.take(indices, axis)))
-
-
-def _swaps_last_two(t) -> bool:
-    """Was ``t`` made by transposing the last two dims of another tensor (``w.mT``)?"""
-    ctx = t._ctx
-    if ctx is None or ctx[0] != "permute":
-        return False
-    axes = ctx[2]["axes"]
-    n = len(axes)
-    return n >= 2 and axes == tuple(range(n - 2)) + (n - 1, n - 2)
-
-
-@defvjp("matmul")
-def _matmul_vjp(g, out, a, b):
-    gb = None
-    if b.requires_grad:
-        # For ``x @ w.mT`` (a linear layer) take (g.mT @ x).mT: back through the transpose
-        # it becomes g.mT @ x, laid out like w, where a.mT @ g would reach w as a transposed
-        # view that every optimizer step must copy or read across (PyTorch's linear does the same).
-        gb = (g.mT @ a).mT if _swaps_last_two(b) else a.mT @ g
-        gb = unbroadcast(gb, b.shape)
-    return (unbroadcast(g @ b.mT, a.shape) if a.requires_grad else None, gb)
-
-
-@defvjp("conv2d")
-def _conv2d_vjp(g, out, x, w, **p):
-    return (dispatch.apply("conv2d_grad_input", g, w, input_shape=x.shape, **p) if x.requires_grad else None,
-            dispatch.apply("conv2d_grad_weight", x, g, weight_shape=w.shape, **p) if w.requires_grad else None)
-
-
-@defvjp("conv2d_grad_input")
-def _conv2d_grad_input_vjp(u, out, g, w, input_shape, **p):
-    # out = J_x^T g is bilinear in (g, w); <u, out> = <conv2d(u, w), g>.
-    return (dispatch.apply("conv2d", u, w, **p) if g.requires_grad else None,
-            dispatch.apply("conv2d_grad_weight", u, g, weight_shape=w.shape, **p) if w.requires_grad else None)
-
-
-@defvjp("conv2d_grad_weight")
-def _conv2d_grad_weight_vjp(v, out, x, g, weight_shape, **p):
-    # out = J_w^T g is bilinear in (x, g); <v, out> = <conv2d(x, v), g>.
-    return (dispatch.apply("conv2d_grad_input", g, v, input_shape=x.shape, **p) if x.requires_grad else None,
-            dispatch.apply("conv2d", x, v, **p) if g.requires_grad else None)
-
-
-defvjp("windows")(lambda g, out, x, **p: (dispatch.apply("windows_grad", g, input_shape=x.shape, **p),))
-defvjp("windows_grad")(lambda u, out, g, input_shape, **p: (dispatch.apply("windows", u, **p),))

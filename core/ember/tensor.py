@@ -1,50 +1,29 @@
 """Tensor: the user-facing array, with PyTorch's names, over any backend.
 
 A Tensor is a backend buffer plus a backend plus (when it needs a gradient) the record of
-the primitive that made it. Every method below is either one primitive (through dispatch) or a
-short composition of them; compositions get their gradients for free from the primitives' VJPs.
+the primitive that made it. Every method is either one primitive (through dispatch) or a short
+composition of them; compositions get their gradients for free from the primitives' VJPs.
+This module holds the class's core (buffer, host exchange, autodiff, in-place updates,
+conversion) and the module-level functions (``ember.tensor``, ``zeros``, ``where``, ...); the
+math and reductions are in tensor_math.py, movement and indexing in tensor_shape.py.
 """
 from __future__ import annotations
 
 import math
-from collections import namedtuple
 
 from . import deferred, dispatch
 from . import dtypes as D
+from . import primitives as P
 from .backend import Backend
 from .dispatch import apply, apply1, apply2
 from .errors import DTypeError, GradError, ShapeError, located
-from .primitives import broadcast_shapes, normalize_axis
+from .primitives import broadcast_shapes
 from .registry import get_backend
-
-MaxMin = namedtuple("MaxMin", "values indices")
-
-
-def _axis(dim, ndim):
-    """``normalize_axis`` with its error located at the user's line."""
-    try:
-        return normalize_axis(dim, ndim)
-    except ShapeError as err:
-        raise located(ShapeError, str(err)) from None
+from .tensor_math import MaxMin, TensorMath  # noqa: F401 - MaxMin: x.max(dim)'s result type
+from .tensor_shape import TensorShape, _axis, _dims, _shape_arg  # noqa: F401 - random.py uses _shape_arg
 
 
-def _dims(dim, ndim):
-    """Normalize a ``dim`` argument (None = all, int, or tuple) to a tuple of axes."""
-    if dim is None:
-        return tuple(range(ndim))
-    if isinstance(dim, int):
-        return (_axis(dim, ndim),)
-    return tuple(_axis(d, ndim) for d in dim)
-
-
-def _shape_arg(shape):
-    """Accept ``f(2, 3)`` and ``f((2, 3))`` like PyTorch."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(int(s) for s in shape)
-
-
-class Tensor:
+class Tensor(TensorMath, TensorShape):
     """An n-dimensional array that can remember how it was computed.
 
     >>> import ember
@@ -192,7 +171,7 @@ class Tensor:
 
     def clone(self) -> "Tensor":
         # Through dispatch even without grad, so that ember.jit records the copy when it traces.
-        return apply1("cast", self, dtype=self.dtype)
+        return apply1(P.cast, self, dtype=self.dtype)
 
     # ------------------------------------------------------------------------ in-place updates
     def copy_(self, src) -> "Tensor":
@@ -235,7 +214,7 @@ class Tensor:
         """``x.to(ember.float64)`` casts; ``x.to("numba")`` moves to another backend."""
         if not isinstance(target, (str, Backend)) or target in D.BY_NAME:    # a dtype in any spelling
             dtype = D.get(target)
-            return self if dtype is self.dtype else apply1("cast", self, dtype=dtype)
+            return self if dtype is self.dtype else apply1(P.cast, self, dtype=dtype)
         backend = get_backend(target)
         if backend is self._backend:
             return self
@@ -279,7 +258,7 @@ class Tensor:
         return tensor(value, dtype=dtype or self.dtype, backend=self._backend)
 
     def _full_like(self, value, shape=None, dtype=None):
-        return dispatch.create("full", self._backend, shape=self.shape if shape is None else shape,
+        return dispatch.create(P.full, self._backend, shape=self.shape if shape is None else shape,
                                value=value, dtype=dtype or self.dtype)
 
     @staticmethod
@@ -293,6 +272,12 @@ class Tensor:
     @staticmethod
     def _where(cond, a, b):
         return where(cond, a, b)
+
+    def _arange(self, n):
+        return arange(n, backend=self._backend)
+
+    # a primitive applied to tensors; the records' __call__ comes here (``P.conv2d(x, w)``)
+    _apply = staticmethod(apply)
 
     def _binary(self, name, other, reverse=False):
         """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
@@ -316,456 +301,13 @@ class Tensor:
     def _float(self):
         return self if self.dtype.is_floating_point else self.to(D.default_float)
 
-    # ------------------------------------------------------------------------ arithmetic
-    def __add__(self, o):
-        return self._binary("add", o)
-
-    def __radd__(self, o):
-        return self._binary("add", o, True)
-
-    def __sub__(self, o):
-        return self._binary("sub", o)
-
-    def __rsub__(self, o):
-        return self._binary("sub", o, True)
-
-    def __mul__(self, o):
-        return self._binary("mul", o)
-
-    def __rmul__(self, o):
-        return self._binary("mul", o, True)
-
-    def __truediv__(self, o):
-        if not self.dtype.is_floating_point and not (isinstance(o, Tensor) and o.dtype.is_floating_point):
-            return self._float()._binary("div", o)
-        return self._binary("div", o)
-
-    def __rtruediv__(self, o):
-        return self._float()._binary("div", o, True)
-
-    def __floordiv__(self, o):
-        dtype = D.promote(self.dtype, o.dtype) if isinstance(o, Tensor) else D.result_with_scalar(self.dtype, o)
-        if dtype.is_floating_point:
-            return (self / o).floor().to(dtype)
-        # Integers divide in float64: exact while |self| < 2**53 (float32 would round above 2**24).
-        return (self.double() / o).floor().to(dtype)
-
-    def __mod__(self, o):
-        return self - (self // o) * o
-
-    def __pow__(self, o):
-        if isinstance(o, (int, float)) and not isinstance(o, bool):
-            if o == 2:
-                return self * self
-            if o == 1:
-                return self
-            if o == 0.5 and self.dtype.is_floating_point:
-                return self.sqrt()
-        return self._binary("pow", o)
-
-    def __rpow__(self, o):
-        return self._binary("pow", o, True)
-
-    def __neg__(self):
-        return apply1("neg", self)
-
-    def __pos__(self):
-        return self
-
-    def __abs__(self):
-        return apply1("abs", self)
-
     def __matmul__(self, o):
         return matmul(self, o)
 
     def __rmatmul__(self, o):
         return matmul(self._like(o), self)
 
-    # comparisons and logic (no gradient)
-    def __eq__(self, o):
-        return self._binary("eq", o)
-
-    def __ne__(self, o):
-        return self._binary("ne", o)
-
-    def __lt__(self, o):
-        return self._binary("lt", o)
-
-    def __le__(self, o):
-        return self._binary("le", o)
-
-    def __gt__(self, o):
-        return self._binary("gt", o)
-
-    def __ge__(self, o):
-        return self._binary("ge", o)
-
-    def _logical(self, name, o):
-        o = o if isinstance(o, Tensor) else self._like(o, D.bool_)
-        return apply2(name, self.bool(), o.bool())
-
-    def __and__(self, o):
-        return self._logical("logical_and", o)
-
-    def __or__(self, o):
-        return self._logical("logical_or", o)
-
-    def __xor__(self, o):
-        return self._logical("logical_xor", o)
-
-    def __invert__(self):
-        return apply1("logical_not", self.bool())
-
-    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
-    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
-    add, sub, mul, div, pow = __add__, __sub__, __mul__, __truediv__, __pow__
-    neg, matmul = __neg__, __matmul__
-    logical_not = __invert__
-
-    def equal(self, other) -> bool:
-        return self.shape == other.shape and bool((self == other).all())
-
-    # ------------------------------------------------------------------------ elementwise math
-    def exp(self):
-        return apply1("exp", self._float())
-
-    def log(self):
-        return apply1("log", self._float())
-
-    def sin(self):
-        return apply1("sin", self._float())
-
-    def cos(self):
-        return apply1("cos", self._float())
-
-    def tanh(self):
-        return apply1("tanh", self._float())
-
-    def sqrt(self):
-        return apply1("sqrt", self._float())
-
-    def rsqrt(self):
-        return apply1("reciprocal", self.sqrt())
-
-    def reciprocal(self):
-        return apply1("reciprocal", self._float())
-
-    def abs(self):
-        return apply1("abs", self)
-
-    def sign(self):
-        return apply1("sign", self)
-
-    def floor(self):
-        return apply1("floor", self) if self.dtype.is_floating_point else self
-
-    def ceil(self):
-        return -(-self).floor()
-
-    def round(self):
-        return (self + 0.5).floor()
-
-    def erf(self):
-        return apply1("erf", self._float())
-
-    def square(self):
-        return self * self
-
-    def log1p(self):
-        return (self + 1).log()
-
-    def expm1(self):
-        return self.exp() - 1
-
-    def sigmoid(self):
-        # 1 / (1 + e^-x) overflows harmlessly to 0 for very negative x in float; tanh form is exact.
-        return (self._float() * 0.5).tanh() * 0.5 + 0.5
-
-    def relu(self):
-        return where(self > 0, self, 0)
-
-    def clamp(self, min=None, max=None):
-        out = self
-        if min is not None:
-            out = apply2("maximum", out, min) if not isinstance(min, Tensor) else out._binary("maximum", min)
-        if max is not None:
-            out = apply2("minimum", out, max) if not isinstance(max, Tensor) else out._binary("minimum", max)
-        return out
-
-    clip = clamp
-
-    def maximum(self, other):
-        return self._binary("maximum", other)
-
-    def minimum(self, other):
-        return self._binary("minimum", other)
-
-    def isnan(self):
-        return self != self
-
-    def isinf(self):
-        return self.abs() == math.inf
-
-    def isfinite(self):
-        return ~(self.isnan() | self.isinf())
-
-    def lerp(self, end, weight):
-        return self + (end - self) * weight
-
-    # ------------------------------------------------------------------------ reductions
-    def sum(self, dim=None, keepdim=False, dtype=None):
-        x = self.to(dtype) if dtype is not None else (self.long() if self.dtype.kind in "bu" or self.dtype is D.int32 else self)
-        return apply1("sum", x, axes=_dims(dim, x.ndim), keepdims=keepdim)
-
-    def mean(self, dim=None, keepdim=False):
-        x = self._float()
-        axes = _dims(dim, x.ndim)
-        n = math.prod(x.shape[a] for a in axes)
-        return x.sum(axes, keepdim) / max(n, 1) if n else x.sum(axes, keepdim) * math.nan
-
-    def var(self, dim=None, keepdim=False, correction=1, unbiased=None):
-        if unbiased is not None:
-            correction = 1 if unbiased else 0
-        x = self._float()
-        axes = _dims(dim, x.ndim)
-        n = math.prod(x.shape[a] for a in axes)
-        centered = x - x.mean(axes, keepdim=True)
-        return (centered * centered).sum(axes, keepdim) / max(n - correction, 0)
-
-    def std(self, dim=None, keepdim=False, correction=1, unbiased=None):
-        return self.var(dim, keepdim, correction, unbiased).sqrt()
-
-    def amax(self, dim=None, keepdim=False):
-        return apply1("max", self, axes=_dims(dim, self.ndim), keepdims=keepdim)
-
-    def amin(self, dim=None, keepdim=False):
-        return apply1("min", self, axes=_dims(dim, self.ndim), keepdims=keepdim)
-
-    def max(self, dim=None, keepdim=False):
-        """``x.max()`` is the largest element; ``x.max(dim)`` gives ``(values, indices)``."""
-        if isinstance(dim, Tensor):
-            return self.maximum(dim)
-        if dim is None:
-            return self.amax()
-        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
-
-    def min(self, dim=None, keepdim=False):
-        if isinstance(dim, Tensor):
-            return self.minimum(dim)
-        if dim is None:
-            return self.amin()
-        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
-
-    def argmax(self, dim=None, keepdim=False):
-        if dim is None:
-            return apply1("argmax", self.reshape(-1), axis=0)
-        return apply1("argmax", self, axis=_axis(dim, self.ndim), keepdims=keepdim)
-
-    def argmin(self, dim=None, keepdim=False):
-        # argmax of an order-reversing map: -x for floats, -1 - x for integers (-x overflows at
-        # the most negative int64 and wraps for unsigned types, which go through int64 first).
-        if self.dtype is D.bool_:
-            flipped = ~self
-        elif self.dtype.is_floating_point:
-            flipped = -self
-        else:
-            flipped = -1 - (self.long() if self.dtype.kind == "u" else self)
-        return flipped.argmax(dim, keepdim)
-
-    def all(self, dim=None, keepdim=False):
-        # Counting the False elements works for empty dims too (max/min have no identity).
-        return (~self.bool()).long().sum(dim, keepdim) == 0
-
-    def any(self, dim=None, keepdim=False):
-        return self.bool().long().sum(dim, keepdim) > 0
-
-    def logsumexp(self, dim=None, keepdim=False):
-        axes = _dims(dim, self.ndim)
-        m = self.amax(axes, keepdim=True).detach()
-        m = where(m.isfinite(), m, 0)
-        out = (self - m).exp().sum(axes, keepdim=True).log() + m
-        return out if keepdim else out.squeeze(axes)
-
-    def softmax(self, dim=-1):
-        x = self._float()
-        e = (x - x.amax(dim, keepdim=True).detach()).exp()
-        return e / e.sum(dim, keepdim=True)
-
-    def log_softmax(self, dim=-1):
-        x = self._float()
-        shifted = x - x.amax(dim, keepdim=True).detach()
-        return shifted - shifted.exp().sum(dim, keepdim=True).log()
-
-    def norm(self, p=2, dim=None, keepdim=False):
-        if p == 2:
-            return (self * self).sum(dim, keepdim).sqrt()
-        if p == 1:
-            return self.abs().sum(dim, keepdim)
-        return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
-
-    def cumsum(self, dim):
-        # A lower-triangular matmul: O(n^2) but one BLAS call, and differentiable for free.
-        dim = _axis(dim, self.ndim)
-        n = self.shape[dim]
-        tri = (arange(n, backend=self._backend).unsqueeze(1) >= arange(n, backend=self._backend)).to(self.dtype)
-        x = self.transpose(dim, -1)
-        return (x @ tri.T).transpose(dim, -1)
-
-    # ------------------------------------------------------------------------ movement
-    def reshape(self, *shape):
-        shape = list(_shape_arg(shape))
-        if -1 in shape:
-            known = math.prod(s for s in shape if s != -1)
-            if shape.count(-1) > 1 or (known and self.numel() % known) or (not known and self.numel()):
-                raise located(ShapeError, f"cannot reshape {self.shape} ({self.numel()} elements) into "
-                              f"{tuple(shape)}: the -1 has no whole-number size")
-            shape[shape.index(-1)] = self.numel() // known if known else 0
-        shape = tuple(shape)
-        if shape == self.shape:
-            return self
-        return apply1("reshape", self, shape=shape)
-
-    view = reshape
-
-    def view_as(self, other):
-        return self.reshape(other.shape)
-
-    def reshape_as(self, other):
-        return self.reshape(other.shape)
-
-    def flatten(self, start_dim=0, end_dim=-1):
-        shape = self.shape
-        if not shape:
-            return self.reshape(1)
-        s, e = _axis(start_dim, len(shape)), _axis(end_dim, len(shape))
-        return self.reshape(shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
-
-    def unflatten(self, dim, sizes):
-        dim = _axis(dim, self.ndim)
-        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
-
-    def permute(self, *axes):
-        axes = tuple(_axis(a, self.ndim) for a in _shape_arg(axes))
-        if axes == tuple(range(self.ndim)):
-            return self
-        return apply1("permute", self, axes=axes)
-
-    def transpose(self, dim0, dim1):
-        axes = list(range(self.ndim))
-        d0, d1 = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
-        axes[d0], axes[d1] = axes[d1], axes[d0]
-        return self.permute(axes)
-
-    def t(self):
-        return self.transpose(0, 1) if self.ndim == 2 else self
-
-    @property
-    def T(self):
-        return self.permute(tuple(reversed(range(self.ndim))))
-
-    @property
-    def mT(self):
-        return self.transpose(-2, -1)
-
-    def squeeze(self, dim=None):
-        shape = self.shape
-        axes = [i for i, s in enumerate(shape) if s == 1] if dim is None else \
-            [a for a in _dims(dim, len(shape)) if shape[a] == 1]
-        return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
-
-    def unsqueeze(self, dim):
-        shape = self.shape
-        dim = _axis(dim, len(shape) + 1)
-        return self.reshape(shape[:dim] + (1,) + shape[dim:])
-
-    def expand(self, *shape):
-        shape = _shape_arg(shape)
-        own = (1,) * (len(shape) - self.ndim) + self.shape
-        shape = tuple(o if s == -1 else s for s, o in zip(shape, own))
-        if shape == self.shape:
-            return self
-        return apply1("expand", self, shape=shape)
-
-    broadcast_to = expand
-
-    def expand_as(self, other):
-        return self.expand(other.shape)
-
-    def flip(self, dims):
-        dims = _dims(dims, self.ndim)
-        return apply1("flip", self, axes=dims) if dims else self
-
-    def pad(self, widths, value=0):
-        """Pad with one ``(lo, hi)`` pair per dim (ember's order; see F.pad for PyTorch's)."""
-        widths = tuple((int(lo), int(hi)) for lo, hi in widths)
-        if not any(lo or hi for lo, hi in widths):
-            return self
-        return apply1("pad", self, widths=widths, value=value)
-
-    def _slice(self, starts, stops, steps):
-        return apply1("slice", self, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
-
-    def narrow(self, dim, start, length):
-        dim = _axis(dim, self.ndim)
-        start = start + self.shape[dim] if start < 0 else start     # torch counts negative from the end
-        starts = [0] * self.ndim
-        stops = list(self.shape)
-        starts[dim], stops[dim] = start, start + length
-        return self._slice(starts, stops, [1] * self.ndim)
-
-    def chunk(self, chunks, dim=0):
-        size = -(-self.shape[dim] // chunks)
-        return self.split(size, dim)
-
-    def split(self, split_size, dim=0):
-        n = self.shape[dim]
-        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
-            if isinstance(split_size, int) else list(split_size)
-        out, start = [], 0
-        for s in sizes:
-            out.append(self.narrow(dim, start, s))
-            start += s
-        return tuple(out)
-
-    def repeat(self, *sizes):
-        sizes = _shape_arg(sizes)
-        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
-        inter = []
-        for s in x.shape:
-            inter += [1, s]
-        big = x.reshape(inter).expand(tuple(v for r, s in zip(sizes, x.shape) for v in (r, s)))
-        return big.reshape(tuple(r * s for r, s in zip(sizes, x.shape)))
-
-    def take(self, indices, axis=0):
-        indices = indices if isinstance(indices, Tensor) else tensor(indices, dtype=D.int64, backend=self._backend)
-        return apply("take", self, indices, axis=_axis(axis, self.ndim))
-
-    def index_add(self, dim, index, source):
-        return apply("index_add", self, index, source, axis=_axis(dim, self.ndim))
-
-    def gather(self, dim, index):
-        """``out[i][j] = self[i][index[i][j]]`` for dim=1 (torch.gather), via one flat take."""
-        dim = _axis(dim, self.ndim)
-        shape = index.shape
-        strides = [math.prod(self.shape[d + 1:]) for d in range(self.ndim)]
-        flat = index.long() * strides[dim]
-        for d in range(self.ndim):
-            if d != dim:
-                flat = flat + arange(shape[d], backend=self._backend).reshape(
-                    [shape[d] if i == d else 1 for i in range(self.ndim)]) * strides[d]
-        return self.reshape(-1).take(flat, 0)
-
-    def masked_fill(self, mask, value):
-        return where(mask, value, self)
-
-    def __getitem__(self, key):
-        from .indexing import getitem
-        return getitem(self, key)
-
-    def __setitem__(self, key, value):
-        from .indexing import setitem
-        setitem(self, key, value)
-
+    matmul = __matmul__
 
 dispatch.Tensor = Tensor
 
@@ -872,7 +414,7 @@ def full(shape, fill_value, dtype=None, backend=None, requires_grad=False) -> Te
     """
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
-    out = dispatch.create("full", get_backend(backend), shape=shape, value=fill_value, dtype=dt)
+    out = dispatch.create(P.full, get_backend(backend), shape=shape, value=fill_value, dtype=dt)
     return out.requires_grad_() if requires_grad else out
 
 
@@ -918,7 +460,7 @@ def arange(start, end=None, step=1, dtype=None, backend=None) -> Tensor:
         dtype = D.default_int if all(isinstance(v, int) for v in (start, end, step)) else D.default_float
     if step == 0:
         raise located(ValueError, "arange step must not be zero")
-    return dispatch.create("arange", get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
+    return dispatch.create(P.arange, get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
 
 
 def linspace(start, end, steps, dtype=None, backend=None) -> Tensor:
@@ -960,7 +502,7 @@ def where(condition, x, y) -> Tensor:
     else:
         dt = D.promote(D.scalar_dtype(x), D.scalar_dtype(y))
         x = cond._full_like(x, (), dt)
-    return apply("where", cond, x, y)
+    return apply(P.where, cond, x, y)
 
 
 def matmul(a, b) -> Tensor:
@@ -982,7 +524,7 @@ def matmul(a, b) -> Tensor:
         raise located(ShapeError, f"matmul: shapes {a.shape} and {b.shape} do not align: "
                       f"{a2.shape[-1]} (last dim of the first) != {b2.shape[-2]} "
                       f"({'first' if vb else 'second-to-last'} dim of the second)")
-    out = apply2("matmul", a2, b2)
+    out = apply2(P.matmul, a2, b2)
     if va:
         out = out.squeeze(-2)
     if vb:
@@ -1006,7 +548,7 @@ def cat(tensors, dim=0) -> Tensor:
     tensors = [t.to(common) for t in tensors]
     if len(tensors) == 1:
         return tensors[0]
-    return apply("concatenate", *tensors, axis=_axis(dim, tensors[0].ndim))
+    return apply(P.concatenate, *tensors, axis=_axis(dim, tensors[0].ndim))
 
 
 concatenate = cat

@@ -8,17 +8,30 @@ from hypothesis import strategies as st
 
 import ember
 from ember.conformance import cases, tolerances
-from ember.conformance.gradcases import GRAD_CASES, SECOND_ORDER
+from ember import dtypes as D
 from ember.fused import FUSED
-from ember.primitives import PRIMITIVES
+from ember.primitives import PRIMITIVES, defprim
 
 
-def test_every_primitive_has_cases_and_dtypes():
-    assert set(cases.GENERATORS) == set(PRIMITIVES)
-    assert set(cases.DTYPES) == set(PRIMITIVES)
-    differentiable = {p for p in PRIMITIVES if PRIMITIVES[p].differentiable}
-    assert set(GRAD_CASES) == differentiable
-    assert set(SECOND_ORDER) <= differentiable
+def test_every_record_has_cases_and_dtypes():
+    names = {d.name for d in D.ALL}
+    for name, p in PRIMITIVES.items():
+        assert p.dtypes and set(p.dtypes) <= names, name
+        assert callable(p.cases), name
+        assert (p.grad_cases is not None) == p.differentiable, name
+        assert p.differentiable or not p.second_order, name
+
+
+def test_defprim_refuses_an_incomplete_record():
+    same = lambda x: x  # noqa: E731
+    cases_ = lambda d, dtype: d.case([d.array(d.shape(), dtype)])  # noqa: E731
+    with pytest.raises(TypeError, match="vjp and grad_cases go together"):
+        defprim("test_nope", "unary", "no gradient cases", same, cases=cases_, vjp=lambda g, out, x: (g,))
+    with pytest.raises(TypeError, match="case generator"):
+        defprim("test_nope", "unary", "no tier-2 cases", same, cases=None)
+    with pytest.raises(ValueError, match="'add' is already defined"):
+        defprim("add", "binary", "twice", same, cases=cases_)
+    assert "test_nope" not in PRIMITIVES and PRIMITIVES["add"].doc != "twice"
 
 
 def test_every_fused_op_has_tier4_cases():

@@ -1,7 +1,9 @@
-"""Tier 2 inputs: for each primitive, which dtypes it takes and how to draw a case.
+"""Tier 2 inputs: the toolkit a primitive's case generator draws with.
 
-``GENERATORS[name](draw, dtype, ctx)`` draws one :class:`Case` (arguments as NumPy arrays or
-Python scalars, plus parameters) with hypothesis. Shapes include empty dims and 0-d arrays;
+Each primitive's record says which dtypes tier 2 covers (``P.add.dtypes``) and how to draw one
+case (``P.add.cases(d, dtype)``, see ember.primitives). ``d`` is a :class:`Draw`: hypothesis's
+``draw`` plus the shapes, arrays and scalars below, and it returns a :class:`Case` (arguments as
+NumPy arrays or Python scalars, plus parameters). Shapes include empty dims and 0-d arrays;
 floats include NaN, +-inf and -0.0 where the op is elementwise, a reduction or a movement
 (matrix products and convolutions get finite values: their NaN behaviour is the elementwise
 one, and finite inputs let the tolerance follow the accumulated rounding). Each array input
@@ -22,25 +24,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from .. import dtypes as D
-
-ALL = tuple(d.name for d in D.ALL)
-NUMERIC = tuple(n for n in ALL if n != "bool")
-FLOATS = ("float16", "float32", "float64")
-
-#: primitive -> the dtypes its tier-2 cases cover (the columns of the op x dtype matrix).
-#: ``random_bits`` has no dtype parameter: its column is its output, uint32.
-DTYPES = {
-    "full": ALL, "arange": NUMERIC, "random_bits": ("uint32",),
-    **{op: FLOATS for op in "exp log sin cos tanh sqrt reciprocal erf floor div pow".split()},
-    **{op: NUMERIC for op in "neg abs sign add sub mul maximum minimum sum max min argmax index_add "
-                              "windows_grad".split()},
-    **{op: ("bool",) for op in "logical_not logical_and logical_or logical_xor".split()},
-    **{op: ALL for op in "eq ne lt le gt ge where cast reshape permute expand pad slice concatenate "
-                         "flip take windows".split()},
-    "matmul": ("int32", "int64") + FLOATS,
-    **{op: FLOATS for op in "conv2d conv2d_grad_input conv2d_grad_weight".split()},
-}
+from ..primitives import FLOATS
 
 # the first is what hypothesis tries first: a view, since fresh buffers are the easy case
 LAYOUTS = ("permuted", "sliced", "offset", "contiguous")
@@ -150,237 +134,53 @@ def subset(draw, items, min_size=0):
         if items else ()
 
 
-# ----------------------------------------------------------------------------- generators
-def _full(draw, dt, ctx):
-    return Case([], dict(shape=shape(draw), value=scalar(draw, dt, special=True), dtype=D.get(dt)))
+# ----------------------------------------------------------------------------- the toolkit
+class Draw:
+    """What a case generator draws with: the helpers of this module with hypothesis's ``draw``
+    bound, ``st`` (hypothesis.strategies) and ``draw`` for anything else, and ``ctx``, the
+    run's conformance context (``ctx.dtype_names``: the dtypes the backend declares)."""
 
+    st = st
 
-def _arange(draw, dt, ctx):
-    if dt in FLOATS:
-        start, stop = (draw(st.integers(-40, 40)) / 4 for _ in range(2))
-        step = draw(st.integers(1, 12).map(lambda k: k / 4) | st.integers(-12, -1).map(lambda k: k / 4))
-    else:
-        lo = 0 if dt.startswith("uint") else -20
-        start, stop = draw(st.integers(lo, 20)), draw(st.integers(lo, 20))
-        step = draw(st.integers(1, 4) | st.integers(-4, -1))
-    return Case([], dict(start=start, stop=stop, step=step, dtype=D.get(dt)))
+    def __init__(self, draw, ctx):
+        self.draw, self.ctx = draw, ctx
 
+    def integers(self, lo, hi):
+        return self.draw(st.integers(lo, hi))
 
-def _random_bits(draw, dt, ctx):
-    return Case([], dict(shape=shape(draw, max_side=5), seed=draw(st.integers(0, 2 ** 64 - 1)),
-                         offset=draw(st.integers(0, 2 ** 36))))
+    def booleans(self):
+        return self.draw(st.booleans())
 
+    def sampled_from(self, items):
+        return self.draw(st.sampled_from(items))
 
-def _unary(draw, dt, ctx):
-    return Case([array(draw, shape(draw), dt, special=True)])
+    def shape(self, min_dims=0, max_dims=3, min_side=0, max_side=4):
+        return shape(self.draw, min_dims, max_dims, min_side, max_side)
 
+    def broadcastable(self, n, max_dims=3, max_side=3):
+        return broadcastable(self.draw, n, max_dims, max_side)
 
-def _binary(draw, dt, ctx):
-    shapes = broadcastable(draw, 2)
-    a = array(draw, shapes[0], dt, special=True)
-    b = scalar(draw, dt, special=True) if draw(st.booleans()) else array(draw, shapes[1], dt, special=True)
-    return Case([a, b])
+    def array(self, shape, dtype, special=False, lo=None, hi=None):
+        return array(self.draw, shape, dtype, special, lo, hi)
 
+    def scalar(self, dtype, special=False):
+        return scalar(self.draw, dtype, special)
 
-def _logical(draw, dt, ctx):
-    shapes = broadcastable(draw, 2)
-    return Case([array(draw, s, "bool") for s in shapes])
+    def subset(self, items, min_size=0):
+        return subset(self.draw, items, min_size)
 
+    def indices(self, n, max_dims=2):
+        """Integer indices (int64 or int32) into a dim of size ``n``, negative ones included."""
+        idt = self.sampled_from(("int64", "int32"))
+        return array(self.draw, shape(self.draw, max_dims=max_dims, max_side=4), idt, lo=-n, hi=n - 1)
 
-def _where(draw, dt, ctx):
-    shapes = broadcastable(draw, 3)
-    cond = array(draw, shapes[0], "bool")
-    scalar_at = draw(st.sampled_from((None, None, 1, 2)))
-    vals = [scalar(draw, dt, special=True) if i == scalar_at else array(draw, shapes[i], dt, special=True)
-            for i in (1, 2)]
-    return Case([cond] + vals)
+    @staticmethod
+    def most_repeated(indices, n) -> int:
+        """How often the most frequent of ``indices`` (into a dim of size ``n``) occurs."""
+        return int(np.bincount(indices.reshape(-1) % n).max()) if indices.size else 0
 
-
-def _cast(draw, dt, ctx):
-    target = draw(st.sampled_from(sorted(ctx.dtype_names)))
-    if dt in FLOATS and target not in FLOATS and target != "bool":
-        # float -> int truncates toward zero; NaN, inf and out-of-range values are undefined
-        lo, hi = (0.0, 9.0) if target.startswith("uint") else (-20.0, 20.0)
-        x = array(draw, shape(draw), dt, lo=lo, hi=hi)
-    else:
-        x = array(draw, shape(draw), dt, special=True)
-    return Case([x], dict(dtype=D.get(target)))
-
-
-def _sum(draw, dt, ctx):
-    x = array(draw, shape(draw), dt, special=True)
-    axes = subset(draw, list(range(x.ndim)))
-    terms = math.prod(x.shape[a] for a in axes)
-    return Case([x], dict(axes=axes, keepdims=draw(st.booleans())), terms=terms, scale=finite_max(x))
-
-
-def _max_min(draw, dt, ctx):
-    x = array(draw, shape(draw), dt, special=True)
-    axes = subset(draw, [i for i, s in enumerate(x.shape) if s > 0])
-    return Case([x], dict(axes=axes, keepdims=draw(st.booleans())))
-
-
-def _argmax(draw, dt, ctx):
-    s = shape(draw, min_dims=1)
-    axis = draw(st.integers(0, len(s) - 1))
-    s = s[:axis] + (max(s[axis], 1),) + s[axis + 1:]
-    x = array(draw, s, dt)
-    if dt in FLOATS and x.size and draw(st.booleans()):
-        x.reshape(-1)[draw(st.integers(0, x.size - 1))] = draw(st.sampled_from((math.inf, -math.inf)))
-    return Case([x], dict(axis=axis, keepdims=draw(st.booleans())))
-
-
-def _reshape(draw, dt, ctx):
-    x = array(draw, shape(draw), dt, special=True)
-    n, s = x.size, x.shape
-    options = [(n,), s[::-1], s + (1,), (1,) + s]
-    if len(s) >= 2:
-        options.append((s[0] * s[1],) + s[2:])
-    if n and n % 2 == 0:
-        options.append((2, n // 2))
-    return Case([x], dict(shape=tuple(draw(st.sampled_from(options)))))
-
-
-def _permute(draw, dt, ctx):
-    x = array(draw, shape(draw), dt, special=True)
-    return Case([x], dict(axes=tuple(draw(st.permutations(range(x.ndim))))))
-
-
-def _expand(draw, dt, ctx):
-    x = array(draw, shape(draw, max_side=3), dt, special=True)
-    lead = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
-    target = lead + tuple(draw(st.integers(0, 3)) if s == 1 else s for s in x.shape)
-    return Case([x], dict(shape=target))
-
-
-def _pad(draw, dt, ctx):
-    x = array(draw, shape(draw, min_dims=1), dt, special=True)     # the front end never pads a 0-d
-    widths = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in x.shape)
-    return Case([x], dict(widths=widths, value=scalar(draw, dt, special=True)))
-
-
-def _slice(draw, dt, ctx):
-    x = array(draw, shape(draw, max_side=6), dt, special=True)
-    starts = tuple(draw(st.integers(0, s)) for s in x.shape)
-    stops = tuple(draw(st.integers(0, s)) for s in x.shape)
-    steps = tuple(draw(st.integers(1, 3)) for _ in x.shape)
-    return Case([x], dict(starts=starts, stops=stops, steps=steps))
-
-
-def _concatenate(draw, dt, ctx):
-    s = shape(draw, min_dims=1, max_side=3)
-    axis = draw(st.integers(0, len(s) - 1))
-    xs = [array(draw, s[:axis] + (draw(st.integers(0, 3)),) + s[axis + 1:], dt, special=True)
-          for _ in range(draw(st.integers(1, 3)))]
-    return Case(xs, dict(axis=axis))
-
-
-def _flip(draw, dt, ctx):
-    x = array(draw, shape(draw), dt, special=True)
-    return Case([x], dict(axes=subset(draw, list(range(x.ndim)), min_size=1 if x.ndim else 0)))
-
-
-def _indices(draw, n, max_dims=2):
-    idt = draw(st.sampled_from(("int64", "int32")))
-    return array(draw, shape(draw, max_dims=max_dims, max_side=4), idt, lo=-n, hi=n - 1)
-
-
-def _take(draw, dt, ctx):
-    s = shape(draw, min_dims=1, max_side=4)
-    axis = draw(st.integers(0, len(s) - 1))
-    s = s[:axis] + (max(s[axis], 1),) + s[axis + 1:]
-    x = array(draw, s, dt, special=True)
-    return Case([x, _indices(draw, s[axis])], dict(axis=axis))
-
-
-def _index_add(draw, dt, ctx):
-    s = shape(draw, min_dims=1, max_side=4)
-    axis = draw(st.integers(0, len(s) - 1))
-    s = s[:axis] + (max(s[axis], 1),) + s[axis + 1:]
-    x = array(draw, s, dt, special=True)
-    idx = _indices(draw, s[axis])
-    values = array(draw, s[:axis] + idx.shape + s[axis + 1:], dt, special=True)
-    repeats = int(np.bincount(idx.reshape(-1) % s[axis]).max()) if idx.size else 0
-    return Case([x, idx, values], dict(axis=axis), terms=repeats + 1, scale=finite_max(x, values))
-
-
-def _matmul(draw, dt, ctx):
-    batch = broadcastable(draw, 2, max_dims=2)
-    m, k, n = (draw(st.sampled_from((3, 1, 2, 4, 2, 3, 1, 4, 0))) for _ in range(3))    # 0 now and then
-    a = array(draw, batch[0] + (m, k), dt, special=draw(st.booleans()))
-    b = array(draw, batch[1] + (k, n), dt)
-    return Case([a, b], terms=max(k, 1), scale=finite_max(a) * finite_max(b))
-
-
-def _conv_geometry(draw):
-    groups = draw(st.integers(1, 2))
-    cg, og = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    padding = (draw(st.integers(0, 1)), draw(st.integers(0, 1)))
-    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    # the smallest input the kernel fits in, plus a little
-    h = draw(st.integers(max(1, dilation[0] * (kh - 1) + 1 - 2 * padding[0]), 6))
-    w = draw(st.integers(max(1, dilation[1] * (kw - 1) + 1 - 2 * padding[1]), 6))
-    n = draw(st.integers(1, 2))
-    params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    return (n, cg * groups, h, w), (og * groups, cg, kh, kw), (n, og * groups, oh, ow), params
-
-
-def _conv2d(draw, dt, ctx):
-    xs, ws, _, params = _conv_geometry(draw)
-    x, w = array(draw, xs, dt), array(draw, ws, dt)
-    return Case([x, w], params, terms=math.prod(ws[1:]), scale=finite_max(x) * finite_max(w))
-
-
-def _conv2d_grad_input(draw, dt, ctx):
-    xs, ws, gs, params = _conv_geometry(draw)
-    g, w = array(draw, gs, dt), array(draw, ws, dt)
-    terms = ws[0] // params["groups"] * ws[2] * ws[3]
-    return Case([g, w], dict(input_shape=xs, **params), terms=terms, scale=finite_max(g) * finite_max(w))
-
-
-def _conv2d_grad_weight(draw, dt, ctx):
-    xs, ws, gs, params = _conv_geometry(draw)
-    x, g = array(draw, xs, dt), array(draw, gs, dt)
-    return Case([x, g], dict(weight_shape=ws, **params), terms=gs[0] * gs[2] * gs[3],
-                scale=finite_max(x) * finite_max(g))
-
-
-def _window_geometry(draw):
-    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    lead = tuple(draw(st.lists(st.integers(0, 2), max_size=2)))
-    hw = tuple(draw(st.integers(d * (k - 1) + 1, 6)) for k, d in zip(kernel, dilation))
-    out = tuple((s - d * (k - 1) - 1) // st_ + 1 for s, k, st_, d in zip(hw, kernel, stride, dilation))
-    return lead + hw, lead + out + kernel, dict(kernel=kernel, stride=stride, dilation=dilation)
-
-
-def _windows(draw, dt, ctx):
-    xs, _, params = _window_geometry(draw)
-    return Case([array(draw, xs, dt, special=True)], params)
-
-
-def _windows_grad(draw, dt, ctx):
-    xs, gs, params = _window_geometry(draw)
-    g = array(draw, gs, dt, special=True)
-    return Case([g], dict(input_shape=xs, **params), terms=math.prod(params["kernel"]), scale=finite_max(g))
-
-
-GENERATORS = {
-    "full": _full, "arange": _arange, "random_bits": _random_bits,
-    **{op: _unary for op in "neg exp log sin cos tanh sqrt reciprocal abs sign floor erf logical_not".split()},
-    **{op: _binary for op in "add sub mul div pow maximum minimum eq ne lt le gt ge".split()},
-    **{op: _logical for op in "logical_and logical_or logical_xor".split()},
-    "where": _where, "cast": _cast, "sum": _sum, "max": _max_min, "min": _max_min, "argmax": _argmax,
-    "reshape": _reshape, "permute": _permute, "expand": _expand, "pad": _pad, "slice": _slice,
-    "concatenate": _concatenate, "flip": _flip, "take": _take, "index_add": _index_add,
-    "matmul": _matmul, "conv2d": _conv2d, "conv2d_grad_input": _conv2d_grad_input,
-    "conv2d_grad_weight": _conv2d_grad_weight, "windows": _windows, "windows_grad": _windows_grad,
-}
+    finite_max = staticmethod(finite_max)
+    case = staticmethod(Case)
 
 
 # ----------------------------------------------------------------------------- layouts

@@ -2,7 +2,7 @@
 
 Inputs come from hypothesis under a fixed seed (derandomized; ``--ember-max-examples`` per test)
 and cover shapes with empty and size-1 dims, broadcasting, scalar operands, NaN/inf, and
-non-contiguous buffers (see cases.py). Each primitive runs directly on buffers, through
+non-contiguous buffers (each primitive's record draws its cases with cases.Draw). Each primitive runs directly on buffers, through
 ``backend.impls``: what is checked is the contract in primitives.py, not the front end.
 """
 import numpy as np
@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ember.backends import numpy_backend
-from ember.conformance.cases import DTYPES, GENERATORS, LAYOUTS, describe, upload
+from ember.conformance.cases import LAYOUTS, Draw, describe, upload
 from ember.conformance.tolerances import mismatch, tolerance
 from ember.primitives import PRIMITIVES
 
 EMBER_TIER = 2
-CASES = [(op, dt) for op in PRIMITIVES for dt in DTYPES.get(op, ("float32",))]
+CASES = [(op, dt) for op, p in PRIMITIVES.items() for dt in p.dtypes]
 
 
 def run_case(ctx, op, case, layouts):
@@ -46,15 +46,13 @@ def run_case(ctx, op, case, layouts):
 def test_primitive(op, dtype, conformance):
     conformance.require_op(op)
     conformance.require_dtype(dtype)
-    generate = GENERATORS.get(op)
-    if generate is None:
-        pytest.skip(f"[missing] the conformance suite has no case generator for primitive {op!r} yet")
+    generate = PRIMITIVES[op].cases
 
     @settings(max_examples=conformance.max_examples, derandomize=True, database=None, deadline=None,
               print_blob=False, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def check(data):
-        case = generate(data.draw, dtype, conformance)
+        case = generate(Draw(data.draw, conformance), dtype)
         layouts = [data.draw(st.sampled_from(LAYOUTS)) if isinstance(a, np.ndarray) else "scalar"
                    for a in case.args]
         run_case(conformance, op, case, layouts)

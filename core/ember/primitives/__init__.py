@@ -1,0 +1,29 @@
+"""The primitive set: the contract between ember and every backend, one record per primitive.
+
+Each primitive is defined once, by ``defprim`` in the module of its group (creation,
+elementwise, reduce, movement, indexing, linalg), with its spec, abstract shape/dtype rule, VJP
+rule and conformance cases (record.py says what each field is for). Every record is an
+attribute of this package, so core code names primitives as objects:
+
+>>> from ember import primitives as P
+>>> P.matmul.group, P.matmul.abstract(((2, 3), P.D.float32), ((3, 4), P.D.float32))
+('linalg', ((2, 4), ember.float32))
+>>> len(P.PRIMITIVES), P.PRIMITIVES["exp"] is P.exp
+(53, True)
+
+A backend implements a primitive as ``impls[name](*buffers, **params) -> buffer`` (backend.py);
+``python -m ember.primitives`` prints docs/primitives.md, generated from the records.
+"""
+# isort: off
+from .. import dtypes as D  # noqa: F401 - for the examples above
+from .record import (ALL, FLOATS, GROUPS, NON_DIFFERENTIABLE, NUMERIC, PRIMITIVES,  # noqa: F401
+                     Primitive, abstract_eval, defprim, markdown)
+from .shapes import broadcast_shapes, conv_out_size, normalize_axis  # noqa: F401
+
+# The groups, in the order of docs/primitives.md: each module's defprim calls add its records
+# to PRIMITIVES and to this package's attributes (P.add, P.sum, ...).
+from . import creation, elementwise, reduce, movement, indexing, linalg  # noqa: E402,F401
+# isort: on
+
+#: the primitives every backend must implement (tier 0 checks it)
+REQUIRED = tuple(n for n, p in PRIMITIVES.items() if p.required)

@@ -1,0 +1,310 @@
+"""Tensor's arithmetic, elementwise math and reductions (a mixin of :class:`ember.Tensor`).
+
+Every method is one primitive (named as an object, ``P.exp``) or a short composition; the
+gradients come from the primitives' VJP rules. ``isinstance(x, TensorMath)`` reads "x is a
+Tensor": Tensor is the one class made with this mixin, and this module cannot import it.
+"""
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+from . import dtypes as D
+from . import primitives as P
+from .dispatch import apply1, apply2
+from .tensor_shape import _axis, _dims
+
+MaxMin = namedtuple("MaxMin", "values indices")
+
+
+class TensorMath:
+    __slots__ = ()
+
+    # ------------------------------------------------------------------------ arithmetic
+    def __add__(self, o):
+        return self._binary(P.add, o)
+
+    def __radd__(self, o):
+        return self._binary(P.add, o, True)
+
+    def __sub__(self, o):
+        return self._binary(P.sub, o)
+
+    def __rsub__(self, o):
+        return self._binary(P.sub, o, True)
+
+    def __mul__(self, o):
+        return self._binary(P.mul, o)
+
+    def __rmul__(self, o):
+        return self._binary(P.mul, o, True)
+
+    def __truediv__(self, o):
+        if not self.dtype.is_floating_point and not (isinstance(o, TensorMath) and o.dtype.is_floating_point):
+            return self._float()._binary(P.div, o)
+        return self._binary(P.div, o)
+
+    def __rtruediv__(self, o):
+        return self._float()._binary(P.div, o, True)
+
+    def __floordiv__(self, o):
+        dtype = D.promote(self.dtype, o.dtype) if isinstance(o, TensorMath) else D.result_with_scalar(self.dtype, o)
+        if dtype.is_floating_point:
+            return (self / o).floor().to(dtype)
+        # Integers divide in float64: exact while |self| < 2**53 (float32 would round above 2**24).
+        return (self.double() / o).floor().to(dtype)
+
+    def __mod__(self, o):
+        return self - (self // o) * o
+
+    def __pow__(self, o):
+        if isinstance(o, (int, float)) and not isinstance(o, bool):
+            if o == 2:
+                return self * self
+            if o == 1:
+                return self
+            if o == 0.5 and self.dtype.is_floating_point:
+                return self.sqrt()
+        return self._binary(P.pow, o)
+
+    def __rpow__(self, o):
+        return self._binary(P.pow, o, True)
+
+    def __neg__(self):
+        return apply1(P.neg, self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return apply1(P.abs, self)
+
+    # comparisons and logic (no gradient)
+    def __eq__(self, o):
+        return self._binary(P.eq, o)
+
+    def __ne__(self, o):
+        return self._binary(P.ne, o)
+
+    def __lt__(self, o):
+        return self._binary(P.lt, o)
+
+    def __le__(self, o):
+        return self._binary(P.le, o)
+
+    def __gt__(self, o):
+        return self._binary(P.gt, o)
+
+    def __ge__(self, o):
+        return self._binary(P.ge, o)
+
+    def _logical(self, name, o):
+        o = o if isinstance(o, TensorMath) else self._like(o, D.bool_)
+        return apply2(name, self.bool(), o.bool())
+
+    def __and__(self, o):
+        return self._logical(P.logical_and, o)
+
+    def __or__(self, o):
+        return self._logical(P.logical_or, o)
+
+    def __xor__(self, o):
+        return self._logical(P.logical_xor, o)
+
+    def __invert__(self):
+        return apply1(P.logical_not, self.bool())
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+    add, sub, mul, div, pow = __add__, __sub__, __mul__, __truediv__, __pow__
+    neg = __neg__
+    logical_not = __invert__
+
+    def equal(self, other) -> bool:
+        return self.shape == other.shape and bool((self == other).all())
+
+    # ------------------------------------------------------------------------ elementwise math
+    def exp(self):
+        return apply1(P.exp, self._float())
+
+    def log(self):
+        return apply1(P.log, self._float())
+
+    def sin(self):
+        return apply1(P.sin, self._float())
+
+    def cos(self):
+        return apply1(P.cos, self._float())
+
+    def tanh(self):
+        return apply1(P.tanh, self._float())
+
+    def sqrt(self):
+        return apply1(P.sqrt, self._float())
+
+    def rsqrt(self):
+        return apply1(P.reciprocal, self.sqrt())
+
+    def reciprocal(self):
+        return apply1(P.reciprocal, self._float())
+
+    def abs(self):
+        return apply1(P.abs, self)
+
+    def sign(self):
+        return apply1(P.sign, self)
+
+    def floor(self):
+        return apply1(P.floor, self) if self.dtype.is_floating_point else self
+
+    def ceil(self):
+        return -(-self).floor()
+
+    def round(self):
+        return (self + 0.5).floor()
+
+    def erf(self):
+        return apply1(P.erf, self._float())
+
+    def square(self):
+        return self * self
+
+    def log1p(self):
+        return (self + 1).log()
+
+    def expm1(self):
+        return self.exp() - 1
+
+    def sigmoid(self):
+        # 1 / (1 + e^-x) overflows harmlessly to 0 for very negative x in float; tanh form is exact.
+        return (self._float() * 0.5).tanh() * 0.5 + 0.5
+
+    def relu(self):
+        return self._where(self > 0, self, 0)
+
+    def clamp(self, min=None, max=None):
+        out = self
+        if min is not None:
+            out = apply2(P.maximum, out, min) if not isinstance(min, TensorMath) else out._binary(P.maximum, min)
+        if max is not None:
+            out = apply2(P.minimum, out, max) if not isinstance(max, TensorMath) else out._binary(P.minimum, max)
+        return out
+
+    clip = clamp
+
+    def maximum(self, other):
+        return self._binary(P.maximum, other)
+
+    def minimum(self, other):
+        return self._binary(P.minimum, other)
+
+    def isnan(self):
+        return self != self
+
+    def isinf(self):
+        return self.abs() == math.inf
+
+    def isfinite(self):
+        return ~(self.isnan() | self.isinf())
+
+    def lerp(self, end, weight):
+        return self + (end - self) * weight
+
+    # ------------------------------------------------------------------------ reductions
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        x = self.to(dtype) if dtype is not None else (self.long() if self.dtype.kind in "bu" or self.dtype is D.int32 else self)
+        return apply1(P.sum, x, axes=_dims(dim, x.ndim), keepdims=keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        x = self._float()
+        axes = _dims(dim, x.ndim)
+        n = math.prod(x.shape[a] for a in axes)
+        return x.sum(axes, keepdim) / max(n, 1) if n else x.sum(axes, keepdim) * math.nan
+
+    def var(self, dim=None, keepdim=False, correction=1, unbiased=None):
+        if unbiased is not None:
+            correction = 1 if unbiased else 0
+        x = self._float()
+        axes = _dims(dim, x.ndim)
+        n = math.prod(x.shape[a] for a in axes)
+        centered = x - x.mean(axes, keepdim=True)
+        return (centered * centered).sum(axes, keepdim) / max(n - correction, 0)
+
+    def std(self, dim=None, keepdim=False, correction=1, unbiased=None):
+        return self.var(dim, keepdim, correction, unbiased).sqrt()
+
+    def amax(self, dim=None, keepdim=False):
+        return apply1(P.max, self, axes=_dims(dim, self.ndim), keepdims=keepdim)
+
+    def amin(self, dim=None, keepdim=False):
+        return apply1(P.min, self, axes=_dims(dim, self.ndim), keepdims=keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        """``x.max()`` is the largest element; ``x.max(dim)`` gives ``(values, indices)``."""
+        if isinstance(dim, TensorMath):
+            return self.maximum(dim)
+        if dim is None:
+            return self.amax()
+        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, TensorMath):
+            return self.minimum(dim)
+        if dim is None:
+            return self.amin()
+        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def argmax(self, dim=None, keepdim=False):
+        if dim is None:
+            return apply1(P.argmax, self.reshape(-1), axis=0)
+        return apply1(P.argmax, self, axis=_axis(dim, self.ndim), keepdims=keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        # argmax of an order-reversing map: -x for floats, -1 - x for integers (-x overflows at
+        # the most negative int64 and wraps for unsigned types, which go through int64 first).
+        if self.dtype is D.bool_:
+            flipped = ~self
+        elif self.dtype.is_floating_point:
+            flipped = -self
+        else:
+            flipped = -1 - (self.long() if self.dtype.kind == "u" else self)
+        return flipped.argmax(dim, keepdim)
+
+    def all(self, dim=None, keepdim=False):
+        # Counting the False elements works for empty dims too (max/min have no identity).
+        return (~self.bool()).long().sum(dim, keepdim) == 0
+
+    def any(self, dim=None, keepdim=False):
+        return self.bool().long().sum(dim, keepdim) > 0
+
+    def logsumexp(self, dim=None, keepdim=False):
+        axes = _dims(dim, self.ndim)
+        m = self.amax(axes, keepdim=True).detach()
+        m = self._where(m.isfinite(), m, 0)
+        out = (self - m).exp().sum(axes, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(axes)
+
+    def softmax(self, dim=-1):
+        x = self._float()
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim=-1):
+        x = self._float()
+        shifted = x - x.amax(dim, keepdim=True).detach()
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def norm(self, p=2, dim=None, keepdim=False):
+        if p == 2:
+            return (self * self).sum(dim, keepdim).sqrt()
+        if p == 1:
+            return self.abs().sum(dim, keepdim)
+        return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+
+    def cumsum(self, dim):
+        # A lower-triangular matmul: O(n^2) but one BLAS call, and differentiable for free.
+        dim = _axis(dim, self.ndim)
+        n = self.shape[dim]
+        tri = (self._arange(n).unsqueeze(1) >= self._arange(n)).to(self.dtype)
+        x = self.transpose(dim, -1)
+        return (x @ tri.T).transpose(dim, -1)
