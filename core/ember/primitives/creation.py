@@ -21,11 +21,11 @@ def _random_bits(shape, seed, offset):
 
 
 # ----------------------------------------------------------------------------- tier-2 cases
-def _full_case(d, dt):
+def _full_tier2(d, dt):
     return d.case([], dict(shape=d.shape(), value=d.scalar(dt, special=True), dtype=D.get(dt)))
 
 
-def _arange_case(d, dt):
+def _arange_tier2(d, dt):
     if dt in FLOATS:
         start, stop = (d.integers(-40, 40) / 4 for _ in range(2))
         step = d.draw(d.st.integers(1, 12).map(lambda k: k / 4) | d.st.integers(-12, -1).map(lambda k: k / 4))
@@ -36,17 +36,17 @@ def _arange_case(d, dt):
     return d.case([], dict(start=start, stop=stop, step=step, dtype=D.get(dt)))
 
 
-def _random_bits_case(d, dt):
+def _random_bits_tier2(d, dt):
     return d.case([], dict(shape=d.shape(max_side=5), seed=d.integers(0, 2 ** 64 - 1), offset=d.integers(0, 2 ** 36)))
 
 
 # ----------------------------------------------------------------------------- the records
 full = defprim("full", "creation", "full(shape, value, dtype): a new tensor of `shape` filled with `value`.",
-               _full, dtypes=ALL, cases=_full_case)
+               _full, dtypes=ALL, cases=_full_tier2)
 arange = defprim("arange", "creation", "arange(start, stop, step, dtype): start, start+step, ... up to but excluding "
-                 "stop.", _arange, dtypes=NUMERIC, cases=_arange_case)
+                 "stop.", _arange, dtypes=NUMERIC, cases=_arange_tier2)
 # no dtype parameter: the column of the op x dtype matrix is its output, uint32
 random_bits = defprim("random_bits", "creation", "random_bits(shape, seed, offset): uint32 words of Philox-4x32-10. "
                       "Element i (row-major) is word (offset+i) % 4 of the block for counter (offset+i) // 4 under "
                       "key `seed` (64-bit: low word, high word). Every backend must produce the same bits.",
-                      _random_bits, dtypes=("uint32",), cases=_random_bits_case)
+                      _random_bits, dtypes=("uint32",), cases=_random_bits_tier2)

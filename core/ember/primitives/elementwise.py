@@ -48,22 +48,22 @@ def _cast(x, dtype):
 
 
 # ----------------------------------------------------------------------------- tier-2 cases
-def _unary_case(d, dt):
+def _unary_tier2(d, dt):
     return d.case([d.array(d.shape(), dt, special=True)])
 
 
-def _binary_case(d, dt):
+def _binary_tier2(d, dt):
     shapes = d.broadcastable(2)
     a = d.array(shapes[0], dt, special=True)
     b = d.scalar(dt, special=True) if d.booleans() else d.array(shapes[1], dt, special=True)
     return d.case([a, b])
 
 
-def _logical_case(d, dt):
+def _logical_tier2(d, dt):
     return d.case([d.array(s, "bool") for s in d.broadcastable(2)])
 
 
-def _where_case(d, dt):
+def _where_tier2(d, dt):
     shapes = d.broadcastable(3)
     cond = d.array(shapes[0], "bool")
     scalar_at = d.sampled_from((None, None, 1, 2))
@@ -71,7 +71,7 @@ def _where_case(d, dt):
     return d.case([cond] + vals)
 
 
-def _cast_case(d, dt):
+def _cast_tier2(d, dt):
     target = d.sampled_from(sorted(d.ctx.dtype_names))
     if dt in FLOATS and target not in FLOATS and target != "bool":
         # float -> int truncates toward zero; NaN, inf and out-of-range values are undefined
@@ -89,16 +89,16 @@ def _smooth(lo=None, hi=None):
     return cases
 
 
-def _kinked(r):
+def _kinked_tier3(r):
     return [r.case([r.away_from_zero((3, 4))])]
 
 
-def _floor_grad(r):
+def _floor_tier3(r):
     x = r.rng.integers(-3, 3, (3, 4)) + r.rng.uniform(0.2, 0.8, (3, 4))
     return [r.case([r.array(x)])]
 
 
-def _binary_grad(kind="any"):
+def _binary_tier3(kind="any"):
     """Same shapes, broadcast shapes, and a Python scalar operand."""
     def cases(r):
         if kind == "pow":            # positive base: the exponent's gradient needs log(a)
@@ -119,11 +119,11 @@ def _binary_grad(kind="any"):
     return cases
 
 
-def _where_grad(r):
+def _where_tier3(r):
     return [r.case([r.rng.random((3, 4)) > 0.5, r.normal((3, 4)), r.normal((1, 4))], diff=(1, 2))]
 
 
-def _cast_grad(r):
+def _cast_tier3(r):
     other = "float32" if r.dtype == "float64" else "float64"
     return [r.case([r.normal((3, 4))], dict(dtype=D.get(r.dtype)), label="same dtype"),
             r.case([r.normal((3, 4))], dict(dtype=D.get(other)), label=f"to {other}")]
@@ -147,7 +147,7 @@ def _where_vjp(g, out, c, a, b):
 
 
 # ----------------------------------------------------------------------------- the records
-UNARY = dict(group="unary", abstract=_same, cases=_unary_case, doc=
+UNARY = dict(group="unary", abstract=_same, cases=_unary_tier2, doc=
              "op(x): elementwise, same shape and dtype. Floating-point functions (exp, log, sin, cos, "
              "tanh, sqrt, reciprocal, erf) follow IEEE-754 (log(0) = -inf, sqrt(-1) = nan).")
 neg = defprim("neg", **UNARY, dtypes=NUMERIC, grad_cases=_smooth(), vjp=lambda g, out, x: (-g,))
@@ -161,35 +161,35 @@ sqrt = defprim("sqrt", **UNARY, grad_cases=_smooth(0.5, 2.0), second_order=True,
                vjp=lambda g, out, x: (g / (2 * out),))
 reciprocal = defprim("reciprocal", **UNARY, grad_cases=_smooth(0.5, 2.0), second_order=True,
                      vjp=lambda g, out, x: (-g * out * out,))
-abs = defprim("abs", **UNARY, dtypes=NUMERIC, grad_cases=_kinked, vjp=lambda g, out, x: (g * x.sign(),))
-sign = defprim("sign", **UNARY, dtypes=NUMERIC, grad_cases=_kinked, vjp=lambda g, out, x: (g * 0,))
-floor = defprim("floor", **UNARY, grad_cases=_floor_grad, vjp=lambda g, out, x: (g * 0,))
+abs = defprim("abs", **UNARY, dtypes=NUMERIC, grad_cases=_kinked_tier3, vjp=lambda g, out, x: (g * x.sign(),))
+sign = defprim("sign", **UNARY, dtypes=NUMERIC, grad_cases=_kinked_tier3, vjp=lambda g, out, x: (g * 0,))
+floor = defprim("floor", **UNARY, grad_cases=_floor_tier3, vjp=lambda g, out, x: (g * 0,))
 erf = defprim("erf", **UNARY, grad_cases=_smooth(), second_order=True,
               vjp=lambda g, out, x: (g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),))
 logical_not = defprim("logical_not", "unary", "logical_not(x): elementwise not; input bool, output bool.",
-                      _to_bool, dtypes=("bool",), cases=_unary_case)
+                      _to_bool, dtypes=("bool",), cases=_unary_tier2)
 
-BINARY = dict(group="binary", abstract=_binary, cases=_binary_case, doc=
+BINARY = dict(group="binary", abstract=_binary, cases=_binary_tier2, doc=
               "op(a, b): elementwise with NumPy broadcasting. Both operands have the same dtype, or one "
               "is a Python scalar, which takes the other's dtype. div of integers is not defined (the front "
               "end casts to float). maximum/minimum propagate NaN.")
-add = defprim("add", **BINARY, dtypes=NUMERIC, grad_cases=_binary_grad(),
+add = defprim("add", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3(),
               vjp=binary_vjp(lambda g, out, a, b: g, lambda g, out, a, b: g))
-sub = defprim("sub", **BINARY, dtypes=NUMERIC, grad_cases=_binary_grad(),
+sub = defprim("sub", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3(),
               vjp=binary_vjp(lambda g, out, a, b: g, lambda g, out, a, b: -g))
-mul = defprim("mul", **BINARY, dtypes=NUMERIC, grad_cases=_binary_grad(), second_order=True,
+mul = defprim("mul", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3(), second_order=True,
               vjp=binary_vjp(lambda g, out, a, b: g * b, lambda g, out, a, b: g * a))
-div = defprim("div", **BINARY, grad_cases=_binary_grad("div"), second_order=True,
+div = defprim("div", **BINARY, grad_cases=_binary_tier3("div"), second_order=True,
               vjp=binary_vjp(lambda g, out, a, b: g / b, lambda g, out, a, b: -g * out / b))
-pow = defprim("pow", **BINARY, grad_cases=_binary_grad("pow"), second_order=True,
+pow = defprim("pow", **BINARY, grad_cases=_binary_tier3("pow"), second_order=True,
               vjp=binary_vjp(lambda g, out, a, b: g * b * a ** (b - 1),
                              lambda g, out, a, b: g * out * g._where(a > 0, a, 1).log()))
-maximum = defprim("maximum", **BINARY, dtypes=NUMERIC, grad_cases=_binary_grad("cmp"),
+maximum = defprim("maximum", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3("cmp"),
                   vjp=binary_vjp(_max_min_rule(lambda a, b: a >= b), _max_min_rule(lambda a, b: b >= a)))
-minimum = defprim("minimum", **BINARY, dtypes=NUMERIC, grad_cases=_binary_grad("cmp"),
+minimum = defprim("minimum", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3("cmp"),
                   vjp=binary_vjp(_max_min_rule(lambda a, b: a <= b), _max_min_rule(lambda a, b: b <= a)))
 
-COMPARE = dict(group="compare", abstract=_compare, cases=_binary_case, dtypes=ALL,
+COMPARE = dict(group="compare", abstract=_compare, cases=_binary_tier2, dtypes=ALL,
                doc="op(a, b): elementwise comparison with broadcasting; output bool.")
 eq = defprim("eq", **COMPARE)
 ne = defprim("ne", **COMPARE)
@@ -198,14 +198,14 @@ le = defprim("le", **COMPARE)
 gt = defprim("gt", **COMPARE)
 ge = defprim("ge", **COMPARE)
 
-LOGICAL = dict(group="logical", abstract=_compare, cases=_logical_case, dtypes=("bool",),
+LOGICAL = dict(group="logical", abstract=_compare, cases=_logical_tier2, dtypes=("bool",),
                doc="op(a, b): elementwise on bool operands with broadcasting; output bool.")
 logical_and = defprim("logical_and", **LOGICAL)
 logical_or = defprim("logical_or", **LOGICAL)
 logical_xor = defprim("logical_xor", **LOGICAL)
 
 where = defprim("where", "select", "where(cond, a, b): a where cond else b; cond bool; all three broadcast together.",
-                _where, dtypes=ALL, cases=_where_case, grad_cases=_where_grad, second_order=True, vjp=_where_vjp)
+                _where, dtypes=ALL, cases=_where_tier2, grad_cases=_where_tier3, second_order=True, vjp=_where_vjp)
 cast = defprim("cast", "cast", "cast(x, dtype): convert elementwise; float to int truncates toward zero; to bool "
-               "is x != 0.", _cast, dtypes=ALL, cases=_cast_case, grad_cases=_cast_grad,
+               "is x != 0.", _cast, dtypes=ALL, cases=_cast_tier2, grad_cases=_cast_tier3,
                vjp=lambda g, out, x, dtype: (g.to(x.dtype) if x.dtype.is_floating_point else None,))

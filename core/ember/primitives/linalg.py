@@ -9,6 +9,7 @@ import math
 
 from ..errors import DTypeError, ShapeError
 from .adjoint import unbroadcast
+from .movement import permute
 from .record import ALL, FLOATS, NUMERIC, defprim
 from .shapes import broadcast_shapes, conv_out_size
 
@@ -64,7 +65,7 @@ def _windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
 
 
 # ----------------------------------------------------------------------------- tier-2 cases
-def _matmul_case(d, dt):
+def _matmul_tier2(d, dt):
     batch = d.broadcastable(2, max_dims=2)
     m, k, n = (d.sampled_from((3, 1, 2, 4, 2, 3, 1, 4, 0)) for _ in range(3))    # 0 now and then
     a = d.array(batch[0] + (m, k), dt, special=d.booleans())
@@ -89,20 +90,20 @@ def _conv_geometry(d):
     return (n, cg * groups, h, w), (og * groups, cg, kh, kw), (n, og * groups, oh, ow), params
 
 
-def _conv2d_case(d, dt):
+def _conv2d_tier2(d, dt):
     xs, ws, _, params = _conv_geometry(d)
     x, w = d.array(xs, dt), d.array(ws, dt)
     return d.case([x, w], params, terms=math.prod(ws[1:]), scale=d.finite_max(x) * d.finite_max(w))
 
 
-def _conv2d_grad_input_case(d, dt):
+def _conv2d_grad_input_tier2(d, dt):
     xs, ws, gs, params = _conv_geometry(d)
     g, w = d.array(gs, dt), d.array(ws, dt)
     terms = ws[0] // params["groups"] * ws[2] * ws[3]
     return d.case([g, w], dict(input_shape=xs, **params), terms=terms, scale=d.finite_max(g) * d.finite_max(w))
 
 
-def _conv2d_grad_weight_case(d, dt):
+def _conv2d_grad_weight_tier2(d, dt):
     xs, ws, gs, params = _conv_geometry(d)
     x, g = d.array(xs, dt), d.array(gs, dt)
     return d.case([x, g], dict(weight_shape=ws, **params), terms=gs[0] * gs[2] * gs[3],
@@ -119,19 +120,19 @@ def _window_geometry(d):
     return lead + hw, lead + out + kernel, dict(kernel=kernel, stride=stride, dilation=dilation)
 
 
-def _windows_case(d, dt):
+def _windows_tier2(d, dt):
     xs, _, params = _window_geometry(d)
     return d.case([d.array(xs, dt, special=True)], params)
 
 
-def _windows_grad_case(d, dt):
+def _windows_grad_tier2(d, dt):
     xs, gs, params = _window_geometry(d)
     g = d.array(gs, dt, special=True)
     return d.case([g], dict(input_shape=xs, **params), terms=math.prod(params["kernel"]), scale=d.finite_max(g))
 
 
 # ----------------------------------------------------------------------------- tier-3 cases
-def _matmul_grad(r):
+def _matmul_tier3(r):
     return [r.case([r.normal((2, 3, 4)), r.normal((4, 5))], diff=(0, 1), label="batched"),
             r.case([r.normal((3, 4)), r.normal((2, 4, 2))], diff=(0, 1), label="broadcast batch")]
 
@@ -146,16 +147,16 @@ def _conv_out(xs, ws, p):
                                   for i in range(2))
 
 
-def _conv2d_grad(r):
+def _conv2d_tier3(r):
     return [r.case([r.normal(xs), r.normal(ws)], dict(p), diff=(0, 1)) for xs, ws, p in CONV]
 
 
-def _conv2d_grad_input_grad(r):
+def _conv2d_grad_input_tier3(r):
     return [r.case([r.normal(_conv_out(xs, ws, p)), r.normal(ws)], dict(p, input_shape=xs), diff=(0, 1))
             for xs, ws, p in CONV]
 
 
-def _conv2d_grad_weight_grad(r):
+def _conv2d_grad_weight_tier3(r):
     return [r.case([r.normal(xs), r.normal(_conv_out(xs, ws, p))], dict(p, weight_shape=ws), diff=(0, 1))
             for xs, ws, p in CONV]
 
@@ -163,12 +164,12 @@ def _conv2d_grad_weight_grad(r):
 WINDOWS = dict(kernel=(2, 3), stride=(2, 1), dilation=(1, 1))
 
 
-def _windows_grad(r):
+def _windows_tier3(r):
     return [r.case([r.normal((2, 5, 6))], dict(WINDOWS)),
             r.case([r.normal((1, 2, 5, 5))], dict(kernel=(3, 2), stride=(1, 2), dilation=(2, 1)))]
 
 
-def _windows_grad_grad(r):
+def _windows_grad_tier3(r):
     return [r.case([r.normal((2, 2, 4, 2, 3))], dict(WINDOWS, input_shape=(2, 5, 6)))]
 
 
@@ -176,7 +177,7 @@ def _windows_grad_grad(r):
 def _swaps_last_two(t) -> bool:
     """Was ``t`` made by transposing the last two dims of another tensor (``w.mT``)?"""
     ctx = t._ctx
-    if ctx is None or ctx[0] != "permute":
+    if ctx is None or ctx[0] != permute:
         return False
     axes = ctx[2]["axes"]
     n = len(axes)
@@ -214,26 +215,26 @@ def _conv2d_grad_weight_vjp(v, out, x, g, weight_shape, **p):
 # ----------------------------------------------------------------------------- the records
 matmul = defprim("matmul", "linalg", "matmul(a, b): batched matrix product of >= 2-d operands, batch dims broadcast; "
                  "(..., m, k) @ (..., k, n) -> (..., m, n).", _matmul, dtypes=("int32", "int64") + FLOATS,
-                 cases=_matmul_case, grad_cases=_matmul_grad, second_order=True, vjp=_matmul_vjp)
+                 cases=_matmul_tier2, grad_cases=_matmul_tier3, second_order=True, vjp=_matmul_vjp)
 conv2d = defprim("conv2d", "conv", "conv2d(x, w, stride, padding, dilation, groups): cross-correlation of x (N, C, H, W) "
                  "with w (O, C/groups, KH, KW), zero padding (ph, pw) on both sides; output (N, O, OH, OW), "
-                 "OH = (H + 2ph - dh(KH-1) - 1) // sh + 1.", _conv2d, cases=_conv2d_case, grad_cases=_conv2d_grad,
+                 "OH = (H + 2ph - dh(KH-1) - 1) // sh + 1.", _conv2d, cases=_conv2d_tier2, grad_cases=_conv2d_tier3,
                  second_order=True, vjp=_conv2d_vjp)
 conv2d_grad_input = defprim(
     "conv2d_grad_input", "conv", "conv2d_grad_input(g, w, input_shape, stride, padding, dilation, groups): the "
     "gradient of conv2d with respect to its input (a transposed convolution of g), shape input_shape.",
-    _conv2d_grad_input, cases=_conv2d_grad_input_case, grad_cases=_conv2d_grad_input_grad, second_order=True,
+    _conv2d_grad_input, cases=_conv2d_grad_input_tier2, grad_cases=_conv2d_grad_input_tier3, second_order=True,
     vjp=_conv2d_grad_input_vjp)
 conv2d_grad_weight = defprim(
     "conv2d_grad_weight", "conv", "conv2d_grad_weight(x, g, weight_shape, stride, padding, dilation, groups): the "
     "gradient of conv2d with respect to its weight, shape weight_shape.", _conv2d_grad_weight,
-    cases=_conv2d_grad_weight_case, grad_cases=_conv2d_grad_weight_grad, second_order=True,
+    cases=_conv2d_grad_weight_tier2, grad_cases=_conv2d_grad_weight_tier3, second_order=True,
     vjp=_conv2d_grad_weight_vjp)
 windows = defprim("windows", "pool", "windows(x, kernel, stride, dilation): sliding windows over the last two dims: "
                   "(..., H, W) -> (..., OH, OW, KH, KW), no padding (pad first). Pooling is windows + a reduce.",
-                  _windows, dtypes=ALL, cases=_windows_case, grad_cases=_windows_grad,
+                  _windows, dtypes=ALL, cases=_windows_tier2, grad_cases=_windows_tier3,
                   vjp=lambda g, out, x, **p: (windows_grad(g, input_shape=x.shape, **p),))
 windows_grad = defprim("windows_grad", "pool", "windows_grad(g, input_shape, kernel, stride, dilation): the adjoint of "
                        "windows: each window element of g is added back at its source position (overlaps accumulate).",
-                       _windows_grad, dtypes=NUMERIC, cases=_windows_grad_case, grad_cases=_windows_grad_grad,
+                       _windows_grad, dtypes=NUMERIC, cases=_windows_grad_tier2, grad_cases=_windows_grad_tier3,
                        vjp=lambda u, out, g, input_shape, **p: (windows(u, **p),))

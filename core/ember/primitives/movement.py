@@ -64,7 +64,7 @@ def _flip(x, axes):
 
 
 # ----------------------------------------------------------------------------- tier-2 cases
-def _reshape_case(d, dt):
+def _reshape_tier2(d, dt):
     x = d.array(d.shape(), dt, special=True)
     n, s = x.size, x.shape
     options = [(n,), s[::-1], s + (1,), (1,) + s]
@@ -75,25 +75,25 @@ def _reshape_case(d, dt):
     return d.case([x], dict(shape=tuple(d.sampled_from(options))))
 
 
-def _permute_case(d, dt):
+def _permute_tier2(d, dt):
     x = d.array(d.shape(), dt, special=True)
     return d.case([x], dict(axes=tuple(d.draw(d.st.permutations(range(x.ndim))))))
 
 
-def _expand_case(d, dt):
+def _expand_tier2(d, dt):
     x = d.array(d.shape(max_side=3), dt, special=True)
     lead = tuple(d.draw(d.st.lists(d.st.integers(0, 3), max_size=2)))
     target = lead + tuple(d.integers(0, 3) if s == 1 else s for s in x.shape)
     return d.case([x], dict(shape=target))
 
 
-def _pad_case(d, dt):
+def _pad_tier2(d, dt):
     x = d.array(d.shape(min_dims=1), dt, special=True)     # the front end never pads a 0-d
     widths = tuple((d.integers(0, 2), d.integers(0, 2)) for _ in x.shape)
     return d.case([x], dict(widths=widths, value=d.scalar(dt, special=True)))
 
 
-def _slice_case(d, dt):
+def _slice_tier2(d, dt):
     x = d.array(d.shape(max_side=6), dt, special=True)
     starts = tuple(d.integers(0, s) for s in x.shape)
     stops = tuple(d.integers(0, s) for s in x.shape)
@@ -101,7 +101,7 @@ def _slice_case(d, dt):
     return d.case([x], dict(starts=starts, stops=stops, steps=steps))
 
 
-def _concatenate_case(d, dt):
+def _concatenate_tier2(d, dt):
     s = d.shape(min_dims=1, max_side=3)
     axis = d.integers(0, len(s) - 1)
     xs = [d.array(s[:axis] + (d.integers(0, 3),) + s[axis + 1:], dt, special=True)
@@ -109,7 +109,7 @@ def _concatenate_case(d, dt):
     return d.case(xs, dict(axis=axis))
 
 
-def _flip_case(d, dt):
+def _flip_tier2(d, dt):
     x = d.array(d.shape(), dt, special=True)
     return d.case([x], dict(axes=d.subset(list(range(x.ndim)), min_size=1 if x.ndim else 0)))
 
@@ -121,7 +121,7 @@ def _moved(x_shape=(2, 3, 4), **params):
     return cases
 
 
-def _concatenate_grad(r):
+def _concatenate_tier3(r):
     return [r.case([r.normal((2, 1, 3)), r.normal((2, 4, 3)), r.normal((2, 2, 3))], dict(axis=1), diff=(0, 1, 2))]
 
 
@@ -164,23 +164,23 @@ def _concatenate_vjp(g, out, *xs, axis):
 # ----------------------------------------------------------------------------- the records
 MOVEMENT = dict(group="movement", dtypes=ALL)
 reshape = defprim("reshape", **MOVEMENT, doc="reshape(x, shape): same elements in row-major order, new shape of "
-                  "equal size.", abstract=_reshape, cases=_reshape_case, grad_cases=_moved(shape=(4, 6)),
+                  "equal size.", abstract=_reshape, cases=_reshape_tier2, grad_cases=_moved(shape=(4, 6)),
                   vjp=lambda g, out, x, shape: (g.reshape(x.shape),))
 permute = defprim("permute", **MOVEMENT, doc="permute(x, axes): output dim i is input dim axes[i].",
-                  abstract=_permute, cases=_permute_case, grad_cases=_moved(axes=(2, 0, 1)), vjp=_permute_vjp)
+                  abstract=_permute, cases=_permute_tier2, grad_cases=_moved(axes=(2, 0, 1)), vjp=_permute_vjp)
 expand = defprim("expand", **MOVEMENT, doc="expand(x, shape): broadcast x to `shape` (NumPy rules), without copying "
-                 "where possible.", abstract=_expand, cases=_expand_case, grad_cases=_moved((3, 1), shape=(2, 3, 4)),
+                 "where possible.", abstract=_expand, cases=_expand_tier2, grad_cases=_moved((3, 1), shape=(2, 3, 4)),
                  vjp=lambda g, out, x, shape: (unbroadcast(g, x.shape),))
 pad = defprim("pad", **MOVEMENT, doc="pad(x, widths, value): widths is one (lo, hi) pair of non-negative ints per dim; "
-              "the new border holds `value` (may be -inf, for max pooling).", abstract=_pad, cases=_pad_case,
+              "the new border holds `value` (may be -inf, for max pooling).", abstract=_pad, cases=_pad_tier2,
               grad_cases=_moved(widths=((1, 0), (2, 1), (0, 2)), value=0.0), vjp=_pad_vjp)
 slice = defprim("slice", **MOVEMENT, doc="slice(x, starts, stops, steps): per dim, elements start, start+step, ... < "
                 "stop; steps > 0 and 0 <= start, stop <= size (the front end normalizes negative and reversed slices).",
-                abstract=_slice, cases=_slice_case,
+                abstract=_slice, cases=_slice_tier2,
                 grad_cases=_moved((6, 5), starts=(1, 0), stops=(6, 4), steps=(2, 3)), vjp=_slice_vjp)
 concatenate = defprim("concatenate", **MOVEMENT, doc="concatenate(*xs, axis): join along `axis`; all other dims and "
-                      "the dtype equal.", abstract=_concatenate, cases=_concatenate_case,
-                      grad_cases=_concatenate_grad, vjp=_concatenate_vjp)
+                      "the dtype equal.", abstract=_concatenate, cases=_concatenate_tier2,
+                      grad_cases=_concatenate_tier3, vjp=_concatenate_vjp)
 flip = defprim("flip", **MOVEMENT, doc="flip(x, axes): reverse the order of elements along each of `axes`.",
-               abstract=_flip, cases=_flip_case, grad_cases=_moved(axes=(0, 2)),
+               abstract=_flip, cases=_flip_tier2, grad_cases=_moved(axes=(0, 2)),
                vjp=lambda g, out, x, axes: (g.flip(axes),))

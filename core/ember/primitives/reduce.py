@@ -40,20 +40,20 @@ def _argmax(x, axis, keepdims=False):
 
 
 # ----------------------------------------------------------------------------- tier-2 cases
-def _sum_case(d, dt):
+def _sum_tier2(d, dt):
     x = d.array(d.shape(), dt, special=True)
     axes = d.subset(list(range(x.ndim)))
     terms = math.prod(x.shape[a] for a in axes)
     return d.case([x], dict(axes=axes, keepdims=d.booleans()), terms=terms, scale=d.finite_max(x))
 
 
-def _max_min_case(d, dt):
+def _max_min_tier2(d, dt):
     x = d.array(d.shape(), dt, special=True)
     axes = d.subset([i for i, s in enumerate(x.shape) if s > 0])
     return d.case([x], dict(axes=axes, keepdims=d.booleans()))
 
 
-def _argmax_case(d, dt):
+def _argmax_tier2(d, dt):
     s = d.shape(min_dims=1)
     axis = d.integers(0, len(s) - 1)
     s = s[:axis] + (s[axis] or 1,) + s[axis + 1:]
@@ -64,13 +64,13 @@ def _argmax_case(d, dt):
 
 
 # ----------------------------------------------------------------------------- tier-3 cases
-def _sum_grad(r):
+def _sum_tier3(r):
     x = r.normal((3, 4, 2))
     return [r.case([x], dict(axes=(0, 2), keepdims=False)), r.case([x], dict(axes=(1,), keepdims=True)),
             r.case([x], dict(axes=(), keepdims=False), label="no axes")]
 
 
-def _extremum_grad(r):
+def _extremum_tier3(r):
     # distinct values at least 0.25 apart: one winner per reduction, and finite differences see it
     x = r.array(r.rng.permutation(24).reshape(2, 3, 4) * 0.25 + r.rng.uniform(0, 0.05, (2, 3, 4)))
     return [r.case([x], dict(axes=(1,), keepdims=False)), r.case([x], dict(axes=(0, 2), keepdims=True))]
@@ -94,11 +94,11 @@ def _extremum_vjp(g, out, x, axes, keepdims=False):
 # ----------------------------------------------------------------------------- the records
 sum = defprim("sum", "reduce", "sum(x, axes, keepdims): sum over `axes` (a tuple, possibly empty = identity); "
               "same dtype as x (float16 accumulates in float32). Empty reductions give 0.",
-              _reduce, dtypes=NUMERIC, cases=_sum_case, grad_cases=_sum_grad, vjp=_sum_vjp)
-EXTREMUM = dict(group="reduce", abstract=_reduce_nonempty, dtypes=NUMERIC, cases=_max_min_case,
-                grad_cases=_extremum_grad, vjp=_extremum_vjp,
+              _reduce, dtypes=NUMERIC, cases=_sum_tier2, grad_cases=_sum_tier3, vjp=_sum_vjp)
+EXTREMUM = dict(group="reduce", abstract=_reduce_nonempty, dtypes=NUMERIC, cases=_max_min_tier2,
+                grad_cases=_extremum_tier3, vjp=_extremum_vjp,
                 doc="max/min(x, axes, keepdims): over `axes`; NaN propagates; an empty axis is an error.")
 max = defprim("max", **EXTREMUM, second_order=True)
 min = defprim("min", **EXTREMUM)
 argmax = defprim("argmax", "reduce", "argmax(x, axis, keepdims): index (int64) of the first maximum along one axis.",
-                 _argmax, dtypes=NUMERIC, cases=_argmax_case)
+                 _argmax, dtypes=NUMERIC, cases=_argmax_tier2)
