@@ -3,7 +3,7 @@
 Inputs come from hypothesis under a fixed seed (derandomized; ``--ember-max-examples`` per test)
 and cover shapes with empty and size-1 dims, broadcasting, scalar operands, NaN/inf, and
 non-contiguous buffers (each primitive's record draws its cases with cases.Draw). Each primitive runs directly on buffers, through
-``backend.impls``: what is checked is the contract in primitives.py, not the front end.
+``backend.impls``: what is checked is the contract in ember.primitives, not the front end.
 """
 import numpy as np
 import pytest
