@@ -68,3 +68,20 @@ def test_a_wrong_gradient_rule_fails_tier_3(walkthrough):
     proc, cert = _certificate(tmp, certify)
     assert proc.returncode != 0
     assert cert["gradients"] == {"softplus": {"order1": "fail"}} and cert["tiers"]["2"]["failed"] == 0
+
+
+def test_the_new_primitive_traces_under_jit(walkthrough):
+    # nothing in ember.jit names the primitive: tracing takes the record's abstract rule, and
+    # a runner without a kernel for it runs the backend's implementation
+    tmp = walkthrough[0]
+    script = """
+import ember
+from softplus_prim import softplus
+x = ember.tensor([-1.0, 0.0, 2.0])
+f = lambda t: (softplus(t) * 2).sum()
+step = ember.jit(ember.grad(f))
+print(ember.jit(f)(x).item() == f(x).item(), step(x).tolist() == ember.grad(f)(x).tolist(), step(x).tolist() != [0, 0, 0])
+"""
+    proc = _run([sys.executable, "-c", script], tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "True"]
