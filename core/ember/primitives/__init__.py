@@ -25,5 +25,5 @@ from .shapes import broadcast_shapes, conv_out_size, normalize_axis  # noqa: F40
 from . import creation, elementwise, reduce, movement, indexing, linalg  # noqa: E402,F401
 # isort: on
 
-#: the primitives every backend must implement (tier 0 checks it)
+#: the built-in primitives every backend must implement (tier 0 checks each record's ``required``)
 REQUIRED = tuple(n for n, p in PRIMITIVES.items() if p.required)
