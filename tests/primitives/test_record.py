@@ -30,6 +30,15 @@ def test_every_record_is_an_attribute_and_tables_follow_the_records():
         P.addd  # noqa: B018 - a misspelt primitive fails where it is written
 
 
+def test_the_groups_export_exactly_their_records():
+    import importlib
+    exported = []
+    for group in ("creation", "elementwise", "reduce", "movement", "indexing", "linalg"):
+        module = importlib.import_module(f"ember.primitives.{group}")
+        exported += [getattr(module, name) for name in module.__all__]
+    assert exported == list(PRIMITIVES.values())     # each once, in docs/primitives.md's order
+
+
 def test_a_record_applies_to_tensors_and_records_itself():
     x = ember.tensor([[1.0, -2.0]], requires_grad=True)
     y = P.exp(x)

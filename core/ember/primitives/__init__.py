@@ -20,9 +20,14 @@ from .record import (ALL, FLOATS, GROUPS, NON_DIFFERENTIABLE, NUMERIC, PRIMITIVE
                      Primitive, abstract_eval, defprim, markdown)
 from .shapes import broadcast_shapes, conv_out_size, normalize_axis  # noqa: F401
 
-# The groups, in the order of docs/primitives.md: each module's defprim calls add its records
-# to PRIMITIVES and to this package's attributes (P.add, P.sum, ...).
-from . import creation, elementwise, reduce, movement, indexing, linalg  # noqa: E402,F401
+# The groups, in the order of docs/primitives.md (the order their defprim calls register in);
+# each module's __all__ lists its records, so P.add is visible to linters and type checkers.
+from .creation import *  # noqa: E402,F403
+from .elementwise import *  # noqa: E402,F403
+from .reduce import *  # noqa: E402,F403
+from .movement import *  # noqa: E402,F403
+from .indexing import *  # noqa: E402,F403
+from .linalg import *  # noqa: E402,F403
 # isort: on
 
 #: the built-in primitives every backend must implement (tier 0 checks each record's ``required``)

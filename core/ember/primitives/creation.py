@@ -4,6 +4,9 @@ from __future__ import annotations
 from .. import dtypes as D
 from .record import ALL, FLOATS, NUMERIC, defprim
 
+#: the records defined here; ember.primitives re-exports them (P.add, ...)
+__all__ = ["full", "arange", "random_bits"]
+
 
 # ----------------------------------------------------------------------------- abstract rules
 def _full(shape, dtype, **_):

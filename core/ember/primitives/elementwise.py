@@ -14,6 +14,11 @@ from .adjoint import binary_vjp, needs, unbroadcast
 from .record import ALL, FLOATS, NUMERIC, defprim
 from .shapes import aval, broadcast_shapes
 
+#: the records defined here; ember.primitives re-exports them (P.add, ...)
+__all__ = ["neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "abs", "sign", "floor", "erf",
+           "logical_not", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
+           "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "cast"]
+
 
 # ----------------------------------------------------------------------------- abstract rules
 def _same(x):

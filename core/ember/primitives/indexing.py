@@ -5,6 +5,9 @@ from ..errors import DTypeError, ShapeError
 from .record import ALL, NUMERIC, defprim
 from .shapes import normalize_axis
 
+#: the records defined here; ember.primitives re-exports them (P.add, ...)
+__all__ = ["take", "index_add"]
+
 
 # ----------------------------------------------------------------------------- abstract rules
 def _take(x, indices, axis):

@@ -13,6 +13,10 @@ from .movement import permute
 from .record import ALL, FLOATS, NUMERIC, defprim
 from .shapes import broadcast_shapes, conv_out_size
 
+#: the records defined here; ember.primitives re-exports them (P.add, ...)
+__all__ = ["matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight", "windows",
+           "windows_grad"]
+
 
 # ----------------------------------------------------------------------------- abstract rules
 def _matmul(a, b):
@@ -216,8 +220,8 @@ def _conv2d_grad_weight_vjp(v, out, x, g, weight_shape, **p):
 matmul = defprim("matmul", "linalg", "matmul(a, b): batched matrix product of >= 2-d operands, batch dims broadcast; "
                  "(..., m, k) @ (..., k, n) -> (..., m, n).", _matmul, dtypes=("int32", "int64") + FLOATS,
                  cases=_matmul_tier2, grad_cases=_matmul_tier3, second_order=True, vjp=_matmul_vjp)
-conv2d = defprim("conv2d", "conv", "conv2d(x, w, stride, padding, dilation, groups): cross-correlation of x (N, C, H, W) "
-                 "with w (O, C/groups, KH, KW), zero padding (ph, pw) on both sides; output (N, O, OH, OW), "
+conv2d = defprim("conv2d", "conv", "conv2d(x, w, stride, padding, dilation, groups): cross-correlation of x "
+                 "(N, C, H, W) with w (O, C/groups, KH, KW), zero padding (ph, pw) on both sides; output (N, O, OH, OW), "
                  "OH = (H + 2ph - dh(KH-1) - 1) // sh + 1.", _conv2d, cases=_conv2d_tier2, grad_cases=_conv2d_tier3,
                  second_order=True, vjp=_conv2d_vjp)
 conv2d_grad_input = defprim(

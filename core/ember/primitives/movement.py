@@ -10,6 +10,9 @@ from .adjoint import unbroadcast
 from .record import ALL, defprim
 from .shapes import broadcast_shapes, normalize_axis, prod
 
+#: the records defined here; ember.primitives re-exports them (P.add, ...)
+__all__ = ["reshape", "permute", "expand", "pad", "slice", "concatenate", "flip"]
+
 
 # ----------------------------------------------------------------------------- abstract rules
 def _reshape(x, shape):

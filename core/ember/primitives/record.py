@@ -27,6 +27,7 @@ it as an object (``P.add``), so a misspelt primitive fails where it is written.
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 from .. import dtypes as D
 
@@ -51,6 +52,16 @@ class Primitive(str):
     >>> {"add": 1}[P.add]                 # backends' name-keyed tables take it as it is
     1
     """
+
+    group: str
+    doc: str
+    abstract: Callable
+    vjp: Callable | None
+    dtypes: tuple
+    cases: Callable
+    grad_cases: Callable | None
+    second_order: bool
+    required: bool
 
     def __new__(cls, name, group, doc, abstract, vjp=None, dtypes=FLOATS, cases=None,
                 grad_cases=None, second_order=False, required=True):
@@ -104,8 +115,9 @@ def defprim(name, group, doc, abstract, *, cases, dtypes=FLOATS, vjp=None, grad_
     GROUPS.setdefault(group, []).append(p)
     if vjp is None:
         NON_DIFFERENTIABLE.add(p)
-    # ``P.name`` for core code and plugins; set here (the package imports this module, not the
-    # other way round) so that a primitive defined anywhere is reachable like the built-in ones.
+    # ``P.name``: the built-in groups' __all__ make it visible to static tools as well; set
+    # here too (the package imports this module, not the other way round) so that a primitive
+    # defined outside them, in a plugin or a test, is reachable like the built-in ones.
     package = sys.modules.get(__package__)
     if package is not None:
         setattr(package, name, p)

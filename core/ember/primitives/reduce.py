@@ -12,6 +12,9 @@ from .adjoint import keepdims_shape
 from .record import FLOATS, NUMERIC, defprim
 from .shapes import normalize_axis
 
+#: the records defined here; ember.primitives re-exports them (P.add, ...)
+__all__ = ["sum", "max", "min", "argmax"]
+
 
 # ----------------------------------------------------------------------------- abstract rules
 def _reduce_shape(shape, axes, keepdims):
