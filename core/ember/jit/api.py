@@ -18,7 +18,7 @@ from .. import dtypes as D
 from ..errors import BackendError, located
 from ..registry import get_backend
 from ..tensor import Tensor
-from . import passes
+from . import buffers, passes
 from .pytree import flatten
 from .runner import Program
 from .effects import TENSOR
@@ -50,7 +50,7 @@ class Compiled:
         # Two Python objects must not share a buffer unless eager mode would share it too:
         # after CSE two gradients (or two new optimizer buffers) may be one value, and
         # constants live in the program. Such outputs are copied; the first holder keeps it.
-        root, taken = passes.roots(graph.nodes), set()
+        root, taken = buffers.roots(graph.nodes), set()
         self.copy_out = []
         for (kind, _), var in zip(traced.bindings, graph.outputs):
             r = root.get(var.id, var.id)
