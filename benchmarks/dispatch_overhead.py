@@ -1,15 +1,14 @@
 """The eager fast path before and after a change to dispatch, measured side by side.
 
 Every eager step goes through ``dispatch.apply1/apply2``, so their overhead is paid once per
-operation. This script times 10^5 small ``add`` + ``mul`` pairs in CPU time (time spent waiting for a
-core on a loaded machine is not counted) in bursts of 5,000, keeping the fastest burst, with
-and without ``requires_grad``, on
-two versions of ember: a git revision (``--base``, default ``main``) and
-the working tree. Both are copied into a temporary folder laid out as the installed package
-(``ember`` with ``ember.backends`` inside), and each timing runs in its own process with the
-editable install's import hook removed, so each process imports exactly one version. Rounds
-alternate which version runs first; the report gives the ratio (working tree / base) per
-workload as the median of the rounds with its range.
+operation. This script times 10^5 small ``add`` + ``mul`` pairs, with and without
+``requires_grad``, on two versions of ember: a git revision (``--base``, default ``main``) and
+the working tree. Time is CPU time (waiting for a core on a loaded machine does not count),
+in bursts of 5,000 pairs, keeping the fastest burst. Both versions are copied into a temporary
+folder laid out as the installed package (``ember`` with ``ember.backends`` inside), and each
+timing runs in its own process with the editable install's import hook removed, so each
+process imports exactly one version. Rounds alternate which version runs first; the report
+gives the ratio (working tree / base) per workload as the median of the rounds with its range.
 
     python benchmarks/dispatch_overhead.py --base main --rounds 7
 """
