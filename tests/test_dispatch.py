@@ -123,26 +123,27 @@ def test_grad_mode_is_per_thread():
 
 
 def test_a_no_grad_function_called_from_two_threads_restores_each_threads_mode():
-    first_in, second_done = threading.Event(), threading.Event()
+    # first enters, then second enters, then first leaves before second: with one saved-mode
+    # stack shared by the two calls, each would restore the other's mode.
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
     after = {}
 
     @ember.no_grad()
-    def work(wait):
-        if wait:
-            first_in.set()
-            assert second_done.wait(30)
+    def work(entered, wait_for):
+        entered.set()
+        assert wait_for.wait(30)
         return ember.is_grad_enabled()
 
-    def first():                     # grad on: enters, waits while the other runs through
-        assert work(True) is False
+    def first():                     # grad on around the call
+        assert work(first_in, second_in) is False
         after["first"] = ember.is_grad_enabled()
+        first_out.set()
 
     def second():                    # grad off around the call: must stay off after it
         assert first_in.wait(30)
         with ember.no_grad():
-            work(False)
+            work(second_in, first_out)
             after["second"] = ember.is_grad_enabled()
-        second_done.set()
 
     _run([first, second])
     assert after == {"first": True, "second": False}
