@@ -62,14 +62,13 @@ def custom_vjp(fn, vjp, name=None):
     VJP[name] = vjp
 
     def wrapped(*args, **params):
-        prev = dispatch.GRAD_ENABLED[0]
-        dispatch.GRAD_ENABLED[0] = False
+        prev = dispatch.set_grad_enabled(False)
         try:
             out = fn(*args, **params)
         finally:
-            dispatch.GRAD_ENABLED[0] = prev
+            dispatch.set_grad_enabled(prev)
         if prev and any(isinstance(a, dispatch.Tensor) and a.requires_grad for a in args):
-            return dispatch._wrap(out._data, out._backend, (name, args, params))
+            return dispatch.wrap(out._data, out._backend, (name, args, params))
         return out
 
     wrapped.__name__, wrapped.__doc__ = getattr(fn, "__name__", name), fn.__doc__
@@ -78,7 +77,8 @@ def custom_vjp(fn, vjp, name=None):
 
 # ----------------------------------------------------------------------------- grad mode
 class no_grad(contextlib.ContextDecorator):
-    """Run without recording graphs (inference, optimizer updates).
+    """Run without recording graphs (inference, optimizer updates). Grad mode belongs to the
+    current context (dispatch.is_grad_enabled): other threads keep theirs.
 
     >>> import ember
     >>> x = ember.ones(2, requires_grad=True)
@@ -90,14 +90,18 @@ class no_grad(contextlib.ContextDecorator):
     mode = False
 
     def __init__(self):
-        self._prev = []     # a stack: one instance is re-entered when a @no_grad() function recurses
+        self._prev = []     # a stack: one instance is re-entered when a `with` block recurses
+
+    def _recreate_cm(self):
+        # As a decorator, one instance per call: threads running the function at once must
+        # not pop each other's saved modes.
+        return type(self)()
 
     def __enter__(self):
-        self._prev.append(dispatch.GRAD_ENABLED[0])
-        dispatch.GRAD_ENABLED[0] = self.mode
+        self._prev.append(dispatch.set_grad_enabled(self.mode))
 
     def __exit__(self, *exc):
-        dispatch.GRAD_ENABLED[0] = self._prev.pop()
+        dispatch.set_grad_enabled(self._prev.pop())
 
 
 class enable_grad(no_grad):
@@ -106,8 +110,7 @@ class enable_grad(no_grad):
     mode = True
 
 
-def is_grad_enabled() -> bool:
-    return dispatch.GRAD_ENABLED[0]
+is_grad_enabled = dispatch.is_grad_enabled
 
 
 # ----------------------------------------------------------------------------- the walk
@@ -146,8 +149,7 @@ def _accumulate(grads, t, g):
 def backprop(outputs, cotangents, inputs=None, create_graph=False):
     """Push ``cotangents`` back from ``outputs``. With ``inputs`` return their gradients;
     without, accumulate into the ``.grad`` of every leaf that requires one."""
-    prev = dispatch.GRAD_ENABLED[0]
-    dispatch.GRAD_ENABLED[0] = create_graph
+    prev = dispatch.set_grad_enabled(create_graph)
     try:
         grads: dict = {}
         for o, c in zip(outputs, cotangents):
@@ -180,7 +182,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
             return [grads.get(id(t)) for t in inputs]
         return None
     finally:
-        dispatch.GRAD_ENABLED[0] = prev
+        dispatch.set_grad_enabled(prev)
 
 
 def backward(tensor, gradient=None, create_graph=False):
@@ -223,7 +225,7 @@ def _prepare(args, argnums):
     nested = False
     for i in argnums:
         a = args[i]
-        if a.requires_grad and dispatch.GRAD_ENABLED[0]:
+        if a.requires_grad and dispatch.is_grad_enabled():
             nested = True
         else:
             args[i] = a.detach().requires_grad_()

@@ -1,51 +1,285 @@
 """Applying a primitive: the one door every Tensor operation goes through.
 
-``apply("add", a, b)`` looks up the backend of its tensor arguments, runs the backend's
-implementation on their buffers, wraps the result in a Tensor and — if any input requires a
-gradient and grad mode is on — remembers ``(primitive, inputs, params)`` on the output so
+``apply("add", a, b)`` hands the primitive to the *current interpreter*, as in JAX's
+autodidax. The bottom interpreter, :class:`Eager`, is always there: it runs the backend's
+implementation on the inputs' buffers, wraps the result in a Tensor and — if an input requires
+a gradient and grad mode is on — remembers ``(primitive, inputs, params)`` on the output so
 autodiff.py can walk back. That record is the whole graph: it lives and dies with the tensors,
-so there is no global tape to reset.
+so there is no global tape to reset. ember.jit pushes a second interpreter while it traces
+(jit/trace.py's ``Tracer``), which records each primitive into a graph instead of running it.
 
-The fast path does no checking; when a backend raises, the primitive's abstract rule is run
-to explain the failure in shapes and dtypes, located at the user's line.
+The current interpreter and grad mode are context-local (:mod:`contextvars`): a thread that
+traces a function and another that trains eagerly at the same time do not see each other's
+state, and a new thread starts eager with grad mode on.
+
+>>> import ember
+>>> interpreter() is EAGER
+True
+>>> x = ember.ones(2, requires_grad=True)
+>>> y = apply2("mul", x, 3.0)
+>>> y.tolist(), y._ctx[0]
+([3.0, 3.0], 'mul')
+
+Eager's fast path does no checking; when a backend raises, the primitive's abstract rule is run
+to explain the failure in shapes and dtypes, located at the user's line (:func:`explain`).
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 from . import primitives
 from .errors import BackendError, EmberError, NotImplementedByBackend, located
 
-Tensor = None            # set by tensor.py (the two modules need each other)
-GRAD_ENABLED = [True]    # a list so that every importer shares the one flag
 # Comparisons, argmax, logical ops: their outputs never require grad (as in torch), so they
 # hold no graph alive and backward never meets them.
 NO_GRAD = primitives.NON_DIFFERENTIABLE
-# ember.jit: the active Tracer while a function is being traced, else None. Tracing swaps
-# the real backends' impls for a table that refuses, so an op on concrete tensors lands in
-# the error path below, where the tracer records it instead: the fast path has no check.
-TRACER = [None]
+
+# ----------------------------------------------------------------------------- building tensors
+#: The Tensor class, registered by tensor.py with :func:`register_tensor_class` (tensor.py
+#: imports this module, so this module cannot import it).
+Tensor = None
 
 
-def _wrap(data, backend, ctx):
+def register_tensor_class(cls):
+    """Make ``cls`` the class of the tensors dispatch builds (tensor.py's ``Tensor`` registers
+    itself when it is defined); returns ``cls``."""
+    global Tensor
+    Tensor = cls
+    return cls
+
+
+def _new(data, backend, ctx):
+    """A Tensor over ``data`` (a ``backend`` buffer), recording ``ctx`` for backward if given."""
     t = Tensor.__new__(Tensor)
     t._data = data
     t._backend = backend
-    t.grad = None
-    if ctx is None:
-        t._ctx = None
-        t.requires_grad = False
-    else:
-        t._ctx = ctx
-        t.requires_grad = True
+    t._grad = None
+    t._ctx = ctx
+    t.requires_grad = ctx is not None
     return t
 
 
-def _explain(name, backend, args, params, exc):
-    """Turn a backend failure into an ember error that names shapes and the user's line.
-    While ember.jit traces, first offer the op to the tracer: it returns ``(data, backend)``."""
-    if TRACER[0] is not None:
-        lifted = TRACER[0].apply(name, backend, args, params)
-        if lifted is not None:
-            return lifted
+def wrap(data, backend, ctx=None):
+    """The Tensor holding buffer ``data`` of ``backend``: how code outside dispatch (a backend
+    plugin's kernels, autodiff's custom rules, checkpoint loading) turns buffers into tensors.
+    ``ctx`` — ``(name, inputs, params)`` — makes it an autodiff node.
+
+    >>> import ember
+    >>> b = ember.get_backend("numpy")
+    >>> wrap(b.from_list([1.0, 2.0], (2,), ember.float32), b).tolist()
+    [1.0, 2.0]
+    """
+    return _current().wrap(data, backend, ctx)
+
+
+_wrap = wrap     # the name backend plugins used before ember 0.2; kept for one API version
+
+
+# ----------------------------------------------------------------------------- grad mode
+_GRAD_ENABLED = contextvars.ContextVar("ember.grad_enabled", default=True)
+_grad_enabled = _GRAD_ENABLED.get      # bound once: the eager path reads it on every op
+
+
+def is_grad_enabled() -> bool:
+    """Whether operations in this context record graphs (see ``ember.no_grad``).
+
+    >>> is_grad_enabled()
+    True
+    """
+    return _GRAD_ENABLED.get()
+
+
+def set_grad_enabled(mode: bool) -> bool:
+    """Turn graph recording on or off in this context; returns the previous mode, to restore.
+    ``ember.no_grad`` and ``ember.enable_grad`` are the usual way."""
+    prev = _GRAD_ENABLED.get()
+    _GRAD_ENABLED.set(bool(mode))
+    return prev
+
+
+# ----------------------------------------------------------------------------- interpreters
+class Interpreter:
+    """What the current interpreter is asked: the primitives (``apply1``, ``apply2``,
+    ``apply``, ``create``), building tensors (``wrap``), and the few operations that touch
+    state outside the tensors' values: in-place writes (``assign``), random draws
+    (``random_bits``), ``.grad`` reads and writes, ember.fused's kernels (``fused_backend``,
+    ``fused``). ``evaluates`` says whether values exist now (so a check may read them)."""
+
+    evaluates = True
+
+    def apply1(self, name, x, params):
+        raise NotImplementedError
+
+    def apply2(self, name, a, b):
+        raise NotImplementedError
+
+    def apply(self, name, args, params):
+        raise NotImplementedError
+
+    def create(self, name, backend, params):
+        raise NotImplementedError
+
+    def wrap(self, data, backend, ctx):
+        return _new(data, backend, ctx)
+
+    def assign(self, dst, src):
+        raise NotImplementedError
+
+    def random_bits(self, generator, shape, backend):
+        raise NotImplementedError
+
+    def read_grad(self, t):
+        return t._grad
+
+    def write_grad(self, t, value):
+        t._grad = value
+
+    def fused_backend(self, name, backend):
+        """The backend whose kernel for fused op ``name`` would run, or None for the op's
+        reference decomposition."""
+        return backend
+
+    def fused(self, name, backend, args, params):
+        raise NotImplementedError
+
+
+class Eager(Interpreter):
+    """The bottom interpreter: run each primitive now, on its inputs' backend.
+
+    Its rules for the primitives are the bodies of dispatch's ``apply1/apply2/apply/create``:
+    when Eager is current they run them inline, because a method call more would cost ~4% of
+    a small eager ``add``. The methods below complete the protocol by calling those functions,
+    which is what they mean while Eager is current."""
+
+    def apply1(self, name, x, params):
+        return apply1(name, x, **params)
+
+    def apply2(self, name, a, b):
+        return apply2(name, a, b)
+
+    def apply(self, name, args, params):
+        return apply(name, *args, **params)
+
+    def create(self, name, backend, params):
+        return create(name, backend, **params)
+
+    def assign(self, dst, src):
+        if src._backend is not dst._backend:
+            src = src.to(dst._backend)
+        dst._backend.assign(dst._data, src._data)
+        return dst
+
+    def random_bits(self, generator, shape, backend):
+        return self.create("random_bits", backend, {"shape": shape, "seed": generator.seed,
+                                                     "offset": generator.offset})
+
+    def fused(self, name, backend, args, params):
+        out = backend.fused_impls[name](*(a._data if isinstance(a, Tensor) else a for a in args), **params)
+        if isinstance(out, tuple):
+            return tuple(None if b is None else _new(b, backend, None) for b in out)
+        return _new(out, backend, None)
+
+
+EAGER = Eager()
+_INTERPRETER = contextvars.ContextVar("ember.interpreter", default=EAGER)
+_current = _INTERPRETER.get            # bound once: every op asks it
+
+
+def interpreter() -> Interpreter:
+    """The interpreter that primitives go to in this context (:data:`EAGER` unless ember.jit
+    is tracing here)."""
+    return _INTERPRETER.get()
+
+
+@contextlib.contextmanager
+def interpreting(interp: Interpreter):
+    """Make ``interp`` the current interpreter of this context for the ``with`` block; the one
+    before it is current again afterwards (the stack is the chain of these blocks)."""
+    token = _INTERPRETER.set(interp)
+    try:
+        yield interp
+    finally:
+        _INTERPRETER.reset(token)
+
+
+# ----------------------------------------------------------------------------- the door
+# Each function hands the primitive to the current interpreter unless that is Eager, whose
+# rule it then runs inline (see Eager).
+def apply1(name, x, **params):
+    """Apply a primitive of one tensor argument (unary ops, reductions, movement)."""
+    interp = _current()
+    if interp is not EAGER:
+        return interp.apply1(name, x, params)
+    backend = x._backend
+    try:
+        data = backend.impls[name](x._data, **params)
+    except Exception as exc:  # noqa: BLE001
+        explain(name, backend, (x,), params, exc)
+    if x.requires_grad and _grad_enabled() and name not in NO_GRAD:
+        return _new(data, backend, (name, (x,), params))
+    return _new(data, backend, None)
+
+
+def apply2(name, a, b):
+    """Apply a binary primitive; ``b`` may be a Python scalar."""
+    interp = _current()
+    if interp is not EAGER:
+        return interp.apply2(name, a, b)
+    backend = a._backend
+    bt = isinstance(b, Tensor)
+    try:
+        if bt and b._backend is not backend:
+            raise located(BackendError, f"{name}: operands live on backends {backend.name!r} and "
+                          f"{b._backend.name!r}; move one with .to({backend.name!r})")
+        data = backend.impls[name](a._data, b._data if bt else b)
+    except Exception as exc:  # noqa: BLE001
+        explain(name, backend, (a, b), {}, exc)
+    if (a.requires_grad or (bt and b.requires_grad)) and _grad_enabled() and name not in NO_GRAD:
+        return _new(data, backend, (name, (a, b), {}))
+    return _new(data, backend, None)
+
+
+def apply(name, *args, **params):
+    """Apply any primitive; tensors among ``args`` must share one backend."""
+    interp = _current()
+    if interp is not EAGER:
+        return interp.apply(name, args, params)
+    backend = None
+    grad = False
+    for a in args:
+        if isinstance(a, Tensor):
+            if backend is None:
+                backend = a._backend
+            elif a._backend is not backend:
+                raise located(BackendError, f"{name}: inputs live on backends {backend.name!r} and "
+                              f"{a._backend.name!r}; move them to one with .to(name)")
+            grad = grad or a.requires_grad
+    bufs = [a._data if isinstance(a, Tensor) else a for a in args]
+    try:
+        data = backend.impls[name](*bufs, **params)
+    except Exception as exc:  # noqa: BLE001
+        explain(name, backend, args, params, exc)
+    if grad and _grad_enabled() and name not in NO_GRAD:
+        return _new(data, backend, (name, args, params))
+    return _new(data, backend, None)
+
+
+def create(name, backend, **params):
+    """Run a creation primitive (full, arange, random_bits) on ``backend``."""
+    interp = _current()
+    if interp is not EAGER:
+        return interp.create(name, backend, params)
+    try:
+        data = backend.impls[name](**params)
+    except Exception as exc:  # noqa: BLE001
+        explain(name, backend, (), params, exc)
+    return _new(data, backend, None)
+
+
+def explain(name, backend, args, params, exc):
+    """Raise an ember error for a failure of ``backend`` on primitive ``name``, naming shapes,
+    dtypes and the user's line."""
     if isinstance(exc, EmberError):
         raise exc
     if name not in backend.impls:
@@ -57,64 +291,3 @@ def _explain(name, backend, args, params, exc):
         raise located(type(err), f"{name}: {err}") from None
     raise located(BackendError, f"{name} failed on backend {backend.name!r} for inputs "
                   f"{', '.join(str(a) for a in avals)}: {type(exc).__name__}: {exc}") from exc
-
-
-def apply1(name, x, **params):
-    """Apply a primitive of one tensor argument (unary ops, reductions, movement)."""
-    backend = x._backend
-    try:
-        data = backend.impls[name](x._data, **params)
-    except Exception as exc:  # noqa: BLE001
-        data, backend = _explain(name, backend, (x,), params, exc)
-    if x.requires_grad and GRAD_ENABLED[0] and name not in NO_GRAD:
-        return _wrap(data, backend, (name, (x,), params))
-    return _wrap(data, backend, None)
-
-
-def apply2(name, a, b):
-    """Apply a binary primitive; ``b`` may be a Python scalar."""
-    backend = a._backend
-    bt = isinstance(b, Tensor)
-    try:
-        if bt and b._backend is not backend:
-            raise located(BackendError, f"{name}: operands live on backends {backend.name!r} and "
-                          f"{b._backend.name!r}; move one with .to({backend.name!r})")
-        data = backend.impls[name](a._data, b._data if bt else b)
-    except Exception as exc:  # noqa: BLE001
-        data, backend = _explain(name, backend, (a, b), {}, exc)
-    if GRAD_ENABLED[0] and (a.requires_grad or (bt and b.requires_grad)) and name not in NO_GRAD:
-        return _wrap(data, backend, (name, (a, b), {}))
-    return _wrap(data, backend, None)
-
-
-def apply(name, *args, **params):
-    """Apply any primitive; tensors among ``args`` must share one backend."""
-    backend = None
-    grad = False
-    for a in args:
-        if isinstance(a, Tensor):
-            if backend is None:
-                backend = a._backend
-            elif a._backend is not backend:
-                if TRACER[0] is None:
-                    raise located(BackendError, f"{name}: inputs live on backends {backend.name!r} and "
-                                  f"{a._backend.name!r}; move them to one with .to(name)")
-                backend = None     # ember.jit: traced meets concrete; the error path below lifts it
-            grad = grad or a.requires_grad
-    bufs = [a._data if isinstance(a, Tensor) else a for a in args]
-    try:
-        data = backend.impls[name](*bufs, **params)
-    except Exception as exc:  # noqa: BLE001
-        data, backend = _explain(name, backend, args, params, exc)
-    if grad and GRAD_ENABLED[0] and name not in NO_GRAD:
-        return _wrap(data, backend, (name, args, params))
-    return _wrap(data, backend, None)
-
-
-def create(name, backend, **params):
-    """Run a creation primitive (full, arange, random_bits) on ``backend``."""
-    try:
-        data = backend.impls[name](**params)
-    except Exception as exc:  # noqa: BLE001
-        data, backend = _explain(name, backend, (), params, exc)
-    return _wrap(data, backend, None)

@@ -305,7 +305,7 @@ def _max_pool2d_vjp(g, out, x, **params):
 def _batch_norm_vjp(g, out, x, weight, bias, mean, var, *, eps=1e-5):
     # mean and var are the kernel's saved statistics (constants). For a higher derivative their
     # dependence on x counts: recompute them in Tensor ops, which run() then differentiates.
-    if dispatch.GRAD_ENABLED[0] and x.requires_grad:
+    if dispatch.is_grad_enabled() and x.requires_grad:
         mean, _, var = _batch_stats(x)
     return run("batch_norm_backward", g, x, weight, bias, mean.reshape(-1), var.reshape(-1), eps=eps) + (None, None)
 
@@ -357,18 +357,13 @@ def run(name, *args, **params):
     0.1269
     """
     tensors = [a for a in args if isinstance(a, dispatch.Tensor)]
-    backend = tensors[0]._backend
-    tracer = dispatch.TRACER[0]
-    if tracer is not None:
-        # ember.jit records the op as one node if the backend the graph runs on declares it
-        # (jit.trace.Tracer.fused), else its decomposition (compile() may fuse it again).
-        if not tracer.takes_fused(name):
-            return FUSED[name](*args, **params)
-        backend = tracer.real
-    names = declared(backend)
+    # Under ember.jit: the backend the graph runs on if the op becomes one node there
+    # (jit.trace.Tracer.fused), else None for its decomposition (compile() may fuse it again).
+    backend = dispatch.interpreter().fused_backend(name, tensors[0]._backend)
+    names = frozenset() if backend is None else declared(backend)
     if name not in names:
         return FUSED[name](*args, **params)
-    if dispatch.GRAD_ENABLED[0] and any(t.requires_grad for t in tensors):
+    if dispatch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         if name not in VJPS or VJPS[name][0] not in names:
             return FUSED[name](*args, **params)
         return _DIFFERENTIABLE[name](*args, **params)
@@ -376,15 +371,9 @@ def run(name, *args, **params):
 
 
 def _kernel(name, backend, args, params):
-    """The backend's kernel for ``name`` on the arguments' buffers, wrapped as tensors."""
-    tracer = dispatch.TRACER[0]
-    if tracer is not None and tracer.takes_fused(name):
-        return tracer.fused(name, args, params)          # ember.jit: a node, run later
-    out = backend.fused_impls[name](*(a._data if isinstance(a, dispatch.Tensor) else a for a in args),
-                                    **params)
-    if isinstance(out, tuple):
-        return tuple(None if b is None else dispatch._wrap(b, backend, None) for b in out)
-    return dispatch._wrap(out, backend, None)
+    """The backend's kernel for ``name`` on the arguments' buffers, wrapped as tensors (under
+    ember.jit, a node run later)."""
+    return dispatch.interpreter().fused(name, backend, args, params)
 
 
 def _kernel_of(name):
@@ -405,7 +394,7 @@ def _saving(name, rule):
         backend = next(a for a in args if isinstance(a, dispatch.Tensor))._backend
         with no_grad():
             out, *saved = _kernel(name, backend, args, params)
-        return (dispatch._wrap(out._data, out._backend, (node, args + tuple(saved), params)), *saved)
+        return (dispatch.wrap(out._data, out._backend, (node, args + tuple(saved), params)), *saved)
     differentiable.__name__ = name
     return differentiable
 

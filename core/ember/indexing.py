@@ -176,9 +176,9 @@ def _advanced(t, labels, adv, arange):
 
 def setitem(t, key, value):
     """In-place assignment through NumPy indexing (no gradient flows through it)."""
-    from .dispatch import GRAD_ENABLED
+    from .dispatch import is_grad_enabled
     from .tensor import Tensor
-    if t.requires_grad and GRAD_ENABLED[0]:
+    if t.requires_grad and is_grad_enabled():
         raise located(RuntimeError, "in-place assignment to a tensor that requires grad; "
                       "use ember.where / masked_fill, or wrap it in ember.no_grad()")
     host = t.numpy().copy()

@@ -39,11 +39,8 @@ class Generator:
     def bits(self, shape, backend=None):
         """A uint32 tensor of fresh random words."""
         shape = tuple(shape)
-        if dispatch.TRACER[0] is not None:      # ember.jit: draw from this generator's state at each call
-            out = dispatch.TRACER[0].random_bits(self, shape, backend)
-        else:
-            out = dispatch.create("random_bits", get_backend(backend), shape=shape, seed=self.seed,
-                                  offset=self.offset)
+        # Under ember.jit the draw is recorded relative to this generator's state at each call.
+        out = dispatch.interpreter().random_bits(self, shape, get_backend(backend))
         self.offset += math.prod(shape)
         return out
 

@@ -34,8 +34,18 @@ class Tensor(TensorMath, TensorShape):
     [[2.0, 4.0], [6.0, 8.0]]
     """
 
-    __slots__ = ("_data", "_backend", "_ctx", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("_data", "_backend", "_ctx", "requires_grad", "_grad", "__weakref__")
     __array_priority__ = 1000      # numpy scalars/arrays defer to our operators
+
+    @property
+    def grad(self):
+        """The gradient ``backward()`` accumulated here, or None. Read and written through the
+        current interpreter: ember.jit notes what a traced function does with ``.grad``."""
+        return dispatch.interpreter().read_grad(self)
+
+    @grad.setter
+    def grad(self, value):
+        dispatch.interpreter().write_grad(self, value)
 
     # ------------------------------------------------------------------------ basic properties
     @property
@@ -181,12 +191,7 @@ class Tensor(TensorMath, TensorShape):
             src = src.expand(self.shape)
         if src.dtype is not self.dtype:
             src = src.to(self.dtype)
-        if dispatch.TRACER[0] is not None:      # ember.jit: the write becomes part of the graph
-            return dispatch.TRACER[0].assign(self, src)
-        if src._backend is not self._backend:
-            src = src.to(self._backend)
-        self._backend.assign(self._data, src._data)
-        return self
+        return dispatch.interpreter().assign(self, src)     # under ember.jit: part of the graph
 
     def zero_(self) -> "Tensor":
         return self.copy_(self._full_like(0))
@@ -309,7 +314,7 @@ class Tensor(TensorMath, TensorShape):
 
     matmul = __matmul__
 
-dispatch.Tensor = Tensor
+dispatch.register_tensor_class(Tensor)
 
 
 # ============================================================================== functions

@@ -4,7 +4,8 @@ import importlib
 
 import pytest
 
-MODULES = ["ember.jit", "ember.jit.api", "ember.jit.passes", "ember.jit.trace"]
+MODULES = ["ember.jit", "ember.jit.api", "ember.jit.passes", "ember.jit.trace", "ember.jit.pytree", "ember.jit.leaks",
+           "ember.jit.buffers"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -28,7 +28,7 @@ class FusedReference(NumpyBackend):
 
         def kernel(*buffers, **params):
             self.calls.append(name)
-            args = [dispatch._wrap(b, numpy, None) if isinstance(b, np.ndarray) else b for b in buffers]
+            args = [dispatch.wrap(b, numpy) if isinstance(b, np.ndarray) else b for b in buffers]
             with no_grad():
                 out = fused.FUSED[name](*args, **params)
             return tuple(None if t is None else t._data for t in out) if isinstance(out, tuple) else out._data

@@ -11,10 +11,11 @@ and runs the compiled result, re-tracing only for a new input signature::
     >>> step.trace_count
     1
 
-The modules follow the pipeline: graph.py (the Graph and its Vars) → trace.py (tracing is a
-backend) → passes.py (DCE, CSE, constant folding, simplification, fusion groups, buffer
-plans) → runner.py / numpy_runner.py (running a graph) → api.py (the cache and the ``Jit``
-object). ``EMBER_JIT=0`` turns every jitted function back into the plain function.
+The modules follow the pipeline: graph.py (the Graph and its Vars) → trace.py (tracing is an
+interpreter; with pytree.py, leaks.py and effects.py for arguments, leaked tensors and side
+effects) → passes.py (DCE, CSE, constant folding, simplification, fusion groups) → buffers.py
+(buffer plans) → runner.py / numpy_runner.py (running a graph) → api.py (the cache and the
+``Jit`` object). ``EMBER_JIT=0`` turns every jitted function back into the plain function.
 """
 import sys as _sys
 import types as _types

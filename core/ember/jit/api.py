@@ -18,9 +18,11 @@ from .. import dtypes as D
 from ..errors import BackendError, located
 from ..registry import get_backend
 from ..tensor import Tensor
-from . import passes
+from . import buffers, passes
+from .pytree import flatten
 from .runner import Program
-from .trace import TENSOR, flatten, raw_grad, set_raw_grad, trace
+from .effects import TENSOR
+from .trace import is_tracing, trace
 
 #: How many compiled signatures one jitted function keeps (least recently used go first).
 CACHE_SIZE = 16
@@ -48,7 +50,7 @@ class Compiled:
         # Two Python objects must not share a buffer unless eager mode would share it too:
         # after CSE two gradients (or two new optimizer buffers) may be one value, and
         # constants live in the program. Such outputs are copied; the first holder keeps it.
-        root, taken = passes.roots(graph.nodes), set()
+        root, taken = buffers.roots(graph.nodes), set()
         self.copy_out = []
         for (kind, _), var in zip(traced.bindings, graph.outputs):
             r = root.get(var.id, var.id)
@@ -75,7 +77,7 @@ class Compiled:
         """Capture buffers for this call, or None if a guard fails (the caller retraces)."""
         backend = self.backend
         for t, was_none in self.traced.grad_guards:
-            if (raw_grad(t) is None) != was_none:
+            if (t._grad is None) != was_none:
                 return None
         for container, key, value in self.traced.python_guards:
             if _python_value(container, key) != value:
@@ -105,9 +107,9 @@ class Compiled:
             elif only_rebind:
                 continue
             elif kind == "result":
-                results.append(dispatch._wrap(buf, backend, None))
+                results.append(dispatch.wrap(buf, backend))
             elif kind == "grad":
-                set_raw_grad(_resolve(target, tensors), dispatch._wrap(buf, backend, None))
+                _resolve(target, tensors)._grad = dispatch.wrap(buf, backend)
             elif kind == "assign":
                 if buf is not captures[target]:     # not computed in place (donated) already
                     backend.assign(captures[target], buf)
@@ -120,7 +122,7 @@ class Compiled:
         if only_rebind:
             return None
         for target, value in traced.grad_effects:
-            set_raw_grad(_resolve(target, tensors), value)
+            _resolve(target, tensors)._grad = value
         for container, key, value in traced.python_effects:
             container[key] = value
         for g, used in gens:
@@ -197,7 +199,7 @@ def static_key(x):
 
 
 def _tensor_key(t):
-    return (t.shape, t.dtype, id(t._backend), t.requires_grad, raw_grad(t) is None)
+    return (t.shape, t.dtype, id(t._backend), t.requires_grad, t._grad is None)
 
 
 def _nearby(fn) -> list:
@@ -259,7 +261,7 @@ class Jit:
         return bound
 
     def __call__(self, *args, **kwargs):
-        if dispatch.TRACER[0] is not None or not enabled():
+        if is_tracing() or not enabled():
             return self.fn(*args, **kwargs)          # inside another trace: inline
         entry, key, tensors, captures = self._entry(args, kwargs)
         out = entry.run(tensors, captures)
@@ -298,7 +300,7 @@ class Jit:
     def _entry(self, args, kwargs):
         leaves, _, desc = flatten((tuple(args), dict(kwargs)))
         tensors = [x for x in leaves if isinstance(x, Tensor)]
-        key = (desc, dispatch.GRAD_ENABLED[0], D.default_float,
+        key = (desc, dispatch.is_grad_enabled(), D.default_float,
                tuple(_tensor_key(x) if isinstance(x, Tensor) else static_key(x) for x in leaves),
                tuple(static_key(x) for x in _nearby(self.fn)))
         entry = self._cache.get(key)

@@ -23,7 +23,19 @@ from __future__ import annotations
 import math
 import os
 
+from ..primitives import GROUPS
+
 LEAVES = ("input", "capture", "const")
+ELEMENTWISE = frozenset(GROUPS["unary"] + GROUPS["binary"] + GROUPS["compare"] + GROUPS["logical"]
+                        + GROUPS["select"] + GROUPS["cast"])
+REDUCE = frozenset(("sum", "max", "min"))
+#: Movement ops that a strided backend does by changing metadata only (no kernel, no copy).
+VIEWS = frozenset(("reshape", "permute", "expand", "slice", "flip"))
+#: Ops whose result is not a function of their arguments alone.
+STATEFUL = frozenset(("random_bits",))
+#: A backend's fused op (ember.fused) recorded as one node, and the pick of one of its results
+#: when it returns several (see trace.Tracer.fused): opaque to every pass.
+FUSED = frozenset(("fused", "fused_output"))
 
 
 class Var:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import operator
 
 from ..errors import BackendError, EmberError
-from .graph import Var
-from .passes import VIEWS, group_donations
+from .buffers import group_donations
+from .graph import VIEWS, Var
 
 #: Nodes that make no backend call (views share memory; fused_output picks a result).
 NO_CALL = VIEWS | {"fused_output"}

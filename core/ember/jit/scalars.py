@@ -19,6 +19,7 @@ import operator
 
 from .. import dispatch
 from .. import dtypes as D
+from ..tensor import Tensor
 
 
 class Scalar:
@@ -77,7 +78,6 @@ class Scalar:
 
     # -- arithmetic: recorded ----------------------------------------------------------------------
     def _op(self, name, pyop, other, reverse=False):
-        Tensor = dispatch.Tensor
         if isinstance(other, Tensor):
             return _with_tensor(name, other, self, reverse)
         if isinstance(other, Scalar):

@@ -1,32 +1,38 @@
 """Tracing: run the user's function once on abstract tensors and record a Graph.
 
-Tracing is just another backend. :class:`TraceBackend`'s buffers are :class:`~.graph.Var`
-objects, and its ``impls`` table — one entry per row of ``primitives.PRIMITIVES`` — records a
-node and computes the output's shape and dtype with the primitive's abstract rule, running
-nothing. So Tensor methods, the VJP table, layers and optimizers run unchanged on traced
-tensors, and a shape mismatch raises at trace time, naming the lines that made the operands.
+Tracing is an interpreter (dispatch.Interpreter). While a :class:`Tracer` is the current
+interpreter of a context, every primitive applied there becomes a node of the graph, its
+output's shape and dtype computed by the primitive's abstract rule, running nothing. Traced
+tensors live on :class:`TraceBackend`, whose buffers are :class:`~.graph.Var` objects. So
+Tensor methods, the VJP table, layers and optimizers run unchanged on traced tensors, and a
+shape mismatch raises at trace time, naming the lines that made the operands.
 
 Everything else the function touches is *concrete* (model parameters, optimizer state held in
-Python objects). While a :class:`Tracer` is active:
+Python objects). The tracer is asked, as the current interpreter:
 
-* every primitive that meets a concrete tensor lifts it into a ``capture`` node, read by
-  reference at each call — the real backends' ``impls`` are swapped for a table that refuses
-  to run, so even an op on concrete tensors alone is recorded, not run (and not baked in);
-* ``t.copy_(src)`` on a concrete ``t`` becomes an in-place update of that tensor at each call;
-* writes to ``.grad`` are watched (``Tensor.grad`` is wrapped for the trace's duration): a
-  gradient left on a tensor becomes an output bound to its ``.grad`` at each call;
-* ``Generator.bits`` records its offset relative to the generator's state when tracing began,
-  so each call draws the numbers an eager call would draw;
-* a traced tensor that is still referenced from Python state when tracing ends (an optimizer
-  creating its state on the first step) is found and made concrete (see ``Tracer.leaks``).
+* to apply primitives: a concrete tensor among the operands is lifted into a ``capture`` node,
+  read by reference at each call, so even an op on concrete tensors alone is recorded, not run
+  (and not baked in);
+* to ``assign`` (``t.copy_(src)``): on a concrete ``t`` an in-place update at each call;
+* to read and write ``.grad``: a gradient left on a tensor becomes an output bound to its
+  ``.grad`` at each call;
+* to draw random bits (``Generator.bits``): the offset is recorded relative to the
+  generator's state when tracing began, so each call draws the numbers an eager call would;
+* to build tensors: the traced ones are noted, so that one still referenced from Python state
+  when tracing ends (an optimizer creating its state on the first step) is found and made
+  concrete (leaks.py).
+
+What the trace left behind (gradients, writes, draws, leaks) becomes outputs and effects in
+effects.py; nested arguments and results are flattened by pytree.py.
+
+Other threads and contexts keep their own interpreter (eager): a data loader's thread runs
+its ops while a trace is active, and its tensors are not captured.
 """
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
-import threading
 import weakref
 
 from .. import dispatch, primitives
@@ -34,34 +40,16 @@ from ..backend import Backend, Capabilities
 from ..dtypes import ALL, float64, uint32
 from ..errors import BackendError, DTypeError, EmberError, ShapeError, _internal, located, user_frame
 from ..tensor import Tensor
-from . import scalars
-from .graph import Graph, Var
+from . import leaks, scalars
+from .graph import Var
+from .effects import TENSOR, Traced, finish, undo
+from .pytree import flatten
 from .scalars import Scalar
 
 
 class TraceError(EmberError, RuntimeError):
     """Something a traced function did cannot be compiled (a data-dependent Python value, a
     traced tensor used after its trace ended)."""
-
-
-class _Lift(Exception):
-    """Raised by a real backend's impls while tracing: dispatch then asks the tracer to record."""
-
-
-class _Refuse(dict):
-    """A real backend's impls while a trace is active: every lookup from the tracing thread
-    refuses, so dispatch's error path hands the operation to the tracer (the eager fast path
-    stays untouched). Other threads (a data loader's) get the real implementations."""
-
-    def __init__(self, table, thread):
-        super().__init__(table)
-        self.thread = thread
-
-    def __getitem__(self, name):
-        if threading.get_ident() != self.thread:
-            return dict.__getitem__(self, name)
-        raise _Lift(f"primitive {name!r} on a concrete tensor was called outside ember's dispatch "
-                    f"while ember.jit was tracing")
 
 
 class Source:
@@ -97,16 +85,16 @@ class Source:
 
 # ----------------------------------------------------------------------------- the backend
 class TraceBackend(Backend):
-    """The backend of traced tensors: records primitives into the active trace's graph."""
+    """The backend of traced tensors. Its buffers are Vars; its ``impls`` only refuse: the
+    tracer records primitives itself, so an implementation runs only when a traced tensor is
+    used outside its trace (kept past the end of tracing, or handed to another thread)."""
 
     name = "jit-trace"
 
     def __init__(self, tracer):
         self.tracer = tracer
         self.device = tracer.real.device
-        record = tracer.record
-        self.impls = {name: (lambda name: lambda *args, **params: record(name, args, params))(name)
-                      for name in primitives.PRIMITIVES}
+        self.impls = {name: _outside(name) for name in primitives.PRIMITIVES}
 
     def capabilities(self):
         return Capabilities(ops=frozenset(self.impls), dtypes=frozenset(ALL), devices=(self.device,))
@@ -141,9 +129,19 @@ class TraceBackend(Backend):
         raise located(TraceError, "in-place write into a traced buffer outside Tensor.copy_ under ember.jit")
 
 
+def _outside(name):
+    def refuse(*args, **params):
+        raise located(TraceError, f"{name}: a traced tensor was used outside its trace (kept after "
+                      f"ember.jit finished tracing, or used from another thread); return it from the "
+                      f"jitted function instead")
+    return refuse
+
+
 # ----------------------------------------------------------------------------- the tracer
-class Tracer:
-    """The state of one trace: the nodes recorded so far and everything met on the way."""
+class Tracer(dispatch.Interpreter):
+    """The interpreter of one trace: the nodes recorded so far and everything met on the way."""
+
+    evaluates = False
 
     def __init__(self, real, name="f"):
         self.real, self.name = real, name
@@ -162,7 +160,6 @@ class Tracer:
         self.placeholders: list = []     # traced stand-ins of the tensor arguments
         self.python_numbers: list = []   # (container, key, value before, its Scalar)
         self.python_guards: list = []    # (container, key, value): Python values the trace used
-        self.thread = threading.get_ident()     # only this thread's work is traced
         self.made: list = []             # weak references to the traced tensors made
         self._next = 0
 
@@ -173,8 +170,43 @@ class Tracer:
         self.nodes.append(v)
         return v
 
+    # -- the primitives: dispatch's questions ------------------------------------------------------------
+    def apply(self, name, args, params):
+        """Record ``name`` on the operands (concrete tensors lifted); the result is a traced
+        tensor, an autodiff node where eager mode would make one."""
+        bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
+        ctx = None
+        if dispatch.is_grad_enabled() and name not in dispatch.NO_GRAD \
+                and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            ctx = (name, args, params)
+        return self.wrap(self.record(name, bufs, params), self.backend, ctx)
+
+    def apply1(self, name, x, params):
+        return self.apply(name, (x,), params)
+
+    def apply2(self, name, a, b):
+        return self.apply(name, (a, b), {})
+
+    def create(self, name, backend, params):
+        if name == "random_bits":
+            raise located(TraceError, "random bits must come from an ember.Generator under ember.jit")
+        return self.wrap(self.record(name, (), params), self.backend, None)
+
+    def wrap(self, data, backend, ctx):
+        """A tensor over ``data``; the traced ones are noted (weakly) for leak detection."""
+        t = super().wrap(data, backend, ctx)
+        if backend is self.backend:
+            self.made.append(weakref.ref(t))
+        return t
+
+    def tensor(self, var, requires_grad=False):
+        """A traced tensor standing for ``var``."""
+        t = self.wrap(var, self.backend, None)
+        t.requires_grad = requires_grad
+        return t
+
     def record(self, name, args, params):
-        """A TraceBackend impl: one node, its aval from the primitive's abstract rule."""
+        """One node, its aval from the primitive's abstract rule."""
         if any(isinstance(a, Scalar) for a in args) or any(isinstance(p, Scalar) for p in params.values()):
             args, params = self._unscalar(args, params)
         avals = [a.aval if isinstance(a, Var) else a for a in args]
@@ -201,7 +233,7 @@ class Tracer:
         slot = len(self.captures)
         self.captures.append(source)
         v = self.new_var("capture", (), {"slot": slot, "label": repr(source)}, (), float64)
-        s = Scalar(value, self.wrap(v), frozenset((source,)), self)
+        s = Scalar(value, self.tensor(v), frozenset((source,)), self)
         self.python_numbers.append((container, key, value, s))
         container[key] = s
         return s
@@ -216,11 +248,14 @@ class Tracer:
         ember.fused or such a rule's backward op. Not the optimizer steps: elementwise work
         that the fusion groups compile, writing each parameter in its own buffer."""
         from .. import fused
-        if threading.get_ident() != self.thread or name not in fused.declared(self.real):
+        if name not in fused.declared(self.real):
             return False
         return name in fused.VJPS or any(name == bw for bw, _ in fused.VJPS.values())
 
-    def fused(self, name, args, params):
+    def fused_backend(self, name, backend):
+        return self.real if self.takes_fused(name) else None
+
+    def fused(self, name, backend, args, params):
         """Fused op ``name`` of ember.fused as one node: ``fused`` with params ``{"name",
         "params"}``, run by ``backend.fused_impls[name]``. The output shapes and dtypes come
         from running the op's decomposition now (its nodes are then dropped). An op returning
@@ -238,16 +273,11 @@ class Tracer:
         self.nodes[mark:] = [v for v in self.nodes[mark:] if v.op == "capture"]
         bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
         if isinstance(ref, Tensor):
-            return self.wrap(self.new_var("fused", bufs, {"name": name, "params": dict(params)}, ref.shape, ref.dtype))
+            return self.tensor(self.new_var("fused", bufs, {"name": name, "params": dict(params)}, ref.shape, ref.dtype))
         node = self.new_var("fused", bufs, {"name": name, "params": dict(params)}, (), None)
-        return tuple(None if t is None else self.wrap(self.new_var("fused_output", (node,), {"index": i},
-                                                                   t.shape, t.dtype))
+        return tuple(None if t is None else self.tensor(self.new_var("fused_output", (node,), {"index": i},
+                                                                     t.shape, t.dtype))
                      for i, t in enumerate(ref))
-
-    def wrap(self, var, requires_grad=False):
-        t = dispatch._wrap(var, self.backend, None)
-        t.requires_grad = requires_grad
-        return t
 
     # -- concrete tensors met while tracing -----------------------------------------------------------
     def lift(self, t) -> Var:
@@ -269,25 +299,8 @@ class Tracer:
             self.capture_var[key] = self.current[key] = v
         return v
 
-    def apply(self, name, backend, args, params):
-        """dispatch's hook: record ``name`` on lifted operands; None if this is a real error."""
-        if threading.get_ident() != self.thread:
-            if backend is None:
-                raise located(BackendError, f"{name}: inputs live on different backends; move them to one")
-            return None
-        if backend is self.backend and all(not isinstance(a, Tensor) or a._backend is self.backend for a in args):
-            return None
-        bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
-        if name == "random_bits":
-            raise located(TraceError, "random bits must come from an ember.Generator under ember.jit")
-        return self.backend.impls[name](*bufs, **params), self.backend
-
     def assign(self, dst, src):
-        """Tensor.copy_'s hook: ``dst`` now holds ``src`` (same shape and dtype)."""
-        if threading.get_ident() != self.thread:          # not ours: what copy_ does
-            src = src if src._backend is dst._backend else src.to(dst._backend)
-            dst._backend.assign(dst._data, src._data)
-            return dst
+        """Tensor.copy_: ``dst`` now holds ``src`` (same shape and dtype)."""
         value = self.lift(src)
         if dst._backend is self.backend:        # a traced tensor: just rebind it (SSA)
             dst._data = value
@@ -301,11 +314,7 @@ class Tracer:
         return dst
 
     def random_bits(self, generator, shape, backend=None):
-        """Generator.bits' hook: bits at an offset relative to the generator's state at each call."""
-        if threading.get_ident() != self.thread:
-            from ..registry import get_backend
-            return dispatch.create("random_bits", get_backend(backend), shape=tuple(shape),
-                                   seed=generator.seed, offset=generator.offset)
+        """Generator.bits: bits at an offset relative to the generator's state at each call."""
         for slot, (g, start) in enumerate(self.generators):
             if g is generator:
                 break
@@ -314,7 +323,7 @@ class Tracer:
             self.generators.append([generator, start])
         var = self.new_var("random_bits", (), {"shape": tuple(shape), "generator": slot,
                                                "offset": generator.offset - start}, shape, uint32)
-        return self.wrap(var)
+        return self.tensor(var)
 
     def concrete(self, var):
         """The value of ``var`` if it depends on no input, capture or random draw (it is then
@@ -348,17 +357,22 @@ class Tracer:
         """A traced tensor made during the trace: its .grad is the trace's own business."""
         return t._backend is self.backend and not any(p is t for p in self.placeholders)
 
-    def grad_read(self, t, value):
-        if self._local(t) or threading.get_ident() != self.thread:
-            return
+    def read_grad(self, t):
+        value = t._grad
+        if not self._local(t):
+            self._grad_read(t, value)
+        return value
+
+    def write_grad(self, t, value):
+        if id(t) not in self.grad_before and not self._local(t):
+            self.grad_before[id(t)] = (t, t._grad)
+        t._grad = value
+
+    def _grad_read(self, t, value):
         if id(t) not in self.grad_before and id(t) not in self.grad_guards:
             self.grad_guards[id(t)] = (t, value is None)
         if value is not None and value._backend is not self.backend and id(value) not in self.grad_source:
             self.grad_source[id(value)] = self._grad_source_of(t)
-
-    def grad_write(self, t, old):
-        if id(t) not in self.grad_before and not self._local(t) and threading.get_ident() == self.thread:
-            self.grad_before[id(t)] = (t, old)
 
     def _grad_source_of(self, t):
         for i, p in enumerate(self.placeholders):
@@ -369,69 +383,16 @@ class Tracer:
     # -- the tracing context ----------------------------------------------------------------------------
     @contextlib.contextmanager
     def active(self):
-        """Install the hooks (dispatch, copy_, Generator.bits, Tensor.grad) for the trace's duration."""
-        from ..registry import REGISTRY
-        if dispatch.TRACER[0] is not None:
+        """Make this tracer the current interpreter of this context for the trace's duration."""
+        if is_tracing():
             raise TraceError("ember.jit cannot trace while another trace is active")
-        backends = {id(b): b for b in list(REGISTRY.loaded.values()) + [self.real]}.values()
-        saved = [(b, b.__dict__.get("impls")) for b in backends]
-        slot = Tensor.__dict__["grad"]
-        wrap = dispatch._wrap
-        dispatch.TRACER[0] = self
-        try:
-            dispatch._wrap = self._noting(wrap)
-            for b, own in saved:
-                b.impls = _Refuse(own if own is not None else type(b).impls, self.thread)
-            Tensor.grad = _GradSpy(slot, self)
+        with dispatch.interpreting(self):
             yield self
-        finally:
-            dispatch._wrap = wrap
-            Tensor.grad = slot
-            for b, own in saved:
-                if own is None:
-                    del b.impls
-                else:
-                    b.impls = own
-            dispatch.TRACER[0] = None
 
-    # -- after the trace: leaked tensors -------------------------------------------------------------------
     def leaks(self, keep=()) -> list:
-        """Traced tensors still referenced from Python state, other than ``keep`` (the tracer's).
-
-        Every traced tensor made during the trace was noted (weakly); those alive now have their
-        history (``_ctx``) cut, so a tensor counts only if something outside the trace holds it,
-        not because it is the ancestor of a held one. Garbage cycles are collected before the
-        final count."""
-        alive = [t for t in (r() for r in self.made) if t is not None and t._backend is self.backend]
-        for t in alive:
-            t._ctx = None
-        t = None
-        skip = {id(k) for k in keep}
-        alive = [t for t in alive if id(t) not in skip]
-        held = _held(alive)
-        if held:
-            del held
-            gc.collect()
-            held = _held(alive)
-        return held
-
-    def _noting(self, wrap):
-        """dispatch._wrap while tracing: also note each traced tensor made (for ``leaks``)."""
-        made, backend = self.made, self.backend
-
-        def noted(data, b, ctx):
-            t = wrap(data, b, ctx)
-            if b is backend:
-                made.append(weakref.ref(t))
-            return t
-        return noted
-
-
-def _held(objs) -> list:
-    """The objects of ``objs`` that something besides ``objs`` (and this scan) refers to."""
-    base = [sys.getrefcount(o) for o in [object()]][0]          # what the list and this scan hold
-    counts = [sys.getrefcount(o) for o in objs]
-    return [o for o, n in zip(objs, counts) if n > base]
+        """Traced tensors made by this trace and still held by Python state, other than
+        ``keep`` (see leaks.py)."""
+        return leaks.leaked(self.made, self.backend, keep)
 
 
 _INTERNAL_CODE: dict = {}
@@ -451,29 +412,6 @@ def _site():
             return code.co_filename, f.f_lineno, None
         f = f.f_back
     return None
-
-
-class _GradSpy:
-    """``Tensor.grad`` while tracing: the slot, plus a note of each read and first write."""
-
-    def __init__(self, slot, tracer):
-        self.slot, self.tracer = slot, tracer
-
-    def __get__(self, t, owner=None):
-        if t is None:
-            return self
-        value = self.slot.__get__(t, owner)
-        self.tracer.grad_read(t, value)
-        return value
-
-    def __set__(self, t, value):
-        try:
-            old = self.slot.__get__(t)
-        except AttributeError:      # a tensor being built: nothing to remember
-            self.slot.__set__(t, value)
-            return
-        self.tracer.grad_write(t, old)
-        self.slot.__set__(t, value)
 
 
 def _made(v: Var) -> str:
@@ -507,17 +445,6 @@ def _with_operands(err, tracer):
     return err
 
 
-def raw_grad(t):
-    """``t.grad`` without the tracer noticing (for the tracer's own bookkeeping)."""
-    slot = Tensor.__dict__["grad"]
-    return (slot.slot if isinstance(slot, _GradSpy) else slot).__get__(t, Tensor)
-
-
-def set_raw_grad(t, value):
-    slot = Tensor.__dict__["grad"]
-    (slot.slot if isinstance(slot, _GradSpy) else slot).__set__(t, value)
-
-
 def is_traced(t) -> bool:
     """True if ``t`` is a tensor being traced by ember.jit (its values are not known yet).
 
@@ -530,65 +457,10 @@ def is_traced(t) -> bool:
 
 def is_tracing() -> bool:
     """True while ember.jit traces a function."""
-    return dispatch.TRACER[0] is not None
-
-
-# ----------------------------------------------------------------------------- pytrees
-def flatten(obj):
-    """Leaves of nested tuples/lists/dicts, a function that rebuilds the structure from new
-    leaves, and a hashable description of the structure (part of the cache key).
-
-    >>> leaves, rebuild, _ = flatten((1, [2, {"a": 3}]))
-    >>> leaves, rebuild([4, 5, 6])
-    ([1, 2, 3], (4, [5, {'a': 6}]))
-    """
-    leaves = []
-    build, desc = _walk(obj, leaves)      # no closure over `leaves`: nothing keeps them alive
-    return leaves, (lambda new: build(iter(new))), desc
-
-
-def _next(it):
-    return next(it)
-
-
-def _walk(o, leaves):
-    if isinstance(o, (list, tuple)):
-        kids = [_walk(x, leaves) for x in o]
-        kind = type(o)
-        builders = [b for b, _ in kids]
-        desc = (kind.__name__, tuple(d for _, d in kids))
-        if hasattr(o, "_fields"):                       # a namedtuple
-            return (lambda it: kind(*[b(it) for b in builders])), desc
-        return (lambda it: kind([b(it) for b in builders])), desc
-    if isinstance(o, dict):
-        keys = list(o)
-        kids = [_walk(o[k], leaves) for k in keys]
-        builders = [b for b, _ in kids]
-        return (lambda it: dict(zip(keys, [b(it) for b in builders]))), ("dict", tuple(keys),
-                                                                          tuple(d for _, d in kids))
-    leaves.append(o)
-    return _next, "*"
+    return isinstance(dispatch.interpreter(), Tracer)
 
 
 # ----------------------------------------------------------------------------- one trace
-TENSOR = object()     # marks where a tensor goes among the Python values of a result
-class Traced:
-    """What one trace produced: the graph and how its outputs bind back at each call.
-
-    ``bindings[i]`` says what output ``i`` of the graph is: ``("result", None)`` (a leaf of the
-    function's return value), ``("grad", target)`` (a gradient to store in ``.grad``),
-    ``("arg_data", k)`` (new contents of tensor argument k), ``("assign", slot)`` (new contents
-    of a captured tensor) or ``("rebind", tensor)`` (a traced tensor left in Python state,
-    made concrete). A target is ``("arg", k)`` or ``("tensor", t)``.
-    """
-
-    def __init__(self, graph, bindings, rebuild, statics, grad_effects, grad_guards, generators,
-                 leaked, n_primitives):
-        self.graph, self.bindings, self.rebuild, self.statics = graph, bindings, rebuild, statics
-        self.grad_effects, self.grad_guards = grad_effects, grad_guards
-        self.generators, self.leaked, self.n_primitives = generators, leaked, n_primitives
-
-
 def trace(fn, args, kwargs, real, name="f", optimizers=()) -> Traced:
     """Run ``fn`` on traced stand-ins of its tensor arguments; return the recorded :class:`Traced`.
 
@@ -603,11 +475,11 @@ def trace(fn, args, kwargs, real, name="f", optimizers=()) -> Traced:
         for i, t in enumerate(leaves):
             if isinstance(t, Tensor):
                 var = tracer.new_var("input", (), {"index": k}, t.shape, t.dtype, where=where)
-                p = tracer.wrap(var, t.requires_grad)
-                g = raw_grad(t)
+                p = tracer.tensor(var, t.requires_grad)
+                g = t._grad
                 if g is not None:            # the stand-in starts with the argument's gradient
                     tracer.grad_source[id(g)] = Source("arg_grad", key=k)
-                set_raw_grad(p, g)
+                p._grad = g
                 tracer.placeholders.append(p)
                 stand_ins[i] = p
                 k += 1
@@ -618,10 +490,10 @@ def trace(fn, args, kwargs, real, name="f", optimizers=()) -> Traced:
         try:
             out = fn(*a, **kw)
         except (ShapeError, DTypeError) as err:
-            _undo(tracer)
+            undo(tracer)
             raise _with_operands(err, tracer) from None
         except BaseException:
-            _undo(tracer)
+            undo(tracer)
             raise
         del a, kw
         out_leaves, rebuild_out, _ = flatten(out)
@@ -636,7 +508,7 @@ def trace(fn, args, kwargs, real, name="f", optimizers=()) -> Traced:
             else:
                 statics.append(leaf)
         del out_leaves, leaf
-    return _finish(tracer, outputs, bindings, statics, rebuild_out)
+    return finish(tracer, outputs, bindings, statics, rebuild_out)
 
 
 def _symbolize(tracer, opt):
@@ -649,72 +521,3 @@ def _symbolize(tracer, opt):
         for key, value in list(state.items()):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 tracer.python_number(state, key)
-
-
-def _undo(tracer):
-    """A trace that failed leaves no traced values behind in the state it touched."""
-    for container, key, before, _ in tracer.python_numbers:
-        container[key] = before
-    for t, before in tracer.grad_before.values():
-        set_raw_grad(t, before)
-    for g, start in tracer.generators:
-        g.offset = start
-
-
-def _finish(tracer, outputs, bindings, statics, rebuild_out) -> Traced:
-    """Turn what the trace left behind (gradients, writes, draws, leaks) into outputs and effects."""
-    placeholders = {id(p): k for k, p in enumerate(tracer.placeholders)}
-
-    def target(t):
-        return ("arg", placeholders[id(t)]) if id(t) in placeholders else ("tensor", t)
-
-    grad_effects = []
-    for t, before in tracer.grad_before.values():
-        final = raw_grad(t)
-        set_raw_grad(t, before)
-        if t._backend is tracer.backend and id(t) not in placeholders:
-            continue                                  # a tensor local to the trace
-        if is_traced(final):
-            outputs.append(final._data)
-            bindings.append(("grad", target(t)))
-        else:
-            grad_effects.append((target(t), final))
-    final = t = None        # hold no traced tensor while looking for leaks
-    for p in tracer.placeholders:
-        set_raw_grad(p, None)
-    grad_guards = [(t, none) for t, none in tracer.grad_guards.values()
-                   if t._backend is not tracer.backend]
-    for k, p in enumerate(tracer.placeholders):
-        if p._data.op != "input" or p._data.params["index"] != k:
-            outputs.append(p._data)
-            bindings.append(("arg_data", k))
-    donate = {}
-    for cap, value in tracer.assigns.values():
-        donate[len(outputs)] = cap
-        outputs.append(value)
-        bindings.append(("assign", cap.params["slot"]))
-    python_effects = []
-    for container, key, before, s in tracer.python_numbers:
-        now = container[key]
-        container[key] = before
-        if isinstance(now, Scalar) and now is not s:        # e.g. step += 1: written at each call
-            outputs.append(now.t._data)
-            bindings.append(("python", (container, key, type(now.value))))
-        elif not isinstance(now, Scalar) and now is not before:
-            python_effects.append((container, key, now))
-    tracer.python_numbers = now = s = None
-    generators = []
-    for g, start in tracer.generators:
-        generators.append((g, g.offset - start))
-        g.offset = start
-    leaked = tracer.leaks(keep=tracer.placeholders)
-    for t in leaked:
-        outputs.append(t._data)
-        bindings.append(("rebind", t))
-    n_primitives = sum(v.op not in ("input", "capture", "const") for v in tracer.nodes)
-    graph = Graph(tracer.nodes, outputs, tracer.captures, donate, tracer.name)
-    traced = Traced(graph, bindings, rebuild_out, statics, grad_effects, grad_guards, generators,
-                    bool(leaked), n_primitives)
-    traced.python_effects, traced.python_guards = python_effects, tracer.python_guards
-    traced.capture_vars = [v for v in tracer.nodes if v.op == "capture"]      # by slot
-    return traced

@@ -565,7 +565,7 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     c = logp.shape[-1]
     # Under ember.jit the targets are not known while tracing: the check is left to run time
     # (take fails there on an index past the end).
-    if target.numel() and dispatch.TRACER[0] is None:
+    if target.numel() and dispatch.interpreter().evaluates:
         safe = _check_class_range(safe, c)
     w = valid.to(logp.dtype) if weight is None else weight.take(safe, 0) * valid.to(logp.dtype)
     loss = -_pick(logp, safe) * w
@@ -587,7 +587,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if input.ndim == 2 and weight is None and label_smoothing == 0 and reduction == "mean" \
             and target.dtype.kind in "iu" and target.shape == input.shape[:1]:
         # The common case is ember.fused's op: a backend may run it (and its gradient) as one kernel.
-        if deferred.on_device(input._backend) and dispatch.TRACER[0] is None and target.numel() \
+        if deferred.on_device(input._backend) and dispatch.interpreter().evaluates and target.numel() \
                 and "cross_entropy" in fused.declared(input._backend):
             # A device kernel cannot raise: the range check waits for the next host read.
             _check_class_range(where(target != ignore_index, target, 0), input.shape[1])

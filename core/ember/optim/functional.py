@@ -197,7 +197,8 @@ def run_foreach(name, params, grads, *states, **hyper):
     """
     from .. import fused
     backend = params[0]._backend if params else None
-    if backend is None or dispatch.TRACER[0] is not None or name not in fused.declared(backend):
+    if backend is None or dispatch.interpreter().fused_backend(name, backend) is None \
+            or name not in fused.declared(backend):
         rule = name[:-len("_foreach")]
         return _each(lambda *args, **kw: run_step(rule, *args, **kw), params, grads, *states, **hyper)
     inputs = (params, *states)
@@ -212,7 +213,7 @@ def _rewrap(buf, given, backend):
         return None
     if given is not None and buf is given._data:
         return given            # updated in place: the optimizer's _assign then copies nothing
-    return dispatch._wrap(buf, backend, None)
+    return dispatch.wrap(buf, backend)
 
 
 # --------------------------------------------------------------------------------------- conformance

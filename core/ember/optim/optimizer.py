@@ -266,7 +266,7 @@ class Optimizer:
         Not while ember.jit traces: the per-parameter rules are recorded then, and the jit
         compiler fuses them itself."""
         name = None if self.rule is None else self.rule + "_foreach"
-        if name is None or type(self)._update is not Optimizer._update or dispatch.TRACER[0] is not None:
+        if name is None or type(self)._update is not Optimizer._update or not dispatch.interpreter().evaluates:
             return todo
         rest, calls = [], {}
         for p, grad in todo:

@@ -42,7 +42,7 @@ def from_dlpack(obj, backend="cupy"):
     """
     from ember import dispatch
     b = _backend(backend)
-    return dispatch._wrap(b.from_dlpack(obj), b, None)
+    return dispatch.wrap(b.from_dlpack(obj), b)
 
 
 def to_dlpack(tensor):

@@ -54,7 +54,7 @@ def _reference(name, *args, **params):
     from ember import dispatch
     from ember.fused import FUSED
     backend = ember.get_backend("numba")
-    wrapped = [dispatch._wrap(a, backend, None) if isinstance(a, np.ndarray) else a for a in args]
+    wrapped = [dispatch.wrap(a, backend) if isinstance(a, np.ndarray) else a for a in args]
     with ember.no_grad():
         out = FUSED[name](*wrapped, **params)
     if isinstance(out, tuple):
