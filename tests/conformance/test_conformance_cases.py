@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 import ember
 from ember.conformance import cases, tolerances
 from ember.conformance.gradcases import GRAD_CASES, SECOND_ORDER
-from ember.fused import FUSED
+from ember.conformance import fused_ops
+FUSED = fused_ops()
 from ember.primitives import PRIMITIVES
 
 
@@ -66,7 +67,8 @@ def test_first_example_is_not_trivial():
     assert simplest.shape == (3, 4) and np.count_nonzero(simplest) >= 10
 
 
-@pytest.mark.parametrize("name", ["ember.fused", "ember.conformance.tolerances", "ember.conformance.certify"])
+@pytest.mark.parametrize("name", ["ember.fused", "ember.conformance", "ember.conformance.optimizers",
+                                  "ember.conformance.tolerances", "ember.conformance.certify"])
 def test_docstring_examples(name):
     import doctest
     import importlib

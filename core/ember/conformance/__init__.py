@@ -12,3 +12,16 @@ writes the certificate). docs/conformance.md describes the tiers and the certifi
 
 TIERS = {0: "API present", 1: "smoke", 2: "primitives vs reference", 3: "gradients", 4: "fused ops",
          5: "layers", 6: "training"}
+
+
+def fused_ops() -> dict:
+    """ember.fused's table of ops with every one ember defines: ember.nn.functional and
+    ember.optim.functional register theirs when imported, so this imports them first.
+
+    >>> sorted(fused_ops())[:3]
+    ['adam_step', 'adam_step_foreach', 'batch_norm']
+    """
+    from .. import fused
+    from ..nn import functional as _nn_ops        # noqa: F401 - registers softmax, layer_norm, ...
+    from ..optim import functional as _optim_ops  # noqa: F401 - registers the optimizer steps
+    return fused.FUSED
