@@ -11,7 +11,7 @@ import ember
 from ember import fused
 from ember.conformance import fused_ops
 from ember.backend import BackendInfo
-from ember.backends.numpy_backend import NumpyBackend
+from ember.backends.numpy.backend import NumpyBackend
 
 REF = fused_ops()           # every op ember.nn and ember.optim register
 

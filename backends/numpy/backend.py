@@ -11,8 +11,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ember import dtypes as D
-from ember.backend import Backend, BackendInfo, Capabilities
-from ember.hooks import hookimpl
+from ember.backend import Backend, Capabilities
 
 from . import host_memory
 
@@ -254,8 +253,6 @@ class NumpyBackend(Backend):
     def assign(self, dst, src):
         np.copyto(dst, src)
 
-
-@hookimpl
-def ember_backends():
-    return [BackendInfo("numpy", NumpyBackend, priority=10,
-                        description="NumPy reference backend (the executable spec)")]
+    def jit_runner(self):
+        from .jit_runner import NumpyProgram     # numba's and cupy-host's backends inherit it
+        return NumpyProgram

@@ -8,7 +8,7 @@ import pytest
 
 import ember
 from ember import dtypes as D
-from ember.backends import numpy_backend as nb
+from ember.backends.numpy import backend as nb
 from ember.primitives import PRIMITIVES, REQUIRED, abstract_eval
 
 BACKEND = ember.get_backend("numpy")

@@ -11,7 +11,7 @@ import numpy as np
 
 from ember import dtypes as D
 from ember.backend import BackendInfo
-from ember.backends.numpy_backend import IMPLS, NumpyBackend, _erf
+from ember.backends.numpy.backend import IMPLS, NumpyBackend, _erf
 
 
 class WrongSign(NumpyBackend):

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import ember
-from ember.backends.numpy_backend import IMPLS, NumpyBackend
-from ember.jit import numpy_runner
+from ember.backends.numpy.backend import IMPLS, NumpyBackend
+from ember.backends.numpy import jit_runner as numpy_runner
 from ember.jit.graph import Var
 from jit_helpers import mlp_twins, train_step
 

@@ -6,7 +6,7 @@ import pytest
 
 import ember
 from ember.backend import BackendInfo
-from ember.backends.numpy_backend import NumpyBackend
+from ember.backends.numpy.backend import NumpyBackend
 from ember.conformance.optimizers import fused_mismatches
 from ember.optim.functional import REFERENCE
 from optim_helpers import assert_histories_close, batch, initial, train

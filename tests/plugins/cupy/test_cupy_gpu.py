@@ -18,7 +18,7 @@ def test_every_library_kernel_compiles_and_loads(gpu):
 
 
 def test_random_bits_match_the_reference(gpu):
-    from ember.backends import numpy_backend as nb
+    from ember.backends.numpy import backend as nb
     for shape, seed, offset in [((3, 5), 123, 7), ((1000,), 2 ** 40 + 5, 2 ** 33 + 3), ((), 1, 2)]:
         got = gpu.to_numpy(gpu.impls["random_bits"](shape, seed, offset))
         np.testing.assert_array_equal(got, nb.random_bits(shape, seed, offset))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.backends import numpy_backend as nb
+from ember.backends.numpy import backend as nb
 from ember.conformance import fused_ops
 FUSED = fused_ops()
 from ember.conformance.optimizers import fused_mismatches

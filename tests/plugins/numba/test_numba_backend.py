@@ -17,7 +17,7 @@ pytest.importorskip("numba")
 pytest.importorskip("ember_numba")
 
 import ember  # noqa: E402
-from ember.backends import numpy_backend as nb  # noqa: E402
+from ember.backends.numpy import backend as nb  # noqa: E402
 from numba_helpers import close, reference  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("compile_at_once")
