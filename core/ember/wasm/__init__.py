@@ -23,13 +23,6 @@ False
 """
 from __future__ import annotations
 
-PYODIDE_VERSION = "314.0.7"       # the npm package the site is built from
-MICROPIP_VERSION = "0.11.1"       # PyPI wheel; the npm package ships none
+from .build import MICROPIP_VERSION, PYODIDE_VERSION, build_site
 
 __all__ = ["PYODIDE_VERSION", "MICROPIP_VERSION", "build_site"]
-
-
-def build_site(out, checkpoint, **options):
-    """Assemble the static site in ``out``; see :func:`ember.wasm.build.build_site`."""
-    from .build import build_site as build
-    return build(out, checkpoint, **options)
