@@ -26,7 +26,7 @@ from ember.jit.runner import NO_CALL, Program
 
 from . import backend as nb
 
-#: Primitives whose numpy_backend implementation is this ufunc (which takes ``out=``).
+#: Primitives whose numpy backend implementation (backend.py) is this ufunc (which takes ``out=``).
 #: tests/jit/test_jit_runners.py checks each against the backend, bit for bit.
 UFUNCS = {"neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
           "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.absolute, "sign": np.sign, "floor": np.floor,

@@ -111,8 +111,8 @@ def declared(backend) -> frozenset:
     """
     names = _DECLARED.get(backend)
     if names is None:
-        names = _DECLARED[backend] = frozenset(n for n in backend.capabilities().fused
-                                               if n in FUSED and n in backend.fused_impls)
+        kernels = backend.fused_impls or {}      # a plugin may have set None: the old lookup took it
+        names = _DECLARED[backend] = frozenset(n for n in backend.capabilities().fused if n in FUSED and n in kernels)
     return names
 
 
