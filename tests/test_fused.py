@@ -380,3 +380,51 @@ def test_batch_norm_is_one_node_with_its_statistics_saved(tracking, rng):
     assert Tracking.calls == ["batch_norm"]
     out.sum().backward()
     assert Tracking.calls == ["batch_norm", "batch_norm_backward"]
+
+
+# ----------------------------------------------------------------------------- the registry
+def test_the_ops_come_from_their_users_not_from_fused():
+    import subprocess
+    import sys
+    code = ("import ember.fused as f; empty = sorted(f.FUSED); import ember.nn.functional; nn = sorted(f.FUSED); "
+            "import ember.optim; print(empty, 'softmax' in nn, 'adam_step' in nn, 'adam_step' in f.FUSED)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["[]", "True", "False", "True"], out.stderr
+
+
+def test_defop_wants_a_backward_op_and_its_rule_together():
+    with pytest.raises(ValueError, match="give both backward= and vjp="):
+        fused.defop("half", lambda x: x * 0.5, backward="half_backward")
+
+
+class Halving(NumpyBackend):
+    """Declares a throw-away fused op and its backward op, each a kernel that counts its calls."""
+    name = "halving_fused"
+    calls: list = []
+    fused_impls = {"half": lambda x: Halving.calls.append("half") or x * 0.5,
+                   "half_backward": lambda g: Halving.calls.append("half_backward") or g * 0.5}
+
+    def capabilities(self):
+        caps = super().capabilities()
+        caps.fused = frozenset(self.fused_impls)
+        return caps
+
+
+def test_an_op_registered_later_reaches_a_backend_that_declared_it_earlier():
+    backend = Halving()
+    x = ember.tensor([2.0, 4.0], backend=backend)
+    assert "half" not in fused.declared(backend)           # not registered yet: nothing to run
+    fused.defop("half_backward", lambda g: g * 0.5)
+    fused.defop("half", lambda x: x * 0.5, backward="half_backward",
+                vjp=lambda g, out, x: (fused.run("half_backward", g),))
+    try:
+        assert fused.declared(backend) == {"half", "half_backward"}
+        xg = ember.tensor([2.0, 4.0], backend=backend, requires_grad=True)
+        Halving.calls.clear()
+        assert fused.run("half", x).tolist() == [1.0, 2.0]
+        fused.run("half", xg).sum().backward()
+        assert xg.grad.tolist() == [0.5, 0.5] and Halving.calls == ["half", "half", "half_backward"]
+    finally:
+        fused.undef("half")
+        fused.undef("half_backward")
+    assert "half" not in fused.FUSED and fused.declared(backend) == frozenset()

@@ -32,7 +32,7 @@ Multi-tensor ops (``adam_step_foreach``) take lists, one entry per parameter, an
 >>> _ = defop("double", lambda x: x * 2)
 >>> run("double", ember.tensor([1.0, 2.0])).tolist()
 [2.0, 4.0]
->>> _ = FUSED.pop("double")
+>>> undef("double")
 """
 from __future__ import annotations
 
