@@ -5,7 +5,8 @@
 
 The modules, in the order a run uses them: plugin.py (the pytest plugin: options, the
 per-session context, skips, the JSON report) → tolerances.py (how close is close enough) →
-cases.py (tier-2 inputs per primitive) and gradcases.py (tier-3 inputs) → the tiers,
+cases.py (tier-2 inputs per primitive), gradcases.py (tier-3 inputs) and optimizers.py (the
+fused optimizer steps' option sets and their harness, ``fused_mismatches``) → the tiers,
 test_tier0_api.py ... test_tier6_training.py → certify.py (runs pytest in a child process and
 writes the certificate). docs/conformance.md describes the tiers and the certificate.
 """
