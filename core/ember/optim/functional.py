@@ -170,10 +170,11 @@ FOREACH = {"sgd_step_foreach": sgd_step_foreach, "adam_step_foreach": adam_step_
 
 
 # --------------------------------------------------------------------------------------- dispatch
+# The rules are ember.fused's optimizer ops: a backend may declare a kernel for any of them.
 for _name, _rule in REFERENCE.items():
     fused.defop(_name, _rule)
 for _name, _rule in FOREACH.items():
-    fused.defop(_name, _rule, each=_name[:-len("_foreach")])
+    fused.defop(_name, _rule, each=_name.removesuffix("_foreach"))
 
 
 def run_step(name, param, grad, *state, **hyper):
