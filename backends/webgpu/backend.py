@@ -379,7 +379,7 @@ class WebGPUBackend(Backend):
             if can_run_sync():
                 run_sync(init())
             else:
-                STATE["reason"] = ("call `await ember.registry.prepare("webgpu")` (or use the backend from "
+                STATE["reason"] = ("call `await ember.registry.prepare('webgpu')` (or use the backend from "
                                     "runPythonAsync / callPromising) before the first use")
         self.stats = {"gpu": {}, "host": {}}
         self.impls = {n: _primitive(n, self.stats) for n in host_backend().IMPLS}

@@ -19,6 +19,7 @@ from . import hooks
 from .backend import API_VERSION, Backend, BackendInfo
 from .errors import BackendError, located
 
+
 class PluginWarning(UserWarning):
     """A plugin was disabled; ember goes on with the others."""
 
