@@ -9,8 +9,11 @@ import pytest
 
 import ember
 from ember import fused
+from ember.conformance import fused_ops
 from ember.backend import BackendInfo
-from ember.backends.numpy_backend import NumpyBackend
+from ember.backends.numpy.backend import NumpyBackend
+
+REF = fused_ops()           # every op ember.nn and ember.optim register
 
 
 def t(a, **kw):
@@ -21,25 +24,25 @@ def test_decompositions_match_torch(torch, rng):
     F = torch.nn.functional
     x = rng.standard_normal((4, 6))
     tx = torch.tensor(x)
-    np.testing.assert_allclose(fused.softmax(t(x), dim=0).numpy(), F.softmax(tx, 0).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(fused.log_softmax(t(x), dim=-1).numpy(), F.log_softmax(tx, -1).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(REF["softmax"](t(x), dim=0).numpy(), F.softmax(tx, 0).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(REF["log_softmax"](t(x), dim=-1).numpy(), F.log_softmax(tx, -1).numpy(), rtol=1e-12)
     y = np.array([0, 5, 2, 2])
-    np.testing.assert_allclose(fused.cross_entropy(t(x), t(y)).item(), F.cross_entropy(tx, torch.tensor(y)).item(),
+    np.testing.assert_allclose(REF["cross_entropy"](t(x), t(y)).item(), F.cross_entropy(tx, torch.tensor(y)).item(),
                                rtol=1e-12)
     w, b = rng.standard_normal(6), rng.standard_normal(6)
-    np.testing.assert_allclose(fused.layer_norm(t(x), t(w), t(b), normalized_shape=(6,), eps=1e-5).numpy(),
+    np.testing.assert_allclose(REF["layer_norm"](t(x), t(w), t(b), normalized_shape=(6,), eps=1e-5).numpy(),
                                F.layer_norm(tx, (6,), torch.tensor(w), torch.tensor(b), 1e-5).numpy(), atol=1e-12)
-    np.testing.assert_allclose(fused.layer_norm(t(x), None, None, normalized_shape=(4, 6)).numpy(),
+    np.testing.assert_allclose(REF["layer_norm"](t(x), None, None, normalized_shape=(4, 6)).numpy(),
                                F.layer_norm(tx, (4, 6)).numpy(), atol=1e-12)
     for approximate in ("none", "tanh"):
-        np.testing.assert_allclose(fused.gelu(t(x), approximate=approximate).numpy(),
+        np.testing.assert_allclose(REF["gelu"](t(x), approximate=approximate).numpy(),
                                    F.gelu(tx, approximate=approximate).numpy(), atol=1e-12)
     q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 2))
     want = F.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(v))
-    np.testing.assert_allclose(fused.scaled_dot_product_attention(t(q), t(k), t(v)).numpy(), want.numpy(), atol=1e-12)
+    np.testing.assert_allclose(REF["scaled_dot_product_attention"](t(q), t(k), t(v)).numpy(), want.numpy(), atol=1e-12)
     q = rng.standard_normal((2, 5, 4))
     want = F.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), is_causal=True)
-    np.testing.assert_allclose(fused.scaled_dot_product_attention(t(q), t(k), t(v), causal=True).numpy(),
+    np.testing.assert_allclose(REF["scaled_dot_product_attention"](t(q), t(k), t(v), causal=True).numpy(),
                                want.numpy(), atol=1e-12)
 
 
@@ -106,25 +109,25 @@ def test_backward_decompositions_match_torch(torch, rng):
         return torch.autograd.grad(out, [t for t in ts if t is not None], cot)
 
     for dim in (0, -1):
-        y = fused.softmax(t(x), dim=dim)
-        np.testing.assert_allclose(fused.softmax_backward(t(g), y, dim=dim).numpy(),
+        y = REF["softmax"](t(x), dim=dim)
+        np.testing.assert_allclose(REF["softmax_backward"](t(g), y, dim=dim).numpy(),
                                    vjp(lambda a: F.softmax(a, dim), x)[0].numpy(), atol=1e-12)
-        y = fused.log_softmax(t(x), dim=dim)
-        np.testing.assert_allclose(fused.log_softmax_backward(t(g), y, dim=dim).numpy(),
+        y = REF["log_softmax"](t(x), dim=dim)
+        np.testing.assert_allclose(REF["log_softmax_backward"](t(g), y, dim=dim).numpy(),
                                    vjp(lambda a: F.log_softmax(a, dim), x)[0].numpy(), atol=1e-12)
     for ignore, target in ((-100, np.array([0, 5, -100, 2])), (2, np.array([0, 5, 2, 1]))):
         want = vjp(lambda a: F.cross_entropy(a, torch.tensor(target), ignore_index=ignore), x)[0]
-        got = fused.cross_entropy_backward(t(1.7), t(x), t(target), ignore_index=ignore)
+        got = REF["cross_entropy_backward"](t(1.7), t(x), t(target), ignore_index=ignore)
         np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-12)
     for approximate in ("none", "tanh"):
         want = vjp(lambda a: F.gelu(a, approximate=approximate), x)[0]
-        np.testing.assert_allclose(fused.gelu_backward(t(g), t(x), approximate=approximate).numpy(),
+        np.testing.assert_allclose(REF["gelu_backward"](t(g), t(x), approximate=approximate).numpy(),
                                    want.numpy(), atol=1e-12)
     w, b = rng.standard_normal(6), rng.standard_normal(6)
     for weight, bias in ((w, b), (None, None), (w, None)):
         want = vjp(lambda a, *p: F.layer_norm(a, (6,), *p) if p else F.layer_norm(a, (6,)), x,
                    *[v for v in (weight, bias) if v is not None])
-        got = fused.layer_norm_backward(t(g), t(x), None if weight is None else t(weight),
+        got = REF["layer_norm_backward"](t(g), t(x), None if weight is None else t(weight),
                                         None if bias is None else t(bias), normalized_shape=(6,))
         assert [v is None for v in got] == [False, weight is None, bias is None]
         for gv, wv in zip([v for v in got if v is not None], want):
@@ -296,10 +299,10 @@ def test_max_pool2d_and_its_backward_match_torch(torch, rng, kw):
     x[0, 0, 1, 1] = x[1, 2, 4, 4] = x[1, 2, 4, 5] = np.nan
     tx = torch.tensor(x, requires_grad=True)
     want = torch.nn.functional.max_pool2d(tx, **kw)
-    np.testing.assert_array_equal(fused.max_pool2d(t(x), **kw).numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(REF["max_pool2d"](t(x), **kw).numpy(), want.detach().numpy())
     g = rng.standard_normal(tuple(want.shape))
     want.backward(torch.tensor(g))
-    np.testing.assert_allclose(fused.max_pool2d_backward(t(g), t(x), **kw).numpy(), tx.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(REF["max_pool2d_backward"](t(g), t(x), **kw).numpy(), tx.grad.numpy(), atol=1e-12)
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 3), (2, 3, 4), (1, 3, 1, 2)])
@@ -312,13 +315,13 @@ def test_batch_norm_and_its_backward_match_torch(torch, rng, shape):
         ts = [torch.tensor(a, requires_grad=True) for a in (x, weight, bias) if a is not None]
         want = TF.batch_norm(ts[0], None, None, *([ts[1]] if weight is not None else [None]),
                              *([ts[-1]] if bias is not None else [None]), training=True, eps=1e-3)
-        out, mean, var = fused.batch_norm(t(x), None if weight is None else t(weight),
+        out, mean, var = REF["batch_norm"](t(x), None if weight is None else t(weight),
                                           None if bias is None else t(bias), eps=1e-3)
         np.testing.assert_allclose(out.numpy(), want.detach().numpy(), atol=1e-12)
         np.testing.assert_allclose(mean.numpy(), x.mean(axes), atol=1e-12)
         np.testing.assert_allclose(var.numpy(), x.var(axes), atol=1e-12)
         want_g = torch.autograd.grad(want, ts, torch.tensor(g))
-        got = fused.batch_norm_backward(t(g), t(x), None if weight is None else t(weight),
+        got = REF["batch_norm_backward"](t(g), t(x), None if weight is None else t(weight),
                                         None if bias is None else t(bias), mean, var, eps=1e-3)
         assert [v is None for v in got] == [False, weight is None, bias is None]
         for gv, wv in zip([v for v in got if v is not None], want_g):
@@ -377,3 +380,51 @@ def test_batch_norm_is_one_node_with_its_statistics_saved(tracking, rng):
     assert Tracking.calls == ["batch_norm"]
     out.sum().backward()
     assert Tracking.calls == ["batch_norm", "batch_norm_backward"]
+
+
+# ----------------------------------------------------------------------------- the registry
+def test_the_ops_come_from_their_users_not_from_fused():
+    import subprocess
+    import sys
+    code = ("import ember.fused as f; empty = sorted(f.FUSED); import ember.nn.functional; nn = sorted(f.FUSED); "
+            "import ember.optim; print(empty, 'softmax' in nn, 'adam_step' in nn, 'adam_step' in f.FUSED)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["[]", "True", "False", "True"], out.stderr
+
+
+def test_defop_wants_a_backward_op_and_its_rule_together():
+    with pytest.raises(ValueError, match="give both backward= and vjp="):
+        fused.defop("half", lambda x: x * 0.5, backward="half_backward")
+
+
+class Halving(NumpyBackend):
+    """Declares a throw-away fused op and its backward op, each a kernel that counts its calls."""
+    name = "halving_fused"
+    calls: list = []
+    fused_impls = {"half": lambda x: Halving.calls.append("half") or x * 0.5,
+                   "half_backward": lambda g: Halving.calls.append("half_backward") or g * 0.5}
+
+    def capabilities(self):
+        caps = super().capabilities()
+        caps.fused = frozenset(self.fused_impls)
+        return caps
+
+
+def test_an_op_registered_later_reaches_a_backend_that_declared_it_earlier():
+    backend = Halving()
+    x = ember.tensor([2.0, 4.0], backend=backend)
+    assert "half" not in fused.declared(backend)           # not registered yet: nothing to run
+    fused.defop("half_backward", lambda g: g * 0.5)
+    fused.defop("half", lambda x: x * 0.5, backward="half_backward",
+                vjp=lambda g, out, x: (fused.run("half_backward", g),))
+    try:
+        assert fused.declared(backend) == {"half", "half_backward"}
+        xg = ember.tensor([2.0, 4.0], backend=backend, requires_grad=True)
+        Halving.calls.clear()
+        assert fused.run("half", x).tolist() == [1.0, 2.0]
+        fused.run("half", xg).sum().backward()
+        assert xg.grad.tolist() == [0.5, 0.5] and Halving.calls == ["half", "half", "half_backward"]
+    finally:
+        fused.undef("half")
+        fused.undef("half_backward")
+    assert "half" not in fused.FUSED and fused.declared(backend) == frozenset()

@@ -14,12 +14,24 @@ def pyproject():
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+def _packages(folder, prefix):
+    return {".".join((prefix,) + p.parent.relative_to(folder).parts) for p in folder.rglob("__init__.py")}
+
+
 def test_every_subpackage_is_listed():
     listed = set(pyproject()["tool"]["setuptools"]["packages"])
-    on_disk = {"ember." + ".".join(p.parent.relative_to(ROOT / "core" / "ember").parts)
-               for p in (ROOT / "core" / "ember").rglob("__init__.py")}
-    on_disk = {name.rstrip(".") for name in on_disk} | {"ember.backends"}
+    on_disk = _packages(ROOT / "core" / "ember", "ember") | _packages(ROOT / "backends", "ember.backends")
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert listed - on_disk == set(), "these listed packages are not on disk"
+
+
+def test_every_built_in_backend_is_an_entry_point():
+    # the core never imports ember.backends (tests/test_import_direction.py): a backend folder
+    # that is not an entry point would never be found
+    folders = {p.parent.name for p in (ROOT / "backends").glob("*/__init__.py")}
+    entry_points = pyproject()["project"]["entry-points"]["ember"]
+    assert folders == {"numpy", "python", "webgpu"}
+    assert {name: entry_points.get(name) for name in folders} == {n: f"ember.backends.{n}" for n in folders}
 
 
 def test_runtime_dependencies_are_numpy_and_pluggy_only():

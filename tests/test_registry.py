@@ -27,7 +27,7 @@ def make_dist(root, name, module_source, api_version=None):
 
 GOOD = """
     from ember import hookimpl, BackendInfo
-    from ember.backends.numpy_backend import NumpyBackend
+    from ember.backends.numpy.backend import NumpyBackend
 
     class Doubled(NumpyBackend):
         name = "doubled"

@@ -7,6 +7,11 @@ CuPy array, a flat Python list); ember never looks inside them.
 
 Subclass :class:`Backend`, fill ``impls``, and register it through the ``ember_backends`` hook
 (registry.py). ``plugins/template`` is the smallest complete example.
+
+Optional parts, each with a default that keeps a backend written without them working at
+API 1.0: ``fused_impls`` (kernels for ember.fused's ops, declared in ``capabilities().fused``),
+``compile(group)`` (a kernel for an ember.jit fusion group) and ``jit_runner()`` (the program
+class that runs ember.jit graphs on the backend's buffers).
 """
 from __future__ import annotations
 
@@ -42,6 +47,9 @@ class Backend:
     api_version = API_VERSION
     device = "cpu"
     impls: dict = {}
+    #: Optional fused ops (ember.fused): name -> kernel over buffers with the reference's
+    #: signature. Only the names also listed in ``capabilities().fused`` are used.
+    fused_impls: dict = {}
 
     # -- availability and declaration ------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
@@ -101,6 +109,12 @@ class Backend:
         """Optional: a callable running a fused group from ember.jit, or None to run it op by op."""
         return None
 
+    def jit_runner(self):
+        """Optional: the class that runs ember.jit graphs on this backend's buffers (a subclass
+        of ``ember.jit.runner.Program``, such as the NumPy backend's, which computes into
+        planned buffers), or None for the generic runner, which calls ``impls`` node by node."""
+        return None
+
     def __repr__(self):
         return f"<ember backend {self.name} {self.version}>"
 
@@ -120,3 +134,6 @@ class BackendInfo:
     api_version: str = API_VERSION
     priority: int = 0             # higher wins when choosing a default among available backends
     description: str = ""
+    # Optional: ``async () -> str`` for a backend whose device must be awaited before first use
+    # (WebGPU's adapter request): "" when ready, else why not. See registry.prepare.
+    setup: object = None

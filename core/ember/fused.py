@@ -1,334 +1,105 @@
-"""Optional fused ops: a table from name to the reference decomposition, in Tensor ops.
+"""Optional fused ops: the mechanism. A registry of named ops, each with a reference
+decomposition in Tensor ops; a backend that declares one runs its own kernel instead.
 
-A backend may run some compositions faster as one kernel (softmax, layer norm, an Adam step).
-It says so by listing the name in ``capabilities().fused`` and putting a function over its
-own buffers in ``backend.fused_impls[name]``, with the reference's signature (tensors become
-buffers, ``None`` stays ``None``, keyword parameters pass through). It returns a buffer, or a
-tuple of buffers where the reference returns a tuple. A backend that declares nothing still
-runs every op here: :func:`run` falls back to the decomposition.
+The ops themselves live with the code that uses them: ``ember.nn.functional`` registers
+softmax, log_softmax, cross_entropy, layer_norm, gelu, scaled_dot_product_attention,
+max_pool2d and batch_norm (and their backward ops), ``ember.optim.functional`` the optimizer
+steps. Each calls :func:`defop` when it is imported, so :data:`FUSED` holds the ops of the
+modules imported so far; this module never imports them (the import-direction test checks).
 
-The conformance suite (tier 4) checks each declared fused op against its decomposition.
+A backend declares a fused op by listing its name in ``capabilities().fused`` and putting a
+function over its own buffers in ``Backend.fused_impls[name]``, with the reference's
+signature (tensors become buffers, ``None`` stays ``None``, keyword parameters pass through).
+It returns a buffer, or a tuple of buffers where the reference returns a tuple. A backend
+that declares nothing still runs every op: :func:`run` falls back to the decomposition. The
+conformance suite (tier 4) checks each declared op against its decomposition.
 
-Gradients: the backward passes are fused ops too (``softmax_backward``, ...), each with its
-own decomposition. :data:`VJPS` says which backward op gives a forward op's VJP. When an input
-needs a gradient and the backend declares both ops, :func:`run` runs the forward kernel and
-records one autodiff node (autodiff.custom_vjp) whose rule calls ``run(<backward op>)``: the
-backward kernel in plain training, the backward op's decomposition when a higher derivative
-is being recorded (its primitives have VJP rules). Otherwise :func:`run` takes the forward
-decomposition. ember.jit follows the same rules while it traces, recording one graph node per
-kernel (jit.trace.Tracer.fused) where the graph's backend declares the ops. An op in
-:data:`SAVES` (``batch_norm``) returns ``(out, *saved)``; trained on its kernel, only ``out``
-is differentiable and its node keeps the saved buffers (the batch statistics) for the rule,
-so that the backward kernel need not recompute them.
+Gradients: a forward op may name its backward op (``softmax_backward``, itself a fused op
+with a decomposition) and a VJP rule that calls ``run(<backward op>)``. When an input needs
+a gradient and the backend declares both ops, :func:`run` runs the forward kernel and
+records one autodiff node (autodiff.custom_vjp) whose rule is that VJP: the backward kernel
+in plain training, the backward op's decomposition when a higher derivative is being
+recorded (its primitives have VJP rules). Otherwise :func:`run` takes the forward
+decomposition. ember.jit follows the same rules while it traces, recording one graph node
+per kernel (jit.trace.Tracer.fused) where the graph's backend declares the ops. An op
+registered with ``saves=True`` (``batch_norm``) returns ``(out, *saved)``; trained on its
+kernel, only ``out`` is differentiable and its node keeps the saved buffers for the rule.
+
+Multi-tensor ops (``adam_step_foreach``) take lists, one entry per parameter, and are run by
+:func:`run_foreach`; ``each=`` names the per-parameter op they loop over.
 
 >>> import ember
->>> x = ember.tensor([[1.0, 2.0, 3.0]])
->>> [round(v, 4) for v in run("softmax", x, dim=-1).tolist()[0]]
-[0.09, 0.2447, 0.6652]
+>>> _ = defop("double", lambda x: x * 2)
+>>> run("double", ember.tensor([1.0, 2.0])).tolist()
+[2.0, 4.0]
+>>> undef("double")
 """
 from __future__ import annotations
 
-import math
 import weakref
 
 from . import dispatch
 from .autodiff import VJP, custom_vjp, no_grad
 
+#: name -> reference decomposition: the names a backend may list in ``capabilities().fused``.
+FUSED: dict = {}
 
-# ----------------------------------------------------------------------------- decompositions
-def softmax(x, *, dim=-1):
-    """``exp(x) / sum(exp(x))`` along ``dim``, shifted by the max for stability."""
-    return x.softmax(dim)
+#: forward op -> (the backward op its VJP runs, the VJP rule in autodiff's signature: the
+#: output gradient, the output, the op's arguments, its parameters). A backend that declares
+#: both gets its kernels used in training too.
+VJPS: dict = {}
 
+#: forward ops that return ``(out, *saved)``: on the kernel path only ``out`` is
+#: differentiable, and the saved buffers reach the VJP rule after the op's arguments.
+SAVES: set = set()
 
-def log_softmax(x, *, dim=-1):
-    """``x - logsumexp(x)`` along ``dim``."""
-    return x.log_softmax(dim)
+#: multi-tensor op -> the per-parameter op its reference loops over.
+FOREACH: dict = {}
 
-
-def cross_entropy(logits, target, *, ignore_index=-100):
-    """Mean negative log-likelihood of integer class ``target`` (N,) under ``logits`` (N, C),
-    over the rows whose target is not ``ignore_index`` (PyTorch's ``F.cross_entropy``)."""
-    # One decomposition, two users: ember.nn.functional's (its target checks included).
-    from .nn.functional import nll_loss
-    return nll_loss(logits.log_softmax(-1), target, ignore_index=ignore_index)
-
-
-def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
-    """Normalize over the trailing ``normalized_shape`` dims (biased variance, as PyTorch),
-    then scale by ``weight`` and shift by ``bias`` (either may be None)."""
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    mean = x.mean(axes, keepdim=True)
-    centered = x - mean
-    var = (centered * centered).mean(axes, keepdim=True)
-    out = centered * (var + eps).rsqrt()
-    if weight is not None:
-        out = out * weight
-    return out + bias if bias is not None else out
+_DIFFERENTIABLE: dict = {}            # forward op -> its kernel as one autodiff node
+_DECLARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def gelu(x, *, approximate="none"):
-    """GELU: ``x * Phi(x)`` with the exact erf, or PyTorch's tanh approximation."""
-    if approximate == "tanh":
-        inner = (x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)
-        return x * 0.5 * (inner.tanh() + 1)
-    return x * 0.5 * ((x * (1 / math.sqrt(2))).erf() + 1)
+# ----------------------------------------------------------------------------- the registry
+def defop(name, reference, backward=None, vjp=None, *, saves=False, each=None):
+    """Register fused op ``name`` with its ``reference`` decomposition (a function of Tensors)
+    and return the reference. ``backward`` names the fused op that ``vjp`` (autodiff's rule
+    signature) runs, so training can use a backend's kernels for both; ``saves``: the op
+    returns ``(out, *saved)``; ``each``: a multi-tensor op looping over that per-parameter op.
 
-
-def scaled_dot_product_attention(q, k, v, *, causal=False, scale=None):
-    """``softmax(q @ k^T * scale) @ v`` over (..., L, E) inputs; ``causal`` masks the future."""
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q @ k.mT) * scale
-    if causal:
-        from .tensor import arange
-        n, m = scores.shape[-2], scores.shape[-1]
-        keep = arange(n, backend=q.backend).unsqueeze(1) >= arange(m, backend=q.backend)
-        scores = scores.masked_fill(~keep, -math.inf)
-    return scores.softmax(-1) @ v
-
-
-def pool_geometry(size, kernel, stride, padding, dilation, ceil_mode):
-    """(output size, extra cells on the far side) of one spatial dim of a pool: PyTorch's rule,
-    for kernels that compute the output shape themselves.
-
-    >>> pool_geometry(5, 2, 2, 0, 1, False), pool_geometry(5, 2, 2, 0, 1, True)
-    ((2, 0), (3, 1))
+    >>> import ember
+    >>> def square(x):
+    ...     return x * x
+    >>> def square_vjp(g, out, x):
+    ...     return (run("square_backward", g, x),)
+    >>> _ = defop("square_backward", lambda g, x: g * x * 2)
+    >>> _ = defop("square", square, backward="square_backward", vjp=square_vjp)
+    >>> x = ember.tensor([3.0], requires_grad=True)
+    >>> run("square", x).sum().backward(); x.grad.tolist()
+    [6.0]
+    >>> for n in ("square", "square_backward"): undef(n)
     """
-    from .nn.functional import _pool_geometry
-    return _pool_geometry(size, kernel, stride, padding, dilation, ceil_mode)
+    if (backward is None) != (vjp is None):
+        raise ValueError(f"fused op {name!r}: give both backward= and vjp=, or neither")
+    FUSED[name] = reference
+    if backward is not None:
+        VJPS[name] = (backward, vjp)
+        if saves:
+            SAVES.add(name)
+        _DIFFERENTIABLE[name] = _saving(name, vjp) if saves else custom_vjp(_kernel_of(name), vjp,
+                                                                              name=f"fused.{name}")
+    if each is not None:
+        FOREACH[name] = each
+    _DECLARED.clear()           # a backend's declaration may name the new op
+    return reference
 
 
-def _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode):
-    """``(padded, index, widths)``: ``x`` padded with -inf (ceil_mode's extra cells included);
-    per output element, the flat index into ``padded`` of its window's first maximum (a later
-    NaN replaces the choice, as in PyTorch); the pad widths. Computed without recording a graph."""
-    from .nn.functional import _kernel_slices, _pool_input
-    from .tensor import arange
-    padded, k, s, d, (oh, ow), widths = _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode,
-                                                    -math.inf, "max_pool2d")
-    *lead, hp, wp = padded.shape
-    with no_grad():
-        slices = _kernel_slices(padded.detach(), k, s, d, (oh, ow))
-        best, arg = slices[0], 0
-        for n, piece in enumerate(slices[1:], 1):
-            # arithmetic select: np.where is several times slower on unpredictable masks
-            better = ((piece > best) | (piece != piece)).long()
-            arg = arg + better * ((n // k[1]) * d[0] * wp + (n % k[1]) * d[1] - arg)
-            best = best.maximum(piece)
-        be = x.backend
-        corner = arange(oh, backend=be).unsqueeze(1) * (s[0] * wp) + arange(ow, backend=be) * s[1]
-        plane = arange(math.prod(lead), backend=be).reshape(tuple(lead) + (1, 1)) * (hp * wp)
-        index = plane + corner + arg
-    return padded, index, widths
-
-
-def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """Max over sliding windows of the last two dims (padding counts as -inf; NaN wins).
-
-    Without a gradient to record it is the elementwise maximum of the k*k kernel-position
-    slices. With one, it finds each window's first maximum the same way (unrecorded), then
-    gathers it with one ``take``: the gradient goes to that single element, as in PyTorch, and
-    the backward pass is one scatter-add instead of k*k tie-splitting rules.
-    """
-    from .autodiff import is_grad_enabled
-    from .nn.functional import _kernel_slices, _pool_input, _total
-    if not (x.requires_grad and is_grad_enabled()):
-        padded, k, s, d, out_size, _ = _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode,
-                                                   -math.inf, "max_pool2d")
-        return _total(_kernel_slices(padded, k, s, d, out_size), dispatch.Tensor.maximum)
-    padded, index, _ = _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode)
-    return padded.reshape(-1).take(index, 0)
-
-
-def _batch_stats(x):
-    """Per-channel mean and biased variance of ``x`` (N, C, ...) over every dim but 1, keepdim."""
-    axes = (0,) + tuple(range(2, x.ndim))
-    mean = x.mean(axes, keepdim=True)
-    centered = x - mean
-    return mean, centered, (centered * centered).mean(axes, keepdim=True)
-
-
-def batch_norm(x, weight, bias, *, eps=1e-5):
-    """Batch normalization in training mode over ``x`` (N, C, ...): normalize each channel by
-    its batch mean and biased variance, then scale by ``weight`` and shift by ``bias`` (C,)
-    (either may be None). Returns ``(out, mean, var)``, the statistics of shape (C,) for the
-    running averages; a kernel's statistics carry no gradient (F.batch_norm uses them so)."""
-    mean, centered, var = _batch_stats(x)
-    out = centered * (var + eps).rsqrt()
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
-    return out, mean.reshape(-1), var.reshape(-1)
-
-
-# ----------------------------------------------------------------------------- backward ops
-# Each takes the upstream gradient first (PyTorch's *_backward order) and returns the
-# forward op's input gradient(s).
-def softmax_backward(grad, out, *, dim=-1):
-    """The VJP of softmax from its output ``out``: ``out * (grad - sum(grad * out))``."""
-    return out * (grad - (grad * out).sum(dim, keepdim=True))
-
-
-def log_softmax_backward(grad, out, *, dim=-1):
-    """The VJP of log_softmax from its output ``out``: ``grad - exp(out) * sum(grad)``."""
-    return grad - out.exp() * grad.sum(dim, keepdim=True)
-
-
-def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
-    """d cross_entropy / d logits times the scalar ``grad``: ``(softmax - one_hot) * grad / n``
-    on the ``n`` rows that count, zero on the ignored ones (all of them when ``n`` is 0, as in
-    PyTorch, though the loss is then NaN)."""
-    from .tensor import arange, where
-    valid = target != ignore_index
-    w = valid.to(logits.dtype)
-    one_hot = (where(valid, target, 0).reshape(-1, 1) == arange(logits.shape[-1], backend=logits.backend))
-    return (logits.softmax(-1) - one_hot.to(logits.dtype)) * (w * (grad / w.sum().maximum(1))).reshape(-1, 1)
-
-
-def gelu_backward(grad, x, *, approximate="none"):
-    """d gelu / dx times ``grad``: ``Phi(x) + x * phi(x)``, or the tanh form's derivative."""
-    if approximate == "tanh":
-        k = math.sqrt(2 / math.pi)
-        t = ((x + x * x * x * 0.044715) * k).tanh()
-        slope = (x * x * (3 * 0.044715) + 1) * k
-        return grad * ((t + 1) * 0.5 + x * 0.5 * (1 - t * t) * slope)
-    cdf = ((x * (1 / math.sqrt(2))).erf() + 1) * 0.5
-    pdf = (x * x * -0.5).exp() * (1 / math.sqrt(2 * math.pi))
-    return grad * (cdf + x * pdf)
-
-
-def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
-    """The gradients of layer_norm for ``(x, weight, bias)`` (None for an absent parameter):
-    ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` with ``gw = grad * weight``."""
-    from .autodiff import unbroadcast
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    centered = x - x.mean(axes, keepdim=True)
-    rstd = ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
-    xhat = centered * rstd
-    gw = grad if weight is None else grad * weight
-    dx = (gw - gw.mean(axes, keepdim=True) - xhat * (gw * xhat).mean(axes, keepdim=True)) * rstd
-    return (dx, None if weight is None else unbroadcast(grad * xhat, weight.shape),
-            None if bias is None else unbroadcast(grad, bias.shape))
-
-
-def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """The VJP of max_pool2d: each output's ``grad`` added to its window's first maximum in
-    ``x`` (overlapping windows accumulate; a window whose maximum is padding gives nothing)."""
-    padded, index, widths = _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode)
-    flat = padded._full_like(0.0, shape=(padded.numel(),)).index_add(0, index, grad)
-    lo = [w[0] for w in widths]
-    return flat.reshape(padded.shape)._slice(lo, [a + n for a, n in zip(lo, x.shape)], [1] * x.ndim)
-
-
-def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
-    """The gradients of batch_norm for ``(x, weight, bias)`` (None for an absent parameter),
-    given the batch statistics it returned: with ``xhat = (x - mean) / sqrt(var + eps)`` and
-    ``gw = grad * weight``, ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` over every
-    dim but the channel dim, ``dweight = sum(grad * xhat)``, ``dbias = sum(grad)``."""
-    axes = (0,) + tuple(range(2, x.ndim))
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    rstd = (var + eps).rsqrt().reshape(shape)
-    xhat = (x - mean.reshape(shape)) * rstd
-    gw = grad if weight is None else grad * weight.reshape(shape)
-    dx = (gw - gw.mean(axes, keepdim=True) - xhat * (gw * xhat).mean(axes, keepdim=True)) * rstd
-    return (dx, None if weight is None else (grad * xhat).sum(axes), None if bias is None else grad.sum(axes))
-
-
-def _optimizer_rule(name):
-    # The optimizer rules live with the optimizers; one decomposition, two users.
-    def rule(*args, **params):
-        from .optim import functional
-        return getattr(functional, name)(*args, **params)
-    rule.__name__ = name
-    rule.__doc__ = f"The reference ``{name}`` of ember.optim.functional (returns new tensors)."
-    return rule
-
-
-#: name -> reference decomposition. The names a backend may list in ``capabilities().fused``.
-FUSED = {
-    "softmax": softmax,
-    "log_softmax": log_softmax,
-    "cross_entropy": cross_entropy,
-    "layer_norm": layer_norm,
-    "gelu": gelu,
-    "scaled_dot_product_attention": scaled_dot_product_attention,
-    "max_pool2d": max_pool2d,
-    "batch_norm": batch_norm,
-    "softmax_backward": softmax_backward,
-    "log_softmax_backward": log_softmax_backward,
-    "cross_entropy_backward": cross_entropy_backward,
-    "gelu_backward": gelu_backward,
-    "layer_norm_backward": layer_norm_backward,
-    "max_pool2d_backward": max_pool2d_backward,
-    "batch_norm_backward": batch_norm_backward,
-    "sgd_step": _optimizer_rule("sgd_step"),
-    "adam_step": _optimizer_rule("adam_step"),
-    "rmsprop_step": _optimizer_rule("rmsprop_step"),
-    # Multi-tensor forms: lists of tensors in, lists out (ember.optim.functional.FOREACH);
-    # called by Optimizer.step through optim.functional.run_foreach, never through run().
-    "sgd_step_foreach": _optimizer_rule("sgd_step_foreach"),
-    "adam_step_foreach": _optimizer_rule("adam_step_foreach"),
-    "rmsprop_step_foreach": _optimizer_rule("rmsprop_step_foreach"),
-}
-
-
-# ----------------------------------------------------------------------------- gradients
-# VJP rules (autodiff's signature: g, the output, the inputs, the parameters) that hand the
-# work to a backward op through run(): its kernel, or its decomposition when a higher
-# derivative is being recorded.
-def _softmax_vjp(g, out, x, *, dim=-1):
-    return (run("softmax_backward", g, out, dim=dim),)
-
-
-def _log_softmax_vjp(g, out, x, *, dim=-1):
-    return (run("log_softmax_backward", g, out, dim=dim),)
-
-
-def _cross_entropy_vjp(g, out, logits, target, *, ignore_index=-100):
-    return (run("cross_entropy_backward", g, logits, target, ignore_index=ignore_index), None)
-
-
-def _gelu_vjp(g, out, x, *, approximate="none"):
-    return (run("gelu_backward", g, x, approximate=approximate),)
-
-
-def _layer_norm_vjp(g, out, x, weight, bias, *, normalized_shape, eps=1e-5):
-    return run("layer_norm_backward", g, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
-
-
-def _max_pool2d_vjp(g, out, x, **params):
-    return (run("max_pool2d_backward", g, x, **params),)
-
-
-def _batch_norm_vjp(g, out, x, weight, bias, mean, var, *, eps=1e-5):
-    # mean and var are the kernel's saved statistics (constants). For a higher derivative their
-    # dependence on x counts: recompute them in Tensor ops, which run() then differentiates.
-    if dispatch.is_grad_enabled() and x.requires_grad:
-        mean, _, var = _batch_stats(x)
-    return run("batch_norm_backward", g, x, weight, bias, mean.reshape(-1), var.reshape(-1), eps=eps) + (None, None)
-
-
-#: forward fused op -> (the backward fused op its VJP runs, the VJP rule). A backend that
-#: declares both gets its kernels used in training too.
-VJPS = {
-    "softmax": ("softmax_backward", _softmax_vjp),
-    "log_softmax": ("log_softmax_backward", _log_softmax_vjp),
-    "cross_entropy": ("cross_entropy_backward", _cross_entropy_vjp),
-    "gelu": ("gelu_backward", _gelu_vjp),
-    "layer_norm": ("layer_norm_backward", _layer_norm_vjp),
-    "max_pool2d": ("max_pool2d_backward", _max_pool2d_vjp),
-    "batch_norm": ("batch_norm_backward", _batch_norm_vjp),
-}
-
-#: forward ops that return ``(out, *saved)``: on the kernel path only ``out`` is differentiable,
-#: and the saved buffers (batch norm's statistics) reach the VJP rule after the op's arguments.
-SAVES = {"batch_norm"}
-
-
-# ----------------------------------------------------------------------------- dispatch
-_DECLARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+def undef(name) -> None:
+    """Remove fused op ``name`` (tests and throw-away ops)."""
+    for table in (FUSED, VJPS, FOREACH, _DIFFERENTIABLE):
+        table.pop(name, None)
+    SAVES.discard(name)
+    _DECLARED.clear()
 
 
 def declared(backend) -> frozenset:
@@ -340,18 +111,19 @@ def declared(backend) -> frozenset:
     """
     names = _DECLARED.get(backend)
     if names is None:
-        impls = getattr(backend, "fused_impls", {}) or {}
-        names = _DECLARED[backend] = frozenset(n for n in backend.capabilities().fused
-                                               if n in FUSED and n in impls)
+        kernels = backend.fused_impls or {}      # a plugin may have set None: the old lookup took it
+        names = _DECLARED[backend] = frozenset(n for n in backend.capabilities().fused if n in FUSED and n in kernels)
     return names
 
 
+# ----------------------------------------------------------------------------- dispatch
 def run(name, *args, **params):
     """Run fused op ``name``: the backend's kernel if it declares one, else the reference
     decomposition. When an input needs a gradient, the kernel runs only if the backend also
     declares the op's backward op (:data:`VJPS`); the result is then one autodiff node.
 
     >>> import ember
+    >>> import ember.nn.functional      # registers cross_entropy
     >>> logits = ember.tensor([[2.0, 0.0], [0.0, 2.0]])
     >>> round(run("cross_entropy", logits, ember.tensor([0, 1])).item(), 4)
     0.1269
@@ -360,7 +132,9 @@ def run(name, *args, **params):
     # Under ember.jit: the backend the graph runs on if the op becomes one node there
     # (jit.trace.Tracer.fused), else None for its decomposition (compile() may fuse it again).
     backend = dispatch.interpreter().fused_backend(name, tensors[0]._backend)
-    names = frozenset() if backend is None else declared(backend)
+    if backend is None:
+        return FUSED[name](*args, **params)
+    names = declared(backend)
     if name not in names:
         return FUSED[name](*args, **params)
     if dispatch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -368,6 +142,32 @@ def run(name, *args, **params):
             return FUSED[name](*args, **params)
         return _DIFFERENTIABLE[name](*args, **params)
     return _kernel(name, backend, args, params)
+
+
+def run_foreach(name, params, grads, *states, **hyper):
+    """Run multi-tensor op ``name`` (``"sgd_step_foreach"``) over lists of tensors on one
+    backend: the backend's kernel if it declares one (and ember.jit is not tracing), else
+    :func:`run` of the per-parameter op for each parameter. An output the kernel wrote in
+    place comes back as the input tensor itself. Returns a tuple of lists.
+    """
+    backend = params[0]._backend if params else None
+    if backend is None or dispatch.interpreter().fused_backend(name, backend) is None \
+            or name not in declared(backend):
+        outs = [run(FOREACH[name], p, g, *s, **hyper) for p, g, *s in zip(params, grads, *states, strict=True)]
+        return tuple(list(column) for column in zip(*outs)) if outs else tuple([] for _ in range(1 + len(states)))
+    inputs = (params, *states)
+    out = backend.fused_impls[name]([p._data for p in params], [g._data for g in grads],
+                                    *([None if t is None else t._data for t in column] for column in states),
+                                    **hyper)
+    return tuple([_rewrap(b, t, backend) for b, t in zip(column, given)] for column, given in zip(out, inputs))
+
+
+def _rewrap(buf, given, backend):
+    if buf is None:
+        return None
+    if given is not None and buf is given._data:
+        return given            # updated in place: the optimizer's copy-back then copies nothing
+    return dispatch.wrap(buf, backend)
 
 
 def _kernel(name, backend, args, params):
@@ -385,8 +185,9 @@ def _kernel_of(name):
 
 
 def _saving(name, rule):
-    """Op ``name`` of :data:`SAVES` as one autodiff node for its first output, whose recorded
-    inputs are its arguments followed by the saved outputs (constants to autodiff)."""
+    """Op ``name`` (registered with ``saves=True``) as one autodiff node for its first
+    output, whose recorded inputs are its arguments followed by the saved outputs (constants
+    to autodiff)."""
     node = f"fused.{name}"
     VJP[node] = rule
 
@@ -397,9 +198,3 @@ def _saving(name, rule):
         return (dispatch.wrap(out._data, out._backend, (node, args + tuple(saved), params)), *saved)
     differentiable.__name__ = name
     return differentiable
-
-
-#: forward op -> its kernel as one autodiff node, named ``fused.<op>``, whose rule is VJPS[op].
-_DIFFERENTIABLE = {name: _saving(name, rule) if name in SAVES
-                   else custom_vjp(_kernel_of(name), rule, name=f"fused.{name}")
-                   for name, (_, rule) in VJPS.items()}

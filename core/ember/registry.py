@@ -1,14 +1,15 @@
 """Finding and choosing backends.
 
 Discovery is lazy: the first call that needs a backend loads the ``ember`` entry points
-(each in its own try/except, so one broken plugin cannot hide the others), registers the
-built-in backends through the same pluggy hook, and asks every plugin for its backends.
-A backend object is created only when it is first used.
+(each in its own try/except, so one broken plugin cannot hide the others) and asks every
+plugin for its backends through the pluggy hook ``ember_backends``. The built-in backends
+(``ember.backends.numpy``, ``.python``, ``.webgpu``) are entry points of ember's own
+distribution like any plugin's, so this module names none of them. A backend object is
+created only when it is first used.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import warnings
 
@@ -17,8 +18,6 @@ import pluggy
 from . import hooks
 from .backend import API_VERSION, Backend, BackendInfo
 from .errors import BackendError, located
-
-BUILTIN_MODULES = ("ember.backends.numpy_backend", "ember.backends.python_backend")
 
 
 class PluginWarning(UserWarning):
@@ -47,14 +46,7 @@ class _Registry:
         self.discovered = True
         pm = self.pm = pluggy.PluginManager("ember")
         pm.add_hookspecs(hooks)
-        for modname in BUILTIN_MODULES:
-            try:
-                pm.register(importlib.import_module(modname), name=modname)
-            except ImportError:
-                pass      # numpy missing (e.g. Pyodide without numpy): the python backend takes over
         for ep in _entry_points():
-            if ep.value in BUILTIN_MODULES:
-                continue  # tried above; a missing numpy must not warn where python takes over
             try:
                 plugin = ep.load()
                 if pm.is_registered(plugin):
@@ -206,6 +198,22 @@ def backend(name: str):
         yield _current[-1]
     finally:
         _current.pop()
+
+
+async def prepare(name: str) -> str | None:
+    """Await the asynchronous setup backend ``name`` declares (``BackendInfo.setup``, e.g. the
+    WebGPU device request in the browser): "" when it is ready, else why not; None when no
+    plugin offers ``name`` here.
+
+    >>> import asyncio
+    >>> asyncio.run(prepare("numpy")), asyncio.run(prepare("no-such-backend"))
+    ('', None)
+    """
+    REGISTRY.discover()
+    info = REGISTRY.infos.get(name)
+    if info is None:
+        return None
+    return "" if info.setup is None else await info.setup()
 
 
 def register_backend(info: BackendInfo) -> None:

@@ -169,7 +169,7 @@ class Tensor(TensorMath, TensorShape):
 
     def detach(self) -> "Tensor":
         """The same values, cut from the graph (shares the buffer)."""
-        return dispatch._wrap(self._data, self._backend, None)
+        return dispatch.wrap(self._data, self._backend)
 
     def requires_grad_(self, requires_grad=True) -> "Tensor":
         if requires_grad and not self.dtype.is_floating_point:
@@ -226,7 +226,7 @@ class Tensor(TensorMath, TensorShape):
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
         data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
-        out = dispatch._wrap(data, backend, None)
+        out = dispatch.wrap(data, backend)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
 
     def float(self):
@@ -377,11 +377,11 @@ def tensor(data, dtype=None, backend=None, requires_grad=False) -> Tensor:
             D.get(arr.dtype.name)
         except DTypeError:
             raise located(DTypeError, f"numpy dtype {arr.dtype} has no ember equivalent") from None
-        out = dispatch._wrap(be.from_numpy(np.array(arr, copy=True)), be, None)
+        out = dispatch.wrap(be.from_numpy(np.array(arr, copy=True)), be)
     else:
         flat, shape, inferred = _infer_from_python(data)
         dt = D.get(dtype) if dtype is not None else inferred
-        out = dispatch._wrap(be.from_list(flat, shape, dt), be, None)
+        out = dispatch.wrap(be.from_list(flat, shape, dt), be)
     if requires_grad:
         out.requires_grad_()
     return out
@@ -403,7 +403,7 @@ def as_tensor(data, dtype=None, backend=None) -> Tensor:
         arr = np.asarray(data)
         if dtype is not None:
             arr = arr.astype(D.get(dtype).name, copy=False)
-        return dispatch._wrap(be.from_numpy(arr), be, None)
+        return dispatch.wrap(be.from_numpy(arr), be)
     return tensor(data, dtype, be)
 
 

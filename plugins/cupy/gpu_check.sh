@@ -63,7 +63,7 @@ step conformance 150 $PY -m ember.cli certify cupy --require-available --max-exa
   --out "$OUT/certificate" --quiet
 
 # Training throughput against PyTorch CUDA: MLP first (cheap), ResNet-18 after.
-step bench 160 $PY -m ember_cupy.bench --out "$OUT/bench" --workloads mlp,resnet18 \
+step bench 160 $PY -m benchmarks.cupy_gpu --out "$OUT/bench" --workloads mlp,resnet18 \
   --targets torch-cuda,ember-cupy,ember-cupy-multi,ember-cupy-jit --steps 20 --warmup 3 --timeout 45
 
 {

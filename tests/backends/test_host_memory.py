@@ -46,5 +46,5 @@ def test_the_users_own_malloc_settings_win():
 
 
 def test_tune_runs_once_and_reports_the_same():
-    from ember.backends import host_memory
+    from ember.backends.numpy import host_memory
     assert host_memory.tune() == host_memory.tune() == host_memory.STATE["malloc"]

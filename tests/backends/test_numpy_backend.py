@@ -8,7 +8,7 @@ import pytest
 
 import ember
 from ember import dtypes as D
-from ember.backends import numpy_backend as nb
+from ember.backends.numpy import backend as nb
 from ember.primitives import PRIMITIVES, REQUIRED, abstract_eval
 
 BACKEND = ember.get_backend("numpy")
@@ -201,3 +201,12 @@ def test_ieee_results_come_without_numpy_warnings():
         assert np.isnan(BACKEND.impls["sqrt"](-np.ones(1))[0])
         assert BACKEND.impls["div"](np.ones(1), np.zeros(1))[0] == np.inf
         assert BACKEND.impls["reciprocal"](np.zeros(1))[0] == np.inf
+
+
+def test_the_old_module_name_still_works_with_a_warning():
+    import importlib
+    import sys
+    sys.modules.pop("ember.backends.numpy_backend", None)
+    with pytest.warns(DeprecationWarning, match="moved to ember.backends.numpy.backend"):
+        old = importlib.import_module("ember.backends.numpy_backend")
+    assert old is nb and old.NumpyBackend is nb.NumpyBackend

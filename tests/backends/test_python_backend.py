@@ -17,8 +17,8 @@ import pytest
 
 import ember
 from ember import dtypes as D
-from ember.backends import python_backend as PB
-from ember.backends.numpy_backend import NP
+from ember.backends.python import backend as PB
+from ember.backends.numpy.backend import NP
 
 PY = ember.get_backend("python")
 NPB = ember.get_backend("numpy")
@@ -95,12 +95,12 @@ def test_registered_through_the_hook_and_declares_every_primitive():
     assert caps.ops == frozenset(ember.primitives.PRIMITIVES)
     assert caps.dtypes == frozenset(D.ALL)
     row = next(r for r in ember.registry.backends() if r["name"] == "python")
-    assert row["status"] == "ok" and row["origin"] == "ember.backends.python_backend"
+    assert row["status"] == "ok" and row["origin"] == "python (ember.backends.python)"
 
 
 def test_module_imports_only_the_standard_library():
     src = {}
-    for mod in ("python_backend", "pyops_buffer", "pyops_layout", "pyops_linalg"):
+    for mod in ("backend", "buffer", "layout", "linalg"):
         path = os.path.join(os.path.dirname(PB.__file__), mod + ".py")
         src[mod] = open(path).read()
     for mod, text in src.items():

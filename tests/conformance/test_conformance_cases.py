@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 import ember
 from ember.conformance import cases, tolerances
 from ember import dtypes as D
-from ember.fused import FUSED
+from ember.conformance import fused_ops
 from ember.primitives import PRIMITIVES, defprim
+
+FUSED = fused_ops()
 
 
 def test_every_record_has_cases_and_dtypes():
@@ -79,7 +81,8 @@ def test_first_example_is_not_trivial():
     assert simplest.shape == (3, 4) and np.count_nonzero(simplest) >= 10
 
 
-@pytest.mark.parametrize("name", ["ember.fused", "ember.conformance.tolerances", "ember.conformance.certify"])
+@pytest.mark.parametrize("name", ["ember.fused", "ember.conformance", "ember.conformance.optimizers",
+                                  "ember.conformance.tolerances", "ember.conformance.certify"])
 def test_docstring_examples(name):
     import doctest
     import importlib

@@ -6,7 +6,7 @@ import pytest
 import ember
 from ember import dispatch, fused, nn, optim
 from ember.autodiff import no_grad
-from ember.backends.numpy_backend import NumpyBackend
+from ember.backends.numpy.backend import NumpyBackend
 from ember.nn import functional as F
 from jit_helpers import mlp_twins, train_step, twins
 

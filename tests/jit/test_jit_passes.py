@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.backends.numpy_backend import IMPLS
+from ember.backends.numpy.backend import IMPLS
 from ember.jit import passes
 from ember.jit.graph import Graph, Var
 

@@ -3,10 +3,44 @@ import numpy as np
 import pytest
 
 import ember
-from ember.backends.numpy_backend import IMPLS, NumpyBackend
-from ember.jit import numpy_runner
+from ember.backends.numpy import jit_runner as numpy_runner
+from ember.backends.numpy.backend import IMPLS, NumpyBackend
 from ember.jit.graph import Var
 from jit_helpers import mlp_twins, train_step
+
+
+# ----------------------------------------------------------------------------- which runner
+def test_each_backend_names_its_runner_and_one_that_names_none_gets_the_generic_one():
+    from ember.jit.runner import Program
+    assert ember.get_backend("numpy").jit_runner() is numpy_runner.NumpyProgram
+    assert ember.get_backend("python").jit_runner() is None         # Backend's default: API 1.0 plugins
+    f = ember.jit(lambda a: (a * 2 + 1).sum())
+    for name, kind in (("numpy", numpy_runner.NumpyProgram), ("python", Program)):
+        x = ember.tensor([1.0, 2.0], backend=name)
+        assert f(x).item() == 8.0
+        assert type(f.lower(x).program) is kind
+
+
+def test_a_backend_may_bring_its_own_runner():
+    from ember.jit.runner import Program
+    runs = []
+
+    class Counting(Program):
+        def run(self, inputs, captures, rng):
+            runs.append(len(inputs))
+            return super().run(inputs, captures, rng)
+
+    class Mine(NumpyBackend):
+        name = "own_runner"
+
+        def jit_runner(self):
+            return Counting
+
+    backend = Mine()
+    f = ember.jit(lambda a: a.exp().sum())
+    x = ember.tensor([0.0, 0.0], backend=backend)
+    assert f(x).item() == 2.0 and f(x).item() == 2.0
+    assert type(f.lower(x).program) is Counting and runs == [1, 1]
 
 
 # ----------------------------------------------------------------------------- numpy runner

@@ -10,7 +10,7 @@ import ember
 import ember.nn.functional as F
 from ember import deferred
 from ember.backend import BackendInfo
-from ember.backends.numpy_backend import NumpyBackend
+from ember.backends.numpy.backend import NumpyBackend
 from ember.registry import REGISTRY
 
 

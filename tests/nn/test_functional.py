@@ -135,3 +135,13 @@ def test_conv2d_same_even_kernel_with_dilation(twin, torch, rng):
 def test_linear_functional_errors():
     with pytest.raises(ember.ShapeError, match=r"expected input shape \(\.\.\., 4\)"):
         F.linear(ember.zeros(2, 3), ember.zeros(5, 4))
+
+
+@pytest.mark.parametrize("module", ["ember.nn.functional", "ember.nn.functional.linear", "ember.nn.functional.pooling",
+                                    "ember.nn.functional.activation", "ember.nn.functional.normalization",
+                                    "ember.nn.functional.shape", "ember.nn.functional.loss"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -9,6 +9,7 @@ import pytest
 
 import ember
 from ember.backend import BackendInfo
+from ember.conformance.optimizers import fused_mismatches
 from ember.optim import functional
 from ember.registry import REGISTRY
 from optim_helpers import assert_histories_close, batch, initial, train
@@ -233,12 +234,12 @@ def test_jit_records_the_per_parameter_rules(backends):
 
 
 def test_fused_mismatches_checks_the_foreach_kernels(backends):
-    assert functional.fused_mismatches(backends["multi"]) == []
+    assert fused_mismatches(backends["multi"]) == []
 
     def forgets_the_last(params, grads, bufs, **hyper):      # a kernel that skips an entry
         out = _foreach(GOOD["sgd_step"])(params[:-1], grads[:-1], bufs[:-1], **hyper)
         return out[0] + [params[-1]], out[1] + [bufs[-1]]
     broken = FusedNumpy({"sgd_step_foreach": forgets_the_last})
-    problems = functional.fused_mismatches(broken)
+    problems = fused_mismatches(broken)
     assert problems and all(p.startswith("sgd_step_foreach(") for p in problems)
     assert any("output 0 entry 2" in p and "differs from the reference" in p for p in problems)

@@ -59,8 +59,8 @@ def test_pyodide_installs_ember_from_the_lock_and_matches_cpython(node, untraine
     got = run_node(node, _script(untrained_site, tmp_path, pixels), tmp_path)
     assert got["platform"] == "emscripten" and got["micropip"] == "0.11.1"
     # the wheel's entry points reach the registry: the webgpu plugin is registered through pluggy
-    assert ["webgpu", "ember.wasm.webgpu_backend"] in got["entry_points"]
-    assert "webgpu (ember.wasm.webgpu_backend)" in got["plugins"]
+    assert ["webgpu", "ember.backends.webgpu"] in got["entry_points"]
+    assert "webgpu (ember.backends.webgpu)" in got["plugins"] and "python (ember.backends.python)" in got["plugins"]
     assert got["backends"] == ["python"] and got["problems"] == {}       # no numpy, no warning about it
     assert got["default"] == "python" and not got["numpy_imported"]
     assert got["chosen"] == "python" and got["reasons"][0].startswith("webgpu: no navigator.gpu")

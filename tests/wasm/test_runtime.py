@@ -8,7 +8,8 @@ import pytest
 
 import ember
 from ember.io import read_checkpoint, save_bytes, TensorBytes
-from ember.wasm import runtime, webgpu_backend
+from ember.backends import webgpu
+from ember.wasm import runtime
 
 from .conftest import ROOT, mnist_test_images, untrained_checkpoint
 
@@ -33,10 +34,10 @@ def test_auto_prefers_numpy_in_cpython_and_says_why_not_webgpu():
 
 
 def test_webgpu_is_offered_only_inside_a_browser():
-    assert webgpu_backend.ember_backends() == []
+    assert webgpu.ember_backends() == []
     assert "webgpu" not in {row["name"] for row in ember.list_backends()}
     entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["ember"]
-    assert entry_points["webgpu"] == "ember.wasm.webgpu_backend"
+    assert entry_points["webgpu"] == "ember.backends.webgpu"
 
 
 def test_normalize_is_bit_identical_to_the_training_pipeline(model_dir):

@@ -6,10 +6,24 @@
 The modules, in the order a run uses them: plugin.py (the pytest plugin: options, the
 per-session context, skips, the JSON report) → tolerances.py (how close is close enough) →
 cases.py and gradcases.py (the toolkits with which each primitive's record draws its tier-2
-and tier-3 inputs, see ember.primitives) → the tiers,
+and tier-3 inputs, see ember.primitives), optimizers.py (the fused optimizer steps' option sets
+and their harness, ``fused_mismatches``) → the tiers,
 test_tier0_api.py ... test_tier6_training.py → certify.py (runs pytest in a child process and
 writes the certificate). docs/conformance.md describes the tiers and the certificate.
 """
 
 TIERS = {0: "API present", 1: "smoke", 2: "primitives vs reference", 3: "gradients", 4: "fused ops",
          5: "layers", 6: "training"}
+
+
+def fused_ops() -> dict:
+    """ember.fused's table of ops with every one ember defines: ember.nn.functional and
+    ember.optim.functional register theirs when imported, so this imports them first.
+
+    >>> sorted(fused_ops())[:3]
+    ['adam_step', 'adam_step_foreach', 'batch_norm']
+    """
+    from .. import fused
+    from ..nn import functional as _nn_ops        # noqa: F401 - registers softmax, layer_norm, ...
+    from ..optim import functional as _optim_ops  # noqa: F401 - registers the optimizer steps
+    return fused.FUSED

@@ -119,7 +119,7 @@ class Context:
                 self.load_error = f"capabilities() of {self.name!r} raised {type(exc).__name__}: {exc}"
 
     def _declare(self):
-        from ember.fused import FUSED
+        from ember.conformance import fused_ops
         from ember.primitives import PRIMITIVES
         caps = self.caps = self.backend.capabilities()
         self.ops = frozenset(caps.ops)
@@ -128,7 +128,7 @@ class Context:
         impls = dict(getattr(self.backend, "impls", {}) or {})
         fused_impls = dict(getattr(self.backend, "fused_impls", {}) or {})
         self.undeclared_impls = sorted(n for n in impls if n in PRIMITIVES and n not in self.ops)
-        self.undeclared_fused = sorted(n for n in fused_impls if n in FUSED and n not in self.fused)
+        self.undeclared_fused = sorted(n for n in fused_impls if n in fused_ops() and n not in self.fused)
         self.grad_dtype = "float64" if "float64" in self.dtype_names else "float32"
 
     @property

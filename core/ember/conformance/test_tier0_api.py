@@ -40,8 +40,9 @@ def test_identity(conformance):
 
 
 def test_capabilities_record(conformance):
-    from ember.fused import FUSED
+    from ember.conformance import fused_ops
     from ember.primitives import PRIMITIVES
+    FUSED = fused_ops()
     caps = conformance.caps
     assert isinstance(caps, Capabilities), f"capabilities() must return ember.Capabilities, got {type(caps)}"
     unknown = sorted(set(caps.ops) - set(PRIMITIVES))

@@ -1,5 +1,5 @@
 """Tier 4 — each optional fused op the backend declares (``Capabilities.fused``) equals its
-reference decomposition (ember.fused.FUSED, run in Tensor ops on the NumPy reference), in
+reference decomposition (ember.fused.FUSED, as ember.nn and ember.optim register it, run in Tensor ops on the NumPy reference), in
 float32 and float64, including inputs that need the numerically careful form (softmax of
 logits near 1000), ignored cross-entropy targets, max-pool windows with ties, NaNs and
 padding, batch norm over as few as two values per channel, and the backward ops (``*_backward``) that
@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import ember
+from ember.conformance import fused_ops
 from ember.conformance.cases import upload
+from ember.conformance.optimizers import CASES as OPTIMIZER_CASES
 from ember.conformance.tolerances import mismatch, tolerance
-from ember.fused import FUSED
+
+FUSED = fused_ops()         # the ops ember.nn.functional and ember.optim.functional register
 
 EMBER_TIER = 4
 DTYPES = ("float32", "float64")
@@ -157,8 +160,7 @@ def _batch_norm_backward(rng, dt):
 
 
 def _optimizer_options(name):
-    from ember.optim import functional
-    return functional.CASES[name]
+    return OPTIMIZER_CASES[name]
 
 
 def _sgd(rng, dt):

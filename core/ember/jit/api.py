@@ -4,9 +4,10 @@ A call computes a *key* — the shapes, dtypes and backends of the tensor argume
 of the other arguments, the grad mode, and the train/eval flags and hyperparameters of the
 modules and optimizers among the arguments or near the function (its closure, or the object
 of a bound method). A new key traces the function (trace.py), optimizes the graph
-(passes.py) and lowers it to a program (runner.py, numpy_runner.py); a known key only runs
-the program. Guards checked at every call (captured tensors keep their shape and dtype;
-``.grad`` attributes the graph reads are still there) send a call back to tracing if broken.
+(passes.py) and lowers it to a program (runner.py's, or the one ``Backend.jit_runner`` names);
+a known key only runs the program. Guards checked at every call (captured tensors keep their
+shape and dtype; ``.grad`` attributes the graph reads are still there) send a call back to
+tracing if broken.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class Compiled:
             graph = passes.optimize(graph, backend.impls, backend.to_list)
         self.graph = graph
         self.groups = passes.fusion_groups(graph)
-        self.program = _program_class(backend)(graph, self.groups, backend)
+        self.program = (backend.jit_runner() or Program)(graph, self.groups, backend)
         self.live_captures = [(slot, var) for slot, _, var in self.program.captures]
         self.grad_flags = [(src.obj, var.params["requires_grad"]) for src, var in
                            zip(graph.captures, traced.capture_vars) if src.kind == "tensor"]
@@ -141,17 +142,6 @@ def _python_value(container, key):
 def _resolve(target, tensors):
     kind, what = target
     return tensors[what] if kind == "arg" else what
-
-
-def _program_class(backend):
-    """The NumPy runner (planned ``out=`` buffers) for backends whose buffers are NumPy arrays
-    (the NumPy backend and its subclasses, numba's included); the generic Program otherwise."""
-    import sys
-    numpy_backend = sys.modules.get("ember.backends.numpy_backend")     # loaded if such a backend exists
-    if numpy_backend is not None and isinstance(backend, numpy_backend.NumpyBackend):
-        from .numpy_runner import NumpyProgram
-        return NumpyProgram
-    return Program
 
 
 # ----------------------------------------------------------------------------- keys

@@ -23,7 +23,7 @@ def to_bytes(t: Tensor) -> TensorBytes:
 def from_bytes(tb: TensorBytes, backend) -> Tensor:
     from .. import dispatch
     dtype = D.get(dtype_info(tb.dtype).ember)
-    return dispatch._wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend, None)
+    return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
 
 
 def _split(obj, prefix, tensors):

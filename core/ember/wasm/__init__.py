@@ -9,11 +9,11 @@ classifies digits drawn on a canvas. The modules, in the order a visitor's page 
   list them with their sha256, the model's weights and JSON, and the page (``site/``).
 - ``runtime``: the Python the page runs: pick a backend (webgpu, numpy, python), load the
   model, turn pixels into the training pipeline's inputs, predict.
-- ``webgpu_backend``: the ``webgpu`` backend: primitives as WGSL compute shaders driven from
-  Python through Pyodide's ``js`` module; registered through the ``ember_backends`` hook only
-  inside Pyodide when ``navigator.gpu`` exists. ``webgpu_device`` holds its buffers and the
-  device plumbing, ``wgsl`` its shader templates.
 - ``selfcheck``: runs every WebGPU kernel against the pure-Python backend (browser tests).
+
+This package is the site builder and the page's runtime only. The backends the page runs on
+(``webgpu``, ``python``, and ``numpy`` where its wheel is bundled) live with the other
+backends in ``ember.backends`` and reach the registry through the wheel's entry points.
 
 docs/browser.md is the user's guide.
 
@@ -23,13 +23,6 @@ False
 """
 from __future__ import annotations
 
-PYODIDE_VERSION = "314.0.7"       # the npm package the site is built from
-MICROPIP_VERSION = "0.11.1"       # PyPI wheel; the npm package ships none
+from .build import MICROPIP_VERSION, PYODIDE_VERSION, build_site
 
 __all__ = ["PYODIDE_VERSION", "MICROPIP_VERSION", "build_site"]
-
-
-def build_site(out, checkpoint, **options):
-    """Assemble the static site in ``out``; see :func:`ember.wasm.build.build_site`."""
-    from .build import build_site as build
-    return build(out, checkpoint, **options)

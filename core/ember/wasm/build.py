@@ -33,8 +33,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import MICROPIP_VERSION, PYODIDE_VERSION
-
+PYODIDE_VERSION = "314.0.7"       # the npm package the site is built from
+MICROPIP_VERSION = "0.11.1"       # PyPI wheel; the npm package ships none
 SITE_FILES = ("index.html", "app.js", "style.css")
 PYODIDE_SKIP = re.compile(r".*\.(map|d\.ts|html|md)$|^package\.json$")
 BUNDLED = ("pluggy", "micropip")           # wheels the site carries besides ember's

@@ -25,6 +25,7 @@ from array import array
 import ember
 from ember import dtypes as D
 from ember.io import TensorBytes, load_bytes
+from ember.registry import prepare
 from ember.train.state import from_bytes
 
 #: The order ``choose_backend("auto")`` tries; the first that can run here wins.
@@ -57,15 +58,17 @@ async def choose_backend(preference: str = "auto") -> tuple:
     reasons = []
     for name in order:
         if name == "webgpu":
-            from . import webgpu_backend
-            if await webgpu_backend.init():
+            # ember.backends.webgpu offers itself only where navigator.gpu exists, and its
+            # device must be awaited (BackendInfo.setup) before the first use.
+            why = await prepare("webgpu")
+            if why == "":
                 try:
                     ember.get_backend("webgpu")
                     return name, reasons
                 except ember.BackendError as exc:
                     reasons.append(f"webgpu: {exc}")
                     continue
-            reasons.append(f"webgpu: {webgpu_backend.unavailable_reason()}")
+            reasons.append(f"webgpu: {why or 'no navigator.gpu here (not a browser with WebGPU)'}")
         elif name == "numpy":
             if numpy_available():
                 return name, reasons

@@ -8,7 +8,7 @@ the GPU (``backend.stats``), so a silent host fallback cannot pass for a kernel.
 
 Run it from the page (``await emberDemo.selfcheck()``) or from Python in Pyodide::
 
-    await ember.wasm.webgpu_backend.init()
+    await ember.registry.prepare("webgpu")
     ember.wasm.selfcheck.run()    # [{"case": ..., "ok": ..., "max_err": ..., "gpu": [...]}, ...]
 """
 from __future__ import annotations

@@ -36,7 +36,7 @@ def _optimizer_flags(exhaustive: bool) -> list:
                 continue
             out.append(("sgd_step", f))
         return out
-    from ember.optim.functional import CASES
+    from ember.conformance.optimizers import CASES
     for hyper in CASES["adam_step"]:
         h = dict(dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
                       decoupled_weight_decay=False), **hyper)

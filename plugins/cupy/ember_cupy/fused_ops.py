@@ -179,7 +179,7 @@ def make_fused(rt) -> dict:
     # -- pooling and batch norm --------------------------------------------------------------------
     def pool_args(x, kernel_size, stride, padding, dilation, ceil_mode):
         """The pool kernels' (H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW)."""
-        from ember.fused import pool_geometry
+        from ember.nn.functional import pool_geometry
 
         def pair(v):
             return (int(v), int(v)) if isinstance(v, int) else tuple(int(a) for a in v)

@@ -191,7 +191,7 @@ def unary_kernel(op: str, dtype) -> Kernel:
 
 
 def gelu_body(dtype, approximate: str) -> str:
-    """``__host__ __device__ T ember_gelu_<dtype>_<approximate>(T x)``: ember.fused.gelu's ops in order."""
+    """``__host__ __device__ T ember_gelu_<dtype>_<approximate>(T x)``: ember.fused.FUSED["gelu"]'s ops in order."""
     t, name = _t(dtype), f"ember_gelu_{dtype}_{approximate}"
     if approximate == "tanh":
         c, k = literal(0.7978845608028654, dtype), literal(0.044715, dtype)
@@ -205,7 +205,7 @@ def gelu_body(dtype, approximate: str) -> str:
 
 
 def gelu_backward_body(dtype, approximate: str) -> str:
-    """``__host__ __device__ T NAME(T g, T x)``: ember.fused.gelu_backward's ops in order."""
+    """``__host__ __device__ T NAME(T g, T x)``: ember.fused.FUSED["gelu_backward"]'s ops in order."""
     t, name = _t(dtype), f"ember_gelu_backward_{dtype}_{approximate}"
     half, one = literal(0.5, dtype), literal(1, dtype)
     if approximate == "tanh":
@@ -329,7 +329,7 @@ extern "C" void {name}_host(long long rows, const {t}* x, const {it}* target, {t
 
 
 def cross_entropy_backward_kernel(dtype, target_dtype="int64") -> Kernel:
-    """ember.fused.cross_entropy_backward per row of contiguous logits (rows, C):
+    """ember.fused.FUSED["cross_entropy_backward"] per row of contiguous logits (rows, C):
     ``dx[r] = (softmax(x[r]) - one_hot(target[r])) * scale[0]``, zero where ``target[r] ==
     ignore``. ``scale`` is the upstream gradient over the rows that count, on the device."""
     t, it = _t(dtype), _t(target_dtype)
@@ -548,7 +548,7 @@ POOL_PARAMS = ("H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "
 def _window_argmax(dtype) -> str:
     """``__host__ __device__ long long NAME(plane, ..., T* best)``: a max-pool window's maximum
     and its flat index in the plane (-1: padding). Cells outside the plane count as -inf; the
-    first maximum wins and a later NaN replaces it (ember.fused.max_pool2d's choice)."""
+    first maximum wins and a later NaN replaces it (ember.fused.FUSED["max_pool2d"]'s choice)."""
     t, name = _t(dtype), f"ember_window_argmax_{dtype}"
     lowest = render.reduce_identity("max", dtype)
     return guarded(name, f"""__host__ __device__ inline long long {name}(const {t}* xp, long long H, long long W,

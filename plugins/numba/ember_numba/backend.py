@@ -1,7 +1,7 @@
 """The numba backend: the NumPy reference's table, with numba kernels where they win.
 
 Buffers are NumPy arrays, so the backend inherits host transfer, views and BLAS matrix
-products from :class:`~ember.backends.numpy_backend.NumpyBackend` unchanged, and replaces
+products from :class:`~ember.backends.numpy.backend.NumpyBackend` unchanged, and replaces
 entries of its ``impls`` table by functions that run a numba kernel when the work is large
 enough to pay for it and fall back to the reference below that (:data:`MIN_SIZE`) or for
 layouts and dtypes the kernels do not cover (float16, integers, non-contiguous views):
@@ -21,8 +21,9 @@ import numpy as np
 
 from ember import dtypes as D
 from ember.backend import Capabilities
-from ember.backends import host_memory, numpy_backend as nb
-from ember.backends.numpy_backend import NumpyBackend
+from ember.backends.numpy import backend as nb
+from ember.backends.numpy import host_memory
+from ember.backends.numpy.backend import NumpyBackend
 from ember.primitives import GROUPS
 
 from . import __version__, conv, foreach, kernels, launch, threads

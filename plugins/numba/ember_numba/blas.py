@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from ember.backends import numpy_backend as nb
+from ember.backends.numpy import backend as nb
 
 from .launch import ThreadChoice, threads
 

@@ -37,7 +37,7 @@ import numba
 import numpy as np
 from numba import uint64
 
-from ember.backends import numpy_backend as nb
+from ember.backends.numpy import backend as nb
 
 from .blas import on_demand, one_thread
 from .kernels import FLOATS, JIT, MIN_SIZE

@@ -52,11 +52,11 @@ def _reference(name, *args, **params):
     """Run the reference decomposition of fused op ``name`` on buffers of this backend."""
     import ember
     from ember import dispatch
-    from ember.fused import FUSED
+    from ember.conformance import fused_ops
     backend = ember.get_backend("numba")
     wrapped = [dispatch.wrap(a, backend) if isinstance(a, np.ndarray) else a for a in args]
     with ember.no_grad():
-        out = FUSED[name](*wrapped, **params)
+        out = fused_ops()[name](*wrapped, **params)
     if isinstance(out, tuple):
         return tuple(None if t is None else t._data for t in out)
     return out._data
@@ -354,7 +354,7 @@ def _pool_row(x, base, H, W, top, OW, KH, KW, SW, PW, DH, DW, lo, hi, best, bo, 
     position (``a * KW + b``) it came from. The loops go kernel position by kernel position
     over the whole row, so consecutive j are independent (no chain of compares per window to
     wait on). Cells outside the plane (columns outside [lo[b], hi[b])) count as -inf; the
-    first maximum wins and a later NaN replaces it (ember.fused.max_pool2d's choice, PyTorch's)."""
+    first maximum wins and a later NaN replaces it (ember.fused.FUSED["max_pool2d"]'s choice, PyTorch's)."""
     for a in range(KH):
         r = top + a * DH
         inside = 0 <= r < H
@@ -613,7 +613,7 @@ def _is_2x2(args) -> bool:
 def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode):
     """(P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW) for the plane kernels, or None where
     the reference should run (and raise its error)."""
-    from ember.fused import pool_geometry
+    from ember.nn.functional import pool_geometry
 
     def pair(v):
         return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(a) for a in v)
@@ -846,7 +846,7 @@ def gelu_backward(grad, x, *, approximate="none"):
             or grad.shape != x.shape or not launch.hot(("gelu_backward", x.shape, x.dtype.num)):
         return _reference("gelu_backward", grad, x, approximate=approximate)
 
-    def build():                      # ember.fused.gelu_backward's operations, in its order
+    def build():                      # ember.fused.FUSED["gelu_backward"]'s operations, in its order
         b = Builder(x.dtype.name)
         g, v = b.array(), b.array()
         if approximate == "tanh":

@@ -23,7 +23,7 @@ import numba
 import numpy as np
 from numba import prange, uint32, uint64
 
-from ember.backends import numpy_backend as nb
+from ember.backends.numpy import backend as nb
 
 from .blas import matmul
 from .launch import hot, run, threads

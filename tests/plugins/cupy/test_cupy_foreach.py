@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.optim.functional import CASES, fused_mismatches
+from ember.conformance.optimizers import CASES, fused_mismatches
 from ember_cupy import catalog, kernels, multi_tensor
 from ember_cupy.fused_ops import adam_constants, rmsprop_constants, sgd_constants
 from foreach_helpers import FOREACH, assert_matches, group, launches_expected

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import ember
-from ember.backends import numpy_backend as nb
-from ember.fused import FUSED
-from ember.optim.functional import fused_mismatches
+from ember.backends.numpy import backend as nb
+from ember.conformance import fused_ops
+FUSED = fused_ops()
+from ember.conformance.optimizers import fused_mismatches
 from ember_cupy import kernels, multi_tensor
 
 NUMPY = ember.get_backend("numpy")
@@ -203,7 +204,7 @@ def test_float16_runs_on_float32_kernels(host, rng):
 
 
 def test_optimizer_steps_match_the_reference_rules(host):
-    # every option set of ember.optim.functional.CASES, float32 and float64
+    # every option set of ember.conformance.optimizers.CASES, float32 and float64
     assert fused_mismatches(host) == []
 
 

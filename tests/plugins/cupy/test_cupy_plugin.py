@@ -11,7 +11,8 @@ import pytest
 import ember
 from ember import registry
 from ember.errors import BackendError
-from ember.fused import FUSED
+from ember.conformance import fused_ops
+FUSED = fused_ops()
 from ember.primitives import PRIMITIVES
 from ember_cupy import device
 from ember_cupy.backend import FUSED as DECLARED_FUSED

@@ -93,7 +93,7 @@ def test_openblas_workers_stop_spinning_soon_after_a_product(blas):
 def test_convolution_chunks_run_with_one_blas_thread(blas, rng, monkeypatch):
     """The chunks make their own one-thread BLAS calls on the plugin's threads: BLAS's threads
     must be off meanwhile (else two threads each start two), and the result is the reference's."""
-    from ember.backends import numpy_backend as nb
+    from ember.backends.numpy import backend as nb
     from ember_numba import conv
     seen = []
     real = conv.on_demand

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("numba")
 pytest.importorskip("ember_numba")
 
-from ember.backends import numpy_backend as nb  # noqa: E402
+from ember.backends.numpy import backend as nb  # noqa: E402
 from ember_numba import conv  # noqa: E402
 
 CASES = [  # x shape, w shape, stride, padding, dilation

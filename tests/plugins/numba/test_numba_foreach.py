@@ -9,7 +9,7 @@ pytest.importorskip("ember_numba")
 
 import ember  # noqa: E402
 from ember import fused  # noqa: E402
-from ember.optim.functional import CASES, fused_mismatches  # noqa: E402
+from ember.conformance.optimizers import CASES, fused_mismatches  # noqa: E402
 from foreach_helpers import FOREACH, assert_matches, group, launches_expected  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("compile_at_once")

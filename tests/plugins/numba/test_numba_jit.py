@@ -224,7 +224,7 @@ def test_a_destination_the_kernel_cannot_write_is_copied_into_instead():
 
 # ----------------------------------------------------------------------------- planned buffers
 def test_compiled_groups_write_into_planned_buffers():
-    from ember.jit.numpy_runner import NumpyProgram
+    from ember.backends.numpy.jit_runner import NumpyProgram
     x, y = normal(16, 20), R.integers(0, 4, 16)
     model, opt, step = _sgd_mlp("numba", 0.9)
     jstep = ember.jit(step)

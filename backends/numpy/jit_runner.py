@@ -14,17 +14,19 @@ values (its impl is the NumPy reference's, or the backend lists the op in
 ``same_as_numpy``); other nodes run through the backend's impls and allocate.
 
 On the NumPy backend the functions are the very ones it uses, so results are bit-for-bit
-those of eager execution. Imported only when a graph runs on a NumPy-array backend.
+those of eager execution. ``NumpyBackend.jit_runner`` names it: imported only when a graph
+runs on a NumPy-array backend.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..backends import numpy_backend as nb
-from .passes import ELEMENTWISE, plan_buffers
-from .runner import NO_CALL, Program
+from ember.jit.passes import ELEMENTWISE, plan_buffers
+from ember.jit.runner import NO_CALL, Program
 
-#: Primitives whose numpy_backend implementation is this ufunc (which takes ``out=``).
+from . import backend as nb
+
+#: Primitives whose numpy backend implementation (backend.py) is this ufunc (which takes ``out=``).
 #: tests/jit/test_jit_runners.py checks each against the backend, bit for bit.
 UFUNCS = {"neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
           "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.absolute, "sign": np.sign, "floor": np.floor,

@@ -8,7 +8,7 @@ except pure bookkeeping. In the order a forward pass meets it:
   :class:`Storage` (one GPUBuffer), and/or a host copy on the python backend. Views make
   reshape, permute, expand, slice, flip and pooling windows free.
 - :func:`elementwise` launches one shader over views; the backend's kernels
-  (webgpu_backend.py) are built on it and on :meth:`_Device.dispatch`.
+  (backend.py) are built on it and on :meth:`_Device.dispatch`.
 - Dispatches go into one compute pass of one command encoder; a read-back submits it and waits
   (``mapAsync`` through Pyodide's ``run_sync``: call Python from JavaScript with
   ``callPromising`` or ``runPythonAsync``).
@@ -258,13 +258,13 @@ class WGBuffer:
 
 
 def host_backend():
-    from ember.backends import python_backend
+    from ..python import backend as python_backend
     return python_backend
 
 
 def _encode_host(host, dtype) -> bytes:
     """Host values in the GPU's storage format."""
-    from ember.backends.pyops_buffer import to_bytes
+    from ..python.buffer import to_bytes
     if dtype is D.bool_:
         return array("I", map(int, host.data)).tobytes()
     return to_bytes(host.data, dtype)
@@ -286,7 +286,7 @@ def to_host(x: WGBuffer):
     """``x`` as a python-backend buffer (downloading it, or using a still-valid copy)."""
     if x.host is not None and (x.store is None or x.host_version == x.store.version):
         return x.host
-    from ember.backends.pyops_buffer import PyBuffer
+    from ..python.buffer import PyBuffer
     n = numel(x.shape)
     src = x if x.contiguous else copy(x)
     raw = device().read(src.store.gpu, 4 * src.offset, 4 * n) if n else b""

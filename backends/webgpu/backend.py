@@ -1,13 +1,13 @@
 """The ``webgpu`` backend: ember's primitives as WGSL compute shaders, driven from Python.
 
 It exists only inside Pyodide in a browser that has ``navigator.gpu``: the ``ember_backends``
-hook offers it there and nowhere else. Python talks to the GPU through Pyodide's ``js`` module
+hook (``__init__.py``) offers it there and nowhere else. Python talks to the GPU through Pyodide's ``js`` module
 (``device.createBuffer``, ``queue.writeBuffer``, compute passes); the shaders come from
-:mod:`ember.wasm.wgsl`.
+:mod:`ember.backends.webgpu.wgsl`.
 
 How it works, in the order a forward pass meets it:
 
-- A buffer (``webgpu_device.WGBuffer``) is a strided *view* of a GPU storage buffer (element
+- A buffer (``device.WGBuffer``) is a strided *view* of a GPU storage buffer (element
   offset + one stride per dim), so reshape of contiguous data, permute, expand, slice, flip and
   pooling windows are free: no kernel runs. Weights are uploaded once (``model.to("webgpu")``) and every
   result stays on the GPU until someone reads it (``tolist``, ``numpy``, ``item``).
@@ -25,27 +25,27 @@ How it works, in the order a forward pass meets it:
 The browser test runs :mod:`ember.wasm.selfcheck`, which compares each kernel with the
 python backend under headless Chromium's WebGPU (SwiftShader).
 
->>> ember_backends()          # outside a browser: nothing to offer
-[]
+>>> from ember.backends.webgpu.device import has_navigator_gpu
+>>> has_navigator_gpu()       # outside a browser: the entry point offers nothing
+False
 """
 from __future__ import annotations
 
 import sys
 
 from ember import dtypes as D
-from ember.backend import Backend, BackendInfo, Capabilities
-from ember.hooks import hookimpl
+from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
 
 from . import wgsl
-from .webgpu_device import (DEVICE, STATE, STORAGE, WGBuffer, all_on_gpu, bits, broadcast_strides, coalesce,
-                            copy, device, elementwise, has_navigator_gpu, host_backend, i32, init,
-                            launch_grid, new_buffer, numel, on_gpu, to_host, unavailable_reason)
+from .device import (DEVICE, STATE, STORAGE, WGBuffer, all_on_gpu, bits, broadcast_strides, coalesce, copy,
+                     device, elementwise, has_navigator_gpu, host_backend, i32, init, launch_grid, new_buffer,
+                     numel, on_gpu, to_host, unavailable_reason)
 
 _I32 = (-(1 << 31), 1 << 31)
 _U32 = (0, 1 << 32)
 
-__all__ = ["WebGPUBackend", "ember_backends", "init", "unavailable_reason", "has_navigator_gpu", "GPU"]
+__all__ = ["WebGPUBackend", "init", "unavailable_reason", "has_navigator_gpu", "GPU"]
 
 
 # ----------------------------------------------------------------------------- GPU kernels
@@ -71,7 +71,7 @@ def _unary(name):
 def _scalar_operand(t: WGBuffer, s, compare=False):
     """The bit pattern of Python scalar ``s`` next to tensor ``t`` (NumPy 2 rules), or None
     when the result would leave the tensor's dtype or the scalar does not fit its type."""
-    from ember.backends.pyops_buffer import scalar_as, scalar_result_dtype
+    from ..python.buffer import scalar_as, scalar_result_dtype
     if isinstance(s, bool) and t.dtype is not D.bool_:
         s = int(s)
     if scalar_result_dtype(t.dtype, s) is not t.dtype:
@@ -379,7 +379,7 @@ class WebGPUBackend(Backend):
             if can_run_sync():
                 run_sync(init())
             else:
-                STATE["reason"] = ("call `await ember.wasm.webgpu_backend.init()` (or use the backend from "
+                STATE["reason"] = ("call `await ember.registry.prepare('webgpu')` (or use the backend from "
                                     "runPythonAsync / callPromising) before the first use")
         self.stats = {"gpu": {}, "host": {}}
         self.impls = {n: _primitive(n, self.stats) for n in host_backend().IMPLS}
@@ -430,7 +430,7 @@ class WebGPUBackend(Backend):
         return WGBuffer(host.shape, host.dtype, host=host)
 
     def to_bytes(self, buf):
-        from ember.backends.pyops_buffer import to_bytes
+        from ..python.buffer import to_bytes
         host = to_host(buf)
         return to_bytes(host.data, host.dtype)
 
@@ -455,11 +455,3 @@ class WebGPUBackend(Backend):
         if DEVICE:
             DEVICE[0].synchronize()
 
-
-@hookimpl
-def ember_backends():
-    """Offer ``webgpu`` only inside Pyodide in a browser with ``navigator.gpu``."""
-    if not has_navigator_gpu():
-        return []
-    return [BackendInfo("webgpu", WebGPUBackend, priority=5,
-                        description="WGSL compute shaders through the browser's WebGPU (Pyodide only)")]

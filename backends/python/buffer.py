@@ -45,7 +45,7 @@ class PyBuffer:
     @property
     def data(self) -> list:
         if self._data is None:
-            from .pyops_layout import permute_data
+            from .layout import permute_data
             src, axes = self.view
             self._data = permute_data(src.data, src.shape, axes)
             self.view = None

@@ -13,7 +13,7 @@ from operator import add, itemgetter
 
 from ember.primitives import broadcast_shapes
 
-from .pyops_buffer import PyBuffer, cast_value, fix, prod
+from .buffer import PyBuffer, cast_value, fix, prod
 
 
 def strides_of(shape) -> tuple:

@@ -1,12 +1,13 @@
 """ember-cupy against PyTorch CUDA, side by side: training throughput of the MLP and ResNet-18.
 
-The repository's benchmark harness (benchmarks/) times CPU frameworks; this runs the same
-models (``benchmarks.workloads.mlp`` / ``resnet18`` when the repository is on the path, else
-the same definitions here) on one GPU: PyTorch eager on CUDA, ember on ``cupy`` eagerly, and
-ember on ``cupy`` through ``ember.jit``. Each run is a fresh process (one workload, one
-framework), so a crash or a timeout costs one row, not the report.
+The harness in this folder times CPU frameworks; this runs the same models
+(``workloads.mlp`` / ``resnet18``) on one GPU: PyTorch eager on CUDA, ember on ``cupy``
+eagerly, and ember on ``cupy`` through ``ember.jit``. Each run is a fresh process (one
+workload, one framework), so a crash or a timeout costs one row, not the report. It lives
+here, not in the plugin, because it needs the repository's workloads; the plugin itself
+imports only the installed ``ember``.
 
-    python -m ember_cupy.bench --out DIR [--workloads mlp,resnet18] [--steps 20]
+    python -m benchmarks.cupy_gpu --out DIR [--workloads mlp,resnet18] [--steps 20]
 """
 from __future__ import annotations
 
@@ -17,18 +18,11 @@ import subprocess
 import sys
 import time
 
+from . import workloads
+
 BATCH = {"mlp": 128, "resnet18": 128}
 SHAPE = {"mlp": (784,), "resnet18": (3, 32, 32)}
 TARGETS = ("torch-cuda", "ember-cupy", "ember-cupy-jit", "ember-cupy-multi")
-
-
-def _models():
-    try:
-        from benchmarks import workloads
-        return workloads.mlp, workloads.resnet18
-    except ImportError:          # installed without the repository: the same two models
-        from .catalog import _mlp
-        return _mlp, None
 
 
 def _sync(target, backend):
@@ -43,8 +37,7 @@ def _sync(target, backend):
 def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = "cupy") -> dict:
     """Time ``steps`` training steps of ``workload`` on ``target`` after ``warmup`` steps."""
     import numpy as np
-    mlp, resnet18 = _models()
-    build = mlp if workload == "mlp" else resnet18
+    build = workloads.mlp if workload == "mlp" else workloads.resnet18
     rng = np.random.RandomState(0)
     x = rng.standard_normal((BATCH[workload], *SHAPE[workload])).astype(np.float32)
     y = rng.randint(0, 10, size=BATCH[workload]).astype(np.int64)
@@ -66,9 +59,9 @@ def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = 
     else:
         import ember
         import ember.nn.functional as F
-        from . import multi_tensor
+        from ember_cupy import multi_tensor
         if backend == "cupy-host":              # the CPU stand-in, to check this script without a GPU
-            from .host import ember_backends
+            from ember_cupy.host import ember_backends
             ember.register_backend(ember_backends()[0])
         ember.use(backend)
         ember.manual_seed(0)
@@ -113,7 +106,7 @@ def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ember_cupy.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cupy_gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder for bench.json and bench.md")
     p.add_argument("--workloads", default="mlp,resnet18")
     p.add_argument("--targets", default=",".join(TARGETS))
@@ -130,7 +123,7 @@ def main(argv=None) -> int:
     rows = []
     for w in args.workloads.split(","):
         for t in args.targets.split(","):
-            cmd = [sys.executable, "-m", "ember_cupy.bench", "--out", args.out, "--one", w, t,
+            cmd = [sys.executable, "-m", "benchmarks.cupy_gpu", "--out", args.out, "--one", w, t,
                    "--steps", str(args.steps), "--warmup", str(args.warmup), "--backend", args.backend]
             started = time.perf_counter()
             try:

@@ -14,8 +14,8 @@ from operator import and_, mul
 from ember import dtypes as D
 from ember.primitives import broadcast_shapes
 
-from .pyops_buffer import PyBuffer, fix, prod
-from .pyops_layout import broadcast_strides, gather, gather_index, pad_data, scatter_add
+from .buffer import PyBuffer, fix, prod
+from .layout import broadcast_strides, gather, gather_index, pad_data, scatter_add
 
 _sumprod = getattr(math, "sumprod", None)
 

@@ -1,4 +1,4 @@
-"""Inference speed of ember in the browser: ``python wasm/bench.py SITE`` (a built site).
+"""Inference speed of ember in the browser: ``python -m benchmarks.browser SITE`` (a built site).
 
 Serves SITE on 127.0.0.1, opens it in headless Chromium with WebGPU (SwiftShader without a GPU),
 and times, inside the page's Pyodide, the issue's workload: an MNIST MLP 784-128-10 with random

@@ -7,8 +7,8 @@ reductions, matmul and convolutions accumulate in double (a little *more* accura
 float32 loops, so they agree to float32 rounding, ~1e-6 relative); transcendental functions
 agree to an ulp or two. ``random_bits`` is Philox-4x32-10 in Python ints, bit-identical.
 
-The modules: pyops_buffer (storage, rounding, casts, bytes) → this file (creation, elementwise,
-reductions, the table) → pyops_layout (movement, indexing, windows) → pyops_linalg (matmul,
+The modules: buffer.py (storage, rounding, casts, bytes) → this file (creation, elementwise,
+reductions, the table) → layout.py (movement, indexing, windows) → linalg.py (matmul,
 convolution). See docs/backends.md for speed and the exact tolerances.
 
 >>> import ember
@@ -25,13 +25,12 @@ from operator import add, eq, ge, gt, index, le, lt, mul, ne, sub, truediv
 from operator import and_ as land, or_ as lor, xor as lxor
 
 from ember import dtypes as D
-from ember.backend import Backend, BackendInfo, Capabilities
-from ember.hooks import hookimpl
+from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
 
-from . import pyops_layout as L
-from . import pyops_linalg as LA
-from .pyops_buffer import (LITTLE, PyBuffer, convert, fix, from_bytes, prod, round_f32, scalar_as,
+from . import layout as L
+from . import linalg as LA
+from .buffer import (LITTLE, PyBuffer, convert, fix, from_bytes, prod, round_f32, scalar_as,
                            scalar_kind, scalar_result_dtype, to_bytes, wrap_int)
 
 _INF, _NAN = math.inf, math.nan
@@ -554,8 +553,3 @@ class PythonBackend(Backend):
             raise ValueError(f"assign: shapes {dst.shape} and {src.shape} differ")
         dst.data[:] = data if src.dtype is dst.dtype else convert(data, src.dtype, dst.dtype)
 
-
-@hookimpl
-def ember_backends():
-    return [BackendInfo("python", PythonBackend, priority=0,
-                        description="pure Python, standard library only (runs without NumPy, e.g. in Pyodide)")]

@@ -1,0 +1,258 @@
+"""The NumPy reference backend: the executable spec of every primitive.
+
+Each entry of ``IMPLS`` is the most obvious NumPy expression of its spec in primitives.py.
+No Python loops over elements; matmul and convolution go to BLAS (convolution as im2col + GEMM).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ember import dtypes as D
+from ember.backend import Backend, Capabilities
+
+from . import host_memory
+
+NP = {d: np.dtype(d.name) for d in D.ALL}
+EMBER = {v: k for k, v in NP.items()}
+
+
+# ----------------------------------------------------------------------------- random bits
+_PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(c0, c1, c2, c3, k0: int, k1: int) -> np.ndarray:
+    """Philox-4x32-10 (Salmon et al. 2011): the four 32-bit counter words (uint64 arrays holding
+    32-bit values) and the two key words -> (n, 4) uint32 words. Random123's known-answer
+    vectors check this function (tests/backends/test_numpy_backend.py)."""
+    for _ in range(10):
+        p0 = _PHILOX_M[0] * c0          # 32 x 32 -> 64-bit products: (hi, lo) = (p >> 32, p & mask)
+        p1 = _PHILOX_M[1] * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _MASK32,
+                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _MASK32)
+        k0, k1 = (k0 + _PHILOX_W[0]) & 0xFFFFFFFF, (k1 + _PHILOX_W[1]) & 0xFFFFFFFF
+    return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
+
+
+def philox4x32(counters: np.ndarray, seed: int) -> np.ndarray:
+    """ember's stream: block i has counter words (i low, i high, 0, 0) and key (seed low, seed high)."""
+    zeros = np.zeros_like(counters)
+    return philox4x32_10(counters & _MASK32, counters >> np.uint64(32), zeros, zeros,
+                         seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
+
+
+def random_bits(shape, seed, offset):
+    n = math.prod(shape)
+    first, last = offset // 4, (offset + n + 3) // 4
+    words = philox4x32(np.arange(first, max(last, first), dtype=np.uint64), seed).reshape(-1)
+    start = offset - 4 * first
+    return words[start:start + n].reshape(shape)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _erf(x):
+    if x.dtype == np.float64:
+        return np.asarray(np.frompyfunc(math.erf, 1, 1)(x)).astype(np.float64)    # 0-d gives a bare float
+    # Abramowitz & Stegun 7.1.26 in float64: |error| < 1.5e-7, below float32 resolution near 1.
+    z = np.abs(x.astype(np.float64))
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return (np.sign(x) * (1.0 - poly * np.exp(-z * z))).astype(x.dtype)
+
+
+def _ufunc(f, quiet=False):
+    """Elementwise ``f`` returning an ndarray: NumPy gives a scalar, not a 0-d array, for 0-d
+    input, and a buffer must be an array (``assign`` writes into it in place). ``quiet`` drops
+    NumPy's divide/invalid warnings where the spec defines the result (IEEE-754: log(0) = -inf,
+    x/0 = inf, sqrt(-1) = nan); users of a DL framework do not expect a warning for them."""
+    if quiet:
+        def run(*xs):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = f(*xs)
+            return out if type(out) is np.ndarray else np.asarray(out)
+    else:
+        def run(*xs):
+            out = f(*xs)
+            return out if type(out) is np.ndarray else np.asarray(out)
+    run.__name__ = getattr(f, "__name__", "ufunc")
+    return run
+
+
+def _sum(x, axes, keepdims=False):
+    if x.dtype == np.float16:
+        return x.sum(axis=tuple(axes), keepdims=keepdims, dtype=np.float32).astype(np.float16)
+    return np.asarray(x.sum(axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))
+
+
+def _div(a, b):
+    # A 0-d result of a ufunc is a NumPy scalar, not an ndarray: both have .dtype.
+    return np.true_divide(a, b, dtype=(a.dtype if hasattr(a, "dtype") else b.dtype))
+
+
+def _windows(x, kernel, stride, dilation=(1, 1)):
+    *lead, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
+    *ls, s_h, s_w = x.strides
+    return as_strided(x, (*lead, oh, ow, kh, kw), (*ls, s_h * sh, s_w * sw, s_h * dh, s_w * dw),
+                      writeable=False)
+
+
+def _windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
+    out = np.zeros(input_shape, dtype=g.dtype)
+    oh, ow = g.shape[-4], g.shape[-3]
+    (sh, sw), (dh, dw) = stride, dilation
+    for i in range(kernel[0]):        # one strided add per kernel position, not per element
+        for j in range(kernel[1]):
+            out[..., i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += g[..., i, j]
+    return out
+
+
+def _im2col(x, kh, kw, stride, padding, dilation):
+    """(N, C, H, W) -> columns (N*OH*OW, C*KH*KW) and (OH, OW)."""
+    ph, pw = padding
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    win = _windows(x, (kh, kw), stride, dilation)          # N, C, OH, OW, KH, KW (a view)
+    n, c, oh, ow = win.shape[:4]
+    return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw), (oh, ow)
+
+
+def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, o = x.shape[0], w.shape[0]
+    kh, kw = w.shape[2:]
+    outs = []
+    cg, og = x.shape[1] // groups, o // groups
+    for gi in range(groups):
+        cols, (oh, ow) = _im2col(x[:, gi * cg:(gi + 1) * cg], kh, kw, stride, padding, dilation)
+        outs.append(cols @ w[gi * og:(gi + 1) * og].reshape(og, -1).T)       # BLAS GEMM
+    out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
+    return np.ascontiguousarray(out.reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
+
+
+def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    o, cg, kh, kw = weight_shape
+    og = o // groups
+    outs = []
+    for gi in range(groups):
+        cols, _ = _im2col(x[:, gi * cg:(gi + 1) * cg], kh, kw, stride, padding, dilation)
+        gg = g[:, gi * og:(gi + 1) * og].transpose(1, 0, 2, 3).reshape(og, -1)
+        outs.append((gg @ cols).reshape(og, cg, kh, kw))
+    return outs[0] if groups == 1 else np.concatenate(outs, axis=0)
+
+
+def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, c, h, wd = input_shape
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    ph, pw = padding
+    oh, ow = g.shape[2:]
+    padded = (n, c, h + 2 * ph, wd + 2 * pw)
+    outs = []
+    for gi in range(groups):
+        gg = g[:, gi * og:(gi + 1) * og].transpose(0, 2, 3, 1).reshape(n * oh * ow, og)
+        cols = gg @ w[gi * og:(gi + 1) * og].reshape(og, -1)                  # BLAS GEMM
+        cols = cols.reshape(n, oh, ow, cg, kh, kw).transpose(0, 3, 1, 2, 4, 5)
+        outs.append(_windows_grad(cols, (n, cg) + padded[2:], (kh, kw), stride, dilation))
+    out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
+    return np.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + wd])
+
+
+def _index_add(x, indices, values, axis):
+    out = x.copy()
+    np.add.at(out, (slice(None),) * (axis % x.ndim) + (indices,), values)
+    return out
+
+
+def _slice(x, starts, stops, steps):
+    # the trailing ... keeps a 0-d result an array (x[()] would be a scalar)
+    return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps)) + (Ellipsis,)]
+
+
+IMPLS = {
+    "full": lambda shape, value, dtype: np.full(shape, value, dtype=NP[dtype]),
+    "arange": lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=NP[dtype]),
+    "random_bits": random_bits,
+    **{name: _ufunc(f) for name, f in [
+        ("neg", np.negative), ("exp", np.exp), ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
+        ("abs", np.abs), ("sign", np.sign), ("floor", np.floor), ("erf", _erf), ("logical_not", np.logical_not),
+        ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("maximum", np.maximum),
+        ("minimum", np.minimum), ("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
+        ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+        ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]},
+    **{name: _ufunc(f, quiet=True) for name, f in [
+        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power)]},
+    "where": np.where,
+    "cast": lambda x, dtype: x.astype(NP[dtype]),
+    "sum": _sum,
+    "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
+    "min": lambda x, axes, keepdims=False: np.asarray(np.min(x, axis=tuple(axes), keepdims=keepdims)),
+    "argmax": lambda x, axis, keepdims=False: np.asarray(np.argmax(x, axis=axis, keepdims=keepdims)),
+    "reshape": np.reshape,
+    "permute": np.transpose,
+    "expand": np.broadcast_to,
+    "pad": lambda x, widths, value=0: np.pad(x, widths, constant_values=value),
+    "slice": _slice,
+    "concatenate": lambda *xs, axis: np.concatenate(xs, axis=axis),
+    "flip": lambda x, axes: np.flip(x, axis=tuple(axes)) if axes else x,
+    "take": lambda x, indices, axis: np.asarray(np.take(x, indices, axis=axis)),
+    "index_add": _index_add,
+    "matmul": np.matmul,
+    "conv2d": _conv2d,
+    "conv2d_grad_input": _conv2d_grad_input,
+    "conv2d_grad_weight": _conv2d_grad_weight,
+    "windows": _windows,
+    "windows_grad": _windows_grad,
+}
+
+
+
+class NumpyBackend(Backend):
+    """The reference backend. Buffers are ``numpy.ndarray``."""
+
+    name = "numpy"
+    version = np.__version__
+    device = "cpu"
+    impls = IMPLS
+
+    def __init__(self):
+        host_memory.tune()          # large arrays keep their pages from step to step (host_memory.py)
+
+    def capabilities(self):
+        return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
+                            notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]})
+
+    def shape(self, buf):
+        return buf.shape
+
+    def dtype(self, buf):
+        return EMBER[buf.dtype]
+
+    def from_list(self, flat, shape, dtype):
+        return np.array(flat, dtype=NP[dtype]).reshape(shape)
+
+    def to_list(self, buf):
+        return buf.reshape(-1).tolist()
+
+    def from_bytes(self, data, shape, dtype):
+        return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
+
+    def to_bytes(self, buf):
+        return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
+
+    def from_numpy(self, array):
+        return array
+
+    def to_numpy(self, buf):
+        return buf
+
+    def assign(self, dst, src):
+        np.copyto(dst, src)
+
+    def jit_runner(self):
+        from .jit_runner import NumpyProgram     # numba's and cupy-host's backends inherit it
+        return NumpyProgram
