@@ -17,6 +17,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,14 +26,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 
+USES = re.compile(r"known\(|^def test_\w+\([^)]*\b(twin|torch)\b", re.M)
+
+
 def users() -> list[str]:
-    """The test files that call known() (directly or through the twin/torch fixtures)."""
-    out = []
-    for path in sorted((ROOT / "tests").rglob("test_*.py")):
-        text = path.read_text(encoding="utf-8")
-        if "known(" in text or "twin" in text or "(torch" in text or "torch," in text:
-            out.append(str(path.relative_to(ROOT)))
-    return out
+    """The test files that call known(), directly or through the ``twin``/``torch`` fixtures."""
+    return [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").rglob("test_*.py"))
+            if USES.search(p.read_text(encoding="utf-8"))]
 
 
 def main(argv: list[str]) -> int:
