@@ -157,6 +157,16 @@ def _check(stored, fresh, where):
         assert stored == fresh and type(stored) is type(fresh), f"{where}: stored {stored!r}, torch gives {fresh!r}"
 
 
+def _agrees(stored_node, fresh) -> bool:
+    if stored_node is None:
+        return False
+    try:
+        _check(_decode(stored_node), fresh, "")
+    except AssertionError:
+        return False
+    return True
+
+
 # -- the store: one gzipped JSON file per test file -------------------------------------------
 class Store:
     """The stored values of one test file."""
@@ -165,6 +175,7 @@ class Store:
         rel = test_file.resolve().relative_to(TESTS).with_suffix("")
         self.path = HERE / (str(rel).replace(os.sep, "__") + ".json.gz")
         self.values: dict = {}
+        self.previous: dict = {}   # values forgotten before writing, kept if torch still agrees
         if self.path.is_file():
             self.values = json.loads(gzip.decompress(self.path.read_bytes()))
         self.dirty = False
@@ -172,7 +183,7 @@ class Store:
     def forget(self, test_id: str):
         """Drop every value of a test (before writing it again)."""
         for k in [k for k in self.values if k.rsplit("#", 1)[0] == test_id]:
-            del self.values[k]
+            self.previous[k] = self.values.pop(k)
             self.dirty = True
 
     def save(self):
@@ -232,7 +243,8 @@ def known(value):
     if _current["live"]:
         pass
     elif WRITE:
-        store.values[key] = encoded
+        # an unchanged answer keeps its stored bytes: torch's last bits vary from run to run
+        store.values[key] = encoded if not _agrees(store.previous.get(key), fresh) else store.previous[key]
         store.dirty = True
     elif key not in store.values:
         raise LookupError(f"no stored torch reference {key!r} in {store.path.name} (a new test?); write it with: "
