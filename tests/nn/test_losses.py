@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import ember
-from references import known
 import ember.nn.functional as F
 from ember import nn
 

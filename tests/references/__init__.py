@@ -63,8 +63,8 @@ class Absent:
         return (Absent,)
 
     def _refuse(self, *args):
-        raise TypeError(f"torch is not installed, so this test cannot read a torch value directly; "
-                        f"wrap it in known(...) from tests/references, or mark the test torch")
+        raise TypeError("torch is not installed, so this test cannot read a torch value directly; "
+                        "wrap it in known(...) from tests/references, or mark the test torch")
 
     __bool__ = __iter__ = __len__ = __float__ = __int__ = __index__ = __str__ = __repr__ = __array__ = _refuse
     __hash__ = object.__hash__
