@@ -7,6 +7,7 @@ import pytest
 
 import ember
 from ember import dtypes as D
+from references import known
 
 TORCH_NAMES = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]   # torch cannot promote uint32
 
@@ -36,7 +37,7 @@ def test_python_types_and_torch_aliases():
 @pytest.mark.parametrize("a", TORCH_NAMES)
 @pytest.mark.parametrize("b", TORCH_NAMES)
 def test_promotion_matches_torch(torch, a, b):
-    expected = str(torch.promote_types(getattr(torch, a), getattr(torch, b))).replace("torch.", "")
+    expected = known(lambda: str(torch.promote_types(getattr(torch, a), getattr(torch, b)))).replace("torch.", "")
     assert D.promote(D.get(a), D.get(b)).name == expected
     assert D.promote(D.get(b), D.get(a)).name == expected
 
@@ -53,13 +54,13 @@ def test_promotion_lattice_properties():
 @pytest.mark.parametrize("a", TORCH_NAMES)
 @pytest.mark.parametrize("scalar", [False, 7, -2.5])
 def test_tensor_scalar_result_dtype_matches_torch(torch, a, scalar):
-    expected = str(torch.result_type(torch.zeros(1, dtype=getattr(torch, a)), scalar)).replace("torch.", "")
+    expected = known(lambda: str(torch.result_type(torch.zeros(1, dtype=getattr(torch, a)), scalar))).replace("torch.", "")
     assert D.result_with_scalar(D.get(a), scalar).name == expected
 
 
 def test_scalar_dtypes_match_torch(torch):
     for value in (True, 3, 2.5):
-        assert D.scalar_dtype(value).name == str(torch.tensor(value).dtype).replace("torch.", "")
+        assert D.scalar_dtype(value).name == known(lambda: str(torch.tensor(value).dtype)).replace("torch.", "")
 
 
 @pytest.mark.parametrize("spelling", ["float64", ember.float64, np.float64, np.dtype("float64"), "double"])

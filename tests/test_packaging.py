@@ -55,3 +55,16 @@ def test_fresh_venv_install_pulls_only_numpy_and_pluggy(tmp_path):
     assert out.stdout.strip() == "[3.0, 3.0] []", out.stderr
     cli = subprocess.run([str(venv / "bin" / "ember"), "backends"], capture_output=True, text=True, timeout=120)
     assert "numpy" in cli.stdout and cli.returncode == 0, cli.stderr
+
+
+def test_certify_names_its_own_extra(monkeypatch):
+    """`ember certify` runs on pytest and hypothesis; the `certify` extra brings them and the
+    error for a missing one names it."""
+    import argparse
+
+    from ember.conformance import certify
+    extra = pyproject()["project"]["optional-dependencies"]["certify"]
+    assert sorted(d.split(">")[0] for d in extra) == ["hypothesis", "pytest"]
+    monkeypatch.setitem(sys.modules, "hypothesis", None)        # makes `import hypothesis` fail
+    msg = certify._check_setup(argparse.Namespace(backend_module=[]))
+    assert msg == "the conformance suite needs hypothesis: pip install 'ember[certify]'"

@@ -21,7 +21,9 @@ def installed_template():
     except metadata.PackageNotFoundError:
         was_installed = False
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    proc = subprocess.run(pip + ["install", "--no-deps", "--no-build-isolation", "-e", os.path.abspath(TEMPLATE)],
+    # build isolation on: pip fetches the setuptools the template's pyproject asks for, as it
+    # would for a user; a bare venv's own setuptools 65 cannot build an editable wheel
+    proc = subprocess.run(pip + ["install", "--no-deps", "-e", os.path.abspath(TEMPLATE)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     yield

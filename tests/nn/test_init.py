@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ember
+from references import known
 from ember import nn
 from ember.nn import init
 
@@ -17,8 +18,8 @@ def stats(t):
 
 def test_gains_match_torch(torch):
     for name in ("linear", "conv2d", "sigmoid", "tanh", "relu", "selu"):
-        assert init.calculate_gain(name) == pytest.approx(torch.nn.init.calculate_gain(name))
-    assert init.calculate_gain("leaky_relu", 0.2) == pytest.approx(torch.nn.init.calculate_gain("leaky_relu", 0.2))
+        assert init.calculate_gain(name) == pytest.approx(known(lambda: torch.nn.init.calculate_gain(name)))
+    assert init.calculate_gain("leaky_relu", 0.2) == pytest.approx(known(lambda: torch.nn.init.calculate_gain("leaky_relu", 0.2)))
     with pytest.raises(ValueError, match="unknown nonlinearity"):
         init.calculate_gain("swishy")
 

@@ -6,6 +6,7 @@ import pytest
 
 import ember
 from ember import nn
+from references import known
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding=.same. with even kernel")
 
@@ -29,7 +30,7 @@ def test_linear(twin, torch, rng, bias):
     (out,), _ = twin.module(e, t, x)
     assert out.shape == (4, 3, 5)
     roundtrip(lambda: nn.Linear(7, 5, bias=bias), e, x)
-    assert repr(e) == repr(t)
+    assert repr(e) == known(lambda: repr(t))
 
 
 def test_linear_wrong_in_features_names_shapes_and_line():
@@ -64,7 +65,7 @@ def test_conv2d(twin, torch, rng, kw):
     e, t = nn.Conv2d(4, 6, **kw), torch.nn.Conv2d(4, 6, **kw)
     x = f32(rng, 2, 4, 9, 8)
     twin.module(e, t, x)
-    assert repr(e) == repr(t)
+    assert repr(e) == known(lambda: repr(t))
     roundtrip(lambda: nn.Conv2d(4, 6, **kw), e, x)
 
 
@@ -128,7 +129,7 @@ def test_embedding(twin, torch, rng):
     twin.close(out, tout, "embedding forward")
     twin.close(e.weight.grad, t.weight.grad, "embedding weight grad")      # row 2 gets none
     assert float(e.weight.grad[2].abs().sum()) == 0.0
-    assert e.num_parameters() == 40 and repr(e) == repr(t)
+    assert e.num_parameters() == 40 and repr(e) == known(lambda: repr(t))
 
 
 @pytest.mark.parametrize("affine", [True, False])
@@ -162,7 +163,7 @@ def test_batchnorm_running_stats_and_eval(twin, torch, rng, cls, shape, momentum
     assert e.num_batches_tracked.item() == 3 and e.num_batches_tracked.dtype is ember.int64
     e.eval(), t.eval()                                      # eval: running statistics
     twin.check(e, t, f32(rng, *shape), emod=e, tmod=t)
-    assert list(e.state_dict()) == list(t.state_dict())
+    assert list(e.state_dict()) == known(lambda: list(t.state_dict()))
     twin.close(e.running_mean, t.running_mean, "eval leaves running_mean alone")
 
 
@@ -212,4 +213,4 @@ def test_sequential_chain_matches_torch(twin, torch, rng):
                             torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 3, 5),
                             torch.nn.GELU(), torch.nn.LayerNorm(5))
     twin.module(e, t, f32(rng, 3, 2, 6, 6))
-    assert repr(e) == repr(t)
+    assert repr(e) == known(lambda: repr(t))

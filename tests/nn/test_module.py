@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ember
+from references import known
 from ember import nn
 
 
@@ -149,7 +150,7 @@ def test_repr_like_torch(torch):
                             torch.nn.AvgPool2d(3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Softmax(dim=1),
                             torch.nn.GELU(), torch.nn.LeakyReLU(0.2), torch.nn.Flatten(), torch.nn.Identity(),
                             torch.nn.CrossEntropyLoss(), torch.nn.MSELoss(reduction="sum"))
-    assert repr(e) == repr(t)
+    assert repr(e) == known(lambda: repr(t))
 
 
 def test_containers():

@@ -7,8 +7,9 @@ import pytest
 
 import ember
 from ember.optim import lr_scheduler as L
+from references import known, load_torch
 
-torch = pytest.importorskip("torch")
+torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
 STEPS = 30
 
 
@@ -61,7 +62,7 @@ def _lrs(lib, make, steps=STEPS):
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 def test_matches_torch(name):
-    got, want = _lrs(ember, SCHEDULES[name]), _lrs(torch, SCHEDULES[name])
+    got, want = _lrs(ember, SCHEDULES[name]), known(lambda: _lrs(torch, SCHEDULES[name]))
     assert len(set(map(tuple, got))) > 1, "the schedule never changed the lr"
     for epoch, (g, w) in enumerate(zip(got, want)):
         assert g == pytest.approx(w, rel=1e-12, abs=1e-15), f"epoch {epoch}"

@@ -1,5 +1,6 @@
 """Checkpointing an optimizer: state_dict snapshots, bit-exact resume (also through
 safetensors + JSON), split/join, loading torch's layout, and clear errors for misfits."""
+import copy
 import json
 
 import numpy as np
@@ -10,6 +11,7 @@ from ember.io import from_numpy, load_bytes, save_bytes, to_numpy
 from ember.optim import join_state_dict, split_state_dict
 from ember.optim.lr_scheduler import warmup_cosine
 from optim_helpers import batch, initial, leaves, train
+from references import known, load_torch
 
 CONFIGS = [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
            ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.5)),
@@ -107,22 +109,26 @@ def test_join_ignores_other_tensors_and_rejects_malformed_names():
 
 
 def test_loads_torchs_state_dict_and_continues_like_torch():
-    torch = pytest.importorskip("torch")
     init, (x, y) = initial(dtype="float64"), batch(dtype="float64")
-    t_params = leaves(torch, init)
-    t_opt = torch.optim.Adam(t_params, lr=0.01, amsgrad=True)
-    train(torch, t_params, t_opt, 5, x, y)
-    t_sd = t_opt.state_dict()                 # torch's layout: step tensors, foreach/fused keys
-    sd = {"state": {i: {k: ember.tensor(v.numpy()) for k, v in e.items()} for i, e in t_sd["state"].items()},
+    torch = load_torch()
+
+    def torch_run():
+        """torch's state after 5 steps, its parameters then, and where 5 more steps take them."""
+        t_params = leaves(torch, init)
+        t_opt = torch.optim.Adam(t_params, lr=0.01, amsgrad=True)
+        after5 = train(torch, t_params, t_opt, 5, x, y)[-1]
+        t_sd = copy.deepcopy(t_opt.state_dict())  # torch's layout: step tensors, foreach/fused keys
+        return t_sd, after5, train(torch, t_params, t_opt, 5, x, y)[-1]
+    t_sd, after5, want = known(torch_run)
+    sd = {"state": {i: {k: ember.tensor(v) for k, v in e.items()} for i, e in t_sd["state"].items()},
           "param_groups": t_sd["param_groups"]}
-    e_params = leaves(ember, [p.detach().numpy() for p in t_params])
+    e_params = leaves(ember, after5)
     e_opt = ember.optim.Adam(e_params)
     e_opt.load_state_dict(sd)
     assert e_opt.param_groups[0]["amsgrad"] is True and "foreach" not in e_opt.param_groups[0]
     assert e_opt.state[e_params[0]]["step"] == 5
-    want = train(torch, t_params, t_opt, 5, x, y)
     got = train(ember, e_params, e_opt, 5, x, y)
-    for g, w in zip(got[-1], want[-1]):
+    for g, w in zip(got[-1], want):
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13)
 
 

@@ -93,7 +93,7 @@ def _check_setup(args) -> str | None:
         try:
             __import__(module)
         except ImportError:
-            return f"the conformance suite needs {module}: pip install pytest hypothesis numpy"
+            return f"the conformance suite needs {module}: pip install 'ember[certify]'"
     for spec in args.backend_module:
         if (spec.endswith(".py") or os.sep in spec) and not os.path.exists(spec):
             return f"--backend-module {spec!r}: no such file"

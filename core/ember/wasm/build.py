@@ -123,7 +123,9 @@ def source_root() -> Path | None:
 
 def build_ember_wheel(dest: Path) -> Path:
     """``pip wheel --no-deps`` of a clean copy of the source tree (so stale build/ folders and
-    other people's scratch files never reach the wheel)."""
+    other people's scratch files never reach the wheel). pip builds it in an isolated
+    environment with the setuptools pyproject.toml asks for, so a bare venv (old setuptools,
+    no ``wheel``) builds it too."""
     root = source_root()
     if root is None:
         raise BuildError("ember is not installed from a source tree; pass --ember-wheel FILE")
@@ -136,7 +138,7 @@ def build_ember_wheel(dest: Path) -> Path:
                 shutil.copy2(root / name, src / name)
         for name in ("core", "backends"):
             shutil.copytree(root / name, src / name, ignore=ignore)
-        _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dest),
+        _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest),
               str(src)], "pip wheel")
     wheels = sorted(dest.glob("ember-*-py3-none-any.whl"))
     if not wheels:

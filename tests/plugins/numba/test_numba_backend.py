@@ -13,8 +13,8 @@ import pathlib
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 import ember  # noqa: E402
 from ember.backends.numpy import backend as nb  # noqa: E402

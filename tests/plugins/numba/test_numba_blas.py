@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
-threadpoolctl = pytest.importorskip("threadpoolctl")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+threadpoolctl = pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed: pip install ./plugins/numba")
 
 import ember  # noqa: E402
 from numba_helpers import close  # noqa: E402

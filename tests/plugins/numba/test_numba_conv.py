@@ -8,8 +8,8 @@ take each path.
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 from ember.backends.numpy import backend as nb  # noqa: E402
 from ember_numba import conv  # noqa: E402

@@ -4,8 +4,8 @@ buffers; entries the kernel does not cover go through the per-parameter op."""
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 import ember  # noqa: E402
 from ember import fused  # noqa: E402

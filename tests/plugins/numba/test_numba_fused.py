@@ -5,8 +5,8 @@ second derivative (the decompositions take over)."""
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 import ember  # noqa: E402
 import ember.nn.functional as F  # noqa: E402

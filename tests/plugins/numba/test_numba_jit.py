@@ -10,8 +10,8 @@ taken on large inputs run here on small ones.
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 import ember  # noqa: E402
 

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("numba")
-pytest.importorskip("ember_numba")
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 CLEAN = ("NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY", "NUMBA_NUM_THREADS", "OMP_WAIT_POLICY",
          "EMBER_NUM_THREADS", "EMBER_NUMBA_MIN_SIZE", "EMBER_NUMBA_HOT", "EMBER_BACKEND", "NUMBA_CACHE_DIR")
