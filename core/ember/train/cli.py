@@ -29,7 +29,10 @@ def add_subcommands(sub) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     t.add_argument("--keep-last", type=int, default=3)
-    t.add_argument("--max-steps", type=int, default=None, help="stop after N steps in total")
+    t.add_argument("--max-steps", type=int, default=None,
+                   help="pause after N steps in total (checkpointed; --resume continues the run)")
+    t.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
+                   help="a NaN/inf loss or gradient: stop with an error (default) or skip that update")
     t.add_argument("--limit-train", type=int, default=None, help="use only the first N training samples")
     t.add_argument("--limit-test", type=int, default=None, help="use only the first N test samples")
     t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA or ~/.cache)")
@@ -115,7 +118,7 @@ def _train(args, dist=None) -> int:
     cfg = _config(args)
     if args.resume:
         saved = _saved_config(out)
-        if saved is not None:
+        if saved is not None and isinstance(saved, dict):
             differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
             if differs:
                 raise EmberError(f"--resume: the run in {out} was started with different settings "
@@ -141,18 +144,21 @@ def _train(args, dist=None) -> int:
                       scheduler_interval="step",
                       out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
                       progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg,
-                      is_main=is_main, jit=not args.no_jit)
-    if args.resume and trainer.resume(out):
-        print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch})", file=sys.stderr)
+                      is_main=is_main, jit=not args.no_jit, on_nonfinite=args.on_nonfinite)
+    if args.resume:
+        trainer.resume(out)
+        print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch}, batch {trainer._batch})",
+              file=sys.stderr)
     backend = ember.get_backend()
     if is_main:
         print(f"training {cfg['model']} on {cfg['dataset']} ({len(train_loader.dataset)} samples) with "
               f"backend {backend.name}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}"
               + (f", {dist.world_size()} ranks" if dist is not None else ""), file=sys.stderr)
     history = trainer.fit(cfg["epochs"], max_steps=args.max_steps)
-    if history and is_main:
-        last = history[-1]
-        print(json.dumps({"step": trainer.step, **last}))
+    if is_main and trainer.paused:
+        print(json.dumps({"step": trainer.step, "epoch": trainer.epoch, "paused": True}))
+    elif history and is_main:
+        print(json.dumps({"step": trainer.step, **history[-1]}))
     return 0
 
 
@@ -162,9 +168,16 @@ def _has_checkpoints(out) -> bool:
 
 
 def _saved_config(out):
-    from ..io.checkpoint import latest_checkpoint, read_checkpoint
-    path = latest_checkpoint(out) if os.path.isdir(out) else None
-    return None if path is None else read_checkpoint(path)[1].get("config")
+    """The config of the run in ``out``; a clear error if there is no run to resume there."""
+    from ..io.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
+    if not os.path.isdir(out):
+        raise EmberError(f"--resume: {out} does not exist (no run to resume); drop --resume to start one")
+    path = latest_checkpoint(out)
+    if path is None:
+        bad = [f"{os.path.basename(c.path)}: {c.status}" for c in list_checkpoints(out) if c.status != "ok"]
+        raise EmberError(f"--resume: {out} holds no complete checkpoint of a run"
+                         + (f" ({'; '.join(bad[:3])})" if bad else "") + "; drop --resume to start a new run")
+    return read_checkpoint(path)[1].get("config")
 
 
 def run_eval(args) -> int:
