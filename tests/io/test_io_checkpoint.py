@@ -218,10 +218,8 @@ def test_tampered_sidecar(tmp_path, edit, cause):
 
 def _reseal(sidecar):
     """An edit that also recomputes the sidecar's own checksum (a deliberate forgery)."""
-    import hashlib
-    body = {k: v for k, v in sidecar.items() if k != "sidecar_sha256"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return body | {"sidecar_sha256": hashlib.sha256(canonical).hexdigest()}
+    from ember.io.checkpoint import _content_hash
+    return sidecar | {"sidecar_sha256": _content_hash(sidecar)}
 
 
 def test_stale_temp_files_and_interrupted_writes_are_swept(tmp_path):

@@ -200,10 +200,11 @@ def _remove(path):
 def _scan(directory) -> dict[int, set[str]]:
     """{step: {"safetensors", "json"} or a subset} for the checkpoint files in ``directory``."""
     found: dict[int, set[str]] = {}
-    for name in os.listdir(directory):
-        m = _NAME.fullmatch(name)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(m.group(2))
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            m = _NAME.fullmatch(entry.name)
+            if m and entry.is_file():         # a directory named like a checkpoint is not one
+                found.setdefault(int(m.group(1)), set()).add(m.group(2))
     return found
 
 
@@ -276,7 +277,8 @@ def read_checkpoint(path):
 
 def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]:
     """Every checkpoint in ``directory``, oldest first, with its status; reads only sidecars
-    unless ``verify=True``, which also checks every checksum.
+    unless ``verify=True``, which also loads every file as ``read_checkpoint`` (and so
+    ``ember eval``) does: checksums, then a full parse of the safetensors header.
 
     >>> import tempfile
     >>> from ember.io import TensorBytes
@@ -300,7 +302,7 @@ def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]
         status = "ok"
         try:
             if verify:
-                _verify(path, sidecar)
+                read_checkpoint(path)      # what eval loads with: checksums, then a full parse
             elif _size(path) is None:
                 status = "tensors file is missing (its sidecar exists)"
             elif _size(path) != sidecar["size"]:

@@ -6,7 +6,9 @@ import os
 import sys
 
 from ..errors import EmberError
+from ..io.checkpoint import latest_checkpoint, read_checkpoint
 from . import recipes
+from .checks import check_arguments, check_config, check_run_dir
 
 
 def add_subcommands(sub) -> None:
@@ -55,7 +57,8 @@ def add_subcommands(sub) -> None:
     c = sub.add_parser("checkpoints", help="inspect or plot a run directory")
     c.add_argument("action", choices=["inspect", "plot"])
     c.add_argument("directory")
-    c.add_argument("--verify", action="store_true", help="inspect: also check every checksum")
+    c.add_argument("--verify", action="store_true", help="inspect: also load every file as `ember eval` would (checksums and a full parse); "
+                        "exit status 1 if any fails")
     c.set_defaults(run=run_checkpoints)
 
 
@@ -75,11 +78,11 @@ def _config(args) -> dict:
     return cfg
 
 
-def _loaders(cfg, data_root, for_eval_only=False):
+def _loaders(cfg, data_root, for_eval_only=False, eval_batch_size=500):
     from ..data import DataLoader
     train_set, test_set = recipes.build_datasets(cfg["dataset"], data_root, cfg.get("limit_train"),
                                                  cfg.get("limit_test"))
-    test_loader = DataLoader(test_set, batch_size=500, transform=recipes.transforms(cfg["dataset"], False))
+    test_loader = DataLoader(test_set, batch_size=eval_batch_size, transform=recipes.transforms(cfg["dataset"], False))
     if for_eval_only:
         return None, test_loader
     train_loader = DataLoader(train_set, batch_size=cfg["batch_size"], shuffle=True, seed=cfg["seed"],
@@ -112,20 +115,21 @@ def _run_distributed(args) -> int:
 def _train(args, dist=None) -> int:
     import ember
     from .trainer import Trainer
+    check_arguments(args)                    # every check before any work: nothing is half done
     if args.backend:
         ember.use(args.backend)
     out = args.out or os.path.join("runs", f"{args.dataset}-{args.model}")
+    check_run_dir(out, args.resume)
+    if args.data_root is not None and os.path.exists(args.data_root) and not os.path.isdir(args.data_root):
+        raise EmberError(f"--data-root {args.data_root} is a file, not a directory")
     cfg = _config(args)
     if args.resume:
-        saved = _saved_config(out)
-        if saved is not None and isinstance(saved, dict):
-            differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
-            if differs:
-                raise EmberError(f"--resume: the run in {out} was started with different settings "
-                                 + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
-    elif _has_checkpoints(out):
-        raise EmberError(f"{out} already holds checkpoints of a run; pass --resume to continue it or "
-                         f"--out to start a new one (nothing was changed)")
+        path = latest_checkpoint(out)
+        saved = check_config(path, read_checkpoint(path)[1].get("config"))
+        differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
+        if differs:
+            raise EmberError(f"--resume: the run in {out} was started with different settings "
+                             + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
     ember.manual_seed(cfg["seed"])
     model = recipes.build_model(cfg["model"], cfg["dataset"])
     train_loader, test_loader = _loaders(cfg, args.data_root)
@@ -162,40 +166,22 @@ def _train(args, dist=None) -> int:
     return 0
 
 
-def _has_checkpoints(out) -> bool:
-    from ..io.checkpoint import list_checkpoints
-    return os.path.isdir(out) and bool(list_checkpoints(out))
-
-
-def _saved_config(out):
-    """The config of the run in ``out``; a clear error if there is no run to resume there."""
-    from ..io.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
-    if not os.path.isdir(out):
-        raise EmberError(f"--resume: {out} does not exist (no run to resume); drop --resume to start one")
-    path = latest_checkpoint(out)
-    if path is None:
-        bad = [f"{os.path.basename(c.path)}: {c.status}" for c in list_checkpoints(out) if c.status != "ok"]
-        raise EmberError(f"--resume: {out} holds no complete checkpoint of a run"
-                         + (f" ({'; '.join(bad[:3])})" if bad else "") + "; drop --resume to start a new run")
-    return read_checkpoint(path)[1].get("config")
-
-
 def run_eval(args) -> int:
     import ember
-    from ..io.checkpoint import read_checkpoint
     from .state import load_training_state
     from .trainer import Trainer
+    check_arguments(args)
+    if not os.path.exists(args.checkpoint):
+        raise EmberError(f"{args.checkpoint}: no such file or directory")
     if args.backend:
         ember.use(args.backend)
     _, meta = read_checkpoint(args.checkpoint)
-    cfg = dict(meta.get("config") or {})
-    if "model" not in cfg:
-        raise EmberError(f"{args.checkpoint}: no training config in this checkpoint (not written by ember train)")
+    cfg = dict(check_config(args.checkpoint, meta.get("config")))
     if args.limit_test:
         cfg["limit_test"] = args.limit_test
     model = recipes.build_model(cfg["model"], cfg["dataset"])
     load_training_state(args.checkpoint, model)
-    _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True)
+    _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True, eval_batch_size=args.batch_size)
     trainer = Trainer(model, None, None, eval_loader=test_loader, progress=False)
     result = trainer.evaluate()
     print(json.dumps({"checkpoint": os.fspath(args.checkpoint), "step": meta["step"], "dataset": cfg["dataset"],
@@ -209,7 +195,10 @@ def run_checkpoints(args) -> int:
     if not os.path.isdir(args.directory):
         raise EmberError(f"{args.directory} is not a directory")
     if args.action == "plot":
-        print(plot_curves(args.directory))
+        try:
+            print(plot_curves(args.directory))
+        except OSError as e:
+            raise EmberError(f"cannot write the plot in {args.directory}: {e.strerror or e}") from None
         return 0
     rows = list_checkpoints(args.directory, verify=args.verify)
     if not rows:
@@ -220,4 +209,4 @@ def run_checkpoints(args) -> int:
         size = "-" if r.size is None else f"{r.size:,}"
         print(f"{r.step:>8}  {size:>10}  {r.num_tensors if r.num_tensors is not None else '-':>7}  "
               f"{r.status:6}  {os.path.basename(r.path)}")
-    return 0
+    return 1 if args.verify and any(r.status != "ok" for r in rows) else 0

@@ -74,7 +74,8 @@ def plot_curves(run_dir, out=None) -> str:
     ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
