@@ -42,6 +42,8 @@ def add_subcommands(sub) -> None:
     t.add_argument("--no-jit", action="store_true",
                    help="run each training step eagerly instead of compiled by ember.jit (EMBER_JIT=0 "
                         "does this everywhere)")
+    t.add_argument("--dry-run", action="store_true",
+                   help="check the arguments and the run directory, print the settings as JSON, and exit")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global")
     t.set_defaults(run=run_train)
@@ -130,6 +132,9 @@ def _train(args, dist=None) -> int:
         if differs:
             raise EmberError(f"--resume: the run in {out} was started with different settings "
                              + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
+    if args.dry_run:
+        print(json.dumps({**cfg, "out": out, "resume": args.resume}))
+        return 0
     ember.manual_seed(cfg["seed"])
     model = recipes.build_model(cfg["model"], cfg["dataset"])
     train_loader, test_loader = _loaders(cfg, args.data_root)
