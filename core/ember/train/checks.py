@@ -44,6 +44,7 @@ NUMBERS = {
     "max_steps":        _int(1),
     "limit_train":      _int(1),
     "limit_test":       _int(1),
+    "dist_timeout":     _number(0, strict=True),
 }
 
 # A saved config holds these too; names must be ones this ember knows.

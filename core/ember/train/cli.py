@@ -46,6 +46,9 @@ def add_subcommands(sub) -> None:
                    help="check the arguments and the run directory, print the settings as JSON, and exit")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global")
+    t.add_argument("--dist-timeout", type=float, default=None,
+                   help="--distributed: seconds a rank waits for the others before the job is aborted "
+                        "(default: EMBER_DIST_TIMEOUT or 300)")
     t.set_defaults(run=run_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint on its dataset's test split")
@@ -102,11 +105,16 @@ def _run_distributed(args) -> int:
     """Every rank runs the same training; a rank that fails ends the whole job at once
     (otherwise the others would wait forever in the next all-reduce)."""
     from .. import distributed as dist
-    dist.init()
+    check_arguments(args)
+    dist.init(timeout=args.dist_timeout)
     try:
         return _train(args, dist)
     except BaseException as exc:  # noqa: BLE001
         if dist.world_size() > 1 and not isinstance(exc, SystemExit):
+            if isinstance(exc, EmberError):          # a user's error: one line, as on one rank
+                print(f"ember: error: rank {dist.rank()}: {' '.join(str(exc).split())}; aborting all "
+                      f"{dist.world_size()} ranks", file=sys.stderr)
+                dist.abort(2)
             import traceback
             print(f"ember: rank {dist.rank()} failed; aborting all {dist.world_size()} ranks", file=sys.stderr)
             traceback.print_exc()
