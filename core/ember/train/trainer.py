@@ -1,8 +1,13 @@
 """The training loop.
 
-A Trainer owns nothing clever: for each batch it runs forward, loss, backward, (clipping),
-optimizer step; every ``log_every`` steps it writes a record; every ``checkpoint_every`` steps
-and at each epoch's end it saves the run; hooks run at the steps and epoch ends they asked for.
+A Trainer owns nothing clever: for each batch it runs forward, loss, backward, a finiteness
+check of the loss and the gradient norm, (clipping), optimizer step; every ``log_every`` steps
+it writes a record; every ``checkpoint_every`` steps and at each epoch's end it saves the run;
+hooks run at the steps and epoch ends they asked for.
+
+Where the run is (step, finished epochs, batches of the current epoch, that epoch's metric
+accumulators) goes into every checkpoint with the rest of the state, so ``resume`` continues
+exactly, whether the run was killed, paused by ``max_steps``, or stopped during evaluation.
 """
 from __future__ import annotations
 
@@ -184,7 +189,6 @@ class Trainer:
         self.optimizer.zero_grad()
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()       # the step is counted, as a skipped AMP step is
-        return None
 
     # ------------------------------------------------------------------------------- the loop
     def fit(self, epochs: int, max_steps: int | None = None) -> list[dict]:
