@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from .errors import EmberError
+from .errors import EmberError, user_frame, where
 
 
 def _backends(args) -> int:
@@ -39,8 +39,17 @@ def _certify(argv) -> int:
     return main(argv)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (``ember: error: ...``, exit 2) instead of the usage
+    text: the same shape as every other error ember reports."""
+
+    def error(self, message):
+        self.exit(2, f"ember: error: {self.prog.removeprefix('ember ')}: {message}\n"
+                     if self.prog != "ember" else f"ember: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ember", description="ember: train and run models on any backend")
+    p = Parser(prog="ember", description="ember: train and run models on any backend")
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("backends", help="list backends and their status")
@@ -58,13 +67,17 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["certify"]:
         return _certify(argv[1:])
+    # Errors end with the user's source line; from the command line that line is only the
+    # launcher calling main(), which tells the user nothing: it is cut from the message.
+    launcher = where(user_frame(2))
     args = build_parser().parse_args(argv)
     try:
         if args.command == "backends":
             return _backends(args)
         return args.run(args)
-    except EmberError as err:
-        print(f"ember: error: {err}", file=sys.stderr)
+    except (EmberError, OSError) as err:   # OSError: the machine said no (disk full, permission)
+        text = str(err).replace(launcher, "") if launcher else str(err)
+        print(f"ember: error: {' '.join(text.split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ember: interrupted", file=sys.stderr)

@@ -56,10 +56,10 @@ TRAIN = """
 """
 
 
-def launch(tmp_path, n, script, *args, timeout=120):
+def launch(tmp_path, n, script, *args, timeout=120, env=None):
     path = tmp_path / "script.py"
     path.write_text(textwrap.dedent(script))
-    env = {**os.environ, **ENV}
+    env = {**os.environ, **ENV, **(env or {})}
     return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, "-m", "mpi4py", str(path), *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -137,3 +137,64 @@ def test_distributed_flag_without_mpi_names_the_extra(tmp_path):
                          timeout=60)
     assert run.returncode == 2
     assert "ember[mpi-local]" in run.stderr and "mpi4py" in run.stderr
+
+
+STOP = """
+    import os, signal, sys
+    import numpy as np
+    from ember import nn, optim
+    from ember.data import ArrayDataset, DataLoader
+    import ember.distributed as dist
+    from ember.distributed.sharding import ShardedLoader
+    from ember.train import Trainer
+
+    pids = sys.argv[1]
+    rank, world = dist.rank(), dist.world_size()
+    with open(f"{pids}.{rank}", "w") as f:
+        f.write(str(os.getpid()))
+    x = np.random.default_rng(0).standard_normal((4000, 8)).astype(np.float32)
+    y = (x.sum(1) > 0).astype(np.int64)
+    model = dist.DistributedDataParallel(nn.Linear(8, 2))
+    loader = ShardedLoader(DataLoader(ArrayDataset(x, y), batch_size=30, shuffle=True), rank, world)
+    trainer = Trainer(model, optim.SGD(model.parameters(), lr=0.1), loader, progress=False, is_main=rank == 0)
+
+    @trainer.every(1)
+    def freeze(t):
+        if rank == world - 1 and t.step == 5:
+            os.kill(os.getpid(), signal.SIGSTOP)      # silent, not dead: no error will ever come
+    trainer.fit(epochs=50)
+"""
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_silent_rank_times_out_and_is_named(tmp_path, ranks):
+    import signal
+    pids = tmp_path / "pid"
+    start = time.monotonic()
+    try:
+        run = launch(tmp_path, ranks, STOP, pids, timeout=90, env={"EMBER_DIST_TIMEOUT": "3"})
+    finally:
+        for r in range(ranks):        # whatever happened, leave no stopped process behind
+            try:
+                pid = int((tmp_path / f"pid.{r}").read_text())
+                os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+    elapsed = time.monotonic() - start
+    assert run.returncode != 0
+    silent = ranks - 1
+    lines = [line for line in run.stderr.splitlines() if line.startswith("ember: error: rank")]
+    assert lines, run.stderr[-2000:]
+    assert all(f"silent rank(s): {silent}." in line and "waited 3 s" in line for line in lines), lines
+    assert "gradient all-reduce" in lines[0]
+    assert elapsed < 60, f"the job took {elapsed:.1f} s to end"
+
+
+def test_the_timeout_must_be_positive(monkeypatch):
+    import ember.distributed as dist
+    with pytest.raises(dist.comm.EmberError, match="> 0"):
+        dist.set_timeout(0)
+    monkeypatch.setenv("EMBER_DIST_TIMEOUT", "soon")
+    monkeypatch.setitem(dist.comm._STATE, "timeout", None)
+    with pytest.raises(dist.comm.EmberError, match="EMBER_DIST_TIMEOUT='soon'"):
+        dist.get_timeout()

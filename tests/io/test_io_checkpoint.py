@@ -42,11 +42,14 @@ def test_sidecar_fields(tmp_path):
     path = write_checkpoint(tmp_path, 5, ckpt(5), META)
     sidecar = json.loads((tmp_path / "ckpt-00000005.json").read_text())
     data = open(path, "rb").read()
-    assert sidecar["format"] == "ember.checkpoint" and sidecar["format_version"] == 1
+    assert sidecar["format"] == "ember.checkpoint" and sidecar["format_version"] == 2
     assert sidecar["step"] == 5 and sidecar["num_tensors"] == 3 and sidecar["size"] == len(data)
     assert sidecar["sha256"] == hashlib.sha256(data).hexdigest()
     assert sidecar["tensors_file"] == "ckpt-00000005.safetensors"
     assert sidecar["meta"] == {**META, "step": 5}
+    body = {k: v for k, v in sidecar.items() if k != "sidecar_sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert sidecar["sidecar_sha256"] == hashlib.sha256(canonical).hexdigest()
 
 
 def test_numpy_arrays_accepted(tmp_path):
@@ -197,7 +200,13 @@ def test_missing_directory(tmp_path):
     (lambda s: s | {"num_tensors": True}, "'num_tensors'"),
     (lambda s: s | {"meta": None}, "'meta'"),
     (lambda s: s | {"format_version": 99}, "newer ember"),
-    (lambda s: s | {"sha256": "0" * 64}, "checksum mismatch"),
+    (lambda s: s | {"sha256": "0" * 64}, "sidecar checksum mismatch"),
+    (lambda s: s | {"meta": {**s["meta"], "step": 7}}, "sidecar checksum mismatch"),
+    (lambda s: s | {"meta": {**s["meta"], "lr": 1.0}}, "sidecar checksum mismatch"),
+    (lambda s: {k: v for k, v in s.items() if k != "sidecar_sha256"}, "sidecar checksum mismatch"),
+    (lambda s: s | {"time": float("nan")}, "sidecar checksum mismatch"),
+    (lambda s: _reseal(s | {"sha256": "0" * 64}), "sha256 checksum mismatch"),
+    (lambda s: _reseal(s | {"meta": {**s["meta"], "step": 7}}), "disagrees with meta step"),
 ])
 def test_tampered_sidecar(tmp_path, edit, cause):
     write_checkpoint(tmp_path, 1, ckpt(1))
@@ -205,6 +214,23 @@ def test_tampered_sidecar(tmp_path, edit, cause):
     sidecar.write_text(json.dumps(edit(json.loads(sidecar.read_text()))))
     with pytest.raises(CheckpointError, match=cause):
         read_checkpoint(tmp_path / "ckpt-00000001.safetensors")
+
+
+def _reseal(sidecar):
+    """An edit that also recomputes the sidecar's own checksum (a deliberate forgery)."""
+    from ember.io.checkpoint import _content_hash
+    return sidecar | {"sidecar_sha256": _content_hash(sidecar)}
+
+
+def test_stale_temp_files_and_interrupted_writes_are_swept(tmp_path):
+    from ember.io import sweep
+    write_checkpoint(tmp_path, 1, ckpt(1))
+    (tmp_path / ".ckpt-00000002.safetensors.0a1b2c.tmp").write_bytes(b"x" * 1000)
+    (tmp_path / "ckpt-00000002.safetensors").write_bytes(b"half")
+    (tmp_path / "notes.tmp").write_text("not ours")
+    assert sweep(tmp_path) == ["ckpt-00000002.safetensors", ".ckpt-00000002.safetensors.0a1b2c.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.json", "ckpt-00000001.safetensors",
+                                                          "notes.tmp"]
 
 
 def test_list_checkpoints(tmp_path):

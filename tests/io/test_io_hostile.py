@@ -64,7 +64,36 @@ HOSTILE = {
     "giant integer": (with_header(b'{"a": {"shape": [' + b"9" * 10_000 + b"]}}"), "not valid JSON"),
     "truncated data": (VALID[:-1], "run past"),
     "truncated header": (VALID[:20], "exceeds"),
+    "too many dimensions": (with_header({"a": entry(shape=[0] * 65, offsets=(0, 0))}), "65 dimensions"),
 }
+
+
+def forged_checkpoint(directory, blob):
+    """A checkpoint whose tensors file is ``blob`` and whose sidecar vouches for it: size and
+    sha256 match, the sidecar's own checksum too, so only parsing can find the fault."""
+    import hashlib
+    from ember.io import write_checkpoint
+    from ember.io.checkpoint import _content_hash
+    path = write_checkpoint(directory, 1, {"a": TensorBytes("U8", (2,), b"ok")})
+    sidecar_path = path[: -len(".safetensors")] + ".json"
+    sidecar = json.loads(open(sidecar_path).read())
+    sidecar.update(size=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+    sidecar["sidecar_sha256"] = _content_hash(sidecar)
+    with open(path, "wb") as f:
+        f.write(blob)
+    with open(sidecar_path, "w") as f:
+        f.write(json.dumps(sidecar))
+    return path
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_inspect_verify_parses_what_the_checksum_vouches_for(case, tmp_path):
+    from ember.io import list_checkpoints
+    blob, cause = HOSTILE[case]
+    forged_checkpoint(tmp_path, blob)
+    assert list_checkpoints(tmp_path)[0].status == "ok"            # sizes agree: only a parse can tell
+    [info] = list_checkpoints(tmp_path, verify=True)
+    assert cause in info.status
 
 
 @pytest.mark.parametrize("case", HOSTILE)

@@ -122,3 +122,18 @@ def test_predict_drawing_returns_the_model_input(model_dir):
     canvas, side = _upscaled(pixels[:784])
     out = runtime.Classifier.from_files(model_dir, "python").predict_drawing(canvas, side, side)
     assert len(out["input"]) == 784 and out["classes"][0] in range(10) and len(out["probs"][0]) == 10
+
+
+@pytest.mark.parametrize("weights", ["../outside.bin", "../" * 30 + "outside.bin", "sub/../../outside.bin",
+                                     "ABSOLUTE", ".", "link.bin", None, 7])
+def test_the_model_loader_reads_only_inside_its_folder(model_dir, tmp_path, weights):
+    if weights == "ABSOLUTE":
+        weights = str(tmp_path / "outside.bin")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "outside.bin").write_bytes(b"secret")
+    (folder / "link.bin").symlink_to(tmp_path / "outside.bin")
+    spec = json.loads((model_dir / "model.json").read_text())
+    (folder / "model.json").write_text(json.dumps({**spec, "weights": weights}))
+    with pytest.raises(ValueError, match="must name a file inside"):
+        runtime.Classifier.from_files(folder, "python")

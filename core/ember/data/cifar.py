@@ -19,6 +19,7 @@ from .errors import DataError
 from .safe_pickle import load_arrays
 from .sources import FileDataset
 
+MAX_BATCH_BYTES = 10000 * (3 * 32 * 32 + 8)   # one batch: 10k images and, at most, int64 labels
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
@@ -43,6 +44,8 @@ class CIFAR10(FileDataset):
         "test": ("test-images-idx4-ubyte", "test-labels-idx1-ubyte"),
     }
     classes = CIFAR10_CLASSES
+    shapes = {"train-images-idx4-ubyte": (50000, 3, 32, 32), "train-labels-idx1-ubyte": (50000,),
+              "test-images-idx4-ubyte": (10000, 3, 32, 32), "test-labels-idx1-ubyte": (10000,)}
     members = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
 
     @classmethod
@@ -72,7 +75,10 @@ def read_cifar_archive(path, members, splits) -> dict:
             for m in tar:
                 base = m.name.rsplit("/", 1)[-1]
                 if m.isfile() and base in wanted and re.fullmatch(r"(\./)?[\w.-]+/" + re.escape(base), m.name):
-                    found[base] = load_arrays(tar.extractfile(m).read(), f"{path}:{m.name}")
+                    if m.size > MAX_BATCH_BYTES + (1 << 20):     # checked before a byte is read
+                        raise DataError(f"{path}:{m.name}: {m.size} bytes, more than a CIFAR batch can be")
+                    found[base] = load_arrays(tar.extractfile(m).read(), f"{path}:{m.name}",
+                                              max_bytes=MAX_BATCH_BYTES)
     except (tarfile.TarError, OSError, EOFError) as e:
         raise DataError(f"{path}: corrupt or truncated archive ({e}). Delete it so it is fetched again.") from e
     missing = sorted(wanted - found.keys())

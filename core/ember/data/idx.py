@@ -89,8 +89,9 @@ def encode_idx(array) -> bytes:
     return header + np.ascontiguousarray(a, dtype=IDX_DTYPES[code]).tobytes()
 
 
-def read_idx(path) -> np.ndarray:
-    """Read an IDX file, gzip-compressed or not (detected by content, not by name).
+def read_idx(path, max_bytes: int | None = None) -> np.ndarray:
+    """Read an IDX file, gzip-compressed or not (detected by content, not by name); with
+    ``max_bytes``, refuse a file whose content would be larger (read nor inflated past it).
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "x-idx1-ubyte.gz")
@@ -98,18 +99,47 @@ def read_idx(path) -> np.ndarray:
     >>> read_idx(p).tolist()
     [1, 2, 3]
     """
+    return decode_idx(read_raw(path, max_bytes), str(path))
+
+
+def read_raw(path, max_bytes: int | None = None) -> bytes:
+    """The content of a file, inflated if it is gzip data, at most ``max_bytes`` of it."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        # gzip of incompressible data is a little larger than the data itself
+        if max_bytes is not None and size > max_bytes + max_bytes // 100 + 1024:
+            raise DataError(f"{path}: {size} bytes, more than this dataset's files can be ({max_bytes}). "
+                            f"It is not a genuine file; delete it.")
         raw = path.read_bytes()
     except OSError as e:
         raise DataError(f"{path}: cannot read IDX file: {e.strerror or e}") from e
-    return decode_idx(gunzip(raw, path) if raw[:2] == b"\x1f\x8b" else raw, str(path))
+    return gunzip(raw, path, max_bytes) if raw[:2] == b"\x1f\x8b" else raw
 
 
-def gunzip(raw: bytes, name) -> bytes:
-    """Decompress gzip bytes, turning the library's several exception types into one clear error."""
+def gunzip(raw: bytes, name, max_bytes: int | None = None) -> bytes:
+    """Decompress gzip bytes, turning the library's several exception types into one clear error.
+    With ``max_bytes``, stop inflating past it and refuse (a small file can inflate to gigabytes).
+
+    >>> gunzip(gzip.compress(bytes(1000)), "zeros", max_bytes=100)
+    Traceback (most recent call last):
+    ...
+    ember.data.errors.DataError: zeros: inflates to more than 100 bytes, more than this dataset's files can be. It is not a genuine file; delete it.
+    """
     try:
-        return gzip.decompress(raw)
+        if max_bytes is None:
+            return gzip.decompress(raw)
+        out, rest = b"", raw
+        while rest.strip(b"\0"):                      # a gzip file may hold several members
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += inflater.decompress(rest, max_bytes + 1 - len(out))
+            if len(out) > max_bytes or inflater.unconsumed_tail:
+                raise DataError(f"{name}: inflates to more than {max_bytes} bytes, more than this dataset's "
+                                f"files can be. It is not a genuine file; delete it.")
+            if not inflater.eof:
+                raise EOFError("compressed data ended before the end-of-stream marker")
+            rest = inflater.unused_data
+        return out
     except (OSError, EOFError, zlib.error) as e:
         raise DataError(
             f"{name}: corrupt or truncated gzip data ({e}). Delete the file so it is fetched again."

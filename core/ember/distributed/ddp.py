@@ -11,7 +11,7 @@ same sequence. ``sync_gradients()`` waits for them and writes the averages back.
 from __future__ import annotations
 
 from .. import autodiff
-from .comm import _host, _mpi, broadcast, init
+from .comm import _host, _mpi, broadcast, init, wait
 
 
 def broadcast_parameters(model, root: int = 0) -> None:
@@ -102,7 +102,7 @@ class DistributedDataParallel:
             self._launch(self.buckets[self._next])
             self._next += 1
         for bucket in self.buckets:
-            bucket.request.Wait()
+            wait(bucket.request, "gradient all-reduce")
             bucket.flat /= self.size
             offset = 0
             for p, n in zip(bucket.params, bucket.sizes):

@@ -3,7 +3,8 @@
 One checkpoint is two files in the checkpoint directory::
 
     ckpt-00001200.safetensors   the tensors (weights, optimizer state)
-    ckpt-00001200.json          the sidecar: step, user meta, size and sha256 of the tensors
+    ckpt-00001200.json          the sidecar: step, user meta, size and sha256 of the tensors,
+                                and a sha256 of the sidecar's own content
 
 The sidecar is written last and is the commit point: a ``.safetensors`` file without its
 sidecar is an interrupted write, ignored by readers and deleted by the next writer. Both files
@@ -23,11 +24,12 @@ from typing import NamedTuple
 
 from .atomic import TMP_SUFFIX, atomic_write, fsync_directory
 from .errors import CheckpointError, CheckpointWarning
+from .faults import kill_point
 from .numpy_io import as_tensor_bytes
 from .safetensors import MAX_HEADER_SIZE, _layout, dump, load_bytes
 
 FORMAT = "ember.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: the sidecar carries "sidecar_sha256", a checksum of its own content
 _NAME = re.compile(r"ckpt-(\d{8,})\.(safetensors|json)")
 _CHUNK = 1 << 20
 
@@ -98,9 +100,11 @@ def write_checkpoint(directory, step: int, tensors, meta=None, *, keep_last: int
         fsync_directory(directory)
 
     size, digest = atomic_write(data_path, lambda f: _dump_hashed(tensors, f))
+    kill_point("checkpoint-commit")
     sidecar = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "time": time.time(),
                "tensors_file": os.path.basename(data_path), "size": size, "sha256": digest,
                "num_tensors": len(tensors), "meta": meta}
+    sidecar["sidecar_sha256"] = _content_hash(sidecar)
     text = json.dumps(sidecar, indent=1, allow_nan=False) + "\n"
     try:
         atomic_write(sidecar_path, lambda f: f.write(text.encode("utf-8")))  # the commit point
@@ -119,16 +123,54 @@ def write_checkpoint(directory, step: int, tensors, meta=None, *, keep_last: int
 def _dump_hashed(tensors, f):
     class HashingFile:  # hash on the way out: one pass over the data, not a re-read
         def __init__(self):
-            self.sha, self.size = hashlib.sha256(), 0
+            self.sha, self.size, self.writes = hashlib.sha256(), 0, 0
 
         def write(self, b):
             self.sha.update(b)
             self.size += memoryview(b).nbytes
-            return f.write(b)
+            written = f.write(b)
+            self.writes += 1
+            if self.writes == 2:            # the header and one tensor are out: half a file
+                kill_point("checkpoint-data")
+            return written
 
     out = HashingFile()
     dump(tensors, out)
     return out.size, out.sha.hexdigest()
+
+
+def _content_hash(sidecar: dict) -> str:
+    """sha256 of the sidecar's content without its own checksum, in canonical JSON (sorted keys,
+    no spaces), so that a value edited by hand or by a bad disk is caught on load."""
+    body = {k: v for k, v in sidecar.items() if k != "sidecar_sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sweep(directory) -> list[str]:
+    """Remove what crashed writes left in ``directory``: temporary files and tensors files
+    without a sidecar. Call it when a writer starts (one writer per directory); returns the
+    names removed.
+
+    >>> import os, tempfile
+    >>> run = tempfile.mkdtemp()
+    >>> open(os.path.join(run, ".ckpt-00000010.safetensors.1a2b.tmp"), "wb").close()
+    >>> sweep(run)
+    ['.ckpt-00000010.safetensors.1a2b.tmp']
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for step, kinds in _scan(directory).items():
+        if kinds == {"safetensors"}:
+            removed.append(os.path.basename(checkpoint_path(directory, step)))
+            _remove(checkpoint_path(directory, step))
+    for name in sorted(os.listdir(directory)):
+        if name.startswith(".ckpt-") and name.endswith(TMP_SUFFIX):
+            removed.append(name)
+            _remove(os.path.join(directory, name))
+    return removed
 
 
 def _clean(directory, keep_last, current):
@@ -158,10 +200,11 @@ def _remove(path):
 def _scan(directory) -> dict[int, set[str]]:
     """{step: {"safetensors", "json"} or a subset} for the checkpoint files in ``directory``."""
     found: dict[int, set[str]] = {}
-    for name in os.listdir(directory):
-        m = _NAME.fullmatch(name)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(m.group(2))
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            m = _NAME.fullmatch(entry.name)
+            if m and entry.is_file():         # a directory named like a checkpoint is not one
+                found.setdefault(int(m.group(1)), set()).add(m.group(2))
     return found
 
 
@@ -234,7 +277,8 @@ def read_checkpoint(path):
 
 def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]:
     """Every checkpoint in ``directory``, oldest first, with its status; reads only sidecars
-    unless ``verify=True``, which also checks every checksum.
+    unless ``verify=True``, which also loads every file as ``read_checkpoint`` (and so
+    ``ember eval``) does: checksums, then a full parse of the safetensors header.
 
     >>> import tempfile
     >>> from ember.io import TensorBytes
@@ -258,7 +302,7 @@ def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]
         status = "ok"
         try:
             if verify:
-                _verify(path, sidecar)
+                read_checkpoint(path)      # what eval loads with: checksums, then a full parse
             elif _size(path) is None:
                 status = "tensors file is missing (its sidecar exists)"
             elif _size(path) != sidecar["size"]:
@@ -304,6 +348,13 @@ def _read_sidecar(data_path: str) -> dict:
     if sidecar["format_version"] > FORMAT_VERSION:
         raise CheckpointError(path, f"written by a newer ember (format version {sidecar['format_version']}); "
                                     f"this one reads up to version {FORMAT_VERSION}")
+    # Format 1 sidecars predate the content checksum; from format 2 on it is required.
+    if sidecar["format_version"] >= 2 and sidecar.get("sidecar_sha256") != _content_hash(sidecar):
+        raise CheckpointError(path, "sidecar checksum mismatch: the sidecar was edited or is corrupt "
+                                    "(its \"sidecar_sha256\" does not match its content)")
+    if sidecar["step"] < 0 or sidecar["meta"].get("step", sidecar["step"]) != sidecar["step"]:
+        raise CheckpointError(path, f"sidecar step {sidecar['step']!r} disagrees with meta step "
+                                    f"{sidecar['meta'].get('step')!r}")
     return sidecar
 
 

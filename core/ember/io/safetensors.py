@@ -27,6 +27,7 @@ from .atomic import atomic_write
 from .errors import CheckpointError
 
 # The reference reader refuses larger headers too; it bounds what a hostile file can make us parse.
+MAX_NDIM = 64          # NumPy's limit on dimensions: a tensor beyond it could not be used
 MAX_HEADER_SIZE = 100_000_000
 
 
@@ -156,8 +157,8 @@ def _layout(tensors, metadata):
         dtype, shape, data = tensor
         d = dtype_info(dtype)
         shape = tuple(shape)
-        if not all(type(s) is int and s >= 0 for s in shape):
-            raise ValueError(f"tensor {name!r}: shape {shape!r} must be non-negative integers")
+        if not all(type(s) is int and s >= 0 for s in shape) or len(shape) > MAX_NDIM:
+            raise ValueError(f"tensor {name!r}: shape {shape!r} must be at most {MAX_NDIM} non-negative integers")
         view = _byte_view(data, name)
         if view.nbytes != _numel(shape) * d.itemsize:
             raise ValueError(f"tensor {name!r}: {d.code} of shape {shape} needs "
@@ -325,6 +326,9 @@ def _parse_entry(name, info, data_len, source):
         raise CheckpointError(source, f"{where}: unknown dtype {_short(code)}; known: {', '.join(DTYPES)}")
     if not (isinstance(shape, list) and all(type(s) is int and s >= 0 for s in shape)):
         raise CheckpointError(source, f"{where}: shape {_short(shape)} is not a list of non-negative integers")
+    if len(shape) > MAX_NDIM:
+        raise CheckpointError(source, f"{where}: shape has {len(shape)} dimensions; at most {MAX_NDIM} are "
+                                      "supported (NumPy's limit)")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
             and 0 <= offsets[0] <= offsets[1]):
         raise CheckpointError(source, f"{where}: data_offsets {_short(offsets)} is not [begin, end] "

@@ -6,7 +6,9 @@ import os
 import sys
 
 from ..errors import EmberError
+from ..io.checkpoint import latest_checkpoint, read_checkpoint
 from . import recipes
+from .checks import check_arguments, check_config, check_run_dir
 
 
 def add_subcommands(sub) -> None:
@@ -29,7 +31,10 @@ def add_subcommands(sub) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     t.add_argument("--keep-last", type=int, default=3)
-    t.add_argument("--max-steps", type=int, default=None, help="stop after N steps in total")
+    t.add_argument("--max-steps", type=int, default=None,
+                   help="pause after N steps in total (checkpointed; --resume continues the run)")
+    t.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
+                   help="a NaN/inf loss or gradient: stop with an error (default) or skip that update")
     t.add_argument("--limit-train", type=int, default=None, help="use only the first N training samples")
     t.add_argument("--limit-test", type=int, default=None, help="use only the first N test samples")
     t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA or ~/.cache)")
@@ -37,8 +42,13 @@ def add_subcommands(sub) -> None:
     t.add_argument("--no-jit", action="store_true",
                    help="run each training step eagerly instead of compiled by ember.jit (EMBER_JIT=0 "
                         "does this everywhere)")
+    t.add_argument("--dry-run", action="store_true",
+                   help="check the arguments and the run directory, print the settings as JSON, and exit")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global")
+    t.add_argument("--dist-timeout", type=float, default=None,
+                   help="--distributed: seconds a rank waits for the others before the job is aborted "
+                        "(default: EMBER_DIST_TIMEOUT or 300)")
     t.set_defaults(run=run_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint on its dataset's test split")
@@ -52,7 +62,8 @@ def add_subcommands(sub) -> None:
     c = sub.add_parser("checkpoints", help="inspect or plot a run directory")
     c.add_argument("action", choices=["inspect", "plot"])
     c.add_argument("directory")
-    c.add_argument("--verify", action="store_true", help="inspect: also check every checksum")
+    c.add_argument("--verify", action="store_true", help="inspect: also load every file as `ember eval` would (checksums and a full parse); "
+                        "exit status 1 if any fails")
     c.set_defaults(run=run_checkpoints)
 
 
@@ -72,11 +83,11 @@ def _config(args) -> dict:
     return cfg
 
 
-def _loaders(cfg, data_root, for_eval_only=False):
+def _loaders(cfg, data_root, for_eval_only=False, eval_batch_size=500):
     from ..data import DataLoader
     train_set, test_set = recipes.build_datasets(cfg["dataset"], data_root, cfg.get("limit_train"),
                                                  cfg.get("limit_test"))
-    test_loader = DataLoader(test_set, batch_size=500, transform=recipes.transforms(cfg["dataset"], False))
+    test_loader = DataLoader(test_set, batch_size=eval_batch_size, transform=recipes.transforms(cfg["dataset"], False))
     if for_eval_only:
         return None, test_loader
     train_loader = DataLoader(train_set, batch_size=cfg["batch_size"], shuffle=True, seed=cfg["seed"],
@@ -94,11 +105,16 @@ def _run_distributed(args) -> int:
     """Every rank runs the same training; a rank that fails ends the whole job at once
     (otherwise the others would wait forever in the next all-reduce)."""
     from .. import distributed as dist
-    dist.init()
+    check_arguments(args)
+    dist.init(timeout=args.dist_timeout)
     try:
         return _train(args, dist)
     except BaseException as exc:  # noqa: BLE001
         if dist.world_size() > 1 and not isinstance(exc, SystemExit):
+            if isinstance(exc, EmberError):          # a user's error: one line, as on one rank
+                print(f"ember: error: rank {dist.rank()}: {' '.join(str(exc).split())}; aborting all "
+                      f"{dist.world_size()} ranks", file=sys.stderr)
+                dist.abort(2)
             import traceback
             print(f"ember: rank {dist.rank()} failed; aborting all {dist.world_size()} ranks", file=sys.stderr)
             traceback.print_exc()
@@ -109,20 +125,24 @@ def _run_distributed(args) -> int:
 def _train(args, dist=None) -> int:
     import ember
     from .trainer import Trainer
+    check_arguments(args)                    # every check before any work: nothing is half done
     if args.backend:
         ember.use(args.backend)
     out = args.out or os.path.join("runs", f"{args.dataset}-{args.model}")
+    check_run_dir(out, args.resume)
+    if args.data_root is not None and os.path.exists(args.data_root) and not os.path.isdir(args.data_root):
+        raise EmberError(f"--data-root {args.data_root} is a file, not a directory")
     cfg = _config(args)
     if args.resume:
-        saved = _saved_config(out)
-        if saved is not None:
-            differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
-            if differs:
-                raise EmberError(f"--resume: the run in {out} was started with different settings "
-                                 + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
-    elif _has_checkpoints(out):
-        raise EmberError(f"{out} already holds checkpoints of a run; pass --resume to continue it or "
-                         f"--out to start a new one (nothing was changed)")
+        path = latest_checkpoint(out)
+        saved = check_config(path, read_checkpoint(path)[1].get("config"))
+        differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
+        if differs:
+            raise EmberError(f"--resume: the run in {out} was started with different settings "
+                             + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
+    if args.dry_run:
+        print(json.dumps({**cfg, "out": out, "resume": args.resume}))
+        return 0
     ember.manual_seed(cfg["seed"])
     model = recipes.build_model(cfg["model"], cfg["dataset"])
     train_loader, test_loader = _loaders(cfg, args.data_root)
@@ -141,48 +161,40 @@ def _train(args, dist=None) -> int:
                       scheduler_interval="step",
                       out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
                       progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg,
-                      is_main=is_main, jit=not args.no_jit)
-    if args.resume and trainer.resume(out):
-        print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch})", file=sys.stderr)
+                      is_main=is_main, jit=not args.no_jit, on_nonfinite=args.on_nonfinite)
+    if args.resume:
+        trainer.resume(out)
+        print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch}, batch {trainer._batch})",
+              file=sys.stderr)
     backend = ember.get_backend()
     if is_main:
         print(f"training {cfg['model']} on {cfg['dataset']} ({len(train_loader.dataset)} samples) with "
               f"backend {backend.name}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}"
               + (f", {dist.world_size()} ranks" if dist is not None else ""), file=sys.stderr)
     history = trainer.fit(cfg["epochs"], max_steps=args.max_steps)
-    if history and is_main:
-        last = history[-1]
-        print(json.dumps({"step": trainer.step, **last}))
+    if is_main and trainer.paused:
+        print(json.dumps({"step": trainer.step, "epoch": trainer.epoch, "paused": True}))
+    elif history and is_main:
+        print(json.dumps({"step": trainer.step, **history[-1]}))
     return 0
-
-
-def _has_checkpoints(out) -> bool:
-    from ..io.checkpoint import list_checkpoints
-    return os.path.isdir(out) and bool(list_checkpoints(out))
-
-
-def _saved_config(out):
-    from ..io.checkpoint import latest_checkpoint, read_checkpoint
-    path = latest_checkpoint(out) if os.path.isdir(out) else None
-    return None if path is None else read_checkpoint(path)[1].get("config")
 
 
 def run_eval(args) -> int:
     import ember
-    from ..io.checkpoint import read_checkpoint
     from .state import load_training_state
     from .trainer import Trainer
+    check_arguments(args)
+    if not os.path.exists(args.checkpoint):
+        raise EmberError(f"{args.checkpoint}: no such file or directory")
     if args.backend:
         ember.use(args.backend)
     _, meta = read_checkpoint(args.checkpoint)
-    cfg = dict(meta.get("config") or {})
-    if "model" not in cfg:
-        raise EmberError(f"{args.checkpoint}: no training config in this checkpoint (not written by ember train)")
+    cfg = dict(check_config(args.checkpoint, meta.get("config")))
     if args.limit_test:
         cfg["limit_test"] = args.limit_test
     model = recipes.build_model(cfg["model"], cfg["dataset"])
     load_training_state(args.checkpoint, model)
-    _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True)
+    _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True, eval_batch_size=args.batch_size)
     trainer = Trainer(model, None, None, eval_loader=test_loader, progress=False)
     result = trainer.evaluate()
     print(json.dumps({"checkpoint": os.fspath(args.checkpoint), "step": meta["step"], "dataset": cfg["dataset"],
@@ -196,7 +208,10 @@ def run_checkpoints(args) -> int:
     if not os.path.isdir(args.directory):
         raise EmberError(f"{args.directory} is not a directory")
     if args.action == "plot":
-        print(plot_curves(args.directory))
+        try:
+            print(plot_curves(args.directory))
+        except OSError as e:
+            raise EmberError(f"cannot write the plot in {args.directory}: {e.strerror or e}") from None
         return 0
     rows = list_checkpoints(args.directory, verify=args.verify)
     if not rows:
@@ -207,4 +222,4 @@ def run_checkpoints(args) -> int:
         size = "-" if r.size is None else f"{r.size:,}"
         print(f"{r.step:>8}  {size:>10}  {r.num_tensors if r.num_tensors is not None else '-':>7}  "
               f"{r.status:6}  {os.path.basename(r.path)}")
-    return 0
+    return 1 if args.verify and any(r.status != "ok" for r in rows) else 0

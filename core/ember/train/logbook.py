@@ -8,15 +8,18 @@ import os
 class Logbook:
     """Append-only JSONL metrics log of a run directory.
 
-    On resume the records after the resumed step are dropped first, so the log reads as if
-    the run had never been interrupted.
+    On resume the records after the resumed step are dropped first, and so are evaluations of
+    epochs the checkpoint had not finished (a kill after the evaluation, before the epoch's
+    checkpoint), so the log reads as if the run had never been interrupted.
     """
 
-    def __init__(self, directory, resume_step: int | None = None):
+    def __init__(self, directory, resume_step: int | None = None, resume_epoch: int | None = None):
         self.path = os.path.join(os.fspath(directory), "metrics.jsonl")
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         if resume_step is not None and os.path.exists(self.path):
-            kept = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step]
+            kept = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step
+                    and not (r.get("split") == "eval" and resume_epoch is not None
+                             and r.get("epoch", 0) > resume_epoch)]
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
@@ -71,7 +74,8 @@ def plot_curves(run_dir, out=None) -> str:
     ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -1,5 +1,39 @@
-"""Numbers a training run keeps: exact means over an epoch and smoothed ones for the bar."""
+"""Numbers a training run keeps: exact means over an epoch and smoothed ones for the bar.
+
+Each meter's state is its instance dict of numbers, so a checkpoint can carry the epoch's
+accumulators and a resumed epoch reports the same means as an uninterrupted one.
+"""
 from __future__ import annotations
+
+
+def meter_state(meters: dict) -> dict:
+    """``{name: {field: number}}`` of a dict of meters, for a checkpoint.
+
+    >>> meter_state({"loss": Mean()})
+    {'loss': {'total': 0.0, 'count': 0}}
+    """
+    return {name: dict(vars(m)) for name, m in meters.items()}
+
+
+def load_meter_state(meters: dict, state) -> None:
+    """Restore :func:`meter_state`; raises ``ValueError`` naming the first field that does not fit.
+
+    >>> m = {"loss": Mean()}; load_meter_state(m, {"loss": {"total": 3.0, "count": 2}}); m["loss"].value
+    1.5
+    """
+    if not isinstance(state, dict) or set(state) != set(meters):
+        raise ValueError(f"meters must be a dict with keys {sorted(meters)}, got {state!r:.80}")
+    for name, m in meters.items():
+        saved = state[name]
+        fields = vars(m)
+        if not isinstance(saved, dict) or set(saved) != set(fields):
+            raise ValueError(f"meter {name!r} must have fields {sorted(fields)}, got {saved!r:.80}")
+        for key, value in saved.items():
+            if type(value) is not type(fields[key]) and not (isinstance(fields[key], float) and type(value) is int):
+                raise ValueError(f"meter {name!r} field {key!r} must be a {type(fields[key]).__name__}, got {value!r}")
+            if isinstance(value, int) and value < 0:
+                raise ValueError(f"meter {name!r} field {key!r} must be >= 0, got {value!r}")
+        fields.update({k: type(fields[k])(v) for k, v in saved.items()})
 
 
 class Mean:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import dtypes as D
 from ..errors import EmberError
 from ..io.checkpoint import read_checkpoint, write_checkpoint
+from ..io.errors import CheckpointError
 from ..io.safetensors import TensorBytes, dtype_info
 from ..random import default_generator
 from ..tensor import Tensor
@@ -66,23 +67,75 @@ def save_training_state(directory, step, model, optimizer=None, scheduler=None, 
     return write_checkpoint(directory, step, tensors, meta, keep_last=keep_last)
 
 
+# The sidecar's schema: each field, the JSON type it must have, and for numbers the least value.
+# A checkpoint that breaks a row is refused before anything is restored.
+SCHEMA = {
+    "config": (dict, None), "rng": (dict, None), "extra": (dict, None),
+    "optimizer": (dict, None), "scheduler": (dict, None), "loader": (dict, None),
+}
+RNG_SCHEMA = {"seed": (int, 0), "offset": (int, 0)}
+LOADER_SCHEMA = {"epoch": (int, 0), "batch": (int, 0)}
+TRAINER_SCHEMA = {"epoch": (int, 0), "batch": (int, 0), "skipped_steps": (int, 0), "history": (list, None),
+                  "meters": (dict, None)}
+
+
+def check_fields(path, where: str, record, schema: dict, required=None) -> None:
+    """Raise ``CheckpointError`` unless ``record`` has each ``required`` field of ``schema``
+    (default: all) with the right type, and no number below its least value.
+
+    >>> check_fields("ckpt", "extra", {"epoch": -1}, {"epoch": (int, 0)})
+    Traceback (most recent call last):
+    ...
+    ember.io.errors.CheckpointError: ckpt: sidecar field extra.epoch must be an int >= 0, got -1
+    """
+    if not isinstance(record, dict):
+        raise CheckpointError(path, f"sidecar field {where} must be an object, got {record!r:.60}")
+    for key in (schema if required is None else required):
+        if key not in record:
+            raise CheckpointError(path, f"sidecar field {where}.{key} is missing (the checkpoint would "
+                                        f"restart that state silently)")
+    for key, value in record.items():
+        if key not in schema:
+            continue
+        kind, least = schema[key]
+        ok = isinstance(value, kind) and not isinstance(value, bool) and (least is None or value >= least)
+        if not ok:
+            bound = "" if least is None else f" >= {least}"
+            raise CheckpointError(path, f"sidecar field {where}.{key} must be a{'n' if kind is int else ''} "
+                                        f"{_JSON_NAMES[kind]}{bound}, got {value!r:.60}")
+
+
+_JSON_NAMES = {dict: "object", list: "list", int: "int"}
+
+
 def load_training_state(path, model, optimizer=None, scheduler=None, loader=None) -> dict:
     """Restore what :func:`save_training_state` wrote; returns the sidecar meta (with step).
 
     The model is checked before anything is changed: a checkpoint of another model raises
     an error listing the missing, unexpected and mis-shaped names, and the model is untouched.
+    The sidecar is checked against ``SCHEMA`` first: state it lacks for an optimizer,
+    scheduler or loader that was passed is an error, not a silent restart.
     """
     tensors, meta = read_checkpoint(path)
+    wanted = ["rng"] + [k for k, v in (("optimizer", optimizer), ("scheduler", scheduler),
+                                         ("loader", loader)) if v is not None]
+    check_fields(path, "meta", meta, SCHEMA, required=wanted)
+    check_fields(path, "rng", meta["rng"], RNG_SCHEMA)
+    if loader is not None:
+        check_fields(path, "loader", meta["loader"], LOADER_SCHEMA)
     backend = next(iter(model.parameters())).backend
     state = {k[len("model/"):]: from_bytes(v, backend) for k, v in tensors.items() if k.startswith("model/")}
     if not state:
         raise EmberError(f"{path}: this checkpoint holds no model tensors (not written by ember train?)")
     model.load_state_dict(state)
-    if optimizer is not None and "optimizer" in meta:
-        optimizer.load_state_dict(_join(meta["optimizer"], tensors, backend))
-    if scheduler is not None and "scheduler" in meta:
-        scheduler.load_state_dict(meta["scheduler"])
-    if loader is not None and "loader" in meta:
-        loader.load_state_dict(meta["loader"])
+    steps = [("optimizer", lambda: optimizer.load_state_dict(_join(meta["optimizer"], tensors, backend))),
+             ("scheduler", lambda: scheduler.load_state_dict(meta["scheduler"])),
+             ("loader", lambda: loader.load_state_dict(meta["loader"]))]
+    for name, restore in steps:
+        if name in wanted:
+            try:
+                restore()
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+                raise CheckpointError(path, f"sidecar field {name} does not fit this {name}: {e}") from None
     default_generator.set_state(meta["rng"])
     return meta

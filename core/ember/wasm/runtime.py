@@ -137,7 +137,13 @@ class Classifier:
         """Load ``model.json`` and its weights from a directory (a built site's ``model/``)."""
         with open(os.path.join(directory, "model.json"), encoding="utf-8") as f:
             spec = json.load(f)
-        with open(os.path.join(directory, spec["weights"]), "rb") as f:
+        name = spec.get("weights") if isinstance(spec, dict) else None
+        # The spec names a file of this folder, never one elsewhere ("../../etc/..." or a link out).
+        root = os.path.realpath(directory)
+        path = os.path.realpath(os.path.join(root, name)) if isinstance(name, str) else None
+        if path is None or os.path.commonpath([root, path]) != root or path == root:
+            raise ValueError(f"model.json: \"weights\" must name a file inside {directory}, got {name!r}")
+        with open(path, "rb") as f:
             return cls(spec, f.read(), backend)
 
     def normalize(self, pixels, n: int):
