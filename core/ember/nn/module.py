@@ -17,6 +17,8 @@ from collections import OrderedDict, namedtuple
 from .. import dtypes as D
 from ..autodiff import no_grad
 from ..errors import EmberError, located
+from ..io.safetensors import TensorBytes
+from ..io.save import tensor_from_bytes
 from ..tensor import Tensor, tensor
 from .parameter import Parameter
 
@@ -36,6 +38,8 @@ def _as_tensor(value):
     """A state_dict value as an ember Tensor (ember tensors, NumPy arrays, anything with __array__)."""
     if isinstance(value, Tensor):
         return value
+    if isinstance(value, TensorBytes):      # what ember.io.load_file / read_checkpoint return
+        return tensor_from_bytes(value)
     if hasattr(value, "__array__") and not isinstance(value, (list, tuple)):
         import numpy as np
         return tensor(np.asarray(value))
