@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.registry", "ember.tensor", "ember.autodiff",
+MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.registry", "ember.tensor", "ember.autodiff", "ember.devices",
            "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed"]
 
 

@@ -10,6 +10,7 @@ import math
 from collections import namedtuple
 
 from . import deferred, dispatch
+from . import devices as _device
 from . import dtypes as D
 from .backend import Backend
 from .dispatch import apply, apply1, apply2
@@ -78,8 +79,8 @@ class Tensor:
         return self._backend
 
     @property
-    def device(self) -> str:
-        return self._backend.device
+    def device(self):
+        return _device.of_backend(self._backend)
 
     @property
     def is_leaf(self) -> bool:
@@ -232,11 +233,11 @@ class Tensor:
 
     # ------------------------------------------------------------------------ conversion
     def to(self, target) -> "Tensor":
-        """``x.to(ember.float64)`` casts; ``x.to("numba")`` moves to another backend."""
-        if not isinstance(target, (str, Backend)) or target in D.BY_NAME:    # a dtype in any spelling
+        """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (device.py)."""
+        if not isinstance(target, (str, Backend, _device.device)) or target in D.BY_NAME:    # a dtype
             dtype = D.get(target)
             return self if dtype is self.dtype else apply1("cast", self, dtype=dtype)
-        backend = get_backend(target)
+        backend = _device.backend_for(target, self._backend)
         if backend is self._backend:
             return self
         if deferred.PENDING:
