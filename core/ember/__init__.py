@@ -38,7 +38,7 @@ autograd = type("autograd", (), {"grad": staticmethod(_grad_of)})
 
 _LAZY = {"save": "io.save", "load": "io.save"}   # ember.save / ember.load, torch's names
 _SUBMODULES = {"nn", "optim", "data", "io", "train", "models", "conformance", "wasm", "cli",
-               "jit", "fused", "distributed", "functional", "checkpoint"}
+               "jit", "fused", "distributed", "functional", "checkpoint", "utils"}
 
 
 def __getattr__(name):
