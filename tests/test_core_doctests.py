@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.registry", "ember.tensor", "ember.autodiff", "ember.devices",
-           "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed"]
+           "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed", "ember.autograd",
+           "ember.recompute", "ember.dlpack", "ember.nn.summary", "ember.utils.data"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -110,6 +110,14 @@ class Tensor:
             deferred.raise_pending(self._backend)
         return self._backend.to_numpy(self._data)
 
+    def __dlpack__(self, **kwargs):      # zero-copy exchange with NumPy, torch, CuPy (dlpack.py)
+        from .dlpack import capsule
+        return capsule(self, **kwargs)
+
+    def __dlpack_device__(self):
+        from .dlpack import device
+        return device(self)
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)

@@ -242,6 +242,12 @@ class Module:
         """
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
+    def summary(self, input_shape, **kwargs) -> None:
+        """Print each layer's output shape and parameter count for inputs of ``input_shape``
+        (no batch axis), and the totals, like Keras's ``model.summary()`` (nn/summary.py)."""
+        from .summary import summary
+        print(summary(self, input_shape, **kwargs))
+
     # ------------------------------------------------------------------------ modes and updates
     def train(self, mode=True):
         """Training mode (dropout drops, batch norm uses batch statistics); returns self."""
