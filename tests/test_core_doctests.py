@@ -6,7 +6,7 @@ import pytest
 
 MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.registry", "ember.tensor", "ember.autodiff", "ember.devices",
            "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed", "ember.autograd",
-           "ember.recompute", "ember.dlpack", "ember.nn.summary", "ember.utils.data"]
+           "ember.recompute", "ember.dlpack", "ember.nn.summary", "ember.utils.data", "ember.train.recipes"]
 
 
 @pytest.mark.parametrize("name", MODULES)
