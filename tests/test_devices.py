@@ -65,3 +65,13 @@ def test_unknown_backend_hint_is_a_command_that_works_from_the_repository():
         ember.ones(1).to("nosuch")
     assert "pip install ./plugins/NAME" in str(info.value) and "ember-nosuch" not in str(info.value)
     assert set(REGISTRY.infos) >= {"numpy", "python"}
+
+
+def test_cpu_and_cuda_methods():
+    x = ember.ones(2)
+    assert x.cpu() is x
+    model = nn.Linear(2, 2)
+    assert model.cpu() is model and model.weight.device == "cpu"
+    if not ember.cuda.is_available():
+        with pytest.raises(BackendError, match="no backend runs on device 'cuda'"):
+            x.cuda()

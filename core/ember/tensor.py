@@ -254,6 +254,12 @@ class Tensor:
         out = dispatch._wrap(data, backend, None)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
 
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to(device if device is not None else "cuda")
+
     def float(self):
         return self.to(D.float32)
 

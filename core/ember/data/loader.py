@@ -64,13 +64,15 @@ class DataLoader:
         num_workers: batches made in parallel by this many workers (0: one background thread).
             Batches come out in order and are the same for any number of workers.
         worker_mode: ``"thread"``, ``"process"`` or ``"auto"`` (the table in :data:`WORKER_MODES`).
+        pin_memory: accepted for torch's sake and unused: batches are host arrays, and
+            ``.to(device)`` copies them to an accelerator backend in one transfer.
 
     Each ``iter(loader)`` starts the next epoch; :meth:`set_epoch` chooses it explicitly.
     Batches never share memory with the dataset, so modifying one cannot corrupt the data.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=0, transform=None,
-                 prefetch=2, collate=None, to_tensor=True, num_workers=0, worker_mode="auto"):
+                 prefetch=2, collate=None, to_tensor=True, num_workers=0, worker_mode="auto", pin_memory=False):
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
         if int(seed) != seed or seed < 0:

@@ -242,6 +242,14 @@ class Module:
         """
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
+    def cpu(self):
+        """``to("cpu")``: onto the default CPU backend unless already on a CPU one (devices.py)."""
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        """``to("cuda")``: onto the CUDA backend (an error naming the fix where there is none)."""
+        return self.to(device if device is not None else "cuda")
+
     def summary(self, input_shape, **kwargs) -> None:
         """Print each layer's output shape and parameter count for inputs of ``input_shape``
         (no batch axis), and the totals, like Keras's ``model.summary()`` (nn/summary.py)."""
