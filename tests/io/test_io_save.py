@@ -35,7 +35,9 @@ def test_every_zoo_model_round_trips(name, tmp_path):
 @pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
                                   lambda ps: optim.Adam(ps, lr=0.01),
                                   lambda ps: optim.AdamW(ps, lr=0.01),
-                                  lambda ps: optim.RMSprop(ps, lr=0.01)])
+                                  lambda ps: optim.RMSprop(ps, lr=0.01),
+                                  lambda ps: optim.Adagrad(ps, lr=0.05),
+                                  lambda ps: optim.Adadelta(ps)])
 def test_optimizer_state_round_trips_and_continues_identically(make, tmp_path):
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
