@@ -124,3 +124,22 @@ def test_inference_mode_as_context_decorator_and_switch():
     with ember.no_grad(), ember.inference_mode(False):
         assert not (x * 2).requires_grad        # False leaves the mode as it was
     assert ember.is_grad_enabled()
+
+
+def test_two_classes_of_one_name_keep_their_own_backward():
+    def make(factor):
+        class Scale(ember.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * factor
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * factor
+        return Scale
+    double, triple = make(2.0), make(3.0)
+    x = ember.ones(1, requires_grad=True)
+    y = double.apply(x)
+    triple.apply(x)                 # defined after y was recorded
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0]

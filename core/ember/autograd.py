@@ -25,10 +25,15 @@ built on :func:`ember.autodiff.custom_vjp`: one graph node per call whose rule i
 """
 from __future__ import annotations
 
+import itertools
+
 from . import dispatch
-from .autodiff import custom_vjp, no_grad
+from .autodiff import VJP, custom_vjp, no_grad
 from .autodiff import grad_of as grad
 from .errors import GradError, located
+
+
+_SERIAL = itertools.count(2)
 
 
 class FunctionCtx:
@@ -64,6 +69,8 @@ class Function:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         name = f"autograd.Function:{cls.__module__}.{cls.__qualname__}"
+        if name in VJP:     # another class of the same name (defined in a function called twice)
+            name += f"#{next(_SERIAL)}"
 
         def run(*args, ctx):
             out = cls.forward(ctx, *args)
