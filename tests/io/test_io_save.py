@@ -104,6 +104,8 @@ def test_map_location_moves_tensors(tmp_path):
 def test_what_cannot_be_saved_is_named_with_its_place():
     with pytest.raises(TypeError, match=r"cannot store Linear at obj\['model'\]\[0\].*state_dict"):
         ember.save({"model": [nn.Linear(2, 2)]}, io.BytesIO())
+    with pytest.raises(TypeError, match=r"the dict at obj\['a'\] has a key of type Tensor"):
+        ember.save({"a": {ember.ones(1): 1}}, io.BytesIO())
     with pytest.raises(ValueError, match="weights_only=False"):
         ember.load(io.BytesIO(), weights_only=False)
 

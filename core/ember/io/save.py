@@ -116,14 +116,20 @@ def _encode(obj, path, tensors):
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in obj):
             return {k: _encode(v, path + (k,), tensors) for k, v in obj.items()}
-        return {"$dict": [[_encode(k, path + ("key",), {}), _encode(v, path + (k,), tensors)]
-                          for k, v in obj.items()]}
+        return {"$dict": [[_encode_key(k, path), _encode(v, path + (k,), tensors)] for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
         items = [_encode(v, path + (i,), tensors) for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else {"$tuple": items}
     raise TypeError(f"ember.save: cannot store {type(obj).__name__} at {_where(path)}; ember.save stores "
                     "tensors, NumPy arrays, numbers, strings, None and dicts/lists/tuples of them "
                     "(no pickle: save a module's state_dict(), not the module)")
+
+
+def _encode_key(key, path):
+    if isinstance(key, (*_SCALARS, float)) or (isinstance(key, tuple) and all(isinstance(k, _SCALARS) for k in key)):
+        return _encode(key, path, {})
+    raise TypeError(f"ember.save: the dict at {_where(path)} has a key of type {type(key).__name__}; keys "
+                    "must be strings, numbers, booleans, None or tuples of them")
 
 
 # ---------------------------------------------------------------------------------------------
