@@ -75,3 +75,10 @@ def test_cpu_and_cuda_methods():
     if not ember.cuda.is_available():
         with pytest.raises(BackendError, match="no backend runs on device 'cuda'"):
             x.cuda()
+
+
+def test_non_blocking_is_accepted_as_in_torch():
+    x = ember.ones(2)
+    assert x.to("cpu", non_blocking=True) is x
+    assert x.to(ember.float64, non_blocking=True).dtype == ember.float64
+    assert nn.Linear(2, 2).to("cpu", non_blocking=True).weight.device == "cpu"

@@ -10,7 +10,7 @@ import math
 from collections import namedtuple
 
 from . import deferred, dispatch
-from . import devices as _device
+from . import devices as _devices
 from . import dtypes as D
 from .backend import Backend
 from .dispatch import apply, apply1, apply2
@@ -80,7 +80,7 @@ class Tensor:
 
     @property
     def device(self):
-        return _device.of_backend(self._backend)
+        return _devices.of_backend(self._backend)
 
     @property
     def is_leaf(self) -> bool:
@@ -240,12 +240,13 @@ class Tensor:
             return self.copy_(self * other)
 
     # ------------------------------------------------------------------------ conversion
-    def to(self, target) -> "Tensor":
-        """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (device.py)."""
-        if not isinstance(target, (str, Backend, _device.device)) or target in D.BY_NAME:    # a dtype
+    def to(self, target, non_blocking=False) -> "Tensor":
+        """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (devices.py).
+        ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
+        if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:    # a dtype
             dtype = D.get(target)
             return self if dtype is self.dtype else apply1("cast", self, dtype=dtype)
-        backend = _device.backend_for(target, self._backend)
+        backend = _devices.backend_for(target, self._backend)
         if backend is self._backend:
             return self
         if deferred.PENDING:

@@ -291,7 +291,7 @@ class Module:
         fn(self)
         return self
 
-    def to(self, target):
+    def to(self, target, non_blocking=False):
         """Move or cast every parameter and buffer *in place* (so optimizers that hold them keep
         working): ``model.to("numba")`` changes the backend, ``model.to(ember.float64)`` casts
         floating-point tensors (integer buffers such as ``num_batches_tracked`` stay integer).
