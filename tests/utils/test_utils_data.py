@@ -153,3 +153,19 @@ def test_workers_prefetch_while_the_loop_works():
 def test_bad_worker_settings_are_refused(kw, cause):
     with pytest.raises(ValueError, match=cause):
         DataLoader(ArrayDataset(np.arange(3)), **kw)
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_leaving_the_loop_early_stops_the_workers(mode):
+    import multiprocessing
+    import threading
+    loader = DataLoader(_Squares(), batch_size=2, num_workers=2, worker_mode=mode, to_tensor=False)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (multiprocessing.active_children() or any(
+            t.name.startswith("ember-data-worker") for t in threading.enumerate())):
+        time.sleep(0.05)
+    assert not multiprocessing.active_children()
+    assert not [t for t in threading.enumerate() if t.name.startswith("ember-data-worker")]
