@@ -151,3 +151,13 @@ def test_checkpoint_of_a_state_dict_loads_back_into_the_model(tmp_path):
     other = nn.Linear(3, 2)
     other.load_state_dict(tensors)
     assert _same(other.weight, model.weight) and json.dumps(meta)
+
+
+def test_a_torch_save_file_is_named_for_what_it_is(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.ones(2)}, tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="zip archive, as torch.save writes.*never unpickles"):
+        ember.load(tmp_path / "model.pt")
+    import pickle
+    with pytest.raises(CheckpointError, match="a Python pickle"):
+        ember.load(io.BytesIO(pickle.dumps({"a": 1})))

@@ -150,12 +150,15 @@ def load(f, map_location=None, *, weights_only=True):
     """
     if weights_only is not True:
         raise ValueError("ember.load: weights_only=False is not supported; ember files hold no code to run")
-    if hasattr(f, "read"):
-        source = getattr(f, "name", "<file>")
-        tensors, metadata = load_bytes(f.read(), source=source)
-    else:
-        source = os.fspath(f)
-        tensors, metadata = load_file(source)
+    try:
+        if hasattr(f, "read"):
+            source = getattr(f, "name", "<file>")
+            tensors, metadata = load_bytes(f.read(), source=source)
+        else:
+            source = os.fspath(f)
+            tensors, metadata = load_file(source)
+    except CheckpointError as e:
+        raise _explained(e, f) from None
     backend = _target_backend(map_location)
     if not metadata or metadata.get("format") != FORMAT:     # a plain safetensors file
         return {name: tensor_from_bytes(tb, backend) for name, tb in tensors.items()}
@@ -172,6 +175,29 @@ def load(f, map_location=None, *, weights_only=True):
         raise CheckpointError(source, "the structure in __metadata__ is nested too deeply") from None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(source, f"the structure in __metadata__ is malformed: {e}") from None
+
+
+#: The first bytes of files that users hand to ember.load by habit, and what they are.
+_FOREIGN = {b"PK\x03\x04": "a zip archive, as torch.save writes", b"\x80": "a Python pickle"}
+
+
+def _explained(error, f):
+    """``error``, with what the file is if it is one of the usual foreign formats."""
+    try:
+        if hasattr(f, "seek"):
+            f.seek(0)
+            head = f.read(4)
+        else:
+            with open(f, "rb") as fh:
+                head = fh.read(4)
+    except OSError:
+        return error
+    for magic, what in _FOREIGN.items():
+        if head.startswith(magic):
+            return CheckpointError(error.path, f"this is {what}, not a safetensors file; ember never unpickles. "
+                                   "Load it where it was made (torch.load) and write its state_dict with "
+                                   "safetensors (safetensors.torch.save_file) or ember.save")
+    return error
 
 
 def _target_backend(map_location):
