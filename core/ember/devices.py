@@ -110,7 +110,7 @@ def backend_for(target, current=None):
     'numpy'
     """
     from .backend import Backend
-    from .registry import REGISTRY, _default_name, get_backend
+    from .registry import REGISTRY, get_backend
 
     if isinstance(target, Backend):
         return target
@@ -123,13 +123,21 @@ def backend_for(target, current=None):
         default = get_backend()
         if _on(default, dev):
             return default
-        return get_backend("numpy" if _default_name() != "python" else "python")
+        return get_backend(_cpu_default())
     for backend in _usable(REGISTRY):
         if _on(backend, dev):
             return backend
     raise located(BackendError, f"no backend runs on device {str(dev)!r} here"
                   + ("; install the CUDA backend (`pip install './plugins/cupy[cuda13]'` from ember's "
                      "repository) on a machine with an NVIDIA GPU" if dev.type == "cuda" else ""))
+
+
+def _cpu_default() -> str:
+    try:
+        import numpy  # noqa: F401
+        return "numpy"
+    except ImportError:     # Pyodide without numpy
+        return "python"
 
 
 def _usable(registry):
