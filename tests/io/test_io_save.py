@@ -161,3 +161,26 @@ def test_a_torch_save_file_is_named_for_what_it_is(tmp_path):
     import pickle
     with pytest.raises(CheckpointError, match="a Python pickle"):
         ember.load(io.BytesIO(pickle.dumps({"a": 1})))
+
+
+def test_save_load_and_devices_work_without_numpy():
+    """The browser build has no numpy: ember.save/load, devices and inference_mode must not need it."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import sys, io
+        sys.modules["numpy"] = None
+        import ember
+        x = ember.ones(2)
+        assert x.backend.name == "python" and x.device == "cpu" and x.to("cpu") is x
+        buf = io.BytesIO()
+        ember.save({"w": x, "n": (1, 2.5)}, buf)
+        back = ember.load(io.BytesIO(buf.getvalue()))
+        assert back["w"].tolist() == [1.0, 1.0] and back["n"] == (1, 2.5)
+        with ember.inference_mode():
+            assert not (x.requires_grad_() * 2).requires_grad
+        print("ok")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
