@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.primitives.record", "ember.primitives.shapes", "ember.registry", "ember.tensor", "ember.dispatch", "ember.autodiff",
-           "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed"]
+           "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed", "ember.devices", "ember.autograd",
+           "ember.recompute", "ember.dlpack", "ember.nn.summary", "ember.utils.data", "ember.train.recipes"]
 
 
 @pytest.mark.parametrize("name", MODULES)

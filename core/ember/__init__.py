@@ -14,8 +14,10 @@ from importlib import import_module as _import_module
 
 from . import dtypes
 from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, value_and_grad
-from .autodiff import grad_of as _grad_of
+from . import autograd
+from .autograd import inference_mode
 from .backend import API_VERSION, Backend, BackendInfo, Capabilities
+from .devices import cuda, device
 from .dtypes import (DType, bool_, float16, float32, float64, int32, int64, promote as promote_types,
                      uint8, uint32)
 from .errors import (BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend,
@@ -33,10 +35,11 @@ globals().update(_FUNCTIONS)     # ember.exp(x), ember.sum(x, dim), ... (see ten
 __version__ = "0.1.0"
 bool = bool_  # noqa: A001 - ember.bool like torch.bool
 
-autograd = type("autograd", (), {"grad": staticmethod(_grad_of)})
 
+# torch's names for functions that live deeper: ember.save / ember.load, ember.checkpoint
+_LAZY = {"save": "io.save", "load": "io.save", "checkpoint": "recompute", "from_dlpack": "dlpack"}
 _SUBMODULES = {"nn", "optim", "data", "io", "train", "models", "conformance", "wasm", "cli",
-               "jit", "fused", "distributed", "functional", "checkpoint"}
+               "jit", "fused", "distributed", "functional", "utils"}
 
 
 def __getattr__(name):
@@ -44,4 +47,6 @@ def __getattr__(name):
     # backend needs it) and never imports numba, cupy or torch.
     if name in _SUBMODULES:
         return _import_module(f"{__name__}.{name}")
+    if name in _LAZY:
+        return getattr(_import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'ember' has no attribute {name!r}")

@@ -49,11 +49,14 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     p = Parser(prog="ember", description="ember: train and run models on any backend")
+    p.add_argument("--version", action="version", version=f"ember {__version__}",
+                   help="print ember's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("backends", help="list backends and their status")
-    b.add_argument("--json", action="store_true", help="machine-readable output")
+    b.add_argument("--json", action="store_true", help="machine-readable output (default: a table)")
 
     from .train import cli as train_cli
     train_cli.add_subcommands(sub)

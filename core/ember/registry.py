@@ -100,7 +100,7 @@ class _Registry:
             known = ", ".join(sorted(self.infos)) or "none"
             why = f" ({self.problems[name]})" if name in self.problems else ""
             raise located(BackendError, f"unknown backend {name!r}{why}; available: {known}. "
-                          f"Install its plugin (e.g. `pip install ember-{name}`)")
+                          + install_hint(name))
         try:
             backend = self.infos[name].load()
         except Exception as exc:  # noqa: BLE001
@@ -131,6 +131,27 @@ class _Registry:
             if name not in self.infos:
                 rows.append({"name": name, "origin": "", "version": "?", "status": f"disabled: {why}"})
         return rows
+
+
+#: The plugins in ember's repository and the command that installs each from its root (their
+#: distributions, ember-numba and ember-cupy, are not published yet).
+INSTALL = {
+    "numba": "pip install ./plugins/numba",
+    "cupy": "pip install './plugins/cupy[cuda13]'",      # [cuda12] for a CUDA 12 driver
+    "template": "pip install ./plugins/template",
+}
+
+
+def install_hint(name: str) -> str:
+    """What to run to get backend ``name``.
+
+    >>> install_hint("numba")
+    "Install it from ember's repository: `pip install ./plugins/numba`"
+    """
+    if name in INSTALL:
+        return f"Install it from ember's repository: `{INSTALL[name]}`"
+    return (f"A backend comes from a plugin distribution; ember's repository has "
+            f"{', '.join(sorted(INSTALL))} (`pip install ./plugins/NAME`), and `ember backends` lists what is installed")
 
 
 def _entry_points():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from . import deferred, dispatch
+from . import devices as _devices
 from . import dtypes as D
 from . import primitives as P
 from .backend import Backend
@@ -67,8 +68,8 @@ class Tensor(TensorMath, TensorShape):
         return self._backend
 
     @property
-    def device(self) -> str:
-        return self._backend.device
+    def device(self):
+        return _devices.of_backend(self._backend)
 
     @property
     def is_leaf(self) -> bool:
@@ -97,6 +98,14 @@ class Tensor(TensorMath, TensorShape):
         if deferred.PENDING:            # a host read: device-side checks surface here
             deferred.raise_pending(self._backend)
         return self._backend.to_numpy(self._data)
+
+    def __dlpack__(self, **kwargs):      # zero-copy exchange with NumPy, torch, CuPy (dlpack.py)
+        from .dlpack import capsule
+        return capsule(self, **kwargs)
+
+    def __dlpack_device__(self):
+        from .dlpack import device
+        return device(self)
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -215,12 +224,13 @@ class Tensor(TensorMath, TensorShape):
             return self.copy_(self * other)
 
     # ------------------------------------------------------------------------ conversion
-    def to(self, target) -> "Tensor":
-        """``x.to(ember.float64)`` casts; ``x.to("numba")`` moves to another backend."""
-        if not isinstance(target, (str, Backend)) or target in D.BY_NAME:    # a dtype in any spelling
+    def to(self, target, non_blocking=False) -> "Tensor":
+        """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (devices.py).
+        ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
+        if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:    # a dtype
             dtype = D.get(target)
             return self if dtype is self.dtype else apply1(P.cast, self, dtype=dtype)
-        backend = get_backend(target)
+        backend = _devices.backend_for(target, self._backend)
         if backend is self._backend:
             return self
         if deferred.PENDING:
@@ -228,6 +238,12 @@ class Tensor(TensorMath, TensorShape):
         data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
         out = dispatch.wrap(data, backend)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to(device if device is not None else "cuda")
 
     def float(self):
         return self.to(D.float32)

@@ -124,7 +124,7 @@ def test_numpy_helpers(tensors):
         eio.from_numpy(np.zeros(2, dtype="datetime64[s]"))
 
 
-@pytest.mark.parametrize("module", ["errors", "atomic", "safetensors", "numpy_io", "checkpoint"])
+@pytest.mark.parametrize("module", ["errors", "atomic", "safetensors", "numpy_io", "checkpoint", "save"])
 def test_docstring_examples_run(module):
     if module == "numpy_io":
         pytest.importorskip("numpy")

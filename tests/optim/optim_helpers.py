@@ -57,3 +57,15 @@ def assert_histories_close(got, want, rtol, atol):
         for i, (g, w) in enumerate(zip(g_params, w_params)):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol,
                                        err_msg=f"parameter {i} after step {step + 1}")
+
+
+def assert_state_matches_torch(mine, theirs, steps, rtol=1e-11):
+    """An ember optimizer's state_dict()["state"] against torch's: the same keys per parameter,
+    ``step`` as an int equal to torch's step tensor, every state tensor close."""
+    for i, entries in theirs.items():
+        assert set(mine[i]) == set(entries)
+        for key, value in entries.items():
+            if key == "step":
+                assert mine[i][key] == int(value.item()) == steps
+            else:
+                np.testing.assert_allclose(mine[i][key].numpy(), value.numpy(), rtol=rtol)

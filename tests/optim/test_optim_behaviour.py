@@ -90,7 +90,8 @@ def test_float64_parameters_keep_their_dtype():
 
 @pytest.mark.parametrize("module", ["ember.optim", "ember.optim.optimizer", "ember.optim.sgd",
                                     "ember.optim.adam", "ember.optim.rmsprop", "ember.optim.functional",
-                                    "ember.optim.lr_scheduler", "ember.optim.clip", "ember.optim.state"])
+                                    "ember.optim.lr_scheduler", "ember.optim.clip", "ember.optim.state",
+                                    "ember.optim.adagrad"])
 def test_doctests(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

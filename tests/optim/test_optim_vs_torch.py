@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ember
-from optim_helpers import assert_histories_close, batch, initial, leaves, train
+from optim_helpers import assert_histories_close, assert_state_matches_torch, batch, initial, leaves, train
 from references import known, load_torch
 
 torch = load_torch()        # without torch, a stand-in: its answers come from tests/references

@@ -34,14 +34,14 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated tiers to run (default: all, 0-6)")
     p.add_argument("--out", default=None, help="directory for the certificate (default: ./ember-certificate-NAME)")
     p.add_argument("--require-available", action="store_true",
-                   help="fail when the backend cannot run here, instead of skipping (for CI)")
+                   help="fail when the backend cannot run here, instead of skipping (for CI; default: skip)")
     p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES,
-                   help=f"hypothesis examples per (primitive, dtype) in tier 2 (default {DEFAULT_MAX_EXAMPLES})")
-    p.add_argument("--ops", default=None, help="only these primitives / fused ops / layers (comma-separated)")
+                   help=f"hypothesis examples per (primitive, dtype) in tier 2 (default: {DEFAULT_MAX_EXAMPLES})")
+    p.add_argument("--ops", default=None, help="only these primitives / fused ops / layers (comma-separated; default: all)")
     p.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
                    help="import MODULE (dotted name or .py path) first and register its ember_backends(): "
-                        "certify a backend that is not installed")
-    p.add_argument("--quiet", action="store_true", help="do not show pytest's progress")
+                        "certify a backend that is not installed (repeatable; default: none)")
+    p.add_argument("--quiet", action="store_true", help="do not show pytest's progress (default: show it)")
     return p
 
 

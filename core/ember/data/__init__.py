@@ -12,7 +12,7 @@ datasets, ``dataset`` the containers, ``transforms`` augmentation, ``loader`` ba
 """
 
 from .cifar import CIFAR10, SyntheticCIFAR10
-from .dataset import ArrayDataset, ConcatDataset, Dataset, Subset, random_split
+from .dataset import ArrayDataset, ConcatDataset, Dataset, Subset, TensorDataset, random_split
 from .download import cache_dir
 from .errors import ChecksumError, DataError, DownloadError
 from .idx import read_idx, write_idx
@@ -22,6 +22,7 @@ from . import transforms
 
 __all__ = [
     "ArrayDataset", "CIFAR10", "ChecksumError", "ConcatDataset", "DataError", "DataLoader", "Dataset",
-    "DownloadError", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "cache_dir", "default_collate",
+    "DownloadError", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "TensorDataset", "cache_dir",
+    "default_collate",
     "random_split", "read_idx", "transforms", "write_idx",
 ]

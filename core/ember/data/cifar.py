@@ -120,11 +120,11 @@ class SyntheticCIFAR10(ArrayDataset):
 
     classes = CIFAR10_CLASSES
 
-    def __init__(self, n: int = 10000, seed: int = 0):
+    def __init__(self, n: int = 10000, seed: int = 0, *, transform=None, target_transform=None):
         rng = np.random.default_rng(seed)
         templates = rng.random((10, 3, 32, 32), dtype=np.float32)
         self.targets = rng.integers(0, 10, size=n, dtype=np.int64)
         self.data = rng.random((n, 3, 32, 32), dtype=np.float32)
         self.data += templates[self.targets]
         self.data *= np.float32(0.5)
-        super().__init__(self.data, self.targets)
+        super().__init__(self.data, self.targets, transform=transform, target_transform=target_transform)

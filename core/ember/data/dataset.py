@@ -34,14 +34,18 @@ class ArrayDataset(Dataset):
     """Samples are rows of equally long arrays (PyTorch's ``TensorDataset``).
 
     The loader batches an ``ArrayDataset`` by fancy-indexing the whole arrays at once,
-    which is far faster than gathering samples one by one.
+    which is far faster than gathering samples one by one. ``transform`` applies to the
+    first field of a sample, ``target_transform`` to the second (torchvision's arguments);
+    the loader applies transforms marked ``batched`` (all of :mod:`ember.data.transforms`) to
+    whole batches, with its seeded generator.
 
-    >>> ds = ArrayDataset(np.zeros((3, 2)), np.array([0, 1, 2]))
+    >>> ds = ArrayDataset(np.zeros((3, 2)), np.array([0, 1, 2]), target_transform=lambda y: y + 1)
     >>> ds[2][1]
-    np.int64(2)
+    np.int64(3)
     """
 
-    def __init__(self, *arrays):
+    def __init__(self, *arrays, transform=None, target_transform=None):
+        self.transform, self.target_transform = transform, target_transform
         if not arrays:
             raise ValueError("ArrayDataset needs at least one array")
         arrays = tuple(np.asarray(a) for a in arrays)
@@ -58,7 +62,38 @@ class ArrayDataset(Dataset):
         return len(self.arrays[0])
 
     def __getitem__(self, index):
-        return tuple(a[index] for a in self.arrays)
+        sample = tuple(a[index] for a in self.arrays)
+        if self.transform is None and self.target_transform is None:
+            return sample
+        return apply_transforms(sample, self.transform, self.target_transform)
+
+
+def apply_transforms(sample, transform, target_transform, rng=None):
+    """``sample`` (or a batch) with ``transform`` on field 0 and ``target_transform`` on field 1.
+
+    >>> apply_transforms((1, 2, 3), lambda x: -x, str)
+    (-1, '2', 3)
+    """
+    fields = list(sample)
+    for i, t in ((0, transform), (1, target_transform)):
+        if t is not None and i < len(fields):
+            fields[i] = t(fields[i], rng) if rng is not None and getattr(t, "batched", False) else t(fields[i])
+    return tuple(fields)
+
+
+class TensorDataset(ArrayDataset):
+    """torch's ``TensorDataset``: samples are rows of equally long tensors (or arrays).
+
+    The tensors are read once into NumPy arrays, so batches are gathered by fancy indexing.
+
+    >>> import ember
+    >>> ds = TensorDataset(ember.arange(6).reshape(3, 2), ember.tensor([0, 1, 0]))
+    >>> len(ds), ds[1][0].tolist()
+    (3, [2, 3])
+    """
+
+    def __init__(self, *tensors, transform=None, target_transform=None):
+        super().__init__(*(np.array(t) for t in tensors), transform=transform, target_transform=target_transform)
 
 
 class Subset(Dataset):
@@ -133,7 +168,8 @@ def array_view(dataset):
     """``(arrays, indices)`` if ``dataset`` is an ArrayDataset or nested Subsets of one, else None.
 
     ``indices`` maps the dataset's positions to rows of ``arrays`` (None: the identity).
-    The loader uses this to gather whole batches by fancy indexing.
+    The loader uses this to gather whole batches by fancy indexing; a dataset whose
+    transforms are not all ``batched`` is asked sample by sample instead (None).
     """
     index = None
     while isinstance(dataset, Subset):
@@ -141,4 +177,13 @@ def array_view(dataset):
         dataset = dataset.dataset
     if type(dataset).__getitem__ is not ArrayDataset.__getitem__ or not isinstance(dataset, ArrayDataset):
         return None  # a subclass that changes __getitem__ must be asked sample by sample
+    if not all(t is None or getattr(t, "batched", False) for t in (dataset.transform, dataset.target_transform)):
+        return None
     return dataset.arrays, index
+
+
+def base_transforms(dataset):
+    """``(transform, target_transform)`` of the ArrayDataset under any Subsets (Nones otherwise)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return getattr(dataset, "transform", None), getattr(dataset, "target_transform", None)

@@ -1,4 +1,4 @@
-"""DataLoader: batches from a dataset, shuffled reproducibly, prepared in a background thread.
+"""DataLoader: batches from a dataset, shuffled reproducibly, prepared ahead in the background.
 
 The order of epoch ``e`` is ``np.random.default_rng(seed + e).permutation(len(dataset))``,
 and random transforms of batch ``b`` draw from ``np.random.default_rng([seed, e, b])``; so
@@ -16,13 +16,15 @@ done) is all it takes to resume mid-epoch with exactly the batches that were lef
 from __future__ import annotations
 
 import math
+import multiprocessing
 import queue
 import threading
 import traceback
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 
-from .dataset import array_view
+from .dataset import apply_transforms, array_view, base_transforms
 
 
 def default_collate(samples):
@@ -54,23 +56,34 @@ class DataLoader:
         transform: applied to the first field of each batch (the inputs). A transform with
             ``batched = True`` (all of :mod:`ember.data.transforms`) is called once per batch
             as ``transform(x, rng)``; any other callable is called per sample as ``transform(x)``.
-        prefetch: batches prepared ahead in a background thread; 0 prepares them inline.
+        prefetch: batches prepared ahead (per worker with ``num_workers``); 0 with no workers
+            prepares them inline.
         collate: turns a list of samples into a batch (default: :func:`default_collate`).
         to_tensor: convert every array of a batch with ``ember.as_tensor`` (zero-copy on the
             numpy backend); ``False`` yields numpy arrays.
+        num_workers: batches made in parallel by this many workers (0: one background thread).
+            Batches come out in order and are the same for any number of workers.
+        worker_mode: ``"thread"``, ``"process"`` or ``"auto"`` (the table in :data:`WORKER_MODES`).
+        pin_memory: accepted for torch's sake and unused: batches are host arrays, and
+            ``.to(device)`` copies them to an accelerator backend in one transfer.
 
     Each ``iter(loader)`` starts the next epoch; :meth:`set_epoch` chooses it explicitly.
     Batches never share memory with the dataset, so modifying one cannot corrupt the data.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=0, transform=None,
-                 prefetch=2, collate=None, to_tensor=True):
+                 prefetch=2, collate=None, to_tensor=True, num_workers=0, worker_mode="auto", pin_memory=False):
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
         if int(seed) != seed or seed < 0:
             raise ValueError(f"DataLoader: seed must be a non-negative integer, got {seed!r}")
         if int(prefetch) != prefetch or prefetch < 0:
             raise ValueError(f"DataLoader: prefetch must be a non-negative integer, got {prefetch!r}")
+        if int(num_workers) != num_workers or num_workers < 0:
+            raise ValueError(f"DataLoader: num_workers must be a non-negative integer, got {num_workers!r}")
+        if worker_mode not in WORKER_MODES:
+            raise ValueError(f"DataLoader: worker_mode must be one of {', '.join(WORKER_MODES)}, got {worker_mode!r}")
+        self.num_workers, self.worker_mode = int(num_workers), worker_mode
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -138,8 +151,14 @@ class DataLoader:
     def _run(self, epoch, start, pos, convert):
         order = np.random.default_rng(self.seed + epoch).permutation(len(self.dataset)) if self.shuffle else None
         view = array_view(self.dataset) if self.collate is default_collate else None
-        batches = (self._make_batch(order, view, epoch, b) for b in range(start, len(self)))
-        source = _prefetched(batches, self.prefetch) if self.prefetch else batches
+        numbers = range(start, len(self))
+        if self.num_workers:
+            mode = self.worker_mode if self.worker_mode != "auto" else ("thread" if view is not None else "process")
+            job = _Job(self, order, view, epoch)
+            source = _in_workers(job, numbers, self.num_workers, max(self.prefetch, 1) * self.num_workers, mode)
+        else:
+            batches = (self._make_batch(order, view, epoch, b) for b in numbers)
+            source = _prefetched(batches, self.prefetch) if self.prefetch else batches
         try:
             for batch in source:
                 pos[1] += 1  # counted before the caller sees it: a checkpoint taken now skips it
@@ -154,17 +173,22 @@ class DataLoader:
         idx = order[lo:hi] if order is not None else np.arange(lo, hi)
         t = self.transform
         batched = t is not None and getattr(t, "batched", False)
+        rng = None
         if view is not None and (t is None or batched):
             arrays, index = view
             rows = idx if index is None else index[idx]
             batch = tuple(a[rows] for a in arrays)  # fancy indexing copies: no aliasing of the dataset
+            own = base_transforms(self.dataset)      # the dataset's transform=, on the whole batch
+            if own != (None, None):
+                rng = np.random.default_rng([self.seed, epoch, b])
+                batch = apply_transforms(batch, *own, rng=rng)
         else:
             samples = [self.dataset[int(i)] for i in idx]
             if t is not None and not batched:
                 samples = [(t(s[0]),) + tuple(s[1:]) if isinstance(s, tuple) else t(s) for s in samples]
             batch = self.collate(samples)
         if batched:
-            rng = np.random.default_rng([self.seed, epoch, b])
+            rng = rng or np.random.default_rng([self.seed, epoch, b])
             batch = (t(batch[0], rng),) + tuple(batch[1:]) if isinstance(batch, tuple) else t(batch, rng)
         return batch
 
@@ -185,6 +209,69 @@ class DataLoader:
             return as_tensor(batch) if isinstance(batch, np.ndarray) else batch
 
         return convert
+
+
+#: How ``worker_mode="auto"`` chooses, by how the dataset is read.
+WORKER_MODES = {
+    "auto": "threads when batches are gathered from arrays (NumPy releases the GIL in fancy "
+            "indexing and in the batched transforms); processes when samples come from a Python "
+            "__getitem__ or a per-sample transform, where the GIL would serialise threads",
+    "thread": "a thread pool in this process",
+    "process": "worker processes (forked where the platform can, so the dataset is not copied)",
+}
+
+
+class _Job:
+    """Batch ``b`` of one epoch: what a worker computes (picklable for spawned processes)."""
+
+    def __init__(self, loader, order, view, epoch):
+        self.loader, self.order, self.view, self.epoch = loader, order, view, epoch
+
+    def __call__(self, b):
+        return self.loader._make_batch(self.order, self.view, self.epoch, b)
+
+
+_FORKED_JOB = None     # a forked worker inherits the job instead of unpickling the dataset
+
+
+def _run_forked(b):
+    return _FORKED_JOB(b)
+
+
+def _in_workers(job, numbers, workers, depth, mode):
+    """Run ``job`` on every batch number in a pool, at most ``depth`` ahead; yield results in order."""
+    global _FORKED_JOB
+    if mode == "process":
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        pool = ProcessPoolExecutor(workers, mp_context=context)
+        if context.get_start_method() == "fork":
+            _FORKED_JOB, call = job, _run_forked    # read by the children when they fork, at the first submit
+        else:
+            call = job
+    else:
+        pool, call = ThreadPoolExecutor(workers, thread_name_prefix="ember-data-worker"), job
+    pending, numbers = [], iter(numbers)
+    try:
+        for b in numbers:
+            pending.append(pool.submit(call, b))
+            if len(pending) >= depth:
+                break
+        while pending:
+            batch = pending.pop(0).result()
+            for b in numbers:
+                pending.append(pool.submit(call, b))
+                break
+            yield batch
+    except BaseException as e:
+        if not isinstance(e, GeneratorExit):
+            e.add_note(f"(raised in a DataLoader {mode} worker)")
+        raise
+    finally:
+        for f in pending:
+            f.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        _FORKED_JOB = None
 
 
 _DONE = object()

@@ -36,6 +36,8 @@ class MNIST(FileDataset):
         train: the 60k training split, else the 10k test split.
         download: allowed to fetch from the network when nothing local is found.
         mirrors: base URLs to download from instead of the defaults.
+        transform, target_transform: torchvision's: applied to each image / label
+            (:class:`~ember.data.ArrayDataset`).
     """
 
     folder = "mnist"

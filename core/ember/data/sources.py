@@ -90,7 +90,8 @@ class FileDataset(ArrayDataset):
     classes: list = []
     shapes: dict = {}  # cached IDX file name -> the largest shape it can have (caps every read)
 
-    def __init__(self, root=None, train: bool = True, download: bool = True, mirrors=None):
+    def __init__(self, root=None, train: bool = True, download: bool = True, mirrors=None, *,
+                 transform=None, target_transform=None):
         self.root = Path(root).expanduser() if root is not None else cache_dir()
         self.train = train
         images_name, labels_name = self.splits["train" if train else "test"]
@@ -105,7 +106,7 @@ class FileDataset(ArrayDataset):
         # divide (not multiply by 1/255) so values match PyTorch's ToTensor bit for bit
         self.data = np.divide(images, np.float32(255), dtype=np.float32)
         self.targets = labels.astype(np.int64)
-        super().__init__(self.data, self.targets)
+        super().__init__(self.data, self.targets, transform=transform, target_transform=target_transform)
 
     def __repr__(self):
         split = "train" if self.train else "test"

@@ -70,6 +70,42 @@ class ToFloat:
         return "ToFloat()"
 
 
+class ToTensor:
+    """torchvision's ``ToTensor``: images as float32 ``C, H, W`` in [0, 1].
+
+    The rule, by what comes in (ember's datasets already hold float32 ``C, H, W`` in [0, 1], so
+    on them it only makes sure of the dtype; the loader turns the batch into an ember tensor):
+
+    | input | output |
+    |---|---|
+    | uint8 ``H, W`` | ``1, H, W`` divided by 255 |
+    | uint8 ``H, W, C`` (a batch: ``N, H, W, C``) | ``C, H, W`` (``N, C, H, W``) divided by 255 |
+    | anything else (floats, a tensor) | float32, layout as it is |
+
+    >>> ToTensor()(np.full((2, 2, 3), 255, dtype=np.uint8)).shape
+    (3, 2, 2)
+    >>> ToTensor()(np.zeros((1, 28, 28), dtype=np.float32)).shape
+    (1, 28, 28)
+    """
+
+    batched = True
+
+    def __call__(self, x, rng=None):
+        x = np.asarray(x)
+        if x.dtype != np.uint8:
+            return x.astype(np.float32, copy=False)
+        if x.ndim == 2:
+            x = x[None]
+        elif x.ndim in (3, 4):
+            x = np.moveaxis(x, -1, -3)
+        else:
+            raise ValueError(f"ToTensor: expected a uint8 image H,W or H,W,C (or a batch N,H,W,C), got shape {x.shape}")
+        return np.divide(x, np.float32(255), dtype=np.float32)  # divide, as torchvision, for equal bits
+
+    def __repr__(self):
+        return "ToTensor()"
+
+
 class Normalize:
     """``(x - mean) / std`` per channel (axis -3); scalars apply to every channel.
 

@@ -47,14 +47,17 @@ def from_numpy(array) -> TensorBytes:
 
 
 def as_tensor_bytes(value) -> TensorBytes:
-    """Accept a ``TensorBytes`` as is; convert an array-like (NumPy array, or any object
-    with a ``.numpy()`` method such as a tensor) through NumPy.
+    """Accept a ``TensorBytes`` as is, an ember tensor through its backend's bytes; convert an
+    array-like (NumPy array, or any object with a ``.numpy()`` method) through NumPy.
 
     >>> as_tensor_bytes(TensorBytes("U8", (1,), b"x")).data
     b'x'
     """
     if isinstance(value, TensorBytes):
         return value
+    if hasattr(value, "_backend") and hasattr(value, "_data"):     # an ember Tensor: no numpy needed
+        from .save import tensor_bytes
+        return tensor_bytes(value)
     if hasattr(value, "numpy") and not hasattr(value, "__array_interface__"):
         value = value.numpy()
     return from_numpy(value)

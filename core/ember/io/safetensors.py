@@ -114,7 +114,10 @@ def dump(tensors, file, metadata=None) -> int:
     >>> dump({"x": TensorBytes("U8", (3,), b"abc")}, buf)
     67
     """
-    header, views = _layout(tensors, metadata)
+    return _write(file, *_layout(tensors, metadata))
+
+
+def _write(file, header, views) -> int:
     file.write(struct.pack("<Q", len(header)))
     file.write(header)
     for view in views:
@@ -137,6 +140,9 @@ def save_bytes(tensors, metadata=None) -> bytes:
 def save_file(tensors, path, metadata=None) -> None:
     """Write a safetensors file atomically: a crash leaves the old file or the new, never half.
 
+    ``tensors`` maps names to ``TensorBytes``, ember tensors or NumPy arrays, so a model's
+    ``state_dict()`` can be saved as it is.
+
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
     >>> save_file({"w": TensorBytes("F64", (1,), struct.pack("<d", 0.5))}, path)
@@ -144,8 +150,8 @@ def save_file(tensors, path, metadata=None) -> None:
     >>> struct.unpack("<d", tensors["w"].data)
     (0.5,)
     """
-    _layout(tensors, metadata)  # fail on bad input before creating even a temporary file
-    atomic_write(path, lambda f: dump(tensors, f, metadata))
+    header, views = _layout(tensors, metadata)  # fail on bad input before creating a temporary file
+    atomic_write(path, lambda f: _write(f, header, views))
 
 
 def _layout(tensors, metadata):
@@ -154,6 +160,9 @@ def _layout(tensors, metadata):
     for name, tensor in tensors.items():
         if not isinstance(name, str) or name == "__metadata__":
             raise ValueError(f"tensor name {name!r}: names must be strings other than '__metadata__'")
+        if not isinstance(tensor, TensorBytes):   # a state_dict's tensors, NumPy arrays
+            from .numpy_io import as_tensor_bytes
+            tensor = as_tensor_bytes(tensor)
         dtype, shape, data = tensor
         d = dtype_info(dtype)
         shape = tuple(shape)

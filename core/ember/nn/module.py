@@ -17,6 +17,8 @@ from collections import OrderedDict, namedtuple
 from .. import dtypes as D
 from ..autodiff import no_grad
 from ..errors import EmberError, located
+from ..io.safetensors import TensorBytes
+from ..io.save import tensor_from_bytes
 from ..tensor import Tensor, tensor
 from .parameter import Parameter
 
@@ -36,6 +38,8 @@ def _as_tensor(value):
     """A state_dict value as an ember Tensor (ember tensors, NumPy arrays, anything with __array__)."""
     if isinstance(value, Tensor):
         return value
+    if isinstance(value, TensorBytes):      # what ember.io.load_file / read_checkpoint return
+        return tensor_from_bytes(value)
     if hasattr(value, "__array__") and not isinstance(value, (list, tuple)):
         import numpy as np
         return tensor(np.asarray(value))
@@ -238,6 +242,20 @@ class Module:
         """
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
+    def cpu(self):
+        """``to("cpu")``: onto the default CPU backend unless already on a CPU one (devices.py)."""
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        """``to("cuda")``: onto the CUDA backend (an error naming the fix where there is none)."""
+        return self.to(device if device is not None else "cuda")
+
+    def summary(self, input_shape, **kwargs) -> None:
+        """Print each layer's output shape and parameter count for inputs of ``input_shape``
+        (no batch axis), and the totals, like Keras's ``model.summary()`` (nn/summary.py)."""
+        from .summary import summary
+        print(summary(self, input_shape, **kwargs))
+
     # ------------------------------------------------------------------------ modes and updates
     def train(self, mode=True):
         """Training mode (dropout drops, batch norm uses batch statistics); returns self."""
@@ -273,7 +291,7 @@ class Module:
         fn(self)
         return self
 
-    def to(self, target):
+    def to(self, target, non_blocking=False):
         """Move or cast every parameter and buffer *in place* (so optimizers that hold them keep
         working): ``model.to("numba")`` changes the backend, ``model.to(ember.float64)`` casts
         floating-point tensors (integer buffers such as ``num_batches_tracked`` stay integer).

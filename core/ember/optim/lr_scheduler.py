@@ -264,6 +264,182 @@ class SequentialLR(LRScheduler):
             s.load_state_dict(sd)
 
 
+def _anneal_cos(start, end, pct):
+    return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+
+
+def _anneal_linear(start, end, pct):
+    return (end - start) * pct + start
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith & Topin, 2017), as ``torch.optim.lr_scheduler.OneCycleLR``:
+    the lr climbs from ``max_lr / div_factor`` to ``max_lr`` over the first ``pct_start`` of
+    ``total_steps``, then anneals to ``initial_lr / final_div_factor``; momentum (or Adam's
+    beta1) moves the opposite way between ``max_momentum`` and ``base_momentum``. Step it
+    once per batch. ``three_phase`` returns to the initial lr before the final annealing.
+
+    >>> import ember
+    >>> opt = ember.optim.SGD([ember.zeros(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    >>> sched = OneCycleLR(opt, max_lr=1.0, total_steps=4, pct_start=0.5, anneal_strategy="linear")
+    >>> [round(sched.get_last_lr()[0], 4)] + [round((sched.step(), sched.get_last_lr()[0])[1], 4) for _ in range(3)]
+    [0.04, 1.0, 0.5, 0.0]
+    """
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        name = "OneCycleLR"
+        if not isinstance(optimizer, Optimizer):
+            raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
+        groups = optimizer.param_groups
+        if total_steps is not None:
+            self.total_steps = _positive_int(name, "total_steps", total_steps)
+        elif epochs is not None and steps_per_epoch is not None:
+            self.total_steps = _positive_int(name, "epochs", epochs) * _positive_int(name, "steps_per_epoch",
+                                                                                      steps_per_epoch)
+        else:
+            raise _fail(name, "give total_steps, or epochs and steps_per_epoch")
+        if not _real(pct_start) or not 0 <= pct_start <= 1:
+            raise _fail(name, f"pct_start must be a number in [0, 1], got {pct_start!r}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise _fail(name, f"anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+        self._anneal = _anneal_cos if anneal_strategy == "cos" else _anneal_linear
+        steps = float(pct_start * self.total_steps)
+        # (end step, lr from, lr to, momentum from, momentum to), keys of each param group
+        self._phases = ([(steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                         (2 * steps - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                         (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
+                        if three_phase else
+                        [(steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                         (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")])
+        max_lrs = _per_group(name, "max_lr", max_lr, len(groups))
+        self.cycle_momentum = bool(cycle_momentum)
+        if self.cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise _fail(name, f"cycle_momentum needs an optimizer with momentum or betas; "
+                                  f"{type(optimizer).__name__} has neither (pass cycle_momentum=False)")
+            self._beta1 = "betas" in optimizer.defaults
+        base_ms = _per_group(name, "base_momentum", base_momentum, len(groups))
+        max_ms = _per_group(name, "max_momentum", max_momentum, len(groups))
+        if last_epoch == -1:
+            for group, top, low, high in zip(groups, max_lrs, base_ms, max_ms):
+                group["initial_lr"] = top / div_factor
+                group["max_lr"] = top
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+                if self.cycle_momentum:
+                    self._set_momentum(group, high)
+                    group["max_momentum"], group["base_momentum"] = high, low
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group, value):
+        if self._beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise _fail("OneCycleLR", f"stepped {step} times, past total_steps={self.total_steps}")
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start = 0.0
+            for i, (end, lr0, lr1, m0, m1) in enumerate(self._phases):
+                if step <= end or i == len(self._phases) - 1:
+                    pct = (step - start) / (end - start)
+                    lrs.append(self._anneal(group[lr0], group[lr1], pct))
+                    if self.cycle_momentum:
+                        self._set_momentum(group, self._anneal(group[m0], group[m1], pct))
+                    break
+                start = end
+        return lrs
+
+    _not_saved = ("optimizer", "_anneal")
+
+    def state_dict(self):
+        out = super().state_dict()
+        out["_anneal"] = "cos" if self._anneal is _anneal_cos else "linear"
+        return out
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self._anneal = _anneal_cos if state_dict.get("_anneal", "cos") == "cos" else _anneal_linear
+        self._phases = [tuple(p) for p in self._phases]
+
+
+def _per_group(cls, name, value, groups):
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * groups
+    if len(values) != groups:
+        raise _fail(cls, f"got {len(values)} values of {name} for {groups} param groups")
+    return [_finite(cls, name, v) for v in values]
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the lr by ``factor`` when a metric has stopped improving for ``patience``
+    epochs, as ``torch.optim.lr_scheduler.ReduceLROnPlateau``: call ``step(metric)`` after
+    each evaluation. ``mode`` "min" (a loss) or "max" (an accuracy); an improvement must beat
+    the best so far by ``threshold`` (relative, or absolute with ``threshold_mode="abs"``);
+    after a reduction, ``cooldown`` epochs pass before counting again; the lr never goes below
+    ``min_lr``, and changes smaller than ``eps`` are skipped.
+
+    >>> import ember
+    >>> opt = ember.optim.SGD([ember.zeros(1, requires_grad=True)], lr=1.0)
+    >>> sched = ReduceLROnPlateau(opt, factor=0.5, patience=1)
+    >>> [(sched.step(loss), sched.get_last_lr()[0])[1] for loss in [3, 2, 2, 2, 2, 1]]
+    [1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
+    """
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
+                 cooldown=0, min_lr=0.0, eps=1e-8):
+        name = "ReduceLROnPlateau"
+        if not isinstance(optimizer, Optimizer):
+            raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
+        if mode not in ("min", "max"):
+            raise _fail(name, f"mode must be 'min' or 'max', got {mode!r}")
+        if threshold_mode not in ("rel", "abs"):
+            raise _fail(name, f"threshold_mode must be 'rel' or 'abs', got {threshold_mode!r}")
+        if not _real(factor) or not 0 <= factor < 1:
+            raise _fail(name, f"factor must be a number in [0, 1), got {factor!r}")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise _fail(name, f"patience must be an int >= 0, got {patience!r}")
+        if isinstance(cooldown, bool) or not isinstance(cooldown, int) or cooldown < 0:
+            raise _fail(name, f"cooldown must be an int >= 0, got {cooldown!r}")
+        self.optimizer = optimizer
+        self.mode, self.factor, self.patience = mode, float(factor), patience
+        self.threshold, self.threshold_mode = _finite(name, "threshold", threshold), threshold_mode
+        self.cooldown, self.eps = cooldown, _finite(name, "eps", eps)
+        self.min_lrs = _per_group(name, "min_lr", min_lr, len(optimizer.param_groups))
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs, self.cooldown_counter, self.last_epoch = 0, 0, 0
+        self._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+    def step(self, metrics, epoch=None) -> None:  # noqa: D401 - torch's signature
+        """Record one evaluation's ``metrics`` (a number or a 0-d tensor)."""
+        current = float(metrics.item() if hasattr(metrics, "item") else metrics)
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
+        if self._better(current):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, floor in zip(self.optimizer.param_groups, self.min_lrs):
+                new = max(float(group["lr"]) * self.factor, floor)
+                if float(group["lr"]) - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _better(self, a) -> bool:
+        best, t = self.best, self.threshold
+        if self.mode == "min":
+            return a < (best * (1 - t) if self.threshold_mode == "rel" else best - t)
+        return a > (best * (1 + t) if self.threshold_mode == "rel" else best + t)
+
+
 def warmup_cosine(optimizer, warmup_steps: int, total_steps: int, *, start_factor: float | None = None,
                   eta_min: float = 0.0) -> LRScheduler:
     """Linear warmup for ``warmup_steps``, then cosine decay to ``eta_min`` at ``total_steps``:

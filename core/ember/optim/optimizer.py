@@ -59,9 +59,9 @@ def beta_pair(v):
     return None if ok else "a pair of numbers in [0, 1), like (0.9, 0.999)"
 
 
-#: Group keys that are not hyperparameters: the tensors, their names, and the scheduler's
-#: record of the starting lr.
-BOOKKEEPING = ("params", "param_names", "initial_lr")
+#: Group keys that are not hyperparameters: the tensors, their names, and the schedulers'
+#: records (the starting lr; OneCycleLR's lr and momentum bounds).
+BOOKKEEPING = ("params", "param_names", "initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum")
 #: Keys of torch's param groups that mean nothing to ember; dropped when loading a state_dict.
 TORCH_ONLY = ("foreach", "capturable", "differentiable", "fused")
 

@@ -14,56 +14,68 @@ from .checks import check_arguments, check_config, check_run_dir
 def add_subcommands(sub) -> None:
     t = sub.add_parser("train", help="train a model on a dataset",
                        description="Train a model; flags override the recipe for the dataset and model.")
-    t.add_argument("dataset", choices=sorted(recipes.DATASETS))
-    t.add_argument("--model", default="mlp", choices=sorted(recipes.RECIPES))
-    t.add_argument("--epochs", type=int)
-    t.add_argument("--batch-size", type=int)
-    t.add_argument("--lr", type=float)
-    t.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop"])
-    t.add_argument("--momentum", type=float)
-    t.add_argument("--weight-decay", type=float)
-    t.add_argument("--schedule", choices=["none", "cosine", "step"])
-    t.add_argument("--augment", action=argparse_bool(), default=None)
-    t.add_argument("--clip-grad-norm", type=float, default=None)
-    t.add_argument("--backend", default=None, help="numpy (default), python, numba, cupy, ...")
-    t.add_argument("--out", default=None, help="run directory (default runs/DATASET-MODEL)")
-    t.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
-    t.add_argument("--keep-last", type=int, default=3)
-    t.add_argument("--max-steps", type=int, default=None,
-                   help="pause after N steps in total (checkpointed; --resume continues the run)")
+    t.add_argument("dataset", choices=sorted(recipes.DATASETS), help="the dataset to train on")
+    t.add_argument("--model", default="mlp", choices=sorted(recipes.RECIPES),
+                   help="the model from ember.models (default: mlp)")
+    t.add_argument("--epochs", type=int, metavar="N", help="passes over the training set ("
+                   + recipes.default_help("epochs") + ")")
+    t.add_argument("--batch-size", type=int, metavar="N", help="samples per step (" + recipes.default_help("batch_size") + ")")
+    t.add_argument("--lr", type=float, metavar="X", help="peak learning rate (" + recipes.default_help("lr") + ")")
+    t.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop"],
+                   help="the optimizer (" + recipes.default_help("optimizer") + ")")
+    t.add_argument("--momentum", type=float, metavar="X", help="SGD momentum (" + recipes.default_help("momentum") + ")")
+    t.add_argument("--weight-decay", type=float, metavar="X",
+                   help="L2 weight decay; AdamW's decoupled decay is 0.01 when this is 0 ("
+                   + recipes.default_help("weight_decay") + ")")
+    t.add_argument("--schedule", choices=["none", "cosine", "step"],
+                   help="learning-rate schedule, stepped every batch (" + recipes.default_help("schedule") + ")")
+    t.add_argument("--augment", action=argparse_bool(), default=None,
+                   help="random crops and flips of the training images (" + recipes.default_help("augment") + ")")
+    t.add_argument("--clip-grad-norm", type=float, default=None, metavar="X",
+                   help="clip the global gradient norm to X (default: no clipping)")
+    t.add_argument("--backend", default=None, help="numpy, python, numba, cupy, ... (default: EMBER_BACKEND, else numpy)")
+    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET-MODEL)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in --out (default: start a new run)")
+    t.add_argument("--seed", type=int, default=0, help="seed of initialisation, shuffling and augmentation (default: 0)")
+    t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="also checkpoint every N steps (default: at the end of each epoch only)")
+    t.add_argument("--keep-last", type=int, default=3, metavar="N", help="checkpoints kept in --out (default: 3)")
+    t.add_argument("--max-steps", type=int, default=None, metavar="N",
+                   help="pause after N steps in total, checkpointed; --resume continues the run (default: run all epochs)")
     t.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
-                   help="a NaN/inf loss or gradient: stop with an error (default) or skip that update")
-    t.add_argument("--limit-train", type=int, default=None, help="use only the first N training samples")
-    t.add_argument("--limit-test", type=int, default=None, help="use only the first N test samples")
-    t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA or ~/.cache)")
-    t.add_argument("--no-progress", action="store_true")
+                   help="a NaN/inf loss or gradient: stop with an error, or skip that update (default: stop)")
+    t.add_argument("--limit-train", type=int, default=None, metavar="N",
+                   help="use only the first N training samples (default: all)")
+    t.add_argument("--limit-test", type=int, default=None, metavar="N", help="use only the first N test samples (default: all)")
+    t.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA, else ~/.cache/ember/datasets)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (default: show one)")
     t.add_argument("--no-jit", action="store_true",
                    help="run each training step eagerly instead of compiled by ember.jit (EMBER_JIT=0 "
-                        "does this everywhere)")
+                        "does this everywhere; default: compiled)")
     t.add_argument("--dry-run", action="store_true",
-                   help="check the arguments and the run directory, print the settings as JSON, and exit")
+                   help="check the arguments and the run directory, print the settings as JSON, and exit "
+                        "(default: train)")
     t.add_argument("--distributed", action="store_true",
-                   help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global")
-    t.add_argument("--dist-timeout", type=float, default=None,
+                   help="data-parallel over MPI ranks (launch with mpiexec -n N); --batch-size is global "
+                        "(default: one process)")
+    t.add_argument("--dist-timeout", type=float, default=None, metavar="S",
                    help="--distributed: seconds a rank waits for the others before the job is aborted "
-                        "(default: EMBER_DIST_TIMEOUT or 300)")
+                        "(default: EMBER_DIST_TIMEOUT, else 300)")
     t.set_defaults(run=run_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint on its dataset's test split")
     e.add_argument("checkpoint", help="a run directory or a ckpt-*.safetensors file")
-    e.add_argument("--batch-size", type=int, default=500)
-    e.add_argument("--data-root", default=None)
-    e.add_argument("--limit-test", type=int, default=None)
-    e.add_argument("--backend", default=None)
+    e.add_argument("--batch-size", type=int, default=500, metavar="N", help="samples per batch (default: 500)")
+    e.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA, else ~/.cache/ember/datasets)")
+    e.add_argument("--limit-test", type=int, default=None, metavar="N", help="use only the first N test samples (default: all)")
+    e.add_argument("--backend", default=None, help="numpy, python, numba, cupy, ... (default: EMBER_BACKEND, else numpy)")
     e.set_defaults(run=run_eval)
 
     c = sub.add_parser("checkpoints", help="inspect or plot a run directory")
-    c.add_argument("action", choices=["inspect", "plot"])
-    c.add_argument("directory")
-    c.add_argument("--verify", action="store_true", help="inspect: also load every file as `ember eval` would (checksums and a full parse); "
-                        "exit status 1 if any fails")
+    c.add_argument("action", choices=["inspect", "plot"], help="list the checkpoints, or write the curves as PNG")
+    c.add_argument("directory", help="a run directory (ember train --out)")
+    c.add_argument("--verify", action="store_true", help="inspect: also load every file as `ember eval` would, checksums and a full parse; exit status 1 if any fails (default: sizes only)")
     c.set_defaults(run=run_checkpoints)
 
 

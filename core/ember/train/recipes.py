@@ -29,6 +29,20 @@ RECIPES = {
 }
 
 
+def default_help(key: str) -> str:
+    """How a recipe setting defaults, for ``--help``: one value, or the value per model.
+
+    >>> default_help("epochs")
+    'default: from the recipe: mlp 1, cnn 2, resnet18 30'
+    >>> default_help("momentum")
+    'default: 0.9'
+    """
+    values = {model: {**BASE, **row}[key] for model, row in RECIPES.items()}
+    if len(set(map(repr, values.values()))) == 1:
+        return f"default: {next(iter(values.values()))}"
+    return "default: from the recipe: " + ", ".join(f"{m} {v}" for m, v in values.items())
+
+
 def recipe(dataset: str, model: str) -> dict:
     if dataset not in DATASETS:
         raise EmberError(f"unknown dataset {dataset!r}; ember knows {', '.join(DATASETS)}")

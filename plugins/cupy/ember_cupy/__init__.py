@@ -4,7 +4,7 @@ This module is what the ``ember`` entry point names. ember imports it when it fi
 backends, so it imports neither CuPy nor NumPy: the backend is built in ``_load``, and says
 whether it can run through ``available()`` (a machine without a GPU gets the driver's reason).
 
-    pip install 'ember-cupy[cuda12]'
+    pip install './plugins/cupy[cuda12]'      # from ember's repository
     EMBER_BACKEND=cupy ember train cifar10 --model resnet18
 
 Helpers for users of the backend: :func:`from_dlpack` / :func:`to_dlpack` (zero-copy exchange

@@ -7,7 +7,7 @@ CuPy raises (``cudaErrorInsufficientDriver``, ``cudaErrorNoDevice``, ...) become
 """
 from __future__ import annotations
 
-INSTALL = "pip install 'ember-cupy[cuda12]' (or [cuda13], matching your driver's CUDA)"
+INSTALL = "pip install './plugins/cupy[cuda12]' from ember's repository (or [cuda13], matching your driver's CUDA)"
 
 
 def probe() -> tuple:
