@@ -1,0 +1,175 @@
+"""Stage 2 of loading: an ONNX graph → an ember Module that interprets it.
+
+Each ONNX node becomes a :class:`Node` bound to its handler from the operator table
+(``ops.OPS``), checked at load: every unsupported operator, opset or dtype of the model is
+reported at once. Float initializers become trainable parameters; other initializers and
+``Constant`` nodes are constants, and every node that depends only on constants is run once at
+load (constant folding), so ``forward`` runs only the part of the graph that depends on inputs.
+"""
+from __future__ import annotations
+
+from .. import autodiff
+from ..nn import Module, Parameter
+from ..tensor import Tensor, tensor
+from .reader import OnnxError, attributes, dtype_of, opsets, read_model, to_numpy
+from .ops import OPS, RANDOM, lookup
+
+
+class Node:
+    """One ONNX node, bound to its handler: what handlers see of the graph."""
+
+    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "version",
+                 "handler", "graphs", "module")
+
+    def __init__(self, proto, index, domain_opsets, module):
+        self.op_type, self.domain = proto.op_type, proto.domain if proto.domain != "ai.onnx" else ""
+        self.name = proto.name or f"{self.op_type}_{index}"
+        self.inputs, self.outputs = list(proto.input), list(proto.output)
+        self.opset = domain_opsets.get(self.domain)
+        self.module = module
+        self.attrs = attributes(proto, self.where)
+        self.graphs = {}
+        self.handler, self.version = lookup(self)
+
+    @property
+    def where(self) -> str:
+        """``node 'conv1' (Conv, opset 13)``: how errors name this node."""
+        return f"node {self.name!r} ({self.op_type}, opset {self.opset})"
+
+    def attr(self, name, default=None):
+        return self.attrs.get(name, default)
+
+    def error(self, message) -> OnnxError:
+        return OnnxError(f"{self.where}: {message}")
+
+    def dtype(self, code):
+        """The ember dtype of ONNX element type ``code`` (an error naming this node if none)."""
+        return dtype_of(code, self.where)
+
+
+class Program:
+    """A graph's nodes in order plus its constants; runs as an interpreter over a value table."""
+
+    def __init__(self, graph, domain_opsets, module, outer=()):
+        self.graph = graph
+        self.inputs = [i.name for i in graph.input]
+        self.outputs = [o.name for o in graph.output]
+        self.nodes, bad = [], []
+        for i, proto in enumerate(graph.node):
+            try:
+                node = Node(proto, i, domain_opsets, module)
+                for key, value in node.attrs.items():   # If/Loop/Scan bodies
+                    if type(value).__name__ == "GraphProto":
+                        node.graphs[key] = Program(value, domain_opsets, module, outer)
+                self.nodes.append(node)
+            except OnnxError as e:
+                bad.append(str(e))
+        if bad:
+            raise OnnxError(f"{len(bad)} node(s) of the model cannot run on ember:\n  " + "\n  ".join(bad))
+
+    def run(self, env: dict) -> list:
+        """Run every node on ``env`` (name → Tensor, updated in place); return the outputs."""
+        for node in self.nodes:
+            args = [env[n] if n else None for n in node.inputs]
+            try:
+                out = node.handler(node, *args)
+            except OnnxError:
+                raise
+            except KeyError as e:
+                raise node.error(f"input {e} is not computed before this node") from None
+            except Exception as e:
+                raise node.error(f"{type(e).__name__}: {e}") from e
+            out = out if isinstance(out, (tuple, list)) else (out,)
+            for name, value in zip(node.outputs, out):
+                if name:
+                    env[name] = value
+        return [env[n] for n in self.outputs]
+
+
+class OnnxModule(Module):
+    """An ONNX model as an ember Module: ``forward`` takes the graph inputs positionally.
+
+    Build one with :func:`ember.onnx.load`. Parameters are named as the model's initializers.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        g = model.graph
+        self.opsets = opsets(model)
+        self.constants = {}
+        for init in g.initializer:
+            array = to_numpy(init, f"initializer {init.name!r}")
+            t = tensor(array)
+            if t.dtype.is_floating_point:
+                self.register_parameter(init.name, Parameter(t))
+            else:
+                self.constants[init.name] = t
+        known = {i.name for i in g.initializer}
+        self.input_names = [i.name for i in g.input if i.name not in known]
+        for vi in list(g.input) + list(g.output):
+            if vi.name not in known:
+                _check_value_type(vi)
+        self.program = Program(g, self.opsets, self)
+        self.output_names = self.program.outputs
+        self._fold()
+
+    def _fold(self):
+        """Run, once, every node whose inputs are all constants; keep the rest."""
+        kept = []
+        with autodiff.no_grad():
+            for node in self.program.nodes:
+                constant = all(not n or n in self.constants for n in node.inputs)
+                if constant and node.op_type not in RANDOM and not node.graphs:
+                    env = {n: self.constants[n] for n in node.inputs if n}
+                    Program.run(_Single(node), env)
+                    self.constants.update((n, env[n]) for n in node.outputs if n)
+                else:
+                    kept.append(node)
+        self.program.nodes = kept
+        for name, value in self.constants.items():
+            self.register_buffer(name, value, persistent=False)
+
+    def forward(self, *inputs):
+        if len(inputs) != len(self.input_names):
+            raise OnnxError(f"the model takes {len(self.input_names)} input(s) "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+        env = dict(self._parameters)
+        env.update(self._buffers)
+        for name, x in zip(self.input_names, inputs):
+            env[name] = x if isinstance(x, Tensor) else tensor(x)
+        outs = self.program.run(env)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def extra_repr(self):
+        return (f"inputs={self.input_names}, outputs={self.output_names}, "
+                f"nodes={len(self.program.nodes)}, opset={self.opsets.get('')}")
+
+
+class _Single:
+    """One node posing as a Program (constant folding runs nodes one at a time)."""
+
+    def __init__(self, node):
+        self.nodes, self.outputs = [node], []
+
+
+def _check_value_type(vi):
+    t = vi.type
+    kind = t.WhichOneof("value")
+    if kind != "tensor_type":
+        raise OnnxError(f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors only")
+    dtype_of(t.tensor_type.elem_type, f"graph value {vi.name!r}")
+
+
+def load(source) -> OnnxModule:
+    """Load an ONNX model (a path, bytes or a ModelProto) as an ember Module.
+
+    >>> import ember, ember.onnx
+    >>> from onnx import helper, TensorProto
+    >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> m = ember.onnx.load(helper.make_model(g).SerializeToString())
+    >>> m(ember.tensor([-1.0, 2.0])).tolist()
+    [0.0, 2.0]
+    """
+    return OnnxModule(read_model(source))

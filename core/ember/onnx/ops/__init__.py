@@ -1,0 +1,48 @@
+"""The operator table: ONNX op_type → (handler, first opset, last opset honoured).
+
+Each family module holds one table and one small function per operator (or per group of
+operators that differ only in a constant). A handler is ``fn(node, *inputs) -> Tensor | tuple``:
+inputs are ember tensors (``None`` for an omitted optional input), attributes are read from
+``node.attr(name, default)``, and ``node.version`` is the operator's schema version at the
+model's opset, for handlers whose semantics changed between versions.
+"""
+from __future__ import annotations
+
+from ..reader import OnnxError
+from . import elementwise, nn, reduce, rnn, shape
+from .common import LATEST
+
+OPS: dict = {}
+FAMILY: dict = {}      # op_type → family module name (the pass table's categories)
+for _family in (elementwise, reduce, shape, nn, rnn):
+    for _name, _entry in _family.OPS.items():
+        FAMILY[_name] = _family.__name__.rsplit(".", 1)[1]
+        OPS[_name] = _entry if len(_entry) == 3 else (*_entry, LATEST)
+
+# Nodes that draw random numbers: never folded at load.
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+          "Multinomial", "Dropout"}
+
+
+def lookup(node):
+    """``(handler, schema version)`` for a node, or an OnnxError naming what is unsupported."""
+    if node.domain != "":
+        raise node.error(f"operator domain {node.domain!r} is not supported (ember runs the default ONNX domain)")
+    if node.opset is None:
+        raise node.error("the model imports no opset for the default domain")
+    entry = OPS.get(node.op_type)
+    if entry is None:
+        raise node.error("operator not supported by ember")
+    fn, first, last = entry
+    if not first <= node.opset <= last:
+        raise node.error(f"opset {node.opset} is outside the range ember honours for "
+                         f"{node.op_type} ({first} to {last})")
+    try:
+        from onnx import defs
+        version = defs.get_schema(node.op_type, node.opset, "").since_version
+    except Exception:
+        version = node.opset
+    return fn, version
+
+
+__all__ = ["FAMILY", "OPS", "RANDOM", "lookup", "OnnxError"]

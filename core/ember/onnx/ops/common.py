@@ -1,0 +1,58 @@
+"""Helpers every operator family uses: host integers from shape tensors, constants on the
+inputs' backend, axis normalisation."""
+from __future__ import annotations
+
+from ... import dtypes as D
+from ...tensor import Tensor, full, tensor
+
+LATEST = 28    # the newest default-domain opset of the pinned onnx (1.23.2)
+
+
+def ints(t) -> list:
+    """A shape/axes/pads input as Python ints (ONNX computes shapes with tensors; ember on the host)."""
+    if t is None:
+        return None
+    if isinstance(t, Tensor):
+        v = t.tolist()
+        return [int(i) for i in v] if isinstance(v, list) else [int(v)]
+    return [int(i) for i in t]
+
+
+def scalar(t, default=None):
+    """A 0-d or 1-element input as a Python number."""
+    if t is None:
+        return default
+    v = t.tolist() if isinstance(t, Tensor) else t
+    while isinstance(v, list):
+        v = v[0]
+    return v
+
+
+def const(value, like: Tensor, dtype=None) -> Tensor:
+    """A constant (NumPy array, list or number) on ``like``'s backend."""
+    return tensor(value, dtype=dtype if dtype is not None else None, backend=like.backend)
+
+
+def filled(shape, value, like: Tensor, dtype=None) -> Tensor:
+    return full(tuple(shape), value, dtype=dtype or like.dtype, backend=like.backend)
+
+
+def axis(a: int, ndim: int) -> int:
+    return a + ndim if a < 0 else a
+
+
+def axes(seq, ndim: int) -> list:
+    return [axis(int(a), ndim) for a in seq]
+
+
+def floating(x: Tensor) -> Tensor:
+    return x if x.dtype.is_floating_point else x.to(D.float32)
+
+
+def same_dtype(fn):
+    """Wrap a float function so integer inputs compute in float64 and come back as their dtype."""
+    def run(x, *args):
+        if x.dtype.is_floating_point:
+            return fn(x, *args)
+        return fn(x.to(D.float64), *args).to(x.dtype)
+    return run
