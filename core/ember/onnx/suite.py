@@ -90,8 +90,9 @@ def run_case(case, backend="numpy"):
         with using(backend), np.errstate(all="ignore"):
             m = OnnxModule(case.model)
             for inputs, expected in case.data_sets:
-                if any(not isinstance(a, np.ndarray) for a in list(inputs) + list(expected)):
+                if any(not isinstance(a, (np.ndarray, np.generic)) for a in list(inputs) + list(expected)):
                     return "inputs or outputs are not plain tensors"
+                inputs, expected = [np.asarray(a) for a in inputs], [np.asarray(a) for a in expected]
                 outs = m(*[tensor(a) for a in inputs])
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 for i, (want, got) in enumerate(zip(expected, outs)):

@@ -131,7 +131,7 @@ def hard_swish(node, x):
 
 
 def thresholded_relu(node, x):
-    return where(x > node.attr("alpha", 1.0), x, 0 * x)
+    return where(x > node.attr("alpha", 1.0), x, 0)
 
 
 def prelu(node, x, slope):
@@ -150,7 +150,7 @@ def swish(node, x):
 
 def shrink(node, x):
     lam, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
-    return where(x < -lam, x + bias, where(x > lam, x - bias, 0 * x))
+    return where(x < -lam, x + bias, where(x > lam, x - bias, 0))
 
 
 def is_inf(node, x):

@@ -106,6 +106,10 @@ def conv_transpose(node, x, w, b=None):
         y = y.squeeze(2)
     if any(outpad):
         y = y.pad([(0, 0), (0, 0)] + [(0, p) for p in outpad])
+    if any(p < 0 for p in pads):       # an output_shape beyond the full result: zeros
+        y = y.pad([(0, 0), (0, 0)] + [(max(-pads[i], 0), max(-pads[i + nd], 0)) for i in range(nd)])
+        full = [full[i] + max(-pads[i], 0) + max(-pads[i + nd], 0) for i in range(nd)]
+        pads = [max(p, 0) for p in pads]
     lo = [0, 0] + pads[:nd]
     hi = [y.shape[0], y.shape[1]] + [full[i] - pads[i + nd] for i in range(nd)]
     y = y._slice(lo, hi, [1] * y.ndim)
@@ -169,7 +173,7 @@ def max_pool(node, x):
     index = None
     for s, p in zip(_taps(padded, kernel, strides, dil, outs), _taps(ppos, kernel, strides, dil, outs)):
         hit = (s == best) & (p >= 0)
-        index = where(hit, p, -1 + 0 * p) if index is None else where((index < 0) & hit, p, index)
+        index = where(hit, p, -1) if index is None else where((index < 0) & hit, p, index)
     return best, index
 
 
@@ -288,7 +292,7 @@ def lrn(node, x):
 def lp_norm(node, x):
     a, p = node.attr("axis", -1), node.attr("p", 2)
     norm = (x * x).sum(a, keepdim=True).sqrt() if p == 2 else x.abs().sum(a, keepdim=True)
-    return x / where(norm == 0, 1 + 0 * norm, norm)
+    return x / where(norm == 0, 1, norm)
 
 
 def mvn(node, x):
@@ -296,6 +300,31 @@ def mvn(node, x):
     m = x.mean(dims, keepdim=True)
     v = ((x - m) ** 2).mean(dims, keepdim=True)
     return (x - m) / (v.sqrt() + 1e-9)
+
+
+
+
+# ---------------------------------------------------------------- losses
+def nll_loss(node, logp, target, weight=None):
+    ignore = node.attr("ignore_index")
+    t = target.to(D.int64)
+    valid = (t != ignore) if ignore is not None else (t == t)
+    safe = where(valid, t, 0)
+    picked = -logp.gather(1, safe.unsqueeze(1)).squeeze(1)
+    w = weight.take(safe.reshape(-1), 0).reshape(t.shape) if weight is not None else filled(t.shape, 1.0, logp)
+    w = where(valid, w, 0.0)
+    loss = picked * w
+    how = node.attr("reduction", "mean")
+    if how == "sum":
+        return loss.sum()
+    if how == "mean":
+        return loss.sum() / w.sum()
+    return loss
+
+
+def softmax_cross_entropy(node, scores, labels, weight=None):
+    logp = scores.log_softmax(1)
+    return nll_loss(node, logp, labels, weight), logp
 
 
 OPS = {
@@ -306,4 +335,5 @@ OPS = {
     "LayerNormalization": (layer_norm, 17), "GroupNormalization": (group_norm, 18),
     "RMSNormalization": (rms_norm, 23), "LRN": (lrn, 1), "LpNormalization": (lp_norm, 1),
     "MeanVarianceNormalization": (mvn, 9),
+    "NegativeLogLikelihoodLoss": (nll_loss, 12), "SoftmaxCrossEntropyLoss": (softmax_cross_entropy, 12),
 }

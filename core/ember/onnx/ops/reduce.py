@@ -31,12 +31,12 @@ def _prod(x, dims, keepdim):
     neg = (x < 0).to(x.dtype).sum(dims, keepdim)
     sign = 1 - 2 * (neg - 2 * (neg / 2).floor())
     zero = (x == 0).any(dims, keepdim) if dims else x == 0
-    return where(zero, 0 * mag, sign * mag)
+    return where(zero, 0.0, sign * mag)
 
 
 def _logsumexp(x, dims, keepdim):
     m = x.amax(dims, keepdim=True)
-    m = where(m.isinf(), 0 * m, m)
+    m = where(m.isinf(), 0.0, m)
     out = (x - m).exp().sum(dims, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dims)
 
@@ -56,6 +56,8 @@ def reduce(node, x, axes_in=None):
     if any(x.shape[d] == 0 for d in dims):
         shape = [1 if d in dims else s for d, s in enumerate(x.shape)]
         shape = shape if keep else [s for d, s in enumerate(x.shape) if d not in dims]
+        if x.dtype == D.bool_:
+            empty = node.op_type == "ReduceMin"
         return filled(shape, empty, x)
     y = before(x) if before else x
     if how == "prod":
@@ -155,7 +157,7 @@ def topk(node, x, k):
         # first index of the max; NaN-free inputs assumed (ONNX leaves NaN order unspecified)
         i = y.argmax(a, keepdim=True)
         idxs.append(i)
-        y = where(pos == i, lowest + 0 * y, y)
+        y = where(pos == i, lowest, y)
     if not idxs:
         shape = list(x.shape)
         shape[a] = 0

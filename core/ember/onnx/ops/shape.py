@@ -100,7 +100,8 @@ def depth_to_space(node, x):
 def space_to_depth(node, x):
     b = node.attr("blocksize")
     n, c, h, w = x.shape
-    y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b)
+    y = y.permute(0, 1, 3, 5, 2, 4) if node.attr("mode", "DCR") == "CRD" else y.permute(0, 3, 5, 1, 2, 4)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
