@@ -90,6 +90,7 @@ def run_case(case, backend="numpy"):
         with using(backend), np.errstate(all="ignore"):
             m = OnnxModule(case.model)
             for inputs, expected in case.data_sets:
+                inputs, expected = _arrays(inputs), _arrays(expected)
                 if any(not isinstance(a, (np.ndarray, np.generic)) for a in list(inputs) + list(expected)):
                     return "inputs or outputs are not plain tensors"
                 inputs, expected = [np.asarray(a) for a in inputs], [np.asarray(a) for a in expected]
@@ -110,6 +111,11 @@ def run_case(case, backend="numpy"):
     except Exception as e:
         return f"{type(e).__name__}: " + " ".join(str(e).split())[:300]
     return None
+
+
+def _arrays(values):
+    from onnx import TensorProto, numpy_helper
+    return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for v in values]
 
 
 def run_suite(cases, backend="numpy", progress=None) -> dict:
