@@ -135,6 +135,8 @@ def thresholded_relu(node, x):
 
 
 def prelu(node, x, slope):
+    if node.version < 7 and slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
+        slope = slope.reshape([-1] + [1] * (x.ndim - 2))     # opset 6: slope per channel
     return where(x < 0, slope * x, x)
 
 
