@@ -43,3 +43,9 @@ def test_fresh_venv_install_pulls_only_numpy_and_pluggy(tmp_path):
     assert out.stdout.strip() == "[3.0, 3.0] []", out.stderr
     cli = subprocess.run([str(venv / "bin" / "ember"), "backends"], capture_output=True, text=True, timeout=120)
     assert "numpy" in cli.stdout and cli.returncode == 0, cli.stderr
+
+
+def test_onnx_is_an_optional_extra_with_pinned_versions():
+    project = pyproject()["project"]
+    assert project["optional-dependencies"]["onnx"] == ["onnx==1.23.2", "onnxruntime==1.32.0"]
+    assert {"ember.onnx", "ember.onnx.ops"} <= set(pyproject()["tool"]["setuptools"]["packages"])

@@ -15,6 +15,10 @@ from .reader import OnnxError, attributes, dtype_of, opsets, read_model, to_nump
 from .ops import OPS, RANDOM, lookup
 
 
+# Attributes that name an element type (Cast's `to`, EyeLike's `dtype`, ...).
+DTYPE_ATTRIBUTES = ("to", "dtype", "output_datatype", "output_dtype")
+
+
 class Node:
     """One ONNX node, bound to its handler: what handlers see of the graph."""
 
@@ -30,6 +34,9 @@ class Node:
         self.attrs = attributes(proto, self.where)
         self.graphs = {}
         self.handler, self.version = lookup(self)
+        for key in DTYPE_ATTRIBUTES:       # a target dtype ember lacks fails at load, not mid-run
+            if key in self.attrs and isinstance(self.attrs[key], int):
+                self.dtype(self.attrs[key])
 
     @property
     def where(self) -> str:
@@ -65,7 +72,7 @@ class Program:
             except OnnxError as e:
                 bad.append(str(e))
         if bad:
-            raise OnnxError(f"{len(bad)} node(s) of the model cannot run on ember:\n  " + "\n  ".join(bad))
+            raise OnnxError(f"{len(bad)} node(s) of the model cannot run on ember: " + "; ".join(bad))
 
     def run(self, env: dict) -> list:
         """Run every node on ``env`` (name → Tensor, updated in place); return the outputs."""
@@ -101,7 +108,7 @@ class OnnxModule(Module):
             array = to_numpy(init, f"initializer {init.name!r}")
             t = tensor(array)
             if t.dtype.is_floating_point:
-                self.register_parameter(init.name, Parameter(t))
+                self._place(init.name, Parameter(t))
             else:
                 self.constants[init.name] = t
         known = {i.name for i in g.initializer}
@@ -112,6 +119,20 @@ class OnnxModule(Module):
         self.program = Program(g, self.opsets, self)
         self.output_names = self.program.outputs
         self._fold()
+
+    def _place(self, name, param):
+        """Register ``a.b.weight`` as parameter ``weight`` of submodule ``a.b`` (state_dict keys
+        stay the ONNX names, as PyTorch's exporter writes them)."""
+        *path, leaf = name.split(".")
+        if not all(path) or not leaf:
+            self.register_parameter(name, param)
+            return
+        mod = self
+        for part in path:
+            if part not in mod._modules:
+                mod.add_module(part, Module())
+            mod = mod._modules[part]
+        mod.register_parameter(leaf, param)
 
     def _fold(self):
         """Run, once, every node whose inputs are all constants; keep the rest."""
@@ -133,7 +154,7 @@ class OnnxModule(Module):
         if len(inputs) != len(self.input_names):
             raise OnnxError(f"the model takes {len(self.input_names)} input(s) "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
-        env = dict(self._parameters)
+        env = dict(self.named_parameters())
         env.update(self._buffers)
         for name, x in zip(self.input_names, inputs):
             env[name] = x if isinstance(x, Tensor) else tensor(x)
