@@ -4,11 +4,13 @@
 >>> sorted(n for n in ("Conv", "Relu", "Gemm") if n in ember.onnx.supported_operators())
 ['Conv', 'Gemm', 'Relu']
 
-``load(path_or_bytes)`` gives an ordinary :class:`ember.nn.Module` (docs/onnx.md). The ``onnx``
+``load(path_or_bytes)`` gives an ordinary :class:`ember.nn.Module`; ``export(model, inputs,
+path)`` writes an ember model as ONNX through its ember.jit graph (docs/onnx.md). The ``onnx``
 package is imported only when a model is read, so ``import ember`` never imports it.
 """
 from __future__ import annotations
 
+from .export import export
 from .graph import OnnxModule, load
 from .reader import OnnxError
 
@@ -19,4 +21,4 @@ def supported_operators() -> dict:
     return {name: (first, last) for name, (_, first, last) in sorted(OPS.items())}
 
 
-__all__ = ["OnnxError", "OnnxModule", "load", "supported_operators"]
+__all__ = ["OnnxError", "OnnxModule", "export", "load", "supported_operators"]
