@@ -1,0 +1,209 @@
+"""Image geometry: Resize (and the older Upsample).
+
+Resizing is separable and linear in the data: along each resized axis the output is a fixed
+(out × in) matrix of interpolation weights times the input. The weights depend only on shapes
+and attributes, so they are computed on the host (as ONNX's reference computes them) and the
+data moves through one ember matmul per axis — nearest, linear and cubic alike.
+"""
+from __future__ import annotations
+
+import math
+
+from ... import dtypes as D
+from .common import const, ints
+
+
+# ---------------------------------------------------------------- 1-d interpolation weights
+def _nearest(mode):
+    def coeffs(ratio, scale):
+        if float(ratio).is_integer():
+            return [0.0, 1.0]
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+              "floor": False, "ceil": True}[mode]
+        return [0.0, 1.0] if up else [1.0, 0.0]
+    return coeffs
+
+
+def _linear(ratio, scale):
+    return [1 - ratio, ratio]
+
+
+def _linear_antialias(ratio, scale):
+    scale = min(scale, 1.0)
+    start = int(math.floor(-1 / scale) + 1)
+    c = [max(0.0, min(1.0, 1 - abs((i - ratio) * scale))) for i in range(start, 2 - start)]
+    return [v / sum(c) for v in c]
+
+
+def _cubic(a):
+    def coeffs(ratio, scale):
+        r, s = ratio, 1 - ratio
+        return [((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                ((a + 2) * r - (a + 3)) * r * r + 1,
+                ((a + 2) * s - (a + 3)) * s * s + 1,
+                ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a]
+    return coeffs
+
+
+def _cubic_antialias(a):
+    def coeffs(ratio, scale):
+        scale = min(scale, 1.0)
+
+        def k(x):
+            x = abs(x)
+            if x <= 1:
+                return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+        start = int(math.floor(-2 / scale) + 1)
+        c = [k(scale * (i - ratio)) for i in range(start, 2 - start)]
+        return [v / sum(c) for v in c]
+    return coeffs
+
+
+def _source(mode, y, scale, n_in, n_out, roi):
+    """Output position y → source coordinate, and whether it lies outside (tf_crop_and_resize)."""
+    out_w = scale * n_in
+    if mode == "align_corners":
+        return (0.0 if out_w == 1 else y * (n_in - 1) / (out_w - 1)), False
+    if mode == "asymmetric":
+        return y / scale, False
+    if mode == "tf_crop_and_resize":
+        x = ((roi[1] - roi[0]) * (n_in - 1) / 2 if out_w == 1
+             else y * (roi[1] - roi[0]) * (n_in - 1) / (out_w - 1)) + roi[0] * (n_in - 1)
+        return x, x < 0 or x > n_in - 1
+    if mode == "pytorch_half_pixel":
+        return (-0.5 if out_w == 1 else (y + 0.5) / scale - 0.5), False
+    if mode == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / out_w)
+        return offset + (y + 0.5) / scale - 0.5, False
+    return (y + 0.5) / scale - 0.5, False          # half_pixel
+
+
+def weights(n_in, n_out, scale, coeffs, mode, roi, exclude_outside):
+    """(rows of weights per output position, outside flags) as nested lists."""
+    rows, outside = [], []
+    for y in range(n_out):
+        x, out = _source(mode, float(y), scale, n_in, n_out, roi)
+        base = math.floor(x)
+        ratio = 1.0 if x == base else x - base
+        c = list(coeffs(ratio, scale))
+        n = len(c)
+        pad = math.ceil(n / 2)
+        xp = x + pad
+        p = math.floor(xp)
+        frac = xp - p
+        if n % 2 == 0:
+            start = p + (-(n // 2) if frac == 0 else -(n // 2) + 1)
+        else:
+            start = p - (n - 1) // 2 + (0 if frac <= 0.5 else 1)
+        idx = [start + i - pad for i in range(n)]
+        if exclude_outside:
+            c = [0.0 if (j < 0 or j >= n_in) else v for v, j in zip(c, idx)]
+            total = sum(c) or 1.0
+            c = [v / total for v in c]
+        row = [0.0] * n_in
+        for v, j in zip(c, idx):
+            row[min(max(j, 0), n_in - 1)] += v
+        rows.append([0.0] * n_in if out else row)
+        outside.append(out)
+    return rows, outside
+
+
+# ---------------------------------------------------------------- the operator
+def _coeffs(node):
+    mode = node.attr("mode", "nearest")
+    if mode == "nearest":
+        return _nearest(node.attr("nearest_mode", "round_prefer_floor"))
+    a = node.attr("cubic_coeff_a", -0.75)
+    if mode == "cubic":
+        return _cubic_antialias(a) if node.attr("antialias", 0) else _cubic(a)
+    return _linear_antialias if node.attr("antialias", 0) else _linear
+
+
+def _geometry(node, x, roi, scales, sizes):
+    r = x.ndim
+    axes = [a + r if a < 0 else a for a in (node.attr("axes") or range(r))]
+    roi_full = None
+    if roi:
+        roi_full = [0.0] * r + [1.0] * r
+        for i, d in enumerate(axes):
+            roi_full[d], roi_full[r + d] = roi[i], roi[len(axes) + i]
+    if sizes:
+        scale = [1.0] * r
+        out = list(x.shape)
+        for i, d in enumerate(axes):
+            scale[d], out[d] = sizes[i] / x.shape[d], sizes[i]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            s = (min if policy == "not_larger" else max)(scale[d] for d in axes)
+            scale = [s if d in axes else 1.0 for d in range(r)]
+            out = [int(s * x.shape[d] + 0.5) if d in axes else x.shape[d] for d in range(r)]
+    else:
+        scale = [1.0] * r
+        for i, d in enumerate(axes):
+            scale[d] = scales[i]
+        out = [int(scale[d] * x.shape[d]) for d in range(r)]
+    return axes, scale, out, roi_full
+
+
+def _along(x, axis, w):
+    """Apply weight matrix w (out, in) along `axis`."""
+    last = x.ndim - 1
+    y = x.movedim(axis, last) if hasattr(x, "movedim") else x.permute(*_moved(x.ndim, axis, last))
+    y = y @ w.t()
+    return y.permute(*_moved(x.ndim, last, axis))
+
+
+def _moved(ndim, src, dst):
+    order = [d for d in range(ndim) if d != src]
+    order.insert(dst, src)
+    return order
+
+
+def resize_to(node, x, scale, out, roi, axes):
+    coeffs = _coeffs(node)
+    mode = node.attr("coordinate_transformation_mode", "half_pixel")
+    extrap = node.attr("extrapolation_value", 0.0)
+    y = x.to(D.float64)
+    r = x.ndim
+    for d in axes:
+        axis_roi = [roi[d], roi[d + r]] if roi else None
+        if math.isclose(scale[d], 1.0) and out[d] == x.shape[d] and (
+                axis_roi is None or (math.isclose(axis_roi[0], 0) and math.isclose(axis_roi[1], 1))):
+            continue
+        rows, outside = weights(x.shape[d], out[d], scale[d], coeffs, mode, axis_roi,
+                                node.attr("exclude_outside", 0))
+        y = _along(y, d, const(rows, y, D.float64))
+        if any(outside):
+            shape = [1] * r
+            shape[d] = out[d]
+            mask = const(outside, y).reshape(shape)
+            from ...tensor import where
+            y = where(mask, float(extrap), y)
+    if x.dtype.is_floating_point:
+        return y.to(x.dtype)
+    return y.round().to(x.dtype) if node.attr("mode", "nearest") != "nearest" else y.to(x.dtype)
+
+
+def resize(node, x, roi=None, scales=None, sizes=None):
+    if node.version < 11:
+        roi, scales, sizes = None, roi, None          # Resize-10: (X, scales)
+    roi_v = [float(v) for v in roi.reshape(-1).tolist()] if roi is not None and roi.numel() else None
+    scales_v = [float(v) for v in scales.reshape(-1).tolist()] if scales is not None and scales.numel() else None
+    sizes_v = ints(sizes) if sizes is not None and sizes.numel() else None
+    if node.version < 11 and node.attr("mode", "nearest") == "nearest":
+        node.attrs.setdefault("coordinate_transformation_mode", "asymmetric")
+        node.attrs.setdefault("nearest_mode", "floor")
+    axes, scale, out, roi_full = _geometry(node, x, roi_v, scales_v, sizes_v)
+    return resize_to(node, x, scale, out, roi_full, axes)
+
+
+def upsample(node, x, scales=None):
+    s = node.attr("scales") if scales is None else [float(v) for v in scales.tolist()]
+    node.attrs.setdefault("coordinate_transformation_mode", "asymmetric")
+    node.attrs.setdefault("nearest_mode", "floor")
+    out = [int(x.shape[d] * s[d]) for d in range(x.ndim)]
+    return resize_to(node, x, list(s), out, None, list(range(x.ndim)))
+
+
+OPS = {"Resize": (resize, 10), "Upsample": (upsample, 7, 9)}
