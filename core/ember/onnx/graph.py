@@ -23,7 +23,7 @@ class Node:
     """One ONNX node, bound to its handler: what handlers see of the graph."""
 
     __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "version",
-                 "handler", "graphs", "module")
+                 "handler", "graphs", "module", "scope")
 
     def __init__(self, proto, index, domain_opsets, module):
         self.op_type, self.domain = proto.op_type, proto.domain if proto.domain != "ai.onnx" else ""
@@ -32,7 +32,7 @@ class Node:
         self.opset = domain_opsets.get(self.domain)
         self.module = module
         self.attrs = attributes(proto, self.where)
-        self.graphs = {}
+        self.graphs, self.scope = {}, None
         self.handler, self.version = lookup(self)
         for key in DTYPE_ATTRIBUTES:       # a target dtype ember lacks fails at load, not mid-run
             if key in self.attrs and isinstance(self.attrs[key], int):
@@ -78,6 +78,8 @@ class Program:
         """Run every node on ``env`` (name → Tensor, updated in place); return the outputs."""
         for node in self.nodes:
             args = [env[n] if n else None for n in node.inputs]
+            if node.graphs:
+                node.scope = env           # bodies see the enclosing graph's values
             try:
                 out = node.handler(node, *args)
             except OnnxError:
