@@ -9,12 +9,12 @@ model's opset, for handlers whose semantics changed between versions.
 from __future__ import annotations
 
 from ..reader import OnnxError
-from . import attention, control, elementwise, image, misc, nn, reduce, rnn, shape
+from . import attention, control, elementwise, image, misc, nn, quant, reduce, rnn, shape
 from .common import LATEST
 
 OPS: dict = {}
 FAMILY: dict = {}      # op_type → family module name (the pass table's categories)
-for _family in (elementwise, reduce, shape, nn, rnn, attention, image, control, misc):
+for _family in (elementwise, reduce, shape, nn, rnn, attention, image, control, quant, misc):
     for _name, _entry in _family.OPS.items():
         FAMILY[_name] = _family.__name__.rsplit(".", 1)[1]
         OPS[_name] = _entry if len(_entry) == 3 else (*_entry, LATEST)
