@@ -206,4 +206,124 @@ def upsample(node, x, scales=None):
     return resize_to(node, x, list(s), out, None, list(range(x.ndim)))
 
 
-OPS = {"Resize": (resize, 10), "Upsample": (upsample, 7, 9)}
+# ---------------------------------------------------------------- GridSample
+def _reflect(x, lo, hi):
+    """Fold coordinates outside [lo, hi] back in by reflecting at the borders."""
+    from ...tensor import where
+    rng = hi - lo
+
+    def laps(dx):        # (whole widths travelled is even, the remainder)
+        n = (dx / rng).floor()
+        return (n - 2 * (n / 2).floor()) == 0, dx - n * rng
+    even_b, rb = laps(lo - x)
+    even_a, ra = laps(x - hi)
+    below = where(even_b, lo + rb, hi - rb)
+    above = where(even_a, hi - ra, lo + ra)
+    return where(x < lo, below, where(x > hi, above, x))
+
+
+def _cubic_w(t):
+    a = -0.75
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+def grid_sample(node, x, grid):
+    from ...tensor import where
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(node.attr("mode", "linear"), node.attr("mode", "linear"))
+    padding, align = node.attr("padding_mode", "zeros"), node.attr("align_corners", 0)
+    n, c = x.shape[:2]
+    dims = list(x.shape[2:])
+    nd = len(dims)
+    out_sp = list(grid.shape[1:-1])
+    g = grid.to(D.float64).reshape(n, -1, nd)
+    lo = [0.0 if align else -0.5 for _ in dims]
+    hi = [d - 1.0 if align else d - 0.5 for d in dims]
+    coords = []
+    for i, d in enumerate(dims):
+        v = g.narrow(2, nd - 1 - i, 1).squeeze(2)
+        v = (v + 1) / 2 * (d - 1) if align else ((v + 1) * d - 1) / 2
+        if mode == "nearest":
+            from .elementwise import _round_half_even
+            v = _round_half_even(v)
+        if padding == "border":
+            v = where((v < lo[i]) | (v > hi[i]), v.clamp(0, d - 1), v)
+        elif padding == "reflection":
+            v = _reflect(v, lo[i], hi[i])
+        coords.append(v)
+    # Per dim: (integer index, weight) taps.
+    taps = []
+    for v in coords:
+        if mode == "nearest":
+            taps.append([(v, None)])
+            continue
+        base = v.floor()
+        t = v - base
+        if mode == "linear":
+            taps.append([(base, 1 - t), (base + 1, t)])
+        else:
+            taps.append([(base + k - 1, w) for k, w in enumerate(_cubic_w(t))])
+    flat = x.reshape(n, c, -1)
+    total = None
+    for combo in _combos(taps):
+        index, valid, weight = None, None, None
+        stride = 1
+        for i in range(nd - 1, -1, -1):
+            idx, w = combo[i]
+            d = dims[i]
+            if padding == "zeros":
+                ok = (idx >= 0) & (idx <= d - 1)
+                valid = ok if valid is None else valid & ok
+                idx = idx.clamp(0, d - 1)
+            elif padding == "border":
+                idx = idx.clamp(0, d - 1)
+            else:
+                idx = _reflect(idx, lo[i], hi[i])
+                idx = (idx.sign() * idx.abs().floor()).clamp(0, d - 1)
+            term = idx.to(D.int64) * stride
+            index = term if index is None else index + term
+            stride *= d
+            if w is not None:
+                weight = w if weight is None else weight * w
+        px = flat.gather(2, index.unsqueeze(1).expand(n, c, index.shape[1])).to(D.float64)
+        if valid is not None:
+            px = where(valid.unsqueeze(1), px, 0.0)
+        part = px * weight.unsqueeze(1) if weight is not None else px
+        total = part if total is None else total + part
+    return total.reshape(n, c, *out_sp).to(x.dtype)
+
+
+def _combos(taps):
+    out = [[]]
+    for t in taps:
+        out = [o + [p] for o in out for p in t]
+    return out
+
+
+def affine_grid(node, theta, size):
+    from ...tensor import arange, stack
+    shape = ints(size)
+    n, sp = shape[0], shape[2:]
+    align = node.attr("align_corners", 0)
+    axes = []
+    for d in sp:
+        i = arange(d, backend=theta.backend).to(D.float64)
+        axes.append((2 * i / (d - 1) - 1) if align and d > 1 else ((2 * i + 1) / d - 1) if not align else i * 0)
+    # base grid (..., nd + 1): x (last spatial dim) first, then y (, z), then 1.
+    nd = len(sp)
+    grids = []
+    for k in range(nd):
+        dim = nd - 1 - k
+        view = [1] * nd
+        view[dim] = sp[dim]
+        grids.append(axes[dim].reshape(view).expand(*sp))
+    grids.append(grids[0] * 0 + 1)
+    base = stack(grids, -1).reshape(-1, nd + 1)
+    out = base.unsqueeze(0) @ theta.to(D.float64).permute(0, 2, 1)
+    return out.reshape(n, *sp, nd).to(theta.dtype)
+
+
+OPS = {"Resize": (resize, 10), "Upsample": (upsample, 7, 9), "GridSample": (grid_sample, 16),
+       "AffineGrid": (affine_grid, 20)}
