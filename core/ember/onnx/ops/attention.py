@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ...tensor import arange, cat, where
+from ... import dtypes as D
+from ...tensor import arange, cat, stack, where
 from .common import filled
 
 
@@ -101,4 +102,75 @@ def attention(node, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
     return out, present_k, present_v, qk.to(q.dtype)
 
 
-OPS = {"Attention": (attention, 23)}
+# ---------------------------------------------------------------- recurrent-state attention
+def linear_attention(node, q, k, v, past=None, decay=None, beta=None):
+    """Linear attention with a (d_k, d_v) state per head, updated token by token."""
+    rule = node.attr("update_rule", "gated_delta")
+    hq, hk = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    b, t, _ = q.shape
+    q4, k4, v4 = (_heads(x, h).to(D.float32) for x, h in ((q, hq), (k, hk), (v, hk)))
+    dk, dv = q4.shape[3], v4.shape[3]
+    if decay is not None:
+        decay = (decay.reshape(b, t, hk, 1).permute(0, 2, 1, 3) if decay.shape[-1] == hk
+                 else _heads(decay, hk)).to(D.float32)
+    if beta is not None:
+        beta = beta.reshape(b, t, beta.shape[-1], 1).permute(0, 2, 1, 3).to(D.float32)
+    state = past.to(D.float32) if past is not None else filled((b, hk, dk, dv), 0.0, q4)
+    scale = node.attr("scale") or 1 / math.sqrt(dk)
+    group = hq // hk
+    outs = []
+    for i in range(t):
+        qt, kt, vt = q4[:, :, i], k4[:, :, i], v4[:, :, i]
+        if gating:
+            state = state * decay[:, :, i].exp().unsqueeze(-1)
+        if delta:
+            got = (state * kt.unsqueeze(-1)).sum(2)
+            vt = beta[:, :, i] * (vt - got)
+        state = state + kt.unsqueeze(-1) * vt.unsqueeze(-2)
+        read = state if group == 1 else _repeat_heads(state, group)
+        outs.append(scale * (qt.unsqueeze(-1) * read).sum(2))
+    out = stack(outs, 2).permute(0, 2, 1, 3).reshape(b, t, hq * dv).to(q.dtype)
+    return out, state.to(past.dtype if past is not None else q.dtype)
+
+
+def _repeat_heads(x, reps):
+    b, h = x.shape[:2]
+    return x.unsqueeze(2).expand(b, h, reps, *x.shape[2:]).reshape(b, h * reps, *x.shape[2:])
+
+
+def causal_conv_with_state(node, x, w, bias=None, past=None):
+    """Depthwise causal 1-d convolution whose left context is carried as state."""
+    from ...dispatch import apply
+    b, c, _ = x.shape
+    k = w.shape[2]
+    pad = past if past is not None else filled((b, c, k - 1), 0.0, x)
+    padded = cat([pad, x], 2)
+    y = apply("conv2d", padded.unsqueeze(2), w.unsqueeze(2), stride=(1, 1), padding=(0, 0),
+              dilation=(1, 1), groups=c).squeeze(2)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1)
+    if node.attr("activation", "none") in ("silu", "swish"):
+        y32 = y.to(D.float32)
+        y = (y32 * y32.sigmoid()).to(x.dtype)
+    return y, padded.narrow(2, padded.shape[2] - (k - 1), k - 1)
+
+
+def tensor_scatter(node, cache, update, write=None):
+    """Write `update` into the KV cache at per-batch positions along `axis` (linear or circular)."""
+    a = node.attr("axis", -2) % cache.ndim
+    n, s = cache.shape[a], update.shape[a]
+    start = write.to(D.int64) if write is not None else filled((cache.shape[0],), 0, cache, D.int64)
+    shape = [1] * cache.ndim
+    shape[0], shape[a] = cache.shape[0], n
+    pos = arange(n, backend=cache.backend).reshape([1] * a + [n] + [1] * (cache.ndim - a - 1))
+    offset = pos - start.reshape([-1] + [1] * (cache.ndim - 1))
+    if node.attr("mode", "linear") == "circular":
+        offset = offset - n * (offset.to(D.float64) / n).floor().to(D.int64)
+    hit = (offset >= 0) & (offset < s)
+    src = offset.clamp(0, s - 1).expand(*[cache.shape[d] if d != a else n for d in range(cache.ndim)])
+    return where(hit, update.gather(a, src), cache)
+
+
+OPS = {"Attention": (attention, 23), "LinearAttention": (linear_attention, 27),
+       "CausalConvWithState": (causal_conv_with_state, 27), "TensorScatter": (tensor_scatter, 24)}

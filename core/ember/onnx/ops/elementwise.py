@@ -98,6 +98,11 @@ UNARY = {
 }
 
 
+# The opset each unary operator first appeared in (the rest of UNARY date from opset 1).
+SINCE = {"Sin": 7, "Cos": 7, "Tan": 7, "Asin": 7, "Acos": 7, "Atan": 7, "Sinh": 9, "Cosh": 9,
+         "Asinh": 9, "Acosh": 9, "Atanh": 9, "Erf": 9, "IsNaN": 9, "Sign": 9, "Round": 11, "Mish": 18}
+
+
 def _unary(fn):
     return lambda node, x: fn(x)
 
@@ -208,7 +213,7 @@ OPS = {
     "GreaterOrEqual": (lambda n, a, b: a >= b, 12),
     "And": (lambda n, a, b: a & b, 1), "Or": (lambda n, a, b: a | b, 1), "Xor": (lambda n, a, b: a ^ b, 1),
     "BitShift": (bit_shift, 11),
-    **{name: (_unary(fn), 1) for name, fn in UNARY.items()},
+    **{name: (_unary(fn), SINCE.get(name, 1)) for name, fn in UNARY.items()},
     "LeakyRelu": (leaky_relu, 1), "Elu": (elu, 1), "Selu": (selu, 1), "Celu": (celu, 12),
     "HardSigmoid": (hard_sigmoid, 1), "HardSwish": (hard_swish, 14),
     "ThresholdedRelu": (thresholded_relu, 10), "PRelu": (prelu, 1), "Gelu": (gelu, 20),
