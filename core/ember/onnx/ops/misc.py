@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from ... import dtypes as D
-from ...tensor import arange, cat, where
-from .common import axis, ints, scalar
+from ...tensor import arange, cat, stack, where
+from .common import axis, const, filled, ints, scalar
 
 
 def cumprod(node, x, ax):
@@ -161,9 +161,186 @@ def swiglu(node, a, b=None):
     return a * (node.attr("alpha", 1.0) * a).sigmoid() * b
 
 
+
+
+# ---------------------------------------------------------------- bitwise (no primitive: bit by bit)
+BITS = {D.uint8: 8, D.int32: 32, D.int64: 64, D.uint32: 32}
+
+
+def _bits(x):
+    """x's two's-complement bits, least significant first, as 0/1 tensors of x's dtype."""
+    out = []
+    for k in range(BITS[x.dtype]):
+        out.append((x // (2 ** k)) % 2)
+    return out
+
+
+def _assemble(bits, dtype):
+    total = None
+    n = len(bits)
+    for k, b in enumerate(bits):
+        weight = -(2 ** k) if (k == n - 1 and dtype.kind == "i") else 2 ** k
+        term = b * weight
+        total = term if total is None else total + term
+    return total
+
+
+def bitwise(node, a, b=None):
+    if a.dtype == D.bool_:
+        return {"BitwiseAnd": lambda: a & b, "BitwiseOr": lambda: a | b,
+                "BitwiseXor": lambda: a ^ b, "BitwiseNot": lambda: ~a}[node.op_type]()
+    if a.dtype not in BITS:
+        raise node.error(f"{node.op_type} of {a.dtype} is not supported")
+    if node.op_type == "BitwiseNot":
+        return (-a - 1) if a.dtype.kind == "i" else (2 ** BITS[a.dtype] - 1) - a
+    rule = {"BitwiseAnd": lambda p, q: p * q, "BitwiseOr": lambda p, q: p + q - p * q,
+            "BitwiseXor": lambda p, q: p + q - 2 * p * q}[node.op_type]
+    a, b = a.expand(*_shape(a, b)), b.expand(*_shape(a, b))
+    return _assemble([rule(p, q) for p, q in zip(_bits(a), _bits(b))], a.dtype).to(a.dtype)
+
+
+def _shape(a, b):
+    from ...primitives import broadcast_shapes
+    return broadcast_shapes(a.shape, b.shape)
+
+
+# ---------------------------------------------------------------- DFT as a matrix product
+def _dft_apply(x, m, axis):
+    last = x.ndim - 1
+    order = [d for d in range(x.ndim) if d != axis] + [axis]
+    y = x.permute(*order) @ m.t()
+    back = list(range(x.ndim - 1))
+    back.insert(axis, last)
+    return y.permute(*back)
+
+
+def dft(node, x, length=None, ax=None):
+    if node.version >= 20:
+        a = int(scalar(ax)) if ax is not None else -2
+    else:
+        a = node.attr("axis", 1)
+    a %= x.ndim
+    inverse, onesided = node.attr("inverse", 0), node.attr("onesided", 0)
+    m = x.shape[a]
+    n = int(scalar(length)) if length is not None else (2 * (m - 1) if inverse and onesided else m)
+    f = x.to(D.float64)
+    re = f.narrow(x.ndim - 1, 0, 1).squeeze(-1)
+    im = f.narrow(x.ndim - 1, 1, 1).squeeze(-1) if x.shape[-1] == 2 else None
+    ax2 = a                                 # the axis in re/im (the last dim is gone)
+    size = re.shape[ax2]
+    keep = n if not (inverse and onesided) else n // 2 + 1
+    if size > keep:
+        re = re.narrow(ax2, 0, keep)
+        im = im.narrow(ax2, 0, keep) if im is not None else None
+    elif size < keep:
+        widths = [(0, 0)] * re.ndim
+        widths[ax2] = (0, keep - size)
+        re = re.pad(widths)
+        im = im.pad(widths) if im is not None else None
+    rows = n // 2 + 1 if onesided and not inverse else n
+    cols = keep
+    theta = [[2 * math.pi * j * k / n for j in range(cols)] for k in range(rows)]
+    if inverse and onesided:
+        w = [1.0 if (k == 0 or (n % 2 == 0 and k == n // 2)) else 2.0 for k in range(cols)]
+        c = const([[w[k] * math.cos(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64)
+        s = const([[w[k] * math.sin(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64)
+        out = _dft_apply(re, c, ax2) - (_dft_apply(im, s, ax2) if im is not None else 0.0)
+        return out.unsqueeze(-1).to(x.dtype)
+    c = const([[math.cos(t) for t in row] for row in theta], re, D.float64)
+    s = const([[math.sin(t) for t in row] for row in theta], re, D.float64)
+    sign = 1.0 if inverse else -1.0
+    cr, sr = _dft_apply(re, c, ax2), _dft_apply(re, s, ax2)
+    real, imag = cr, sign * sr
+    if im is not None:
+        ci, si = _dft_apply(im, c, ax2), _dft_apply(im, s, ax2)
+        real, imag = real - sign * si, imag + ci
+    if inverse:
+        real, imag = real / n, imag / n
+    return stack([real, imag], -1).to(x.dtype)
+
+
+# ---------------------------------------------------------------- Col2Im, MaxUnpool, Det
+def col2im(node, x, image_shape, block_shape):
+    image, block = ints(image_shape), ints(block_shape)
+    nd = len(image)
+    dil = list(node.attr("dilations") or [1] * nd)
+    pads = list(node.attr("pads") or [0] * (2 * nd))
+    strides = list(node.attr("strides") or [1] * nd)
+    padded = [image[i] + pads[i] + pads[i + nd] for i in range(nd)]
+    outs = [(padded[i] - (block[i] - 1) * dil[i] - 1) // strides[i] + 1 for i in range(nd)]
+    # flat padded-image position of every (kernel offset, block) pair, on the host
+    pos = []
+    for k in _grid(block):
+        row = []
+        for o in _grid(outs):
+            p = 0
+            for i in range(nd):
+                p = p * padded[i] + o[i] * strides[i] + k[i] * dil[i]
+            row.append(p)
+        pos.append(row)
+    n, ck, _ = x.shape
+    c = ck // math.prod(block)
+    total = math.prod(padded)
+    vals = x.reshape(n, c, -1)
+    idx = const([p for row in pos for p in row], x, D.int64)
+    out = filled((n, c, total), 0.0, x).index_add(2, idx, vals)
+    out = out.reshape(n, c, *padded)
+    for i in range(nd):
+        out = out.narrow(2 + i, pads[i], image[i])
+    return out
+
+
+def _grid(sizes):
+    out = [()]
+    for s in sizes:
+        out = [o + (i,) for o in out for i in range(s)]
+    return out
+
+
+def max_unpool(node, x, idx, shape=None):
+    kernel = node.attr("kernel_shape")
+    nd = len(kernel)
+    strides = list(node.attr("strides") or [1] * nd)
+    pads = list(node.attr("pads") or [0] * (2 * nd))
+    default = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + nd]
+                                   for i in range(nd)]
+    out = ints(shape) if shape is not None else default
+    flat = idx.reshape(-1).to(D.int64)
+    if out != default:
+        # The indices count positions in the default shape: re-address them in `out`.
+        pos, rest = None, flat
+        for d in range(len(default) - 1, -1, -1):
+            coord = rest % default[d]
+            rest = rest // default[d]
+            term = coord * math.prod(out[d + 1:])
+            pos = term if pos is None else pos + term
+        flat = pos
+    values = filled((math.prod(out),), 0.0, x).index_add(0, flat, x.reshape(-1))
+    return values.reshape(out)
+
+
+def det(node, x):
+    # Laplace expansion along the first row: fine for the small matrices ONNX models use.
+    n = x.shape[-1]
+    if n == 1:
+        return x[..., 0, 0]
+    if n > 6:
+        raise node.error(f"Det of {n}x{n} matrices needs an LU primitive, which ember lacks")
+    total = None
+    for j in range(n):
+        cols = const([c for c in range(n) if c != j], x, D.int64)
+        minor = x.narrow(-2, 1, n - 1).take(cols, x.ndim - 1)
+        term = x[..., 0, j] * det(node, minor) * (1 if j % 2 == 0 else -1)
+        total = term if total is None else total + term
+    return total
+
+
 OPS = {
     "CumProd": (cumprod, 26), "HannWindow": (window, 17), "HammingWindow": (window, 17),
     "BlackmanWindow": (window, 17), "RotaryEmbedding": (rotary_embedding, 23),
     "CenterCropPad": (center_crop_pad, 18), "ReverseSequence": (reverse_sequence, 10),
     "Einsum": (einsum, 12), "SwiGLU": (swiglu, 28),
+    "BitwiseAnd": (bitwise, 18), "BitwiseOr": (bitwise, 18), "BitwiseXor": (bitwise, 18),
+    "BitwiseNot": (bitwise, 18), "DFT": (dft, 17), "Col2Im": (col2im, 18),
+    "MaxUnpool": (max_unpool, 9), "Det": (det, 11),
 }
