@@ -127,3 +127,25 @@ def test_import_ember_does_not_import_onnx():
                           "print('onnx' in sys.modules, 'onnxruntime' in sys.modules)"],
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False False", out.stderr
+
+
+def test_an_imported_model_compiles_under_jit():
+    model = ember.onnx.load(linear_model())
+    step = ember.jit(lambda x: model(x)[1])
+    x = ember.tensor(np.linspace(-1, 1, 6).astype(np.float32))
+    with ember.no_grad():
+        np.testing.assert_allclose(step(x).numpy(), model(x)[1].numpy(), rtol=1e-6)
+        step(x)
+    assert step.trace_count == 1
+    assert step.stats(x)["nodes"] <= 6          # constants folded away: reshape, matmul, add, relu
+
+
+def test_runs_on_the_python_backend():
+    model = ember.onnx.load(linear_model())
+    with ember.no_grad():
+        want = model(ember.tensor([0.5] * 6))[1].numpy()
+    with ember.backend("python"):
+        model.to("python")
+        _, r = model(ember.tensor([0.5] * 6))
+        assert r.backend.name == "python"
+    np.testing.assert_allclose(np.array(r.tolist()), want, rtol=1e-6)
