@@ -88,15 +88,18 @@ def run(args) -> int:
 def test(args) -> int:
     from . import suite
     from .known_failures import EXPECTED
-    cases = []
+    sets = []
     if args.set in ("node", "all"):
-        cases += suite.node_cases()
+        sets.append(("node cases", suite.node_cases()))
     if args.set in ("models", "all"):
-        cases += suite.model_cases()
-    t0 = time.perf_counter()
-    results = suite.run_suite(cases, args.backend)
-    print(f"ONNX backend cases on {args.backend} ({time.perf_counter() - t0:.0f} s):\n")
-    print(suite.table(results))
+        sets.append(("model sets", suite.model_cases()))
+    results = {}
+    for title, cases in sets:
+        t0 = time.perf_counter()
+        part = suite.run_suite(cases, args.backend)
+        print(f"ONNX {title} on {args.backend} ({time.perf_counter() - t0:.0f} s):\n")
+        print(suite.table(part) + "\n")
+        results.update(part)
     new_fail = sorted(n for n, r in results.items() if r[2] and n not in EXPECTED)
     new_pass = sorted(n for n, r in results.items() if not r[2] and n in EXPECTED)
     for n in new_fail:
