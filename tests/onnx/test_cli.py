@@ -4,9 +4,8 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.onnx
-from onnx import TensorProto, helper  # noqa: E402
-
-from ember.cli import main  # noqa: E402
+from ember.cli import main
+from onnx import TensorProto, helper
 
 
 def save(tmp_path, *nodes):

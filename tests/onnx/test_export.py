@@ -6,10 +6,10 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.onnx
 
-import ember  # noqa: E402
-import ember.onnx  # noqa: E402
-from ember import models  # noqa: E402
-from ember.onnx import OnnxError  # noqa: E402
+import ember
+import ember.onnx
+from ember import models
+from ember.onnx import OnnxError
 
 # name -> (constructor keywords, example input)
 ZOO = {

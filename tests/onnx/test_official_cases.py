@@ -9,8 +9,8 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.onnx
 
-from ember.onnx import suite                      # noqa: E402
-from ember.onnx.known_failures import EXPECTED    # noqa: E402
+from ember.onnx import suite
+from ember.onnx.known_failures import EXPECTED
 
 NODE = suite.node_cases()
 MODELS = suite.model_cases()

@@ -12,8 +12,8 @@ onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.onnx, pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
 
-import ember  # noqa: E402
-import ember.onnx  # noqa: E402
+import ember
+import ember.onnx
 
 nn = torch.nn
 

@@ -59,6 +59,7 @@ def _inputs(model, files):
 
 def run(args) -> int:
     import ember
+
     from .graph import OnnxModule
     from .reader import read_model
     if args.backend:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from .. import autodiff
 from ..nn import Module, Parameter
 from ..tensor import Tensor, tensor
+from .ops import RANDOM, lookup
 from .reader import OnnxError, attributes, dtype_of, opsets, read_model, to_numpy
-from .ops import OPS, RANDOM, lookup
-
 
 # Attributes that name an element type (Cast's `to`, EyeLike's `dtype`, ...).
 DTYPE_ATTRIBUTES = ("to", "dtype", "output_datatype", "output_dtype")
@@ -22,8 +21,20 @@ DTYPE_ATTRIBUTES = ("to", "dtype", "output_datatype", "output_dtype")
 class Node:
     """One ONNX node, bound to its handler: what handlers see of the graph."""
 
-    __slots__ = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "version",
-                 "handler", "graphs", "module", "scope")
+    __slots__ = (
+        "attrs",
+        "domain",
+        "graphs",
+        "handler",
+        "inputs",
+        "module",
+        "name",
+        "op_type",
+        "opset",
+        "outputs",
+        "scope",
+        "version",
+    )
 
     def __init__(self, proto, index, domain_opsets, module):
         self.op_type, self.domain = proto.op_type, proto.domain if proto.domain != "ai.onnx" else ""

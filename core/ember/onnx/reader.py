@@ -52,7 +52,7 @@ def read_model(source):
             raise OnnxError(f"cannot read ONNX model {where}: {e.strerror}") from None
     try:
         model = onnx.load_model_from_string(data)
-    except Exception as e:   # protobuf's DecodeError and friends
+    except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeWarning-made errors, ...
         raise OnnxError(f"{where} is not an ONNX model (protobuf parse failed: {e})") from None
     if not model.HasField("graph") or not model.graph.node and not model.graph.output:
         raise OnnxError(f"{where} is not an ONNX model (no graph)")

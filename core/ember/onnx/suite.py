@@ -51,8 +51,8 @@ class Case:
 
 def node_cases() -> list:
     """The official single-node cases of the pinned onnx, built in memory."""
-    from onnx.backend.test.case.node import collect_testcases
     import numpy as np
+    from onnx.backend.test.case.node import collect_testcases
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         raw = collect_testcases(None)
@@ -62,19 +62,22 @@ def node_cases() -> list:
 def model_cases() -> list:
     """The model sets shipped in the onnx wheel, each model with its test_data_set_*."""
     import onnx
-    from onnx import numpy_helper
     root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     out = []
     for kind in MODEL_SETS:
         for d in sorted(glob.glob(os.path.join(root, kind, "test_*"))):
             model = onnx.load(os.path.join(d, "model.onnx"))
-            sets = []
-            for ds in sorted(glob.glob(os.path.join(d, "test_data_set_*"))):
-                read = lambda pat: [numpy_helper.to_array(onnx.load_tensor(p))
-                                    for p in sorted(glob.glob(os.path.join(ds, pat)), key=_index)]
-                sets.append((read("input_*.pb"), read("output_*.pb")))
+            sets = [(_tensors(ds, "input_*.pb"), _tensors(ds, "output_*.pb"))
+                    for ds in sorted(glob.glob(os.path.join(d, "test_data_set_*")))]
             out.append(Case(os.path.basename(d), model, sets, kind=kind))
     return out
+
+
+def _tensors(directory, pattern):
+    import onnx
+    from onnx import numpy_helper
+    return [numpy_helper.to_array(onnx.load_tensor(p))
+            for p in sorted(glob.glob(os.path.join(directory, pattern)), key=_index)]
 
 
 def _index(path):
@@ -84,7 +87,9 @@ def _index(path):
 def run_case(case, backend="numpy"):
     """None if the case passes on ``backend``, else a one-line reason."""
     import numpy as np
-    from .. import backend as using, tensor
+
+    from .. import backend as using
+    from .. import tensor
     from .graph import OnnxModule
     try:
         with using(backend), np.errstate(all="ignore"):
@@ -108,7 +113,7 @@ def run_case(case, backend="numpy"):
                         return f"output {i}: values differ"
     except AssertionError as e:
         return "values differ: " + " ".join(str(e).split())[:200]
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure of a case is that case's result
         return f"{type(e).__name__}: " + " ".join(str(e).split())[:300]
     return None
 

@@ -67,11 +67,9 @@ def attention(node, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
     left, right = node.attr("left_window_size", -1), node.attr("right_window_size", -1)
     if left >= 0 or right >= 0:
         diff = -_frontier(lq, lkv, offset, q)        # i + offset - j
-        allowed = diff == diff
-        if left >= 0:
-            allowed = allowed & (diff <= left)
+        allowed = (diff <= left) if left >= 0 else None
         if right >= 0:
-            allowed = allowed & (-diff <= right)
+            allowed = (-diff <= right) if allowed is None else allowed & (-diff <= right)
         bias = bias + _allowed_bias(allowed, q)
     if nonpad is not None:
         keep = arange(lkv, backend=q.backend).reshape(1, lkv) < nonpad.reshape(-1, 1)

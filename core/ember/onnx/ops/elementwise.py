@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from ... import dtypes as D
-from ...tensor import Tensor, where
-from .common import const, same_dtype, scalar
+from ...tensor import where
+from .common import const, scalar
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -169,7 +169,7 @@ def is_inf(node, x):
         return inf & (x > 0)
     if neg:
         return inf & (x < 0)
-    return inf & (x != x)
+    return inf & False
 
 
 def clip(node, x, lo=None, hi=None):

@@ -12,7 +12,7 @@ import math
 from ... import dtypes as D
 from ...dispatch import apply
 from ...tensor import arange, where
-from .common import filled, scalar
+from .common import filled
 
 
 # ---------------------------------------------------------------- geometry
@@ -264,8 +264,7 @@ def layer_norm(node, x, scale, bias=None):
 
 def group_norm(node, x, scale, bias):
     g = node.attr("num_groups")
-    n, c = x.shape[:2]
-    xg = x.reshape(n, g, -1)
+    xg = x.reshape(x.shape[0], g, -1)
     y, _, _ = _normalize(xg, (2,), node.attr("epsilon", 1e-5))
     if node.version < 21:       # scale and bias per group
         y = y * scale.reshape(1, g, 1) + bias.reshape(1, g, 1)
@@ -312,7 +311,7 @@ def mvn(node, x):
 def nll_loss(node, logp, target, weight=None):
     ignore = node.attr("ignore_index")
     t = target.to(D.int64)
-    valid = (t != ignore) if ignore is not None else (t == t)
+    valid = (t != ignore) if ignore is not None else filled(t.shape, True, t, D.bool_)
     safe = where(valid, t, 0)
     picked = -logp.gather(1, safe.unsqueeze(1)).squeeze(1)
     w = weight.take(safe.reshape(-1), 0).reshape(t.shape) if weight is not None else filled(t.shape, 1.0, logp)

@@ -102,7 +102,7 @@ def qlinear_conv(node, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, b=None):
         scale = (x_s.to(D.float64) * w_s.to(D.float64)).reshape(-1)
         y = y + (b.to(D.float64) * scale).reshape(1, -1, *[1] * (y.ndim - 2))
     q = _round_half_even(y / y_s.to(D.float64)) + y_zp.to(D.float64)
-    return _saturate(where(q == q, q, 0.0), y_zp.dtype)
+    return _saturate(where(q.isnan(), 0.0, q), y_zp.dtype)
 
 
 OPS = {

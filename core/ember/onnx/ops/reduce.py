@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from ... import dtypes as D
 from ...tensor import where
-from .common import axes as norm_axes, axis, filled, ints, scalar
+from .common import axes as norm_axes
+from .common import axis, filled, ints, scalar
 
 # name → (before, reduction, after, value of an empty reduction)
 RULES = {

@@ -12,7 +12,8 @@ import math
 from ... import dtypes as D
 from ...primitives import broadcast_shapes
 from ...tensor import arange, cat, where
-from .common import axes as norm_axes, axis, const, filled, ints, scalar
+from .common import axes as norm_axes
+from .common import axis, const, filled, ints, scalar
 
 
 def _prod(xs):
@@ -115,7 +116,7 @@ def _slice_dims(x, dims, starts, ends, steps):
         r = range(*slice(s, e, k).indices(n))
         if k < 0:
             flips.append(d)
-            r = range(n - 1 - r.start, n - 1 - r.start + len(r) * -k, -k) if len(r) else range(0, 0)
+            r = range(n - 1 - r.start, n - 1 - r.start + len(r) * -k, -k) if len(r) else range(0)
         lo[d] = r.start if len(r) else 0
         hi[d] = min(r.start + (len(r) - 1) * r.step + 1, n) if len(r) else 0
         st[d] = abs(k)
