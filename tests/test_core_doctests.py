@@ -1,11 +1,14 @@
 """Every runnable example in the core's docstrings runs and prints what it says."""
 import doctest
 import importlib
+import importlib.util
 
 import pytest
 
 MODULES = ["ember", "ember.dtypes", "ember.primitives", "ember.registry", "ember.tensor", "ember.autodiff",
            "ember.random", "ember.train.metrics", "ember.train.trainer", "ember.distributed"]
+if importlib.util.find_spec("onnx"):       # the optional extra (docs/onnx.md)
+    MODULES += ["ember.onnx", "ember.onnx.graph", "ember.onnx.export"]
 
 
 @pytest.mark.parametrize("name", MODULES)
