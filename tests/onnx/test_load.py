@@ -148,3 +148,13 @@ def test_runs_on_the_python_backend():
         _, r = model(ember.tensor([0.5] * 6))
         assert r.backend.name == "python"
     np.testing.assert_allclose(np.array(r.tolist()), want, rtol=1e-6)
+
+
+def test_without_the_onnx_package_the_error_says_how_to_install_it():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['onnx'] = None\n"      # as if the extra were not installed
+            "import ember.onnx\n"
+            "try:\n    ember.onnx.load(b'')\nexcept ember.onnx.OnnxError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.stdout.strip() == "ember.onnx needs the onnx package: pip install 'ember[onnx]'", out.stderr
