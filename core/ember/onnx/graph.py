@@ -68,8 +68,12 @@ class Node:
 class Program:
     """A graph's nodes in order plus its constants; runs as an interpreter over a value table."""
 
-    def __init__(self, graph, domain_opsets, module, outer=()):
+    def __init__(self, graph, domain_opsets, module, body=False):
         self.graph = graph
+        # A body graph (If/Loop/Scan, FlexAttention's mods) carries its own initializers as
+        # constants; the main graph's become the module's parameters instead.
+        self.constants = {i.name: tensor(to_numpy(i, f"initializer {i.name!r}")) for i in graph.initializer} \
+            if body else {}
         self.inputs = [i.name for i in graph.input]
         self.outputs = [o.name for o in graph.output]
         self.nodes, bad = [], []
@@ -78,7 +82,7 @@ class Program:
                 node = Node(proto, i, domain_opsets, module)
                 for key, value in node.attrs.items():   # If/Loop/Scan bodies
                     if type(value).__name__ == "GraphProto":
-                        node.graphs[key] = Program(value, domain_opsets, module, outer)
+                        node.graphs[key] = Program(value, domain_opsets, module, body=True)
                 self.nodes.append(node)
             except OnnxError as e:
                 bad.append(str(e))
@@ -87,6 +91,7 @@ class Program:
 
     def run(self, env: dict) -> list:
         """Run every node on ``env`` (name → Tensor, updated in place); return the outputs."""
+        env.update(self.constants)
         for node in self.nodes:
             args = [env[n] if n else None for n in node.inputs]
             if node.graphs:
@@ -183,7 +188,7 @@ class _Single:
     """One node posing as a Program (constant folding runs nodes one at a time)."""
 
     def __init__(self, node):
-        self.nodes, self.outputs = [node], []
+        self.nodes, self.outputs, self.constants = [node], [], {}
 
 
 def _check_value_type(vi):

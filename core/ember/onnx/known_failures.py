@@ -170,12 +170,6 @@ REASONS = {
     test_sequence_map_identity_2_sequences_expanded test_split_to_sequence_1
     test_split_to_sequence_2 test_split_to_sequence_nokeepdims
     """,
-    'operator not implemented yet: FlexAttention': """
-    test_flexattention test_flexattention_causal_mask test_flexattention_diff_head_sizes
-    test_flexattention_double test_flexattention_fp16 test_flexattention_gqa
-    test_flexattention_prob_mod test_flexattention_relative_positional test_flexattention_scaled
-    test_flexattention_score_mod test_flexattention_soft_cap
-    """,
     'operator not implemented yet: NonMaxSuppression': """
     test_nonmaxsuppression_center_point_box_format test_nonmaxsuppression_flipped_coordinates
     test_nonmaxsuppression_identical_boxes test_nonmaxsuppression_iou_threshold_boundary

@@ -30,6 +30,11 @@ for _family in (elementwise, reduce, shape, nn, rnn, attention, image, control, 
         FAMILY[_name] = _family.__name__.rsplit(".", 1)[1]
         OPS[_name] = _entry if len(_entry) == 3 else (*_entry, LATEST)
 
+# The preview domain's operators (ai.onnx.preview), by the same rules.
+PREVIEW = {name: (*e, LATEST) if len(e) == 2 else e for name, e in attention.PREVIEW_OPS.items()}
+FAMILY.update(dict.fromkeys(PREVIEW, "attention"))
+DOMAINS = {"": OPS, "ai.onnx.preview": PREVIEW}
+
 # Nodes that draw random numbers: never folded at load.
 RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
           "Multinomial", "Dropout"}
@@ -37,11 +42,13 @@ RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLik
 
 def lookup(node):
     """``(handler, schema version)`` for a node, or an OnnxError naming what is unsupported."""
-    if node.domain != "":
-        raise node.error(f"operator domain {node.domain!r} is not supported (ember runs the default ONNX domain)")
+    table = DOMAINS.get(node.domain)
+    if table is None:
+        raise node.error(f"operator domain {node.domain!r} is not supported (ember runs "
+                         f"{', '.join(repr(d) for d in DOMAINS)})")
     if node.opset is None:
-        raise node.error("the model imports no opset for the default domain")
-    entry = OPS.get(node.op_type)
+        raise node.error(f"the model imports no opset for the domain {node.domain!r}")
+    entry = table.get(node.op_type)
     if entry is None:
         raise node.error("operator not supported by ember")
     fn, first, last = entry
@@ -50,7 +57,7 @@ def lookup(node):
                          f"{node.op_type} ({first} to {last})")
     from onnx import defs
     try:
-        version = defs.get_schema(node.op_type, node.opset, "").since_version
+        version = defs.get_schema(node.op_type, node.opset, node.domain).since_version
     except defs.SchemaError:       # an op ember knows that the pinned onnx does not
         version = node.opset
     return fn, version

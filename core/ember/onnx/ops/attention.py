@@ -170,5 +170,32 @@ def tensor_scatter(node, cache, update, write=None):
     return where(hit, update.gather(a, src), cache)
 
 
+def flex_attention(node, q, k, v):
+    """softmax(score_mod(q k^T * scale)) v, with probabilities passed through prob_mod (preview domain)."""
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk:
+        k, v = _repeat_heads(k, hq // hk), _repeat_heads(v, hq // hk)
+    scale = node.attr("scale")
+    scale = 1 / math.sqrt(q.shape[3]) if scale is None else scale
+    precision = node.attr("softmax_precision")
+    work = node.dtype(precision) if precision is not None else (D.float32 if q.dtype == D.float16 else q.dtype)
+    root = math.sqrt(scale)
+    scores = ((q * root) @ (k * root).permute(0, 1, 3, 2)).to(work)
+    if "score_mod" in node.graphs:
+        scores = _mod(node, "score_mod", scores).to(work)
+    probs = scores.softmax(-1)
+    if "prob_mod" in node.graphs:
+        probs = _mod(node, "prob_mod", probs).to(work)
+    return (probs @ v.to(work)).to(v.dtype)
+
+
+def _mod(node, name, x):
+    g = node.graphs[name]
+    env = dict(node.scope)
+    env.update(zip(g.inputs, [x]))
+    return g.run(env)[0]
+
+
+PREVIEW_OPS = {"FlexAttention": (flex_attention, 1)}
 OPS = {"Attention": (attention, 23), "LinearAttention": (linear_attention, 27),
        "CausalConvWithState": (causal_conv_with_state, 27), "TensorScatter": (tensor_scatter, 24)}
