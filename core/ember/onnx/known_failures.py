@@ -170,13 +170,6 @@ REASONS = {
     test_sequence_map_identity_2_sequences_expanded test_split_to_sequence_1
     test_split_to_sequence_2 test_split_to_sequence_nokeepdims
     """,
-    'operator not implemented yet: NonMaxSuppression': """
-    test_nonmaxsuppression_center_point_box_format test_nonmaxsuppression_flipped_coordinates
-    test_nonmaxsuppression_identical_boxes test_nonmaxsuppression_iou_threshold_boundary
-    test_nonmaxsuppression_limit_output_size test_nonmaxsuppression_single_box
-    test_nonmaxsuppression_suppress_by_IOU test_nonmaxsuppression_suppress_by_IOU_and_scores
-    test_nonmaxsuppression_two_batches test_nonmaxsuppression_two_classes
-    """,
     "random numbers drawn by NumPy's generator in ONNX's reference, which ember cannot reproduce": """
     test_bernoulli test_bernoulli_double test_bernoulli_double_expanded test_bernoulli_expanded
     test_bernoulli_seed test_bernoulli_seed_expanded test_training_dropout

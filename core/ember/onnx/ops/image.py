@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ... import dtypes as D
-from .common import const, ints
+from .common import const, filled, ints
 
 
 # ---------------------------------------------------------------- 1-d interpolation weights
@@ -325,5 +325,54 @@ def affine_grid(node, theta, size):
     return out.reshape(n, *sp, nd).to(theta.dtype)
 
 
-OPS = {"Resize": (resize, 10), "Upsample": (upsample, 7, 9), "GridSample": (grid_sample, 16),
+# ---------------------------------------------------------------- NonMaxSuppression
+def _suppression(boxes, centered, threshold):
+    """(N, N) bool: box j is suppressed by box i (ONNX's rules: positive areas, IoU > threshold)."""
+    cols = [boxes.narrow(1, k, 1).squeeze(1) for k in range(4)]
+    if centered:
+        xc, yc, w, h = cols
+        x0, x1, y0, y1 = xc - w / 2, xc + w / 2, yc - h / 2, yc + h / 2
+    else:
+        a, b, c, d = cols
+        y0, y1, x0, x1 = a.minimum(c), a.maximum(c), b.minimum(d), b.maximum(d)
+    iw = x1.unsqueeze(1).minimum(x1.unsqueeze(0)) - x0.unsqueeze(1).maximum(x0.unsqueeze(0))
+    ih = y1.unsqueeze(1).minimum(y1.unsqueeze(0)) - y0.unsqueeze(1).maximum(y0.unsqueeze(0))
+    inter = iw * ih
+    area = (x1 - x0) * (y1 - y0)
+    union = area.unsqueeze(1) + area.unsqueeze(0) - inter
+    ok = (iw > 0) & (ih > 0) & (area.unsqueeze(1) > 0) & (area.unsqueeze(0) > 0) & (union > 0)
+    from ...tensor import where
+    return ok & (inter / where(ok, union, 1.0) > threshold)
+
+
+def non_max_suppression(node, boxes, scores, max_out=None, iou=None, score_min=None):
+    # Greedy, as the reference: the best remaining box is kept, the boxes it overlaps dropped.
+    # Each step reads one index to the host: the output's length depends on the values.
+    from ...tensor import arange, where
+    from .common import scalar
+    limit = max(int(scalar(max_out, 0)), 0)
+    threshold = float(scalar(iou, 0.0))
+    floor_ = scalar(score_min)
+    picked = []
+    n_batch, n_class, n = scores.shape
+    for b in range(n_batch):
+        suppress = _suppression(boxes[b].to(D.float64), node.attr("center_point_box", 0), threshold)
+        for c in range(n_class):
+            s = scores[b, c].to(D.float64)
+            live = s > floor_ if floor_ is not None else filled(s.shape, True, s, D.bool_)
+            kept = 0
+            while kept < limit:
+                masked = where(live, s, float("-inf"))
+                i = int(masked.argmax().item())
+                if not bool(live[i].item()):
+                    break
+                picked.append([b, c, i])
+                kept += 1
+                live = live & ~suppress[i] & (arange(n, backend=s.backend) != i)
+    if not picked:
+        return filled((0, 3), 0, boxes, D.int64)
+    return const(picked, boxes, D.int64)
+
+
+OPS = {"Resize": (resize, 10), "NonMaxSuppression": (non_max_suppression, 10), "Upsample": (upsample, 7, 9), "GridSample": (grid_sample, 16),
        "AffineGrid": (affine_grid, 20)}
