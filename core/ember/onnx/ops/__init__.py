@@ -20,20 +20,28 @@ from . import (
     reduce,
     rnn,
     shape,
+    training,
 )
 from .common import LATEST
 
-OPS: dict = {}
 FAMILY: dict = {}      # op_type → family module name (the pass table's categories)
-for _family in (elementwise, reduce, shape, nn, rnn, attention, image, control, quant, misc):
-    for _name, _entry in _family.OPS.items():
-        FAMILY[_name] = _family.__name__.rsplit(".", 1)[1]
-        OPS[_name] = _entry if len(_entry) == 3 else (*_entry, LATEST)
 
-# The preview domain's operators (ai.onnx.preview), by the same rules.
-PREVIEW = {name: (*e, LATEST) if len(e) == 2 else e for name, e in attention.PREVIEW_OPS.items()}
-FAMILY.update(dict.fromkeys(PREVIEW, "attention"))
-DOMAINS = {"": OPS, "ai.onnx.preview": PREVIEW}
+
+def _table(*families, attribute="OPS") -> dict:
+    """Merge the families' tables; an entry without a last opset honours up to LATEST."""
+    out = {}
+    for family in families:
+        for name, entry in getattr(family, attribute).items():
+            FAMILY[name] = family.__name__.rsplit(".", 1)[1]
+            out[name] = entry if len(entry) == 3 else (*entry, LATEST)
+    return out
+
+
+OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, misc)
+# Each domain has its own table: the default one, the preview domain (FlexAttention) and the
+# training domain's optimizer steps.
+DOMAINS = {"": OPS, "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),
+           "ai.onnx.preview.training": _table(training)}
 
 # Nodes that draw random numbers: never folded at load.
 RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
