@@ -273,7 +273,22 @@ def _scatter(node, data, pos, updates, reduction):
         hit = filled(flat.shape, 0, flat).index_add(0, pos, filled(upd.shape, 1, flat)) > 0
         new = filled(flat.shape, 0, flat).index_add(0, pos, upd)
         return where(hit, new, flat).reshape(data.shape)
-    raise node.error(f"reduction {reduction!r} needs a scatter-{reduction} primitive, which ember lacks")
+    # No scatter-reduce primitive: a (updates x positions) match matrix, reduced over updates.
+    # Quadratic in size, so fine for the small tensors such models scatter into.
+    match = pos.reshape(-1, 1) == arange(flat.shape[0], backend=flat.backend).reshape(1, -1)
+    hit = match.any(0)
+    f, u = flat.to(D.float64), upd.to(D.float64).reshape(-1, 1)
+    if reduction == "mul":
+        from .reduce import _prod
+        out = f * _prod(where(match, u, 1.0), (0,), False)
+    elif reduction in ("max", "min"):
+        fill = float("-inf") if reduction == "max" else float("inf")
+        best = getattr(where(match, u, fill), "amax" if reduction == "max" else "amin")(0)
+        out = where(hit, getattr(f, "maximum" if reduction == "max" else "minimum")(best), f)
+    else:
+        raise node.error(f"reduction {reduction!r} is not one of none, add, mul, max, min")
+    out = out if data.dtype.is_floating_point else out.round()
+    return out.to(data.dtype).reshape(data.shape)
 
 
 def scatter_elements(node, data, idx, updates):
@@ -331,6 +346,40 @@ def compress(node, x, cond):
     return x.take(const(keep, x, D.int64), axis(a, x.ndim))
 
 
+def unique(node, x):
+    # No sort primitive: pairwise comparisons of the (flattened) slices, O(n^2), and one host
+    # read of how many are distinct (the output's length).
+    a = node.attr("axis")
+    if a is None:
+        rows = x.reshape(-1, 1)
+    else:
+        a = axis(a, x.ndim)
+        rows = x.permute(a, *[d for d in range(x.ndim) if d != a]).reshape(x.shape[a], -1)
+    n = rows.shape[0]
+    ri, rj = rows.unsqueeze(1), rows.unsqueeze(0)          # (n, 1, m), (1, n, m)
+    differ = ri != rj
+    same = ~differ.any(2)                                   # same[i, j]: slice i equals slice j
+    pos = arange(n, backend=x.backend)
+    first = same.to(D.int64).argmax(1)                      # first occurrence of each slice's value
+    is_first = first == pos
+    if node.attr("sorted", 1):
+        # j before i when slice j is lexicographically smaller: compare at the first difference
+        k = differ.to(D.int64).argmax(2, keepdim=True)
+        smaller = rj.expand(n, n, rows.shape[1]).gather(2, k) < ri.expand(n, n, rows.shape[1]).gather(2, k)
+        before = smaller.squeeze(2) & differ.any(2)
+    else:
+        before = pos.reshape(1, n) < first.reshape(n, 1)
+    slot = (before & is_first.reshape(1, n)).to(D.int64).sum(1)    # output position of each slice
+    count = int(is_first.to(D.int64).sum().item())
+    order = filled((count,), 0, x, D.int64).index_add(0, slot, where(is_first, pos, 0))
+    counts = filled((count,), 0, x, D.int64).index_add(0, slot, filled((n,), 1, x, D.int64))
+    if a is None:
+        y = x.reshape(-1).take(order, 0)
+    else:
+        y = x.take(order, a)
+    return y, order, slot, counts
+
+
 # ---------------------------------------------------------------- matrix products
 def matmul(node, a, b):
     if a.ndim == 1 and b.ndim == 1:
@@ -363,6 +412,6 @@ OPS = {
     "EyeLike": (eye_like, 9), "Trilu": (trilu, 14), "OneHot": (one_hot, 9),
     "Gather": (gather, 1), "GatherElements": (gather_elements, 11), "GatherND": (gather_nd, 11),
     "ScatterElements": (scatter_elements, 11), "Scatter": (scatter_elements, 9, 10),
-    "ScatterND": (scatter_nd, 11), "NonZero": (nonzero, 9), "Compress": (compress, 9),
+    "ScatterND": (scatter_nd, 11), "NonZero": (nonzero, 9), "Unique": (unique, 11), "Compress": (compress, 9),
     "MatMul": (matmul, 1), "Gemm": (gemm, 1),
 }
