@@ -239,23 +239,44 @@ def dft(node, x, length=None, ax=None):
         im = im.pad(widths) if im is not None else None
     rows = n // 2 + 1 if onesided and not inverse else n
     cols = keep
-    theta = [[2 * math.pi * j * k / n for j in range(cols)] for k in range(rows)]
     if inverse and onesided:
         w = [1.0 if (k == 0 or (n % 2 == 0 and k == n // 2)) else 2.0 for k in range(cols)]
         c = const([[w[k] * math.cos(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64)
         s = const([[w[k] * math.sin(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64)
         out = _dft_apply(re, c, ax2) - (_dft_apply(im, s, ax2) if im is not None else 0.0)
         return out.unsqueeze(-1).to(x.dtype)
+    real, imag = _spectrum(re, im, ax2, n, rows, cols, inverse)
+    return stack([real, imag], -1).to(x.dtype)
+
+
+def _spectrum(re, im, ax, n, rows, cols, inverse=False):
+    """(real, imaginary) of the n-point DFT of re + i im along ax: `rows` bins of `cols` inputs."""
     c = const([[math.cos(t) for t in row] for row in theta], re, D.float64)
     s = const([[math.sin(t) for t in row] for row in theta], re, D.float64)
     sign = 1.0 if inverse else -1.0
-    cr, sr = _dft_apply(re, c, ax2), _dft_apply(re, s, ax2)
-    real, imag = cr, sign * sr
+    real, imag = _dft_apply(re, c, ax), sign * _dft_apply(re, s, ax)
     if im is not None:
-        ci, si = _dft_apply(im, c, ax2), _dft_apply(im, s, ax2)
-        real, imag = real - sign * si, imag + ci
+        real, imag = real - sign * _dft_apply(im, s, ax), imag + _dft_apply(im, c, ax)
     if inverse:
         real, imag = real / n, imag / n
+    return real, imag
+
+
+def stft(node, x, step, window=None, length=None):
+    """Frames of the signal, windowed, each through the DFT."""
+    hop = int(scalar(step))
+    n = int(scalar(length)) if length is not None else window.shape[0]
+    size = x.shape[1]
+    frames = 1 + (size - n) // hop
+    f = x.to(D.float64)
+    parts = [f.narrow(1, k * hop, n) for k in range(frames)]
+    framed = stack(parts, 1)                               # (batch, frames, n, 1 or 2)
+    if window is not None:
+        framed = framed * window.to(D.float64).reshape(1, 1, -1, 1)
+    re = framed.narrow(3, 0, 1).squeeze(3)
+    im = framed.narrow(3, 1, 1).squeeze(3) if x.shape[-1] == 2 else None
+    rows = n // 2 + 1 if node.attr("onesided", 1) else n
+    real, imag = _spectrum(re, im, 2, n, rows, n)
     return stack([real, imag], -1).to(x.dtype)
 
 
@@ -341,6 +362,6 @@ OPS = {
     "CenterCropPad": (center_crop_pad, 18), "ReverseSequence": (reverse_sequence, 10),
     "Einsum": (einsum, 12), "SwiGLU": (swiglu, 28),
     "BitwiseAnd": (bitwise, 18), "BitwiseOr": (bitwise, 18), "BitwiseXor": (bitwise, 18),
-    "BitwiseNot": (bitwise, 18), "DFT": (dft, 17), "Col2Im": (col2im, 18),
+    "BitwiseNot": (bitwise, 18), "DFT": (dft, 17), "STFT": (stft, 17), "Col2Im": (col2im, 18),
     "MaxUnpool": (max_unpool, 9), "Det": (det, 11),
 }
