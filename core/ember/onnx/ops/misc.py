@@ -251,6 +251,7 @@ def dft(node, x, length=None, ax=None):
 
 def _spectrum(re, im, ax, n, rows, cols, inverse=False):
     """(real, imaginary) of the n-point DFT of re + i im along ax: `rows` bins of `cols` inputs."""
+    theta = [[2 * math.pi * j * k / n for j in range(cols)] for k in range(rows)]
     c = const([[math.cos(t) for t in row] for row in theta], re, D.float64)
     s = const([[math.sin(t) for t in row] for row in theta], re, D.float64)
     sign = 1.0 if inverse else -1.0
