@@ -224,9 +224,6 @@ REASONS = {
     'operator not implemented yet: ConcatFromSequence, SequenceConstruct': """
     test_sequence_model4 test_sequence_model5
     """,
-    'operator not implemented yet: STFT': """
-    test_stft test_stft_with_window
-    """,
     'operator not implemented yet: SequenceLength, SplitToSequence': """
     test_sequence_model6 test_sequence_model8
     """,
