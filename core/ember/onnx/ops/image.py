@@ -186,22 +186,31 @@ def resize_to(node, x, scale, out, roi, axes):
 
 
 def resize(node, x, roi=None, scales=None, sizes=None):
-    if node.version < 11:
-        roi, scales, sizes = None, roi, None          # Resize-10: (X, scales)
+    if node.version < 11:                             # Resize-10: (X, scales), Upsample's coordinates
+        roi, scales, sizes, node = None, roi, None, _Legacy(node)
     roi_v = [float(v) for v in roi.reshape(-1).tolist()] if roi is not None and roi.numel() else None
     scales_v = [float(v) for v in scales.reshape(-1).tolist()] if scales is not None and scales.numel() else None
     sizes_v = ints(sizes) if sizes is not None and sizes.numel() else None
-    if node.version < 11 and node.attr("mode", "nearest") == "nearest":
-        node.attrs.setdefault("coordinate_transformation_mode", "asymmetric")
-        node.attrs.setdefault("nearest_mode", "floor")
     axes, scale, out, roi_full = _geometry(node, x, roi_v, scales_v, sizes_v)
     return resize_to(node, x, scale, out, roi_full, axes)
 
 
+LEGACY = {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+
+
+class _Legacy:
+    """A Resize-10 or Upsample node seen as a Resize: asymmetric coordinates, floor for nearest."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def attr(self, name, default=None):
+        return self.node.attr(name, LEGACY.get(name, default))
+
+
 def upsample(node, x, scales=None):
     s = node.attr("scales") if scales is None else [float(v) for v in scales.tolist()]
-    node.attrs.setdefault("coordinate_transformation_mode", "asymmetric")
-    node.attrs.setdefault("nearest_mode", "floor")
+    node = _Legacy(node)
     out = [int(x.shape[d] * s[d]) for d in range(x.ndim)]
     return resize_to(node, x, list(s), out, None, list(range(x.ndim)))
 
