@@ -158,3 +158,14 @@ def test_without_the_onnx_package_the_error_says_how_to_install_it():
             "try:\n    ember.onnx.load(b'')\nexcept ember.onnx.OnnxError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.stdout.strip() == "ember.onnx needs the onnx package: pip install 'ember[onnx]'", out.stderr
+
+
+def test_initializer_names_may_shadow_the_modules_own_attributes():
+    w = numpy_helper.from_array(np.full((2,), 2.0, np.float32), "program")
+    s = numpy_helper.from_array(np.array([2], np.int64), "input_names")
+    nodes = [helper.make_node("Mul", ["x", "program"], ["y0"]), helper.make_node("Reshape", ["y0", "input_names"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w, s])
+    m = ember.onnx.load(helper.make_model(g))
+    assert m(ember.tensor([3.0, 4.0])).tolist() == [6.0, 8.0]
+    assert list(m.state_dict()) == ["program"] and m.input_names == ["x"]

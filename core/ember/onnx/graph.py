@@ -27,7 +27,6 @@ class Node:
         "graphs",
         "handler",
         "inputs",
-        "module",
         "name",
         "op_type",
         "opset",
@@ -36,12 +35,11 @@ class Node:
         "version",
     )
 
-    def __init__(self, proto, index, domain_opsets, module):
+    def __init__(self, proto, index, domain_opsets):
         self.op_type, self.domain = proto.op_type, proto.domain if proto.domain != "ai.onnx" else ""
         self.name = proto.name or f"{self.op_type}_{index}"
         self.inputs, self.outputs = list(proto.input), list(proto.output)
         self.opset = domain_opsets.get(self.domain)
-        self.module = module
         self.attrs = attributes(proto, self.where)
         self.graphs, self.scope = {}, None
         self.handler, self.version = lookup(self)
@@ -68,7 +66,7 @@ class Node:
 class Program:
     """A graph's nodes in order plus its constants; runs as an interpreter over a value table."""
 
-    def __init__(self, graph, domain_opsets, module, body=False):
+    def __init__(self, graph, domain_opsets, body=False):
         self.graph = graph
         # A body graph (If/Loop/Scan, FlexAttention's mods) carries its own initializers as
         # constants; the main graph's become the module's parameters instead.
@@ -79,10 +77,10 @@ class Program:
         self.nodes, bad = [], []
         for i, proto in enumerate(graph.node):
             try:
-                node = Node(proto, i, domain_opsets, module)
+                node = Node(proto, i, domain_opsets)
                 for key, value in node.attrs.items():   # If/Loop/Scan bodies
                     if type(value).__name__ == "GraphProto":
-                        node.graphs[key] = Program(value, domain_opsets, module, body=True)
+                        node.graphs[key] = Program(value, domain_opsets, body=True)
                 self.nodes.append(node)
             except OnnxError as e:
                 bad.append(str(e))
@@ -93,22 +91,28 @@ class Program:
         """Run every node on ``env`` (name → Tensor, updated in place); return the outputs."""
         env.update(self.constants)
         for node in self.nodes:
-            args = [env[n] if n else None for n in node.inputs]
-            if node.graphs:
-                node.scope = env           # bodies see the enclosing graph's values
-            try:
-                out = node.handler(node, *args)
-            except OnnxError:
-                raise
-            except KeyError as e:
-                raise node.error(f"input {e} is not computed before this node") from None
-            except Exception as e:
-                raise node.error(f"{type(e).__name__}: {e}") from e
-            out = out if isinstance(out, (tuple, list)) else (out,)
-            for name, value in zip(node.outputs, out):
-                if name:
-                    env[name] = value
+            run_node(node, env)
         return [env[n] for n in self.outputs]
+
+
+def run_node(node, env: dict) -> None:
+    """Run one node on the value table ``env``, adding its outputs; errors name the node."""
+    try:
+        args = [env[n] if n else None for n in node.inputs]
+    except KeyError as e:
+        raise node.error(f"input {e} is not computed before this node") from None
+    if node.graphs:
+        node.scope = env           # bodies see the enclosing graph's values
+    try:
+        out = node.handler(node, *args)
+    except OnnxError:
+        raise
+    except Exception as e:
+        raise node.error(f"{type(e).__name__}: {e}") from e
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    for name, value in zip(node.outputs, out):
+        if name:
+            env[name] = value
 
 
 class OnnxModule(Module):
@@ -120,23 +124,27 @@ class OnnxModule(Module):
     def __init__(self, model):
         super().__init__()
         g = model.graph
-        self.opsets = opsets(model)
-        self.constants = {}
+        constants = {}
         for init in g.initializer:
-            array = to_numpy(init, f"initializer {init.name!r}")
-            t = tensor(array)
+            t = tensor(to_numpy(init, f"initializer {init.name!r}"))
             if t.dtype.is_floating_point:
                 self._place(init.name, Parameter(t))
             else:
-                self.constants[init.name] = t
+                constants[init.name] = t
         known = {i.name for i in g.initializer}
-        self.input_names = [i.name for i in g.input if i.name not in known]
         for vi in list(g.input) + list(g.output):
             if vi.name not in known:
                 _check_value_type(vi)
-        self.program = Program(g, self.opsets, self)
-        self.output_names = self.program.outputs
-        self._fold()
+        domain_opsets = opsets(model)
+        program = Program(g, domain_opsets)
+        program.nodes = _fold(program.nodes, constants)
+        for name, value in constants.items():
+            self.register_buffer(name, value, persistent=False)
+        # Set last, past every registration (which would drop an attribute of an initializer's name).
+        object.__setattr__(self, "opsets", domain_opsets)
+        object.__setattr__(self, "program", program)
+        object.__setattr__(self, "input_names", [i.name for i in g.input if i.name not in known])
+        object.__setattr__(self, "output_names", program.outputs)
 
     def _place(self, name, param):
         """Register ``a.b.weight`` as parameter ``weight`` of submodule ``a.b`` (state_dict keys
@@ -151,22 +159,6 @@ class OnnxModule(Module):
                 mod.add_module(part, Module())
             mod = mod._modules[part]
         mod.register_parameter(leaf, param)
-
-    def _fold(self):
-        """Run, once, every node whose inputs are all constants; keep the rest."""
-        kept = []
-        with autodiff.no_grad():
-            for node in self.program.nodes:
-                constant = all(not n or n in self.constants for n in node.inputs)
-                if constant and node.op_type not in RANDOM and not node.graphs:
-                    env = {n: self.constants[n] for n in node.inputs if n}
-                    Program.run(_Single(node), env)
-                    self.constants.update((n, env[n]) for n in node.outputs if n)
-                else:
-                    kept.append(node)
-        self.program.nodes = kept
-        for name, value in self.constants.items():
-            self.register_buffer(name, value, persistent=False)
 
     def forward(self, *inputs):
         if len(inputs) != len(self.input_names):
@@ -184,11 +176,18 @@ class OnnxModule(Module):
                 f"nodes={len(self.program.nodes)}, opset={self.opsets.get('')}")
 
 
-class _Single:
-    """One node posing as a Program (constant folding runs nodes one at a time)."""
-
-    def __init__(self, node):
-        self.nodes, self.outputs, self.constants = [node], [], {}
+def _fold(nodes, constants: dict) -> list:
+    """Run, once, every node whose inputs are all constants (adding its outputs to
+    ``constants``); return the nodes left to run at each call."""
+    kept = []
+    with autodiff.no_grad():
+        for node in nodes:
+            if all(not n or n in constants for n in node.inputs) and node.op_type not in RANDOM \
+                    and not node.graphs:
+                run_node(node, constants)
+            else:
+                kept.append(node)
+    return kept
 
 
 def _check_value_type(vi):
