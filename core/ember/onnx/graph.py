@@ -109,7 +109,7 @@ def run_node(node, env: dict) -> None:
         raise
     except Exception as e:
         raise node.error(f"{type(e).__name__}: {e}") from e
-    out = out if isinstance(out, (tuple, list)) else (out,)
+    out = out if isinstance(out, tuple) else (out,)     # several outputs come as a tuple; a list is a sequence
     for name, value in zip(node.outputs, out):
         if name:
             env[name] = value
@@ -167,13 +167,17 @@ class OnnxModule(Module):
         env = dict(self.named_parameters())
         env.update(self._buffers)
         for name, x in zip(self.input_names, inputs):
-            env[name] = x if isinstance(x, Tensor) else tensor(x)
+            env[name] = [_as_tensor(t) for t in x] if isinstance(x, list) else _as_tensor(x)
         outs = self.program.run(env)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def extra_repr(self):
         return (f"inputs={self.input_names}, outputs={self.output_names}, "
                 f"nodes={len(self.program.nodes)}, opset={self.opsets.get('')}")
+
+
+def _as_tensor(x):
+    return x if isinstance(x, Tensor) else tensor(x)
 
 
 def _fold(nodes, constants: dict) -> list:
@@ -185,16 +189,23 @@ def _fold(nodes, constants: dict) -> list:
             if all(not n or n in constants for n in node.inputs) and node.op_type not in RANDOM \
                     and not node.graphs:
                 run_node(node, constants)
-            else:
-                kept.append(node)
+                made = [n for n in node.outputs if n]
+                if all(isinstance(constants[n], Tensor) for n in made):
+                    continue
+                for n in made:             # sequences stay computed at each call
+                    del constants[n]
+            kept.append(node)
     return kept
 
 
 def _check_value_type(vi):
     t = vi.type
     kind = t.WhichOneof("value")
+    if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
+        t, kind = t.sequence_type.elem_type, "tensor_type"       # a list of tensors
     if kind != "tensor_type":
-        raise OnnxError(f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors only")
+        raise OnnxError(f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors "
+                        "and sequences of tensors only")
     dtype_of(t.tensor_type.elem_type, f"graph value {vi.name!r}")
 
 

@@ -154,22 +154,6 @@ REASONS = {
     test_strnormalizer_export_monday_insensintive_upper_twodim
     test_strnormalizer_nostopwords_nochangecase
     """,
-    'sequence, optional or map values (ember runs tensors only)': """
-    test_identity_opt test_identity_sequence test_if_opt test_if_seq test_loop13_seq
-    test_loop16_seq_none test_optional_get_element_optional_sequence
-    test_optional_get_element_optional_tensor test_optional_get_element_sequence
-    test_optional_has_element_empty_optional_input test_optional_has_element_optional_input
-    test_optional_has_element_tensor_input test_sequence_insert_at_back
-    test_sequence_insert_at_front test_sequence_map_add_1_sequence_1_tensor
-    test_sequence_map_add_1_sequence_1_tensor_expanded test_sequence_map_add_2_sequences
-    test_sequence_map_add_2_sequences_expanded test_sequence_map_extract_shapes
-    test_sequence_map_extract_shapes_expanded test_sequence_map_identity_1_sequence
-    test_sequence_map_identity_1_sequence_1_tensor
-    test_sequence_map_identity_1_sequence_1_tensor_expanded
-    test_sequence_map_identity_1_sequence_expanded test_sequence_map_identity_2_sequences
-    test_sequence_map_identity_2_sequences_expanded test_split_to_sequence_1
-    test_split_to_sequence_2 test_split_to_sequence_nokeepdims
-    """,
     "random numbers drawn by NumPy's generator in ONNX's reference, which ember cannot reproduce": """
     test_bernoulli test_bernoulli_double test_bernoulli_double_expanded test_bernoulli_expanded
     test_bernoulli_seed test_bernoulli_seed_expanded test_training_dropout
@@ -181,6 +165,12 @@ REASONS = {
     test_image_decoder_decode_jpeg_rgb test_image_decoder_decode_png_rgb
     test_image_decoder_decode_pnm_rgb test_image_decoder_decode_tiff_rgb
     test_image_decoder_decode_webp_rgb
+    """,
+    'sequence, optional or map values (ember runs tensors only)': """
+    test_identity_opt test_if_opt test_loop16_seq_none
+    test_optional_get_element_optional_sequence test_optional_get_element_optional_tensor
+    test_optional_get_element_sequence test_optional_has_element_empty_optional_input
+    test_optional_has_element_optional_input test_optional_has_element_tensor_input
     """,
     'operator not implemented yet: BitCast': """
     test_bitcast_2d_float32_to_int32 test_bitcast_bool_to_uint8 test_bitcast_float32_to_int32
@@ -221,12 +211,6 @@ REASONS = {
     "float16 rounding: ember's composition rounds differently from the reference by one ulp": """
     test_swiglu_float16 test_swiglu_float16_expanded
     """,
-    'operator not implemented yet: ConcatFromSequence, SequenceConstruct': """
-    test_sequence_model4 test_sequence_model5
-    """,
-    'operator not implemented yet: SequenceLength, SplitToSequence': """
-    test_sequence_model6 test_sequence_model8
-    """,
     'operator not implemented yet: TreeEnsemble': """
     test_ai_onnx_ml_tree_ensemble_set_membership test_ai_onnx_ml_tree_ensemble_single_tree
     """,
@@ -250,18 +234,6 @@ REASONS = {
     """,
     'operator not implemented yet: OptionalGetElement': """
     test_optional_get_element_tensor
-    """,
-    'operator not implemented yet: SequenceAt, SequenceConstruct, SequenceErase': """
-    test_sequence_model2
-    """,
-    'operator not implemented yet: SequenceAt, SplitToSequence': """
-    test_sequence_model7
-    """,
-    'operator not implemented yet: SequenceConstruct, SequenceErase, SequenceInsert': """
-    test_sequence_model3
-    """,
-    'operator not implemented yet: SequenceEmpty, SequenceInsert': """
-    test_sequence_model1
     """,
 }
 

@@ -96,21 +96,22 @@ def run_case(case, backend="numpy"):
             m = OnnxModule(case.model)
             for inputs, expected in case.data_sets:
                 inputs, expected = _arrays(inputs), _arrays(expected)
-                if any(not isinstance(a, (np.ndarray, np.generic)) for a in list(inputs) + list(expected)):
-                    return "inputs or outputs are not plain tensors"
-                inputs, expected = [np.asarray(a) for a in inputs], [np.asarray(a) for a in expected]
-                outs = m(*[tensor(a) for a in inputs])
+                if not all(_plain(a) for a in list(inputs) + list(expected)):
+                    return "inputs or outputs are not tensors or lists of tensors"
+                args = [[tensor(np.asarray(t)) for t in a] if isinstance(a, list) else tensor(np.asarray(a))
+                        for a in inputs]
+                outs = m(*args)
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 for i, (want, got) in enumerate(zip(expected, outs)):
-                    got = got.numpy()
-                    if got.dtype != want.dtype:
-                        return f"output {i}: dtype {got.dtype}, expected {want.dtype}"
-                    if got.shape != want.shape:
-                        return f"output {i}: shape {got.shape}, expected {want.shape}"
-                    if want.dtype.kind == "f":
-                        np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
-                    elif not np.array_equal(got, want):
-                        return f"output {i}: values differ"
+                    if isinstance(want, list) != isinstance(got, list) or \
+                            isinstance(want, list) and len(want) != len(got):
+                        return f"output {i}: a sequence of {len(want)}" if isinstance(want, list) \
+                            else f"output {i}: not a tensor"
+                    pairs = zip(want, got) if isinstance(want, list) else [(want, got)]
+                    for w, g in pairs:
+                        reason = _compare(case, i, np.asarray(w), g.numpy())
+                        if reason:
+                            return reason
     except AssertionError as e:
         return "values differ: " + " ".join(str(e).split())[:200]
     except Exception as e:  # noqa: BLE001 - any failure of a case is that case's result
@@ -118,9 +119,30 @@ def run_case(case, backend="numpy"):
     return None
 
 
+def _plain(a):
+    import numpy as np
+    if isinstance(a, list):
+        return all(isinstance(t, (np.ndarray, np.generic)) for t in a)
+    return isinstance(a, (np.ndarray, np.generic))
+
+
+def _compare(case, i, want, got):
+    import numpy as np
+    if got.dtype != want.dtype:
+        return f"output {i}: dtype {got.dtype}, expected {want.dtype}"
+    if got.shape != want.shape:
+        return f"output {i}: shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
+    elif not np.array_equal(got, want):
+        return f"output {i}: values differ"
+    return None
+
+
 def _arrays(values):
     from onnx import TensorProto, numpy_helper
-    return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for v in values]
+    one = lambda v: numpy_helper.to_array(v) if isinstance(v, TensorProto) else v
+    return [[one(t) for t in v] if isinstance(v, list) else one(v) for v in values]
 
 
 def run_suite(cases, backend="numpy", progress=None) -> dict:

@@ -19,6 +19,7 @@ from . import (
     quant,
     reduce,
     rnn,
+    sequence,
     shape,
     training,
 )
@@ -37,7 +38,7 @@ def _table(*families, attribute="OPS") -> dict:
     return out
 
 
-OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, misc)
+OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, misc)
 # Each domain has its own table: the default one, the preview domain (FlexAttention) and the
 # training domain's optimizer steps.
 DOMAINS = {"": OPS, "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),

@@ -28,9 +28,12 @@ def scalar(t, default=None):
     return v
 
 
-def const(value, like: Tensor, dtype=None) -> Tensor:
-    """A constant (NumPy array, list or number) on ``like``'s backend."""
-    return tensor(value, dtype=dtype if dtype is not None else None, backend=like.backend)
+def const(value, like, dtype=None) -> Tensor:
+    """A constant (NumPy array, list or number) on ``like``'s backend (a tensor, or a sequence
+    or None: the current backend)."""
+    while isinstance(like, list):
+        like = like[0] if like else None
+    return tensor(value, dtype=dtype, backend=like.backend if like is not None else None)
 
 
 def filled(shape, value, like: Tensor, dtype=None) -> Tensor:
