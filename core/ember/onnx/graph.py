@@ -31,6 +31,7 @@ class Node:
         "op_type",
         "opset",
         "outputs",
+        "program",
         "scope",
         "version",
     )
@@ -41,7 +42,7 @@ class Node:
         self.inputs, self.outputs = list(proto.input), list(proto.output)
         self.opset = domain_opsets.get(self.domain)
         self.attrs = attributes(proto, self.where)
-        self.graphs, self.scope = {}, None
+        self.graphs, self.scope, self.program = {}, None, None
         self.handler, self.version = lookup(self)
         for key in DTYPE_ATTRIBUTES:       # a target dtype ember lacks fails at load, not mid-run
             if key in self.attrs and isinstance(self.attrs[key], int):
@@ -78,6 +79,7 @@ class Program:
         for i, proto in enumerate(graph.node):
             try:
                 node = Node(proto, i, domain_opsets)
+                node.program = self
                 for key, value in node.attrs.items():   # If/Loop/Scan bodies
                     if type(value).__name__ == "GraphProto":
                         node.graphs[key] = Program(value, domain_opsets, body=True)
@@ -101,8 +103,8 @@ def run_node(node, env: dict) -> None:
         args = [env[n] if n else None for n in node.inputs]
     except KeyError as e:
         raise node.error(f"input {e} is not computed before this node") from None
-    if node.graphs:
-        node.scope = env           # bodies see the enclosing graph's values
+    if node.graphs or node.op_type == "Gradient":
+        node.scope = env           # bodies (and Gradient) see the enclosing graph's values
     try:
         out = node.handler(node, *args)
     except OnnxError:

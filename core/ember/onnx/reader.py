@@ -93,6 +93,8 @@ def attributes(node, what: str) -> dict:
             out[a.name] = to_numpy(a.t, f"{what}, attribute {a.name!r}")
         else:
             v = helper.get_attribute_value(a)
+            if isinstance(v, list) and v and isinstance(v[0], bytes):
+                v = [s.decode() for s in v]
             out[a.name] = v.decode() if isinstance(v, bytes) else v
     return out
 

@@ -59,4 +59,21 @@ def momentum(node, r, t, *args):
     return (*xs, *vs)
 
 
-OPS = {"Adagrad": (adagrad, 1), "Adam": (adam, 1), "Momentum": (momentum, 1)}
+def gradient(node, *_):
+    """d y / d x for each x in the attribute `xs` (the sum of y's elements when y is not a
+    scalar): the nodes before this one run again with the xs as fresh leaves, under autodiff."""
+    from ... import autodiff
+    xs, y = list(node.attr("xs")), node.attr("y")
+    env = dict(node.scope)
+    leaves = [env[x].detach().requires_grad_() for x in xs]
+    env.update(zip(xs, leaves))
+    from ..graph import run_node
+    with autodiff.enable_grad():
+        for other in node.program.nodes:
+            if other is node:
+                break
+            run_node(other, env)
+        return tuple(autodiff.grad_of(env[y], leaves, allow_unused=True))
+
+
+OPS = {"Adagrad": (adagrad, 1), "Adam": (adam, 1), "Momentum": (momentum, 1), "Gradient": (gradient, 1)}
