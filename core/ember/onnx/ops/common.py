@@ -2,7 +2,6 @@
 inputs' backend, axis normalisation."""
 from __future__ import annotations
 
-from ... import dtypes as D
 from ...tensor import Tensor, full, tensor
 
 LATEST = 28    # the newest default-domain opset of the pinned onnx (1.23.2)
@@ -46,16 +45,3 @@ def axis(a: int, ndim: int) -> int:
 
 def axes(seq, ndim: int) -> list:
     return [axis(int(a), ndim) for a in seq]
-
-
-def floating(x: Tensor) -> Tensor:
-    return x if x.dtype.is_floating_point else x.to(D.float32)
-
-
-def same_dtype(fn):
-    """Wrap a float function so integer inputs compute in float64 and come back as their dtype."""
-    def run(x, *args):
-        if x.dtype.is_floating_point:
-            return fn(x, *args)
-        return fn(x.to(D.float64), *args).to(x.dtype)
-    return run

@@ -10,7 +10,7 @@ import math
 
 from ... import dtypes as D
 from ...tensor import where
-from .common import const, scalar
+from .common import const, filled, scalar
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -197,10 +197,13 @@ def dropout(node, x, ratio=None, training=None):
     train = bool(scalar(training, False))
     if node.version < 12:
         train = not node.attr("is_test", 0) and node.version < 7
-    mask = x.isfinite() | x.isnan()        # all True, x's shape
-    if not train or scalar(ratio, node.attr("ratio", 0.5)) == 0:
-        return x, mask
-    raise node.error("Dropout in training mode draws ONNX's random numbers, which ember does not reproduce")
+    p = float(scalar(ratio, node.attr("ratio", 0.5)))
+    if not train or p == 0:
+        return x, filled(x.shape, True, x, D.bool_)
+    # ember's own random numbers (ember.manual_seed): not the ones ONNX's reference draws.
+    from ...random import rand
+    keep = rand(*x.shape, backend=x.backend) >= p
+    return where(keep, x / (1 - p), 0.0), keep
 
 
 OPS = {

@@ -169,3 +169,17 @@ def test_initializer_names_may_shadow_the_modules_own_attributes():
     m = ember.onnx.load(helper.make_model(g))
     assert m(ember.tensor([3.0, 4.0])).tolist() == [6.0, 8.0]
     assert list(m.state_dict()) == ["program"] and m.input_names == ["x"]
+
+
+def test_dropout_in_training_mode_uses_embers_random_numbers():
+    ratio = numpy_helper.from_array(np.array(0.25, np.float32), "ratio")
+    mode = numpy_helper.from_array(np.array(True), "training_mode")
+    g = helper.make_graph([helper.make_node("Dropout", ["x", "ratio", "training_mode"], ["y", "mask"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4000])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4000]),
+                           helper.make_tensor_value_info("mask", TensorProto.BOOL, [4000])], [ratio, mode])
+    m = ember.onnx.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    ember.manual_seed(0)
+    y, mask = (t.numpy() for t in m(ember.ones(4000)))
+    assert set(np.unique(y)) == {0.0, np.float32(1 / 0.75)}
+    assert ((y != 0) == mask).all() and 0.2 < 1 - mask.mean() < 0.3
