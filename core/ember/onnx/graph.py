@@ -179,7 +179,7 @@ class OnnxModule(Module):
 
 
 def _as_tensor(x):
-    return x if isinstance(x, Tensor) else tensor(x)
+    return x if isinstance(x, Tensor) or x is None else tensor(x)
 
 
 def _fold(nodes, constants: dict) -> list:
@@ -203,11 +203,14 @@ def _fold(nodes, constants: dict) -> list:
 def _check_value_type(vi):
     t = vi.type
     kind = t.WhichOneof("value")
+    if kind == "optional_type":                                  # the value, or None
+        t = t.optional_type.elem_type
+        kind = t.WhichOneof("value")
     if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
         t, kind = t.sequence_type.elem_type, "tensor_type"       # a list of tensors
     if kind != "tensor_type":
-        raise OnnxError(f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors "
-                        "and sequences of tensors only")
+        raise OnnxError(f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors, "
+                        "sequences of tensors and optionals of them only")
     dtype_of(t.tensor_type.elem_type, f"graph value {vi.name!r}")
 
 

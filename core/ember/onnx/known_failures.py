@@ -171,12 +171,6 @@ REASONS = {
     test_bitcast_float64_to_int64 test_bitcast_int32_to_float32 test_bitcast_int64_to_float64
     test_bitcast_scalar_float32_to_int32 test_bitcast_uint32_to_int32
     """,
-    'optional or map values (ember runs tensors and sequences of tensors)': """
-    test_identity_opt test_if_opt test_loop16_seq_none
-    test_optional_get_element_optional_sequence test_optional_get_element_optional_tensor
-    test_optional_has_element_empty_optional_input test_optional_has_element_optional_input
-    test_optional_has_element_tensor_input
-    """,
     'operator not implemented yet: TfIdfVectorizer': """
     test_tfidfvectorizer_tf_batch_onlybigrams_skip0
     test_tfidfvectorizer_tf_batch_onlybigrams_skip5
@@ -187,12 +181,6 @@ REASONS = {
     'operator not implemented yet: DeformConv': """
     test_basic_deform_conv_with_padding test_basic_deform_conv_without_padding
     test_deform_conv_with_mask_bias test_deform_conv_with_multiple_offset_groups
-    """,
-    'operator not implemented yet: OptionalHasElement': """
-    test_optional_has_element_empty_no_input_name_optional_input
-    test_optional_has_element_empty_no_input_name_tensor_input
-    test_optional_has_element_empty_no_input_optional_input
-    test_optional_has_element_empty_no_input_tensor_input
     """,
     "BitShift by negative counts or counts >= the bit width (C's undefined cases; ember multiplies by 2**n)": """
     test_bitshift_left_int32_shift_ge_width test_bitshift_right_int32_negative_shift
@@ -210,9 +198,6 @@ REASONS = {
     """,
     "float16 rounding: ember's composition rounds differently from the reference by one ulp": """
     test_swiglu_float16 test_swiglu_float16_expanded
-    """,
-    'operator not implemented yet: OptionalGetElement': """
-    test_optional_get_element_sequence test_optional_get_element_tensor
     """,
     'operator not implemented yet: TreeEnsemble': """
     test_ai_onnx_ml_tree_ensemble_set_membership test_ai_onnx_ml_tree_ensemble_single_tree

@@ -16,6 +16,7 @@ from . import (
     image,
     misc,
     nn,
+    optional,
     quant,
     reduce,
     rnn,
@@ -38,7 +39,8 @@ def _table(*families, attribute="OPS") -> dict:
     return out
 
 
-OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, misc)
+OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional,
+             misc)
 # Each domain has its own table: the default one, the preview domain (FlexAttention) and the
 # training domain's optimizer steps.
 DOMAINS = {"": OPS, "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),
