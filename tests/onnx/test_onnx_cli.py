@@ -54,3 +54,16 @@ def test_test_prints_the_pass_table(capsys):
     assert main(["onnx", "test", "--set", "models"]) == 0
     out = capsys.readouterr().out
     assert "| pytorch-operator | 35 | 35 |" in out and "unexpected failure" not in out
+
+
+def test_without_onnx_the_commands_say_how_to_install_it(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['onnx'] = None\n"
+            "from ember.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    for args in (["onnx", "test"], ["onnx", "run", str(tmp_path / "m.onnx")]):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == "ember: error: ember.onnx needs the onnx package: pip install 'ember[onnx]'"

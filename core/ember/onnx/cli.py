@@ -89,6 +89,8 @@ def run(args) -> int:
 def test(args) -> int:
     from . import suite
     from .known_failures import EXPECTED
+    from .reader import onnx_module
+    onnx_module()                      # a clear error, not a traceback, without the onnx extra
     sets = []
     if args.set in ("node", "all"):
         sets.append(("node cases", suite.node_cases()))
