@@ -56,12 +56,17 @@ def test_resnet18_matches_torch():
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         want = model.eval()(x).numpy()
-    m = ember.onnx.load(export(model, x, input_names=["image"], opset_version=17))
+    m = ember.onnx.load(export(model, x, input_names=["image"], opset_version=17,
+                               dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}}))
     assert m.num_parameters() > 11_000_000       # the initializers are its parameters (BN folded in)
     assert {n.op_type for n in m.program.nodes} >= {"Conv", "MaxPool", "Relu", "Add", "Gemm"}
     with ember.no_grad():
         got = m(ember.tensor(x.numpy())).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # the exported axes are dynamic: another batch and image size run too
+    x = torch.randn(2, 3, 64, 96)
+    with torch.no_grad(), ember.no_grad():
+        np.testing.assert_allclose(m(ember.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_transformer_encoder_matches_torch():
