@@ -171,13 +171,6 @@ REASONS = {
     test_bitcast_float64_to_int64 test_bitcast_int32_to_float32 test_bitcast_int64_to_float64
     test_bitcast_scalar_float32_to_int32 test_bitcast_uint32_to_int32
     """,
-    'operator not implemented yet: TfIdfVectorizer': """
-    test_tfidfvectorizer_tf_batch_onlybigrams_skip0
-    test_tfidfvectorizer_tf_batch_onlybigrams_skip5
-    test_tfidfvectorizer_tf_batch_uniandbigrams_skip5 test_tfidfvectorizer_tf_only_bigrams_skip0
-    test_tfidfvectorizer_tf_onlybigrams_levelempty test_tfidfvectorizer_tf_onlybigrams_skip5
-    test_tfidfvectorizer_tf_uniandbigrams_skip5
-    """,
     'operator not implemented yet: DeformConv': """
     test_basic_deform_conv_with_padding test_basic_deform_conv_without_padding
     test_deform_conv_with_mask_bias test_deform_conv_with_multiple_offset_groups

@@ -357,6 +357,57 @@ def det(node, x):
     return total
 
 
+# ---------------------------------------------------------------- TfIdfVectorizer
+def _ngrams(node):
+    """(output index, tokens) of every n-gram in the pool, by ngram_counts' start offsets."""
+    pool, starts = list(node.attr("pool_int64s") or []), list(node.attr("ngram_counts"))
+    if not pool and node.attr("pool_strings"):
+        raise node.error("string pools need string tensors, which ember lacks")
+    index = iter(node.attr("ngram_indexes"))
+    out = []
+    for n, start in enumerate(starts, 1):
+        end = starts[n] if n < len(starts) else len(pool)
+        for at in range(start, end, n):
+            out.append((next(index), pool[at:at + n]))
+    return out
+
+
+def tfidf(node, x):
+    # Each n-gram's count is a sum of elementwise matches over shifted slices (skip-grams
+    # included): no trie, no host reads.
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    length = rows.shape[1]
+    lo, hi = node.attr("min_gram_length"), node.attr("max_gram_length")
+    skips = node.attr("max_skip_count", 0)
+    grams = _ngrams(node)
+    width = max(i for i, _ in grams) + 1
+    columns = [filled((rows.shape[0],), 0.0, rows, D.float32) for _ in range(width)]
+    for out, tokens in grams:
+        n = len(tokens)
+        if not lo <= n <= hi:
+            continue
+        for d in range(1, (skips + 1 if n > 1 else 1) + 1):
+            span = (n - 1) * d
+            if span >= length:
+                break
+            hit = None
+            for k, tok in enumerate(tokens):
+                m = rows.narrow(1, k * d, length - span) == tok
+                hit = m if hit is None else hit & m
+            columns[out] = columns[out] + hit.to(D.float32).sum(1)
+    counts = stack(columns, 1)
+    weights = node.attr("weights")
+    mode = node.attr("mode")
+    if mode == "IDF":
+        counts = (counts > 0).to(D.float32)
+    if mode in ("IDF", "TFIDF") and weights:
+        w = [0.0] * width
+        for (out, _), v in zip(grams, weights):
+            w[out] = v
+        counts = counts * const(w, counts, D.float32)
+    return counts.reshape(-1) if x.ndim == 1 else counts
+
+
 OPS = {
     "CumProd": (cumprod, 26), "HannWindow": (window, 17), "HammingWindow": (window, 17),
     "BlackmanWindow": (window, 17), "RotaryEmbedding": (rotary_embedding, 23),
@@ -364,5 +415,5 @@ OPS = {
     "Einsum": (einsum, 12), "SwiGLU": (swiglu, 28),
     "BitwiseAnd": (bitwise, 18), "BitwiseOr": (bitwise, 18), "BitwiseXor": (bitwise, 18),
     "BitwiseNot": (bitwise, 18), "DFT": (dft, 17), "STFT": (stft, 17), "Col2Im": (col2im, 18),
-    "MaxUnpool": (max_unpool, 9), "Det": (det, 11),
+    "MaxUnpool": (max_unpool, 9), "Det": (det, 11), "TfIdfVectorizer": (tfidf, 9),
 }
