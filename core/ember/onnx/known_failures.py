@@ -183,9 +183,6 @@ REASONS = {
     test_mod_float_edge_cases_fmod_0_float16 test_mod_float_edge_cases_fmod_0_float32
     test_mod_float_edge_cases_fmod_0_float64
     """,
-    'operator not implemented yet: RoiAlign': """
-    test_roialign_aligned_false test_roialign_aligned_true test_roialign_mode_max
-    """,
     "DFT inverse: ONNX's reference output carries float32 round-off (~2e-7) where the exact value is 0, beyond the case's atol 1e-7; ember computes in float64": """
     test_dft_inverse test_dft_inverse_opset19
     """,

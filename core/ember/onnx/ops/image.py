@@ -383,5 +383,65 @@ def non_max_suppression(node, boxes, scores, max_out=None, iou=None, score_min=N
     return const(picked, boxes, D.int64)
 
 
+# ---------------------------------------------------------------- RoiAlign
+def _roi_samples(h, w, ph, pw, gh, gw, start_h, start_w, bin_h, bin_w):
+    """Per sample (bin by bin, then grid point): four flat positions and bilinear weights."""
+    pos, wts = [[] for _ in range(4)], [[] for _ in range(4)]
+    for by in range(ph):
+        for bx in range(pw):
+            for iy in range(gh):
+                y = start_h + by * bin_h + (iy + 0.5) * bin_h / gh
+                for ix in range(gw):
+                    x = start_w + bx * bin_w + (ix + 0.5) * bin_w / gw
+                    if y < -1.0 or y > h or x < -1.0 or x > w:
+                        corners = [(0, 0.0)] * 4
+                    else:
+                        y, x = max(y, 0.0), max(x, 0.0)
+                        y0, x0 = int(y), int(x)
+                        y1, x1 = y0 + 1, x0 + 1
+                        if y0 >= h - 1:
+                            y0 = y1 = h - 1
+                            y = float(y0)
+                        if x0 >= w - 1:
+                            x0 = x1 = w - 1
+                            x = float(x0)
+                        ly, lx = y - y0, x - x0
+                        corners = [(y0 * w + x0, (1 - ly) * (1 - lx)), (y0 * w + x1, (1 - ly) * lx),
+                                   (y1 * w + x0, ly * (1 - lx)), (y1 * w + x1, ly * lx)]
+                    for k, (p, wt) in enumerate(corners):
+                        pos[k].append(p)
+                        wts[k].append(wt)
+    return pos, wts
+
+
+def roi_align(node, x, rois, batch):
+    # The ROIs fix the sampling grid (its size too, with sampling_ratio 0), so they are read to
+    # the host; the feature map is gathered on the backend.
+    from ...tensor import stack
+    ph, pw = node.attr("output_height", 1), node.attr("output_width", 1)
+    ratio, scale = node.attr("sampling_ratio", 0), node.attr("spatial_scale", 1.0)
+    half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    mode = node.attr("mode", "avg")
+    c, h, w = x.shape[1:]
+    out = []
+    for box, b in zip(rois.tolist(), ints(batch)):
+        off = 0.5 if half else 0.0
+        x0, y0, x1, y1 = (v * scale - off for v in box[:4])
+        rw, rh = x1 - x0, y1 - y0
+        if not half:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        gh = ratio if ratio > 0 else math.ceil(rh / ph)
+        gw = ratio if ratio > 0 else math.ceil(rw / pw)
+        pos, wts = _roi_samples(h, w, ph, pw, gh, gw, y0, x0, rh / ph, rw / pw)
+        plane = x[b].reshape(c, h * w)
+        taps = [plane.take(const(p, x, D.int64), 1) * const(wt, x, x.dtype) for p, wt in zip(pos, wts)]
+        if mode == "avg":
+            v = (taps[0] + taps[1] + taps[2] + taps[3]).reshape(c, ph, pw, -1).sum(3) / max(gh * gw, 1)
+        else:
+            v = taps[0].maximum(taps[1]).maximum(taps[2]).maximum(taps[3]).reshape(c, ph, pw, -1).amax(3)
+        out.append(v)
+    return stack(out, 0).to(x.dtype)
+
+
 OPS = {"Resize": (resize, 10), "NonMaxSuppression": (non_max_suppression, 10), "Upsample": (upsample, 7, 9), "GridSample": (grid_sample, 16),
-       "AffineGrid": (affine_grid, 20)}
+       "AffineGrid": (affine_grid, 20), "RoiAlign": (roi_align, 10)}
