@@ -11,7 +11,7 @@ import math
 
 from ... import dtypes as D
 from ...tensor import arange, cat, stack, where
-from .common import filled
+from .common import body, filled
 
 
 def _heads(x, n):
@@ -182,18 +182,11 @@ def flex_attention(node, q, k, v):
     root = math.sqrt(scale)
     scores = ((q * root) @ (k * root).permute(0, 1, 3, 2)).to(work)
     if "score_mod" in node.graphs:
-        scores = _mod(node, "score_mod", scores).to(work)
+        scores = body(node, "score_mod", [scores])[0].to(work)
     probs = scores.softmax(-1)
     if "prob_mod" in node.graphs:
-        probs = _mod(node, "prob_mod", probs).to(work)
+        probs = body(node, "prob_mod", [probs])[0].to(work)
     return (probs @ v.to(work)).to(v.dtype)
-
-
-def _mod(node, name, x):
-    g = node.graphs[name]
-    env = dict(node.scope)
-    env.update(zip(g.inputs, [x]))
-    return g.run(env)[0]
 
 
 PREVIEW_OPS = {"FlexAttention": (flex_attention, 1)}

@@ -39,6 +39,15 @@ def filled(shape, value, like: Tensor, dtype=None) -> Tensor:
     return full(tuple(shape), value, dtype=dtype or like.dtype, backend=like.backend)
 
 
+def body(node, name, values) -> list:
+    """Run the node's body graph ``name`` on ``values`` (its inputs, in order), seeing the
+    enclosing graph's values as ONNX's lexical scoping says; return its outputs."""
+    g = node.graphs[name]
+    env = dict(node.scope)
+    env.update(zip(g.inputs, values))
+    return g.run(env)
+
+
 def axis(a: int, ndim: int) -> int:
     return a + ndim if a < 0 else a
 

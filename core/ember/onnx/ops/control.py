@@ -8,31 +8,26 @@ from __future__ import annotations
 
 from ... import dtypes as D
 from ...tensor import stack
-from .common import scalar
-
-
-def _body(node, name, values):
-    g = node.graphs[name]
-    env = dict(node.scope)
-    env.update(zip(g.inputs, values))
-    return g.run(env)
+from .common import body, const, scalar
 
 
 def if_(node, cond):
-    return tuple(_body(node, "then_branch" if bool(scalar(cond)) else "else_branch", []))
+    """The outputs of then_branch or else_branch."""
+    return tuple(body(node, "then_branch" if bool(scalar(cond)) else "else_branch", []))
 
 
 def loop(node, trip=None, cond=None, *carried):
+    """Run the body while the condition holds and fewer than `trip` iterations ran; the body's
+    extra outputs (scan outputs) are stacked along a new first axis."""
     n = int(scalar(trip)) if trip is not None else None
     go = bool(scalar(cond)) if cond is not None else True
     k = len(carried)
     scans, i = None, 0
     like = carried[0] if carried else (trip if trip is not None else cond)
     while go and (n is None or i < n):
-        from .common import const
         it = const(i, like, D.int64)
         c = const(go, like, D.bool_)
-        outs = _body(node, "body", [it, c, *carried])
+        outs = body(node, "body", [it, c, *carried])
         go, carried = bool(scalar(outs[0])), tuple(outs[1:1 + k])
         if scans is None:
             scans = [[] for _ in outs[1 + k:]]
@@ -69,7 +64,7 @@ def _scan(node, states, xs, m):
     k = len(states)
     ys = None
     for t in range(steps):
-        outs = _body(node, "body", [*states, *[x[t] for x in xs]])
+        outs = body(node, "body", [*states, *[x[t] for x in xs]])
         states = list(outs[:k])
         if ys is None:
             ys = [[] for _ in outs[k:]]

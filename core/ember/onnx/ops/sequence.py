@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ... import dtypes as D
 from ...tensor import cat, stack
-from .common import axis, const, ints, scalar
+from .common import axis, body, const, ints, scalar
 
 
 def _position(node, seq, pos, default, insert=False):
@@ -70,13 +70,9 @@ def concat_from_sequence(node, seq):
 
 def sequence_map(node, *args):
     """Run the body on the i-th element of every sequence input (tensors pass whole)."""
-    n = len(args[0])
-    g = node.graphs["body"]
-    outs = [[] for _ in g.outputs]
-    for i in range(n):
-        env = dict(node.scope)
-        env.update(zip(g.inputs, [a[i] if isinstance(a, list) else a for a in args]))
-        for out, value in zip(outs, g.run(env)):
+    outs = [[] for _ in node.graphs["body"].outputs]
+    for i in range(len(args[0])):
+        for out, value in zip(outs, body(node, "body", [a[i] if isinstance(a, list) else a for a in args])):
             out.append(value)
     return tuple(outs)
 
