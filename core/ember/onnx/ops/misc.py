@@ -1,5 +1,7 @@
-"""Operators that fit no larger family: cumulative products, windows, rotary embeddings,
-Einsum, crops, sequence reversal, gated units.
+"""Operators that fit no larger family: cumulative products, window functions, rotary
+embeddings, Einsum, crops, sequence reversal, gated units, bitwise operators (bit by bit),
+DFT and STFT (host-computed cos/sin matrices times ember matmuls), Col2Im, MaxUnpool, Det and
+TfIdfVectorizer.
 """
 from __future__ import annotations
 
