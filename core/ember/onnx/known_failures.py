@@ -1,7 +1,7 @@
 """The official ONNX cases ember does not pass yet, each with its reason (docs/onnx.md).
 
 The list may only shrink: tests/onnx fails when a case listed here starts passing, so
-remove it then. Regenerate the counts with `ember onnx test`.
+remove it then (`ember onnx test` names every case that now passes and every new failure).
 """
 
 REASONS = {
