@@ -68,3 +68,9 @@ def test_certify_names_its_own_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "hypothesis", None)        # makes `import hypothesis` fail
     msg = certify._check_setup(argparse.Namespace(backend_module=[]))
     assert msg == "the conformance suite needs hypothesis: pip install 'ember[certify]'"
+
+
+def test_onnx_is_an_optional_extra_with_pinned_versions():
+    project = pyproject()["project"]
+    assert project["optional-dependencies"]["onnx"] == ["onnx==1.23.2", "onnxruntime==1.32.0"]
+    assert {"ember.onnx", "ember.onnx.ops"} <= set(pyproject()["tool"]["setuptools"]["packages"])

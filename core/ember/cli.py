@@ -6,6 +6,7 @@
     ember checkpoints plot DIR        write the training curves of a run as PNG
     ember backends [--json]           the backends ember can see, with status and capabilities
     ember certify NAME [...]          run the conformance suite on a backend, write a certificate
+    ember onnx run|test [...]         run an ONNX model or the official ONNX suite (docs/onnx.md)
 
 Each subcommand's work lives in its own module; this file only parses arguments.
 """
@@ -48,6 +49,11 @@ class Parser(argparse.ArgumentParser):
                      if self.prog != "ember" else f"ember: error: {message}\n")
 
 
+def _onnx(argv) -> int:
+    from .onnx.cli import main
+    return main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     p = Parser(prog="ember", description="ember: train and run models on any backend")
@@ -63,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("certify", help="certify a backend with the conformance suite (see `ember certify -h`)",
                    add_help=False)
+    sub.add_parser("onnx", help="run ONNX models and the official ONNX suite (see `ember onnx -h`)",
+                   add_help=False)
     return p
 
 
@@ -70,6 +78,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["certify"]:
         return _certify(argv[1:])
+    if argv[:1] == ["onnx"]:
+        return _onnx(argv[1:])
     # Errors end with the user's source line; from the command line that line is only the
     # launcher calling main(), which tells the user nothing: it is cut from the message.
     launcher = where(user_frame(2))

@@ -1,0 +1,121 @@
+"""``ember onnx run`` and ``ember onnx test``.
+
+    ember onnx run MODEL.onnx [--backend NAME] [--input FILE.npy ...] [--repeat N]
+    ember onnx test [--backend NAME] [--set node|models|all]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from ..errors import EmberError
+from .reader import OnnxError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember onnx", description="run ONNX models and the official ONNX suite")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a model: print its outputs and timing")
+    r.add_argument("model", help="an .onnx file")
+    r.add_argument("--backend", default=None, help="ember backend (default: the current one)")
+    r.add_argument("--input", action="append", default=[], metavar="FILE.npy",
+                   help="one .npy per graph input, in order (default: random inputs of the declared shapes)")
+    r.add_argument("--repeat", type=int, default=5, help="timed runs after the first (default 5)")
+    t = sub.add_parser("test", help="run the official ONNX backend cases and print the pass table")
+    t.add_argument("--backend", default="numpy")
+    t.add_argument("--set", choices=("node", "models", "all"), default="all")
+    return p
+
+
+def _inputs(model, files):
+    import numpy as np
+    declared = model.graph.input
+    known = {i.name for i in model.graph.initializer}
+    declared = [v for v in declared if v.name not in known]
+    if files:
+        if len(files) != len(declared):
+            raise OnnxError(f"the model takes {len(declared)} input(s) "
+                            f"({', '.join(v.name for v in declared)}), got {len(files)} --input file(s)")
+        out = []
+        for f in files:
+            try:
+                out.append(np.load(f, allow_pickle=False))
+            except (OSError, ValueError) as e:
+                raise OnnxError(f"cannot read --input {f}: {e}") from None
+        return out
+    from onnx import helper
+    rng = np.random.default_rng(0)
+    out = []
+    for v in declared:
+        t = v.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        a = rng.standard_normal(shape) if np.dtype(dtype).kind == "f" else rng.integers(0, 2, shape)
+        out.append(a.astype(dtype))
+    return out
+
+
+def run(args) -> int:
+    import ember
+
+    from .graph import OnnxModule
+    from .reader import read_model
+    if args.backend:
+        ember.use(args.backend)
+    model = read_model(args.model)
+    t0 = time.perf_counter()
+    m = OnnxModule(model)
+    loaded = time.perf_counter() - t0
+    xs = [ember.tensor(a) for a in _inputs(model, args.input)]
+    times = []
+    for _ in range(1 + max(args.repeat, 0)):
+        t0 = time.perf_counter()
+        with ember.no_grad():
+            outs = m(*xs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        values = [o.numpy() for o in outs]           # the host read ends the timed run
+        times.append(time.perf_counter() - t0)
+    for name, v in zip(m.output_names, values):
+        flat = v.reshape(-1)[:6].tolist()
+        print(f"{name}: shape {tuple(v.shape)} {v.dtype} {flat}{' ...' if v.size > 6 else ''}")
+    rest = times[1:] or times
+    print(f"backend {ember.get_backend().name}: load {loaded * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms, "
+          f"median of {len(rest)} {statistics.median(rest) * 1e3:.2f} ms")
+    return 0
+
+
+def test(args) -> int:
+    from . import suite
+    from .known_failures import EXPECTED
+    from .reader import onnx_module
+    onnx_module()                      # a clear error, not a traceback, without the onnx extra
+    sets = []
+    if args.set in ("node", "all"):
+        sets.append(("node cases", suite.node_cases()))
+    if args.set in ("models", "all"):
+        sets.append(("model sets", suite.model_cases()))
+    results = {}
+    for title, cases in sets:
+        t0 = time.perf_counter()
+        part = suite.run_suite(cases, args.backend)
+        print(f"ONNX {title} on {args.backend} ({time.perf_counter() - t0:.0f} s):\n")
+        print(suite.table(part) + "\n")
+        results.update(part)
+    new_fail = sorted(n for n, r in results.items() if r[2] and n not in EXPECTED)
+    new_pass = sorted(n for n, r in results.items() if not r[2] and n in EXPECTED)
+    for n in new_fail:
+        print(f"unexpected failure: {n}: {results[n][2]}")
+    for n in new_pass:
+        print(f"now passes (remove from known_failures.py): {n}")
+    return 1 if new_fail and args.backend == "numpy" else 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args) if args.command == "run" else test(args)
+    except EmberError as err:
+        print(f"ember: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2

@@ -1,0 +1,69 @@
+"""``ember onnx run`` and ``ember onnx test``."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytestmark = pytest.mark.onnx
+from ember.cli import main
+from onnx import TensorProto, helper
+
+
+def save(tmp_path, *nodes):
+    g = helper.make_graph(list(nodes), "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def test_run_prints_outputs_and_timing(tmp_path, capsys):
+    model = save(tmp_path, helper.make_node("Relu", ["x"], ["y"]))
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["onnx", "run", model, "--input", str(tmp_path / "x.npy"), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "y: shape (2, 3) float32 [0.0, 2.0, 0.0, 4.0, 0.0, 6.0]" in out
+    assert "backend numpy: load" in out and "median of 2" in out
+
+
+def test_run_without_inputs_uses_random_ones_of_the_declared_shape(tmp_path, capsys):
+    assert main(["onnx", "run", save(tmp_path, helper.make_node("Neg", ["x"], ["y"])), "--repeat", "0"]) == 0
+    assert "y: shape (2, 3) float32" in capsys.readouterr().out
+
+
+def test_run_lists_every_unsupported_operator_on_one_line(tmp_path, capsys):
+    model = save(tmp_path, helper.make_node("Frob", ["x"], ["a"], name="n1"),
+                 helper.make_node("Blorp", ["a"], ["y"], name="n2"))
+    assert main(["onnx", "run", model]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ember: error: 2 node(s)")
+    assert "'n1' (Frob, opset 17)" in err and "'n2' (Blorp, opset 17)" in err
+
+
+def test_run_bad_file_and_bad_input_count(tmp_path, capsys):
+    (tmp_path / "bad.onnx").write_bytes(b"\x00\x01nonsense")
+    assert main(["onnx", "run", str(tmp_path / "bad.onnx")]) == 2
+    assert "is not an ONNX model" in capsys.readouterr().err
+    model = save(tmp_path, helper.make_node("Relu", ["x"], ["y"]))
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    assert main(["onnx", "run", model, "--input", str(tmp_path / "x.npy"), "--input", str(tmp_path / "x.npy")]) == 2
+    assert "takes 1 input(s) (x), got 2 --input file(s)" in capsys.readouterr().err
+
+
+def test_test_prints_the_pass_table(capsys):
+    assert main(["onnx", "test", "--set", "models"]) == 0
+    out = capsys.readouterr().out
+    assert "| pytorch-operator | 35 | 35 |" in out and "unexpected failure" not in out
+
+
+def test_without_onnx_the_commands_say_how_to_install_it(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['onnx'] = None\n"
+            "from ember.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    for args in (["onnx", "test"], ["onnx", "run", str(tmp_path / "m.onnx")]):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == "ember: error: ember.onnx needs the onnx package: pip install 'ember[onnx]'"
