@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ember
 from ember.conformance.cases import LAYOUTS, Draw, describe, upload
 from ember.conformance.tolerances import mismatch, tolerance
 from ember.primitives import PRIMITIVES
