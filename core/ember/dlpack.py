@@ -59,10 +59,10 @@ def from_dlpack(obj, backend=None):
     kind = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else KDL_CPU
     if kind == KDL_CUDA:
         target = backend_for(backend or "cuda")
-        return dispatch._wrap(target.from_dlpack(obj), target, None)
+        return dispatch.wrap(target.from_dlpack(obj), target)
     if kind != KDL_CPU:
         raise located(ValueError, f"ember.from_dlpack: memory on DLPack device type {kind} is neither CPU (1) "
                       f"nor CUDA (2); copy it to the CPU first")
     import numpy as np
     target = backend_for(backend or "cpu")
-    return dispatch._wrap(target.from_numpy(np.from_dlpack(obj)), target, None)
+    return dispatch.wrap(target.from_numpy(np.from_dlpack(obj)), target)

@@ -57,7 +57,7 @@ def tensor_from_bytes(tb: TensorBytes, backend=None):
 
     backend = get_backend(backend)
     dtype = D.get(dtype_info(tb.dtype).ember)
-    return dispatch._wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend, None)
+    return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
 
 
 # ---------------------------------------------------------------------------------------------
