@@ -40,7 +40,7 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
     ``fn`` returns one tensor. ``use_reentrant`` is accepted for torch's sake and ignored:
     there is one way here, and it works with ``backward()`` and ``ember.grad`` alike.
     """
-    if not (dispatch.GRAD_ENABLED[0] and dispatch.TRACER[0] is None):
+    if not (dispatch.is_grad_enabled() and dispatch.interpreter() is dispatch.EAGER):
         return fn(*args, **kwargs)      # nothing is kept without grad; under ember.jit the graph is static
     rng = default_generator.get_state()
     out = fn(*args, **kwargs)           # recorded, so we can see which parameters fn reads ...
@@ -72,7 +72,7 @@ def _rule(g, out, *tensors, fn, args, kwargs, rng, buffers, n):
         for b, value in zip(buffers, saved_buffers):
             b.copy_(value)
     wanted = [t for t in fresh + list(leaves) if t.requires_grad]
-    grads = iter(grad_of(again, wanted, g, create_graph=dispatch.GRAD_ENABLED[0], allow_unused=True)
+    grads = iter(grad_of(again, wanted, g, create_graph=dispatch.is_grad_enabled(), allow_unused=True)
                  if wanted else [])
     return tuple(next(grads) if t.requires_grad else None for t in fresh + list(leaves))
 
