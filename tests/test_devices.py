@@ -4,11 +4,18 @@ import pytest
 import ember
 from ember import nn
 from ember.errors import BackendError
+from references import known
 
 
-def test_device_object_reads_like_torch():
+def test_device_object_reads_like_torch(torch):
     d = ember.device("cuda:1")
     assert (d.type, d.index, str(d), repr(d)) == ("cuda", 1, "cuda:1", "device(type='cuda', index=1)")
+
+    def fields(dev):
+        return dev.type, dev.index, str(dev), repr(dev)
+    for spec in (("cuda:1",), ("cuda", 1), ("cpu",), ("cuda",)):         # torch.device's answers, stored
+        want = known(lambda: fields(torch.device(*spec)))
+        assert fields(ember.device(*spec)) == want, f"device{spec}: ember {fields(ember.device(*spec))}, torch {want}"
     assert ember.device("cuda", 1) == d and ember.device(d) == d
     assert ember.device("cpu") == "cpu" and hash(ember.device("cpu")) == hash("cpu")
     assert ember.device("cpu") != ember.device("cuda")

@@ -16,8 +16,23 @@ def test_zero_copy_from_and_to_numpy():
     assert t.__dlpack_device__() == (1, 0)
 
 
-def test_with_torch_cpu_both_ways():
-    torch = pytest.importorskip("torch")
+def test_writes_show_through_both_ways_with_numpy():
+    """What the torch test below checks, with NumPy as the other side: a write to the
+    producer's buffer shows in ember's tensor, and an in-place ember op in the consumer's view."""
+    src = np.arange(4, dtype=np.float64)
+    t = ember.from_dlpack(src)
+    src[1] = -1
+    assert t.tolist() == [0.0, -1.0, 2.0, 3.0] and t.dtype == ember.float64
+    e = ember.zeros(3)
+    view = np.from_dlpack(e)
+    e.add_(2.0)
+    assert view.tolist() == [2.0, 2.0, 2.0]
+    e.mul_(ember.tensor([1.0, 2.0, 3.0]))
+    assert view.tolist() == [2.0, 4.0, 6.0]
+
+
+@pytest.mark.torch      # exchanges memory with live torch tensors: nothing to store
+def test_with_torch_cpu_both_ways(torch):
     src = torch.arange(4, dtype=torch.float64)
     t = ember.from_dlpack(src)
     src[1] = -1

@@ -8,12 +8,15 @@ The convention (also in docs/from-pytorch.md, "Docs examples"):
 - A line ``<!-- docs-test: requires NAME[, NAME] -->`` right above a block runs it only where
   those modules import (and, for ``gpu``, where ember.cuda.is_available()); otherwise the block
   is skipped with the reason. ``<!-- docs-test: skip REASON -->`` never runs it (say why).
+- ``<!-- docs-test: file NAME.py -->`` writes the block to NAME.py in the page's working
+  directory instead of running it, for a page that tells the reader to save a module and import it.
 - Each page runs in a fresh temporary working directory, so files it writes go away.
 """
 import doctest
 import importlib.util
 import pathlib
 import re
+import sys
 import textwrap
 
 import pytest
@@ -36,14 +39,16 @@ def _missing(mark):
     kind, _, rest = (mark or "").partition(" ")
     if kind == "skip":
         return rest or "marked skip"
+    if kind == "file":
+        return None
     if kind == "requires":
         for name in (n.strip() for n in rest.split(",")):
             if name == "gpu":
                 import ember
                 if not ember.cuda.is_available():
                     return "needs a usable CUDA backend"
-            elif importlib.util.find_spec(name) is None:
-                return f"needs {name}"
+            elif getattr(importlib.util.find_spec(name), "origin", None) is None:
+                return f"needs {name}"      # (a folder of that name on sys.path, as tests/onnx, is not it)
     elif mark:
         raise ValueError(f"unknown docs-test marker {mark!r}")
     return None
@@ -52,15 +57,43 @@ def _missing(mark):
 PAGES_WITH_CODE = [p for p in PAGES if blocks(p)]
 
 
+@pytest.fixture
+def registries():
+    """A page may define a primitive and give NumPy an implementation (writing-a-backend.md
+    does): afterwards the registries hold what they held before, for the tests that follow."""
+    import ember.primitives as package
+    from ember.backends.numpy import backend
+    from ember.primitives import record
+    saved = (dict(record.PRIMITIVES), {g: list(ps) for g, ps in record.GROUPS.items()},
+             set(record.NON_DIFFERENTIABLE), dict(backend.IMPLS), set(vars(package)))
+    yield
+    primitives, groups, non_diff, impls, names = saved
+    for current, before in ((record.PRIMITIVES, primitives), (record.GROUPS, groups), (backend.IMPLS, impls)):
+        current.clear()
+        current.update(before)
+    record.NON_DIFFERENTIABLE.intersection_update(non_diff)
+    for name in set(vars(package)) - names:
+        if isinstance(getattr(package, name), record.Primitive):     # defprim's ember.primitives.NAME
+            delattr(package, name)
+
+
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: p.name)
-def test_page_examples_run(page, tmp_path, monkeypatch):
+def test_page_examples_run(page, tmp_path, monkeypatch, registries):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
     namespace = {"__name__": f"docs_{page.stem}"}
     skipped = []
     for line, mark, code in blocks(page):
         why = _missing(mark)
         if why:
             skipped.append(f"line {line}: {why}")
+            continue
+        if mark and mark.startswith("file "):
+            name = mark.split(" ", 1)[1].strip()
+            (tmp_path / name).write_text(code)
+            module = pathlib.Path(name).stem
+            monkeypatch.setitem(sys.modules, module, None)      # gone again after the page: a fresh import
+            del sys.modules[module]
             continue
         where = f"{page.relative_to(ROOT)}:{line}"
         if code.lstrip().startswith(">>>"):
@@ -79,5 +112,6 @@ def test_every_marker_is_known():
     for page in PAGES:
         for _, mark, _ in blocks(page):
             if mark:
-                assert mark.split(" ")[0] in ("skip", "requires"), f"{page.name}: {mark}"
+                assert mark.split(" ")[0] in ("skip", "requires", "file"), f"{page.name}: {mark}"
+                assert mark.split(" ")[0] != "file" or mark.endswith(".py"), f"{page.name}: file needs NAME.py"
                 assert mark.split(" ")[0] != "skip" or len(mark.split(" ")) > 1, f"{page.name}: skip needs a reason"

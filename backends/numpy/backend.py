@@ -192,7 +192,7 @@ IMPLS = {
     "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
     "min": lambda x, axes, keepdims=False: np.asarray(np.min(x, axis=tuple(axes), keepdims=keepdims)),
     "argmax": lambda x, axis, keepdims=False: np.asarray(np.argmax(x, axis=axis, keepdims=keepdims)),
-    "reshape": np.reshape,
+    "reshape": lambda x, shape: np.reshape(x, shape),     # shape= is numpy >= 2.1 only
     "permute": np.transpose,
     "expand": np.broadcast_to,
     "pad": lambda x, widths, value=0: np.pad(x, widths, constant_values=value),

@@ -120,7 +120,7 @@ class inference_mode(no_grad):  # noqa: N801 - torch's name
         self.enabled = bool(mode)
 
     def _recreate_cm(self):
-        return type(self)(self.enabled)
+        return type(self)(self.enabled)     # as a decorator: a fresh instance with the same mode
 
     def __enter__(self):
         self.mode = False if self.enabled else dispatch.is_grad_enabled()

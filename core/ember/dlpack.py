@@ -65,4 +65,7 @@ def from_dlpack(obj, backend=None):
                       f"nor CUDA (2); copy it to the CPU first")
     import numpy as np
     target = backend_for(backend or "cpu")
-    return dispatch.wrap(target.from_numpy(np.from_dlpack(obj)), target)
+    view = np.from_dlpack(obj)
+    if not view.flags.writeable and isinstance(obj, np.ndarray) and obj.flags.writeable:
+        view = obj      # NumPy < 2 imports DLPack memory read-only (and cannot export it again): the array itself
+    return dispatch.wrap(target.from_numpy(view), target)

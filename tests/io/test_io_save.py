@@ -10,6 +10,7 @@ import pytest
 import ember
 from ember import nn, optim
 from ember.io import CheckpointError, load_file, read_checkpoint, save_file, write_checkpoint
+from references import known
 
 
 def _same(a, b):
@@ -153,9 +154,12 @@ def test_checkpoint_of_a_state_dict_loads_back_into_the_model(tmp_path):
     assert _same(other.weight, model.weight) and json.dumps(meta)
 
 
-def test_a_torch_save_file_is_named_for_what_it_is(tmp_path):
-    torch = pytest.importorskip("torch")
-    torch.save({"w": torch.ones(2)}, tmp_path / "model.pt")
+def test_a_torch_save_file_is_named_for_what_it_is(tmp_path, torch):
+    def torch_file():
+        buf = io.BytesIO()
+        torch.save({"w": torch.ones(2)}, buf)
+        return np.frombuffer(buf.getvalue(), np.uint8)
+    (tmp_path / "model.pt").write_bytes(known(torch_file).tobytes())      # torch.save's bytes, stored
     with pytest.raises(CheckpointError, match="zip archive, as torch.save writes.*never unpickles"):
         ember.load(tmp_path / "model.pt")
     import pickle

@@ -60,12 +60,15 @@ def assert_histories_close(got, want, rtol, atol):
 
 
 def assert_state_matches_torch(mine, theirs, steps, rtol=1e-11):
-    """An ember optimizer's state_dict()["state"] against torch's: the same keys per parameter,
-    ``step`` as an int equal to torch's step tensor, every state tensor close."""
+    """An ember optimizer's state_dict()["state"] against torch's, as ``known`` gives it back
+    (NumPy arrays): the same parameter indices and keys per parameter, ``step`` as an int equal
+    to torch's step tensor, every state tensor close."""
+    assert sorted(mine) == sorted(theirs), f"state for parameters {sorted(mine)}, torch's for {sorted(theirs)}"
     for i, entries in theirs.items():
-        assert set(mine[i]) == set(entries)
+        assert set(mine[i]) == set(entries), f"parameter {i}: keys {sorted(mine[i])}, torch's {sorted(entries)}"
         for key, value in entries.items():
             if key == "step":
-                assert mine[i][key] == int(value.item()) == steps
+                assert mine[i][key] == int(np.asarray(value).item()) == steps
             else:
-                np.testing.assert_allclose(mine[i][key].numpy(), value.numpy(), rtol=rtol)
+                np.testing.assert_allclose(mine[i][key].numpy(), np.asarray(value), rtol=rtol,
+                                           err_msg=f"state {key!r} of parameter {i}")

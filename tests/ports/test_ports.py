@@ -10,9 +10,11 @@ import re
 import sys
 import types
 
+import numpy as np
 import pytest
 
 import ember
+from references import known
 
 HERE = pathlib.Path(__file__).parent
 
@@ -43,6 +45,57 @@ def test_only_the_import_lines_differ_from_the_pytorch_version():
     assert changed, "the port is the PyTorch file itself"
     for line in changed:
         assert re.match(r"[+-](import |from \S+ import )", line), f"not an import line: {line!r}"
+
+
+def _load_original(torch):
+    """mnist_main_torch.py as a module (torchvision, which it imports only for the data, stubbed)."""
+    stub = types.ModuleType("torchvision")
+    stub.datasets, stub.transforms = types.ModuleType("datasets"), types.ModuleType("transforms")
+    saved = sys.modules.get("torchvision")
+    sys.modules["torchvision"] = stub
+    try:
+        spec = importlib.util.spec_from_file_location("mnist_main_torch", HERE / "mnist_main_torch.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["torchvision"]
+        else:
+            sys.modules["torchvision"] = saved
+    return module
+
+
+def test_the_ports_net_computes_what_the_pytorch_nets_does(torch, rng):
+    """The same weights (drawn here) in the port's Net and in the PyTorch original's: the same
+    log-probabilities, loss and gradients (torch's stored; fc1's 1.2M-entry gradient by its norm)."""
+    port = _load_port()
+    model = port.Net()
+    weights = {k: (rng.standard_normal(v.shape) * 0.05).astype(np.float32) for k, v in model.state_dict().items()}
+    x = rng.standard_normal((4, 1, 28, 28)).astype(np.float32)
+    target = rng.integers(0, 10, 4)
+
+    def run(program, net):
+        lib = program.torch                             # the port's "torch" is ember
+        net.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
+        net.eval()                                      # dropout off: the same function in both
+        out = net(lib.tensor(x))
+        loss = program.F.nll_loss(out, lib.tensor(target))
+        loss.backward()
+        return out, loss, {n: p.grad for n, p in net.named_parameters()}
+
+    def torch_answers():
+        original = _load_original(torch)
+        out, loss, grads = run(original, original.Net())
+        small = {n: g for n, g in grads.items() if g.numel() <= 10_000}
+        return out, loss, small, float(grads["fc1.weight"].norm())
+    out, loss, grads = run(port, model)
+    t_out, t_loss, t_small, t_fc1_norm = known(torch_answers)
+    assert sorted(t_small) == ["conv1.bias", "conv1.weight", "conv2.bias", "fc1.bias", "fc2.bias", "fc2.weight"]
+    np.testing.assert_allclose(out.numpy(), t_out, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(loss.item(), t_loss, rtol=1e-5)
+    for name, g in t_small.items():
+        np.testing.assert_allclose(grads[name].numpy(), g, rtol=1e-3, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(np.linalg.norm(grads["fc1.weight"].numpy()), t_fc1_norm, rtol=1e-4)
 
 
 def _run(port, n_train, n_test, steps_between_logs=10):
