@@ -184,7 +184,7 @@ def test_a_silent_rank_times_out_and_is_named(tmp_path, ranks):
     assert run.returncode != 0
     silent = ranks - 1
     lines = [line for line in run.stderr.splitlines() if line.startswith("ember: error: rank")]
-    assert lines, run.stderr[-2000:]
+    assert lines, f"exit status {run.returncode}, stderr: {run.stderr[-2000:]!r}"
     assert all(f"silent rank(s): {silent}." in line and "waited 3 s" in line for line in lines), lines
     assert "gradient all-reduce" in lines[0]
     assert elapsed < 60, f"the job took {elapsed:.1f} s to end"

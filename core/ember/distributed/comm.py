@@ -156,6 +156,10 @@ def abort(code: int = 1) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if comm is not None and comm.Get_size() > 1:
+        # The launcher forwards each rank's output through its own pipes, and Abort tears the job
+        # down at once: without a moment's grace the error line just printed (naming the silent
+        # or failing rank) was lost now and then on a busy machine, leaving the user nothing.
+        time.sleep(0.5)
         comm.Abort(code)
     raise SystemExit(code)
 
