@@ -30,9 +30,6 @@ ALLOWED_CYCLES = {
     # on safetensors' TensorBytes and asks save.py for a tensor's bytes (function-level imports).
     # Untangling it means one module for "ember objects -> TensorBytes" below both (open).
     frozenset({"ember.io.numpy_io", "ember.io.safetensors", "ember.io.save"}),
-    # ONNX's Gradient operator re-runs the graph's earlier nodes (graph.run_node) from inside an
-    # operator handler; graph.py looks handlers up in ops (function-level import in training.py).
-    frozenset({"ember.onnx.graph", "ember.onnx.ops", "ember.onnx.ops.training"}),
 }
 
 

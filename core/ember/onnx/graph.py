@@ -96,6 +96,13 @@ class Program:
             run_node(node, env)
         return [env[n] for n in self.outputs]
 
+    def run_before(self, stop, env: dict) -> None:
+        """Run, on ``env``, the nodes that come before node ``stop`` (Gradient re-runs them)."""
+        for node in self.nodes:
+            if node is stop:
+                break
+            run_node(node, env)
+
 
 def run_node(node, env: dict) -> None:
     """Run one node on the value table ``env``, adding its outputs; errors name the node."""

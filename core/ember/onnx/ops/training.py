@@ -67,12 +67,8 @@ def gradient(node, *_):
     env = dict(node.scope)
     leaves = [env[x].detach().requires_grad_() for x in xs]
     env.update(zip(xs, leaves))
-    from ..graph import run_node
     with autodiff.enable_grad():
-        for other in node.program.nodes:
-            if other is node:
-                break
-            run_node(other, env)
+        node.program.run_before(node, env)
         return tuple(autodiff.grad_of(env[y], leaves, allow_unused=True))
 
 
