@@ -48,6 +48,13 @@ def body(node, name, values) -> list:
     return g.run(env)
 
 
+def movedim(x: Tensor, src: int, dst: int) -> Tensor:
+    """``x`` with axis ``src`` moved to position ``dst`` (ember tensors have no ``movedim``)."""
+    order = [d for d in range(x.ndim) if d != src]
+    order.insert(dst, src)
+    return x.permute(*order)
+
+
 def axis(a: int, ndim: int) -> int:
     return a + ndim if a < 0 else a
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ... import dtypes as D
 from ...tensor import stack
-from .common import body, const, scalar
+from .common import body, const, movedim, scalar
 
 
 def if_(node, cond):
@@ -58,7 +58,7 @@ def scan(node, *args):
 def _scan(node, states, xs, m):
     in_axes = list(node.attr("scan_input_axes") or [0] * m)
     in_dirs = list(node.attr("scan_input_directions") or [0] * m)
-    xs = [x.movedim(a % x.ndim, 0) if hasattr(x, "movedim") else _front(x, a % x.ndim) for x, a in zip(xs, in_axes)]
+    xs = [movedim(x, a % x.ndim, 0) for x, a in zip(xs, in_axes)]
     xs = [x.flip(0) if d else x for x, d in zip(xs, in_dirs)]
     steps = xs[0].shape[0]
     k = len(states)
@@ -76,18 +76,8 @@ def _scan(node, states, xs, m):
     results = []
     for y, a, d in zip(ys or [], out_axes, out_dirs):
         s = stack(y[::-1] if d else y, 0)
-        results.append(_to(s, a % s.ndim))
+        results.append(movedim(s, 0, a % s.ndim))
     return (*states, *results)
-
-
-def _front(x, axis):
-    return x.permute(axis, *[d for d in range(x.ndim) if d != axis])
-
-
-def _to(x, axis):
-    order = list(range(1, x.ndim))
-    order.insert(axis, 0)
-    return x.permute(*order)
 
 
 OPS = {"If": (if_, 1), "Loop": (loop, 1), "Scan": (scan, 8)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ... import dtypes as D
-from .common import const, filled, ints
+from .common import const, filled, ints, movedim
 
 
 # ---------------------------------------------------------------- 1-d interpolation weights
@@ -149,15 +149,7 @@ def _geometry(node, x, roi, scales, sizes):
 def _along(x, axis, w):
     """Apply weight matrix w (out, in) along `axis`."""
     last = x.ndim - 1
-    y = x.movedim(axis, last) if hasattr(x, "movedim") else x.permute(*_moved(x.ndim, axis, last))
-    y = y @ w.t()
-    return y.permute(*_moved(x.ndim, last, axis))
-
-
-def _moved(ndim, src, dst):
-    order = [d for d in range(ndim) if d != src]
-    order.insert(dst, src)
-    return order
+    return movedim(movedim(x, axis, last) @ w.t(), last, axis)
 
 
 def resize_to(node, x, scale, out, roi, axes):

@@ -9,7 +9,7 @@ import math
 
 from ... import dtypes as D
 from ...tensor import arange, cat, stack, where
-from .common import axis, const, filled, ints, scalar
+from .common import axis, const, filled, ints, movedim, scalar
 
 
 def cumprod(node, x, ax):
@@ -142,18 +142,12 @@ def _diagonal(x, term):
         c = next(c for c in term if term.count(c) > 1)
         i, j = term.index(c), term.index(c, term.index(c) + 1)
         n = x.shape[i]
-        x = x.movedim(j, i + 1) if hasattr(x, "movedim") else x.permute(*_move(x.ndim, j, i + 1))
+        x = movedim(x, j, i + 1)
         shape = list(x.shape)
         flat = x.reshape(shape[:i] + [n * n] + shape[i + 2:])
         x = flat.take(arange(n, backend=x.backend) * (n + 1), i)
         term = term[:j] + term[j + 1:]
     return x
-
-
-def _move(ndim, src, dst):
-    order = [d for d in range(ndim) if d != src]
-    order.insert(dst, src)
-    return order
 
 
 def swiglu(node, a, b=None):
