@@ -26,10 +26,6 @@ ALLOWED_CYCLES = {
     # index Tensors with tensor.py's ``tensor``/``arange``; both sides import inside functions.
     # Removing it needs constructors that do not live beside the class that mixes the methods in.
     frozenset({"ember.tensor", "ember.tensor_math", "ember.tensor_shape", "ember.indexing"}),
-    # save_file accepts a state dict: safetensors converts tensors through numpy_io (function-level
-    # import), which builds on safetensors' TensorBytes. Removing it needs TensorBytes and the
-    # dtype table in a module below both (open).
-    frozenset({"ember.io.numpy_io", "ember.io.safetensors"}),
     # ONNX's Gradient operator re-runs the graph's earlier nodes (graph.run_node) from inside an
     # operator handler; graph.py looks handlers up in ops (function-level import in training.py).
     frozenset({"ember.onnx.graph", "ember.onnx.ops", "ember.onnx.ops.training"}),

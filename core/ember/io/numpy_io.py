@@ -4,7 +4,7 @@ The rest of ``ember.io`` deals in bytes so that it runs where numpy does not (Py
 """
 from __future__ import annotations
 
-from .safetensors import _BY_EMBER, TensorBytes, dtype_info
+from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info
 
 
 def to_numpy(tensor: TensorBytes):
