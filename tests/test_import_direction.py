@@ -26,10 +26,6 @@ ALLOWED_CYCLES = {
     # index Tensors with tensor.py's ``tensor``/``arange``; both sides import inside functions.
     # Removing it needs constructors that do not live beside the class that mixes the methods in.
     frozenset({"ember.tensor", "ember.tensor_math", "ember.tensor_shape", "ember.indexing"}),
-    # save_file accepts a state dict: safetensors converts tensors through numpy_io, which builds
-    # on safetensors' TensorBytes and asks save.py for a tensor's bytes (function-level imports).
-    # Untangling it means one module for "ember objects -> TensorBytes" below both (open).
-    frozenset({"ember.io.numpy_io", "ember.io.safetensors", "ember.io.save"}),
 }
 
 

@@ -1,10 +1,10 @@
-"""Convert between NumPy arrays and ``TensorBytes``; numpy is imported only when called.
+"""Convert ember tensors and NumPy arrays to and from ``TensorBytes``; numpy is imported only when called.
 
 The rest of ``ember.io`` deals in bytes so that it runs where numpy does not (Pyodide).
 """
 from __future__ import annotations
 
-from .safetensors import _BY_EMBER, TensorBytes, dtype_info
+from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info
 
 
 def to_numpy(tensor: TensorBytes):
@@ -46,6 +46,32 @@ def from_numpy(array) -> TensorBytes:
     return TensorBytes(d.code, tuple(int(s) for s in array.shape), array.reshape(-1).view(np.uint8).data)
 
 
+def tensor_bytes(t) -> TensorBytes:
+    """An ember tensor as safetensors bytes, through its backend (no numpy needed).
+
+    >>> import ember
+    >>> tensor_bytes(ember.tensor([1.0, 2.0]))
+    TensorBytes(dtype='F32', shape=(2,), data=<8 bytes>)
+    """
+    return TensorBytes(dtype_info(t.dtype.name).code, tuple(t.shape), t.backend.to_bytes(t._data))
+
+
+def tensor_from_bytes(tb: TensorBytes, backend=None):
+    """The inverse of :func:`tensor_bytes`, on ``backend`` (default: the current one).
+
+    >>> import ember
+    >>> tensor_from_bytes(tensor_bytes(ember.tensor([1, 2]))).tolist()
+    [1, 2]
+    """
+    from .. import dispatch
+    from .. import dtypes as D
+    from ..registry import get_backend
+
+    backend = get_backend(backend)
+    dtype = D.get(dtype_info(tb.dtype).ember)
+    return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
+
+
 def as_tensor_bytes(value) -> TensorBytes:
     """Accept a ``TensorBytes`` as is, an ember tensor through its backend's bytes; convert an
     array-like (NumPy array, or any object with a ``.numpy()`` method) through NumPy.
@@ -56,7 +82,6 @@ def as_tensor_bytes(value) -> TensorBytes:
     if isinstance(value, TensorBytes):
         return value
     if hasattr(value, "_backend") and hasattr(value, "_data"):     # an ember Tensor: no numpy needed
-        from .save import tensor_bytes
         return tensor_bytes(value)
     if hasattr(value, "numpy") and not hasattr(value, "__array_interface__"):
         value = value.numpy()

@@ -27,37 +27,12 @@ import math
 import os
 
 from .errors import CheckpointError
-from .safetensors import TensorBytes, dtype_info, load_bytes, load_file, save_bytes, save_file
+from .numpy_io import from_numpy, tensor_bytes, tensor_from_bytes, to_numpy
+from .safetensors import load_bytes, load_file, save_bytes, save_file
 
 FORMAT = "ember.save"
 FORMAT_VERSION = "1"
 _SCALARS = (int, str, bool, type(None))
-
-
-def tensor_bytes(t) -> TensorBytes:
-    """An ember tensor as safetensors bytes, through its backend (no numpy needed).
-
-    >>> import ember
-    >>> tensor_bytes(ember.tensor([1.0, 2.0]))
-    TensorBytes(dtype='F32', shape=(2,), data=<8 bytes>)
-    """
-    return TensorBytes(dtype_info(t.dtype.name).code, tuple(t.shape), t.backend.to_bytes(t._data))
-
-
-def tensor_from_bytes(tb: TensorBytes, backend=None):
-    """The inverse of :func:`tensor_bytes`, on ``backend`` (default: the current one).
-
-    >>> import ember
-    >>> tensor_from_bytes(tensor_bytes(ember.tensor([1, 2]))).tolist()
-    [1, 2]
-    """
-    from .. import dispatch
-    from .. import dtypes as D
-    from ..registry import get_backend
-
-    backend = get_backend(backend)
-    dtype = D.get(dtype_info(tb.dtype).ember)
-    return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +80,6 @@ def _encode(obj, path, tensors):
         tensors[name] = tensor_bytes(obj)
         return {"$tensor": name, "requires_grad": bool(obj.requires_grad)}
     if type(obj).__module__ == "numpy" and hasattr(obj, "__array_interface__"):
-        from .numpy_io import from_numpy
         name = _name(path, tensors)
         tensors[name] = from_numpy(obj)
         return {"$ndarray": name}
@@ -215,7 +189,6 @@ def _decode(node, tensors, backend):
         t = tensor_from_bytes(tensors[node["$tensor"]], backend)
         return t.requires_grad_() if node.get("requires_grad") else t
     if "$ndarray" in node:
-        from .numpy_io import to_numpy
         return to_numpy(tensors[node["$ndarray"]]).copy()
     if "$float" in node:
         value = node["$float"]

@@ -7,30 +7,18 @@ writes both atomically). No pickle anywhere.
 """
 from __future__ import annotations
 
-from .. import dtypes as D
 from ..errors import EmberError
 from ..io.checkpoint import read_checkpoint, write_checkpoint
 from ..io.errors import CheckpointError
-from ..io.safetensors import TensorBytes, dtype_info
+from ..io.save import tensor_bytes, tensor_from_bytes
 from ..random import default_generator
 from ..tensor import Tensor
-
-
-def to_bytes(t: Tensor) -> TensorBytes:
-    """A tensor as safetensors bytes, through its backend (no numpy needed)."""
-    return TensorBytes(dtype_info(t.dtype.name).code, t.shape, t.backend.to_bytes(t._data))
-
-
-def from_bytes(tb: TensorBytes, backend) -> Tensor:
-    from .. import dispatch
-    dtype = D.get(dtype_info(tb.dtype).ember)
-    return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
 
 
 def _split(obj, prefix, tensors):
     """Replace every Tensor inside nested dicts/lists by a reference, collecting the tensors."""
     if isinstance(obj, Tensor):
-        tensors[prefix] = to_bytes(obj)
+        tensors[prefix] = tensor_bytes(obj)
         return {"__tensor__": prefix}
     if isinstance(obj, dict):
         return {str(k): _split(v, f"{prefix}/{k}", tensors) for k, v in obj.items()}
@@ -42,7 +30,7 @@ def _split(obj, prefix, tensors):
 def _join(obj, tensors, backend):
     if isinstance(obj, dict):
         if set(obj) == {"__tensor__"}:
-            return from_bytes(tensors[obj["__tensor__"]], backend)
+            return tensor_from_bytes(tensors[obj["__tensor__"]], backend)
         return {_key(k): _join(v, tensors, backend) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_join(v, tensors, backend) for v in obj]
@@ -56,7 +44,7 @@ def _key(k):
 def save_training_state(directory, step, model, optimizer=None, scheduler=None, loader=None,
                         config=None, extra=None, keep_last=3) -> str:
     """Write checkpoint ``step`` of a run into ``directory``; returns its path."""
-    tensors = {f"model/{k}": to_bytes(v) for k, v in model.state_dict().items()}
+    tensors = {f"model/{k}": tensor_bytes(v) for k, v in model.state_dict().items()}
     meta = {"config": config or {}, "rng": default_generator.get_state(), "extra": extra or {}}
     if optimizer is not None:
         meta["optimizer"] = _split(optimizer.state_dict(), "optimizer", tensors)
@@ -124,7 +112,7 @@ def load_training_state(path, model, optimizer=None, scheduler=None, loader=None
     if loader is not None:
         check_fields(path, "loader", meta["loader"], LOADER_SCHEMA)
     backend = next(iter(model.parameters())).backend
-    state = {k[len("model/"):]: from_bytes(v, backend) for k, v in tensors.items() if k.startswith("model/")}
+    state = {k[len("model/"):]: tensor_from_bytes(v, backend) for k, v in tensors.items() if k.startswith("model/")}
     if not state:
         raise EmberError(f"{path}: this checkpoint holds no model tensors (not written by ember train?)")
     model.load_state_dict(state)

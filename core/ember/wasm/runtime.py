@@ -26,7 +26,7 @@ import ember
 from ember import dtypes as D
 from ember.io import TensorBytes, load_bytes
 from ember.registry import prepare
-from ember.train.state import from_bytes
+from ember.io.save import tensor_from_bytes
 
 #: The order ``choose_backend("auto")`` tries; the first that can run here wins.
 PREFERENCE = ("webgpu", "numpy", "python")
@@ -113,7 +113,7 @@ class Classifier:
         model = build_model(spec)
         tensors, _ = load_bytes(weights, source=spec.get("weights", "<weights>"))
         python = ember.get_backend("python")
-        model.load_state_dict({name: from_bytes(tb, python) for name, tb in tensors.items()})
+        model.load_state_dict({name: tensor_from_bytes(tb, python) for name, tb in tensors.items()})
         self.timings["build_ms"] = 1000 * (time.perf_counter() - t0)
         t0 = time.perf_counter()
         if backend != "python":
@@ -157,7 +157,7 @@ class Classifier:
         values = array("f", array("B", pixels))    # 0..255, exact in float32
         if sys.byteorder != "little":
             values.byteswap()
-        x = from_bytes(TensorBytes("F32", (n, c, h, w), values.tobytes()), ember.get_backend(self.backend))
+        x = tensor_from_bytes(TensorBytes("F32", (n, c, h, w), values.tobytes()), ember.get_backend(self.backend))
         return (x / 255 - self._mean) * self._scale
 
     def logits(self, pixels, n: int) -> list:
