@@ -297,30 +297,11 @@ class Tensor(TensorMath, TensorShape):
     def _arange(self, n):
         return arange(n, backend=self._backend)
 
+    def _tensor(self, value):
+        return tensor(value, backend=self._backend)
+
     # a primitive applied to tensors; the records' __call__ comes here (``P.conv2d(x, w)``)
     _apply = staticmethod(apply)
-
-    def _binary(self, name, other, reverse=False):
-        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
-        if isinstance(other, Tensor):
-            da, db = self.dtype, other.dtype
-            a, b = self, other
-            if da is not db:
-                common = D.promote(da, db)
-                a, b = a.to(common), b.to(common)
-            return apply2(name, b, a) if reverse else apply2(name, a, b)
-        if isinstance(other, (int, float, bool)):
-            dtype = D.result_with_scalar(self.dtype, other)
-            a = self if dtype is self.dtype else self.to(dtype)
-            if reverse:
-                return apply2(name, a._full_like(other, shape=()), a)
-            return apply2(name, a, other)
-        if hasattr(other, "__array__") or isinstance(other, (list, tuple)):
-            return self._binary(name, tensor(other, backend=self._backend), reverse)
-        return NotImplemented
-
-    def _float(self):
-        return self if self.dtype.is_floating_point else self.to(D.default_float)
 
     def __matmul__(self, o):
         return matmul(self, o)

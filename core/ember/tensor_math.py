@@ -20,6 +20,29 @@ MaxMin = namedtuple("MaxMin", "values indices")
 class TensorMath:
     __slots__ = ()
 
+    # ------------------------------------------------------------------------ promotion
+    def _binary(self, name, other, reverse=False):
+        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
+        if isinstance(other, TensorMath):
+            da, db = self.dtype, other.dtype
+            a, b = self, other
+            if da is not db:
+                common = D.promote(da, db)
+                a, b = a.to(common), b.to(common)
+            return apply2(name, b, a) if reverse else apply2(name, a, b)
+        if isinstance(other, (int, float, bool)):
+            dtype = D.result_with_scalar(self.dtype, other)
+            a = self if dtype is self.dtype else self.to(dtype)
+            if reverse:
+                return apply2(name, a._full_like(other, shape=()), a)
+            return apply2(name, a, other)
+        if hasattr(other, "__array__") or isinstance(other, (list, tuple)):
+            return self._binary(name, self._tensor(other), reverse)
+        return NotImplemented
+
+    def _float(self):
+        return self if self.dtype.is_floating_point else self.to(D.default_float)
+
     # ------------------------------------------------------------------------ arithmetic
     def __add__(self, o):
         return self._binary(P.add, o)
