@@ -1,6 +1,6 @@
 """The NumPy reference backend: the executable spec of every primitive.
 
-Each entry of ``IMPLS`` is the most obvious NumPy expression of its spec in primitives.py.
+Each entry of ``IMPLS`` is the most obvious NumPy expression of its spec in ember.primitives.
 No Python loops over elements; matmul and convolution go to BLAS (convolution as im2col + GEMM).
 """
 from __future__ import annotations

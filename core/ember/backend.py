@@ -1,7 +1,7 @@
 """The backend protocol: what a backend is, what it declares, how it is called.
 
 A backend is an object with a table ``impls`` from primitive name to a function
-``impl(*buffers, **params) -> buffer`` (the primitives and their specs are in primitives.py),
+``impl(*buffers, **params) -> buffer`` (the primitives and their specs are the records in ember.primitives),
 plus host transfer and a few queries. Buffers are whatever the backend likes (a NumPy array, a
 CuPy array, a flat Python list); ember never looks inside them.
 

@@ -14,7 +14,8 @@ and runs the compiled result, re-tracing only for a new input signature::
 The modules follow the pipeline: graph.py (the Graph and its Vars) → trace.py (tracing is an
 interpreter; with pytree.py, leaks.py and effects.py for arguments, leaked tensors and side
 effects) → passes.py (DCE, CSE, constant folding, simplification, fusion groups) → buffers.py
-(buffer plans) → runner.py / numpy_runner.py (running a graph) → api.py (the cache and the
+(buffer plans) → runner.py, or the backend's own
+runner from ``Backend.jit_runner()`` (running a graph) → api.py (the cache and the
 ``Jit`` object). ``EMBER_JIT=0`` turns every jitted function back into the plain function.
 """
 import sys as _sys

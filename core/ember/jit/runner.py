@@ -12,7 +12,8 @@ parameter's buffer when the callable takes destinations (``accepts_out``) and
 passes.group_donations says it is safe.
 
 Subclasses change how single nodes are lowered and give compiled groups more destinations:
-numpy_runner.py computes into planned, reused buffers with ``out=``.
+the numpy backend's (backends/numpy/jit_runner.py) computes into planned, reused buffers with
+``out=``.
 """
 from __future__ import annotations
 
