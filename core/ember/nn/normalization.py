@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d/2d, LayerNorm, RMSNorm."""
+"""Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm, RMSNorm."""
 from __future__ import annotations
 
 from .. import dtypes as D
@@ -120,6 +120,44 @@ class LayerNorm(Module):
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.has_bias}")
+
+
+class GroupNorm(Module):
+    """Normalize (N, C, ...) over groups of ``num_channels / num_groups`` channels, then scale
+    and shift per channel. The same in training and eval (no running statistics), so it works
+    at any batch size. ``num_groups=1`` is a LayerNorm over (C, ...) with per-channel affine.
+
+    >>> import ember
+    >>> from ember import nn
+    >>> gn = nn.GroupNorm(4, 32)
+    >>> gn(ember.randn(2, 32, 8, 8)).shape, gn.weight.shape
+    ((2, 32, 8, 8), (32,))
+    """
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, bias=True):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups:
+            raise located(ValueError, f"GroupNorm: num_channels {num_channels} must be divisible by num_groups "
+                          f"{num_groups}")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        self.has_bias = affine and bias
+        if affine:
+            self.weight = Parameter(ones(num_channels))
+            if bias:
+                self.bias = Parameter(zeros(num_channels))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise located(ShapeError, f"{self!r}: expected input (N, {self.num_channels}, ...), got {x.shape}")
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={self.has_bias}"
 
 
 class RMSNorm(Module):
