@@ -113,3 +113,8 @@ def test_numpy_exchange_goes_through_ml_dtypes():
     assert t.dtype is ember.bfloat16 and t.tolist() == [1.5, -0.25]
     assert t.numpy().dtype == ml_dtypes.bfloat16
     assert ember.tensor([1.0, 3.0]).to(ember.bfloat16).numpy().astype(np.float32).tolist() == [1.0, 3.0]
+
+
+def test_the_python_backend_refuses_to_store_bfloat16():
+    with pytest.raises(ember.BackendError, match="python backend does not store bfloat16"):
+        ember.tensor([1.0], backend="python").to(ember.bfloat16)
