@@ -103,7 +103,25 @@ def _tuple(n):
     return tup
 
 
-class Conv1d(_ConvNd):
+class _Conv(_ConvNd):
+    """Conv1d's and Conv2d's constructor (torch's argument order) and forward: padding_mode's
+    padding, then the functional convolution ``_conv`` over the spatial dims ``_dims``."""
+
+    _dims = "H, W"
+    _conv = staticmethod(F.conv2d)
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros"):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode)
+
+    def forward(self, x):
+        self._check(x, self._dims)
+        x, padding = self._pad_mode(x)
+        return self._conv(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
+
+class Conv1d(_Conv):
     """1-d convolution (cross-correlation) over (N, C, L), PyTorch's arguments and init; it
     runs as a 2-d convolution over a unit height.
 
@@ -117,20 +135,10 @@ class Conv1d(_ConvNd):
     ((2, 8, 30), (8, 4, 5))
     """
 
-    _n = 1
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros"):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode)
-
-    def forward(self, x):
-        self._check(x, "L")
-        x, padding = self._pad_mode(x)
-        return F.conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+    _n, _dims, _conv = 1, "L", staticmethod(F.conv1d)
 
 
-class Conv2d(_ConvNd):
+class Conv2d(_Conv):
     """2-d convolution (cross-correlation) over (N, C, H, W), PyTorch's arguments and init.
 
     ``padding`` is an int, a pair, ``'valid'`` or ``'same'``; ``padding_mode`` is ``'zeros'``,
@@ -141,16 +149,6 @@ class Conv2d(_ConvNd):
     >>> nn.Conv2d(3, 8, 3, padding=1)(ember.ones(2, 3, 16, 16)).shape
     (2, 8, 16, 16)
     """
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros"):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode)
-
-    def forward(self, x):
-        self._check(x, "H, W")
-        x, padding = self._pad_mode(x)
-        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class ConvTranspose2d(_ConvNd):

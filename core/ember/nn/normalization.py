@@ -10,6 +10,12 @@ from .module import Module
 from .parameter import Parameter
 
 
+def _affine(module, shape, affine, bias):
+    """Register ``weight`` (ones) and ``bias`` (zeros) of ``shape``, or None where switched off."""
+    module.register_parameter("weight", Parameter(ones(shape)) if affine else None)
+    module.register_parameter("bias", Parameter(zeros(shape)) if affine and bias else None)
+
+
 class _BatchNorm(Module):
     """Shared by BatchNorm1d/2d; subclasses only say which input ranks they accept."""
 
@@ -21,15 +27,7 @@ class _BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         self.has_bias = affine and bias
-        if affine:
-            self.weight = Parameter(ones(num_features))
-            if bias:
-                self.bias = Parameter(zeros(num_features))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_features, affine, bias)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features))
             self.register_buffer("running_var", ones(num_features))
@@ -104,15 +102,7 @@ class LayerNorm(Module):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         self.has_bias = elementwise_affine and bias
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape))
-            if bias:
-                self.bias = Parameter(zeros(self.normalized_shape))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, bias)
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -141,15 +131,7 @@ class GroupNorm(Module):
                           f"{num_groups}")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self.has_bias = affine and bias
-        if affine:
-            self.weight = Parameter(ones(num_channels))
-            if bias:
-                self.bias = Parameter(zeros(num_channels))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_channels, affine, bias)
 
     def forward(self, x):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
