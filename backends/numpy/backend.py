@@ -176,6 +176,13 @@ def _cast(x, dtype):
     return x.astype(NP[dtype])
 
 
+def _stored(make, dtype, *args):
+    """``make(*args, dtype=...)``; a storage dtype's values are made in float32 and cast."""
+    if dtype in D.STORAGE:
+        return _cast(make(*args, dtype=np.float32), dtype)
+    return make(*args, dtype=NP[dtype])
+
+
 def _pad(x, widths, value=0):
     if x.dtype == bf16.BF16 and value:
         value = bf16.from_float(np.float32(value))[()]
@@ -188,10 +195,8 @@ def _slice(x, starts, stops, steps):
 
 
 IMPLS = {
-    "full": lambda shape, value, dtype: _cast(np.full(shape, value, dtype=np.float32), dtype) if dtype is D.bfloat16
-    else np.full(shape, value, dtype=NP[dtype]),
-    "arange": lambda start, stop, step, dtype: _cast(np.arange(start, stop, step, dtype=np.float32), dtype)
-    if dtype is D.bfloat16 else np.arange(start, stop, step, dtype=NP[dtype]),
+    "full": lambda shape, value, dtype: _stored(np.full, dtype, shape, value),
+    "arange": lambda start, stop, step, dtype: _stored(np.arange, dtype, start, stop, step),
     "random_bits": random_bits,
     **{name: _ufunc(f) for name, f in [
         ("neg", np.negative), ("exp", np.exp), ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
