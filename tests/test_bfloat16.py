@@ -118,3 +118,10 @@ def test_numpy_exchange_goes_through_ml_dtypes():
 def test_the_python_backend_refuses_to_store_bfloat16():
     with pytest.raises(ember.BackendError, match="python backend does not store bfloat16"):
         ember.tensor([1.0], backend="python").to(ember.bfloat16)
+
+
+def test_numpy_exchange_without_ml_dtypes_names_the_fix(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    with pytest.raises(ember.DTypeError, match=r"pip install ml_dtypes.*test_bfloat16.py"):
+        ember.ones(2).to(ember.bfloat16).numpy()

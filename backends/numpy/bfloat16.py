@@ -45,7 +45,8 @@ def ml_dtypes_view(x):
     try:
         import ml_dtypes
     except ImportError:
-        from ember.errors import DTypeError, located
+        from ember.errors import DTypeError, internal_root, located
+        internal_root(__file__)          # so the error names the user's line, not this backend's
         raise located(DTypeError, "a bfloat16 tensor becomes a NumPy array through the ml_dtypes package: "
                       "pip install ml_dtypes (or convert it first: t.float().numpy())") from None
     return x.view(ml_dtypes.bfloat16)
