@@ -85,3 +85,6 @@ def test_interpolate_errors():
         F.interpolate(ember.ones(1, 2, 3), scale_factor=2, mode="bilinear")
     with pytest.raises(ValueError, match="align_corners"):
         F.interpolate(x, scale_factor=2, align_corners=True)
+    with pytest.raises(ember.DTypeError, match="needs a float input, got int64"):
+        F.interpolate(ember.ones(1, 1, 2, 2, dtype=ember.int64), scale_factor=2, mode="bilinear")
+    assert F.interpolate(ember.tensor([[[1, 2]]]), scale_factor=2).tolist() == [[[1, 1, 2, 2]]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 
-from ...errors import ShapeError, located
+from ...errors import DTypeError, ShapeError, located
 from ...tensor import tensor
 
 #: mode -> the input ranks it takes (N, C, *spatial)
@@ -97,6 +97,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if input.ndim not in MODES[mode]:
         raise located(ShapeError, f"interpolate: mode {mode!r} needs input of {' or '.join(map(str, MODES[mode]))} "
                       f"dims (N, C, ...), got shape {input.shape}")
+    if mode != "nearest" and not input.dtype.is_floating_point:
+        raise located(DTypeError, f"interpolate: mode {mode!r} blends values, so it needs a float input, got "
+                      f"{input.dtype}")
     if mode == "nearest" and align_corners is not None:
         raise located(ValueError, "interpolate: align_corners only goes with the linear modes, not 'nearest'")
     n = input.ndim - 2
