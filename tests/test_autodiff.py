@@ -179,6 +179,15 @@ def _take(draw, name):
             lambda torch, x: x[key + (torch.tensor(idx),)])
 
 
+@case("cumsum")
+def _cumsum(draw, name):
+    s = shape(draw, min_dims=1)
+    axis = draw(st.integers(0, len(s) - 1))
+    reverse = draw(st.booleans())
+    return ([values(draw, s)], lambda x: apply(name, x, axis=axis, reverse=reverse),
+            lambda torch, x: (x.flip(axis).cumsum(axis).flip(axis) if reverse else x.cumsum(axis)))
+
+
 @case("index_add")
 def _index_add(draw, name):
     s = shape(draw, min_dims=1)
@@ -359,7 +368,12 @@ def test_non_differentiable_primitives_cut_the_graph(name):
     outs = {"argmax": lambda: x.argmax(1), "logical_not": lambda: ~(x > 0), "full": lambda: x._full_like(1.0),
             "arange": lambda: ember.arange(3), "random_bits": lambda: ember.Generator(0).bits((2,)),
             **{c: (lambda c=c: getattr(x, c)(x * 2)) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
-            **{c: (lambda c=c: apply(c, x > 0, x < 1)) for c in ("logical_and", "logical_or", "logical_xor")}}
+            **{c: (lambda c=c: apply(c, x > 0, x < 1)) for c in ("logical_and", "logical_or", "logical_xor")},
+            "argsort": lambda: x.argsort(1), "argtopk": lambda: x.topk(1).indices,
+            "bitcast": lambda: apply("bitcast", x, dtype=ember.int32),
+            **{c: (lambda c=c: apply(c, x.long(), x.long())) for c in (
+                "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")},
+            "bitwise_not": lambda: ~x.long()}
     if name not in outs:
         pytest.fail(f"new non-differentiable primitive {name!r}: add it here")
     assert not outs[name]().requires_grad

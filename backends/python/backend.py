@@ -9,7 +9,7 @@ agree to an ulp or two. ``random_bits`` is Philox-4x32-10 in Python ints, bit-id
 
 The modules: buffer.py (storage, rounding, casts, bytes) → this file (creation, elementwise,
 reductions, the table) → layout.py (movement, indexing, windows) → linalg.py (matmul,
-convolution). See docs/backends.md for speed and the exact tolerances.
+convolution) → ordering.py (sorts, cumsum, bits). See docs/backends.md for speed and the exact tolerances.
 
 >>> import ember
 >>> x = ember.tensor([[1.0, -2.0], [3.0, 4.0]], backend="python")
@@ -30,6 +30,7 @@ from ember.primitives import broadcast_shapes
 
 from . import layout as L
 from . import linalg as LA
+from . import ordering
 from .buffer import (LITTLE, PyBuffer, convert, fix, from_bytes, prod, round_f32, scalar_as,
                            scalar_kind, scalar_result_dtype, to_bytes, wrap_int)
 
@@ -485,6 +486,7 @@ IMPLS = {
     "concatenate": L.concatenate, "flip": L.flip, "take": L.take, "index_add": L.index_add,
     "matmul": LA.matmul, "conv2d": LA.conv2d, "conv2d_grad_input": LA.conv2d_grad_input,
     "conv2d_grad_weight": LA.conv2d_grad_weight, "windows": L.windows, "windows_grad": L.windows_grad,
+    **ordering.IMPLS,
 }
 
 
