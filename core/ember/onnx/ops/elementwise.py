@@ -53,8 +53,8 @@ def mean(node, *xs):
 
 
 def bit_shift(node, x, y):
-    p = (const(2.0, y).to(D.float64) ** y.to(D.float64)).to(x.dtype)
-    return x * p if node.attr("direction") == "LEFT" else x // p
+    # the shift primitives define counts past the width (0, or -1 for negatives shifted right)
+    return x << y if node.attr("direction") == "LEFT" else x >> y
 
 
 # ---------------------------------------------------------------- math functions
