@@ -3,11 +3,10 @@
 The model is traced once (``jit_graph.trace``); each primitive node becomes one or a few ONNX
 nodes by the table ``EMIT`` (one small function per primitive family). Parameters become
 initializers named as in ``state_dict``; Python scalars and shape arguments become constant
-initializers. Shapes are the example inputs' (static).
+initializers. Shapes are the example inputs' (static). NumPy and ``onnx`` are imported only
+while exporting, so ``import ember.onnx`` works where neither is (Pyodide, ember.onnx.portable).
 """
 from __future__ import annotations
-
-import numpy as np
 
 from .. import dtypes as D
 from .jit_graph import Ref, trace
@@ -29,6 +28,7 @@ class Builder:
     def const(self, value, dtype) -> str:
         """A Constant node holding ``value`` (a scalar or array) of ember ``dtype``: not an
         initializer, so that a re-import keeps it a constant, not a trainable parameter."""
+        import numpy as np
         from onnx import numpy_helper
         self._n += 1
         name = f"c{self._n}"
@@ -36,7 +36,7 @@ class Builder:
         return self.node("Constant", [], name, value=tensor)
 
     def ints(self, values) -> str:
-        return self.const(np.asarray(list(values), dtype=np.int64), D.int64)
+        return self.const([int(v) for v in values], D.int64)
 
     def node(self, op, inputs, output, **attrs):
         from onnx import helper
@@ -132,8 +132,7 @@ def slice_(b, op, args, p, out, shape, dtype):
 
 def flip(b, op, args, p, out, shape, dtype):
     axes = list(p["axes"])
-    big = np.iinfo(np.int64)
-    b.node("Slice", [b.name(args[0]), b.ints([-1] * len(axes)), b.ints([big.min] * len(axes)),
+    b.node("Slice", [b.name(args[0]), b.ints([-1] * len(axes)), b.ints([-2 ** 63] * len(axes)),
                      b.ints(axes), b.ints([-1] * len(axes))], out)
 
 
@@ -171,10 +170,12 @@ def conv2d(b, op, args, p, out, shape, dtype):
 
 
 def full(b, op, args, p, out, shape, dtype):
+    import numpy as np
     b.node("Identity", [b.const(np.full(shape, p["value"]), dtype)], out)
 
 
 def arange(b, op, args, p, out, shape, dtype):
+    import numpy as np
     b.node("Identity", [b.const(np.arange(p["start"], p["stop"], p["step"]), dtype)], out)
 
 
