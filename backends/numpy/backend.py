@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import host_memory
+from . import host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
 EMBER = {v: k for k, v in NP.items()}
@@ -173,41 +173,6 @@ def _slice(x, starts, stops, steps):
     return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps)) + (Ellipsis,)]
 
 
-# ----------------------------------------------------------------------------- ordering
-def _argsort(x, axis, descending=False):
-    if x.ndim == 0:
-        return np.zeros((), np.int64)
-    if not descending:          # NumPy's stable sort already puts NaN last
-        return np.argsort(x, axis=axis, kind="stable")
-    # Descending and stable: sort the reversed axis ascending, reverse the result, map the
-    # positions back. Ties then come out in their original order and NaN first, as in torch.
-    n = x.shape[axis]
-    return (n - 1) - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
-
-
-def _argtopk(x, k, axis, largest=True):
-    return _slice_axis(_argsort(x, axis, largest), axis, k).copy()      # C order, its own memory
-
-
-def _slice_axis(x, axis, k):
-    return x[(slice(None),) * (axis % max(x.ndim, 1)) + (slice(0, k),)] if x.ndim else x
-
-
-def _cumsum(x, axis, reverse=False):
-    if x.ndim == 0:
-        return x.copy()
-    y = np.flip(x, axis) if reverse else x
-    with np.errstate(invalid="ignore", over="ignore"):           # inf + -inf is nan, by IEEE-754
-        out = np.cumsum(y, axis=axis, dtype=np.float32 if x.dtype == np.float16 else x.dtype).astype(x.dtype)
-    return np.flip(out, axis).copy() if reverse else out
-
-
-def _bitcast(x, dtype):
-    if NP[dtype].itemsize != x.itemsize:          # a view would change the shape instead
-        raise TypeError(f"bitcast between {x.dtype} and {NP[dtype]} of different sizes")
-    return x.copy().view(NP[dtype])         # ascontiguousarray would make a 0-d array 1-d
-
-
 IMPLS = {
     "full": lambda shape, value, dtype: np.full(shape, value, dtype=NP[dtype]),
     "arange": lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=NP[dtype]),
@@ -242,12 +207,7 @@ IMPLS = {
     "conv2d_grad_weight": _conv2d_grad_weight,
     "windows": _windows,
     "windows_grad": _windows_grad,
-    "argsort": _argsort, "argtopk": _argtopk, "cumsum": _cumsum,
-    **{name: _ufunc(f) for name, f in [
-        ("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or), ("bitwise_xor", np.bitwise_xor),
-        ("bitwise_not", np.invert), ("bitwise_left_shift", np.left_shift),
-        ("bitwise_right_shift", np.right_shift)]},
-    "bitcast": _bitcast,
+    **ordering.make_impls(np, _ufunc),
 }
 
 

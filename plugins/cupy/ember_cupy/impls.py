@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from ember import dtypes as D
+from ember.backends.numpy import ordering
 
 from . import kernels
 from .runtime import contiguous
@@ -232,5 +233,7 @@ def make_impls(rt) -> dict:
         "conv2d_grad_weight": conv2d_grad_weight,
         "windows": windows,
         "windows_grad": windows_grad,
+        # the optional primitives (sorting, cumsum, bits): the reference's definitions over xp
+        **ordering.make_impls(xp),
     }
     return {name: arr(f) for name, f in table.items()}
