@@ -77,6 +77,15 @@ def _binary(draw, name):
     return [a, b], lambda a, b: apply(name, a, b), lambda torch, a, b: getattr(torch, op)(a, b)
 
 
+@case("remainder")
+def _remainder(draw, name):
+    s = shape(draw)
+    b = values(draw, s, 0.5, 2.0, away_from_zero=True)
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    a = np.array(b * (rng.integers(-3, 3, s) + rng.uniform(0.2, 0.8, s)))     # a / b away from the jumps
+    return [a, b], lambda a, b: apply(name, a, b), lambda torch, a, b: torch.remainder(a, b)
+
+
 @case("where")
 def _where(draw, name):
     sc, sa, sb = draw(hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, max_side=4)).input_shapes

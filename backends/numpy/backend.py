@@ -185,7 +185,8 @@ IMPLS = {
         ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
         ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]},
     **{name: _ufunc(f, quiet=True) for name, f in [
-        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power)]},
+        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power),
+        ("remainder", np.remainder)]},
     "where": np.where,
     "cast": lambda x, dtype: x.astype(NP[dtype]),
     "sum": _sum,

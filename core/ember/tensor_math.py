@@ -81,7 +81,13 @@ class TensorMath:
         return (self.double() / o).floor().to(dtype)
 
     def __mod__(self, o):
-        return self - (self // o) * o
+        """The sign of the divisor, as Python's % and torch.remainder."""
+        return self._binary(P.remainder, o)
+
+    def __rmod__(self, o):
+        return self._binary(P.remainder, o, reverse=True)
+
+    remainder = __mod__
 
     def __pow__(self, o):
         if isinstance(o, (int, float)) and not isinstance(o, bool):

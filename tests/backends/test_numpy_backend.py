@@ -76,7 +76,7 @@ def _samples():
     for name in ("neg exp log sin cos tanh sqrt reciprocal abs sign floor erf").split():
         yield name, (f,), {}
     yield "logical_not", (f > 2,), {}
-    for name in ("add sub mul div pow maximum minimum eq ne lt le gt ge").split():
+    for name in ("add sub mul div pow maximum minimum remainder eq ne lt le gt ge").split():
         yield name, (f, f[:1]), {}
     for name in ("logical_and logical_or logical_xor").split():
         yield name, (f > 2, f < 5), {}

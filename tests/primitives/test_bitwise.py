@@ -63,3 +63,21 @@ def test_bitcast_reads_the_same_bytes(backend):
     np.testing.assert_array_equal(back.numpy(), x)
     with pytest.raises(ember.DTypeError, match="differ in size"):
         P.bitcast(ember.tensor(x, backend=backend), dtype=ember.int64)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32"])
+def test_remainder_takes_the_divisor_sign_like_torch(torch, backend, dtype):
+    if dtype.startswith("float"):
+        a = np.array([-3, 3, -1, 1, 0, -0.0, 5.5, -5.5, 7, np.nan], dtype)
+        b = np.array([np.inf, np.inf, -np.inf, -np.inf, -2, 2, 2, 2, -2.5, 1], dtype)
+    else:
+        a, b = np.array([7, -7, 7, -7, 0], dtype), np.array([3, 3, -3, -3, 5], dtype)
+    got = ember.tensor(a, backend=backend) % ember.tensor(b, backend=backend)
+    want = known(torch.remainder(torch.tensor(a), torch.tensor(b)))
+    np.testing.assert_array_equal(got.numpy(), want)
+    # a zero result takes the divisor's sign (Python's and NumPy's rule; torch keeps the dividend's)
+    np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(np.remainder(a, b)))
+    np.testing.assert_array_equal((7 % ember.tensor(b[:4], backend=backend)).numpy(),
+                                  known(torch.remainder(torch.tensor(7, dtype=torch.tensor(b).dtype),
+                                                        torch.tensor(b[:4]))))

@@ -170,10 +170,6 @@ REASONS = {
     test_basic_deform_conv_with_padding test_basic_deform_conv_without_padding
     test_deform_conv_with_mask_bias test_deform_conv_with_multiple_offset_groups
     """,
-    "Mod of float infinities and signed zeros follows C fmod/NumPy edge rules ember's composition does not": """
-    test_mod_float_edge_cases_fmod_0_float16 test_mod_float_edge_cases_fmod_0_float32
-    test_mod_float_edge_cases_fmod_0_float64
-    """,
     "DFT inverse: ONNX's reference output carries float32 round-off (~2e-7) where the exact value is 0, beyond the case's atol 1e-7; ember computes in float64": """
     test_dft_inverse test_dft_inverse_opset19
     """,

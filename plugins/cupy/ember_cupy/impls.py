@@ -209,6 +209,7 @@ def make_impls(rt) -> dict:
         "reciprocal": quiet(xp.reciprocal), "erf": erf, "logical_not": xp.logical_not,
         "add": weak(xp.add), "sub": weak(xp.subtract), "mul": weak(xp.multiply), "div": quiet(div),
         "pow": quiet(weak(xp.power)), "maximum": weak(xp.maximum), "minimum": weak(xp.minimum),
+        "remainder": quiet(weak(xp.remainder)),
         "eq": xp.equal, "ne": xp.not_equal, "lt": xp.less, "le": xp.less_equal,
         "gt": xp.greater, "ge": xp.greater_equal,
         "logical_and": xp.logical_and, "logical_or": xp.logical_or, "logical_xor": xp.logical_xor,

@@ -30,7 +30,7 @@ def mod(node, a, b):
             return a - _trunc(a / b) * b
         q = _trunc(a.to(D.float64) / b.to(D.float64)).to(a.dtype)
         return a - q * b
-    return a % b     # the sign of the divisor, like Python
+    return a % b     # the remainder primitive: the sign of the divisor, like Python
 
 
 def pow_(node, a, b):
