@@ -9,7 +9,7 @@ attribute of this package, so core code names primitives as objects:
 >>> P.matmul.group, P.matmul.abstract(((2, 3), P.D.float32), ((3, 4), P.D.float32))
 ('linalg', ((2, 4), ember.float32))
 >>> len(P.PRIMITIVES), P.PRIMITIVES["exp"] is P.exp
-(63, True)
+(64, True)
 
 A backend implements a primitive as ``impls[name](*buffers, **params) -> buffer`` (backend.py);
 ``python -m ember.primitives`` prints docs/primitives.md, generated from the records.
