@@ -179,11 +179,67 @@ def arange(b, op, args, p, out, shape, dtype):
     b.node("Identity", [b.const(np.arange(p["start"], p["stop"], p["step"]), dtype)], out)
 
 
+def _needs(b, opset, what):
+    if b.opset < opset:
+        raise OnnxError(f"export: {what} needs opset {opset} or newer (exporting at {b.opset})")
+
+
+def topk(b, op, args, p, out, shape, dtype):
+    # ONNX TopK takes the lower index first among equal values, the primitives' rule
+    k = p["k"] if op == "argtopk" else b.shapes[args[0]][p["axis"]]
+    largest = p.get("largest", True) if op == "argtopk" else p.get("descending", False)
+    b.nodes.append(_helper().make_node("TopK", [b.name(args[0]), b.ints([k])], [b.tmp(), out],
+                                       name=f"TopK_{b.tmp()}", axis=p["axis"], largest=int(bool(largest)), sorted=1))
+
+
+def cumsum(b, op, args, p, out, shape, dtype):
+    b.node("CumSum", [b.name(args[0]), b.const(p["axis"], D.int64)], out, reverse=int(bool(p.get("reverse", False))))
+
+
+BITWISE = {"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}
+
+
+def bitwise(b, op, args, p, out, shape, dtype):
+    _needs(b, 18, "a bitwise operator")
+    if op == "bitwise_not":
+        b.node("BitwiseNot", [b.name(args[0])], out)
+    elif op in BITWISE:
+        b.node(BITWISE[op], [b.arg(a, dtype) for a in args], out)
+    elif dtype.kind != "u":      # ONNX's BitShift is for unsigned integers
+        raise OnnxError(f"export: {op} of {dtype} has no ONNX form (BitShift takes unsigned integers)")
+    else:
+        b.node("BitShift", [b.arg(a, dtype) for a in args], out,
+               direction="LEFT" if op == "bitwise_left_shift" else "RIGHT")
+
+
+def bitcast(b, op, args, p, out, shape, dtype):
+    _needs(b, 26, "bitcast (BitCast)")
+    b.node("BitCast", [b.name(args[0])], out, to=ONNX_TYPES[D.get(p["dtype"])])
+
+
+def remainder(b, op, args, p, out, shape, dtype):
+    ins = [b.arg(a, dtype) for a in args]
+    if dtype.kind != "f":
+        b.node("Mod", ins, out, fmod=0)
+        return
+    # ONNX's Mod wants fmod=1 for floats: a - floor(a / b) * b
+    q = b.node("Floor", [b.node("Div", ins, b.tmp())], b.tmp())
+    b.node("Sub", [ins[0], b.node("Mul", [q, ins[1]], b.tmp())], out)
+
+
+def _helper():
+    from onnx import helper
+    return helper
+
+
 EMIT = {**{k: unary for k in UNARY}, **{k: binary for k in list(BINARY) + ["ne"]},
         **{k: reduce for k in REDUCE}, "where": where, "cast": cast, "argmax": argmax,
         "reshape": reshape, "permute": permute, "expand": expand, "pad": pad, "slice": slice_,
         "flip": flip, "concatenate": concatenate, "take": take, "index_add": index_add,
-        "matmul": matmul, "conv2d": conv2d, "full": full, "arange": arange}
+        "matmul": matmul, "conv2d": conv2d, "full": full, "arange": arange,
+        "argsort": topk, "argtopk": topk, "cumsum": cumsum, "bitcast": bitcast, "remainder": remainder,
+        **{k: bitwise for k in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+                                "bitwise_right_shift")}}
 
 
 def to_model(model, example_inputs, opset=DEFAULT_OPSET):
