@@ -331,19 +331,25 @@ def scatter_nd(node, data, idx, updates):
     return _scatter(node, data, flat, updates.reshape(-1, inner), node.attr("reduction", "none"))
 
 
+def _true_at(mask) -> list:
+    """Flat positions of the true elements, read to the host (no numpy: Pyodide may lack it)."""
+    return [i for i, v in enumerate(mask.reshape(-1).tolist()) if v]
+
+
 def nonzero(node, x):
     # The output's shape depends on the values, so the mask is read to the host.
-    import numpy as np
-    return const(np.array(np.nonzero(x.numpy()), dtype=np.int64), x, D.int64)
+    shape = x.shape or (1,)                    # a 0-d input counts as 1-d, as in NumPy
+    flat = _true_at(x != 0)
+    coords = [[(i // math.prod(shape[d + 1:])) % shape[d] for i in flat] for d in range(len(shape))]
+    return const(coords, x, D.int64).reshape(len(shape), len(flat))
 
 
 def compress(node, x, cond):
-    import numpy as np
-    keep = np.nonzero(cond.numpy())[0]
+    keep = const(_true_at(cond), x, D.int64)
     a = node.attr("axis")
     if a is None:
-        return x.reshape(-1).take(const(keep, x, D.int64), 0)
-    return x.take(const(keep, x, D.int64), axis(a, x.ndim))
+        return x.reshape(-1).take(keep, 0)
+    return x.take(keep, axis(a, x.ndim))
 
 
 def unique(node, x):
