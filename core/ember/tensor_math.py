@@ -360,23 +360,44 @@ class TensorMath:
 
     # ------------------------------------------------------------------------ ordering
     def cumsum(self, dim, dtype=None):
-        """Running sum along ``dim``; integers and bool sum in int64, as in torch."""
+        """Running sum along ``dim``; integers and bool sum in int64, as in torch.
+
+        >>> import ember
+        >>> ember.tensor([[1, 2, 3], [4, 5, 6]]).cumsum(1).tolist()
+        [[1, 3, 6], [4, 9, 15]]
+        """
         x = self.to(dtype) if dtype is not None else self if self.dtype.is_floating_point else self.long()
         return apply1(P.cumsum, x, axis=_axis(dim, self.ndim))
 
     def argsort(self, dim=-1, descending=False, stable=False):
-        """Indices that sort ``dim`` (always stable; NaN sorts as the largest, as in torch)."""
+        """Indices that sort ``dim`` (always stable; NaN sorts as the largest, as in torch).
+
+        >>> import ember
+        >>> ember.tensor([3.0, float("nan"), 1.0, 3.0]).argsort(descending=True).tolist()
+        [1, 0, 3, 2]
+        """
         return apply1(P.argsort, self, axis=_axis(dim, self.ndim), descending=descending)
 
     def sort(self, dim=-1, descending=False, stable=False):
         """``(values, indices)`` sorted along ``dim``; the values' gradient goes back to the
-        positions they came from."""
+        positions they came from.
+
+        >>> import ember
+        >>> values, indices = ember.tensor([[2.0, 0.5, 1.0]]).sort(1)
+        >>> values.tolist(), indices.tolist()
+        ([[0.5, 1.0, 2.0]], [[1, 2, 0]])
+        """
         indices = self.argsort(dim, descending)
         return Sorted(self.gather(dim, indices) if self.ndim else self, indices)
 
     def topk(self, k, dim=-1, largest=True, sorted=True):
         """``(values, indices)`` of the ``k`` largest (or smallest) along ``dim``, in order;
-        among equal values the lower index comes first."""
+        among equal values the lower index comes first.
+
+        >>> import ember
+        >>> ember.tensor([1.0, 5.0, 3.0, 5.0]).topk(2)
+        TopK(values=tensor([5., 5.]), indices=tensor([1, 3]))
+        """
         params = dict(k=int(k), axis=_axis(dim, self.ndim), largest=largest)
         try:                    # a k past the end would silently give fewer values on NumPy
             P.argtopk.abstract((self.shape, self.dtype), **params)
