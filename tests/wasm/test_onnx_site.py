@@ -136,8 +136,8 @@ def test_pyodide_runs_the_onnx_site_model_like_onnxruntime(node, onnx_site, clas
 @pytest.mark.slow
 def test_the_page_classifies_with_the_onnx_model_in_chromium(chromium, onnx_site, classifier):
     with Served(onnx_site) as server, demo_page(chromium, server.url + "?backend=python") as page:
-        got = page.evaluate("([b64, n]) => emberDemo.predictImages(Uint8Array.from(atob(b64), c => c.charCodeAt(0)), n)",
-                            [base64.b64encode(images()).decode(), N])
+        predict = "([b64, n]) => emberDemo.predictImages(Uint8Array.from(atob(b64), c => c.charCodeAt(0)), n)"
+        got = page.evaluate(predict, [base64.b64encode(images()).decode(), N])
         assert got["backend"] == "python"
         np.testing.assert_allclose(got["logits"], expected(classifier, images(), N), rtol=1e-5, atol=1e-5)
         page.click("#clear")

@@ -85,9 +85,9 @@ def _value_info(vi) -> dict:
 def restore(graph: dict, blob, backend=None) -> OnnxModule:
     """The :class:`OnnxModule` that :func:`save` wrote, its tensors on ``backend`` (default:
     the current one). Standard library only: this runs in Pyodide."""
-    if not isinstance(graph, dict) or graph.get("format") != FORMAT:
-        raise OnnxError(f"not an ember ONNX graph (format {graph.get('format') if isinstance(graph, dict) else None!r}, "
-                        f"expected {FORMAT!r})")
+    found = graph.get("format") if isinstance(graph, dict) else None
+    if found != FORMAT:
+        raise OnnxError(f"not an ember ONNX graph (format {found!r}, expected {FORMAT!r})")
     backend = get_backend(backend)
     tensors, _ = load_bytes(blob, source="<onnx graph weights>")
 
