@@ -90,3 +90,20 @@ def test_0d_tensors_sort_to_themselves():
     x = ember.tensor(2.5)
     assert x.sort().values.item() == 2.5 and x.sort().indices.item() == 0
     assert x.topk(1).values.item() == 2.5 and x.cumsum(0).item() == 2.5
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["numba"])
+def test_under_jit_the_ordering_primitives_compute_the_same(rng, backend):
+    if backend == "numba":
+        pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+
+    def f(x, i):
+        top = x.topk(2, 1)
+        return (top.values * 2).sum() + x.sort(0, descending=True).values[0].sum() + x.cumsum(1).sum() \
+            + (x % 0.7).sum() + ((i & 3) ^ (i >> 1)).sum().float() + top.indices.sum().float()
+    x = ember.tensor(rng.standard_normal((4, 5)).astype(np.float32), backend=backend)
+    i = ember.tensor(np.arange(10), backend=backend)
+    jf = ember.jit(f)
+    assert jf(x, i).item() == jf(x, i).item() == f(x, i).item()
+    grad = ember.grad(lambda t: (t.topk(2, 1).values ** 2).sum() + t.cumsum(0).sum())
+    np.testing.assert_allclose(ember.jit(grad)(x).numpy(), grad(x).numpy(), rtol=1e-6)
