@@ -64,6 +64,36 @@ def test_the_converted_model_gives_onnxruntime_logits_without_onnx(classifier, t
     assert len(out["input"]) == 784 and len(out["probs"][0]) == 10      # the preview stays 28x28
 
 
+def test_a_dynamic_batch_runs_in_one_call_and_a_drawing_is_resampled(tmp_path):
+    # A hand-written graph with a symbolic batch (as torch.onnx writes with dynamic_axes):
+    # Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm on 1x8x8 grey images.
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "fc")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [w, fc])
+    path = tmp_path / "grey.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    spec = build.export_onnx_model(path, tmp_path / "model")
+    assert spec["input_shape"] == [1, 8, 8] and spec["batch"] is None
+    c = runtime.Classifier.from_files(tmp_path / "model", "python")
+    pixels = rng.integers(0, 256, (5, 1, 8, 8), dtype=np.uint8)
+    got = c.predict(pixels.tobytes(), 5)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": pixels.astype(np.float32) / np.float32(255)})[0]
+    np.testing.assert_allclose(got["logits"], want, rtol=1e-5, atol=1e-6)
+    drawing = bytearray(100 * 100)
+    for y in range(20, 80):
+        drawing[y * 100 + 45:y * 100 + 55] = b"\xff" * 10
+    out = c.predict_drawing(bytes(drawing), 100, 100)
+    fed = runtime.resample(runtime.mnist_like(bytes(drawing), 100, 100), 28, 28, 8, 8)
+    np.testing.assert_allclose(out["logits"], c.predict(fed, 1)["logits"])      # the model saw the 8x8 resample
+
+
 def test_models_the_page_cannot_feed_are_refused_at_build(tmp_path):
     from onnx import TensorProto, helper
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
