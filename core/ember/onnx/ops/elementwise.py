@@ -10,7 +10,7 @@ import math
 
 from ... import dtypes as D
 from ...tensor import where
-from .common import const, filled, scalar
+from .common import filled, scalar
 
 
 # ---------------------------------------------------------------- arithmetic

@@ -369,7 +369,6 @@ def unique(node, x):
     ordered = rows.take(perm, 0)
     new = (ordered[1:] != ordered[:-1]).any(1) if n > 1 else filled((max(n - 1, 0),), False, x, D.bool_)
     starts = [0] + [i + 1 for i, v in enumerate(new.tolist()) if v] if n else []
-    count = len(starts)
     group = cat([filled((min(n, 1),), 0, x, D.int64), new.long()]).cumsum(0)   # each sorted slice's group
     first = perm.take(const(starts, x, D.int64), 0)          # the lowest index of each group
     counts = const([b - e for b, e in zip(starts[1:] + [n], starts)], x, D.int64)
