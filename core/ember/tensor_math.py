@@ -24,7 +24,8 @@ class TensorMath:
     def _binary(self, name, other, reverse=False):
         """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
         if isinstance(other, TensorMath):
-            da, db = self.dtype, other.dtype
+            # the backends' dtype() without the property's call: a third of a small add's front end
+            da, db = self._backend.dtype(self._data), other._backend.dtype(other._data)
             a, b = self, other
             if da is not db:
                 common = D.promote(da, db)
