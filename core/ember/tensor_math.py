@@ -32,8 +32,9 @@ class TensorMath:
                 a, b = a.to(common), b.to(common)
             return apply2(name, b, a) if reverse else apply2(name, a, b)
         if isinstance(other, (int, float, bool)):
-            dtype = D.result_with_scalar(self.dtype, other)
-            a = self if dtype is self.dtype else self.to(dtype)
+            own = self._backend.dtype(self._data)
+            dtype = D.result_with_scalar(own, other)
+            a = self if dtype is own else self.to(dtype)
             if reverse:
                 return apply2(name, a._full_like(other, shape=()), a)
             return apply2(name, a, other)
