@@ -27,13 +27,49 @@ Sources are keyed by their SHA-256 (runtime.py compiles each once).
 from __future__ import annotations
 
 from .channels import batch_norm_backward_kernel, batch_norm_kernel
-from .elementwise import (PHILOX, gelu_backward_body, gelu_backward_kernel, gelu_body, gelu_kernel, random_bits_kernel,
-                          random_bits_threads, unary_kernel)
-from .optimizers import BODIES, adam_body, multi_step_kernel, rmsprop_body, sgd_body, step_kernel
-from .rows import (cross_entropy_backward_kernel, cross_entropy_kernel, layer_norm_backward_kernel, layer_norm_kernel,
-                   layer_norm_params_kernel, softmax_backward_kernel, softmax_kernel)
-from .source import BLOCK, BLOCK_REDUCE_DEF, SCALARS, Kernel, blocks_kernel, guarded, threads_kernel, unit
-from .windows import POOL_PARAMS, col2im_kernel, max_pool_backward_kernel, max_pool_kernel
+from .elementwise import (
+                          PHILOX,
+                          gelu_backward_body,
+                          gelu_backward_kernel,
+                          gelu_body,
+                          gelu_kernel,
+                          random_bits_kernel,
+                          random_bits_threads,
+                          unary_kernel,
+)
+from .optimizers import (
+                          BODIES,
+                          adam_body,
+                          multi_step_kernel,
+                          rmsprop_body,
+                          sgd_body,
+                          step_kernel,
+)
+from .rows import (
+                          cross_entropy_backward_kernel,
+                          cross_entropy_kernel,
+                          layer_norm_backward_kernel,
+                          layer_norm_kernel,
+                          layer_norm_params_kernel,
+                          softmax_backward_kernel,
+                          softmax_kernel,
+)
+from .source import (
+                          BLOCK,
+                          BLOCK_REDUCE_DEF,
+                          SCALARS,
+                          Kernel,
+                          blocks_kernel,
+                          guarded,
+                          threads_kernel,
+                          unit,
+)
+from .windows import (
+                          POOL_PARAMS,
+                          col2im_kernel,
+                          max_pool_backward_kernel,
+                          max_pool_kernel,
+)
 
 __all__ = ["BLOCK", "BLOCK_REDUCE_DEF", "BODIES", "PHILOX", "POOL_PARAMS", "SCALARS", "Kernel", "adam_body",
            "batch_norm_backward_kernel", "batch_norm_kernel", "blocks_kernel", "col2im_kernel",

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from .. import render
 from ..render import literal
-from .source import BLOCK, Kernel, _fn, _reducers, _sig, _t, blocks_kernel, threads_kernel
+from .source import (
+    BLOCK,
+    Kernel,
+    _fn,
+    _reducers,
+    _sig,
+    _t,
+    blocks_kernel,
+    threads_kernel,
+)
 
 
 def _row_max_sum(t: str) -> str:

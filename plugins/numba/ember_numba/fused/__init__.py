@@ -24,8 +24,14 @@ from .activations import gelu, gelu_backward
 from .channels import batch_norm, batch_norm_backward
 from .optimizers import adam_step, rmsprop_step, sgd_step
 from .pooling import max_pool2d, max_pool2d_backward
-from .rows import _softmax_backward_like, _softmax_like, cross_entropy, cross_entropy_backward, layer_norm
-from .rows import layer_norm_backward
+from .rows import (
+    _softmax_backward_like,
+    _softmax_like,
+    cross_entropy,
+    cross_entropy_backward,
+    layer_norm,
+    layer_norm_backward,
+)
 
 #: fused op name -> kernel: what the backend declares (backend.py)
 IMPLS = {
