@@ -136,9 +136,7 @@ def _topo_order(roots):
 
 
 def _rule(name):
-    """The VJP rule of node ``name``: the one registered in ``VJP`` for it, else its record's.
-    A backward walk asks once per node, so the usual case (a record, nothing registered) comes
-    first and reads the record directly."""
+    """The VJP rule of node ``name``: the one registered in ``VJP`` for it, else its record's."""
     if isinstance(name, Primitive) and name not in VJP:
         return name.vjp
     rule = VJP.get(name)
@@ -159,6 +157,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
     prev = dispatch.set_grad_enabled(create_graph)
     try:
         grads: dict = {}
+        rules: dict = {}                 # node name -> its rule, looked up once per walk
         for o, c in zip(outputs, cotangents):
             _accumulate(grads, o, c)
         wanted = None if inputs is None else {id(t) for t in inputs}
@@ -179,7 +178,9 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
             if wanted is None or id(node) not in wanted:
                 del grads[id(node)]          # free each cotangent as soon as it is pushed back
             name, args, params = node._ctx
-            rule = _rule(name)
+            rule = rules.get(name)
+            if rule is None:
+                rule = rules[name] = _rule(name)
             if rule is None:
                 raise located(GradError, f"primitive {name!r} has no gradient rule")
             for a, ga in zip(args, rule(g, node, *args, **params)):
