@@ -297,8 +297,8 @@ class Tensor(TensorMath, TensorShape):
     def _arange(self, n):
         return arange(n, backend=self._backend)
 
-    def _tensor(self, value):
-        return tensor(value, backend=self._backend)
+    def _tensor(self, value, dtype=None):
+        return tensor(value, dtype=dtype, backend=self._backend)
 
     # a primitive applied to tensors; the records' __call__ comes here (``P.conv2d(x, w)``)
     _apply = staticmethod(apply)

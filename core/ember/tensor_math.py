@@ -27,15 +27,17 @@ class TensorMath:
     def _binary(self, name, other, reverse=False):
         """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
         if isinstance(other, TensorMath):
-            da, db = self.dtype, other.dtype
+            # the backends' dtype() without the property's call: a third of a small add's front end
+            da, db = self._backend.dtype(self._data), other._backend.dtype(other._data)
             a, b = self, other
             if da is not db:
                 common = D.promote(da, db)
                 a, b = a.to(common), b.to(common)
             return apply2(name, b, a) if reverse else apply2(name, a, b)
         if isinstance(other, (int, float, bool)):
-            dtype = D.result_with_scalar(self.dtype, other)
-            a = self if dtype is self.dtype else self.to(dtype)
+            own = self._backend.dtype(self._data)
+            dtype = D.result_with_scalar(own, other)
+            a = self if dtype is own else self.to(dtype)
             if reverse:
                 return apply2(name, a._full_like(other, shape=()), a)
             return apply2(name, a, other)

@@ -4,7 +4,7 @@ CuPy mirrors NumPy, so most entries are the reference backend's one-liners with 
 ``np``; every one of them is a kernel on the device, queued on the current stream, with no
 host synchronisation. The exceptions, each for a reason:
 
-* ``random_bits`` and ``erf`` run kernels of our own (kernels.py): Philox must be
+* ``random_bits`` and ``erf`` run kernels of our own (kernels/): Philox must be
   bit-identical to the reference, and the same source is checked on the CPU;
 * ``matmul`` is ``xp.matmul`` (cuBLAS GEMM, batched); convolution is im2col — a strided
   view of windows, copied to columns — times the weight on cuBLAS, and its input gradient
