@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 
 
-def make_impls(xp, elementwise=lambda f: f) -> dict:
-    """The table entries over ``xp``; ``elementwise`` wraps the ufuncs (NumPy's 0-d results
-    must stay arrays)."""
+def make_impls(xp, elementwise=lambda f, nargs=1: f) -> dict:
+    """The table entries over ``xp``; ``elementwise(f, nargs)`` wraps the ufuncs (NumPy's 0-d
+    results must stay arrays)."""
     # NumPy sorts stably only when asked; CuPy always does and accepts no other kind
     stable = {"kind": "stable"} if xp.__name__ == "numpy" else {}
     quiet = (lambda: xp.errstate(invalid="ignore", over="ignore")) if hasattr(xp, "errstate") \
@@ -48,7 +48,7 @@ def make_impls(xp, elementwise=lambda f: f) -> dict:
         return x.copy().view(target)                    # ascontiguousarray would make a 0-d array 1-d
 
     return {"argsort": argsort, "argtopk": argtopk, "cumsum": cumsum, "bitcast": bitcast,
-            **{name: elementwise(f) for name, f in [
+            "bitwise_not": elementwise(xp.invert),
+            **{name: elementwise(f, nargs=2) for name, f in [
                 ("bitwise_and", xp.bitwise_and), ("bitwise_or", xp.bitwise_or), ("bitwise_xor", xp.bitwise_xor),
-                ("bitwise_not", xp.invert), ("bitwise_left_shift", xp.left_shift),
-                ("bitwise_right_shift", xp.right_shift)]}}
+                ("bitwise_left_shift", xp.left_shift), ("bitwise_right_shift", xp.right_shift)]}}
