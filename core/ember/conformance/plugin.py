@@ -290,15 +290,32 @@ def _message(report) -> str:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
+    text = getattr(report, "ember_message", None)
+    if text is None:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr)
+        for prefix in ("AssertionError: ", "ember.conformance.watch.DisciplineError: ",
+                       "ember.conformance.watch.Nondeterminism: "):
+            text = text[len(prefix):] if text.startswith(prefix) else text
     # keep the suite's own message: drop pytest's assertion replay and hypothesis's example dump
     for tail in ("\nassert ", "\nFalsifying example", "\nExplanation:"):
         text = text.split(tail)[0]
-    for prefix in ("AssertionError: ", "ember.conformance.watch.DisciplineError: ",
-                   "ember.conformance.watch.Nondeterminism: "):
-        text = text[len(prefix):] if text.startswith(prefix) else text
     return text if len(text) < 2000 else text[:2000] + " ..."
+
+
+def _exception_message(exc) -> str:
+    """The message of the exception a test failed with. A group (hypothesis's FlakyFailure: the
+    failure did not happen again when the same case was run again) is reported once, as its
+    first exception's message, marked flaky; pytest's crash line would print it twice, in the
+    group's repr and in the assertion replay."""
+    flaky = False
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        flaky = flaky or "Flaky" in type(exc).__name__
+        exc = exc.exceptions[0]
+    text = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
+    if flaky:
+        text = f"flaky (the failing case passed when run again: the backend is nondeterministic): {text}"
+    return text
 
 
 #: the tiers that run whole computations through ember.dispatch, so their tests run watched
@@ -329,6 +346,13 @@ class Recorder:
         with dispatch.interpreting(watch):
             yield
         self.watched[item.nodeid] = watch
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.failed and call.excinfo is not None and _tier(item) is not None:
+            report.ember_message = _exception_message(call.excinfo.value)
 
     def _watch_findings(self, rec, nodeid):
         watch = self.watched.pop(nodeid, None)
