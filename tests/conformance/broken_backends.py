@@ -161,7 +161,18 @@ class FlakyMatmul(NumpyBackend):
         self.impls = {**IMPLS, "matmul": matmul}
 
 
+def _kernel_fails(x):
+    raise RuntimeError("kernel launch failed (test backend)")
+
+
+class RaisingTanh(NumpyBackend):
+    """tanh raises: the failures name the call that raised (tanh, its dtype and shape) and the
+    line of the conformance test that made it, not pytest's frame."""
+    name = "raises_tanh"
+    impls = {**IMPLS, "tanh": _kernel_fails}
+
+
 def ember_backends():
     return [BackendInfo(cls.name, cls, description=cls.__doc__.split(":")[0])
             for cls in (WrongSign, WrongFused, WrongConvGrad, IgnoresStrides, AllFused, NoDevice, UnderDeclared,
-                        Float32Only, WidensExp, IgnoresKeepdims, FlakyMatmul)]
+                        Float32Only, WidensExp, IgnoresKeepdims, FlakyMatmul, RaisingTanh)]

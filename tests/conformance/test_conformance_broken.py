@@ -186,3 +186,15 @@ def test_a_kernel_that_ignores_strides_is_caught_by_the_view_layouts(tmp_path):
     assert {op for op, _ in failed(cert, 2)} == {"add"}
     assert all(v == "fail" for v in cert["matrix"]["ops"]["add"].values() if v != "n/a")
     assert "(permuted)" in cert["failures"][0]["message"] or "(sliced)" in cert["failures"][0]["message"]
+
+
+def test_a_failing_kernel_is_named_with_the_case_and_the_suite_line(tmp_path):
+    rc, cert = run("raises_tanh", tmp_path, "--tiers", "1,5", "--ops", "LSTM")
+    assert rc == 1
+    [smoke] = [f for f in cert["failures"] if f["tier"] == 1]
+    assert smoke["failing_call"] == "tanh(float32[3, 4])"
+    assert "kernel launch failed" in smoke["message"] and "(at test_tier1_smoke.py:" in smoke["message"]
+    [root] = cert["root_causes"]
+    assert root["primitive"] == "tanh" and root["found_in"] == ["tier 1 test_elementwise_chain"]
+    assert {c["label"] for c in root["consequences"]} == {"tier 5 LSTM (test_layer)",
+                                                          "tier 5 LSTM (test_layer_deterministic)"}

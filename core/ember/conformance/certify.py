@@ -361,7 +361,8 @@ def markdown(cert: dict) -> str:
     for f in cert["failures"]:
         what = f"{f['op']} [{f['dtype']}]" if f["dtype"] else (f["op"] or f["test"])
         msg = " ".join(str(f["message"]).split())
-        lines.append(f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`): "
+        during = f" (while running `{f['failing_call']}`)" if f.get("failing_call") else ""
+        lines.append(f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`){during}: "
                      f"{msg[:400] + (' ...' if len(msg) > 400 else '')}")
     return "\n".join(lines) + "\n"
 
@@ -378,8 +379,7 @@ def _causes(cert: dict) -> list:
         lines += ["### Root causes", "", "Primitives that fail on their own; the failures listed under each "
                   "applied that primitive (recorded while they ran), so they are its consequences.", ""]
     for k, root in enumerate(cert["root_causes"], 1):
-        where = ", ".join(root["cells"]) if root["cells"] else "; ".join(root["found_in"])
-        lines.append(f"{k}. **{root['primitive']}** (tier {root['tier']}: {where}): {_short(root['message'])}")
+        lines.append(f"{k}. **{root['primitive']}** ({_found(root)}): {_short(root['message'])}")
         if root["consequences"]:
             lines.append(f"   - consequences of {root['primitive']} ({len(root['consequences'])}): "
                          + "; ".join(c["label"] for c in root["consequences"]))
@@ -387,6 +387,13 @@ def _causes(cert: dict) -> list:
         lines += ["", "### Other failures (no failing primitive explains them)", ""]
         lines += [f"- {f['label']}: {_short(f['message'])}" for f in cert["independent_failures"]]
     return lines
+
+
+def _found(root) -> str:
+    """``tier 2: sum[float32], sum[float64]`` or ``found by tier 5 Linear (test_layer)``."""
+    if root["cells"]:
+        return f"tier 2: {', '.join(root['cells'])}"
+    return "found by " + "; ".join(root["found_in"])
 
 
 def _distribution(dist) -> str:
@@ -412,8 +419,7 @@ def summary(cert: dict, out: str) -> str:
     extra = ""
     for root in cert["root_causes"]:
         tiers = sorted({c["tier"] for c in root["consequences"]})
-        extra += (f"\n  root cause: {root['primitive']} (tier {root['tier']}: "
-                  f"{', '.join(root['cells']) or '; '.join(root['found_in'])})"
+        extra += (f"\n  root cause: {root['primitive']} ({_found(root)})"
                   + (f"; {len(root['consequences'])} failures in tier {', '.join(map(str, tiers))} are its consequences"
                      if tiers else ""))
     if cert["declared_but_failing"]:

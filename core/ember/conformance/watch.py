@@ -4,7 +4,8 @@ Tiers 1 and 3-6 run whole computations through ``ember.dispatch``. While one of 
 runs, the plugin makes a :class:`Watch` the current interpreter: it runs every primitive
 exactly as the eager interpreter does and then, for outputs on the backend under test,
 
-- records which primitives the case used (with their output dtypes): the certificate's
+- records which primitives the case used (with their output dtypes), and the call that raised
+  (a primitive the backend failed to run is the case's culprit): the certificate's
   dependency of a higher-tier failure on a primitive that fails tier 2 (docs/conformance.md,
   "Root cause first");
 - checks the output's shape and dtype against the primitive's abstract rule, so a float32 model
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 
 from .. import dispatch, primitives
+from ..errors import BackendError
 
 
 class DisciplineError(AssertionError):
@@ -92,9 +94,11 @@ class Watch(dispatch.Eager):
         with dispatch.interpreting(dispatch.EAGER):
             try:
                 out = run()
-            except Exception:
+            except Exception as exc:
                 if self.failing is None:
                     self.failing = call(name, args, params)
+                    if isinstance(exc, BackendError):      # the backend failed, not the inputs' rule
+                        self.culprit = self.culprit or str(name)
                 raise
         if isinstance(out, dispatch.Tensor) and out._backend is self.backend:
             self._check(name, args, params, out)
