@@ -126,13 +126,14 @@ def test_certificate_says_what_was_certified_with_what(tmp_path):
 
 
 def test_a_widened_dtype_is_named_at_every_tier_that_meets_it(tmp_path):
-    rc, cert = run("exp_float64", tmp_path, "--tiers", "2,5,6", "--ops", "exp,MultiheadAttention,Linear")
+    rc, cert = run("exp_float64", tmp_path, "--tiers", "2,5,6", "--ops", "exp,MultiheadAttention,Linear,mnist_mlp,small_mlp")
     assert rc == 1
     assert failed(cert, 2) == {("exp", "float32")}
     assert cert["layers"]["Linear"] == "pass" and cert["layers"]["MultiheadAttention"] == "fail"
     [root] = cert["root_causes"]
     assert root["primitive"] == "exp" and root["cells"] == ["exp[float32]"]
     assert {c["tier"] for c in root["consequences"]} == {5, 6} and not cert["independent_failures"]
+    assert "tier 6 small_mlp (test_training_deterministic)" in {c["label"] for c in root["consequences"]}
     for f in cert["failures"]:
         if f["tier"] > 2:
             assert f["message"].startswith("dtype discipline: exp(float32[") and "returned float64[" in f["message"]
@@ -163,9 +164,9 @@ def test_root_cause_first_higher_tiers_are_its_consequences(tmp_path):
 
 def test_nondeterminism_is_named_with_its_primitive(tmp_path):
     # tier 6's determinism run makes 45 products a run: every 50th call falls in one run only
-    rc, cert = run("flaky_matmul", tmp_path, "--tiers", "6")
+    rc, cert = run("flaky_matmul", tmp_path, "--tiers", "6", "--ops", "small_mlp")
     assert rc == 1
-    assert cert["determinism"]["test_training_deterministic"] == "fail"
+    assert cert["determinism"] == {"small_mlp": "fail"} and cert["tiers"]["6"]["passed"] == 0
     [f] = [f for f in cert["failures"] if f["test"] == "test_training_deterministic"]
     assert f["message"].startswith("nondeterministic: two runs of the same computation differ first at matmul(")
     assert [r["primitive"] for r in cert["root_causes"]] == ["matmul"]

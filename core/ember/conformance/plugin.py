@@ -303,6 +303,15 @@ def _message(report) -> str:
     return text if len(text) < 2000 else text[:2000] + " ..."
 
 
+def _culprit(exc) -> str | None:
+    """The primitive an exception names as the cause (``exc.primitive``, as the watch's errors
+    carry it; any tier's check may raise such an AssertionError), or None."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    name = getattr(exc, "primitive", None)
+    return str(name) if name else None
+
+
 def _exception_message(exc) -> str:
     """The message of the exception a test failed with. A group (hypothesis's FlakyFailure: the
     failure did not happen again when the same case was run again) is reported once, as its
@@ -353,6 +362,7 @@ class Recorder:
         report = outcome.get_result()
         if report.failed and call.excinfo is not None and _tier(item) is not None:
             report.ember_message = _exception_message(call.excinfo.value)
+            report.ember_culprit = _culprit(call.excinfo.value)
 
     def _watch_findings(self, rec, nodeid):
         watch = self.watched.pop(nodeid, None)
@@ -360,7 +370,7 @@ class Recorder:
             return
         rec["primitives"] = sorted(watch.used)
         if rec["outcome"] == "failed":
-            rec["culprit"] = watch.culprit
+            rec["culprit"] = watch.culprit or rec.get("culprit")
             rec["failing_call"] = watch.failing
 
     def pytest_runtest_logreport(self, report):
@@ -376,6 +386,8 @@ class Recorder:
                     _message(report) if report.when == "call" else f"[{report.when} error] {_message(report)}")
         elif report.skipped and rec["outcome"] == "passed":
             rec["outcome"], rec["message"] = "skipped", _message(report)
+        if report.failed and getattr(report, "ember_culprit", None):
+            rec.setdefault("culprit", report.ember_culprit)
         if report.when == "call":
             self._watch_findings(rec, report.nodeid)
 

@@ -76,7 +76,8 @@ def _mnist(ctx=None):
             images(test.data, TEST), np.asarray(test.targets[:TEST]))
 
 
-def test_mnist_mlp(conformance):
+@pytest.mark.parametrize("op", ["mnist_mlp"])          # a name for --ops and the certificate
+def test_mnist_mlp(op, conformance):
     for dt in ("float32", "int64"):
         conformance.require_dtype(dt)
     x_train, y_train, x_test, y_test = _mnist(conformance)
@@ -154,7 +155,8 @@ def _small_training(here, seed, jit=False):
     return [p.detach().numpy() for p in params]
 
 
-def test_training_deterministic(conformance):
+@pytest.mark.parametrize("op", ["small_mlp"])
+def test_training_deterministic(op, conformance):
     """The same training run twice gives the same bits at every primitive; under ember.jit the
     same parameters within float32 rounding."""
     for dt in ("float32", "int64"):
