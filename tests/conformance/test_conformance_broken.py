@@ -117,7 +117,7 @@ def test_usage_errors_are_one_line_before_the_suite_runs(tmp_path, capsys):
 
 
 def test_certificate_says_what_was_certified_with_what(tmp_path):
-    rc, cert = run("broken_sin", tmp_path, "--tiers", "0", "--seed", "3")
+    _, cert = run("broken_sin", tmp_path, "--tiers", "0", "--seed", "3")
     assert cert["run"]["seed"] == 3 and "--seed 3" in cert["run"]["command"]
     assert cert["distribution"] == {"name": None, "version": None, "source": BROKEN}
     assert cert["ember"]["version"] and cert["dataset"] is None          # tier 6 did not run

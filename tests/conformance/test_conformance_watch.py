@@ -3,14 +3,19 @@ computation records, what breaks the dtype discipline, how two runs are compared
 failures group under their root causes."""
 import os
 
+import ember
 import numpy as np
 import pytest
-
-import ember
 from ember import dispatch, errors
 from ember.backends.numpy.backend import IMPLS, NumpyBackend
 from ember.conformance import triage as T
-from ember.conformance.watch import DisciplineError, Nondeterminism, Watch, first_difference, run_twice
+from ember.conformance.watch import (
+    DisciplineError,
+    Nondeterminism,
+    Watch,
+    first_difference,
+    run_twice,
+)
 
 
 class Widening(NumpyBackend):
@@ -87,13 +92,13 @@ def test_conformance_tests_are_user_code_for_error_locations():
 
 
 def test_triage_assigns_each_failure_to_one_root_cause():
-    fails = [dict(tier=2, op="sum", dtype="float32", test="test_primitive", message="sum wrong"),
-             dict(tier=2, op="exp", dtype="float16", test="test_primitive", message="exp wrong"),
-             dict(tier=3, op="add", dtype=None, order=1, test="test_gradient", message="m", culprit="sum"),
-             dict(tier=5, op="Linear", dtype=None, test="test_layer", message="m", primitives=["exp", "mul"]),
-             dict(tier=5, op="Conv2d", dtype=None, test="test_layer", message="m", primitives=["exp", "sum"]),
-             dict(tier=6, op=None, dtype=None, test="test_mnist_mlp", message="m", culprit="log", primitives=["log"]),
-             dict(tier=6, op=None, dtype=None, test="test_training_deterministic", message="m", primitives=["log"])]
+    fails = [{"tier": 2, "op": "sum", "dtype": "float32", "test": "test_primitive", "message": "sum wrong"},
+             {"tier": 2, "op": "exp", "dtype": "float16", "test": "test_primitive", "message": "exp wrong"},
+             {"tier": 3, "op": "add", "dtype": None, "order": 1, "test": "test_gradient", "message": "m", "culprit": "sum"},
+             {"tier": 5, "op": "Linear", "dtype": None, "test": "test_layer", "message": "m", "primitives": ["exp", "mul"]},
+             {"tier": 5, "op": "Conv2d", "dtype": None, "test": "test_layer", "message": "m", "primitives": ["exp", "sum"]},
+             {"tier": 6, "op": None, "dtype": None, "test": "test_mnist_mlp", "message": "m", "culprit": "log", "primitives": ["log"]},
+             {"tier": 6, "op": None, "dtype": None, "test": "test_training_deterministic", "message": "m", "primitives": ["log"]}]
     t = T.triage(fails)
     roots = {r["primitive"]: r for r in t["root_causes"]}
     assert list(roots) == ["sum", "exp", "log"]                     # tier 2 first, then what tier 6 named

@@ -296,7 +296,7 @@ def _message(report) -> str:
         text = crash.message if crash is not None else str(report.longrepr)
         for prefix in ("AssertionError: ", "ember.conformance.watch.DisciplineError: ",
                        "ember.conformance.watch.Nondeterminism: "):
-            text = text[len(prefix):] if text.startswith(prefix) else text
+            text = text.removeprefix(prefix)
     # keep the suite's own message: drop pytest's assertion replay and hypothesis's example dump
     for tail in ("\nassert ", "\nFalsifying example", "\nExplanation:"):
         text = text.split(tail)[0]
