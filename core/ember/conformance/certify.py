@@ -2,10 +2,11 @@
 
 The suite runs in a child process (``python -m pytest`` with only the conformance plugin
 loaded), which writes one JSON record per test; this module turns those records into
-``certificate.json`` and ``certificate.md``: what was certified (backend, version, ember and
-API versions, date, machine), per tier pass/fail/skip counts, the op x dtype matrix of tier 2,
-gradients, fused ops and layers, the tolerances used, every declared-but-failing test with its
-message, and what the backend implements without declaring it.
+``certificate.json`` and ``certificate.md``: what was certified (backend, its distribution and
+version, ember and API versions, date, machine, seed, tier 6's data and its SHA-256), per tier
+pass/fail/skip counts, the op x dtype matrix of tier 2, gradients, fused ops, layers and
+determinism, the tolerances used, the failures with their root causes first (triage.py), and
+what the backend implements without declaring it.
 
 Exit status: 0 when nothing failed, 1 when something did (or, with ``--require-available``, the
 backend cannot run here), 2 for a usage error such as an unknown backend.

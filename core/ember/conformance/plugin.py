@@ -195,11 +195,11 @@ class Context:
                         grad_dtype=self.grad_dtype, notes={k: str(v) for k, v in self.caps.notes.items()})
         return meta
 
-
     def distribution(self) -> dict | None:
         """The installed distribution that provides the backend (name, version), found through
-        the entry point it came from or the package of its class; None when it is not
-        installed (a ``--backend-module`` file), with the file it came from."""
+        the entry point it came from or the package of its class. A backend that is not
+        installed (a ``--backend-module`` file) has name and version None and the file as
+        ``source``; None when no backend loaded."""
         from importlib import metadata
 
         from ember.registry import REGISTRY
@@ -303,24 +303,28 @@ def _message(report) -> str:
     return text if len(text) < 2000 else text[:2000] + " ..."
 
 
-def _culprit(exc) -> str | None:
-    """The primitive an exception names as the cause (``exc.primitive``, as the watch's errors
-    carry it; any tier's check may raise such an AssertionError), or None."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    name = getattr(exc, "primitive", None)
-    return str(name) if name else None
-
-
-def _exception_message(exc) -> str:
-    """The message of the exception a test failed with. A group (hypothesis's FlakyFailure: the
-    failure did not happen again when the same case was run again) is reported once, as its
-    first exception's message, marked flaky; pytest's crash line would print it twice, in the
-    group's repr and in the assertion replay."""
+def _leaf(exc):
+    """``(first exception, flaky)``: a group is reduced to its first exception, and flaky says
+    whether it was hypothesis's FlakyFailure (the failing case passed when run again)."""
     flaky = False
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         flaky = flaky or "Flaky" in type(exc).__name__
         exc = exc.exceptions[0]
+    return exc, flaky
+
+
+def _culprit(exc) -> str | None:
+    """The primitive an exception names as the cause (``exc.primitive``, as the watch's errors
+    carry it; any tier's check may raise such an AssertionError), or None."""
+    name = getattr(_leaf(exc)[0], "primitive", None)
+    return str(name) if name else None
+
+
+def _exception_message(exc) -> str:
+    """The message of the exception a test failed with. A flaky failure is reported once, as
+    its first exception's message, marked flaky (pytest's crash line would print the message
+    twice, in the group's repr and in the assertion replay)."""
+    exc, flaky = _leaf(exc)
     text = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
     if flaky:
         text = f"flaky (the failing case passed when run again: the backend is nondeterministic): {text}"
