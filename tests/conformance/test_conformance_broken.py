@@ -110,7 +110,7 @@ def test_usage_errors_are_one_line_before_the_suite_runs(tmp_path, capsys):
     empty = tmp_path / "registers_nothing.py"
     empty.write_text("def ember_backends():\n    return []\n")
     assert "returned no backend" in error("numpy", "--backend-module", str(empty))
-    assert "no ember_backends()" in error("numpy", "--backend-module", "json")
+    assert "registers no backend (no ember_backends()" in error("numpy", "--backend-module", "json")
     assert "unknown backend 'broken_sine'" in error("broken_sine", "--backend-module", BROKEN)
     assert certify.main(["--help"]) == 0
     assert not (tmp_path / "certificate.json").exists()

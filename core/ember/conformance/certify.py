@@ -73,7 +73,10 @@ def main(argv=None) -> int:
     """
     try:
         args, tiers = _arguments(argv)
-        _check_setup(args)
+        problem = _check_setup(args)
+        if problem:
+            raise UsageError(problem)
+        _check_backend(args)
     except UsageError as err:
         print(f"ember: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
@@ -107,19 +110,24 @@ def _arguments(argv):
     return args, tiers
 
 
-def _check_setup(args) -> None:
-    """Raise UsageError for a missing tool, a --backend-module that cannot be imported or
-    registers no backend, or an unknown backend name. Which backends exist is asked of a
-    child process: its registry sees plugins installed after this process started, and the
-    backend modules are not imported into the command's own process."""
+def _check_setup(args) -> str | None:
+    """A missing tool or ``--backend-module`` file, in one line, or None."""
     for module in ("pytest", "hypothesis", "numpy"):
         try:
             __import__(module)
         except ImportError:
-            raise UsageError(f"the conformance suite needs {module}: pip install 'ember[certify]'") from None
+            return f"the conformance suite needs {module}: pip install 'ember[certify]'"
     for spec in args.backend_module:
         if (spec.endswith(".py") or os.sep in spec) and not os.path.exists(spec):
-            raise UsageError(f"--backend-module {spec!r}: no such file")
+            return f"--backend-module {spec!r}: no such file"
+    return None
+
+
+def _check_backend(args) -> None:
+    """Raise UsageError for a --backend-module that cannot be imported or brings nothing (no
+    backend, no primitive), or an unknown backend name. Which backends exist is asked of a
+    child process: its registry sees plugins installed after this process started, and the
+    backend modules are not imported into the command's own process."""
     modules = [os.path.abspath(m) if os.path.exists(m) else m for m in args.backend_module]
     code = ("import sys, json; from ember.conformance.certify import probe; "
             "print(json.dumps(probe(json.loads(sys.argv[1]))))")
@@ -142,23 +150,25 @@ def probe(modules) -> dict:
     """The backends this Python sees after importing ``modules`` (``--backend-module``
     arguments): ``{"backends": names, "problems": {name: why}, "modules": [problem or None]}``."""
     from ember.conformance.plugin import import_backend_module
+    from ember.primitives import PRIMITIVES
     from ember.registry import REGISTRY
     REGISTRY.discover()
     problems = []
     for spec in modules:
-        before = set(REGISTRY.infos)
+        before = (set(REGISTRY.infos), len(PRIMITIVES))
         try:
             module = import_backend_module(spec)
         except BaseException as exc:  # noqa: BLE001 - reported as the user's mistake, in one line
             problems.append(f"importing it raised {type(exc).__name__}: {exc}")
             continue
         hook = getattr(module, "ember_backends", None)
-        if not callable(hook):
-            problems.append("it has no ember_backends() function returning BackendInfo records")
-        elif set(REGISTRY.infos) == before and not hook():
+        if (callable(hook) and list(hook())) or (set(REGISTRY.infos), len(PRIMITIVES)) != before:
+            problems.append(None)                          # a backend, or a primitive to test
+        elif callable(hook):
             problems.append("its ember_backends() returned no backend")
         else:
-            problems.append(None)
+            problems.append("it registers no backend (no ember_backends() returning BackendInfo records) "
+                            "and defines no primitive")
     return {"backends": sorted(REGISTRY.infos), "problems": dict(REGISTRY.problems), "modules": problems}
 
 
