@@ -14,6 +14,7 @@ import tempfile
 from ..errors import EmberError
 from ..io.errors import CheckpointError
 from . import recipes
+from .callbacks import MONITORS
 
 
 def _int(least, most=2**63 - 1):
@@ -45,6 +46,9 @@ NUMBERS = {
     "limit_train":      _int(1),
     "limit_test":       _int(1),
     "dist_timeout":     _number(0, strict=True),
+    "early_stop":       _int(1),
+    "keep_best":        _int(1),
+    "lr_plateau":       _int(1),
 }
 
 # A saved config holds these too; names must be ones this ember knows.
@@ -55,6 +59,7 @@ CONFIG = {
     "optimizer": _one_of({"sgd", "adam", "adamw", "rmsprop"}),
     "schedule":  _one_of({"none", "cosine", "step"}),
     "augment":   ((lambda v: type(v) is bool), "true or false"),
+    "monitor":   _one_of(MONITORS),
 }
 CONFIG_REQUIRED = ("dataset", "model", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
                    "schedule", "augment", "seed")

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
 from ..errors import EmberError
 from ..io.checkpoint import latest_checkpoint, read_checkpoint
-from . import recipes
+from . import recipes, runs
+from .callbacks import MONITORS
 from .checks import check_arguments, check_config, check_run_dir
 
 
@@ -34,15 +36,29 @@ def add_subcommands(sub) -> None:
     t.add_argument("--clip-grad-norm", type=float, default=None, metavar="X",
                    help="clip the global gradient norm to X (default: no clipping)")
     t.add_argument("--backend", default=None, help="numpy, python, numba, cupy, ... (default: EMBER_BACKEND, else numpy)")
-    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET-MODEL)")
+    t.add_argument("--out", default=None,
+                   help="run directory (default: runs/DATASET-MODEL for the first run, then runs/DATASET-MODEL-2, "
+                        "-3, ...: a new run never overwrites one)")
     t.add_argument("--resume", action="store_true",
-                   help="continue from the newest checkpoint in --out (default: start a new run)")
+                   help="continue from the newest checkpoint in --out, or without --out in the newest "
+                        "runs/DATASET-MODEL[-N] (default: start a new run)")
     t.add_argument("--seed", type=int, default=0, help="seed of initialisation, shuffling and augmentation (default: 0)")
     t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="also checkpoint every N steps (default: at the end of each epoch only)")
     t.add_argument("--keep-last", type=int, default=3, metavar="N", help="checkpoints kept in --out (default: 3)")
     t.add_argument("--max-steps", type=int, default=None, metavar="N",
                    help="pause after N steps in total, checkpointed; --resume continues the run (default: run all epochs)")
+    t.add_argument("--early-stop", type=int, default=None, metavar="PATIENCE",
+                   help="stop when --monitor has not improved for PATIENCE epochs (default: run all epochs)")
+    t.add_argument("--keep-best", type=int, default=None, metavar="K",
+                   help="also keep the K best checkpoints by --monitor in OUT/best, deleting the rest "
+                        "(default: none kept apart from --keep-last)")
+    t.add_argument("--lr-plateau", type=int, default=None, metavar="PATIENCE",
+                   help="multiply the learning rate by 0.1 when --monitor has not improved for PATIENCE epochs; "
+                        "replaces --schedule (default: off)")
+    t.add_argument("--monitor", choices=list(MONITORS), default=None,
+                   help="the epoch metric --early-stop, --keep-best and --lr-plateau watch; accuracies are "
+                        "maximised, losses minimised (default: eval_loss)")
     t.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
                    help="a NaN/inf loss or gradient: stop with an error, or skip that update (default: stop)")
     t.add_argument("--limit-train", type=int, default=None, metavar="N",
@@ -65,7 +81,10 @@ def add_subcommands(sub) -> None:
     t.set_defaults(run=run_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint on its dataset's test split")
-    e.add_argument("checkpoint", help="a run directory or a ckpt-*.safetensors file")
+    e.add_argument("checkpoint", nargs="?", default=None,
+                   help="a run directory or a ckpt-*.safetensors file (default: the run under runs/ whose "
+                        "newest checkpoint was written last)")
+    e.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
     e.add_argument("--batch-size", type=int, default=500, metavar="N", help="samples per batch (default: 500)")
     e.add_argument("--data-root", default=None, help="dataset cache directory (default: EMBER_DATA, else ~/.cache/ember/datasets)")
     e.add_argument("--limit-test", type=int, default=None, metavar="N", help="use only the first N test samples (default: all)")
@@ -92,7 +111,28 @@ def _config(args) -> dict:
             cfg[key] = value
     cfg.update(dataset=args.dataset, model=args.model, seed=args.seed, limit_train=args.limit_train,
                limit_test=args.limit_test, clip_grad_norm=args.clip_grad_norm)
+    watched = {k: getattr(args, k) for k in ("early_stop", "keep_best", "lr_plateau") if getattr(args, k)}
+    if watched:
+        cfg.update(watched, monitor=args.monitor or "eval_loss")
+    elif args.monitor:
+        raise EmberError("--monitor needs --early-stop, --keep-best or --lr-plateau")
+    if args.lr_plateau:
+        if args.schedule not in (None, "none"):
+            raise EmberError(f"--lr-plateau sets the learning rate by the metric; it cannot run with "
+                             f"--schedule {args.schedule} (drop one)")
+        cfg["schedule"] = "none"
     return cfg
+
+
+def _callbacks(cfg) -> list:
+    """The Trainer callbacks the config asks for (--early-stop, --keep-best, --lr-plateau)."""
+    from . import callbacks as C
+    table = {
+        "early_stop": lambda n: C.EarlyStopping(cfg["monitor"], patience=n),
+        "keep_best":  lambda k: C.ModelCheckpoint(cfg["monitor"], save_top_k=k),
+        "lr_plateau": lambda n: C.ReduceLROnPlateau(cfg["monitor"], patience=n),
+    }
+    return [make(cfg[key]) for key, make in table.items() if cfg.get(key)]
 
 
 def _loaders(cfg, data_root, for_eval_only=False, eval_batch_size=500):
@@ -140,7 +180,7 @@ def _train(args, dist=None) -> int:
     check_arguments(args)                    # every check before any work: nothing is half done
     if args.backend:
         ember.use(args.backend)
-    out = args.out or os.path.join("runs", f"{args.dataset}-{args.model}")
+    out = _run_dir(args)
     check_run_dir(out, args.resume)
     if args.data_root is not None and os.path.exists(args.data_root) and not os.path.isdir(args.data_root):
         raise EmberError(f"--data-root {args.data_root} is a file, not a directory")
@@ -173,7 +213,8 @@ def _train(args, dist=None) -> int:
                       scheduler_interval="step",
                       out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
                       progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg,
-                      is_main=is_main, jit=not args.no_jit, on_nonfinite=args.on_nonfinite)
+                      is_main=is_main, jit=not args.no_jit, on_nonfinite=args.on_nonfinite,
+                      callbacks=_callbacks(cfg))
     if args.resume:
         trainer.resume(out)
         print(f"resumed {out} at step {trainer.step} (epoch {trainer.epoch}, batch {trainer._batch})",
@@ -184,6 +225,8 @@ def _train(args, dist=None) -> int:
               f"backend {backend.name}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}"
               + (f", {dist.world_size()} ranks" if dist is not None else ""), file=sys.stderr)
     history = trainer.fit(cfg["epochs"], max_steps=args.max_steps)
+    if is_main:
+        _report_callbacks(trainer)
     if is_main and trainer.paused:
         print(json.dumps({"step": trainer.step, "epoch": trainer.epoch, "paused": True}))
     elif history and is_main:
@@ -191,27 +234,86 @@ def _train(args, dist=None) -> int:
     return 0
 
 
+def _run_dir(args) -> str:
+    """--out as given; else a new version of runs/DATASET-MODEL, or with --resume the newest."""
+    if args.out:
+        return args.out
+    base = os.path.join(runs.ROOT, f"{args.dataset}-{args.model}")
+    if args.resume:
+        return runs.newest_version(base) or base
+    return runs.next_run_dir(base)
+
+
+def _report_callbacks(trainer) -> None:
+    """Tell the user what the callbacks did: an early stop, the best checkpoint."""
+    from .callbacks import EarlyStopping, ModelCheckpoint
+    for cb in trainer.callbacks:
+        if isinstance(cb, EarlyStopping) and cb.stopped_epoch is not None:
+            print(cb.reason(), file=sys.stderr)
+        if isinstance(cb, ModelCheckpoint) and cb.best_model_path:
+            print(f"best {cb.watch.monitor} {cb.best_model_score:.4g}: {cb.best_model_path}", file=sys.stderr)
+
+
 def run_eval(args) -> int:
     import ember
     from .state import load_training_state
     from .trainer import Trainer
     check_arguments(args)
-    if not os.path.exists(args.checkpoint):
-        raise EmberError(f"{args.checkpoint}: no such file or directory")
+    path = args.checkpoint or runs.newest_run()
+    if path is None:
+        raise EmberError(f"no run to evaluate: {runs.ROOT}/ holds none; name a run directory or checkpoint file")
+    if not os.path.exists(path):
+        known = runs.run_names(os.path.dirname(os.path.normpath(path)) or ".")
+        raise EmberError(f"{path} does not exist: no run directory or checkpoint file of that name"
+                         + (f" (runs there: {', '.join(known[:8])})" if known else ""))
     if args.backend:
         ember.use(args.backend)
-    _, meta = read_checkpoint(args.checkpoint)
-    cfg = dict(check_config(args.checkpoint, meta.get("config")))
+    _, meta = read_checkpoint(path)
+    cfg = dict(check_config(path, meta.get("config")))
     if args.limit_test:
         cfg["limit_test"] = args.limit_test
     model = recipes.build_model(cfg["model"], cfg["dataset"])
-    load_training_state(args.checkpoint, model)
+    load_training_state(path, model)
     _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True, eval_batch_size=args.batch_size)
     trainer = Trainer(model, None, None, eval_loader=test_loader, progress=False)
-    result = trainer.evaluate()
-    print(json.dumps({"checkpoint": os.fspath(args.checkpoint), "step": meta["step"], "dataset": cfg["dataset"],
-                      "model": cfg["model"], **result}))
+    classes = recipes.class_names(cfg["dataset"])
+    result = trainer.evaluate(per_class=len(classes) if classes else None)
+    per_class = result.pop("per_class", None)
+    summary = {"checkpoint": os.fspath(path), "step": meta["step"], "dataset": cfg["dataset"],
+               "model": cfg["model"], **result}
+    if args.json:
+        print(json.dumps({**summary, **({"per_class": dict(zip(classes, per_class))} if per_class else {})}))
+        return 0
+    print(eval_table(summary, len(test_loader.dataset), dict(zip(classes, per_class)) if per_class else None))
     return 0
+
+
+def eval_table(summary: dict, samples: int, per_class: dict | None = None) -> str:
+    """``ember eval``'s table: what was evaluated, then metric and value, then per class.
+
+    >>> print(eval_table({"checkpoint": "runs/a/ckpt-00000010.safetensors", "step": 10, "dataset": "mnist",
+    ...                   "model": "mlp", "loss": 0.25, "accuracy": 0.9}, 100, {"0": 1.0, "1": 0.8}))
+    runs/a/ckpt-00000010.safetensors: mlp on mnist, step 10, 100 test samples
+    metric      value
+    loss       0.2500
+    accuracy   90.00%
+    <BLANKLINE>
+    class    accuracy
+    0         100.00%
+    1          80.00%
+    """
+    rows = [(f"{summary['checkpoint']}: {summary['model']} on {summary['dataset']}, step {summary['step']}, "
+             f"{samples} test samples"), f"{'metric':8} {'value':>8}",
+            f"{'loss':8} {summary['loss']:8.4f}", f"{'accuracy':8} {_percent(summary['accuracy']):>8}"]
+    if per_class:
+        width = max(8, *(len(name) for name in per_class))
+        rows += ["", f"{'class':{width}} {'accuracy':>8}"]
+        rows += [f"{name:{width}} {_percent(value):>8}" for name, value in per_class.items()]
+    return "\n".join(rows)
+
+
+def _percent(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.2f}%"
 
 
 def run_checkpoints(args) -> int:

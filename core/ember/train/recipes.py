@@ -51,6 +51,16 @@ def recipe(dataset: str, model: str) -> dict:
     return {**BASE, **RECIPES[model]}
 
 
+def class_names(dataset: str) -> list[str]:
+    """The dataset's class names, for ``ember eval``'s per-class table.
+
+    >>> class_names("cifar10")[:3]
+    ['airplane', 'automobile', 'bird']
+    """
+    from .. import data
+    return list(getattr(getattr(data, DATASETS[dataset][0]), "classes", []))
+
+
 def build_datasets(name: str, root=None, limit_train=None, limit_test=None):
     """(train, test) datasets, optionally the first N samples of each (quick runs and tests)."""
     from .. import data
