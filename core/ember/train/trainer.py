@@ -244,7 +244,8 @@ class Trainer:
         """The rest of the current epoch's batches; False if ``max_steps`` paused it."""
         self.model.train()
         m = self._meters
-        bar = Progress(len(self.train_loader), f"epoch {self.epoch + 1}/{epochs}", self.progress)
+        bar = Progress(len(self.train_loader), f"epoch {self.epoch + 1}/{epochs}", self.progress,
+                       batch_size=getattr(self.train_loader, "batch_size", None))
         bar.update(self._batch)
         for x, y in self.train_loader:
             out = self.train_step(x, y)
