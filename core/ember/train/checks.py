@@ -46,6 +46,7 @@ NUMBERS = {
     "limit_train":      _int(1),
     "limit_test":       _int(1),
     "dist_timeout":     _number(0, strict=True),
+    "seq_len":          _int(1),
     "early_stop":       _int(1),
     "keep_best":        _int(1),
     "lr_plateau":       _int(1),
@@ -60,9 +61,12 @@ CONFIG = {
     "schedule":  _one_of({"none", "cosine", "step"}),
     "augment":   ((lambda v: type(v) is bool), "true or false"),
     "monitor":   _one_of(MONITORS),
+    "text_file": ((lambda v: isinstance(v, str) and v != ""), "a file path"),
+    "vocab":     ((lambda v: isinstance(v, str) and len(set(v)) == len(v) > 1), "a string of distinct characters"),
 }
 CONFIG_REQUIRED = ("dataset", "model", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
                    "schedule", "augment", "seed")
+TEXT_REQUIRED = ("text_file", "seq_len", "vocab")
 
 
 def check_arguments(args) -> None:
@@ -95,7 +99,8 @@ def check_config(path, cfg) -> dict:
         value = cfg.get(name)
         if value is not None and not ok(value):
             raise CheckpointError(path, f"config.{name} must be {what}, got {value!r:.60}")
-    missing = [k for k in CONFIG_REQUIRED if cfg.get(k) is None]
+    missing = [k for k in CONFIG_REQUIRED + (TEXT_REQUIRED if cfg.get("dataset") == "text" else ())
+               if cfg.get(k) is None]
     if missing:
         raise CheckpointError(path, f"config lacks {', '.join(missing)} (not written by ember train?)")
     return cfg

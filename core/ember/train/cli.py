@@ -16,9 +16,11 @@ from .checks import check_arguments, check_config, check_run_dir
 def add_subcommands(sub) -> None:
     t = sub.add_parser("train", help="train a model on a dataset",
                        description="Train a model; flags override the recipe for the dataset and model.")
-    t.add_argument("dataset", choices=sorted(recipes.DATASETS), help="the dataset to train on")
-    t.add_argument("--model", default="mlp", choices=sorted(recipes.RECIPES),
-                   help="the model from ember.models (default: mlp)")
+    t.add_argument("dataset", choices=sorted(recipes.DATASETS),
+                   help="the dataset to train on; text trains a character model on FILE")
+    t.add_argument("file", nargs="?", default=None, help="text: the UTF-8 text file to train on")
+    t.add_argument("--model", default=None, choices=sorted(recipes.RECIPES),
+                   help="the model from ember.models (default: transformer for text, else mlp)")
     t.add_argument("--epochs", type=int, metavar="N", help="passes over the training set ("
                    + recipes.default_help("epochs") + ")")
     t.add_argument("--batch-size", type=int, metavar="N", help="samples per step (" + recipes.default_help("batch_size") + ")")
@@ -33,6 +35,8 @@ def add_subcommands(sub) -> None:
                    help="learning-rate schedule, stepped every batch (" + recipes.default_help("schedule") + ")")
     t.add_argument("--augment", action=argparse_bool(), default=None,
                    help="random crops and flips of the training images (" + recipes.default_help("augment") + ")")
+    t.add_argument("--seq-len", type=int, default=None, metavar="N",
+                   help=f"text: characters per training sequence (default: {recipes.SEQ_LEN})")
     t.add_argument("--clip-grad-norm", type=float, default=None, metavar="X",
                    help="clip the global gradient norm to X (default: no clipping)")
     t.add_argument("--backend", default=None, help="numpy, python, numba, cupy, ... (default: EMBER_BACKEND, else numpy)")
@@ -111,6 +115,16 @@ def _config(args) -> dict:
             cfg[key] = value
     cfg.update(dataset=args.dataset, model=args.model, seed=args.seed, limit_train=args.limit_train,
                limit_test=args.limit_test, clip_grad_norm=args.clip_grad_norm)
+    if (args.dataset == "text") != (args.file is not None):
+        raise EmberError("ember train text needs a FILE: ember train text FILE" if args.file is None else
+                         f"{args.file}: only ember train text takes a file ({args.dataset} finds its own data)")
+    if args.seq_len is not None and args.dataset != "text":
+        raise EmberError("--seq-len is for text runs (ember train text FILE)")
+    if args.dataset == "text":
+        from ..data.text import read_text
+        path = os.path.abspath(args.file)
+        cfg.update(text_file=path, seq_len=args.seq_len or recipes.SEQ_LEN,
+                   vocab="".join(sorted(set(read_text(path)))))
     watched = {k: getattr(args, k) for k in ("early_stop", "keep_best", "lr_plateau") if getattr(args, k)}
     if watched:
         cfg.update(watched, monitor=args.monitor or "eval_loss")
@@ -137,8 +151,9 @@ def _callbacks(cfg) -> list:
 
 def _loaders(cfg, data_root, for_eval_only=False, eval_batch_size=500):
     from ..data import DataLoader
+    text = (cfg["text_file"], cfg["seq_len"], cfg["vocab"]) if cfg["dataset"] == "text" else None
     train_set, test_set = recipes.build_datasets(cfg["dataset"], data_root, cfg.get("limit_train"),
-                                                 cfg.get("limit_test"))
+                                                 cfg.get("limit_test"), text)
     test_loader = DataLoader(test_set, batch_size=eval_batch_size, transform=recipes.transforms(cfg["dataset"], False))
     if for_eval_only:
         return None, test_loader
@@ -148,6 +163,8 @@ def _loaders(cfg, data_root, for_eval_only=False, eval_batch_size=500):
 
 
 def run_train(args) -> int:
+    if args.model is None:
+        args.model = recipes.TEXT_MODELS[0] if args.dataset == "text" else "mlp"
     if args.distributed:
         return _run_distributed(args)
     return _train(args)
@@ -196,7 +213,7 @@ def _train(args, dist=None) -> int:
         print(json.dumps({**cfg, "out": out, "resume": args.resume}))
         return 0
     ember.manual_seed(cfg["seed"])
-    model = recipes.build_model(cfg["model"], cfg["dataset"])
+    model = recipes.build_model(cfg["model"], cfg["dataset"], cfg)
     train_loader, test_loader = _loaders(cfg, args.data_root)
     is_main = True
     if dist is not None:
@@ -209,7 +226,8 @@ def _train(args, dist=None) -> int:
     optimizer = recipes.build_optimizer(model.parameters(), cfg["optimizer"], cfg["lr"], cfg["momentum"],
                                         cfg["weight_decay"])
     scheduler = recipes.build_scheduler(optimizer, cfg["schedule"], cfg["epochs"] * len(train_loader))
-    trainer = Trainer(model, optimizer, train_loader, eval_loader=test_loader, scheduler=scheduler,
+    trainer = Trainer(model, optimizer, train_loader, loss_fn=recipes.loss_fn(cfg["dataset"]),
+                      eval_loader=test_loader, scheduler=scheduler,
                       scheduler_interval="step",
                       out_dir=out, checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
                       progress=not args.no_progress, clip_grad_norm=cfg["clip_grad_norm"], config=cfg,
@@ -227,11 +245,22 @@ def _train(args, dist=None) -> int:
     history = trainer.fit(cfg["epochs"], max_steps=args.max_steps)
     if is_main:
         _report_callbacks(trainer)
+        if cfg["dataset"] == "text" and not trainer.paused:
+            _print_sample(trainer.model, test_loader.dataset, cfg["seed"])
     if is_main and trainer.paused:
         print(json.dumps({"step": trainer.step, "epoch": trainer.epoch, "paused": True}))
     elif history and is_main:
         print(json.dumps({"step": trainer.step, **history[-1]}))
     return 0
+
+
+def _print_sample(model, test_set, seed, length=200) -> None:
+    """What the character model writes after the first characters of the test split."""
+    from .text import generate
+    text = test_set.dataset if hasattr(test_set, "indices") else test_set     # a --limit-test Subset
+    prompt = text.arrays[0][0][: max(1, text.seq_len // 2)]
+    print(f"sample ({length} characters after {text.decode(prompt)!r}):")
+    print(text.decode(generate(model, prompt, length, seed=seed)))
 
 
 def _run_dir(args) -> str:
@@ -272,10 +301,11 @@ def run_eval(args) -> int:
     cfg = dict(check_config(path, meta.get("config")))
     if args.limit_test:
         cfg["limit_test"] = args.limit_test
-    model = recipes.build_model(cfg["model"], cfg["dataset"])
+    model = recipes.build_model(cfg["model"], cfg["dataset"], cfg)
     load_training_state(path, model)
     _, test_loader = _loaders(cfg, args.data_root, for_eval_only=True, eval_batch_size=args.batch_size)
-    trainer = Trainer(model, None, None, eval_loader=test_loader, progress=False)
+    trainer = Trainer(model, None, None, loss_fn=recipes.loss_fn(cfg["dataset"]), eval_loader=test_loader,
+                      progress=False)
     classes = recipes.class_names(cfg["dataset"])
     result = trainer.evaluate(per_class=len(classes) if classes else None)
     per_class = result.pop("per_class", None)

@@ -88,7 +88,7 @@ class Accuracy:
     def add(self, logits, labels) -> int:
         correct = int((logits.argmax(-1) == labels).sum().item())
         self.correct += correct
-        self.count += labels.shape[0]
+        self.count += labels.numel()       # every position of a sequence counts
         return correct
 
     @property

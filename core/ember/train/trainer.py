@@ -258,7 +258,7 @@ class Trainer:
                 m["loss"].add(value, y.shape[0])
                 correct = m["acc"].add(logits.detach(), y) if _is_classification(logits, y) else None
                 if correct is not None:
-                    m["acc_avg"].add(correct / y.shape[0])
+                    m["acc_avg"].add(correct / y.numel())
             bar.update(1, loss=m["loss_avg"].value, acc=m["acc_avg"].value)
             if self._log and self.step % self.log_every == 0:
                 self._log.write(split="train", step=self.step, epoch=self.epoch, loss=m["loss_avg"].value,
