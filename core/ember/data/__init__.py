@@ -8,7 +8,7 @@
 
 Modules, in the order data flows: ``download`` and ``sources`` find files (cache → offline
 copies → network), ``idx`` and ``safe_pickle`` parse them, ``mnist`` and ``cifar`` define the
-datasets (``text`` a text file as a character dataset), ``dataset`` the containers,
+datasets (``text`` a text file as a character dataset, ``fake`` torchvision's FakeData), ``dataset`` the containers,
 ``transforms`` augmentation, ``loader`` batching.
 """
 
@@ -16,6 +16,7 @@ from .cifar import CIFAR10, SyntheticCIFAR10
 from .dataset import ArrayDataset, ConcatDataset, Dataset, Subset, TensorDataset, random_split
 from .download import cache_dir
 from .errors import ChecksumError, DataError, DownloadError
+from .fake import FakeData
 from .idx import read_idx, write_idx
 from .loader import DataLoader, default_collate
 from .mnist import MNIST, FashionMNIST
@@ -24,7 +25,7 @@ from . import transforms
 
 __all__ = [
     "ArrayDataset", "CIFAR10", "ChecksumError", "ConcatDataset", "DataError", "DataLoader", "Dataset",
-    "DownloadError", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "TensorDataset", "TextFile", "cache_dir",
+    "DownloadError", "FakeData", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "TensorDataset", "TextFile", "cache_dir",
     "default_collate",
     "random_split", "read_idx", "transforms", "write_idx",
 ]
