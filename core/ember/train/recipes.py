@@ -38,7 +38,7 @@ def default_help(key: str) -> str:
     """How a recipe setting defaults, for ``--help``: one value, or the value per model.
 
     >>> default_help("epochs")
-    'default: from the recipe: mlp 1, cnn 2, resnet18 30'
+    'default: from the recipe: mlp 1, cnn 2, resnet18 30, transformer 1'
     >>> default_help("momentum")
     'default: 0.9'
     """
