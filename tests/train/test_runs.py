@@ -89,6 +89,8 @@ def test_callback_flags(tmp_path, monkeypatch):
            (1, 1, 1, "eval_accuracy", "none")
     assert len(list_checkpoints(os.path.join(run, "best"))) == 1
     assert "best eval_accuracy" in err
+    assert_clean_error(*ember("train", *RUN, "--epochs", 3, "--resume", "--monitor", "eval_accuracy",
+                              "--lr-plateau", 1)[::2], "different settings", "keep_best: 1 then, None now")
     assert_clean_error(*ember("train", *RUN, "--lr-plateau", 2, "--schedule", "cosine")[::2], "--lr-plateau",
                        "--schedule cosine")
     assert_clean_error(*ember("train", *RUN, "--monitor", "eval_loss")[::2], "--monitor needs")

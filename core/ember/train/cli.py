@@ -205,7 +205,9 @@ def _train(args, dist=None) -> int:
     if args.resume:
         path = latest_checkpoint(out)
         saved = check_config(path, read_checkpoint(path)[1].get("config"))
-        differs = {k: (saved.get(k), v) for k, v in cfg.items() if k in saved and saved[k] != v}
+        # Callbacks are settings of the run too: resuming without them would drop their state.
+        watched = {k: None for k in ("early_stop", "keep_best", "lr_plateau", "monitor") if k in saved}
+        differs = {k: (saved.get(k), v) for k, v in {**watched, **cfg}.items() if k in saved and saved[k] != v}
         if differs:
             raise EmberError(f"--resume: the run in {out} was started with different settings "
                              + ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in differs.items()))
