@@ -2,6 +2,10 @@
 path evaluates the newest run and prints a table (--json: one object); the callback flags."""
 import json
 import os
+import shutil
+import subprocess
+
+import pytest
 
 from ember.io.checkpoint import list_checkpoints, read_checkpoint
 from ember.train import runs
@@ -98,3 +102,15 @@ def test_callback_flags(tmp_path, monkeypatch):
     code, out, _ = ember("train", "-h")
     for flag in ("--early-stop PATIENCE", "--keep-best K", "--lr-plateau PATIENCE", "--monitor"):
         assert flag in out
+
+
+def test_the_console_script_prints_one_line_without_a_launcher_frame(tmp_path):
+    """Through the installed ``ember`` script (whose frame calls main()): the error line ends
+    with what went wrong, not with ``(at ember:8: sys.exit(main()))``."""
+    script = shutil.which("ember")
+    if script is None:
+        pytest.skip("the ember console script is not installed")
+    proc = subprocess.run([script, "eval", os.path.join("runs", "nope")], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "ember: error: runs/nope does not exist: no run directory or checkpoint file of that name\n"
