@@ -111,6 +111,6 @@ def test_the_console_script_prints_one_line_without_a_launcher_frame(tmp_path):
     if script is None:
         pytest.skip("the ember console script is not installed")
     proc = subprocess.run([script, "eval", os.path.join("runs", "nope")], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+                          cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "ember: error: runs/nope does not exist: no run directory or checkpoint file of that name\n"

@@ -91,7 +91,7 @@ def _clock(steps_or_seconds: float, rate: float | None = None) -> str:
     ('1:02:05', '0:00:05')
     """
     seconds = steps_or_seconds / rate if rate else steps_or_seconds
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 

@@ -208,9 +208,9 @@ class Trainer:
             if self._log is None:
                 self._log = Logbook(self.out_dir, resume_step=self._resumed_step, resume_epoch=self.epoch)
         start = time.monotonic()
-        self.paused = False
+        self.paused = self.should_stop = False
         for cb in self.callbacks:
-            cb.on_fit_start(self)
+            cb.on_fit_start(self)            # (an EarlyStopping that has stopped the run sets it again)
         while self.epoch < epochs and not self.should_stop:
             if self._batch < len(self.train_loader):
                 if max_steps is not None and self.step >= max_steps:
