@@ -72,7 +72,8 @@ def test_docs_commands_run_in_order(tmp_path):
             left_out.append(f"{where} {line}: {why}")
             continue
         proc = subprocess.run([sys.executable, "-m", "ember.cli", *argv, *SMALL.get(argv[0], [])],
-                              capture_output=True, text=True, timeout=900, cwd=tmp_path, env={**env, **extra}, check=False)
+                              capture_output=True, text=True, timeout=900, cwd=tmp_path, env={**env, **extra},
+                              check=False)
         assert proc.returncode == 0, f"{where}: `{line}` failed after {ran}:\n{proc.stderr[-2000:]}"
         ran.append(where)
     print("\nran:", ", ".join(ran), "\nleft out:\n  " + "\n  ".join(left_out))
