@@ -460,3 +460,10 @@ def test_size_numel_dim_properties():
 def test_T_reverses_all_dims_like_numpy():
     a = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)
     same(ember.tensor(a).T, a.T)
+
+
+def test_a_0d_tensor_formats_as_its_number():
+    assert f"{ember.tensor(2.5):6.2f}" == "  2.50" and f"{ember.tensor(3):d}" == "3"
+    assert f"{ember.tensor([1.0, 2.0])}" == repr(ember.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError):
+        f"{ember.tensor([1.0]):.2f}"                     # as torch: only 0-d tensors take a format

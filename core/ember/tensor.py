@@ -136,6 +136,8 @@ class Tensor(TensorMath, TensorShape):
     __float__ = lambda self: float(self.item())   # noqa: E731
     __int__ = lambda self: int(self.item())       # noqa: E731
     __index__ = lambda self: int(self.item()) if self.dtype.kind in "iu" else self._no_index()  # noqa: E731
+    # torch's rule: a 0-d tensor formats as its number (f"{loss:.4f}"); others as their repr.
+    __format__ = lambda self, spec: format(self.item(), spec) if self.ndim == 0 else object.__format__(self, spec)  # noqa: E731
 
     def _no_index(self):
         raise located(TypeError, f"only integer tensors can be used as an index, got {self.dtype}")

@@ -43,7 +43,7 @@ def test_train_writes_log_checkpoints_and_evaluates(tmp_path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records if r["split"] == "eval"] == [1, 2]
     assert len(list_checkpoints(out)) == 3                    # keep-last-3
-    ev = ember("eval", out)
+    ev = ember("eval", out, "--json")
     assert ev.returncode == 0, ev.stderr
     assert abs(json.loads(ev.stdout)["accuracy"] - final["eval_accuracy"]) < 1e-9
     inspect = ember("checkpoints", "inspect", out, "--verify")

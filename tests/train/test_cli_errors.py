@@ -78,7 +78,7 @@ def test_bad_paths(tmp_path, run_dir):
     assert_clean_error(*ember("train", *RUN, "--out", tmp_path / "missing", "--resume")[::2], "does not exist")
     assert_clean_error(*ember("train", *RUN, "--out", tmp_path, "--resume")[::2], "no complete checkpoint")
     assert_clean_error(*ember("train", *RUN, "--out", run_dir)[::2], "pass --resume")
-    assert_clean_error(*ember("eval", tmp_path / "missing")[::2], "no such file")
+    assert_clean_error(*ember("eval", tmp_path / "missing")[::2], "does not exist", "no run directory")
     assert_clean_error(*ember("eval", run_dir, "--limit-test", -3)[::2], "--limit-test")
     assert_clean_error(*ember("eval", run_dir, "--batch-size", 0)[::2], "--batch-size")
     assert_clean_error(*ember("checkpoints", "inspect", a_file)[::2], "not a directory")

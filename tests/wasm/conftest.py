@@ -170,20 +170,23 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def demo_page(chromium, url, webgpu=False, timeout_s=180):
+def demo_page(chromium, url, webgpu=False, timeout_s=180, viewport=None, before_ready=None):
     """The demo page open in headless Chromium, loaded (``emberDemo.ready``); yields the page.
-    Console messages and page errors are kept in ``page.ember_log`` for failure messages."""
+    Console messages and page errors are kept in ``page.ember_log`` for failure messages;
+    ``before_ready(page)`` runs once the document is there, before Pyodide has loaded."""
     from playwright.sync_api import sync_playwright
     flags = CHROMIUM_FLAGS + (["--enable-unsafe-webgpu"] if webgpu else [])
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=flags)
         try:
-            page = browser.new_page(viewport={"width": 820, "height": 640})
+            page = browser.new_page(viewport=viewport or {"width": 820, "height": 640})
             page.set_default_timeout(timeout_s * 1000)
             log = page.ember_log = []
             page.on("console", lambda m: log.append(f"console {m.type}: {m.text}"))
             page.on("pageerror", lambda e: log.append(f"page error: {e}"))
             page.goto(url)
+            if before_ready is not None:
+                before_ready(page)
             ok = page.evaluate("window.emberDemo.ready")
             assert ok, f"page failed: {page.evaluate('window.emberDemo.error')}\n" + "\n".join(log[-30:])
             yield page

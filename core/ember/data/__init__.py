@@ -8,21 +8,24 @@
 
 Modules, in the order data flows: ``download`` and ``sources`` find files (cache → offline
 copies → network), ``idx`` and ``safe_pickle`` parse them, ``mnist`` and ``cifar`` define the
-datasets, ``dataset`` the containers, ``transforms`` augmentation, ``loader`` batching.
+datasets (``text`` a text file as a character dataset, ``fake`` torchvision's FakeData), ``dataset`` the containers,
+``transforms`` augmentation, ``loader`` batching.
 """
 
 from .cifar import CIFAR10, SyntheticCIFAR10
 from .dataset import ArrayDataset, ConcatDataset, Dataset, Subset, TensorDataset, random_split
 from .download import cache_dir
 from .errors import ChecksumError, DataError, DownloadError
+from .fake import FakeData
 from .idx import read_idx, write_idx
 from .loader import DataLoader, default_collate
 from .mnist import MNIST, FashionMNIST
+from .text import TextFile
 from . import transforms
 
 __all__ = [
     "ArrayDataset", "CIFAR10", "ChecksumError", "ConcatDataset", "DataError", "DataLoader", "Dataset",
-    "DownloadError", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "TensorDataset", "cache_dir",
+    "DownloadError", "FakeData", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "TensorDataset", "TextFile", "cache_dir",
     "default_collate",
     "random_split", "read_idx", "transforms", "write_idx",
 ]

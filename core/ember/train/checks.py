@@ -14,6 +14,7 @@ import tempfile
 from ..errors import EmberError
 from ..io.errors import CheckpointError
 from . import recipes
+from .callbacks import MONITORS
 
 
 def _int(least, most=2**63 - 1):
@@ -45,6 +46,10 @@ NUMBERS = {
     "limit_train":      _int(1),
     "limit_test":       _int(1),
     "dist_timeout":     _number(0, strict=True),
+    "seq_len":          _int(1),
+    "early_stop":       _int(1),
+    "keep_best":        _int(1),
+    "lr_plateau":       _int(1),
 }
 
 # A saved config holds these too; names must be ones this ember knows.
@@ -55,9 +60,13 @@ CONFIG = {
     "optimizer": _one_of({"sgd", "adam", "adamw", "rmsprop"}),
     "schedule":  _one_of({"none", "cosine", "step"}),
     "augment":   ((lambda v: type(v) is bool), "true or false"),
+    "monitor":   _one_of(MONITORS),
+    "text_file": ((lambda v: isinstance(v, str) and v != ""), "a file path"),
+    "vocab":     ((lambda v: isinstance(v, str) and len(set(v)) == len(v) > 1), "a string of distinct characters"),
 }
 CONFIG_REQUIRED = ("dataset", "model", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
                    "schedule", "augment", "seed")
+TEXT_REQUIRED = ("text_file", "seq_len", "vocab")
 
 
 def check_arguments(args) -> None:
@@ -90,7 +99,8 @@ def check_config(path, cfg) -> dict:
         value = cfg.get(name)
         if value is not None and not ok(value):
             raise CheckpointError(path, f"config.{name} must be {what}, got {value!r:.60}")
-    missing = [k for k in CONFIG_REQUIRED if cfg.get(k) is None]
+    missing = [k for k in CONFIG_REQUIRED + (TEXT_REQUIRED if cfg.get("dataset") == "text" else ())
+               if cfg.get(k) is None]
     if missing:
         raise CheckpointError(path, f"config lacks {', '.join(missing)} (not written by ember train?)")
     return cfg

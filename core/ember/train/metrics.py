@@ -88,9 +88,34 @@ class Accuracy:
     def add(self, logits, labels) -> int:
         correct = int((logits.argmax(-1) == labels).sum().item())
         self.correct += correct
-        self.count += labels.shape[0]
+        self.count += labels.numel()       # every position of a sequence counts
         return correct
 
     @property
     def value(self) -> float:
         return self.correct / self.count if self.count else float("nan")
+
+
+class ClassAccuracy:
+    """Accuracy per class: ``correct[c] / count[c]`` over the samples labelled ``c``.
+
+    >>> import ember
+    >>> a = ClassAccuracy(3); a.add(ember.tensor([[0.9, 0.1, 0.0], [0.8, 0.2, 0.0]]), ember.tensor([0, 1])); a.value
+    [1.0, 0.0, nan]
+    """
+
+    def __init__(self, num_classes: int):
+        self.correct, self.count = [0] * num_classes, [0] * num_classes
+
+    def add(self, logits, labels) -> None:
+        import numpy as np
+        n = len(self.count)
+        pred, true = logits.argmax(-1).numpy().reshape(-1), labels.numpy().reshape(-1)
+        hits = np.bincount(true[pred == true], minlength=n)[:n]
+        seen = np.bincount(true, minlength=n)[:n]
+        self.correct = [a + int(b) for a, b in zip(self.correct, hits)]
+        self.count = [a + int(b) for a, b in zip(self.count, seen)]
+
+    @property
+    def value(self) -> list[float]:
+        return [c / n if n else float("nan") for c, n in zip(self.correct, self.count)]

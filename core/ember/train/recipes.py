@@ -13,7 +13,10 @@ DATASETS = {
     "fashion-mnist": ("FashionMNIST",  (1, 28, 28), (0.2860,),                 (0.3530,)),
     "cifar10":       ("CIFAR10",       (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "synthetic-cifar10": ("SyntheticCIFAR10", (3, 32, 32), (0.5, 0.5, 0.5), (0.29, 0.29, 0.29)),
+    "text":          ("TextFile",      None,         None,                     None),     # ember train text FILE
 }
+# Which models train on which kind of data: images, or characters of a text.
+TEXT_MODELS = ("transformer",)
 
 BASE = dict(epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, weight_decay=0.0,
             schedule="cosine", augment=False)
@@ -26,14 +29,16 @@ RECIPES = {
     "cnn": dict(epochs=2),
     "resnet18": dict(epochs=30, batch_size=128, lr=0.1, optimizer="sgd", weight_decay=5e-4,
                      schedule="cosine", augment=True),
+    "transformer": dict(batch_size=32, lr=3e-3),
 }
+SEQ_LEN = 64        # characters per training sequence of a text run (--seq-len)
 
 
 def default_help(key: str) -> str:
     """How a recipe setting defaults, for ``--help``: one value, or the value per model.
 
     >>> default_help("epochs")
-    'default: from the recipe: mlp 1, cnn 2, resnet18 30'
+    'default: from the recipe: mlp 1, cnn 2, resnet18 30, transformer 1'
     >>> default_help("momentum")
     'default: 0.9'
     """
@@ -48,15 +53,33 @@ def recipe(dataset: str, model: str) -> dict:
         raise EmberError(f"unknown dataset {dataset!r}; ember knows {', '.join(DATASETS)}")
     if model not in RECIPES:
         raise EmberError(f"unknown model {model!r}; ember train knows {', '.join(RECIPES)}")
+    if (dataset == "text") != (model in TEXT_MODELS):
+        raise EmberError(f"--model {model} does not train on {dataset}: text trains "
+                         f"{', '.join(TEXT_MODELS)} (ember train text FILE), images the other models")
     return {**BASE, **RECIPES[model]}
 
 
-def build_datasets(name: str, root=None, limit_train=None, limit_test=None):
-    """(train, test) datasets, optionally the first N samples of each (quick runs and tests)."""
+def class_names(dataset: str) -> list[str]:
+    """The dataset's class names, for ``ember eval``'s per-class table.
+
+    >>> class_names("cifar10")[:3]
+    ['airplane', 'automobile', 'bird']
+    """
+    from .. import data
+    return list(getattr(getattr(data, DATASETS[dataset][0], None), "classes", []))
+
+
+def build_datasets(name: str, root=None, limit_train=None, limit_test=None, text=None):
+    """(train, test) datasets, optionally the first N samples of each (quick runs and tests);
+    ``text`` is the config's ``(file, seq_len, vocab)`` of a text run."""
     from .. import data
     cls_name, shape, _, _ = DATASETS[name]
-    cls = getattr(data, cls_name)
-    if cls_name == "SyntheticCIFAR10":
+    cls = getattr(data, cls_name, None)
+    if name == "text":
+        from ..data.text import TextFile
+        path, seq_len, vocab = text
+        train, test = TextFile(path, seq_len, True, vocab), TextFile(path, seq_len, False, vocab)
+    elif cls_name == "SyntheticCIFAR10":
         train, test = cls(n=limit_train or 10000, seed=0), cls(n=limit_test or 2000, seed=1)
     else:
         train, test = cls(root=root, train=True), cls(root=root, train=False)
@@ -69,6 +92,8 @@ def build_datasets(name: str, root=None, limit_train=None, limit_test=None):
 
 def transforms(name: str, augment: bool):
     from ..data import transforms as T
+    if name == "text":
+        return None
     _, (c, h, w), mean, std = DATASETS[name]
     steps = []
     if augment:
@@ -77,12 +102,23 @@ def transforms(name: str, augment: bool):
     return T.Compose(steps)
 
 
-def build_model(model: str, dataset: str):
+def build_model(model: str, dataset: str, cfg=None):
     from .. import models
+    if dataset == "text":
+        return models.get(model, vocab_size=len(cfg["vocab"]), max_len=cfg["seq_len"])
     _, (c, h, w), _, _ = DATASETS[dataset]
     shape_args = {"mlp": dict(in_features=c * h * w), "cnn": dict(in_channels=c, image_size=h),
                   "resnet18": dict(in_channels=c)}
     return models.get(model, num_classes=10, **shape_args[model])
+
+
+def loss_fn(dataset: str):
+    """The training loss: cross-entropy over classes, or over every position of a sequence."""
+    from ..nn import functional as F
+    if dataset == "text":
+        from .text import sequence_cross_entropy
+        return sequence_cross_entropy
+    return F.cross_entropy
 
 
 def build_optimizer(params, name: str, lr: float, momentum: float, weight_decay: float):

@@ -21,8 +21,9 @@ from ..errors import EmberError
 from ..io.checkpoint import sweep
 from ..io.errors import CheckpointError
 from ..io.faults import kill_point
+from .callbacks import callback_keys
 from .logbook import Logbook, plot_curves
-from .metrics import Accuracy, Mean, RunningMean, load_meter_state, meter_state
+from .metrics import Accuracy, ClassAccuracy, Mean, RunningMean, load_meter_state, meter_state
 from .progress import Progress
 from .state import TRAINER_SCHEMA, check_fields, load_training_state, save_training_state
 
@@ -46,7 +47,7 @@ class Trainer:
     def __init__(self, model, optimizer, train_loader, *, loss_fn=None, eval_loader=None,
                  scheduler=None, scheduler_interval="epoch", out_dir=None, checkpoint_every=None,
                  keep_last=3, log_every=50, progress=True, clip_grad_norm=None, config=None, is_main=True,
-                 jit=True, on_nonfinite="stop"):
+                 jit=True, on_nonfinite="stop", callbacks=None):
         if loss_fn is None:
             from ..nn import functional as F
             loss_fn = F.cross_entropy
@@ -82,6 +83,10 @@ class Trainer:
         # gradients between backward and step, in Python: it stays eager.
         self.jit = jit
         self._compiled_step = None
+        # Callbacks (callbacks.py) see every epoch's record; one may end the run after an epoch.
+        self.callbacks, self.should_stop = list(callbacks or []), False
+        for cb in self.callbacks:
+            cb.setup(self)
 
     # ------------------------------------------------------------------------------- hooks
     def every(self, n_steps: int):
@@ -203,8 +208,10 @@ class Trainer:
             if self._log is None:
                 self._log = Logbook(self.out_dir, resume_step=self._resumed_step, resume_epoch=self.epoch)
         start = time.monotonic()
-        self.paused = False
-        while self.epoch < epochs:
+        self.paused = self.should_stop = False
+        for cb in self.callbacks:
+            cb.on_fit_start(self)            # (an EarlyStopping that has stopped the run sets it again)
+        while self.epoch < epochs and not self.should_stop:
             if self._batch < len(self.train_loader):
                 if max_steps is not None and self.step >= max_steps:
                     self._pause()
@@ -223,6 +230,8 @@ class Trainer:
                 plot_curves(self.out_dir)
             except EmberError:
                 pass      # matplotlib is optional; the JSONL log has everything
+        for cb in self.callbacks:
+            cb.on_fit_end(self)
         return self.history
 
     def _start_epoch(self):
@@ -235,7 +244,8 @@ class Trainer:
         """The rest of the current epoch's batches; False if ``max_steps`` paused it."""
         self.model.train()
         m = self._meters
-        bar = Progress(len(self.train_loader), f"epoch {self.epoch + 1}/{epochs}", self.progress)
+        bar = Progress(len(self.train_loader), f"epoch {self.epoch + 1}/{epochs}", self.progress,
+                       batch_size=getattr(self.train_loader, "batch_size", None))
         bar.update(self._batch)
         for x, y in self.train_loader:
             out = self.train_step(x, y)
@@ -248,7 +258,7 @@ class Trainer:
                 m["loss"].add(value, y.shape[0])
                 correct = m["acc"].add(logits.detach(), y) if _is_classification(logits, y) else None
                 if correct is not None:
-                    m["acc_avg"].add(correct / y.shape[0])
+                    m["acc_avg"].add(correct / y.numel())
             bar.update(1, loss=m["loss_avg"].value, acc=m["acc_avg"].value)
             if self._log and self.step % self.log_every == 0:
                 self._log.write(split="train", step=self.step, epoch=self.epoch, loss=m["loss_avg"].value,
@@ -284,6 +294,8 @@ class Trainer:
         self.history.append(record)
         for hook in self._epoch_hooks:
             hook(self, record)
+        for cb in self.callbacks:
+            cb.on_epoch_end(self, record)
         if self.out_dir is not None:
             self.save()
         if self.progress:
@@ -295,18 +307,22 @@ class Trainer:
         if self.out_dir is not None and self._saved_step != self.step:
             self.save()                      # a paused run can be resumed
 
-    def evaluate(self, loader=None, *, _kill_point=False) -> dict:
-        """Mean loss and accuracy over ``loader`` (default: the eval loader), in eval mode."""
+    def evaluate(self, loader=None, *, per_class: int | None = None, _kill_point=False) -> dict:
+        """Mean loss and accuracy over ``loader`` (default: the eval loader), in eval mode;
+        with ``per_class=N`` (the number of classes) also ``"per_class"``, each class's accuracy."""
         loader = loader or self.eval_loader
         was_training = self.model.training
         self.model.eval()
         loss, acc = Mean(), Accuracy()
+        classes = ClassAccuracy(per_class) if per_class else None
         with no_grad():
             for x, y in loader:
                 logits = self.model(x)
                 loss.add(self.loss_fn(logits, y).item(), y.shape[0])
                 if _is_classification(logits, y):
                     acc.add(logits, y)
+                    if classes is not None:
+                        classes.add(logits, y)
                 if _kill_point:
                     kill_point("eval")
         self.model.train(was_training)
@@ -314,26 +330,34 @@ class Trainer:
             from ..distributed.comm import allreduce_scalars
             loss.total, loss.count, acc.correct, acc.count = allreduce_scalars(
                 [loss.total, loss.count, acc.correct, acc.count])
-        return {"loss": loss.value, "accuracy": acc.value}
+        result = {"loss": loss.value, "accuracy": acc.value}
+        if classes is not None:
+            result["per_class"] = classes.value
+        return result
 
     # ------------------------------------------------------------------------------- state
-    def save(self) -> str | None:
-        """Checkpoint the run now (atomically; keeps the newest ``keep_last``). Only the main
-        rank writes; on the others this does nothing. Refuses parameters that are not finite."""
+    def save(self, directory=None, *, keep_last="default", extra=None) -> str | None:
+        """Checkpoint the run now into ``directory`` (default out_dir; atomically; keeps the
+        newest ``keep_last``, default the Trainer's, None keeps all), with ``extra`` fields in
+        its sidecar. Only the main rank writes; on the others this does nothing. Refuses
+        parameters that are not finite."""
         if not self.is_main:
             return None
-        if self.out_dir is None:
+        if self.out_dir is None and directory is None:
             raise EmberError("Trainer.save() needs out_dir")
         bad = [name for name, p in self.model.state_dict().items()
                if p.dtype.kind == "f" and not bool(p.isfinite().all())]
         if bad:
             raise NonFiniteError(f"not saving step {self.step}: {', '.join(bad[:5])} hold NaN/inf values; "
                                  f"the last good checkpoint is in {self.out_dir}")
-        extra = {"epoch": self.epoch, "batch": self._batch, "meters": meter_state(self._meters),
-                 "skipped_steps": self.skipped_steps, "history": self.history}
-        path = save_training_state(self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
-                                   self.train_loader, config=self.config, extra=extra, keep_last=self.keep_last)
-        self._saved_step = self.step
+        fields = {**(extra or {}), "epoch": self.epoch, "batch": self._batch, "meters": meter_state(self._meters),
+                  "skipped_steps": self.skipped_steps, "history": self.history,
+                  "callbacks": dict(zip(callback_keys(self.callbacks), (cb.state_dict() for cb in self.callbacks)))}
+        path = save_training_state(directory or self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
+                                   self.train_loader, config=self.config, extra=fields,
+                                   keep_last=self.keep_last if keep_last == "default" else keep_last)
+        if directory is None:
+            self._saved_step = self.step
         return path
 
     def resume(self, path=None) -> bool:
@@ -357,8 +381,25 @@ class Trainer:
             load_meter_state(self._meters, extra["meters"])
         except ValueError as e:
             raise CheckpointError(path, f"sidecar extra.meters: {e}") from None
+        self._load_callbacks(path, extra.get("callbacks", {}))
         self._resumed_step = self._saved_step = self.step
         return True
+
+    def _load_callbacks(self, path, states) -> None:
+        """Give each callback its saved state; one that had state but finds none is an error
+        (it would restart silently), and so is a state that does not fit."""
+        if not isinstance(states, dict):
+            raise CheckpointError(path, f"sidecar field extra.callbacks must be an object, got {states!r:.60}")
+        for key, cb in zip(callback_keys(self.callbacks), self.callbacks):
+            if key not in states:
+                if cb.state_dict():
+                    raise CheckpointError(path, f"sidecar holds no state for callback {key} (saved by a run "
+                                                f"without it); start a new run to use it")
+                continue
+            try:
+                cb.load_state_dict(states[key])
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+                raise CheckpointError(path, f"sidecar extra.callbacks.{key} does not fit {key}: {e}") from None
 
     def _lr(self):
         return self.optimizer.param_groups[0]["lr"]

@@ -8,6 +8,7 @@ const demo = (window.emberDemo = { timings: {}, backend: null, reasons: [], erro
 
 function status(text, isError = false) {
   $("status").textContent = text;
+  $("status").title = text; // the line keeps a fixed height; the whole text is here
   $("status").classList.toggle("error", isError);
 }
 
@@ -45,6 +46,7 @@ async function main() {
   status("Loading the model…");
   demo.backend = backend;
   demo.reasons = reasons;
+  $("backend").value = backend; // what runs, also when the one asked for was passed over
   const specText = await (await fetch(site.model)).text();
   const spec = JSON.parse(specText);
   const weightsURL = new URL(spec.weights, new URL(site.model, base));
@@ -63,9 +65,13 @@ async function main() {
   demo.timings.warmup_ms = warm.ms;
   $("model").textContent = `${spec.model} on ${spec.dataset}` +
     (spec.checkpoint.eval_accuracy ? ` (test accuracy ${(100 * spec.checkpoint.eval_accuracy).toFixed(1)}%)` : "");
-  status(`Ready on the ${backend} backend. Draw a digit.`);
+  status(`Ready on the ${backend} backend` + (want !== "auto" && want !== backend ? ` (${want} asked for)` : "") +
+    ". Draw a digit.");
   $("why").textContent = reasons.length ? `Passed over: ${reasons.join("; ")}.` : "";
   showTimings();
+  document.body.classList.remove("loading");
+  $("backend").disabled = false;
+  $("confidence").textContent = "draw a digit on the left";
 }
 
 function showTimings(last) {
@@ -83,8 +89,9 @@ function clear() {
   ctx.fillStyle = "#000";
   ctx.fillRect(0, 0, canvas.width, canvas.height);
   $("preview").getContext("2d").clearRect(0, 0, 28, 28);
-  $("digit").textContent = "·";
-  $("confidence").textContent = "draw a digit on the left";
+  $("digit").textContent = "?";
+  $("digit").classList.add("empty");
+  if (!document.body.classList.contains("loading")) $("confidence").textContent = "draw a digit on the left";
   drawBars(null);
 }
 clear();
@@ -136,6 +143,7 @@ function classifyCanvas() {
     showPreview(out.input);
     const k = out.classes[0];
     $("digit").textContent = out.labels ? out.labels[k] : String(k);
+    $("digit").classList.remove("empty");
     $("confidence").textContent = `${(100 * out.probs[0][k]).toFixed(1)}% · ${out.ms.toFixed(1)} ms on ${out.backend}`;
     drawBars(out.probs[0]);
     showTimings(out.ms);
@@ -172,5 +180,6 @@ function drawBars(probs) {
 demo.ready = main().then(() => true, (err) => {
   demo.error = String(err && err.stack ? err.stack : err);
   status("Failed: " + String(err), true);
+  document.querySelector(".veil").textContent = "the model did not load (the reason is above)";
   return false;
 });
