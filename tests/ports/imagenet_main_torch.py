@@ -1,5 +1,5 @@
 # The training loop of pytorch/examples imagenet/main.py, for one process (no DistributedDataParallel,
-# no GPU selection, --dummy data only, sized by flags), top-1 accuracy only. imagenet_main_torch.py
+# no GPU selection, --dummy data only, sized by flags). imagenet_main_torch.py
 # is the PyTorch version; imagenet_main.py, the ember port, differs from it only in its imports.
 import argparse
 import os
@@ -146,9 +146,10 @@ def train(train_loader, model, criterion, optimizer, epoch, device, args):
     data_time = AverageMeter('Data', ':6.3f')
     losses = AverageMeter('Loss', ':.4e')
     top1 = AverageMeter('Acc@1', ':6.2f')
+    top5 = AverageMeter('Acc@5', ':6.2f')
     progress = ProgressMeter(
         len(train_loader),
-        [batch_time, data_time, losses, top1],
+        [batch_time, data_time, losses, top1, top5],
         prefix="Epoch: [{}]".format(epoch))
 
     # switch to train mode
@@ -168,9 +169,10 @@ def train(train_loader, model, criterion, optimizer, epoch, device, args):
         loss = criterion(output, target)
 
         # measure accuracy and record loss
-        acc1 = accuracy(output, target)
+        acc1, acc5 = accuracy(output, target, topk=(1, 5))
         losses.update(loss.item(), images.size(0))
         top1.update(acc1[0], images.size(0))
+        top5.update(acc5[0], images.size(0))
 
         # compute gradient and do SGD step
         optimizer.zero_grad()
@@ -189,9 +191,10 @@ def validate(val_loader, model, criterion, device, args):
     batch_time = AverageMeter('Time', ':6.3f', Summary.NONE)
     losses = AverageMeter('Loss', ':.4e', Summary.NONE)
     top1 = AverageMeter('Acc@1', ':6.2f', Summary.AVERAGE)
+    top5 = AverageMeter('Acc@5', ':6.2f', Summary.AVERAGE)
     progress = ProgressMeter(
         len(val_loader),
-        [batch_time, losses, top1],
+        [batch_time, losses, top1, top5],
         prefix='Test: ')
 
     # switch to evaluate mode
@@ -208,9 +211,10 @@ def validate(val_loader, model, criterion, device, args):
             loss = criterion(output, target)
 
             # measure accuracy and record loss
-            acc1 = accuracy(output, target)
+            acc1, acc5 = accuracy(output, target, topk=(1, 5))
             losses.update(loss.item(), images.size(0))
             top1.update(acc1[0], images.size(0))
+            top5.update(acc5[0], images.size(0))
 
             # measure elapsed time
             batch_time.update(time.time() - end)
@@ -299,14 +303,21 @@ class ProgressMeter(object):
         return '[' + fmt + '/' + fmt.format(num_batches) + ']'
 
 
-def accuracy(output, target):
-    """Computes the top-1 accuracy in percent (upstream: top-k, through output.topk)"""
+def accuracy(output, target, topk=(1,)):
+    """Computes the accuracy over the k top predictions for the specified values of k"""
     with torch.no_grad():
+        maxk = max(topk)
         batch_size = target.size(0)
-        pred = output.argmax(1, keepdim=True).t()
+
+        _, pred = output.topk(maxk, 1, True, True)
+        pred = pred.t()
         correct = pred.eq(target.view(1, -1).expand_as(pred))
-        correct_1 = correct[:1].reshape(-1).float().sum(0, keepdim=True)
-        return correct_1.mul_(100.0 / batch_size)
+
+        res = []
+        for k in topk:
+            correct_k = correct[:k].reshape(-1).float().sum(0, keepdim=True)
+            res.append(correct_k.mul_(100.0 / batch_size))
+        return res
 
 
 if __name__ == '__main__':
