@@ -169,7 +169,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
             break
         certified.append(t)
 
-    dtypes = [d for d in ("bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64")]
+    dtypes = ["bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64"]
     matrix, covered = {}, {}        # covered: the dtypes tier 2 has cases for (the primitive's record)
     for r in (r for r in tests if r["tier"] == 2):
         matrix.setdefault(r["op"], {d: "n/a" for d in dtypes})[r["dtype"]] = _status(r)

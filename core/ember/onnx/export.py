@@ -196,7 +196,7 @@ def to_model(model, example_inputs, opset=DEFAULT_OPSET):
     b = Builder(opset)
     b.shapes = {}
     inputs, outputs = [], []
-    for i, (vid, shape, dtype) in enumerate(t.inputs):
+    for _i, (vid, shape, dtype) in enumerate(t.inputs):
         b.dtypes[vid], b.shapes[vid] = dtype, shape
         inputs.append(helper.make_tensor_value_info(b.name(vid), ONNX_TYPES[dtype], list(shape)))
     seen = {}
