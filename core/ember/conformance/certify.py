@@ -153,7 +153,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
     per_tier = {}
     for t in tiers:
         recs = [r for r in tests if r["tier"] == t]
-        skips = {}
+        skips: dict = {}
         for r in recs:
             if r["outcome"] == "skipped":
                 kind = _skip_kind(r["message"])

@@ -165,7 +165,7 @@ def run_suite(cases, backend="numpy", progress=None) -> dict:
 
 def table(results) -> str:
     """A Markdown pass table: per category, then totals over all and over plain-tensor cases."""
-    rows = {}
+    rows: dict = {}
     for cat, _plain, reason, _ in results.values():
         r = rows.setdefault(cat, [0, 0])
         r[0] += reason is None

@@ -370,7 +370,7 @@ class Optimizer:
             raise self._fail(f"the state_dict has {len(theirs)} param group(s) of sizes {theirs}, but this "
                              f"optimizer has {len(mine)} of sizes {mine}; build the optimizer over the "
                              f"same parameters, in the same order")
-        by_index = {}
+        by_index: dict = {}
         for group, old in zip(self.param_groups, saved):
             by_index.update(zip(old["params"], group["params"]))
         state = defaultdict(dict)

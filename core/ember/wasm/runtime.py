@@ -55,7 +55,7 @@ async def choose_backend(preference: str = "auto") -> tuple:
     if preference not in ("auto",) + PREFERENCE:
         raise ValueError(f"unknown backend preference {preference!r}; use auto, {', '.join(PREFERENCE)}")
     order = PREFERENCE if preference == "auto" else PREFERENCE[PREFERENCE.index(preference):]
-    reasons = []
+    reasons: list = []
     for name in order:
         if name == "webgpu":
             # ember.backends.webgpu offers itself only where navigator.gpu exists, and its
