@@ -1,6 +1,7 @@
 """The Backend protocol (ember.backend.BackendProtocol): the built-in backends and the template
 plugin satisfy it, at run time (members present) and under mypy (member types), and mypy
 rejects a backend that lacks part of it."""
+
 import shutil
 import textwrap
 from pathlib import Path
@@ -26,16 +27,16 @@ def test_an_object_missing_members_is_not_a_backend():
     assert isinstance(Backend(), BackendProtocol)
 
 
-CHECKED = '''
+CHECKED = """
 from ember.backend import BackendProtocol
 from ember.backends.numpy.backend import NumpyBackend
 from ember.backends.python.backend import PythonBackend
 from ember_template.backend import TemplateBackend
 
 backends: list[BackendProtocol] = [NumpyBackend(), PythonBackend(), TemplateBackend()]
-'''
+"""
 
-BROKEN = '''
+BROKEN = """
 from typing import Any
 from ember.backend import BackendProtocol, Capabilities
 
@@ -61,7 +62,7 @@ class NoBytes:                       # everything but to_bytes, and a wrongly ty
 
 
 backend: BackendProtocol = NoBytes()
-'''
+"""
 
 
 def test_backends_satisfy_the_protocol_under_mypy(tmp_path, monkeypatch):
@@ -70,15 +71,25 @@ def test_backends_satisfy_the_protocol_under_mypy(tmp_path, monkeypatch):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "core" / "ember", src / "ember", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "backends", src / "ember" / "backends", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "plugins" / "template" / "ember_template", src / "ember_template",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "plugins" / "template" / "ember_template",
+        src / "ember_template",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     (tmp_path / "checked.py").write_text(CHECKED)
     (tmp_path / "broken.py").write_text(textwrap.dedent(BROKEN))
     monkeypatch.setenv("MYPYPATH", str(src))
     # No --ignore-missing-imports: an ember that mypy cannot find is an error in checked.py.
-    out, err, status = api.run([
-        "--no-incremental", "--follow-imports=silent", "--python-version=3.11",
-        "--config-file=", str(tmp_path / "checked.py"), str(tmp_path / "broken.py")])
+    out, err, status = api.run(
+        [
+            "--no-incremental",
+            "--follow-imports=silent",
+            "--python-version=3.11",
+            "--config-file=",
+            str(tmp_path / "checked.py"),
+            str(tmp_path / "broken.py"),
+        ]
+    )
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert not [e for e in errors if "checked.py" in e], out
     # the broken backend is caught, naming what is wrong with it
