@@ -38,6 +38,7 @@ bool = bool_  # noqa: A001 - ember.bool like torch.bool
 
 # The names imported above are the public API (type checkers read a py.typed package's
 # re-exports from here); tensor.FUNCTIONS' names join them at import.
+# fmt: off
 __all__ = [
     "API_VERSION", "Backend", "BackendError", "BackendInfo", "Capabilities", "DType", "DTypeError",
     "EmberError", "Generator", "GradError", "NotImplementedByBackend", "ShapeError", "Tensor",
@@ -49,6 +50,7 @@ __all__ = [
     "register_backend", "stack", "tensor", "uint8", "uint32", "use", "value_and_grad", "where",
     "zeros", "zeros_like",
 ]
+# fmt: on
 __all__ += sorted(set(_FUNCTIONS) - set(__all__))
 
 

@@ -30,6 +30,8 @@ def _one_of(names):
     return (lambda v: v in names), "one of " + ", ".join(sorted(names))
 
 
+# an aligned table: the columns are the point
+# fmt: off
 NUMBERS = {
     #  name               (test, what it must be)
     "epochs":           _int(1),
@@ -46,8 +48,11 @@ NUMBERS = {
     "limit_test":       _int(1),
     "dist_timeout":     _number(0, strict=True),
 }
+# fmt: on
 
 # A saved config holds these too; names must be ones this ember knows.
+# an aligned table: the columns are the point
+# fmt: off
 CONFIG = {
     **NUMBERS,
     "dataset":   _one_of(recipes.DATASETS),
@@ -56,6 +61,7 @@ CONFIG = {
     "schedule":  _one_of({"none", "cosine", "step"}),
     "augment":   ((lambda v: type(v) is bool), "true or false"),
 }
+# fmt: on
 CONFIG_REQUIRED = ("dataset", "model", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
                    "schedule", "augment", "seed")
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from ..errors import EmberError
 
+# an aligned table: the columns are the point
+# fmt: off
 DATASETS = {
     #  name            class name       (C, H, W)     mean                       std
     "mnist":         ("MNIST",         (1, 28, 28), (0.1307,),                 (0.3081,)),
@@ -14,6 +16,7 @@ DATASETS = {
     "cifar10":       ("CIFAR10",       (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "synthetic-cifar10": ("SyntheticCIFAR10", (3, 32, 32), (0.5, 0.5, 0.5), (0.29, 0.29, 0.29)),
 }
+# fmt: on
 
 BASE = dict(epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, weight_decay=0.0,
             schedule="cosine", augment=False)
