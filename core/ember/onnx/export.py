@@ -7,11 +7,18 @@ initializers. Shapes are the example inputs' (static).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from os import PathLike
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .. import dtypes as D
 from .jit_graph import Ref, trace
 from .reader import ONNX_TYPES, OnnxError, onnx_module
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 MIN_OPSET, DEFAULT_OPSET = 13, 17
 
@@ -228,7 +235,8 @@ def to_model(model, example_inputs, opset=DEFAULT_OPSET):
     return proto
 
 
-def export(model, example_inputs, path=None, opset=DEFAULT_OPSET):
+def export(model: Callable[..., Any], example_inputs: Tensor | tuple[Tensor, ...], path: str | PathLike[str] | None = None,
+           opset: int = DEFAULT_OPSET) -> bytes | None:
     """Write ``model`` as ONNX to ``path`` (or return the bytes when path is None).
 
     ``example_inputs`` is a tensor or a tuple of tensors; the file's input shapes are theirs.
