@@ -13,9 +13,11 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
+from . import bfloat16 as bf16
 from . import host_memory
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
+NP[D.bfloat16] = bf16.BF16        # a storage dtype (bfloat16.py)
 EMBER = {v: k for k, v in NP.items()}
 
 
@@ -168,14 +170,33 @@ def _index_add(x, indices, values, axis):
     return out
 
 
+def _cast(x, dtype):
+    if dtype is D.bfloat16 or x.dtype == bf16.BF16:
+        return bf16.cast(x, NP[dtype])
+    return x.astype(NP[dtype])
+
+
+def _stored(make, dtype, *args):
+    """``make(*args, dtype=...)``; a storage dtype's values are made in float32 and cast."""
+    if dtype in D.STORAGE:
+        return _cast(make(*args, dtype=np.float32), dtype)
+    return make(*args, dtype=NP[dtype])
+
+
+def _pad(x, widths, value=0):
+    if x.dtype == bf16.BF16 and value:
+        value = bf16.from_float(np.float32(value))[()]
+    return np.pad(x, widths, constant_values=value)
+
+
 def _slice(x, starts, stops, steps):
     # the trailing ... keeps a 0-d result an array (x[()] would be a scalar)
     return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps)) + (Ellipsis,)]
 
 
 IMPLS = {
-    "full": lambda shape, value, dtype: np.full(shape, value, dtype=NP[dtype]),
-    "arange": lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=NP[dtype]),
+    "full": lambda shape, value, dtype: _stored(np.full, dtype, shape, value),
+    "arange": lambda start, stop, step, dtype: _stored(np.arange, dtype, start, stop, step),
     "random_bits": random_bits,
     **{name: _ufunc(f) for name, f in [
         ("neg", np.negative), ("exp", np.exp), ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
@@ -187,7 +208,7 @@ IMPLS = {
     **{name: _ufunc(f, quiet=True) for name, f in [
         ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power)]},
     "where": np.where,
-    "cast": lambda x, dtype: x.astype(NP[dtype]),
+    "cast": _cast,
     "sum": _sum,
     "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
     "min": lambda x, axes, keepdims=False: np.asarray(np.min(x, axis=tuple(axes), keepdims=keepdims)),
@@ -195,7 +216,7 @@ IMPLS = {
     "reshape": lambda x, shape: np.reshape(x, shape),     # shape= is numpy >= 2.1 only
     "permute": np.transpose,
     "expand": np.broadcast_to,
-    "pad": lambda x, widths, value=0: np.pad(x, widths, constant_values=value),
+    "pad": _pad,
     "slice": _slice,
     "concatenate": lambda *xs, axis: np.concatenate(xs, axis=axis),
     "flip": lambda x, axes: np.flip(x, axis=tuple(axes)) if axes else x,
@@ -233,10 +254,12 @@ class NumpyBackend(Backend):
         return EMBER[buf.dtype]
 
     def from_list(self, flat, shape, dtype):
+        if dtype is D.bfloat16:
+            return bf16.from_float(np.array(flat, dtype=np.float32)).reshape(shape)
         return np.array(flat, dtype=NP[dtype]).reshape(shape)
 
     def to_list(self, buf):
-        return buf.reshape(-1).tolist()
+        return (bf16.to_float(buf) if buf.dtype == bf16.BF16 else buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
         return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
@@ -245,10 +268,10 @@ class NumpyBackend(Backend):
         return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
 
     def from_numpy(self, array):
-        return array
+        return array.view(bf16.BF16) if bf16.is_ml_dtypes(array) else array
 
     def to_numpy(self, buf):
-        return buf
+        return bf16.ml_dtypes_view(buf) if buf.dtype == bf16.BF16 else buf
 
     def assign(self, dst, src):
         np.copyto(dst, src)

@@ -19,7 +19,7 @@ from . import autograd
 from .autograd import inference_mode
 from .backend import API_VERSION, Backend, BackendInfo, Capabilities
 from .devices import cuda, device
-from .dtypes import (DType, bool_, float16, float32, float64, int32, int64, promote as promote_types,
+from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote as promote_types,
                      uint8, uint32)
 from .errors import (BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend,
                      ShapeError)
@@ -40,7 +40,7 @@ bool = bool_  # noqa: A001 - ember.bool like torch.bool
 # re-exports from here); tensor.FUNCTIONS' names join them at import.
 # fmt: off
 __all__ = [
-    "API_VERSION", "Backend", "BackendError", "BackendInfo", "Capabilities", "DType", "DTypeError",
+    "API_VERSION", "Backend", "BackendError", "BackendInfo", "Capabilities", "DType", "DTypeError", "bfloat16",
     "EmberError", "Generator", "GradError", "NotImplementedByBackend", "ShapeError", "Tensor",
     "arange", "as_tensor", "autograd", "backend", "bool", "bool_", "broadcast_tensors", "cat",
     "concatenate", "cuda", "device", "dtypes", "empty", "enable_grad", "eye", "float16", "float32",

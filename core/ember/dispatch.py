@@ -22,6 +22,7 @@ True
 
 Eager's fast path does no checking; when a backend raises, the primitive's abstract rule is run
 to explain the failure in shapes and dtypes, located at the user's line (:func:`explain`).
+That slow path is also where a storage dtype (bfloat16) is upcast to float32 for computing.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import contextlib
 import contextvars
 
 from . import primitives
+from .dtypes import KEEPS, storage_upcast
 from .errors import BackendError, EmberError, NotImplementedByBackend, located
 
 # Comparisons, argmax, logical ops: their outputs never require grad (as in torch), so they
@@ -215,7 +217,7 @@ def apply1(name, x, **params):
     try:
         data = backend.impls[name](x._data, **params)
     except Exception as exc:  # noqa: BLE001
-        explain(name, backend, (x,), params, exc)
+        return explain(name, backend, (x,), params, exc)
     if x.requires_grad and _grad_enabled() and name not in NO_GRAD:
         return _new(data, backend, (name, (x,), params))
     return _new(data, backend, None)
@@ -234,7 +236,7 @@ def apply2(name, a, b):
                           f"{b._backend.name!r}; move one with .to({backend.name!r})")
         data = backend.impls[name](a._data, b._data if bt else b)
     except Exception as exc:  # noqa: BLE001
-        explain(name, backend, (a, b), {}, exc)
+        return explain(name, backend, (a, b), {}, exc)
     if (a.requires_grad or (bt and b.requires_grad)) and _grad_enabled() and name not in NO_GRAD:
         return _new(data, backend, (name, (a, b), {}))
     return _new(data, backend, None)
@@ -259,7 +261,7 @@ def apply(name, *args, **params):
     try:
         data = backend.impls[name](*bufs, **params)
     except Exception as exc:  # noqa: BLE001
-        explain(name, backend, args, params, exc)
+        return explain(name, backend, args, params, exc)
     if grad and _grad_enabled() and name not in NO_GRAD:
         return _new(data, backend, (name, args, params))
     return _new(data, backend, None)
@@ -273,13 +275,17 @@ def create(name, backend, **params):
     try:
         data = backend.impls[name](**params)
     except Exception as exc:  # noqa: BLE001
-        explain(name, backend, (), params, exc)
+        return explain(name, backend, (), params, exc)
     return _new(data, backend, None)
 
 
 def explain(name, backend, args, params, exc):
     """Raise an ember error for a failure of ``backend`` on primitive ``name``, naming shapes,
-    dtypes and the user's line."""
+    dtypes and the user's line; or, where an operand has a storage dtype the backend cannot
+    compute on (bfloat16), apply ``name`` again to the operands cast to float32 and return that."""
+    upcast = None if name in KEEPS else storage_upcast(args)
+    if upcast is not None:
+        return apply(name, *upcast, **params)
     if isinstance(exc, EmberError):
         raise exc
     if name not in backend.impls:
