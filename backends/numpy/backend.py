@@ -14,7 +14,7 @@ from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
 from . import bfloat16 as bf16
-from . import host_memory
+from . import host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
 NP[D.bfloat16] = bf16.BF16        # a storage dtype (bfloat16.py)
@@ -206,7 +206,8 @@ IMPLS = {
         ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
         ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]},
     **{name: _ufunc(f, quiet=True) for name, f in [
-        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power)]},
+        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power),
+        ("remainder", np.remainder)]},
     "where": np.where,
     "cast": _cast,
     "sum": _sum,
@@ -228,6 +229,7 @@ IMPLS = {
     "conv2d_grad_weight": _conv2d_grad_weight,
     "windows": _windows,
     "windows_grad": _windows_grad,
+    **ordering.make_impls(np, _ufunc),
 }
 
 
