@@ -612,7 +612,7 @@ def test_mlp_trained_with_backward_and_sgd_reaches_95_percent_on_mnist(tmp_path)
     w2 = (ember.randn(128, 10, generator=g) * math.sqrt(1 / 128)).requires_grad_()
     b2 = ember.zeros(10, requires_grad=True)
     params, classes, batch, lr = [w1, b1, w2, b2], ember.arange(10), 64, 0.2
-    for epoch in range(3):
+    for _epoch in range(3):
         order = ember.randperm(60000, generator=g)
         for i in range(0, 60000, batch):
             idx = order[i:i + batch]

@@ -66,7 +66,7 @@ def _module_strings(path: pathlib.Path) -> list:
 
 def test_the_walk_sees_what_it_should(tmp_path):
     # guards against a walk that finds nothing and so passes everything
-    fused = dict((m, line) for line, m in imports("ember.fused", MODULES["ember.fused"]))
+    fused = {m: line for line, m in imports("ember.fused", MODULES["ember.fused"])}
     assert "ember.dispatch" in fused and "ember.autodiff" in fused
     conv = {m for _, m in imports("ember.nn.conv", MODULES["ember.nn.conv"])}
     assert "ember.nn.functional" in conv

@@ -82,3 +82,13 @@ def test_onnx_is_an_optional_extra_with_pinned_versions():
     project = pyproject()["project"]
     assert project["optional-dependencies"]["onnx"] == ["onnx==1.23.2", "onnxruntime==1.32.0"]
     assert {"ember.onnx", "ember.onnx.ops"} <= set(pyproject()["tool"]["setuptools"]["packages"])
+
+
+def test_every_distribution_ships_py_typed():
+    # PEP 561: type checkers read a package's annotations only when py.typed is installed with it
+    for project, package in [(".", "ember"), ("plugins/numba", "ember_numba"), ("plugins/cupy", "ember_cupy"),
+                             ("plugins/template", "ember_template")]:
+        config = tomllib.loads((ROOT / project / "pyproject.toml").read_text())
+        assert "py.typed" in config["tool"]["setuptools"]["package-data"][package], project
+        folder = "core/ember" if package == "ember" else f"{project}/{package}"
+        assert (ROOT / folder / "py.typed").is_file(), folder

@@ -176,7 +176,7 @@ class NumpyProgram(Program):
                                               donatable=donatable, in_place=ELEMENTWISE - {"where"},
                                               together=together)
         samples = {}
-        for vid, (strides, result) in layout.items():
+        for _vid, (strides, result) in layout.items():
             if isinstance(result, np.ndarray):
                 samples.setdefault((result.shape, str(result.dtype), strides), result)
         # empty_like keeps the sample's layout (order="K")

@@ -129,7 +129,7 @@ def arange(start, stop, step, dtype):
             b0, b1 = int(start), int(start + step)
             vals = [b0 + i * (b1 - b0) for i in range(n)]
         return _new(convert(vals, D.int64, dtype), (n,), dtype)
-    rnd = (lambda v: convert([v], D.float64, dtype)[0])
+    rnd = (lambda v: convert([v], D.float64, dtype)[0])  # noqa: E731
     b0 = rnd(start)
     if n == 1:
         return _new([b0], (1,), dtype)

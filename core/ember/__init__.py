@@ -11,6 +11,7 @@ dispatch.py (one door for every primitive) → autodiff.py (the VJP table) → b
 contract) → backends/ (numpy reference, pure Python) and plugins (numba, cupy).
 """
 from importlib import import_module as _import_module
+from typing import Any
 
 from . import dtypes
 from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, value_and_grad
@@ -35,6 +36,23 @@ globals().update(_FUNCTIONS)     # ember.exp(x), ember.sum(x, dim), ... (see ten
 __version__ = "0.1.0"
 bool = bool_  # noqa: A001 - ember.bool like torch.bool
 
+# The names imported above are the public API (type checkers read a py.typed package's
+# re-exports from here); tensor.FUNCTIONS' names join them at import.
+# fmt: off
+__all__ = [
+    "API_VERSION", "Backend", "BackendError", "BackendInfo", "Capabilities", "DType", "DTypeError", "bfloat16",
+    "EmberError", "Generator", "GradError", "NotImplementedByBackend", "ShapeError", "Tensor",
+    "arange", "as_tensor", "autograd", "backend", "bool", "bool_", "broadcast_tensors", "cat",
+    "concatenate", "cuda", "device", "dtypes", "empty", "enable_grad", "eye", "float16", "float32",
+    "float64", "from_numpy", "full", "full_like", "get_backend", "grad", "hookimpl", "inference_mode",
+    "int32", "int64", "is_grad_enabled", "linspace", "list_backends", "manual_seed", "matmul",
+    "no_grad", "ones", "ones_like", "promote_types", "rand", "randint", "randn", "randperm",
+    "register_backend", "stack", "tensor", "uint8", "uint32", "use", "value_and_grad", "where",
+    "zeros", "zeros_like",
+]
+# fmt: on
+__all__ += sorted(set(_FUNCTIONS) - set(__all__))
+
 
 # torch's names for functions that live deeper: ember.save / ember.load, ember.checkpoint
 _LAZY = {"save": "io.save", "load": "io.save", "checkpoint": "recompute", "from_dlpack": "dlpack"}
@@ -42,7 +60,7 @@ _SUBMODULES = {"nn", "optim", "data", "io", "train", "models", "conformance", "w
                "jit", "fused", "distributed", "functional", "utils"}
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # Subpackages load on first use, so `import ember` stays light (no numpy until a
     # backend needs it) and never imports numba, cupy or torch.
     if name in _SUBMODULES:

@@ -10,6 +10,8 @@ lives in :data:`VJP`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import dispatch
 from .errors import GradError, located
@@ -34,7 +36,7 @@ def defvjp(name):
     return register
 
 
-def custom_vjp(fn, vjp, name=None):
+def custom_vjp(fn: Callable[..., Any], vjp: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
     """``fn`` with a hand-written gradient, in the spirit of ``jax.custom_vjp``.
 
     The result runs ``fn`` (which returns one Tensor) without recording its operations and,
@@ -89,18 +91,18 @@ class no_grad(contextlib.ContextDecorator):
 
     mode = False
 
-    def __init__(self):
-        self._prev = []     # a stack: one instance is re-entered when a `with` block recurses
+    def __init__(self) -> None:
+        self._prev: list[bool] = []     # a stack: one instance is re-entered when a `with` block recurses
 
-    def _recreate_cm(self):
+    def _recreate_cm(self) -> no_grad:
         # As a decorator, one instance per call: threads running the function at once must
         # not pop each other's saved modes.
         return type(self)()
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self._prev.append(dispatch.set_grad_enabled(self.mode))
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         dispatch.set_grad_enabled(self._prev.pop())
 
 
@@ -240,7 +242,8 @@ def _prepare(args, argnums):
     return args, nested
 
 
-def value_and_grad(f, argnums=0, has_aux=False):
+def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
     """``value_and_grad(f)(*args)`` returns ``(f(*args), df/dargs[argnums])``.
 
     >>> import ember
@@ -269,7 +272,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
     return wrapped
 
 
-def grad(f, argnums=0, has_aux=False):
+def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
     """``grad(f)(*args)``: the gradient of scalar ``f`` with respect to ``args[argnums]``.
     Composes: ``grad(grad(f))`` is the second derivative.
 

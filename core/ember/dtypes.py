@@ -22,7 +22,7 @@ class DType:
     def __repr__(self):
         return f"ember.{self.name}"
 
-    __str__ = lambda self: self.name
+    __str__ = lambda self: self.name  # noqa: E731
 
     def __reduce__(self):  # dtypes are singletons, also across copy/deepcopy
         return (get, (self.name,))

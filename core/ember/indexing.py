@@ -98,12 +98,11 @@ def getitem(t, key):
     entries = _normalize(t, key)
     # None: insert the new unit dims first, then index them with a full slice.
     if any(_new_axis(e) for e in entries):
-        shape, dim = list(t.shape), 0
+        shape = list(t.shape)
         for i, e in enumerate(entries):
             if _new_axis(e):
-                shape.insert(dim, 1)
+                shape.insert(i, 1)
                 entries[i] = slice(None) if e is None else e.index
-            dim += 1
         t = t.reshape(shape)
     entries += [slice(None)] * (t.ndim - len(entries))
     if any(isinstance(e, Tensor) for e in entries):

@@ -7,10 +7,15 @@ on numpy, numba, cupy and pure Python, and a checkpoint can save and restore the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import dispatch
 from . import dtypes as D
 from .registry import get_backend
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 
 class Generator:
@@ -36,7 +41,7 @@ class Generator:
     def set_state(self, state: dict) -> None:
         self.seed, self.offset = int(state["seed"]), int(state["offset"])
 
-    def bits(self, shape, backend=None):
+    def bits(self, shape: Sequence[int], backend: Any = None) -> Tensor:
         """A uint32 tensor of fresh random words."""
         shape = tuple(shape)
         # Under ember.jit the draw is recorded relative to this generator's state at each call.
@@ -54,7 +59,7 @@ def manual_seed(seed: int) -> Generator:
     return default_generator
 
 
-def _uniform(shape, dtype, generator, backend):
+def _uniform(shape: tuple[int, ...], dtype: Any, generator: Generator | None, backend: Any) -> Tensor:
     """Uniform [0, 1): as many random bits as the dtype's significand holds (11 for float16,
     24 for float32, 53 from two words for float64), so rounding can never reach 1.0."""
     g = generator or default_generator
@@ -67,7 +72,8 @@ def _uniform(shape, dtype, generator, backend):
     return u.to(dtype)
 
 
-def rand(*shape, dtype=None, generator=None, backend=None, requires_grad=False):
+def rand(*shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None,
+         requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1).
 
     >>> import ember
@@ -79,7 +85,8 @@ def rand(*shape, dtype=None, generator=None, backend=None, requires_grad=False):
     return out.requires_grad_() if requires_grad else out
 
 
-def randn(*shape, dtype=None, generator=None, backend=None, requires_grad=False):
+def randn(*shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None,
+          requires_grad: bool = False) -> Tensor:
     """Standard normal samples (Box-Muller on two uniform draws, computed in float64)."""
     from .tensor import _shape_arg
     shape = _shape_arg(shape)
@@ -90,7 +97,8 @@ def randn(*shape, dtype=None, generator=None, backend=None, requires_grad=False)
     return out.requires_grad_() if requires_grad else out
 
 
-def randint(low, high=None, size=(), dtype=None, generator=None, backend=None):
+def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None,
+            generator: Generator | None = None, backend: Any = None) -> Tensor:
     """Integers uniform in [low, high)."""
     if high is None:
         low, high = 0, low
@@ -98,7 +106,7 @@ def randint(low, high=None, size=(), dtype=None, generator=None, backend=None):
     return ((u * (high - low)).floor() + low).to(D.get(dtype or D.int64))
 
 
-def randperm(n, generator=None, backend=None):
+def randperm(n: int, generator: Generator | None = None, backend: Any = None) -> Tensor:
     """A random permutation of 0..n-1 (argsort of uniform keys, done by repeated argmax-free sort
     on the host: permutations are small and host-side in practice)."""
     keys = _uniform((n,), D.float64, generator, backend).tolist()
@@ -106,11 +114,11 @@ def randperm(n, generator=None, backend=None):
     return tensor(sorted(range(n), key=keys.__getitem__), dtype=D.int64, backend=backend)
 
 
-def uniform_(t, low=0.0, high=1.0, generator=None):
+def uniform_(t: Tensor, low: float = 0.0, high: float = 1.0, generator: Generator | None = None) -> Tensor:
     """Fill ``t`` in place with uniform samples in [low, high)."""
-    return t.copy_(rand(t.shape, dtype=t.dtype, generator=generator, backend=t._backend) * (high - low) + low)
+    return t.copy_(rand(t.shape, dtype=t.dtype, generator=generator, backend=t.backend) * (high - low) + low)
 
 
-def normal_(t, mean=0.0, std=1.0, generator=None):
+def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
     """Fill ``t`` in place with normal samples."""
-    return t.copy_(randn(t.shape, dtype=t.dtype, generator=generator, backend=t._backend) * std + mean)
+    return t.copy_(randn(t.shape, dtype=t.dtype, generator=generator, backend=t.backend) * std + mean)

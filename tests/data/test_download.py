@@ -176,9 +176,9 @@ def test_offline_data_path_accepts_recompressed_copies(fakes, mnist_files, tmp_p
     np.testing.assert_array_equal(ds.targets, arrays["train-labels-idx1-ubyte"])
     # a copy whose content differs is ignored with a warning
     (shelf / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(encode_idx(np.zeros(10, np.uint8))))
-    with pytest.warns(UserWarning, match="ignoring .*t10k-labels-idx1-ubyte.gz"):
-        with pytest.raises(DataError, match="not found"):
-            FakeMNIST(train=False, download=False)
+    with pytest.warns(UserWarning, match="ignoring .*t10k-labels-idx1-ubyte.gz"), \
+            pytest.raises(DataError, match="not found"):
+        FakeMNIST(train=False, download=False)
 
 
 def test_corrupt_cache_file_is_detected_and_refetched(server, fakes, mnist_files, isolated_cache):

@@ -44,7 +44,7 @@ def test_layout_is_aligned_and_padded(tensors):
     (n,) = struct.unpack("<Q", blob[:8])
     assert n % 8 == 0 and blob[8:8 + n].rstrip(b" ").endswith(b"}")
     # Larger dtypes first: every tensor starts on a multiple of its own item size.
-    for name, info in json.loads(blob[8:8 + n]).items():
+    for _name, info in json.loads(blob[8:8 + n]).items():
         assert info["data_offsets"][0] % DTYPES[info["dtype"]].itemsize == 0
 
 

@@ -137,7 +137,7 @@ def test_layer_forward_and_gradients_match_eager(name):
         out2 = step(jitted, x2)
         close(out2, out1)
         close(x2.grad, x1.grad)
-        for (n, p1), p2 in zip(eager.named_parameters(), jitted.parameters()):
+        for (_n, p1), p2 in zip(eager.named_parameters(), jitted.parameters()):
             close(p2.grad, p1.grad)
         for b1, b2 in zip(eager.buffers(), jitted.buffers()):      # BatchNorm's running statistics
             close(b2, b1)

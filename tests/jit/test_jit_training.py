@@ -43,7 +43,7 @@ def compare(make_model, make_opt, batches, step=train_step, steps=3, rtol=1e-5, 
         loss_j = jstep(jitted, opt_j, x, y)
         assert gen.get_state() == after                     # jit drew the same random numbers
         close(loss_j, loss_e, rtol, atol)
-        for (name, pe), pj in zip(eager.named_parameters(), jitted.parameters()):
+        for (_name, pe), pj in zip(eager.named_parameters(), jitted.parameters()):
             close(pj, pe, rtol, atol)
             close(pj.grad, pe.grad, rtol, atol)
         for be, bj in zip(eager.buffers(), jitted.buffers()):

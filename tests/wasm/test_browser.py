@@ -117,6 +117,6 @@ def test_a_tampered_wheel_is_refused(chromium, trained_site, tmp_path):
     lock = json.loads((site / "pyodide" / "pyodide-lock.json").read_text())
     wheel = site / "pyodide" / lock["packages"]["ember"]["file_name"]
     wheel.write_bytes(wheel.read_bytes() + b"tampered")
-    with Served(site) as server, pytest.raises(AssertionError, match="(?s)wheel did not install.*'integrity'"):
-        with demo_page(chromium, server.url, timeout_s=120):
-            pass
+    with Served(site) as server, pytest.raises(AssertionError, match="(?s)wheel did not install.*'integrity'"), \
+            demo_page(chromium, server.url, timeout_s=120):
+        pass

@@ -227,7 +227,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
     per_tier = {}
     for t in tiers:
         recs = [r for r in tests if r["tier"] == t]
-        skips = {}
+        skips: dict = {}
         for r in recs:
             if r["outcome"] == "skipped":
                 kind = _skip_kind(r["message"])
@@ -243,7 +243,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
             break
         certified.append(t)
 
-    dtypes = [d for d in ("bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64")]
+    dtypes = ["bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64"]
     matrix, covered = {}, {}        # covered: the dtypes tier 2 has cases for (the primitive's record)
     for r in (r for r in tests if r["tier"] == 2):
         matrix.setdefault(r["op"], {d: "n/a" for d in dtypes})[r["dtype"]] = _status(r)

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +28,7 @@ class Dataset:
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__} must define __len__")
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
 
 
@@ -44,7 +46,8 @@ class ArrayDataset(Dataset):
     np.int64(3)
     """
 
-    def __init__(self, *arrays, transform=None, target_transform=None):
+    def __init__(self, *arrays: Any, transform: Callable[..., Any] | None = None,
+                 target_transform: Callable[..., Any] | None = None) -> None:
         self.transform, self.target_transform = transform, target_transform
         if not arrays:
             raise ValueError("ArrayDataset needs at least one array")
@@ -61,14 +64,15 @@ class ArrayDataset(Dataset):
     def __len__(self) -> int:
         return len(self.arrays[0])
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Any:
         sample = tuple(a[index] for a in self.arrays)
         if self.transform is None and self.target_transform is None:
             return sample
         return apply_transforms(sample, self.transform, self.target_transform)
 
 
-def apply_transforms(sample, transform, target_transform, rng=None):
+def apply_transforms(sample: Any, transform: Callable[..., Any] | None, target_transform: Callable[..., Any] | None,
+                     rng: Any = None) -> Any:
     """``sample`` (or a batch) with ``transform`` on field 0 and ``target_transform`` on field 1.
 
     >>> apply_transforms((1, 2, 3), lambda x: -x, str)
@@ -92,7 +96,8 @@ class TensorDataset(ArrayDataset):
     (3, [2, 3])
     """
 
-    def __init__(self, *tensors, transform=None, target_transform=None):
+    def __init__(self, *tensors: Any, transform: Callable[..., Any] | None = None,
+                 target_transform: Callable[..., Any] | None = None) -> None:
         super().__init__(*(np.array(t) for t in tensors), transform=transform, target_transform=target_transform)
 
 
@@ -103,7 +108,7 @@ class Subset(Dataset):
     (np.int64(4),)
     """
 
-    def __init__(self, dataset, indices):
+    def __init__(self, dataset: Dataset, indices: Sequence[int] | Any) -> None:
         self.dataset = dataset
         self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(dataset)
@@ -113,7 +118,7 @@ class Subset(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Any:
         return self.dataset[int(self.indices[index])]
 
 
@@ -124,14 +129,14 @@ class ConcatDataset(Dataset):
     5
     """
 
-    def __init__(self, datasets):
+    def __init__(self, datasets: Sequence[Dataset]) -> None:
         self.datasets = list(datasets)
         self.offsets = np.cumsum([0] + [len(d) for d in self.datasets])
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Any:
         index = int(index)
         if index < 0:
             index += len(self)
@@ -141,7 +146,7 @@ class ConcatDataset(Dataset):
         return self.datasets[d][index - int(self.offsets[d])]
 
 
-def random_split(dataset, lengths, seed: int = 0) -> list[Subset]:
+def random_split(dataset: Dataset, lengths: Sequence[float], seed: int = 0) -> list[Subset]:
     """Split ``dataset`` into non-overlapping random subsets, reproducibly from ``seed``.
 
     ``lengths`` are counts summing to ``len(dataset)``, or fractions summing to 1 (the
@@ -164,7 +169,7 @@ def random_split(dataset, lengths, seed: int = 0) -> list[Subset]:
     return [Subset(dataset, perm[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def array_view(dataset):
+def array_view(dataset: Any) -> tuple[Any, Any] | None:
     """``(arrays, indices)`` if ``dataset`` is an ArrayDataset or nested Subsets of one, else None.
 
     ``indices`` maps the dataset's positions to rows of ``arrays`` (None: the identity).
@@ -182,7 +187,7 @@ def array_view(dataset):
     return dataset.arrays, index
 
 
-def base_transforms(dataset):
+def base_transforms(dataset: Any) -> tuple[Any, Any]:
     """``(transform, target_transform)`` of the ArrayDataset under any Subsets (Nones otherwise)."""
     while isinstance(dataset, Subset):
         dataset = dataset.dataset

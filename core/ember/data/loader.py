@@ -20,14 +20,16 @@ import multiprocessing
 import queue
 import threading
 import traceback
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
 from .dataset import apply_transforms, array_view, base_transforms
 
 
-def default_collate(samples):
+def default_collate(samples: list[Any]) -> Any:
     """Stack a list of samples into a batch, field by field (tuples, lists and dicts recurse).
 
     >>> default_collate([(np.zeros(2), 1), (np.ones(2), 0)])
@@ -71,8 +73,10 @@ class DataLoader:
     Batches never share memory with the dataset, so modifying one cannot corrupt the data.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=0, transform=None,
-                 prefetch=2, collate=None, to_tensor=True, num_workers=0, worker_mode="auto", pin_memory=False):
+    def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, seed: int = 0,
+                 transform: Callable[..., Any] | None = None, prefetch: int = 2,
+                 collate: Callable[[list[Any]], Any] | None = None, to_tensor: bool = True, num_workers: int = 0,
+                 worker_mode: str = "auto", pin_memory: bool = False) -> None:
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
         if int(seed) != seed or seed < 0:
@@ -94,13 +98,13 @@ class DataLoader:
         self.collate = collate if collate is not None else default_collate
         self.to_tensor = to_tensor
         self._next_epoch, self._next_batch = 0, 0  # where the next iter() starts
-        self._live = None  # [epoch, batches handed out] of the most recent iterator
+        self._live: list[int] | None = None  # [epoch, batches handed out] of the most recent iterator
 
     def __len__(self) -> int:
         n = len(self.dataset)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
                 f"drop_last={self.drop_last}, seed={self.seed}, prefetch={self.prefetch})")
 
@@ -141,14 +145,14 @@ class DataLoader:
         self._next_epoch, self._next_batch, self._live = int(state["epoch"]), int(state["batch"]), None
 
     # -- iteration ----------------------------------------------------------------------------
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         epoch, start = self._next_epoch, self._next_batch
         self._next_epoch, self._next_batch = epoch + 1, 0
         convert = self._converter()  # fail now, not at the first batch, if conversion is impossible
         pos = self._live = [epoch, start]
         return self._run(epoch, start, pos, convert)
 
-    def _run(self, epoch, start, pos, convert):
+    def _run(self, epoch: int, start: int, pos: list[int], convert: Callable[[Any], Any]) -> Generator[Any, None, None]:
         order = np.random.default_rng(self.seed + epoch).permutation(len(self.dataset)) if self.shuffle else None
         view = array_view(self.dataset) if self.collate is default_collate else None
         numbers = range(start, len(self))
@@ -168,7 +172,7 @@ class DataLoader:
             if self._live is pos and pos[1] >= len(self):
                 self._live = None
 
-    def _make_batch(self, order, view, epoch, b):
+    def _make_batch(self, order: Any, view: Any, epoch: int, b: int) -> Any:
         lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, len(self.dataset))
         idx = order[lo:hi] if order is not None else np.arange(lo, hi)
         t = self.transform
@@ -189,10 +193,10 @@ class DataLoader:
             batch = self.collate(samples)
         if batched:
             rng = rng or np.random.default_rng([self.seed, epoch, b])
-            batch = (t(batch[0], rng),) + tuple(batch[1:]) if isinstance(batch, tuple) else t(batch, rng)
+            batch = (t(batch[0], rng),) + tuple(batch[1:]) if isinstance(batch, tuple) else t(batch, rng)  # type: ignore[misc]  # batched: t is set
         return batch
 
-    def _converter(self):
+    def _converter(self) -> Callable[[Any], Any]:
         if not self.to_tensor:
             return lambda batch: batch
         try:
@@ -201,7 +205,7 @@ class DataLoader:
             raise RuntimeError("DataLoader(to_tensor=True) needs ember.as_tensor, which this ember build does not "
                                "provide; pass to_tensor=False to get numpy arrays.") from None
 
-        def convert(batch):
+        def convert(batch: Any) -> Any:
             if isinstance(batch, tuple):
                 return tuple(convert(x) for x in batch)
             if isinstance(batch, dict):
@@ -224,27 +228,29 @@ WORKER_MODES = {
 class _Job:
     """Batch ``b`` of one epoch: what a worker computes (picklable for spawned processes)."""
 
-    def __init__(self, loader, order, view, epoch):
+    def __init__(self, loader: DataLoader, order: Any, view: Any, epoch: int) -> None:
         self.loader, self.order, self.view, self.epoch = loader, order, view, epoch
 
-    def __call__(self, b):
+    def __call__(self, b: int) -> Any:
         return self.loader._make_batch(self.order, self.view, self.epoch, b)
 
 
-_FORKED_JOB = None     # a forked worker inherits the job instead of unpickling the dataset
+_FORKED_JOB: Any = None     # a forked worker inherits the job instead of unpickling the dataset
 
 
-def _run_forked(b):
+def _run_forked(b: int) -> Any:
     return _FORKED_JOB(b)
 
 
-def _in_workers(job, numbers, workers, depth, mode):
+def _in_workers(job: Callable[[int], Any], numbers: Iterable[int], workers: int, depth: int,
+                mode: str) -> Generator[Any, None, None]:
     """Run ``job`` on every batch number in a pool, at most ``depth`` ahead; yield results in order."""
     global _FORKED_JOB
     if mode == "process":
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        pool = ProcessPoolExecutor(workers, mp_context=context)
+        pool: Executor = ProcessPoolExecutor(workers, mp_context=context)
+        call: Callable[[int], Any]
         if context.get_start_method() == "fork":
             _FORKED_JOB, call = job, _run_forked    # read by the children when they fork, at the first submit
         else:
@@ -278,20 +284,20 @@ _DONE = object()
 
 
 class _Failure:
-    def __init__(self, error, text):
+    def __init__(self, error: BaseException, text: str) -> None:
         self.error, self.text = error, text
 
 
-def _prefetched(items, depth):
+def _prefetched(items: Iterable[Any], depth: int) -> Generator[Any, None, None]:
     """Iterate ``items`` in a daemon thread, at most ``depth`` ahead; re-raise its errors here.
 
     The thread is stopped and joined when this generator is closed, including when the
     consumer stops early, so abandoned iterators do not leak threads.
     """
-    q = queue.Queue(maxsize=depth)
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
-    def put(item):
+    def put(item: Any) -> bool:
         while not stop.is_set():
             try:
                 q.put(item, timeout=0.05)
@@ -300,7 +306,7 @@ def _prefetched(items, depth):
                 pass
         return False
 
-    def work():
+    def work() -> None:
         try:
             for item in items:
                 if not put(item):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
+from typing import IO, Any
 
 TMP_SUFFIX = ".tmp"
 
@@ -20,7 +22,7 @@ def temp_name(path: str) -> str:
     return os.path.join(directory, f".{base}.{os.urandom(6).hex()}{TMP_SUFFIX}")
 
 
-def atomic_write(path, write):
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> Any:
     """Call ``write(file)`` on a temporary binary file, then move it onto ``path`` atomically.
 
     Returns what ``write`` returns. If anything fails (``write`` raises, the disk is full, the

@@ -19,12 +19,12 @@ class CheckpointError(EmberError, ValueError):
     ('run/ckpt-00000010.safetensors', 'file is truncated')
     """
 
-    def __init__(self, path, cause):
+    def __init__(self, path: object, cause: object) -> None:
         self.path, self.cause = str(path), str(cause)
         # Both go into args so the error survives pickling (multiprocessing, pytest-xdist).
         super().__init__(self.path, self.cause)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.path}: {self.cause}"
 
 

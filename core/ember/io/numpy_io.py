@@ -4,10 +4,12 @@ The rest of ``ember.io`` deals in bytes so that it runs where numpy does not (Py
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info
 
 
-def to_numpy(tensor: TensorBytes):
+def to_numpy(tensor: TensorBytes) -> Any:
     """A read-only NumPy view of a tensor's bytes (no copy); BF16 as ``ml_dtypes.bfloat16``.
 
     >>> import struct
@@ -27,7 +29,7 @@ def to_numpy(tensor: TensorBytes):
     return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
 
 
-def _ml_dtypes():
+def _ml_dtypes() -> Any:
     try:
         import ml_dtypes
     except ImportError:
@@ -36,7 +38,7 @@ def _ml_dtypes():
     return ml_dtypes
 
 
-def from_numpy(array) -> TensorBytes:
+def from_numpy(array: Any) -> TensorBytes:
     """``TensorBytes`` for a NumPy array (or anything ``numpy.asarray`` accepts).
 
     Shares memory with ``array`` when it is already contiguous and little-endian.
@@ -57,7 +59,7 @@ def from_numpy(array) -> TensorBytes:
     return TensorBytes(d.code, tuple(int(s) for s in array.shape), array.reshape(-1).view(np.uint8).data)
 
 
-def tensor_bytes(t) -> TensorBytes:
+def tensor_bytes(t: Any) -> TensorBytes:
     """An ember tensor as safetensors bytes, through its backend (no numpy needed).
 
     >>> import ember
@@ -67,7 +69,7 @@ def tensor_bytes(t) -> TensorBytes:
     return TensorBytes(dtype_info(t.dtype.name).code, tuple(t.shape), t.backend.to_bytes(t._data))
 
 
-def tensor_from_bytes(tb: TensorBytes, backend=None):
+def tensor_from_bytes(tb: TensorBytes, backend: Any = None) -> Any:
     """The inverse of :func:`tensor_bytes`, on ``backend`` (default: the current one).
 
     >>> import ember
@@ -83,7 +85,7 @@ def tensor_from_bytes(tb: TensorBytes, backend=None):
     return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
 
 
-def as_tensor_bytes(value) -> TensorBytes:
+def as_tensor_bytes(value: Any) -> TensorBytes:
     """Accept a ``TensorBytes`` as is, an ember tensor through its backend's bytes; convert an
     array-like (NumPy array, or any object with a ``.numpy()`` method) through NumPy.
 

@@ -21,6 +21,8 @@ import io
 import json
 import os
 import struct
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
 
 from .atomic import atomic_write
 from .errors import CheckpointError
@@ -36,7 +38,7 @@ MAX_HEADER_SIZE = 100_000_000
 # Writing
 
 
-def dump(tensors, file, metadata=None) -> int:
+def dump(tensors: Mapping[str, Any], file: IO[bytes], metadata: Mapping[str, str] | None = None) -> int:
     """Write ``tensors`` (name -> TensorBytes) to an open binary file; return the byte count.
 
     Everything is validated before the first byte is written.
@@ -48,7 +50,7 @@ def dump(tensors, file, metadata=None) -> int:
     return _write(file, *_layout(tensors, metadata))
 
 
-def _write(file, header, views) -> int:
+def _write(file: IO[bytes], header: bytes, views: list[memoryview]) -> int:
     file.write(struct.pack("<Q", len(header)))
     file.write(header)
     for view in views:
@@ -56,7 +58,7 @@ def _write(file, header, views) -> int:
     return 8 + len(header) + sum(v.nbytes for v in views)
 
 
-def save_bytes(tensors, metadata=None) -> bytes:
+def save_bytes(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """Serialize ``tensors`` (name -> TensorBytes) and optional str -> str ``metadata``.
 
     >>> blob = save_bytes({"x": TensorBytes("I32", (), struct.pack("<i", 7))}, {"note": "hi"})
@@ -68,7 +70,7 @@ def save_bytes(tensors, metadata=None) -> bytes:
     return buf.getvalue()
 
 
-def save_file(tensors, path, metadata=None) -> None:
+def save_file(tensors: Mapping[str, Any], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None) -> None:
     """Write a safetensors file atomically: a crash leaves the old file or the new, never half.
 
     ``tensors`` maps names to ``TensorBytes``, ember tensors or NumPy arrays, so a model's
@@ -85,7 +87,7 @@ def save_file(tensors, path, metadata=None) -> None:
     atomic_write(path, lambda f: _write(f, header, views))
 
 
-def _layout(tensors, metadata):
+def _layout(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None) -> tuple[bytes, list[memoryview]]:
     """Validate the input; return the padded header and the tensors' bytes in file order."""
     entries = []
     for name, tensor in tensors.items():
@@ -105,7 +107,7 @@ def _layout(tensors, metadata):
         entries.append((name, d.code, shape, view))
     entries.sort(key=lambda e: (-_RANK[e[1]], e[0]))
 
-    header = {}
+    header: dict[str, Any] = {}
     if metadata is not None:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise ValueError(f"metadata must map str to str, got {metadata!r:.200}")
@@ -118,7 +120,7 @@ def _layout(tensors, metadata):
     return raw + b" " * (-len(raw) % 8), [e[3] for e in entries]
 
 
-def _byte_view(data, name) -> memoryview:
+def _byte_view(data: Any, name: str) -> memoryview:
     try:
         view = memoryview(data)
     except TypeError:
@@ -130,7 +132,7 @@ def _byte_view(data, name) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def _numel(shape) -> int:
+def _numel(shape: Iterable[int]) -> int:
     n = 1
     for s in shape:
         n *= s
@@ -141,7 +143,7 @@ def _numel(shape) -> int:
 # Reading
 
 
-def load_bytes(buffer, *, source="<bytes>"):
+def load_bytes(buffer: bytes | bytearray | memoryview, *, source: str = "<bytes>") -> tuple[dict[str, TensorBytes], dict[str, str] | None]:
     """Parse safetensors bytes into ``({name: TensorBytes}, metadata or None)``.
 
     Tensor data are read-only memoryviews into ``buffer`` (no copy). ``source`` names the
@@ -160,7 +162,7 @@ def load_bytes(buffer, *, source="<bytes>"):
     return _slice(entries, view[8 + n:]), metadata
 
 
-def load_file(path, *, mmap=False):
+def load_file(path: str | os.PathLike[str], *, mmap: bool = False) -> tuple[dict[str, TensorBytes], dict[str, str] | None]:
     """Read a safetensors file into ``({name: TensorBytes}, metadata or None)``.
 
     The header is validated against the file size before anything else is read, so a
@@ -192,11 +194,11 @@ def load_file(path, *, mmap=False):
     return _slice(entries, data), metadata
 
 
-def _slice(entries, data):
+def _slice(entries: list[tuple[Any, ...]], data: Any) -> dict[str, TensorBytes]:
     return {name: TensorBytes(code, shape, data[begin:end]) for name, code, shape, begin, end in entries}
 
 
-def _header_length(first8: bytes, size: int, source) -> int:
+def _header_length(first8: bytes, size: int, source: str) -> int:
     if len(first8) < 8:
         raise CheckpointError(source, f"file is {size} bytes, too short to hold the 8-byte header length")
     (n,) = struct.unpack("<Q", first8)
@@ -212,17 +214,17 @@ class _DuplicateName(Exception):
     pass
 
 
-def _no_duplicates(pairs):
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # json.loads would silently keep the last of two equal keys; a file with two tensors of
     # one name is ambiguous, so refuse it.
     result = dict(pairs)
     if len(result) != len(pairs):
-        seen = set()
-        raise _DuplicateName(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        seen: set[str] = set()
+        raise _DuplicateName(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
     return result
 
 
-def _parse_header(raw: bytes, data_len: int, source):
+def _parse_header(raw: bytes, data_len: int, source: str) -> tuple[list[tuple[Any, ...]], dict[str, str] | None]:
     """Validate a header; return ``([(name, code, shape, begin, end)], metadata)``."""
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
@@ -255,7 +257,7 @@ def _parse_header(raw: bytes, data_len: int, source):
     return entries, metadata
 
 
-def _parse_entry(name, info, data_len, source):
+def _parse_entry(name: str, info: Any, data_len: int, source: str) -> tuple[Any, ...]:
     where = f"tensor {_short(name)}"
     if not isinstance(info, dict):
         raise CheckpointError(source, f"{where}: entry is a JSON {type(info).__name__}, not an object")
@@ -285,7 +287,7 @@ def _parse_entry(name, info, data_len, source):
     return name, code, tuple(shape), begin, end
 
 
-def _bounded_numel(shape, limit):
+def _bounded_numel(shape: list[int], limit: int) -> int | None:
     """The element count, or None once it passes ``limit`` (a hostile shape such as
     [10**4000] * 10**6 would otherwise cost a huge multiplication)."""
     if 0 in shape:
@@ -298,6 +300,6 @@ def _bounded_numel(shape, limit):
     return n
 
 
-def _short(value, limit=80) -> str:
+def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."

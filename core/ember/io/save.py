@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from typing import IO, Any
 
 from .errors import CheckpointError
 from .numpy_io import from_numpy, tensor_bytes, tensor_from_bytes, to_numpy
@@ -39,7 +40,7 @@ _SCALARS = (int, str, bool, type(None))
 # Writing
 
 
-def save(obj, f) -> None:
+def save(obj: Any, f: str | os.PathLike[str] | IO[bytes]) -> None:
     """Save a tensor, a state dict, or nested dicts/lists/tuples of them to ``f``.
 
     ``f`` is a path (written atomically) or a binary file object. Numbers, strings, booleans
@@ -63,16 +64,16 @@ def save(obj, f) -> None:
         save_file(tensors, f, metadata)
 
 
-def _where(path) -> str:
+def _where(path: tuple[Any, ...]) -> str:
     return "obj" + "".join(f"[{k!r}]" for k in path)
 
 
-def _name(path, tensors) -> str:
+def _name(path: tuple[Any, ...], tensors: dict[str, Any]) -> str:
     name = ".".join(str(k) for k in path) or "tensor"
     return name if name not in tensors else f"{name}#{len(tensors)}"
 
 
-def _encode(obj, path, tensors):
+def _encode(obj: Any, path: tuple[Any, ...], tensors: dict[str, Any]) -> Any:
     from ..tensor import Tensor
 
     if isinstance(obj, Tensor):
@@ -99,7 +100,7 @@ def _encode(obj, path, tensors):
                     "(no pickle: save a module's state_dict(), not the module)")
 
 
-def _encode_key(key, path):
+def _encode_key(key: Any, path: tuple[Any, ...]) -> Any:
     if isinstance(key, (*_SCALARS, float)) or (isinstance(key, tuple) and all(isinstance(k, _SCALARS) for k in key)):
         return _encode(key, path, {})
     raise TypeError(f"ember.save: the dict at {_where(path)} has a key of type {type(key).__name__}; keys "
@@ -110,7 +111,7 @@ def _encode_key(key, path):
 # Reading
 
 
-def load(f, map_location=None, *, weights_only=True):
+def load(f: str | os.PathLike[str] | IO[bytes], map_location: Any = None, *, weights_only: bool = True) -> Any:
     """Load what :func:`save` wrote (or any safetensors file, as ``{name: Tensor}``).
 
     ``map_location`` is a device (``"cpu"``, ``ember.device("cuda")``) or a backend name for
@@ -155,7 +156,7 @@ def load(f, map_location=None, *, weights_only=True):
 _FOREIGN = {b"PK\x03\x04": "a zip archive, as torch.save writes", b"\x80": "a Python pickle"}
 
 
-def _explained(error, f):
+def _explained(error: CheckpointError, f: Any) -> CheckpointError:
     """``error``, with what the file is if it is one of the usual foreign formats."""
     try:
         if hasattr(f, "seek"):
@@ -174,13 +175,13 @@ def _explained(error, f):
     return error
 
 
-def _target_backend(map_location):
+def _target_backend(map_location: Any) -> Any:
     from ..devices import backend_for
     from ..registry import get_backend
     return get_backend() if map_location is None else backend_for(map_location)
 
 
-def _decode(node, tensors, backend):
+def _decode(node: Any, tensors: dict[str, Any], backend: Any) -> Any:
     if isinstance(node, list):
         return [_decode(v, tensors, backend) for v in node]
     if not isinstance(node, dict):
@@ -202,7 +203,7 @@ def _decode(node, tensors, backend):
     return {k: _decode(v, tensors, backend) for k, v in node.items()}
 
 
-def _hashable(key):
+def _hashable(key: Any) -> Any:
     if isinstance(key, list):
         raise TypeError("a dict key decodes to a list")
     return key

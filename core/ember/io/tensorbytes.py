@@ -74,5 +74,5 @@ class TensorBytes(NamedTuple):
     def nbytes(self) -> int:
         return memoryview(self.data).nbytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TensorBytes(dtype={self.dtype!r}, shape={tuple(self.shape)!r}, data=<{self.nbytes} bytes>)"

@@ -20,6 +20,7 @@ runner from ``Backend.jit_runner()`` (running a graph) → api.py (the cache and
 """
 import sys as _sys
 import types as _types
+from typing import Any as _Any
 
 from .api import Compiled, Jit, enabled, jit
 from .graph import Graph, Var
@@ -35,7 +36,7 @@ class _JitModule(_types.ModuleType):
     """This module is also the ``jit`` function itself, so ``ember.jit(fn)`` works while
     ``ember.jit.fusion_groups`` and friends stay reachable."""
 
-    def __call__(self, fn=None, **options):
+    def __call__(self, fn: _Any = None, **options: _Any) -> _Any:
         return jit(fn, **options)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, overload
 
 from .. import dispatch
 from .. import dtypes as D
@@ -37,7 +39,9 @@ def enabled() -> bool:
 class Compiled:
     """One traced signature: the optimized graph, its fusion groups and its program."""
 
-    def __init__(self, traced, backend, optimize=True):
+    one_shot = False        # a trace that leaked tensors into Python state: run once, then retrace
+
+    def __init__(self, traced: Any, backend: Any, optimize: bool = True) -> None:
         self.traced, self.backend = traced, backend
         graph = traced.graph
         if optimize:
@@ -60,7 +64,7 @@ class Compiled:
             if escapes:
                 taken.add(r)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counts for reports and tests: ``primitives`` traced, ``nodes`` left after the passes,
         fusion ``groups`` (``fused``: those of several ops), ``kernels`` (groups that are not
         views: what a backend that compiles groups launches), ``calls`` (backend calls one run
@@ -74,7 +78,7 @@ class Compiled:
         return self.graph.format(self.groups)
 
     # -- a call -------------------------------------------------------------------------------------
-    def read_captures(self, tensors):
+    def read_captures(self, tensors: list[Any]) -> list[Any] | None:
         """Capture buffers for this call, or None if a guard fails (the caller retraces)."""
         backend = self.backend
         for t, was_none in self.traced.grad_guards:
@@ -95,7 +99,7 @@ class Compiled:
                 return None          # a layer frozen or unfrozen: backward must see it
         return buffers
 
-    def run(self, tensors, captures, only_rebind=False):
+    def run(self, tensors: list[Any], captures: list[Any], only_rebind: bool = False) -> Any:
         traced, backend = self.traced, self.backend
         gens = traced.generators
         outs = self.program.run([t._data for t in tensors], captures, [(g.seed, g.offset) for g, _ in gens])
@@ -132,14 +136,14 @@ class Compiled:
         return traced.rebuild([next(it) if s is TENSOR else s for s in traced.statics])
 
 
-def _python_value(container, key):
+def _python_value(container: Any, key: Any) -> Any:
     try:
         return container[key]
     except (KeyError, IndexError):
         return None
 
 
-def _resolve(target, tensors):
+def _resolve(target: tuple[str, Any], tensors: list[Any]) -> Any:
     kind, what = target
     return tensors[what] if kind == "arg" else what
 
@@ -148,7 +152,7 @@ def _resolve(target, tensors):
 _NOT_KEYS = ("params", "param_names", "lr", "initial_lr")
 
 
-def _hyper(v):
+def _hyper(v: Any) -> Any:
     if isinstance(v, list):
         return tuple(_hyper(x) for x in v)
     if isinstance(v, dict):
@@ -156,15 +160,15 @@ def _hyper(v):
     return v
 
 
-def _is_module(x) -> bool:
+def _is_module(x: Any) -> bool:
     return hasattr(x, "training") and callable(getattr(x, "modules", None))
 
 
-def _is_optimizer(x) -> bool:
+def _is_optimizer(x: Any) -> bool:
     return hasattr(x, "param_groups") and hasattr(x, "state")
 
 
-def static_key(x):
+def static_key(x: Any) -> tuple[Any, ...]:
     """What a non-tensor argument contributes to the cache key (see the module doc)."""
     if x is None or isinstance(x, (bool, int, float, str, bytes, D.DType)):
         return (type(x).__name__, x)
@@ -188,11 +192,11 @@ def static_key(x):
         return ("object", id(x))
 
 
-def _tensor_key(t):
+def _tensor_key(t: Any) -> tuple[Any, ...]:
     return (t.shape, t.dtype, id(t._backend), t.requires_grad, t._grad is None)
 
 
-def _nearby(fn) -> list:
+def _nearby(fn: Any) -> list[Any]:
     """Modules and optimizers the function can reach without arguments: its closure, its
     defaults, and the attributes of the object it is a bound method of."""
     found = []
@@ -226,7 +230,7 @@ class Jit:
     (8.0, 2)
     """
 
-    def __init__(self, fn, *, optimize=True, cache_size=CACHE_SIZE):
+    def __init__(self, fn: Callable[..., Any], *, optimize: bool = True, cache_size: int = CACHE_SIZE) -> None:
         self.fn, self.optimize, self.cache_size = fn, optimize, cache_size
         self.__name__ = getattr(fn, "__name__", "f")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -235,10 +239,10 @@ class Jit:
         self._cache: OrderedDict = OrderedDict()
         self._leaky: set = set()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<ember.jit of {self.__name__}: {self.trace_count} trace(s), {len(self._cache)} cached>"
 
-    def __get__(self, obj, owner=None):          # @ember.jit on a method: one Jit per instance
+    def __get__(self, obj: Any, owner: Any = None) -> Any:          # @ember.jit on a method: one Jit per instance
         if obj is None:
             return self
         import types
@@ -250,7 +254,7 @@ class Jit:
                 obj.__dict__[slot] = bound
         return bound
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if is_tracing() or not enabled():
             return self.fn(*args, **kwargs)          # inside another trace: inline
         entry, key, tensors, captures = self._entry(args, kwargs)
@@ -260,7 +264,7 @@ class Jit:
         return out
 
     # -- inspection ---------------------------------------------------------------------------------
-    def lower(self, *args, **kwargs) -> Compiled:
+    def lower(self, *args: Any, **kwargs: Any) -> Compiled:
         """The compiled form for these arguments (traced now unless cached; runs nothing, except
         to settle tensors the trace left in Python state, see ember.jit's docs)."""
         entry, key, tensors, captures = self._entry(args, kwargs)
@@ -269,25 +273,25 @@ class Jit:
             self._cache.pop(key, None)
         return entry
 
-    def graph(self, *args, **kwargs) -> str:
+    def graph(self, *args: Any, **kwargs: Any) -> str:
         """A text dump of the optimized graph for these arguments: one line per node with its
         shape, dtype and fusion group, then the groups."""
         return self.lower(*args, **kwargs).format()
 
-    def groups(self, *args, **kwargs) -> list:
+    def groups(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The fusion groups (passes.Group) for these arguments, in execution order."""
         return self.lower(*args, **kwargs).groups
 
-    def stats(self, *args, **kwargs) -> dict:
+    def stats(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Counts for these arguments: see :meth:`Compiled.stats`."""
         return self.lower(*args, **kwargs).stats()
 
-    def kernel_count(self, *args, **kwargs) -> int:
+    def kernel_count(self, *args: Any, **kwargs: Any) -> int:
         """Kernels one run needs: fusion groups that are not views (see Compiled.stats)."""
         return self.stats(*args, **kwargs)["kernels"]
 
     # -- the cache ------------------------------------------------------------------------------------
-    def _entry(self, args, kwargs):
+    def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         leaves, _, desc = flatten((tuple(args), dict(kwargs)))
         tensors = [x for x in leaves if isinstance(x, Tensor)]
         key = (desc, dispatch.is_grad_enabled(), D.default_float,
@@ -316,7 +320,7 @@ class Jit:
                           f"fail at once (a captured tensor changes shape while tracing?)")
         return entry, key, tensors, captures
 
-    def _compile(self, args, kwargs, tensors) -> Compiled:
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[Any]) -> Compiled:
         backends = {id(t._backend): t._backend for t in tensors}
         if len(backends) > 1:
             names = sorted({b.name for b in backends.values()})
@@ -330,7 +334,12 @@ class Jit:
         return Compiled(traced, backend, self.optimize)
 
 
-def jit(fn=None, *, optimize=True, cache_size=CACHE_SIZE):
+@overload
+def jit(fn: Callable[..., Any], *, optimize: bool = ..., cache_size: int = ...) -> Jit: ...
+@overload
+def jit(fn: None = None, *, optimize: bool = ..., cache_size: int = ...) -> Callable[[Callable[..., Any]], Jit]: ...
+def jit(fn: Callable[..., Any] | None = None, *, optimize: bool = True,
+        cache_size: int = CACHE_SIZE) -> Jit | Callable[[Callable[..., Any]], Jit]:
     """Compile ``fn``: trace it with abstract tensors, optimize the graph, run it fast.
 
     Usable as ``ember.jit(fn)`` or as a decorator (``@ember.jit``). See :class:`Jit`.

@@ -20,7 +20,7 @@ def liveness(order: list, graph: Graph, aliases=VIEWS, steps=None) -> dict:
     ``steps`` (var id -> step) counts positions in steps instead, for nodes that run together
     (a compiled group: see plan_buffers)."""
     step = steps or {v.id: i for i, v in enumerate(order)}
-    last = {}
+    last: dict = {}
     end = max(step.values(), default=-1) + 1
     root = roots(order, aliases)
     for v in order:
@@ -37,7 +37,7 @@ def liveness(order: list, graph: Graph, aliases=VIEWS, steps=None) -> dict:
 
 def roots(order: list, aliases=VIEWS) -> dict:
     """var id -> id of the value whose memory it views (itself when it is not a view)."""
-    root = {}
+    root: dict = {}
     for v in order:
         root[v.id] = root.get(v.args[0].id, v.args[0].id) if v.op in aliases and isinstance(v.args[0], Var) else v.id
     return root

@@ -216,7 +216,7 @@ def elide_copies(graph: Graph) -> Graph:
     """
     root = roots(graph.nodes)
     byid = {v.id: v for v in graph.nodes}
-    claimed = {}
+    claimed: dict = {}
     for o in graph.outputs:
         claimed[root.get(o.id, o.id)] = claimed.get(root.get(o.id, o.id), 0) + 1
 
@@ -410,7 +410,7 @@ def _add(g: Group, v: Var) -> None:
 def _schedule(groups, group_of, graph) -> list:
     """Groups in dependency order, ties broken by program order (Kahn's algorithm)."""
     import heapq
-    first = {}
+    first: dict = {}
     for pos, v in enumerate(graph.nodes):
         if v.id in group_of:
             first.setdefault(group_of[v.id], pos)

@@ -163,7 +163,7 @@ class Program:
         env = self.start(inputs, captures, rng)
         i = 0
         try:
-            for i, (fn, out, args, free) in enumerate(self.steps):
+            for i, (fn, out, args, free) in enumerate(self.steps):  # noqa: B007 - i names the failed step
                 env[out] = fn(*[env[a] for a in args])
                 for f in free:
                     env[f] = None

@@ -319,7 +319,7 @@ class Tracer(dispatch.Interpreter):
 
     def random_bits(self, generator, shape, backend=None):
         """Generator.bits: bits at an offset relative to the generator's state at each call."""
-        for slot, (g, start) in enumerate(self.generators):
+        for slot, (g, start) in enumerate(self.generators):  # noqa: B007 - used after break
             if g is generator:
                 break
         else:

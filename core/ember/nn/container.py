@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any, Self
 
 from ..errors import located
 from .module import Module, _addindent
 
 
-def _index(idx, n, what):
+def _index(idx: int, n: int, what: str) -> int:
     idx = int(idx)
     if not -n <= idx < n:
         raise located(IndexError, f"index {idx} is out of range for a {what} of length {n}")
@@ -24,7 +26,7 @@ class Sequential(Module):
     (3, 'ReLU', (3, 2))
     """
 
-    def __init__(self, *modules):
+    def __init__(self, *modules: Any) -> None:    # modules, or one OrderedDict of them
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], OrderedDict):
             for name, m in modules[0].items():
@@ -33,22 +35,22 @@ class Sequential(Module):
             for i, m in enumerate(modules):
                 self.add_module(str(i), m)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         for m in self._modules.values():
             x = m(x)
         return x
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: int | slice) -> Module:
         items = list(self._modules.items())
         if isinstance(idx, slice):
             return Sequential(OrderedDict(items[idx]))
         return items[_index(idx, len(items), "Sequential")][1]
 
-    def __setitem__(self, idx, module):
+    def __setitem__(self, idx: int, module: Module) -> None:
         key = list(self._modules)[_index(idx, len(self._modules), "Sequential")]
         self.add_module(key, module)
 
-    def __delitem__(self, idx):
+    def __delitem__(self, idx: int | slice) -> None:
         keys = list(self._modules)
         for k in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys), "Sequential")]]):
             del self._modules[k]
@@ -59,22 +61,22 @@ class Sequential(Module):
             for i, m in enumerate(items):
                 self._modules[str(i)] = m
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
 
-    def append(self, module):
+    def append(self, module: Module) -> Self:
         self.add_module(str(len(self._modules)), module)
         return self
 
-    def extend(self, modules):
+    def extend(self, modules: Iterable[Module]) -> Self:
         for m in modules:
             self.append(m)
         return self
 
-    def insert(self, index, module):
+    def insert(self, index: int, module: Module) -> Self:
         items = list(self._modules.values())
         n = len(items)
         index = n if index >= n else _index(index, n, "Sequential") if n else 0
@@ -94,21 +96,21 @@ class ModuleList(Module):
     (3, 6)
     """
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Iterable[Module] | None = None) -> None:
         super().__init__()
         if modules is not None:
             self.extend(modules)
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: int | slice) -> Any:
         items = list(self._modules.values())
         if isinstance(idx, slice):
             return ModuleList(items[idx])
         return items[_index(idx, len(items), "ModuleList")]
 
-    def __setitem__(self, idx, module):
+    def __setitem__(self, idx: int, module: Module) -> None:
         self.add_module(str(_index(idx, len(self._modules), "ModuleList")), module)
 
-    def __delitem__(self, idx):
+    def __delitem__(self, idx: int | slice) -> None:
         items = list(self._modules.values())
         if isinstance(idx, slice):
             del items[idx]
@@ -118,40 +120,40 @@ class ModuleList(Module):
         for i, m in enumerate(items):
             self._modules[str(i)] = m
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._modules.values())
 
-    def __iadd__(self, modules):
+    def __iadd__(self, modules: Iterable[Module]) -> Self:
         return self.extend(modules)
 
-    def append(self, module):
+    def append(self, module: Module) -> Self:
         self.add_module(str(len(self._modules)), module)
         return self
 
-    def extend(self, modules):
+    def extend(self, modules: Iterable[Module]) -> Self:
         for m in modules:
             self.append(m)
         return self
 
-    def insert(self, index, module):
+    def insert(self, index: int, module: Module) -> None:
         items = list(self._modules.values())
         items.insert(index, module)
         self._modules.clear()
         for i, m in enumerate(items):
             self.add_module(str(i), m)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise located(NotImplementedError, "ModuleList has no forward(); iterate over it in your own forward")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         # Like torch: runs of identical children print once, as "(0-3): 4 x Block(...)".
         reprs = [repr(m) for m in self]
         if not reprs:
             return "ModuleList()"
-        runs = []                                  # [first index, last index, repr]
+        runs: list[Any] = []                       # [first index, last index, repr]
         for i, r in enumerate(reprs):
             if runs and runs[-1][2] == r:
                 runs[-1][1] = i
@@ -170,51 +172,51 @@ class ModuleDict(Module):
     ['a', 'b']
     """
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None) -> None:
         super().__init__()
         if modules is not None:
             self.update(modules)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         if key not in self._modules:
             raise located(KeyError, f"ModuleDict has no key {key!r}; keys: {', '.join(self._modules)}")
         return self._modules[key]
 
-    def __setitem__(self, key, module):
+    def __setitem__(self, key: str, module: Module) -> None:
         self.add_module(key, module)
 
-    def __delitem__(self, key):
+    def __delitem__(self, key: str) -> None:
         del self._modules[key]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._modules)
 
-    def __contains__(self, key):
+    def __contains__(self, key: object) -> bool:
         return key in self._modules
 
-    def keys(self):
+    def keys(self) -> KeysView[str]:
         return self._modules.keys()
 
-    def values(self):
+    def values(self) -> ValuesView[Any]:
         return self._modules.values()
 
-    def items(self):
+    def items(self) -> ItemsView[str, Any]:
         return self._modules.items()
 
-    def update(self, modules):
+    def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
         for key, m in (modules.items() if hasattr(modules, "items") else modules):
             self.add_module(key, m)
 
-    def pop(self, key):
+    def pop(self, key: str) -> Any:
         m = self[key]
         del self._modules[key]
         return m
 
-    def clear(self):
+    def clear(self) -> None:
         self._modules.clear()
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise located(NotImplementedError, "ModuleDict has no forward(); index it in your own forward")

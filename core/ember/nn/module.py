@@ -13,6 +13,8 @@ tables. There are no hooks.
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Self
 
 from .. import dtypes as D
 from ..autodiff import no_grad
@@ -29,12 +31,12 @@ class StateDictError(EmberError, RuntimeError):
     """A state_dict does not fit the model: missing, unexpected or wrongly shaped entries."""
 
 
-def _addindent(text, spaces=2):
+def _addindent(text: str, spaces: int = 2) -> str:
     lines = text.split("\n")
     return lines[0] + "".join("\n" + " " * spaces + line for line in lines[1:])
 
 
-def _as_tensor(value):
+def _as_tensor(value: Any) -> Tensor:
     """A state_dict value as an ember Tensor (ember tensors, NumPy arrays, anything with __array__)."""
     if isinstance(value, Tensor):
         return value
@@ -66,28 +68,28 @@ class Module:
 
     training: bool
 
-    def __init__(self):
+    def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise located(NotImplementedError, f"{type(self).__name__} does not define forward()")
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
     # ------------------------------------------------------------------------ registration
-    def _tables(self):
+    def _tables(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         try:
             return self.__dict__["_parameters"], self.__dict__["_buffers"], self.__dict__["_modules"]
         except KeyError:
             raise located(AttributeError, f"{type(self).__name__}.__init__ must call super().__init__() "
                           "before assigning parameters, buffers or submodules") from None
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, Parameter):
             params, buffers, modules = self._tables()
             self.__dict__.pop(name, None)
@@ -115,7 +117,7 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: look in the three tables.
         d = self.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
@@ -123,7 +125,7 @@ class Module:
                 return d[table][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> None:
         for table in (self._parameters, self._buffers, self._modules):
             if name in table:
                 del table[name]
@@ -131,10 +133,10 @@ class Module:
                 return
         object.__delattr__(self, name)
 
-    def __dir__(self):
+    def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
 
-    def register_parameter(self, name, param):
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` (a Parameter or None) under ``name``."""
         if param is not None and not isinstance(param, Parameter):
             raise located(TypeError, f"register_parameter({name!r}): expected a Parameter or None, "
@@ -143,7 +145,7 @@ class Module:
         self.__dict__.pop(name, None)
         self._parameters[name] = param
 
-    def register_buffer(self, name, value, persistent=True):
+    def register_buffer(self, name: str, value: Tensor | None, persistent: bool = True) -> None:
         """Register a non-trained tensor (saved in state_dict unless ``persistent=False``)."""
         if value is not None and not isinstance(value, Tensor):
             raise located(TypeError, f"register_buffer({name!r}): expected a Tensor or None, "
@@ -153,7 +155,7 @@ class Module:
         self._buffers[name] = value
         (self._non_persistent.discard if persistent else self._non_persistent.add)(name)
 
-    def add_module(self, name, module):
+    def add_module(self, name: str, module: Module | None) -> None:
         if module is not None and not isinstance(module, Module):
             raise located(TypeError, f"add_module({name!r}): expected a Module, got {type(module).__name__}")
         self._tables()
@@ -161,7 +163,7 @@ class Module:
 
     register_module = add_module
 
-    def get_submodule(self, target):
+    def get_submodule(self, target: str) -> Module:
         mod = self
         for part in target.split(".") if target else []:
             if part not in mod._modules:
@@ -169,7 +171,7 @@ class Module:
             mod = mod._modules[part]
         return mod
 
-    def get_parameter(self, target):
+    def get_parameter(self, target: str) -> Parameter:
         path, _, name = target.rpartition(".")
         mod = self.get_submodule(path)
         if name not in mod._parameters:
@@ -177,7 +179,8 @@ class Module:
         return mod._parameters[name]
 
     # ------------------------------------------------------------------------ traversal
-    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+    def named_modules(self, memo: set[int] | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
         """(name, module) for this module and every descendant, depth first; '' is self."""
         memo = set() if memo is None else memo
         if remove_duplicate and id(self) in memo:
@@ -188,22 +191,23 @@ class Module:
             if child is not None:
                 yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
 
-    def modules(self):
+    def modules(self) -> Iterator[Module]:
         for _, m in self.named_modules():
             yield m
 
-    def named_children(self):
+    def named_children(self) -> Iterator[tuple[str, Module]]:
         seen = set()
         for name, child in self._modules.items():
             if child is not None and id(child) not in seen:
                 seen.add(id(child))
                 yield name, child
 
-    def children(self):
+    def children(self) -> Iterator[Module]:
         for _, child in self.named_children():
             yield child
 
-    def _named_members(self, table, prefix, recurse, remove_duplicate=True):
+    def _named_members(self, table: str, prefix: str, recurse: bool,
+                       remove_duplicate: bool = True) -> Iterator[tuple[str, Any]]:
         seen = set()
         mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mod_prefix, mod in mods:
@@ -213,7 +217,8 @@ class Module:
                 seen.add(id(value))
                 yield (f"{mod_prefix}.{name}" if mod_prefix else name), value
 
-    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, Parameter) pairs; a parameter shared by two layers appears once.
 
         >>> from ember import nn
@@ -222,18 +227,19 @@ class Module:
         """
         return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
-    def parameters(self, recurse=True):
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
-    def buffers(self, recurse=True):
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
-    def num_parameters(self, trainable_only=False):
+    def num_parameters(self, trainable_only: bool = False) -> int:
         """How many scalars the parameters hold (shared parameters counted once).
 
         >>> from ember import nn
@@ -242,37 +248,37 @@ class Module:
         """
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    def cpu(self):
+    def cpu(self) -> Self:
         """``to("cpu")``: onto the default CPU backend unless already on a CPU one (devices.py)."""
         return self.to("cpu")
 
-    def cuda(self, device=None):
+    def cuda(self, device: Any = None) -> Self:
         """``to("cuda")``: onto the CUDA backend (an error naming the fix where there is none)."""
         return self.to(device if device is not None else "cuda")
 
-    def summary(self, input_shape, **kwargs) -> None:
+    def summary(self, input_shape: tuple[int, ...], **kwargs: Any) -> None:
         """Print each layer's output shape and parameter count for inputs of ``input_shape``
         (no batch axis), and the totals, like Keras's ``model.summary()`` (nn/summary.py)."""
         from .summary import summary
         print(summary(self, input_shape, **kwargs))
 
     # ------------------------------------------------------------------------ modes and updates
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Self:
         """Training mode (dropout drops, batch norm uses batch statistics); returns self."""
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
         return self
 
-    def eval(self):
+    def eval(self) -> Self:
         """Evaluation mode: ``train(False)``."""
         return self.train(False)
 
-    def requires_grad_(self, requires_grad=True):
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's gradient (to None, or to zeros in place)."""
         for p in self.parameters():
             if set_to_none:
@@ -280,7 +286,7 @@ class Module:
             elif p.grad is not None:
                 p.grad = p.grad._full_like(0)    # a gradient may be a read-only broadcast view
 
-    def apply(self, fn):
+    def apply(self, fn: Callable[[Module], Any]) -> Self:
         """Call ``fn`` on every submodule (children first) and on self; returns self.
 
         >>> from ember import nn
@@ -291,7 +297,7 @@ class Module:
         fn(self)
         return self
 
-    def to(self, target, non_blocking=False):
+    def to(self, target: Any, non_blocking: bool = False) -> Self:
         """Move or cast every parameter and buffer *in place* (so optimizers that hold them keep
         working): ``model.to("numba")`` changes the backend, ``model.to(ember.float64)`` casts
         floating-point tensors (integer buffers such as ``num_batches_tracked`` stay integer).
@@ -305,7 +311,7 @@ class Module:
         if is_dtype and not D.get(target).is_floating_point:
             raise located(TypeError, f"Module.to() only casts to floating-point dtypes, got {D.get(target)}")
 
-        def move(t):
+        def move(t: Tensor | None) -> None:
             if t is None or (is_dtype and not t.dtype.is_floating_point):
                 return
             moved = t.detach().to(target)
@@ -320,17 +326,18 @@ class Module:
                     move(b)
         return self
 
-    def float(self):
+    def float(self) -> Self:
         return self.to(D.float32)
 
-    def double(self):
+    def double(self) -> Self:
         return self.to(D.float64)
 
-    def half(self):
+    def half(self) -> Self:
         return self.to(D.float16)
 
     # ------------------------------------------------------------------------ state
-    def state_dict(self, destination=None, prefix="", keep_vars=False):
+    def state_dict(self, destination: dict[str, Any] | None = None, prefix: str = "",
+                   keep_vars: bool = False) -> dict[str, Any]:
         """Ordered {dotted name: tensor} of parameters and persistent buffers, in PyTorch's order
         (a module's own parameters, then its buffers, then its children's). Tensors are detached
         and share memory with the model.
@@ -351,11 +358,11 @@ class Module:
                 child.state_dict(out, prefix + name + ".", keep_vars)
         return out
 
-    def _state_slots(self):
+    def _state_slots(self) -> dict[str, Any]:
         """{dotted name: the live tensor} for everything state_dict saves, shared ones included."""
         return self.state_dict(keep_vars=True)
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
         """Copy values into the model's parameters and buffers, in place.
 
         Accepts ember tensors, NumPy arrays or anything with ``__array__`` (a torch state_dict
@@ -391,7 +398,7 @@ class Module:
         """The text inside the parentheses of this module's repr (subclasses override)."""
         return ""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = [f"({name}): {_addindent(repr(child))}" for name, child in self._modules.items()]
         extra = self.extra_repr()
         if not lines:

@@ -34,7 +34,7 @@ class _RNNBase(Module):
     number of gates, the state's parts and the step (``_cell``)."""
 
     _gates = 1
-    _parts = ("h",)          # the state: h for the GRU, (h, c) for the LSTM
+    _parts: tuple[str, ...] = ("h",)        # the state: h for the GRU, (h, c) for the LSTM
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False):

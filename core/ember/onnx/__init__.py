@@ -15,7 +15,7 @@ from .graph import OnnxModule, load
 from .reader import OnnxError
 
 
-def supported_operators() -> dict:
+def supported_operators() -> dict[str, tuple[int, int]]:
     """op_type → (first opset, last opset) that ember honours."""
     from .ops import OPS
     return {name: (first, last) for name, (_, first, last) in sorted(OPS.items())}

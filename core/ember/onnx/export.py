@@ -8,9 +8,16 @@ while exporting, so ``import ember.onnx`` works where neither is (Pyodide, ember
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from os import PathLike
+from typing import TYPE_CHECKING, Any
+
 from .. import dtypes as D
 from .jit_graph import Ref, trace
 from .reader import ONNX_TYPES, OnnxError, onnx_module
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 MIN_OPSET, DEFAULT_OPSET = 13, 17
 
@@ -253,7 +260,7 @@ def to_model(model, example_inputs, opset=DEFAULT_OPSET):
     b = Builder(opset)
     b.shapes = {}
     inputs, outputs = [], []
-    for i, (vid, shape, dtype) in enumerate(t.inputs):
+    for _i, (vid, shape, dtype) in enumerate(t.inputs):
         b.dtypes[vid], b.shapes[vid] = dtype, shape
         inputs.append(helper.make_tensor_value_info(b.name(vid), ONNX_TYPES[dtype], list(shape)))
     seen = {}
@@ -285,7 +292,8 @@ def to_model(model, example_inputs, opset=DEFAULT_OPSET):
     return proto
 
 
-def export(model, example_inputs, path=None, opset=DEFAULT_OPSET):
+def export(model: Callable[..., Any], example_inputs: Tensor | tuple[Tensor, ...], path: str | PathLike[str] | None = None,
+           opset: int = DEFAULT_OPSET) -> bytes | None:
     """Write ``model`` as ONNX to ``path`` (or return the bytes when path is None).
 
     ``example_inputs`` is a tensor or a tuple of tensors; the file's input shapes are theirs.

@@ -8,6 +8,9 @@ load (constant folding), so ``forward`` runs only the part of the graph that dep
 """
 from __future__ import annotations
 
+from os import PathLike
+from typing import Any
+
 from .. import autodiff
 from ..nn import Module, Parameter
 from ..tensor import Tensor, tensor
@@ -226,7 +229,7 @@ def _check_value_type(vi):
     dtype_of(t.tensor_type.elem_type, f"graph value {vi.name!r}")
 
 
-def load(source) -> OnnxModule:
+def load(source: str | PathLike[str] | bytes | Any) -> OnnxModule:
     """Load an ONNX model (a path, bytes or a ModelProto) as an ember Module.
 
     >>> import ember, ember.onnx

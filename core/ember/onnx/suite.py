@@ -147,7 +147,7 @@ def _compare(case, i, want, got):
 
 def _arrays(values):
     from onnx import TensorProto, numpy_helper
-    one = lambda v: numpy_helper.to_array(v) if isinstance(v, TensorProto) else v
+    one = lambda v: numpy_helper.to_array(v) if isinstance(v, TensorProto) else v  # noqa: E731
     return [[one(t) for t in v] if isinstance(v, list) else one(v) for v in values]
 
 
@@ -165,8 +165,8 @@ def run_suite(cases, backend="numpy", progress=None) -> dict:
 
 def table(results) -> str:
     """A Markdown pass table: per category, then totals over all and over plain-tensor cases."""
-    rows = {}
-    for cat, plain, reason, _ in results.values():
+    rows: dict = {}
+    for cat, _plain, reason, _ in results.values():
         r = rows.setdefault(cat, [0, 0])
         r[0] += reason is None
         r[1] += 1

@@ -6,12 +6,15 @@ They are not fused ops: no backend declares a kernel for them, so they run as Te
 """
 from __future__ import annotations
 
-from ..tensor import full_like, zeros_like
+from typing import Any
+
+from ..tensor import Tensor, full_like, zeros_like
 from .functional import _with_decay
-from .optimizer import Optimizer, flag, nonnegative
+from .optimizer import Optimizer, ParamsT, flag, nonnegative
 
 
-def adagrad_step(param, grad, state_sum, *, lr, step, lr_decay=0.0, weight_decay=0.0, eps=1e-10, maximize=False):
+def adagrad_step(param: Tensor, grad: Tensor, state_sum: Tensor, *, lr: float, step: int, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, eps: float = 1e-10, maximize: bool = False) -> tuple[Tensor, Tensor]:
     """One Adagrad step (``step`` counts from 1). Returns ``(param, state_sum)``.
 
     >>> import ember
@@ -25,8 +28,8 @@ def adagrad_step(param, grad, state_sum, *, lr, step, lr_decay=0.0, weight_decay
     return param + (grad * -clr) / (state_sum.sqrt() + eps), state_sum
 
 
-def adadelta_step(param, grad, square_avg, acc_delta, *, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0,
-                  maximize=False):
+def adadelta_step(param: Tensor, grad: Tensor, square_avg: Tensor, acc_delta: Tensor, *, lr: float = 1.0,
+                  rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0, maximize: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """One Adadelta step. Returns ``(param, square_avg, acc_delta)``.
 
     >>> import ember
@@ -56,13 +59,13 @@ class Adagrad(Optimizer):
     rules = {"lr": nonnegative, "lr_decay": nonnegative, "weight_decay": nonnegative,
              "initial_accumulator_value": nonnegative, "eps": nonnegative, "maximize": flag}
 
-    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
-                 eps=1e-10, *, maximize=False):
+    def __init__(self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False) -> None:
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value, eps=eps,
                                       maximize=maximize))
 
-    def _update(self, param, grad, state, group):
+    def _update(self, param: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         if not state:
             state["step"] = 0
             state["sum"] = full_like(param, group["initial_accumulator_value"])
@@ -89,10 +92,11 @@ class Adadelta(Optimizer):
     rules = {"lr": nonnegative, "rho": lambda v: None if nonnegative(v) is None and v <= 1 else "a number in [0, 1]",
              "eps": nonnegative, "weight_decay": nonnegative, "maximize": flag}
 
-    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False):
+    def __init__(self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0,
+                 *, maximize: bool = False) -> None:
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
 
-    def _update(self, param, grad, state, group):
+    def _update(self, param: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         if not state:
             state["step"] = 0
             state["square_avg"] = zeros_like(param)

@@ -1,8 +1,10 @@
 """Adam and AdamW: adaptive moment estimation, with coupled or decoupled weight decay."""
 from __future__ import annotations
 
-from ..tensor import zeros_like
-from .optimizer import Optimizer, beta_pair, flag, nonnegative
+from typing import Any
+
+from ..tensor import Tensor, zeros_like
+from .optimizer import Optimizer, ParamsT, beta_pair, flag, nonnegative
 
 
 class Adam(Optimizer):
@@ -26,15 +28,16 @@ class Adam(Optimizer):
     rules = {"lr": nonnegative, "betas": beta_pair, "eps": nonnegative, "weight_decay": nonnegative,
              "amsgrad": flag, "maximize": flag, "decoupled_weight_decay": flag}
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+                 decoupled_weight_decay: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     rule = "adam_step"
 
-    def _inputs(self, param, state, group):
+    def _inputs(self, param: Tensor, state: dict[str, Any], group: dict[str, Any]) -> tuple[Any, ...]:
         if not state:
             state["step"] = 0
             state["exp_avg"] = zeros_like(param)
@@ -49,7 +52,7 @@ class Adam(Optimizer):
                      weight_decay=group["weight_decay"], amsgrad=amsgrad, maximize=group["maximize"],
                      decoupled_weight_decay=group["decoupled_weight_decay"]))
 
-    def _store(self, param, state, group, results):
+    def _store(self, param: Tensor, state: dict[str, Any], group: dict[str, Any], results: tuple[Any, ...]) -> None:
         new_param, exp_avg, exp_avg_sq, max_sq = results
         self._assign(param, new_param)
         self._assign(state["exp_avg"], exp_avg)
@@ -69,7 +72,8 @@ class AdamW(Adam):
     [0.949999988079071]
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False):
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
                          decoupled_weight_decay=True)

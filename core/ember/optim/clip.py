@@ -8,6 +8,7 @@ re-exports both.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from ..autodiff import no_grad
 from ..errors import located
@@ -15,12 +16,13 @@ from ..tensor import Tensor, stack, tensor
 from .optimizer import OptimizerError, _real
 
 
-def _with_grads(parameters):
+def _with_grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     return [p for p in params if p.grad is not None]
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False) -> Tensor:
     """Scale all gradients together so that their global ``norm_type``-norm is at most
     ``max_norm``, as ``torch.nn.utils.clip_grad_norm_``. Returns the norm before clipping.
 
@@ -43,7 +45,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     with no_grad():
         grads = [p.grad for p in params if p.grad.numel()]
         if not grads:
-            return tensor(0.0, backend=params[0]._backend)
+            return tensor(0.0, backend=params[0].backend)
         if norm_type == math.inf:
             total = stack([g.abs().amax() for g in grads]).amax()
         else:
@@ -58,7 +60,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     return total
 
 
-def clip_grad_value_(parameters, clip_value) -> None:
+def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -> None:
     """Clamp every gradient element to ``[-clip_value, clip_value]``.
 
     >>> import ember

@@ -27,25 +27,29 @@ into the buffers it was given and returning them (the optimizer then copies noth
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import fused
+from ..tensor import Tensor
 
 
-def _lerp(start, end, weight: float):
+def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
     """``start + weight * (end - start)``, with torch's form for large weights (exact at 1)."""
     if abs(weight) < 0.5:
         return start + (end - start) * weight
     return end - (end - start) * (1 - weight)
 
 
-def _with_decay(param, grad, weight_decay, maximize):
+def _with_decay(param: Tensor, grad: Tensor, weight_decay: float, maximize: bool) -> Tensor:
     """The gradient the rule sees: negated to maximize, plus classic L2 weight decay."""
     grad = -grad if maximize else grad
     return grad + param * weight_decay if weight_decay != 0 else grad
 
 
 # --------------------------------------------------------------------------------------- rules
-def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
-             weight_decay=0.0, maximize=False):
+def sgd_step(param: Tensor, grad: Tensor, momentum_buffer: Any, *, lr: float, momentum: float = 0.0,
+             dampening: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
+             maximize: bool = False) -> tuple[Tensor, Any]:
     """One SGD step. ``momentum_buffer`` is None before the first step with momentum.
 
     Returns ``(param, momentum_buffer)``; the buffer stays None without momentum.
@@ -67,9 +71,10 @@ def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, n
     return param + d_p * (-lr), momentum_buffer
 
 
-def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, beta1=0.9,
-              beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
-              decoupled_weight_decay=False):
+def adam_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, max_exp_avg_sq: Any, *,
+              step: int, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+              weight_decay: float = 0.0, amsgrad: bool = False, maximize: bool = False,
+              decoupled_weight_decay: bool = False) -> tuple[Tensor, Tensor, Tensor, Any]:
     """One Adam (or, with ``decoupled_weight_decay``, AdamW) step; ``step`` counts from 1.
 
     Returns ``(param, exp_avg, exp_avg_sq, max_exp_avg_sq)``; the last stays None unless
@@ -99,8 +104,10 @@ def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, bet
     return param + exp_avg * (-step_size) / denom, exp_avg, exp_avg_sq, max_exp_avg_sq
 
 
-def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alpha=0.99, eps=1e-8,
-                 weight_decay=0.0, momentum=0.0, centered=False, maximize=False):
+def rmsprop_step(param: Tensor, grad: Tensor, square_avg: Tensor, grad_avg: Any,
+                 momentum_buffer: Any, *, lr: float, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
+                 maximize: bool = False) -> tuple[Tensor, Tensor, Any, Any]:
     """One RMSprop step. ``grad_avg`` is used only if ``centered``, ``momentum_buffer`` only
     with momentum (pass None otherwise; they come back None).
 
@@ -130,13 +137,14 @@ REFERENCE = {"sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmspr
 
 
 # --------------------------------------------------------------------------------------- multi-tensor rules
-def _each(rule, params, grads, *states, **hyper):
+def _each(rule: Any, params: list[Tensor], grads: list[Tensor], *states: list[Any], **hyper: Any) -> tuple[list[Any], ...]:
     """``rule`` applied to each parameter in turn; its results transposed into lists."""
     outs = [rule(p, g, *s, **hyper) for p, g, *s in zip(params, grads, *states, strict=True)]
     return tuple(list(column) for column in zip(*outs)) if outs else tuple([] for _ in range(1 + len(states)))
 
 
-def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
+def sgd_step_foreach(params: list[Tensor], grads: list[Tensor], momentum_buffers: list[Any],
+                     **hyper: Any) -> tuple[list[Any], ...]:
     """:func:`sgd_step` over lists, one entry per parameter (a buffer may be None: that
     parameter's first step); the keywords are sgd_step's, shared by all. Returns
     ``(params, momentum_buffers)`` as lists.
@@ -150,14 +158,16 @@ def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
     return _each(sgd_step, params, grads, momentum_buffers, **hyper)
 
 
-def adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **hyper):
+def adam_step_foreach(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+                      max_exp_avg_sqs: list[Any], **hyper: Any) -> tuple[list[Any], ...]:
     """:func:`adam_step` over lists (``max_exp_avg_sqs`` holds None entries unless
     ``amsgrad``); one ``step`` for all, so the optimizer calls it once per step count.
     Returns ``(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)`` as lists."""
     return _each(adam_step, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **hyper)
 
 
-def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper):
+def rmsprop_step_foreach(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], grad_avgs: list[Any],
+                         momentum_buffers: list[Any], **hyper: Any) -> tuple[list[Any], ...]:
     """:func:`rmsprop_step` over lists. Returns ``(params, square_avgs, grad_avgs,
     momentum_buffers)`` as lists."""
     return _each(rmsprop_step, params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper)
@@ -177,7 +187,7 @@ for _name, _rule in FOREACH.items():
     fused.defop(_name, _rule, each=_name.removesuffix("_foreach"))
 
 
-def run_step(name, param, grad, *state, **hyper):
+def run_step(name: str, param: Tensor, grad: Tensor, *state: Any, **hyper: Any) -> Any:
     """Run rule ``name`` as the backend's fused kernel if it declares one (see ember.fused),
     else as the reference decomposition above.
 
@@ -189,7 +199,7 @@ def run_step(name, param, grad, *state, **hyper):
     return fused.run(name, param, grad, *state, **hyper)
 
 
-def run_foreach(name, params, grads, *states, **hyper):
+def run_foreach(name: str, params: list[Tensor], grads: list[Tensor], *states: list[Any], **hyper: Any) -> Any:
     """Run multi-tensor rule ``name`` (``"sgd_step_foreach"``) over lists of tensors on one
     backend: the backend's kernel if it declares one (and ember.jit is not tracing), else
     :func:`run_step` for each parameter (ember.fused.run_foreach). An output the kernel wrote

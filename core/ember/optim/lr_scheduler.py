@@ -23,22 +23,24 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import located
 from .optimizer import Optimizer, OptimizerError, _real
 
 
-def _fail(cls, message):
+def _fail(cls: str, message: str) -> OptimizerError:
     return located(OptimizerError, f"{cls}: {message}")
 
 
-def _positive_int(cls, name, value):
+def _positive_int(cls: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise _fail(cls, f"{name} must be a positive int, got {value!r}")
     return value
 
 
-def _finite(cls, name, value):
+def _finite(cls: str, name: str, value: Any) -> float:
     if not _real(value):
         raise _fail(cls, f"{name} must be a finite number, got {value!r}")
     return float(value)
@@ -51,7 +53,7 @@ class LRScheduler:
     one, which needs ``initial_lr`` in the groups (restore the optimizer's state_dict first).
     """
 
-    def __init__(self, optimizer, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
         name = type(self).__name__
         if not isinstance(optimizer, Optimizer):
             raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
@@ -70,7 +72,7 @@ class LRScheduler:
         self._step_count = 0
         self.step()
 
-    def get_lr(self) -> list:
+    def get_lr(self) -> list[float]:
         raise NotImplementedError(f"{type(self).__name__} must implement get_lr")
 
     def step(self, epoch: int | None = None) -> None:
@@ -79,25 +81,25 @@ class LRScheduler:
         self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
         self._set(self.get_lr())
 
-    def _set(self, lrs) -> None:
+    def _set(self, lrs: Sequence[float]) -> None:
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr
         self._last_lr = list(lrs)
 
-    def get_last_lr(self) -> list:
+    def get_last_lr(self) -> list[float]:
         """The lrs the last ``step()`` set, one per param group."""
         return list(self._last_lr)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything but the optimizer (and functions, which cannot be saved)."""
         return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()
                 if k not in self._not_saved}
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.__dict__.update({k: list(v) if isinstance(v, list) else v for k, v in state_dict.items()
                               if k not in self._not_saved})
 
-    _not_saved = ("optimizer",)
+    _not_saved: tuple[str, ...] = ("optimizer",)
 
 
 class LambdaLR(LRScheduler):
@@ -112,7 +114,8 @@ class LambdaLR(LRScheduler):
 
     _not_saved = ("optimizer", "lr_lambdas")
 
-    def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
+                 last_epoch: int = -1) -> None:
         groups = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != groups:
@@ -125,19 +128,19 @@ class LambdaLR(LRScheduler):
                 raise _fail("LambdaLR", f"lr_lambda must be a function of the epoch, got {type(f).__name__}")
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs)]
 
 
 class StepLR(LRScheduler):
     """``lr = base_lr * gamma ** (epoch // step_size)``: decay by ``gamma`` every ``step_size``."""
 
-    def __init__(self, optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
         self.step_size = _positive_int("StepLR", "step_size", step_size)
         self.gamma = _finite("StepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
 
 
@@ -151,7 +154,8 @@ class MultiStepLR(LRScheduler):
     [1.0, 0.5, 0.5, 0.25, 0.25]
     """
 
-    def __init__(self, optimizer, milestones, gamma: float = 0.1, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
         milestones = list(milestones)
         for m in milestones:
             if isinstance(m, bool) or not isinstance(m, int):
@@ -160,18 +164,18 @@ class MultiStepLR(LRScheduler):
         self.gamma = _finite("MultiStepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         return [base * self.gamma ** bisect_right(self.milestones, self.last_epoch) for base in self.base_lrs]
 
 
 class ExponentialLR(LRScheduler):
     """``lr = base_lr * gamma ** epoch``."""
 
-    def __init__(self, optimizer, gamma: float, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
         self.gamma = _finite("ExponentialLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
 
 
@@ -186,12 +190,12 @@ class CosineAnnealingLR(LRScheduler):
     [0.8536, 0.5, 0.1464, 0.0]
     """
 
-    def __init__(self, optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:  # noqa: N803
         self.T_max = _positive_int("CosineAnnealingLR", "T_max", T_max)
         self.eta_min = _finite("CosineAnnealingLR", "eta_min", eta_min)
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         wave = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
         return [self.eta_min + (base - self.eta_min) * wave for base in self.base_lrs]
 
@@ -200,8 +204,8 @@ class LinearLR(LRScheduler):
     """Scale ``base_lr`` by a factor going linearly from ``start_factor`` to ``end_factor``
     over ``total_iters`` epochs, then holding (the usual warmup when ``end_factor=1``)."""
 
-    def __init__(self, optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
-                 total_iters: int = 5, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
+                 total_iters: int = 5, last_epoch: int = -1) -> None:
         if not _real(start_factor) or not 0 < start_factor <= 1:
             raise _fail("LinearLR", f"start_factor must be in (0, 1], got {start_factor!r}")
         if not _real(end_factor) or not 0 <= end_factor <= 1:
@@ -210,7 +214,7 @@ class LinearLR(LRScheduler):
         self.total_iters = _positive_int("LinearLR", "total_iters", total_iters)
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         progress = min(self.total_iters, self.last_epoch) / self.total_iters
         factor = self.start_factor + (self.end_factor - self.start_factor) * progress
         return [base * factor for base in self.base_lrs]
@@ -230,7 +234,8 @@ class SequentialLR(LRScheduler):
 
     _not_saved = ("optimizer", "_schedulers")
 
-    def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
+                 last_epoch: int = -1) -> None:
         schedulers, milestones = list(schedulers), list(milestones)
         if not schedulers:
             raise _fail("SequentialLR", "needs at least one scheduler")
@@ -245,7 +250,7 @@ class SequentialLR(LRScheduler):
         self._schedulers, self._milestones = schedulers, milestones
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         i = bisect_right(self._milestones, self.last_epoch)
         inner = self._schedulers[i]
         inner.last_epoch = self.last_epoch - (self._milestones[i - 1] if i else 0)
@@ -253,22 +258,22 @@ class SequentialLR(LRScheduler):
         inner._last_lr = list(lrs)
         return lrs
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
         out["_schedulers"] = [s.state_dict() for s in self._schedulers]
         return out
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         for s, sd in zip(self._schedulers, state_dict["_schedulers"]):
             s.load_state_dict(sd)
 
 
-def _anneal_cos(start, end, pct):
+def _anneal_cos(start: float, end: float, pct: float) -> float:
     return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
 
 
-def _anneal_linear(start, end, pct):
+def _anneal_linear(start: float, end: float, pct: float) -> float:
     return (end - start) * pct + start
 
 
@@ -286,9 +291,12 @@ class OneCycleLR(LRScheduler):
     [0.04, 1.0, 0.5, 0.0]
     """
 
-    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
-                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
-                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+    def __init__(self, optimizer: Optimizer, max_lr: float | Sequence[float], total_steps: int | None = None,
+                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
+                 anneal_strategy: str = "cos", cycle_momentum: bool = True,
+                 base_momentum: float | Sequence[float] = 0.85, max_momentum: float | Sequence[float] = 0.95,
+                 div_factor: float = 25.0, final_div_factor: float = 1e4, three_phase: bool = False,
+                 last_epoch: int = -1) -> None:
         name = "OneCycleLR"
         if not isinstance(optimizer, Optimizer):
             raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
@@ -307,7 +315,7 @@ class OneCycleLR(LRScheduler):
         self._anneal = _anneal_cos if anneal_strategy == "cos" else _anneal_linear
         steps = float(pct_start * self.total_steps)
         # (end step, lr from, lr to, momentum from, momentum to), keys of each param group
-        self._phases = ([(steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+        self._phases: list[tuple[Any, ...]] = ([(steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
                          (2 * steps - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
                          (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
                         if three_phase else
@@ -332,13 +340,13 @@ class OneCycleLR(LRScheduler):
                     group["max_momentum"], group["base_momentum"] = high, low
         super().__init__(optimizer, last_epoch)
 
-    def _set_momentum(self, group, value):
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
         if self._beta1:
             group["betas"] = (value, *group["betas"][1:])
         else:
             group["momentum"] = value
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         step = self.last_epoch
         if step > self.total_steps:
             raise _fail("OneCycleLR", f"stepped {step} times, past total_steps={self.total_steps}")
@@ -357,18 +365,18 @@ class OneCycleLR(LRScheduler):
 
     _not_saved = ("optimizer", "_anneal")
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
         out["_anneal"] = "cos" if self._anneal is _anneal_cos else "linear"
         return out
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._anneal = _anneal_cos if state_dict.get("_anneal", "cos") == "cos" else _anneal_linear
         self._phases = [tuple(p) for p in self._phases]
 
 
-def _per_group(cls, name, value, groups):
+def _per_group(cls: str, name: str, value: Any, groups: int) -> list[float]:
     values = list(value) if isinstance(value, (list, tuple)) else [value] * groups
     if len(values) != groups:
         raise _fail(cls, f"got {len(values)} values of {name} for {groups} param groups")
@@ -390,8 +398,9 @@ class ReduceLROnPlateau(LRScheduler):
     [1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
     """
 
-    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
-                 cooldown=0, min_lr=0.0, eps=1e-8):
+    def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
+                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
+                 min_lr: float | Sequence[float] = 0.0, eps: float = 1e-8) -> None:
         name = "ReduceLROnPlateau"
         if not isinstance(optimizer, Optimizer):
             raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
@@ -414,7 +423,7 @@ class ReduceLROnPlateau(LRScheduler):
         self.num_bad_epochs, self.cooldown_counter, self.last_epoch = 0, 0, 0
         self._last_lr = [group["lr"] for group in optimizer.param_groups]
 
-    def step(self, metrics, epoch=None) -> None:  # noqa: D401 - torch's signature
+    def step(self, metrics: Any, epoch: int | None = None) -> None:  # type: ignore[override]  # noqa: D401 - torch's signature
         """Record one evaluation's ``metrics`` (a number or a 0-d tensor)."""
         current = float(metrics.item() if hasattr(metrics, "item") else metrics)
         self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
@@ -433,14 +442,14 @@ class ReduceLROnPlateau(LRScheduler):
             self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
-    def _better(self, a) -> bool:
+    def _better(self, a: float) -> bool:
         best, t = self.best, self.threshold
         if self.mode == "min":
             return a < (best * (1 - t) if self.threshold_mode == "rel" else best - t)
         return a > (best * (1 + t) if self.threshold_mode == "rel" else best + t)
 
 
-def warmup_cosine(optimizer, warmup_steps: int, total_steps: int, *, start_factor: float | None = None,
+def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, *, start_factor: float | None = None,
                   eta_min: float = 0.0) -> LRScheduler:
     """Linear warmup for ``warmup_steps``, then cosine decay to ``eta_min`` at ``total_steps``:
     ``SequentialLR([LinearLR, CosineAnnealingLR])``. The warmup starts at

@@ -18,13 +18,18 @@ from __future__ import annotations
 import difflib
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from numbers import Real
+from typing import Any, TypeAlias
 
 from .. import dispatch, fused
 from ..autodiff import enable_grad, no_grad
 from ..errors import EmberError, ShapeError, located
 from ..tensor import Tensor
 from .functional import run_foreach, run_step
+
+#: What an optimizer takes: tensors, or param groups (dicts with "params" and hyperparameters).
+ParamsT: TypeAlias = "Iterable[Tensor] | Iterable[dict[str, Any]]"
 
 
 class OptimizerError(EmberError, ValueError):
@@ -34,27 +39,27 @@ class OptimizerError(EmberError, ValueError):
 
 # ----------------------------------------------------------------------------- hyperparameter rules
 # A rule returns None when the value is fine, else what the value must be (for the message).
-def _real(v) -> bool:
+def _real(v: object) -> bool:
     return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def nonnegative(v):
+def nonnegative(v: Any) -> str | None:
     return None if _real(v) and v >= 0 else "a finite number >= 0"
 
 
-def number(v):
+def number(v: Any) -> str | None:
     return None if _real(v) else "a finite number"
 
 
-def unit_interval(v):
+def unit_interval(v: Any) -> str | None:
     return None if _real(v) and 0 <= v < 1 else "a number in [0, 1)"
 
 
-def flag(v):
+def flag(v: Any) -> str | None:
     return None if isinstance(v, bool) else "True or False"
 
 
-def beta_pair(v):
+def beta_pair(v: Any) -> str | None:
     ok = isinstance(v, (tuple, list)) and len(v) == 2 and all(unit_interval(b) is None for b in v)
     return None if ok else "a pair of numbers in [0, 1), like (0.9, 0.999)"
 
@@ -66,7 +71,7 @@ BOOKKEEPING = ("params", "param_names", "initial_lr", "max_lr", "min_lr", "max_m
 TORCH_ONLY = ("foreach", "capturable", "differentiable", "fused")
 
 
-def _clean(value):
+def _clean(value: Any) -> Any:
     """Hyperparameters as plain Python values (NumPy scalars become floats), so that a
     state_dict is JSON-able."""
     if isinstance(value, Real) and not isinstance(value, (bool, int)):
@@ -78,7 +83,7 @@ def _clean(value):
     return value
 
 
-def _describe(t) -> str:
+def _describe(t: Any) -> str:
     return f"a tensor of shape {t.shape} and dtype {t.dtype}"
 
 
@@ -104,7 +109,7 @@ class Optimizer:
     #: for a subclass that implements ``_update`` itself.
     rule: str | None = None
 
-    def __init__(self, params, defaults: dict):
+    def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
         self.defaults = {k: _clean(v) for k, v in defaults.items()}
         self.state: dict = defaultdict(dict)
         self.param_groups: list = []
@@ -112,10 +117,10 @@ class Optimizer:
             self.add_param_group(group)
 
     # -- building and checking groups --------------------------------------------------------------
-    def _fail(self, message):
+    def _fail(self, message: str) -> OptimizerError:
         return located(OptimizerError, f"{type(self).__name__}: {message}")
 
-    def _groups(self, params):
+    def _groups(self, params: Any) -> list[dict[str, Any]]:   # Any: it checks what it got
         if isinstance(params, Tensor):
             raise self._fail(f"params must be an iterable of tensors or of param-group dicts, got a "
                              f"single tensor of shape {params.shape}; wrap it in a list: "
@@ -138,7 +143,7 @@ class Optimizer:
             raise self._fail("params mixes tensors and param-group dicts; put every tensor in a group")
         return [{"params": items}]
 
-    def add_param_group(self, group: dict) -> None:
+    def add_param_group(self, group: dict[str, Any]) -> None:
         """Add a group of parameters with its own hyperparameters (defaults fill the rest).
 
         >>> import ember
@@ -177,7 +182,7 @@ class Optimizer:
             seen[id(p)] = (index, i)
         self.param_groups.append(new)
 
-    def _check_params(self, params, index):
+    def _check_params(self, params: Any, index: int) -> None:
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise self._fail(f"parameter {i} of param group {index} is a {type(p).__name__}, "
@@ -191,7 +196,7 @@ class Optimizer:
                 raise self._fail(f"parameter {i} of param group {index} has dtype {p.dtype}; only "
                                  f"floating-point tensors can be optimized")
 
-    def _check_keys(self, group, index):
+    def _check_keys(self, group: dict[str, Any], index: int) -> None:
         allowed = set(self.defaults) | set(BOOKKEEPING)
         for key in group:
             if key not in allowed:
@@ -200,7 +205,7 @@ class Optimizer:
                 raise self._fail(f"unknown key {key!r} in param group {index}; {hint}"
                                  f"{type(self).__name__} knows {', '.join(sorted(self.defaults))}")
 
-    def _check_values(self, group, index):
+    def _check_values(self, group: dict[str, Any], index: int) -> None:
         for name, rule in self.rules.items():
             why = rule(group[name])
             if why is not None:
@@ -209,7 +214,7 @@ class Optimizer:
         if why is not None:
             raise self._fail(f"param group {index}: {why}")
 
-    def _check_group(self, group):
+    def _check_group(self, group: dict[str, Any]) -> str | None:
         """A rule that involves several hyperparameters; the message, or None if fine."""
         return None
 
@@ -230,7 +235,7 @@ class Optimizer:
                     # leaves or be a read-only broadcast view.
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient; return ``closure()``'s loss, if given.
 
         >>> import ember
@@ -258,7 +263,7 @@ class Optimizer:
                     self._update(p, grad, self.state[p], group)
         return loss
 
-    def _step_foreach(self, todo, group) -> list:
+    def _step_foreach(self, todo: list[Any], group: dict[str, Any]) -> list[Any]:
         """Update the ``(param, grad)`` pairs of ``todo`` whose backend declares this rule's
         multi-tensor op, one call per backend and set of hyperparameters (Adam's step count is
         one of them: normally all parameters share it); return the pairs left for ``_update``.
@@ -268,7 +273,7 @@ class Optimizer:
         name = None if self.rule is None else self.rule + "_foreach"
         if name is None or type(self)._update is not Optimizer._update or not dispatch.interpreter().evaluates:
             return todo
-        rest, calls = [], {}
+        rest, calls = [], {}  # type: ignore[var-annotated]  # filled below; mypy cannot infer from a tuple
         for p, grad in todo:
             backend = p._backend
             if grad._backend is not backend or name not in fused.declared(backend):
@@ -279,7 +284,7 @@ class Optimizer:
             try:
                 calls.setdefault(key, []).append((p, grad, states))
             except TypeError:       # an unhashable hyperparameter value: this parameter alone
-                self._store(p, self.state[p], group, run_step(self.rule, p, grad, *states, **hyper))
+                self._store(p, self.state[p], group, run_step(self.rule, p, grad, *states, **hyper))  # type: ignore[arg-type]  # rule is set: name is
         for (_, hyper), members in calls.items():
             params, grads, states = zip(*members)
             out = run_foreach(name, list(params), list(grads), *map(list, zip(*states)), **dict(hyper))
@@ -287,23 +292,23 @@ class Optimizer:
                 self._store(p, self.state[p], group, tuple(column[k] for column in out))
         return rest
 
-    def _update(self, param, grad, state: dict, group: dict) -> None:
+    def _update(self, param: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """One parameter's update: ``rule`` through its fused op (or its reference)."""
         if self.rule is None:
             raise NotImplementedError(f"{type(self).__name__} must implement _update, or name its rule")
         states, hyper = self._inputs(param, state, group)
         self._store(param, state, group, run_step(self.rule, param, grad, *states, **hyper))
 
-    def _inputs(self, param, state: dict, group: dict):
+    def _inputs(self, param: Tensor, state: dict[str, Any], group: dict[str, Any]) -> tuple[Any, ...]:
         """``(state tensors, keywords)`` for ``rule`` on ``param``: creates missing state and
         counts the step (it is called once per parameter and step)."""
         raise NotImplementedError(f"{type(self).__name__} names rule {self.rule!r} but not its _inputs")
 
-    def _store(self, param, state: dict, group: dict, results: tuple) -> None:
+    def _store(self, param: Tensor, state: dict[str, Any], group: dict[str, Any], results: tuple[Any, ...]) -> None:
         """Put ``rule``'s results ``(param, *state)`` into the parameter and its state."""
         raise NotImplementedError(f"{type(self).__name__} names rule {self.rule!r} but not its _store")
 
-    def _assign(self, dst, src) -> None:
+    def _assign(self, dst: Tensor, src: Tensor) -> None:
         """Write ``src`` into ``dst``'s own buffer: holders of ``dst`` (the model) see the values."""
         if src._data is dst._data:
             return      # a fused op already updated it in place
@@ -315,7 +320,7 @@ class Optimizer:
             raise self._fail(f"cannot update {_describe(dst)} in place: {type(exc).__name__}: {exc}. "
                              f"Parameters must own writable buffers; make one with .clone()") from exc
 
-    def _keep(self, state: dict, key: str, value) -> None:
+    def _keep(self, state: dict[str, Any], key: str, value: Any) -> None:
         """Store new state: in place if the slot exists, else the new tensor becomes the slot."""
         if value is None:
             return
@@ -325,7 +330,7 @@ class Optimizer:
             state[key] = value
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """A snapshot: ``{"state": {index: {name: value}}, "param_groups": [...]}``.
 
         Parameters are numbered in group order, as in torch; state tensors are copies (later
@@ -354,7 +359,7 @@ class Optimizer:
                                            for k, v in entries.items()}
         return {"state": state, "param_groups": groups}
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a ``state_dict()`` (or torch's layout) onto this optimizer's parameters.
 
         The groups must have the same sizes. State tensors are copied, cast to their
@@ -370,10 +375,10 @@ class Optimizer:
             raise self._fail(f"the state_dict has {len(theirs)} param group(s) of sizes {theirs}, but this "
                              f"optimizer has {len(mine)} of sizes {mine}; build the optimizer over the "
                              f"same parameters, in the same order")
-        by_index = {}
+        by_index: dict = {}
         for group, old in zip(self.param_groups, saved):
             by_index.update(zip(old["params"], group["params"]))
-        state = defaultdict(dict)
+        state: defaultdict[Any, dict[str, Any]] = defaultdict(dict)
         for key, entries in state_dict["state"].items():
             key = int(key)
             if key not in by_index:
@@ -392,7 +397,7 @@ class Optimizer:
             groups.append(new)
         self.param_groups, self.state = groups, state
 
-    def _restore(self, p, key, name, value):
+    def _restore(self, p: Tensor, key: int, name: str, value: Any) -> Any:
         if name == "step":
             return int(value.item() if isinstance(value, Tensor) else value)
         if not isinstance(value, Tensor):
@@ -406,7 +411,7 @@ class Optimizer:
         # A copy: later in-place steps must not write into the caller's state_dict.
         return value.detach().clone()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
             lines.append(f"Parameter Group {i}")

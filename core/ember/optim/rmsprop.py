@@ -1,8 +1,10 @@
 """RMSprop: divide the gradient by a running root mean square of its recent values."""
 from __future__ import annotations
 
-from ..tensor import zeros_like
-from .optimizer import Optimizer, flag, nonnegative
+from typing import Any
+
+from ..tensor import Tensor, zeros_like
+from .optimizer import Optimizer, ParamsT, flag, nonnegative
 
 
 class RMSprop(Optimizer):
@@ -22,14 +24,15 @@ class RMSprop(Optimizer):
     rules = {"lr": nonnegative, "alpha": nonnegative, "eps": nonnegative, "weight_decay": nonnegative,
              "momentum": nonnegative, "centered": flag, "maximize": flag}
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
-                 centered=False, *, maximize=False):
+    def __init__(self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
+                 maximize: bool = False) -> None:
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                                       momentum=momentum, centered=centered, maximize=maximize))
 
     rule = "rmsprop_step"
 
-    def _inputs(self, param, state, group):
+    def _inputs(self, param: Tensor, state: dict[str, Any], group: dict[str, Any]) -> tuple[Any, ...]:
         if not state:
             state["step"] = 0
             state["square_avg"] = zeros_like(param)
@@ -44,7 +47,7 @@ class RMSprop(Optimizer):
                 dict(lr=group["lr"], alpha=group["alpha"], eps=group["eps"], weight_decay=group["weight_decay"],
                      momentum=momentum, centered=centered, maximize=group["maximize"]))
 
-    def _store(self, param, state, group, results):
+    def _store(self, param: Tensor, state: dict[str, Any], group: dict[str, Any], results: tuple[Any, ...]) -> None:
         new_param, square_avg, grad_avg, buf = results
         self._assign(param, new_param)
         self._assign(state["square_avg"], square_avg)

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import located
 from ..tensor import Tensor
 from .optimizer import OptimizerError
@@ -13,7 +15,7 @@ from .optimizer import OptimizerError
 _LISTS = ("params", "param_names")     # group entries that are lists; every other list was a tuple
 
 
-def split_state_dict(state_dict: dict, prefix: str = ""):
+def split_state_dict(state_dict: dict[str, Any], prefix: str = "") -> tuple[dict[str, Tensor], dict[str, Any]]:
     """``(tensors, meta)``: the state tensors by name, and everything else as plain JSON data.
 
     >>> import ember, json
@@ -42,7 +44,7 @@ def split_state_dict(state_dict: dict, prefix: str = ""):
     return tensors, {"state": state, "param_groups": groups}
 
 
-def join_state_dict(tensors: dict, meta: dict, prefix: str = "") -> dict:
+def join_state_dict(tensors: dict[str, Tensor], meta: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """The inverse of :func:`split_state_dict`. Names that do not start with
     ``prefix + "state."`` are ignored, so one safetensors file can hold the model too."""
     state = {int(i): dict(entries) for i, entries in meta["state"].items()}

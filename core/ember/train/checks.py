@@ -31,6 +31,8 @@ def _one_of(names):
     return (lambda v: v in names), "one of " + ", ".join(sorted(names))
 
 
+# an aligned table: the columns are the point
+# fmt: off
 NUMBERS = {
     #  name               (test, what it must be)
     "epochs":           _int(1),
@@ -51,8 +53,11 @@ NUMBERS = {
     "keep_best":        _int(1),
     "lr_plateau":       _int(1),
 }
+# fmt: on
 
 # A saved config holds these too; names must be ones this ember knows.
+# an aligned table: the columns are the point
+# fmt: off
 CONFIG = {
     **NUMBERS,
     "dataset":   _one_of(recipes.DATASETS),
@@ -64,6 +69,7 @@ CONFIG = {
     "text_file": ((lambda v: isinstance(v, str) and v != ""), "a file path"),
     "vocab":     ((lambda v: isinstance(v, str) and len(set(v)) == len(v) > 1), "a string of distinct characters"),
 }
+# fmt: on
 CONFIG_REQUIRED = ("dataset", "model", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
                    "schedule", "augment", "seed")
 TEXT_REQUIRED = ("text_file", "seq_len", "vocab")

@@ -36,7 +36,7 @@ def read_log(path) -> list[dict]:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.jsonl")
-    records = []
+    records: list = []
     if not os.path.exists(path):
         return records
     with open(path) as f:

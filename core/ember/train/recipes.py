@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from ..errors import EmberError
 
+# an aligned table: the columns are the point
+# fmt: off
 DATASETS = {
     #  name            class name       (C, H, W)     mean                       std
     "mnist":         ("MNIST",         (1, 28, 28), (0.1307,),                 (0.3081,)),
@@ -15,6 +17,7 @@ DATASETS = {
     "synthetic-cifar10": ("SyntheticCIFAR10", (3, 32, 32), (0.5, 0.5, 0.5), (0.29, 0.29, 0.29)),
     "text":          ("TextFile",      None,         None,                     None),     # ember train text FILE
 }
+# fmt: on
 # Which models train on which kind of data: images, or characters of a text.
 TEXT_MODELS = ("transformer",)
 

@@ -96,7 +96,7 @@ def find_wheels(wheels_dir=None, fetch=False) -> dict:
 
 
 def _scan_wheels(dirs) -> dict:
-    found = {}
+    found: dict = {}
     for d in dirs:
         for p in sorted(d.glob("*-py3-none-any.whl")) if d.is_dir() else ():
             name, version = _wheel_name(p)

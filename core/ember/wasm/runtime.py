@@ -55,7 +55,7 @@ async def choose_backend(preference: str = "auto") -> tuple:
     if preference not in ("auto",) + PREFERENCE:
         raise ValueError(f"unknown backend preference {preference!r}; use auto, {', '.join(PREFERENCE)}")
     order = PREFERENCE if preference == "auto" else PREFERENCE[PREFERENCE.index(preference):]
-    reasons = []
+    reasons: list = []
     for name in order:
         if name == "webgpu":
             # ember.backends.webgpu offers itself only where navigator.gpu exists, and its
@@ -93,7 +93,7 @@ def _skipping_init():
         R.uniform_, R.normal_ = saved
 
 
-def build_model(spec: dict, weights: bytes = None):
+def build_model(spec: dict, weights: bytes | None = None):
     """The model ``spec`` describes, on the python backend: the zoo model built exactly as
     ``ember train`` built it (its weights loaded by the caller), or, for ``"kind": "onnx"``, the
     imported graph with its ``weights`` (ember.onnx.portable: no ``onnx`` package needed)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 from . import kernels
 from .fused_ops import adam_constants, rmsprop_constants, sgd_constants
@@ -194,7 +195,7 @@ def compile_for_device(kernel_list, arch: str = "sm_90") -> list:
     source, key, unique = combined(kernel_list)
     try:
         out = build(source, key, flags=flags, suffix=f".{arch}.cubin")
-        stats = _stats(open(out + ".log").read())
+        stats = _stats(Path(out + ".log").read_text())
         return [{"name": k.name, "ok": True, "log": "", **stats.get(k.name, {"registers": None, "spill_bytes": None})}
                 for k in unique]
     except BuildError:
@@ -203,7 +204,7 @@ def compile_for_device(kernel_list, arch: str = "sm_90") -> list:
     for k in unique:
         try:
             out = build(k.source, k.key, flags=flags, suffix=f".{arch}.cubin")
-            st = _stats(open(out + ".log").read()).get(k.name, {})
+            st = _stats(Path(out + ".log").read_text()).get(k.name, {})
             results.append({"name": k.name, "ok": True, "log": "", "registers": st.get("registers"),
                             "spill_bytes": st.get("spill_bytes")})
         except BuildError as exc:

@@ -327,7 +327,7 @@ class FusedGroup:
             self.broken = f"{type(exc).__name__}: {exc}"
             FALLBACKS.append((k.name, self.broken))
             warnings.warn(f"ember-cupy: fused kernel {k.name} failed to build ({self.broken}); running its "
-                          f"{len(self.group.nodes)} ops one by one. Please report this.", RuntimeWarning)
+                          f"{len(self.group.nodes)} ops one by one. Please report this.", RuntimeWarning, stacklevel=2)
             return self.run_nodes(bufs)
         outs = [xp.empty(shape, dtype=dtype) for shape, dtype in self.outputs]
         self.runtime.launch(k, k.meta["n"], *bufs, *outs)

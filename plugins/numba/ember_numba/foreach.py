@@ -225,7 +225,7 @@ def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
             if not _distinct(outs):
                 rest += sel
                 continue
-            _launch(optimizers._flag_key("sgd_foreach", flags, dt), lambda: optimizers.sgd_program(dt, **flags),
+            _launch(optimizers._flag_key("sgd_foreach", flags, dt), lambda: optimizers.sgd_program(dt, **flags),  # noqa: B023 - called in this iteration
                     columns, outs, alias, optimizers.sgd_scalars(**hyper))
     _per_parameter("sgd_step", results, sorted(rest), (params, grads, momentum_buffers), hyper)
     return results
@@ -250,7 +250,7 @@ def adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **h
             rest += ks
             continue
         alias = (0, 2, 3) + ((4,) if amsgrad else ())
-        _launch(optimizers._flag_key("adam_foreach", flags, dt), lambda: optimizers.adam_program(dt, **flags),
+        _launch(optimizers._flag_key("adam_foreach", flags, dt), lambda: optimizers.adam_program(dt, **flags),  # noqa: B023 - called in this iteration
                 columns, outs, alias, optimizers.adam_scalars(**hyper))
     _per_parameter("adam_step", results, sorted(rest), (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
                    hyper)
@@ -280,7 +280,7 @@ def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers
             rest += ks
             continue
         alias = (0,) + tuple(range(2, len(columns)))
-        _launch(optimizers._flag_key("rmsprop_foreach", flags, dt), lambda: optimizers.rmsprop_program(dt, **flags),
+        _launch(optimizers._flag_key("rmsprop_foreach", flags, dt), lambda: optimizers.rmsprop_program(dt, **flags),  # noqa: B023 - called in this iteration
                 columns, outs, alias, optimizers.rmsprop_scalars(**hyper))
     _per_parameter("rmsprop_step", results, sorted(rest),
                    (params, grads, square_avgs, grad_avgs, momentum_buffers), hyper)

@@ -324,7 +324,7 @@ def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
     assert slow_tries[0] == 1 and len(slow_tries) <= 4       # tried, then ever more rarely
     assert all(b - a >= 16 for a, b in zip(slow_tries, slow_tries[1:]))
     uses = []
-    for call in range(2000):                      # the next try comes within MAX_PERIOD calls
+    for _call in range(2000):                      # the next try comes within MAX_PERIOD calls
         one, explore, st = choice.choose("k")
         uses.append(one)
         choice.record(st, one, explore, 1.0 if one else 0.5)
