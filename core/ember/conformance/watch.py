@@ -44,7 +44,8 @@ def aval(t) -> str:
     """``float32[2, 3]`` for a tensor (or an ``(shape, dtype)`` pair); ``repr`` of a scalar."""
     if isinstance(t, tuple) and len(t) == 2:
         return f"{getattr(t[1], 'name', t[1])}{list(t[0])}"
-    if isinstance(t, dispatch.Tensor):
+    tensor_class = dispatch.Tensor
+    if tensor_class is not None and isinstance(t, tensor_class):
         return f"{t.dtype.name}{list(t.shape)}"
     return repr(t)
 

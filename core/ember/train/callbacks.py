@@ -248,7 +248,8 @@ def callback_keys(callbacks) -> list[str]:
     >>> callback_keys([EarlyStopping(), EarlyStopping("eval_accuracy"), Callback()])
     ['EarlyStopping', 'EarlyStopping-2', 'Callback']
     """
-    keys, seen = [], {}
+    keys: list[str] = []
+    seen: dict[str, int] = {}
     for cb in callbacks:
         name = type(cb).__name__
         seen[name] = seen.get(name, 0) + 1

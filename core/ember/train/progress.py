@@ -36,7 +36,7 @@ class Progress:
         self.n, self.width = 0, 0
         self.tty = enabled and _isatty(self.stream)
         self.start = self.last = clock() if enabled else 0.0
-        self.first = None            # steps already done when counting began (a resumed epoch)
+        self.first: int | None = None  # steps already done when counting began (a resumed epoch)
 
     def update(self, n: int = 1, **fields) -> None:
         self.n += n
@@ -53,7 +53,7 @@ class Progress:
 
     def line(self, now: float, fields: dict) -> str:
         """The text of the progress line at time ``now``."""
-        done, elapsed = self.n - self.first, now - self.start
+        done, elapsed = self.n - (self.first or 0), now - self.start
         rate = done / elapsed if elapsed > 0 and done > 0 else None
         pct = f" ({100 * self.n // self.total}%)" if self.total else ""
         speed = ""

@@ -179,6 +179,8 @@ def export_model(checkpoint, dest: Path) -> dict:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "model.safetensors").write_bytes(blob)
     _, shape, mean, std = recipes.DATASETS[dataset]
+    if shape is None or mean is None or std is None:
+        raise BuildError(f"{checkpoint}: a {dataset} model reads text; the page classifies drawn images")
     history = (meta.get("extra") or {}).get("history") or [{}]
     spec = {"format": SPEC_FORMAT, "version": 1, "model": model, "dataset": dataset,
             "input_shape": list(shape), "mean": list(mean), "std": list(std),
