@@ -145,7 +145,7 @@ def test_argmax_meets_ties_in_floats_and_integers_and_negative_axes(dtype):
     tied = [c for c in cases_ if c.args[0].size and
             (np.moveaxis(c.args[0], c.params["axis"], -1) == np.moveaxis(c.args[0], c.params["axis"], -1)
              .max(-1, keepdims=True)).sum(-1).max() > 1]
-    assert len(tied) >= 40, len(tied)        # of 400: size-1 and empty axes cannot tie
+    assert len(tied) >= len(cases_) // 8, len(tied)    # size-1 and empty axes cannot tie
     assert {c.params["axis"] for c in cases_} >= {-3, -2, -1, 0, 1, 2}
 
 
