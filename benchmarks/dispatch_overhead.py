@@ -2,7 +2,8 @@
 
 Every eager step goes through ``dispatch.apply1/apply2``, so their overhead is paid once per
 operation. This script times 10^5 small ``add`` + ``mul`` pairs, with and without
-``requires_grad``, on two versions of ember: a git revision (``--base``, default ``main``) and
+``requires_grad``, single small ``exp`` and ``sum`` calls, and the backward walk per node of a
+chain of 1,000 adds (W4's shape), on two versions of ember: a git revision (``--base``, default ``main``) and
 the working tree. Time is CPU time (waiting for a core on a loaded machine does not count),
 in bursts of 5,000 pairs, keeping the fastest burst. Both versions are copied into a temporary
 folder laid out as the installed package (``ember`` with ``ember.backends`` inside), and each
@@ -46,6 +47,29 @@ for grad in (False, True):
             (x + y) * y
         best = min(best, time.thread_time() - t0)
     print(f"{'grad' if grad else 'plain'} {best / (2 * 5000) * 1e9:.1f}")
+x = ember.ones(8)
+for label, op in (("exp", lambda: x.exp()), ("sum", lambda: x.sum())):
+    for _ in range(2000):
+        op()
+    best = float("inf")
+    for _ in range(n // 5000):
+        t0 = time.thread_time()
+        for _ in range(5000):
+            op()
+        best = min(best, time.thread_time() - t0)
+    print(f"{label} {best / 5000 * 1e9:.1f}")
+w, b = ember.ones(1, 1, requires_grad=True), ember.ones(1, 1)
+best = float("inf")
+for _ in range(max(3, n // 10000)):
+    y = w
+    for _ in range(1000):
+        y = y + b
+    loss = y.sum()
+    t0 = time.thread_time()
+    loss.backward()
+    best = min(best, time.thread_time() - t0)
+    w.grad = None
+print(f"backward {best / 1000 * 1e9:.1f}")
 """
 
 

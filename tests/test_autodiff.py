@@ -77,6 +77,15 @@ def _binary(draw, name):
     return [a, b], lambda a, b: apply(name, a, b), lambda torch, a, b: getattr(torch, op)(a, b)
 
 
+@case("remainder")
+def _remainder(draw, name):
+    s = shape(draw)
+    b = values(draw, s, 0.5, 2.0, away_from_zero=True)
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    a = np.array(b * (rng.integers(-3, 3, s) + rng.uniform(0.2, 0.8, s)))     # a / b away from the jumps
+    return [a, b], lambda a, b: apply(name, a, b), lambda torch, a, b: torch.remainder(a, b)
+
+
 @case("where")
 def _where(draw, name):
     sc, sa, sb = draw(hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, max_side=4)).input_shapes
@@ -177,6 +186,15 @@ def _take(draw, name):
     key = (slice(None),) * axis
     return ([values(draw, s)], lambda x: apply(name, x, ember.tensor(idx), axis=axis),
             lambda torch, x: x[key + (torch.tensor(idx),)])
+
+
+@case("cumsum")
+def _cumsum(draw, name):
+    s = shape(draw, min_dims=1)
+    axis = draw(st.integers(0, len(s) - 1))
+    reverse = draw(st.booleans())
+    return ([values(draw, s)], lambda x: apply(name, x, axis=axis, reverse=reverse),
+            lambda torch, x: (x.flip(axis).cumsum(axis).flip(axis) if reverse else x.cumsum(axis)))
 
 
 @case("index_add")
@@ -359,7 +377,12 @@ def test_non_differentiable_primitives_cut_the_graph(name):
     outs = {"argmax": lambda: x.argmax(1), "logical_not": lambda: ~(x > 0), "full": lambda: x._full_like(1.0),
             "arange": lambda: ember.arange(3), "random_bits": lambda: ember.Generator(0).bits((2,)),
             **{c: (lambda c=c: getattr(x, c)(x * 2)) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
-            **{c: (lambda c=c: apply(c, x > 0, x < 1)) for c in ("logical_and", "logical_or", "logical_xor")}}
+            **{c: (lambda c=c: apply(c, x > 0, x < 1)) for c in ("logical_and", "logical_or", "logical_xor")},
+            "argsort": lambda: x.argsort(1), "argtopk": lambda: x.topk(1).indices,
+            "bitcast": lambda: apply("bitcast", x, dtype=ember.int32),
+            **{c: (lambda c=c: apply(c, x.long(), x.long())) for c in (
+                "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")},
+            "bitwise_not": lambda: ~x.long()}
     if name not in outs:
         pytest.fail(f"new non-differentiable primitive {name!r}: add it here")
     assert not outs[name]().requires_grad

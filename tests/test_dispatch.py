@@ -167,3 +167,42 @@ def test_wrap_builds_a_tensor_from_a_buffer():
     t = dispatch.wrap(b.from_list([1.0, 2.0], (2,), ember.float32), b)
     assert t.tolist() == [1.0, 2.0] and not t.requires_grad and t.grad is None
     assert dispatch._wrap is dispatch.wrap          # the old name, kept for plugins
+
+
+def test_the_open_interpreter_count_returns_to_zero_after_a_trace_that_fails():
+    # eager ops skip the context-variable read only while no interpreter block is open anywhere
+    @ember.jit
+    def fails(x):
+        assert dispatch._open == 1 and dispatch.interpreter() is not dispatch.EAGER
+        raise ValueError("inside the trace")
+
+    with pytest.raises(ValueError, match="inside the trace"):
+        fails(ember.ones(2))
+    assert dispatch._open == 0 and dispatch.interpreter() is dispatch.EAGER
+    assert (ember.ones(2) + 1).tolist() == [2.0, 2.0]
+
+
+def test_tensor_has_no_init_since_dispatch_builds_it_by_calling_the_class():
+    assert dispatch.Tensor.__init__ is object.__init__
+
+
+@pytest.mark.parametrize("keyed_by", ["name", "record"])
+def test_impls_keyed_by_name_or_record_and_kernels_added_later(keyed_by):
+    # dispatch looks tables up by record; backends key them by name (or by record): both find
+    # every kernel, the ones added after the backend was first used too
+    from ember import primitives as P
+    from ember.backends.numpy.backend import IMPLS, NumpyBackend
+
+    class Table(NumpyBackend):
+        name = f"by-{keyed_by}"
+        impls = {(P.PRIMITIVES[k] if keyed_by == "record" else str(k)): v for k, v in IMPLS.items()}
+
+    be = Table()
+    x = ember.tensor([1.0, 2.0], backend=be)
+    assert (x + x).tolist() == [2.0, 4.0] and x.sum().item() == 3.0
+    later = "exp" if keyed_by == "record" else P.exp       # the other kind of key
+    del be.impls["exp"]
+    with pytest.raises(ember.NotImplementedByBackend):
+        x.exp()
+    be.impls[later] = lambda a: np.exp(a) + 1
+    assert x.exp().tolist() == pytest.approx([np.e + 1, np.e ** 2 + 1])

@@ -20,14 +20,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CORE = ROOT / "core"
 PLUGINS = ("ember_numba", "ember_cupy", "ember_template")
 
-#: Cycles known and allowed, each with its reason. Empty them as the code is untangled.
-ALLOWED_CYCLES = {
-    # Tensor.__getitem__/__setitem__ (the tensor_shape mixin) hand off to indexing, which builds
-    # index Tensors with tensor.py's ``tensor``/``arange``; both sides import inside functions.
-    # Removing it needs constructors that do not live beside the class that mixes the methods in.
-    frozenset({"ember.tensor", "ember.tensor_math", "ember.tensor_shape", "ember.indexing"}),
-}
-
 
 def _name(path: pathlib.Path, root: pathlib.Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -147,7 +139,7 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycles_in_the_core():
     edges = {m: {d for _, name in imports(m, p) if (d := _core_module(name)) and d != m} for m, p in MODULES.items()}
-    cycles = [c for c in _cycles(edges) if c not in ALLOWED_CYCLES]
+    cycles = _cycles(edges)
     described = ["; ".join(f"{a} -> {sorted(edges[a] & c)}" for a in sorted(c)) for c in cycles]
     assert not cycles, f"import cycles among core modules: {described}"
 

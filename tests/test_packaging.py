@@ -25,6 +25,14 @@ def test_every_subpackage_is_listed():
     assert listed - on_disk == set(), "these listed packages are not on disk"
 
 
+@pytest.mark.parametrize("plugin", ["numba", "cupy"])
+def test_every_plugin_subpackage_is_listed(plugin):
+    # an editable install finds an unlisted subpackage anyway; a wheel would leave it out
+    folder = ROOT / "plugins" / plugin
+    listed = set(tomllib.loads((folder / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert listed == _packages(folder / f"ember_{plugin}", f"ember_{plugin}")
+
+
 def test_every_built_in_backend_is_an_entry_point():
     # the core never imports ember.backends (tests/test_import_direction.py): a backend folder
     # that is not an entry point would never be found

@@ -13,9 +13,11 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import host_memory
+from . import bfloat16 as bf16
+from . import host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
+NP[D.bfloat16] = bf16.BF16        # a storage dtype (bfloat16.py)
 EMBER = {v: k for k, v in NP.items()}
 
 
@@ -64,28 +66,35 @@ def _erf(x):
     return (np.sign(x) * (1.0 - poly * np.exp(-z * z))).astype(x.dtype)
 
 
-def _ufunc(f, quiet=False):
-    """Elementwise ``f`` returning an ndarray: NumPy gives a scalar, not a 0-d array, for 0-d
-    input, and a buffer must be an array (``assign`` writes into it in place). ``quiet`` drops
-    NumPy's divide/invalid warnings where the spec defines the result (IEEE-754: log(0) = -inf,
-    x/0 = inf, sqrt(-1) = nan); users of a DL framework do not expect a warning for them."""
+def _ufunc(f, quiet=False, nargs=1):
+    """Elementwise ``f`` of ``nargs`` arrays returning an ndarray: NumPy gives a scalar, not a
+    0-d array, for 0-d input, and a buffer must be an array (``assign`` writes into it in place).
+    ``quiet`` drops NumPy's divide/invalid warnings where the spec defines the result (IEEE-754:
+    log(0) = -inf, x/0 = inf, sqrt(-1) = nan); users of a DL framework do not expect a warning
+    for them. The fixed arity and the names bound as defaults keep the wrapper's own cost (every
+    small eager op pays it) to a third of what ``*args`` and global lookups cost."""
     if quiet:
         def run(*xs):
             with np.errstate(divide="ignore", invalid="ignore"):
                 out = f(*xs)
             return out if type(out) is np.ndarray else np.asarray(out)
+    elif nargs == 1:
+        def run(x, f=f, ndarray=np.ndarray, asarray=np.asarray):
+            out = f(x)
+            return out if type(out) is ndarray else asarray(out)
     else:
-        def run(*xs):
-            out = f(*xs)
-            return out if type(out) is np.ndarray else np.asarray(out)
+        def run(a, b, f=f, ndarray=np.ndarray, asarray=np.asarray):
+            out = f(a, b)
+            return out if type(out) is ndarray else asarray(out)
     run.__name__ = getattr(f, "__name__", "ufunc")
     return run
 
 
 def _sum(x, axes, keepdims=False):
-    if x.dtype == np.float16:
-        return x.sum(axis=tuple(axes), keepdims=keepdims, dtype=np.float32).astype(np.float16)
-    return np.asarray(x.sum(axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))
+    # np.add.reduce is ndarray.sum without its Python wrapper (half the time of a small sum)
+    if x.dtype.type is np.float16:
+        return np.add.reduce(x, axis=tuple(axes), keepdims=keepdims, dtype=np.float32).astype(np.float16)
+    return np.asarray(np.add.reduce(x, axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))
 
 
 def _div(a, b):
@@ -168,26 +177,47 @@ def _index_add(x, indices, values, axis):
     return out
 
 
+def _cast(x, dtype):
+    if dtype is D.bfloat16 or x.dtype == bf16.BF16:
+        return bf16.cast(x, NP[dtype])
+    return x.astype(NP[dtype])
+
+
+def _stored(make, dtype, *args):
+    """``make(*args, dtype=...)``; a storage dtype's values are made in float32 and cast."""
+    if dtype in D.STORAGE:
+        return _cast(make(*args, dtype=np.float32), dtype)
+    return make(*args, dtype=NP[dtype])
+
+
+def _pad(x, widths, value=0):
+    if x.dtype == bf16.BF16 and value:
+        value = bf16.from_float(np.float32(value))[()]
+    return np.pad(x, widths, constant_values=value)
+
+
 def _slice(x, starts, stops, steps):
     # the trailing ... keeps a 0-d result an array (x[()] would be a scalar)
     return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps)) + (Ellipsis,)]
 
 
 IMPLS = {
-    "full": lambda shape, value, dtype: np.full(shape, value, dtype=NP[dtype]),
-    "arange": lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=NP[dtype]),
+    "full": lambda shape, value, dtype: _stored(np.full, dtype, shape, value),
+    "arange": lambda start, stop, step, dtype: _stored(np.arange, dtype, start, stop, step),
     "random_bits": random_bits,
     **{name: _ufunc(f) for name, f in [
         ("neg", np.negative), ("exp", np.exp), ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
-        ("abs", np.abs), ("sign", np.sign), ("floor", np.floor), ("erf", _erf), ("logical_not", np.logical_not),
+        ("abs", np.abs), ("sign", np.sign), ("floor", np.floor), ("erf", _erf), ("logical_not", np.logical_not)]},
+    **{name: _ufunc(f, nargs=2) for name, f in [
         ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("maximum", np.maximum),
         ("minimum", np.minimum), ("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
         ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
         ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]},
     **{name: _ufunc(f, quiet=True) for name, f in [
-        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power)]},
+        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power),
+        ("remainder", np.remainder)]},
     "where": np.where,
-    "cast": lambda x, dtype: x.astype(NP[dtype]),
+    "cast": _cast,
     "sum": _sum,
     "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
     "min": lambda x, axes, keepdims=False: np.asarray(np.min(x, axis=tuple(axes), keepdims=keepdims)),
@@ -195,7 +225,7 @@ IMPLS = {
     "reshape": lambda x, shape: np.reshape(x, shape),     # shape= is numpy >= 2.1 only
     "permute": np.transpose,
     "expand": np.broadcast_to,
-    "pad": lambda x, widths, value=0: np.pad(x, widths, constant_values=value),
+    "pad": _pad,
     "slice": _slice,
     "concatenate": lambda *xs, axis: np.concatenate(xs, axis=axis),
     "flip": lambda x, axes: np.flip(x, axis=tuple(axes)) if axes else x,
@@ -207,6 +237,7 @@ IMPLS = {
     "conv2d_grad_weight": _conv2d_grad_weight,
     "windows": _windows,
     "windows_grad": _windows_grad,
+    **ordering.make_impls(np, _ufunc),
 }
 
 
@@ -233,10 +264,12 @@ class NumpyBackend(Backend):
         return EMBER[buf.dtype]
 
     def from_list(self, flat, shape, dtype):
+        if dtype is D.bfloat16:
+            return bf16.from_float(np.array(flat, dtype=np.float32)).reshape(shape)
         return np.array(flat, dtype=NP[dtype]).reshape(shape)
 
     def to_list(self, buf):
-        return buf.reshape(-1).tolist()
+        return (bf16.to_float(buf) if buf.dtype == bf16.BF16 else buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
         return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
@@ -245,10 +278,10 @@ class NumpyBackend(Backend):
         return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
 
     def from_numpy(self, array):
-        return array
+        return array.view(bf16.BF16) if bf16.is_ml_dtypes(array) else array
 
     def to_numpy(self, buf):
-        return buf
+        return bf16.ml_dtypes_view(buf) if buf.dtype == bf16.BF16 else buf
 
     def assign(self, dst, src):
         np.copyto(dst, src)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember import dtypes as D
 from ember.jit.passes import ELEMENTWISE, plan_buffers
 from ember.jit.runner import NO_CALL, Program
 
@@ -45,7 +46,8 @@ def _writes_into(v) -> bool:
         # never makes them, but a hand-built graph could.
         return all(not isinstance(a, float) or v.dtype.kind == "f" or v.dtype.kind == "b" for a in v.args)
     if v.op in ("cast", "where"):
-        return True
+        # a storage dtype's buffer is no NumPy number: its casts are bfloat16.py's, not copyto's
+        return v.op == "where" or (v.dtype not in D.STORAGE and v.args[0].dtype not in D.STORAGE)
     if v.op in REDUCERS:
         return bool(v.params["axes"]) and str(v.dtype) != "float16"
     if v.op == "matmul":

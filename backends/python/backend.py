@@ -9,7 +9,7 @@ agree to an ulp or two. ``random_bits`` is Philox-4x32-10 in Python ints, bit-id
 
 The modules: buffer.py (storage, rounding, casts, bytes) → this file (creation, elementwise,
 reductions, the table) → layout.py (movement, indexing, windows) → linalg.py (matmul,
-convolution). See docs/backends.md for speed and the exact tolerances.
+convolution) → ordering.py (sorts, cumsum, bits). See docs/backends.md for speed and the exact tolerances.
 
 >>> import ember
 >>> x = ember.tensor([[1.0, -2.0], [3.0, 4.0]], backend="python")
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from operator import add, eq, ge, gt, index, le, lt, mul, ne, sub, truediv
+from operator import add, eq, ge, gt, index, le, lt, mod, mul, ne, sub, truediv
 from operator import and_ as land, or_ as lor, xor as lxor
 
 from ember import dtypes as D
@@ -30,6 +30,7 @@ from ember.primitives import broadcast_shapes
 
 from . import layout as L
 from . import linalg as LA
+from . import ordering
 from .buffer import (LITTLE, PyBuffer, convert, fix, from_bytes, prod, round_f32, scalar_as,
                            scalar_kind, scalar_result_dtype, to_bytes, wrap_int)
 
@@ -262,6 +263,10 @@ def _div_one(a, b):
         return _NAN if a == 0 or a != a else math.copysign(_INF, a) * math.copysign(1.0, b)
 
 
+def _mod_one(a, b):
+    return a % b if b else (_NAN if isinstance(a, float) else 0)    # NumPy: x % 0 is nan, or 0 for ints
+
+
 def _odd(b):
     return b - b == 0 and b == math.floor(b) and b % 2 == 1
 
@@ -301,7 +306,7 @@ def _try_vv(op, one):
 _FLOAT_BIN = {
     "add": _vv(add), "sub": _vv(sub), "mul": _vv(mul),
     "div": _try_vv(truediv, _div_one), "pow": _try_vv(math.pow, _pow_one),
-    "maximum": _max_kernel, "minimum": _min_kernel,
+    "maximum": _max_kernel, "minimum": _min_kernel, "remainder": _try_vv(mod, _mod_one),
 }
 
 
@@ -317,7 +322,7 @@ def _int_kernel(name, dtype):
         raise TypeError(f"div of {dtype} tensors is not defined; the front end casts integers to float first")
     if name == "pow":
         return lambda u, v: _int_pow(u, v, dtype)
-    return {"add": _vv(add), "sub": _vv(sub), "mul": _vv(mul),
+    return {"add": _vv(add), "sub": _vv(sub), "mul": _vv(mul), "remainder": _try_vv(mod, _mod_one),
             "maximum": _max_kernel, "minimum": _min_kernel}[name]     # p != p is never true
 
 
@@ -483,7 +488,7 @@ IMPLS = {
     "neg": _neg, "abs": _abs, "sign": _sign, "floor": _floor_impl, "reciprocal": _reciprocal,
     "logical_not": _logical_not,
     **{n: _float_unary(n) for n in ("exp", "log", "sin", "cos", "tanh", "sqrt", "erf")},
-    **{n: _binary(n) for n in ("add", "sub", "mul", "div", "pow", "maximum", "minimum")},
+    **{n: _binary(n) for n in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder")},
     **{n: _compare(n) for n in _COMPARE},
     **{n: _logical(n) for n in ("logical_and", "logical_or", "logical_xor")},
     "where": where, "cast": cast,
@@ -492,6 +497,7 @@ IMPLS = {
     "concatenate": L.concatenate, "flip": L.flip, "take": L.take, "index_add": L.index_add,
     "matmul": LA.matmul, "conv2d": LA.conv2d, "conv2d_grad_input": LA.conv2d_grad_input,
     "conv2d_grad_weight": LA.conv2d_grad_weight, "windows": L.windows, "windows_grad": L.windows_grad,
+    **ordering.IMPLS,
 }
 
 

@@ -37,6 +37,9 @@ class PyBuffer:
     __slots__ = ("_data", "shape", "dtype", "view")
 
     def __init__(self, data, shape, dtype, view=None):
+        if dtype in D.STORAGE:        # its arithmetic would not fail here, so nothing would upcast it
+            raise TypeError(f"the python backend does not store {dtype}; keep {dtype} tensors on a NumPy-array "
+                            "backend (numpy, numba) or convert them with .float()")
         self._data = data
         self.shape = shape
         self.dtype = dtype

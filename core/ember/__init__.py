@@ -18,7 +18,7 @@ from . import autograd
 from .autograd import inference_mode
 from .backend import API_VERSION, Backend, BackendInfo, Capabilities
 from .devices import cuda, device
-from .dtypes import (DType, bool_, float16, float32, float64, int32, int64, promote as promote_types,
+from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote as promote_types,
                      uint8, uint32)
 from .errors import (BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend,
                      ShapeError)

@@ -13,7 +13,7 @@ import contextlib
 
 from . import dispatch
 from .errors import GradError, located
-from .primitives import PRIMITIVES
+from .primitives import PRIMITIVES, Primitive
 from .primitives.adjoint import unbroadcast  # noqa: F401 - rules outside the records (fused.py) use it
 
 #: node name -> VJP rule, for nodes that are not primitives (custom_vjp, ember.fused); it is
@@ -135,9 +135,14 @@ def _topo_order(roots):
     return order
 
 
-def _record_rule(name):
-    p = PRIMITIVES.get(name)
-    return None if p is None else p.vjp
+def _rule(name):
+    """The VJP rule of node ``name``: the one registered in ``VJP`` for it, else its record's."""
+    if isinstance(name, Primitive) and name not in VJP:
+        return name.vjp
+    rule = VJP.get(name)
+    if rule is None and name in PRIMITIVES:          # a primitive named by a plain string
+        rule = PRIMITIVES[name].vjp
+    return rule
 
 
 def _accumulate(grads, t, g):
@@ -152,6 +157,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
     prev = dispatch.set_grad_enabled(create_graph)
     try:
         grads: dict = {}
+        rules: dict = {}                 # node name -> its rule, looked up once per walk
         for o, c in zip(outputs, cotangents):
             _accumulate(grads, o, c)
         wanted = None if inputs is None else {id(t) for t in inputs}
@@ -172,7 +178,9 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
             if wanted is None or id(node) not in wanted:
                 del grads[id(node)]          # free each cotangent as soon as it is pushed back
             name, args, params = node._ctx
-            rule = VJP.get(name) or _record_rule(name)
+            rule = rules.get(name)
+            if rule is None:
+                rule = rules[name] = _rule(name)
             if rule is None:
                 raise located(GradError, f"primitive {name!r} has no gradient rule")
             for a, ga in zip(args, rule(g, node, *args, **params)):

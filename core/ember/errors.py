@@ -11,6 +11,9 @@ import sys
 
 # Frames in these directories are ember's own; plugins append theirs (see internal_root).
 _INTERNAL_ROOTS: list[str] = [os.path.dirname(os.path.abspath(__file__))]
+# ...except the conformance suite's tests: they are the backend's user, and an error they
+# provoke must point at the test's line (the case that ran), not at pytest's frame above it.
+_USER_FILES = os.path.join(_INTERNAL_ROOTS[0], "conformance", "test_")
 
 
 def internal_root(path: str) -> None:
@@ -21,6 +24,8 @@ def internal_root(path: str) -> None:
 
 
 def _internal(filename: str) -> bool:
+    if filename.startswith(_USER_FILES):
+        return False
     return filename.startswith("<frozen") or any(filename.startswith(r) for r in _INTERNAL_ROOTS)
 
 

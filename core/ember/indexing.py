@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import operator
 
+from . import dispatch
 from . import dtypes as D
 from .errors import DTypeError, ShapeError, located
+from .primitives import broadcast_shapes
+
+# The Tensor class is dispatch's registered one (``dispatch.Tensor``) and index tensors come
+# from the indexed tensor's own constructor (``t._tensor``): this module sits below tensor.py,
+# whose ``__getitem__`` calls it, so it cannot import tensor.py.
 
 
 def _to_index_tensor(t, entry):
-    from .tensor import Tensor, tensor
-    if isinstance(entry, Tensor):
+    if isinstance(entry, dispatch.Tensor):
         return entry
     if isinstance(entry, (list, tuple)) and not entry:
-        return tensor(entry, dtype=D.int64, backend=t._backend)     # x[[]] is an empty selection
-    return tensor(entry, backend=t._backend)
+        return t._tensor(entry, dtype=D.int64)     # x[[]] is an empty selection
+    return t._tensor(entry)
 
 
 def _mask_coords(t, k, dim):
@@ -33,7 +38,7 @@ def _mask_coords(t, k, dim):
 
 def _normalize(t, key):
     """Key -> list of entries, one per dim after None-insertion: int | slice | None | int Tensor."""
-    from .tensor import Tensor
+    Tensor = dispatch.Tensor
     if not isinstance(key, tuple):
         key = (key,)
     entries = []
@@ -89,7 +94,7 @@ def _int(e):
 
 
 def getitem(t, key):
-    from .tensor import Tensor, arange
+    Tensor = dispatch.Tensor
     entries = _normalize(t, key)
     # None: insert the new unit dims first, then index them with a full slice.
     if any(_new_axis(e) for e in entries):
@@ -134,14 +139,13 @@ def getitem(t, key):
     if flips:
         t = t.flip(flips)
     if adv:
-        t, labels = _advanced(t, labels, adv, arange)
+        t, labels = _advanced(t, labels, adv)
     squeeze = [d for d, lab in enumerate(labels) if lab == "i"]
     return t.squeeze(squeeze) if squeeze else t
 
 
-def _advanced(t, labels, adv, arange):
+def _advanced(t, labels, adv):
     """Integer-array indexing of dims ``adv`` (NumPy rules) with one take on flattened dims."""
-    from .primitives import broadcast_shapes
     dims = [d for d, _ in adv]
     try:
         bshape = broadcast_shapes(*(i.shape for _, i in adv))
@@ -176,9 +180,8 @@ def _advanced(t, labels, adv, arange):
 
 def setitem(t, key, value):
     """In-place assignment through NumPy indexing (no gradient flows through it)."""
-    from .dispatch import is_grad_enabled
-    from .tensor import Tensor
-    if t.requires_grad and is_grad_enabled():
+    Tensor = dispatch.Tensor
+    if t.requires_grad and dispatch.is_grad_enabled():
         raise located(RuntimeError, "in-place assignment to a tensor that requires grad; "
                       "use ember.where / masked_fill, or wrap it in ember.no_grad()")
     host = t.numpy().copy()

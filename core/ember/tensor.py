@@ -297,8 +297,8 @@ class Tensor(TensorMath, TensorShape):
     def _arange(self, n):
         return arange(n, backend=self._backend)
 
-    def _tensor(self, value):
-        return tensor(value, backend=self._backend)
+    def _tensor(self, value, dtype=None):
+        return tensor(value, dtype=dtype, backend=self._backend)
 
     # a primitive applied to tensors; the records' __call__ comes here (``P.conv2d(x, w)``)
     _apply = staticmethod(apply)
@@ -591,5 +591,6 @@ for _name in ("exp log sin cos tanh sqrt rsqrt abs sign floor ceil round erf sig
               "sum mean var std amax amin max min argmax argmin all any logsumexp softmax log_softmax "
               "reshape flatten permute transpose squeeze unsqueeze flip narrow chunk split maximum "
               "minimum isnan isinf isfinite square log1p expm1 norm cumsum gather masked_fill "
-              "index_add take").split():
+              "index_add take sort argsort topk bitwise_and bitwise_or bitwise_xor bitwise_not "
+              "bitwise_left_shift bitwise_right_shift remainder").split():
     FUNCTIONS[_name] = _method(_name)

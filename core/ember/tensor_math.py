@@ -12,9 +12,12 @@ from collections import namedtuple
 from . import dtypes as D
 from . import primitives as P
 from .dispatch import apply1, apply2
+from .errors import ShapeError, located
 from .tensor_shape import _axis, _dims
 
 MaxMin = namedtuple("MaxMin", "values indices")
+Sorted = namedtuple("Sorted", "values indices")       # torch.return_types.sort
+TopK = namedtuple("TopK", "values indices")           # torch.return_types.topk
 
 
 class TensorMath:
@@ -24,15 +27,17 @@ class TensorMath:
     def _binary(self, name, other, reverse=False):
         """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
         if isinstance(other, TensorMath):
-            da, db = self.dtype, other.dtype
+            # the backends' dtype() without the property's call: a third of a small add's front end
+            da, db = self._backend.dtype(self._data), other._backend.dtype(other._data)
             a, b = self, other
             if da is not db:
                 common = D.promote(da, db)
                 a, b = a.to(common), b.to(common)
             return apply2(name, b, a) if reverse else apply2(name, a, b)
         if isinstance(other, (int, float, bool)):
-            dtype = D.result_with_scalar(self.dtype, other)
-            a = self if dtype is self.dtype else self.to(dtype)
+            own = self._backend.dtype(self._data)
+            dtype = D.result_with_scalar(own, other)
+            a = self if dtype is own else self.to(dtype)
             if reverse:
                 return apply2(name, a._full_like(other, shape=()), a)
             return apply2(name, a, other)
@@ -78,7 +83,13 @@ class TensorMath:
         return (self.double() / o).floor().to(dtype)
 
     def __mod__(self, o):
-        return self - (self // o) * o
+        """The sign of the divisor, as Python's % and torch.remainder."""
+        return self._binary(P.remainder, o)
+
+    def __rmod__(self, o):
+        return self._binary(P.remainder, o, reverse=True)
+
+    remainder = __mod__
 
     def __pow__(self, o):
         if isinstance(o, (int, float)) and not isinstance(o, bool):
@@ -121,27 +132,52 @@ class TensorMath:
     def __ge__(self, o):
         return self._binary(P.ge, o)
 
-    def _logical(self, name, o):
-        o = o if isinstance(o, TensorMath) else self._like(o, D.bool_)
-        return apply2(name, self.bool(), o.bool())
+    def _bits(self, name, logical, o, reverse=False):
+        """& | ^: logical on bool (and, as before, float) operands, bitwise on integers as in torch."""
+        if not isinstance(o, (TensorMath, bool, int, float)):
+            o = self._tensor(o)
+        kinds = {self.dtype.kind, o.dtype.kind if isinstance(o, TensorMath) else
+                 "b" if isinstance(o, bool) else "f" if isinstance(o, float) else "i"}
+        if kinds == {"b"} or "f" in kinds:
+            o = o if isinstance(o, TensorMath) else self._like(o, D.bool_)
+            return apply2(logical, self.bool(), o.bool())
+        return self._binary(name, o, reverse)
 
     def __and__(self, o):
-        return self._logical(P.logical_and, o)
+        return self._bits(P.bitwise_and, P.logical_and, o)
 
     def __or__(self, o):
-        return self._logical(P.logical_or, o)
+        return self._bits(P.bitwise_or, P.logical_or, o)
 
     def __xor__(self, o):
-        return self._logical(P.logical_xor, o)
+        return self._bits(P.bitwise_xor, P.logical_xor, o)
 
     def __invert__(self):
+        if self.dtype.kind in "iu":
+            return apply1(P.bitwise_not, self)
         return apply1(P.logical_not, self.bool())
+
+    def __lshift__(self, o):
+        return self._binary(P.bitwise_left_shift, o)
+
+    def __rshift__(self, o):
+        return self._binary(P.bitwise_right_shift, o)
+
+    def __rlshift__(self, o):
+        return self._binary(P.bitwise_left_shift, o, reverse=True)
+
+    def __rrshift__(self, o):
+        return self._binary(P.bitwise_right_shift, o, reverse=True)
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
     add, sub, mul, div, pow = __add__, __sub__, __mul__, __truediv__, __pow__
     neg = __neg__
-    logical_not = __invert__
+    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
+    bitwise_left_shift, bitwise_right_shift = __lshift__, __rshift__
+
+    def logical_not(self):
+        return apply1(P.logical_not, self.bool())
 
     def equal(self, other) -> bool:
         return self.shape == other.shape and bool((self == other).all())
@@ -324,10 +360,50 @@ class TensorMath:
             return self.abs().sum(dim, keepdim)
         return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
 
-    def cumsum(self, dim):
-        # A lower-triangular matmul: O(n^2) but one BLAS call, and differentiable for free.
-        dim = _axis(dim, self.ndim)
-        n = self.shape[dim]
-        tri = (self._arange(n).unsqueeze(1) >= self._arange(n)).to(self.dtype)
-        x = self.transpose(dim, -1)
-        return (x @ tri.T).transpose(dim, -1)
+    # ------------------------------------------------------------------------ ordering
+    def cumsum(self, dim, dtype=None):
+        """Running sum along ``dim``; integers and bool sum in int64, as in torch.
+
+        >>> import ember
+        >>> ember.tensor([[1, 2, 3], [4, 5, 6]]).cumsum(1).tolist()
+        [[1, 3, 6], [4, 9, 15]]
+        """
+        x = self.to(dtype) if dtype is not None else self if self.dtype.is_floating_point else self.long()
+        return apply1(P.cumsum, x, axis=_axis(dim, self.ndim))
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        """Indices that sort ``dim`` (always stable; NaN sorts as the largest, as in torch).
+
+        >>> import ember
+        >>> ember.tensor([3.0, float("nan"), 1.0, 3.0]).argsort(descending=True).tolist()
+        [1, 0, 3, 2]
+        """
+        return apply1(P.argsort, self, axis=_axis(dim, self.ndim), descending=descending)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        """``(values, indices)`` sorted along ``dim``; the values' gradient goes back to the
+        positions they came from.
+
+        >>> import ember
+        >>> values, indices = ember.tensor([[2.0, 0.5, 1.0]]).sort(1)
+        >>> values.tolist(), indices.tolist()
+        ([[0.5, 1.0, 2.0]], [[1, 2, 0]])
+        """
+        indices = self.argsort(dim, descending)
+        return Sorted(self.gather(dim, indices) if self.ndim else self, indices)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """``(values, indices)`` of the ``k`` largest (or smallest) along ``dim``, in order;
+        among equal values the lower index comes first.
+
+        >>> import ember
+        >>> ember.tensor([1.0, 5.0, 3.0, 5.0]).topk(2)
+        TopK(values=tensor([5., 5.]), indices=tensor([1, 3]))
+        """
+        params = dict(k=int(k), axis=_axis(dim, self.ndim), largest=largest)
+        try:                    # a k past the end would silently give fewer values on NumPy
+            P.argtopk.abstract((self.shape, self.dtype), **params)
+        except ShapeError as err:
+            raise located(ShapeError, str(err)) from None
+        indices = apply1(P.argtopk, self, **params)
+        return TopK(self.gather(dim, indices) if self.ndim else self, indices)

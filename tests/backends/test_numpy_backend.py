@@ -76,7 +76,7 @@ def _samples():
     for name in ("neg exp log sin cos tanh sqrt reciprocal abs sign floor erf").split():
         yield name, (f,), {}
     yield "logical_not", (f > 2,), {}
-    for name in ("add sub mul div pow maximum minimum eq ne lt le gt ge").split():
+    for name in ("add sub mul div pow maximum minimum remainder eq ne lt le gt ge").split():
         yield name, (f, f[:1]), {}
     for name in ("logical_and logical_or logical_xor").split():
         yield name, (f > 2, f < 5), {}
@@ -101,6 +101,14 @@ def _samples():
     yield "conv2d_grad_weight", (x4, np.ones((1, 3, 5, 2), np.float32)), dict(weight_shape=(3, 2, 2, 2), stride=(1, 2), padding=(1, 0))
     yield "windows", (x4,), dict(kernel=(2, 3), stride=(2, 1))
     yield "windows_grad", (np.ones((1, 2, 2, 2, 2, 3), np.float32),), dict(input_shape=(1, 2, 4, 4), kernel=(2, 3), stride=(2, 1))
+    yield "argsort", (f,), dict(axis=0, descending=True)
+    yield "argtopk", (f,), dict(k=2, axis=1, largest=False)
+    yield "cumsum", (f,), dict(axis=1, reverse=True)
+    i = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for name in ("bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift").split():
+        yield name, (i, i[:1]), {}
+    yield "bitwise_not", (i,), {}
+    yield "bitcast", (f,), dict(dtype=D.uint32)
 
 
 SAMPLES = list(_samples())
@@ -120,7 +128,9 @@ def test_output_agrees_with_the_abstract_rule(name, args, params):
 
 ZERO_D_PARAMS = {"sum": dict(axes=()), "max": dict(axes=()), "min": dict(axes=()), "permute": dict(axes=()),
                  "flip": dict(axes=()), "reshape": dict(shape=()), "expand": dict(shape=()),
-                 "slice": dict(starts=(), stops=(), steps=()), "cast": dict(dtype=D.float64)}
+                 "slice": dict(starts=(), stops=(), steps=()), "cast": dict(dtype=D.float64),
+                 "argsort": dict(axis=0), "argtopk": dict(k=1, axis=0), "cumsum": dict(axis=0),
+                 "bitcast": dict(dtype=D.uint32)}
 ZERO_D = [n for n, args, _ in SAMPLES if args and n not in (
     "argmax", "concatenate", "pad", "take", "index_add", "matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
     "windows", "windows_grad")]

@@ -128,6 +128,51 @@ class Float32Only(NumpyBackend):
         return caps
 
 
+class WidensExp(NumpyBackend):
+    """exp of float32 returns float64 (values right): tier 2 fails exp's float32 cell, and the
+    watch fails every higher-tier case that calls exp, naming exp, instead of carrying float64
+    through a whole model."""
+    name = "exp_float64"
+    impls = {**IMPLS, "exp": lambda x: np.exp(x.astype(np.float64) if x.dtype == np.float32 else x)}
+
+
+class IgnoresKeepdims(NumpyBackend):
+    """sum drops the reduced dims even when asked to keep them: tier 2 fails sum, and tiers 3, 5
+    and 6 fail too, each a consequence of sum in the certificate."""
+    name = "sum_no_keepdims"
+    impls = {**IMPLS, "sum": lambda x, axes, keepdims=False: IMPLS["sum"](x, axes, False)}
+
+
+class FlakyMatmul(NumpyBackend):
+    """Every 50th matmul adds 1e-3 to one element: two runs of one computation differ, and the
+    determinism checks name matmul."""
+    name = "flaky_matmul"
+
+    def __init__(self):
+        self.calls = 0
+
+        def matmul(a, b):
+            out = np.matmul(a, b)
+            self.calls += 1
+            if self.calls % 50 == 0 and out.size:
+                out = out.copy()
+                out.reshape(-1)[0] += out.dtype.type(1e-3)
+            return out
+        self.impls = {**IMPLS, "matmul": matmul}
+
+
+def _kernel_fails(x):
+    raise RuntimeError("kernel launch failed (test backend)")
+
+
+class RaisingTanh(NumpyBackend):
+    """tanh raises: the failures name the call that raised (tanh, its dtype and shape) and the
+    line of the conformance test that made it, not pytest's frame."""
+    name = "raises_tanh"
+    impls = {**IMPLS, "tanh": _kernel_fails}
+
+
 def ember_backends():
     return [BackendInfo(cls.name, cls, description=cls.__doc__.split(":")[0])
-            for cls in (WrongSign, WrongFused, WrongConvGrad, IgnoresStrides, AllFused, NoDevice, UnderDeclared, Float32Only)]
+            for cls in (WrongSign, WrongFused, WrongConvGrad, IgnoresStrides, AllFused, NoDevice, UnderDeclared,
+                        Float32Only, WidensExp, IgnoresKeepdims, FlakyMatmul, RaisingTanh)]

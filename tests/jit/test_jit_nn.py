@@ -1,4 +1,5 @@
-"""Every ember.nn layer and loss: jitted output and gradients equal eager ones (float32 tolerance)."""
+"""Every ember.nn layer and loss: jitted output and gradients equal eager ones (float32 tolerance);
+the newer layers also on the numba backend against numpy."""
 import copy
 
 import numpy as np
@@ -31,6 +32,31 @@ class SelfAttention(nn.Module):
         return self.mha(x, x, x, attn_mask=mask)[0]
 
 
+class Decoder(nn.Module):
+    """A decoder layer over (tgt, memory), memory a fixed function of the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x, x[:, :3] * 0.5, tgt_is_causal=True)
+
+
+class GRUSteps(nn.Module):
+    """A GRUCell stepped over the time dim of (N, T, 5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(5, 4)
+
+    def forward(self, x):
+        h = None
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+        return h
+
+
 LAYERS = {
     "linear": (lambda: nn.Linear(6, 4), lambda: randn(3, 6)),
     "linear-3d-nobias": (lambda: nn.Linear(6, 4, bias=False), lambda: randn(2, 3, 6)),
@@ -60,7 +86,26 @@ LAYERS = {
     "lstm": (lambda: nn.LSTM(5, 4, num_layers=2, batch_first=True), lambda: randn(2, 3, 5)),
     "multihead-attention": (SelfAttention, lambda: randn(2, 4, 8)),
     "multihead-attention-causal": (lambda: SelfAttention(causal=True), lambda: randn(2, 4, 8)),
+    "conv1d": (lambda: nn.Conv1d(4, 6, 3, stride=2, padding="valid", dilation=2), lambda: randn(2, 4, 11)),
+    "conv1d-same-groups": (lambda: nn.Conv1d(4, 6, 4, padding="same", groups=2), lambda: randn(2, 4, 9)),
+    "conv-transpose2d": (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+                         lambda: randn(2, 4, 5, 5)),
+    "conv-transpose2d-dilated": (lambda: nn.ConvTranspose2d(4, 2, 3, stride=2, dilation=3, output_padding=2,
+                                                            groups=2), lambda: randn(1, 4, 3, 4)),
+    "group-norm": (lambda: nn.GroupNorm(2, 6), lambda: randn(3, 6, 4, 4)),
+    "upsample-nearest": (lambda: nn.Upsample(scale_factor=2), lambda: randn(2, 3, 4, 5)),
+    "upsample-bilinear": (lambda: nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True),
+                          lambda: randn(2, 3, 4, 5)),
+    "gru": (lambda: nn.GRU(5, 4, num_layers=2, bidirectional=True, batch_first=True), lambda: randn(2, 3, 5)),
+    "gru-cell": (GRUSteps, lambda: randn(2, 3, 5)),
+    "transformer-encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, batch_first=True, norm_first=True), 2), lambda: randn(2, 5, 8)),
+    "transformer-decoder-layer": (Decoder, lambda: randn(2, 4, 8)),
 }
+#: the layers also compared across backends (numba against numpy), eager and jitted
+ON_NUMBA = ["conv1d", "conv1d-same-groups", "conv-transpose2d", "conv-transpose2d-dilated", "group-norm",
+            "upsample-nearest", "upsample-bilinear", "gru", "gru-cell", "transformer-encoder",
+            "transformer-decoder-layer"]
 
 
 def _first(out):
@@ -69,7 +114,7 @@ def _first(out):
 
 def _step(model, x):
     out = _first(model(x))
-    weights = ember.arange(out.numel()).reshape(out.shape).float().sin()   # a loss that weighs each output
+    weights = ember.arange(out.numel(), backend=out.backend).reshape(out.shape).float().sin()   # weighs each output
     (out * weights).sum().backward()
     return out
 
@@ -97,6 +142,30 @@ def test_layer_forward_and_gradients_match_eager(name):
         for b1, b2 in zip(eager.buffers(), jitted.buffers()):      # BatchNorm's running statistics
             close(b2, b1)
     assert step.trace_count <= 2
+
+
+@pytest.mark.parametrize("name", ON_NUMBA)
+def test_layer_on_numba_matches_numpy(name):
+    pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+    make, data = LAYERS[name]
+    ember.manual_seed(0)
+    ref = make()
+    with ember.backend("numba"):
+        model = make()
+    model.load_state_dict(ref.state_dict())
+    assert all(p.backend.name == "numba" for p in model.parameters())
+    x1 = data().requires_grad_()
+    x2 = data().to("numba").detach().requires_grad_()
+    for step in (_step, ember.jit(_step)):
+        for m in (ref, model):
+            m.zero_grad()
+        x1.grad = x2.grad = None
+        out = step(model, x2)
+        assert out.backend.name == "numba"
+        for a, b in [(out, _step(ref, x1)), (x2.grad, x1.grad)] + [
+                (p2.grad, p1.grad) for p1, p2 in zip(ref.parameters(), model.parameters())]:
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_embedding_with_padding_idx_matches_eager():

@@ -56,6 +56,20 @@ def test_test_prints_the_pass_table(capsys):
     assert "| pytorch-operator | 35 | 35 |" in out and "unexpected failure" not in out
 
 
+def test_test_on_a_backend_that_cannot_run_here_is_one_line(capsys):
+    import ember
+    names = ["nosuch"]
+    try:                                   # cupy without a CUDA device (this machine, CI): one line too
+        ember.get_backend("cupy")
+    except ember.BackendError:
+        names.append("cupy")
+    for name in names:
+        assert main(["onnx", "test", "--backend", name, "--set", "models"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+        assert captured.err.startswith("ember: error: ") and repr(name) in captured.err
+
+
 def test_without_onnx_the_commands_say_how_to_install_it(tmp_path):
     import subprocess
     import sys

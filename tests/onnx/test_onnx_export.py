@@ -83,3 +83,37 @@ def test_bad_opset_and_unexportable_primitive():
             return x + ember.rand(*x.shape)
     with pytest.raises(OnnxError, match="primitive 'random_bits'.*has no ONNX form"):
         ember.onnx.export(Noisy(), ember.randn(2))
+
+
+class Ordering(ember.nn.Module):
+    """The sorting, running-sum, remainder and bitwise primitives, each output kept apart."""
+
+    def forward(self, x, i):
+        top = x.topk(3, 1)
+        return (top.values, top.indices, x.sort(0, descending=True).indices, x.cumsum(1), x % 1.5,
+                (i & 6) ^ (i | 1) ^ ~i, i % 3)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_ordering_and_bitwise_primitives_export(opset):
+    rng = np.random.default_rng(0)
+    x = ember.tensor(rng.integers(-3, 4, (4, 6)).astype(np.float32))       # ties: the index rule matters
+    i = ember.tensor(np.arange(-4, 8, dtype=np.int64))
+    blob = ember.onnx.export(Ordering(), (x, i), opset=opset)
+    want = [t.numpy() for t in Ordering()(x, i)]
+    for got, ref in zip(run_ort(blob, x, i), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+    for got, ref in zip(ember.onnx.load(blob)(x, i), want):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-6)
+
+
+def test_bitwise_export_needs_opset_18_and_unsigned_shifts():
+    class Shift(ember.nn.Module):
+        def forward(self, i):
+            return i << 2
+    with pytest.raises(OnnxError, match="needs opset 18 or newer"):
+        ember.onnx.export(Shift(), ember.tensor([1, 2]), opset=17)
+    with pytest.raises(OnnxError, match="BitShift takes unsigned integers"):
+        ember.onnx.export(Shift(), ember.tensor([1, 2]), opset=18)
+    blob = ember.onnx.export(Shift(), ember.tensor([1, 200], dtype=ember.uint8), opset=18)
+    assert run_ort(blob, ember.tensor([1, 200], dtype=ember.uint8))[0].tolist() == [4, 32]

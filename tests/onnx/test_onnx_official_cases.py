@@ -2,7 +2,9 @@
 
 Every case of the pinned onnx (1,884 node cases built in memory, and the pytorch-converted,
 pytorch-operator and simple model sets) runs; a case in ``known_failures.EXPECTED`` must fail
-(the test fails when it passes, so the list only shrinks) and every other case must pass.
+(the test fails when it passes, so the list only shrinks) and every other case must pass. The
+117 float32 models of the model sets run on the numba backend too, and (slow: about a minute)
+on the pure-Python one.
 """
 import pytest
 
@@ -16,8 +18,8 @@ NODE = suite.node_cases()
 MODELS = suite.model_cases()
 
 
-def check(case):
-    reason = suite.run_case(case, "numpy")
+def check(case, backend="numpy"):
+    reason = suite.run_case(case, backend)
     if case.name in EXPECTED:
         assert reason is not None, (f"{case.name} now passes: remove it from "
                                     "ember/onnx/known_failures.py (the list only shrinks)")
@@ -55,3 +57,18 @@ def test_float32_models_all_pass():
         v.type.tensor_type.elem_type == 1 for v in c.model.graph.input)]
     assert len(f32) == 117
     assert [c.name for c in f32 if c.name in EXPECTED] == []
+
+
+F32_MODELS = [c for c in MODELS if c.plain and all(v.type.tensor_type.elem_type == 1 for v in c.model.graph.input)]
+
+
+@pytest.mark.parametrize("case", F32_MODELS, ids=[c.name for c in F32_MODELS])
+def test_float32_model_on_numba(case):
+    pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+    check(case, "numba")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", F32_MODELS, ids=[c.name for c in F32_MODELS])
+def test_float32_model_on_python(case):
+    check(case, "python")

@@ -8,9 +8,12 @@ per-session context, skips, the JSON report) → tolerances.py (how close is clo
 cases.py and gradcases.py (the toolkits with which each primitive's record draws its tier-2
 and tier-3 inputs, see ember.primitives), structure.py (the same tier-2 generator with its
 structural choices enumerated instead of drawn), optimizers.py (the fused optimizer steps' option sets
-and their harness, ``fused_mismatches``) → the tiers,
-test_tier0_api.py ... test_tier6_training.py → certify.py (runs pytest in a child process and
-writes the certificate). docs/conformance.md describes the tiers and the certificate.
+and their harness, ``fused_mismatches``) → watch.py (the interpreter tiers 1 and 3-6 run
+under: the primitives a case applies, their shapes and dtypes against the rules, their values
+for the determinism checks) → the tiers, test_tier0_api.py ... test_tier6_training.py →
+triage.py (root causes first: which failures explain the others) → certify.py (runs pytest in
+a child process and writes the certificate). docs/conformance.md describes the tiers and the
+certificate.
 """
 
 TIERS = {0: "API present", 1: "smoke", 2: "primitives vs reference", 3: "gradients", 4: "fused ops",

@@ -2,10 +2,11 @@
 
 The suite runs in a child process (``python -m pytest`` with only the conformance plugin
 loaded), which writes one JSON record per test; this module turns those records into
-``certificate.json`` and ``certificate.md``: what was certified (backend, version, ember and
-API versions, date, machine), per tier pass/fail/skip counts, the op x dtype matrix of tier 2,
-gradients, fused ops and layers, the tolerances used, every declared-but-failing test with its
-message, and what the backend implements without declaring it.
+``certificate.json`` and ``certificate.md``: what was certified (backend, its distribution and
+version, ember and API versions, date, machine, seed, tier 6's data and its SHA-256), per tier
+pass/fail/skip counts, the op x dtype matrix of tier 2, gradients, fused ops, layers and
+determinism, the tolerances used, the failures with their root causes first (triage.py), and
+what the backend implements without declaring it.
 
 Exit status: 0 when nothing failed, 1 when something did (or, with ``--require-available``, the
 backend cannot run here), 2 for a usage error such as an unknown backend.
@@ -21,14 +22,26 @@ import sys
 import tempfile
 
 from ember.conformance import TIERS
+from ember.conformance.triage import cell, triage
 
 SYMBOL = {"pass": "✓", "fail": "✗", "undeclared": "u", "skip": "s", "n/a": "·"}
 DEFAULT_MAX_EXAMPLES = 25
 
 
+class UsageError(Exception):
+    """A mistake in the command line: reported as one ``ember: error:`` line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, whose errors become :class:`UsageError` (one line, not the usage text)."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ember certify", description="Run the conformance suite on a backend "
-                                "and write certificate.json and certificate.md.")
+    p = Parser(prog="ember certify", description="Run the conformance suite on a backend "
+               "and write certificate.json and certificate.md.")
     p.add_argument("name", help="backend name (as in `ember backends`)")
     p.add_argument("--tiers", default=",".join(map(str, TIERS)),
                    help="comma-separated tiers to run (default: all, 0-6)")
@@ -41,39 +54,37 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
                    help="import MODULE (dotted name or .py path) first and register its ember_backends(): "
                         "certify a backend that is not installed (repeatable; default: none)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="added to the seeds of tiers 3, 5 and 6's inputs and weights (default: 0)")
     p.add_argument("--quiet", action="store_true", help="do not show pytest's progress (default: show it)")
     return p
 
 
 def main(argv=None) -> int:
-    """Entry point of ``ember certify``; returns the exit status.
+    """Entry point of ``ember certify``; returns the exit status. Every usage error (an unknown
+    backend, a ``--backend-module`` that registers none, a bad tier) is one line and status 2,
+    before the suite starts.
 
     >>> main(["--help"])  # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
     usage: ember certify ...
     0
+    >>> main(["numpy", "--tiers", "0,9"])
+    2
     """
     try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:
+        args, tiers = _arguments(argv)
+        problem = _check_setup(args)
+        if problem:
+            raise UsageError(problem)
+        _check_backend(args)
+    except UsageError as err:
+        print(f"ember: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:          # --help
         return int(exc.code or 0)
-    try:
-        tiers = sorted({int(t) for t in args.tiers.split(",") if t.strip()})
-    except ValueError:
-        print(f"ember certify: --tiers takes comma-separated numbers 0-6, got {args.tiers!r}", file=sys.stderr)
-        return 2
-    if not set(tiers) <= set(TIERS):
-        print(f"ember certify: unknown tiers {sorted(set(tiers) - set(TIERS))}; tiers are 0-6", file=sys.stderr)
-        return 2
-    problem = _check_setup(args)
-    if problem:
-        print(f"ember certify: {problem}", file=sys.stderr)
-        return 2
     out = os.path.abspath(args.out or f"ember-certificate-{args.name}")
     report = run_suite(args, tiers)
     if report is None:
-        return 2
-    if str(report["meta"].get("load_error") or "").startswith("unknown backend"):
-        print(f"ember certify: {report['meta']['load_error']}", file=sys.stderr)
         return 2
     os.makedirs(out, exist_ok=True)
     cert = certificate(report, tiers, command=["ember", "certify", *(argv if argv is not None else sys.argv[1:])])
@@ -86,9 +97,21 @@ def main(argv=None) -> int:
     return 0 if cert["verdict"] in ("pass", "unavailable") else 1
 
 
+def _arguments(argv):
+    args = parser().parse_args(argv)
+    try:
+        tiers = sorted({int(t) for t in args.tiers.split(",") if t.strip()})
+    except ValueError:
+        raise UsageError(f"--tiers takes comma-separated numbers 0-6, got {args.tiers!r}") from None
+    if not tiers or not set(tiers) <= set(TIERS):
+        raise UsageError(f"--tiers {args.tiers}: tiers are 0-6")
+    if args.max_examples < 1:
+        raise UsageError(f"--max-examples must be at least 1, got {args.max_examples}")
+    return args, tiers
+
+
 def _check_setup(args) -> str | None:
-    """A missing tool in one line, or None. (Whether the backend exists is asked in the child
-    process, whose registry sees plugins installed after this process started.)"""
+    """A missing tool or ``--backend-module`` file, in one line, or None."""
     for module in ("pytest", "hypothesis", "numpy"):
         try:
             __import__(module)
@@ -98,6 +121,55 @@ def _check_setup(args) -> str | None:
         if (spec.endswith(".py") or os.sep in spec) and not os.path.exists(spec):
             return f"--backend-module {spec!r}: no such file"
     return None
+
+
+def _check_backend(args) -> None:
+    """Raise UsageError for a --backend-module that cannot be imported or brings nothing (no
+    backend, no primitive), or an unknown backend name. Which backends exist is asked of a
+    child process: its registry sees plugins installed after this process started, and the
+    backend modules are not imported into the command's own process."""
+    modules = [os.path.abspath(m) if os.path.exists(m) else m for m in args.backend_module]
+    code = ("import sys, json; from ember.conformance.certify import probe; "
+            "print(json.dumps(probe(json.loads(sys.argv[1]))))")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(modules)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"), check=False)
+    try:
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise UsageError(f"cannot list the installed backends: {proc.stderr.strip()[-500:]}") from None
+    for spec, problem in zip(args.backend_module, found["modules"]):
+        if problem:
+            raise UsageError(f"--backend-module {spec}: {problem}")
+    if args.name not in found["backends"]:
+        why = f": {found['problems'][args.name]}" if args.name in found["problems"] else ""
+        raise UsageError(f"unknown backend {args.name!r}{why} (installed: {', '.join(found['backends']) or 'none'}); "
+                         f"install its plugin, or load it with --backend-module")
+
+
+def probe(modules) -> dict:
+    """The backends this Python sees after importing ``modules`` (``--backend-module``
+    arguments): ``{"backends": names, "problems": {name: why}, "modules": [problem or None]}``."""
+    from ember.conformance.plugin import import_backend_module
+    from ember.primitives import PRIMITIVES
+    from ember.registry import REGISTRY
+    REGISTRY.discover()
+    problems = []
+    for spec in modules:
+        before = (set(REGISTRY.infos), len(PRIMITIVES))
+        try:
+            module = import_backend_module(spec)
+        except BaseException as exc:  # noqa: BLE001 - reported as the user's mistake, in one line
+            problems.append(f"importing it raised {type(exc).__name__}: {exc}")
+            continue
+        hook = getattr(module, "ember_backends", None)
+        if (callable(hook) and list(hook())) or (set(REGISTRY.infos), len(PRIMITIVES)) != before:
+            problems.append(None)                          # a backend, or a primitive to test
+        elif callable(hook):
+            problems.append("its ember_backends() returned no backend")
+        else:
+            problems.append("it registers no backend (no ember_backends() returning BackendInfo records) "
+                            "and defines no primitive")
+    return {"backends": sorted(REGISTRY.infos), "problems": dict(REGISTRY.problems), "modules": problems}
 
 
 def run_suite(args, tiers) -> dict | None:
@@ -116,6 +188,8 @@ def run_suite(args, tiers) -> dict | None:
             cmd.append("--ember-require-available")
         if args.ops:
             cmd += ["--ember-ops", args.ops]
+        if args.seed:
+            cmd += ["--ember-seed", str(args.seed)]
         for spec in args.backend_module:
             cmd += ["--ember-backend-module", os.path.abspath(spec) if os.path.exists(spec) else spec]
         env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
@@ -174,34 +248,41 @@ def certificate(report: dict, tiers, command=()) -> dict:
     for r in (r for r in tests if r["tier"] == 2):
         matrix.setdefault(r["op"], {d: "n/a" for d in dtypes})[r["dtype"]] = _status(r)
         covered.setdefault(r["op"], []).append(r["dtype"])
-    gradients, fused, layers = {}, {}, {}
+    gradients, fused, layers, determinism = {}, {}, {}, {}
     for r in tests:
-        if r["tier"] == 3:
+        if "deterministic" in r["test"]:
+            determinism[r["op"] or r["test"]] = _status(r)
+        elif r["tier"] == 3:
             gradients.setdefault(r["op"], {})[f"order{r.get('order', 1)}"] = _status(r)
         elif r["tier"] == 4:
             fused.setdefault(r["op"], {})[r["dtype"]] = _status(r)
         elif r["tier"] == 5:
             layers[r["op"]] = _status(r)
-    failures = [{k: r.get(k) for k in ("tier", "op", "dtype", "test", "nodeid", "message")}
+    failures = [{k: r.get(k) for k in ("tier", "op", "dtype", "order", "test", "nodeid", "message", "failing_call",
+                                       "culprit", "primitives")}
                 for r in tests if r["outcome"] == "failed"]
-    declared_failing = sorted({f"{f['op']}[{f['dtype']}]" if f["dtype"] else str(f["op"])
-                               for f in failures if f["op"]})
+    causes = triage(failures)
+    # root causes first (their tier-2 cells, or the primitive a higher tier named), then the rest
+    first = [c for root in causes["root_causes"] for c in (root["cells"] or [root["primitive"]])]
+    declared_failing = list(dict.fromkeys(first + sorted({cell(f) for f in failures if f["op"]})))
     unavailable = not meta.get("available") and not meta.get("load_error")
     verdict = "fail" if failures else ("unavailable" if unavailable else "pass")
     return {
-        "certificate_version": 1,
+        "certificate_version": 2,
         "backend": {"name": meta["backend"], "version": meta.get("backend_version"),
                     "api_version": meta.get("backend_api_version"), "class": meta.get("backend_class"),
                     "device": meta.get("device"), "devices": meta.get("devices"),
                     "declared_dtypes": meta.get("declared_dtypes"), "declared_fused": meta.get("declared_fused"),
                     "declared_ops": len(meta.get("declared_ops") or []), "notes": meta.get("notes")},
+        "distribution": meta.get("distribution"),
         "ember": {"version": meta["ember_version"], "api_version": meta["api_version"]},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": meta["machine"],
         "run": {"command": " ".join(command), "tiers": list(tiers), "max_examples": meta.get("max_examples"),
                 "ops": meta.get("ops_selected") or None, "require_available": meta.get("require_available"),
                 "seconds": meta.get("seconds"), "cpu_seconds": meta.get("cpu_seconds"),
-                "gradient_dtype": meta.get("grad_dtype")},
+                "gradient_dtype": meta.get("grad_dtype"), "seed": meta.get("seed", 0)},
+        "dataset": meta.get("dataset"),
         "available": bool(meta.get("available")), "unavailable_reason": meta.get("unavailable_reason") or "",
         "load_error": meta.get("load_error"),
         "verdict": verdict,
@@ -210,8 +291,9 @@ def certificate(report: dict, tiers, command=()) -> dict:
         "tiers": per_tier,
         "matrix": {"dtypes": dtypes, "ops": {op: matrix[op] for op in matrix},
                    "covered_dtypes": covered},
-        "gradients": gradients, "fused": fused, "layers": layers,
+        "gradients": gradients, "fused": fused, "layers": layers, "determinism": determinism,
         "tolerances": meta.get("tolerances"),
+        "root_causes": causes["root_causes"], "independent_failures": causes["independent"],
         "declared_but_failing": declared_failing,
         "implemented_but_undeclared": {"primitives": meta.get("undeclared_implemented", []),
                                        "fused": meta.get("undeclared_implemented_fused", [])},
@@ -228,13 +310,15 @@ def markdown(cert: dict) -> str:
              "| | |", "|---|---|",
              f"| backend | `{b['name']}` {b['version']} (`{b['class']}`), device {b['device']} |",
              f"| backend API | {b['api_version']} (ember speaks {cert['ember']['api_version']}) |",
+             f"| distribution | {_distribution(cert['distribution'])} |",
              f"| ember | {cert['ember']['version']} |",
              f"| date | {cert['date']} |",
              f"| machine | {m.get('platform')}, {m.get('cpu_count')} CPUs, Python {m.get('python')}"
              f"{', numpy ' + m['numpy'] if m.get('numpy') else ''} |",
              f"| run | `{cert['run']['command']}` ({cert['run']['seconds']:.0f} s wall, "
              f"{cert['run']['cpu_seconds']:.0f} s CPU; {cert['run']['max_examples']} hypothesis examples per "
-             f"primitive and dtype; gradients in {cert['run']['gradient_dtype']}) |",
+             f"primitive and dtype; gradients in {cert['run']['gradient_dtype']}; seed {cert['run']['seed']}) |",
+             f"| tier-6 data | {_dataset(cert['dataset'])} |",
              f"| declared | {b['declared_ops']} primitives; dtypes {', '.join(b['declared_dtypes'] or [])}; "
              f"fused {', '.join(b['declared_fused'] or []) or 'none'} |", ""]
     if not cert["available"]:
@@ -264,6 +348,11 @@ def markdown(cert: dict) -> str:
     if cert["layers"]:
         lines += ["", "## Layers (tier 5)", "", "| layer | |", "|---|---|"]
         lines += [f"| {name} | {SYMBOL[s]} |" for name, s in cert["layers"].items()]
+    if cert["determinism"]:
+        lines += ["", "## Determinism (tiers 5 and 6)", "",
+                  "Each case twice (every primitive's output equal bit for bit) and under ember.jit once more.",
+                  "", "| case | |", "|---|---|"]
+        lines += [f"| {name} | {SYMBOL[s]} |" for name, s in cert["determinism"].items()]
     tol = cert["tolerances"] or {}
     if tol:
         lines += ["", "## Tolerances", "", "| dtype | rtol | atol | eps |", "|---|---|---|---|"]
@@ -279,12 +368,60 @@ def markdown(cert: dict) -> str:
     lines += ["", "## Declared but failing", ""]
     if not cert["failures"]:
         lines.append("None.")
+    else:
+        lines += _causes(cert) + ["", "### Every failure", ""]
     for f in cert["failures"]:
         what = f"{f['op']} [{f['dtype']}]" if f["dtype"] else (f["op"] or f["test"])
         msg = " ".join(str(f["message"]).split())
-        lines.append(f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`): "
+        during = f" (while running `{f['failing_call']}`)" if f.get("failing_call") else ""
+        lines.append(f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`){during}: "
                      f"{msg[:400] + (' ...' if len(msg) > 400 else '')}")
     return "\n".join(lines) + "\n"
+
+
+def _short(message: str, n: int = 300) -> str:
+    text = " ".join(str(message).split())
+    return text[:n] + (" ..." if len(text) > n else "")
+
+
+def _causes(cert: dict) -> list:
+    """Markdown lines: the root causes, each with its consequences, then independent failures."""
+    lines = []
+    if cert["root_causes"]:
+        lines += ["### Root causes", "", "Primitives that fail on their own; the failures listed under each "
+                  "applied that primitive (recorded while they ran), so they are its consequences.", ""]
+    for k, root in enumerate(cert["root_causes"], 1):
+        lines.append(f"{k}. **{root['primitive']}** ({_found(root)}): {_short(root['message'])}")
+        if root["consequences"]:
+            lines.append(f"   - consequences of {root['primitive']} ({len(root['consequences'])}): "
+                         + "; ".join(c["label"] for c in root["consequences"]))
+    if cert["independent_failures"]:
+        lines += ["", "### Other failures (no failing primitive explains them)", ""]
+        lines += [f"- {f['label']}: {_short(f['message'])}" for f in cert["independent_failures"]]
+    return lines
+
+
+def _found(root) -> str:
+    """``tier 2: sum[float32], sum[float64]`` or ``found by tier 5 Linear (test_layer)``."""
+    if root["cells"]:
+        return f"tier 2: {', '.join(root['cells'])}"
+    return "found by " + "; ".join(root["found_in"])
+
+
+def _distribution(dist) -> str:
+    if not dist:
+        return "unknown"
+    if dist.get("name"):
+        return f"{dist['name']} {dist['version']}"
+    return f"not installed (loaded from `{dist.get('source')}`)"
+
+
+def _dataset(data) -> str:
+    if not data:
+        return "not used"
+    checked = "pinned SHA-256 matched" if data["pinned"] else "**does not match ember's pinned SHA-256**"
+    return (f"{data['name']} from {data['source']} ({'already in the cache' if data['from_cache'] else 'not from the cache'}; "
+            f"{checked}; " + ", ".join(f"{n} {h}" for n, h in data["files"].items()) + ")")
 
 
 def summary(cert: dict, out: str) -> str:
@@ -292,6 +429,11 @@ def summary(cert: dict, out: str) -> str:
             f"{row['skipped']:4d} skipped" for t, row in cert["tiers"].items()]
     level = "none" if cert["level"] is None else ", ".join(map(str, cert["certified_tiers"]))
     extra = ""
+    for root in cert["root_causes"]:
+        tiers = sorted({c["tier"] for c in root["consequences"]})
+        extra += (f"\n  root cause: {root['primitive']} ({_found(root)})"
+                  + (f"; {len(root['consequences'])} failures in tier {', '.join(map(str, tiers))} are its consequences"
+                     if tiers else ""))
     if cert["declared_but_failing"]:
         extra += f"\n  declared but failing: {', '.join(cert['declared_but_failing'][:20])}" + (
             " ..." if len(cert["declared_but_failing"]) > 20 else "")

@@ -41,6 +41,8 @@ def pytest_addoption(parser):
     group.addoption("--ember-ops", default=None, help="comma-separated primitives / fused ops to run")
     group.addoption("--ember-max-examples", type=int, default=10,
                     help="hypothesis examples per (op, dtype) in tier 2 (default 10)")
+    group.addoption("--ember-seed", type=int, default=0,
+                    help="added to every seed tiers 3, 5 and 6 draw their inputs and weights from (default 0)")
     group.addoption("--ember-report", default=None, metavar="FILE", help="write per-test results as JSON")
 
 
@@ -90,6 +92,8 @@ class Context:
         self.name = config.getoption("ember_backend") or os.environ.get("EMBER_BACKEND") or "numpy"
         self.require_available = config.getoption("ember_require_available")
         self.max_examples = config.getoption("ember_max_examples")
+        self.seed = config.getoption("ember_seed") or 0
+        self.facts: dict = {}          # what tiers learn for the certificate (tier 6: its data set)
         self.backend = None
         self.load_error = None
         self.available, self.reason = False, ""
@@ -166,7 +170,8 @@ class Context:
         from ember.conformance import tolerances
         meta = {"backend": self.name, "ember_version": ember.__version__, "api_version": ember.API_VERSION,
                 "available": self.available, "unavailable_reason": self.reason, "load_error": self.load_error,
-                "tolerances": tolerances.table(),
+                "tolerances": tolerances.table(), "seed": self.seed, "distribution": self.distribution(),
+                **self.facts,
                 "machine": {"platform": platform.platform(), "machine": platform.machine(),
                             "processor": platform.processor(), "cpu_count": os.cpu_count(),
                             "python": platform.python_version(),
@@ -189,6 +194,29 @@ class Context:
                         undeclared_implemented_fused=self.undeclared_fused,
                         grad_dtype=self.grad_dtype, notes={k: str(v) for k, v in self.caps.notes.items()})
         return meta
+
+    def distribution(self) -> dict | None:
+        """The installed distribution that provides the backend (name, version), found through
+        the entry point it came from or the package of its class. A backend that is not
+        installed (a ``--backend-module`` file) has name and version None and the file as
+        ``source``; None when no backend loaded."""
+        from importlib import metadata
+
+        from ember.registry import REGISTRY
+        if self.backend is None:
+            return None
+        module = type(self.backend).__module__
+        origin = REGISTRY.origin.get(self.name, "")
+        for dist in metadata.distributions():
+            for ep in dist.entry_points:
+                if ep.group == "ember" and origin.startswith(f"{ep.name} ({ep.value})"):
+                    return {"name": dist.metadata["Name"], "version": dist.version}
+        top = module.split(".")[0]
+        names = metadata.packages_distributions().get(top) or []
+        if names:
+            return {"name": names[0], "version": metadata.version(names[0])}
+        return {"name": None, "version": None,
+                "source": getattr(sys.modules.get(module), "__file__", None) or module}
 
 
 def context(config) -> Context:
@@ -250,6 +278,10 @@ def pytest_collection_modifyitems(session, config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if any(_tier(item) is not None for item in keep):
+        error = context(config).load_error or ""
+        if error.startswith("unknown backend"):        # nothing would run: say so once
+            raise pytest.UsageError(error)
 
 
 # ----------------------------------------------------------------------------- results
@@ -258,22 +290,92 @@ def _message(report) -> str:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
+    text = getattr(report, "ember_message", None)
+    if text is None:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr)
+        for prefix in ("AssertionError: ", "ember.conformance.watch.DisciplineError: ",
+                       "ember.conformance.watch.Nondeterminism: "):
+            text = text.removeprefix(prefix)
     # keep the suite's own message: drop pytest's assertion replay and hypothesis's example dump
     for tail in ("\nassert ", "\nFalsifying example", "\nExplanation:"):
         text = text.split(tail)[0]
-    text = text[len("AssertionError: "):] if text.startswith("AssertionError: ") else text
     return text if len(text) < 2000 else text[:2000] + " ..."
 
 
+def _leaf(exc):
+    """``(first exception, flaky)``: a group is reduced to its first exception, and flaky says
+    whether it was hypothesis's FlakyFailure (the failing case passed when run again)."""
+    flaky = False
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        flaky = flaky or "Flaky" in type(exc).__name__
+        exc = exc.exceptions[0]
+    return exc, flaky
+
+
+def _culprit(exc) -> str | None:
+    """The primitive an exception names as the cause (``exc.primitive``, as the watch's errors
+    carry it; any tier's check may raise such an AssertionError), or None."""
+    name = getattr(_leaf(exc)[0], "primitive", None)
+    return str(name) if name else None
+
+
+def _exception_message(exc) -> str:
+    """The message of the exception a test failed with. A flaky failure is reported once, as
+    its first exception's message, marked flaky (pytest's crash line would print the message
+    twice, in the group's repr and in the assertion replay)."""
+    exc, flaky = _leaf(exc)
+    text = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
+    if flaky:
+        text = f"flaky (the failing case passed when run again: the backend is nondeterministic): {text}"
+    return text
+
+
+#: the tiers that run whole computations through ember.dispatch, so their tests run watched
+WATCHED = (1, 3, 4, 5, 6)
+
+
 class Recorder:
-    """Collects one record per conformance test and writes them to ``--ember-report``."""
+    """Collects one record per conformance test and writes them to ``--ember-report``. Tests
+    of the WATCHED tiers run under a :class:`~ember.conformance.watch.Watch`, whose findings
+    (the primitives the test used, the one whose output broke its rule, the call that raised)
+    go into the test's record: the certificate's root-cause analysis reads them."""
 
     def __init__(self, config):
         self.config = config
         self.results = {}
+        self.watched = {}
         self.started, self.started_cpu = time.time(), time.process_time()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        ctx = self.config._ember_context
+        if _tier(item) not in WATCHED or ctx is None or ctx.backend is None or not ctx.available:
+            yield
+            return
+        from ember import dispatch
+        from ember.conformance.watch import Watch
+        watch = Watch(ctx.backend)
+        with dispatch.interpreting(watch):
+            yield
+        self.watched[item.nodeid] = watch
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.failed and call.excinfo is not None and _tier(item) is not None:
+            report.ember_message = _exception_message(call.excinfo.value)
+            report.ember_culprit = _culprit(call.excinfo.value)
+
+    def _watch_findings(self, rec, nodeid):
+        watch = self.watched.pop(nodeid, None)
+        if watch is None:
+            return
+        rec["primitives"] = sorted(watch.used)
+        if rec["outcome"] == "failed":
+            rec["culprit"] = watch.culprit or rec.get("culprit")
+            rec["failing_call"] = watch.failing
 
     def pytest_runtest_logreport(self, report):
         info = dict(report.user_properties).get("ember")
@@ -288,6 +390,10 @@ class Recorder:
                     _message(report) if report.when == "call" else f"[{report.when} error] {_message(report)}")
         elif report.skipped and rec["outcome"] == "passed":
             rec["outcome"], rec["message"] = "skipped", _message(report)
+        if report.failed and getattr(report, "ember_culprit", None):
+            rec.setdefault("culprit", report.ember_culprit)
+        if report.when == "call":
+            self._watch_findings(rec, report.nodeid)
 
     def pytest_sessionfinish(self, session, exitstatus):
         config = self.config

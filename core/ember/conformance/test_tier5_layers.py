@@ -1,13 +1,22 @@
 """Tier 5 — layers. For each ember.nn layer on the backend: the output has the right shape,
 the layer has PyTorch's parameter count, its output matches the same layer (same weights) on
 the NumPy reference, one SGD step lowers a loss, and a state_dict taken to the host and loaded
-into a fresh layer gives the same output (the checkpoint round trip)."""
+into a fresh layer gives the same output (the checkpoint round trip). Parameters and their
+gradients keep float32 through the step (and the watch checks every primitive's output dtype
+against its rule on the way).
+
+Each layer's forward and backward pass is also run twice from the same state: the two runs
+must compute the same bits at every primitive (else the test names the first primitive whose
+outputs differ: "nondeterministic"), and its forward pass under ember.jit must match eager
+mode's within float32 rounding."""
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 import ember
+from ember.conformance.tolerances import mismatch
+from ember.conformance.watch import run_twice
 
 EMBER_TIER = 5
 
@@ -79,11 +88,11 @@ def test_layer(op, conformance):
     _, optim = _nn()
     for dt in ("float32", "int64"):
         conformance.require_dtype(dt)
-    rng = np.random.default_rng(sum(map(ord, name)))
+    rng = np.random.default_rng(sum(map(ord, name)) + conformance.seed)
     arrays = spec.inputs(rng)
     here = conformance.name
-    layer = _build(name, here)
-    ref = _build(name, "numpy")
+    layer = _build(name, here, conformance.seed)
+    ref = _build(name, "numpy", conformance.seed)
     layer.load_state_dict({k: ember.tensor(v, backend=here) for k, v in _host_state(ref).items()})
 
     out = _forward(name, layer, arrays, here)
@@ -105,6 +114,9 @@ def test_layer(op, conformance):
     missing = [k for k, p in layer.named_parameters() if p.grad is None]
     assert not missing, f"{name}: no gradient reached parameters {missing}"
     opt.step()
+    kept = [f"{k} {p.dtype.name} (gradient {p.grad.dtype.name})" for k, p in layer.named_parameters()
+            if p.dtype is not ember.float32 or p.grad.dtype is not ember.float32]
+    assert not kept, f"dtype discipline: {name}'s float32 parameters after one SGD step: {', '.join(kept)}"
     after = (_forward(name, layer, arrays, here) * w).sum()
     assert after.item() < before.item(), \
         f"{name}: one SGD step did not lower the loss ({before.item()} -> {after.item()})"
@@ -112,9 +124,36 @@ def test_layer(op, conformance):
     # checkpoint round trip: state to host arrays, into a freshly initialized layer
     layer.eval()
     state = _host_state(layer)
-    fresh = _build(name, here, seed=1)
+    fresh = _build(name, here, seed=conformance.seed + 1)
     fresh.load_state_dict({k: ember.tensor(v, backend=here) for k, v in state.items()})
     fresh.eval()
     a = _forward(name, layer, arrays, here).detach().numpy()
     b = _forward(name, fresh, arrays, here).detach().numpy()
     assert np.array_equal(a, b), f"{name}: a layer loaded from the state_dict computes something else"
+
+
+@pytest.mark.parametrize("op", sorted(LAYERS))
+def test_layer_deterministic(op, conformance):
+    name, spec = op, LAYERS[op]
+    for dt in ("float32", "int64"):
+        conformance.require_dtype(dt)
+    rng = np.random.default_rng(sum(map(ord, name)) + conformance.seed)
+    arrays = spec.inputs(rng)
+    w = rng.standard_normal(spec.out_shape).astype(np.float32)
+    here = conformance.name
+    state = _host_state(_build(name, "numpy", conformance.seed))
+
+    def forward_backward():
+        layer = _build(name, here, conformance.seed + 1)
+        layer.load_state_dict({k: ember.tensor(v, backend=here) for k, v in state.items()})
+        loss = (_forward(name, layer, arrays, here) * ember.tensor(w, backend=here)).sum()
+        loss.backward()
+        return layer, [p.grad.numpy() for p in layer.parameters()]
+
+    layer, _ = run_twice(forward_backward, conformance.backend)
+    with ember.no_grad():
+        eager = _forward(name, layer, arrays, here).numpy()
+        compiled = ember.jit(lambda *xs: (spec.call or (lambda m, *t: m(*t)))(layer, *xs))(
+            *(ember.tensor(a, backend=here) for a in arrays)).numpy()
+    problem = mismatch(np.asarray(compiled), np.asarray(eager), 1e-4, 1e-5)
+    assert problem is None, f"nondeterministic under ember.jit: {name}'s forward pass differs from eager mode's: {problem}"

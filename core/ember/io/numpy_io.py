@@ -8,7 +8,7 @@ from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info
 
 
 def to_numpy(tensor: TensorBytes):
-    """A read-only NumPy view of a tensor's bytes (no copy).
+    """A read-only NumPy view of a tensor's bytes (no copy); BF16 as ``ml_dtypes.bfloat16``.
 
     >>> import struct
     >>> to_numpy(TensorBytes("I32", (2,), struct.pack("<2i", 1, 2))).tolist()
@@ -17,12 +17,23 @@ def to_numpy(tensor: TensorBytes):
     import numpy as np
 
     name = dtype_info(tensor.dtype).ember
+    if name == "bfloat16":
+        _ml_dtypes()                               # registers the name "bfloat16" with NumPy
     try:
         dtype = np.dtype(name).newbyteorder("<")  # the file is little-endian on every machine
     except TypeError:
         raise ValueError(f"numpy has no dtype {name!r} (file dtype {tensor.dtype}); "
                          "read its raw bytes from TensorBytes.data instead") from None
     return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
+
+
+def _ml_dtypes():
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise ValueError("a bfloat16 NumPy array needs the ml_dtypes package: pip install ml_dtypes (or "
+                         "load the file as ember tensors, which store bfloat16 without it)") from None
+    return ml_dtypes
 
 
 def from_numpy(array) -> TensorBytes:

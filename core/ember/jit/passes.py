@@ -16,8 +16,11 @@ then the runners plan memory with buffers.py (``liveness``, ``plan_buffers``,
 """
 from __future__ import annotations
 
+from ..dtypes import STORAGE
 from .buffers import group_donations, liveness, plan_buffers, roots, steps_of  # noqa: F401 - importable from here too
 from .graph import ELEMENTWISE, FUSED, LEAVES, REDUCE, STATEFUL, VIEWS, Graph, Var  # noqa: F401
+
+_STORED = frozenset(d.name for d in STORAGE)
 #: Constant folding stops at results larger than this (they would live in memory for good).
 FOLD_LIMIT = 1 << 14
 
@@ -335,9 +338,11 @@ def fusion_groups(graph: Graph) -> list:
             continue
         producers = [group_of[a.id] for a in v.inputs if a.id in group_of]
         chosen = None
+        # a storage dtype (bfloat16) has no arithmetic in a kernel: its casts run alone
+        fusible = (v.op in ELEMENTWISE or v.op in REDUCE) and not any(str(a.dtype) in _STORED for a in (v, *v.inputs))
         if v.op == "fused_output":              # with the fused op it picks from: one opaque group
             chosen = group_of[v.args[0].id]
-        elif v.op in ELEMENTWISE or v.op in REDUCE:
+        elif fusible:
             for gi in dict.fromkeys(producers):
                 if _fits(groups[gi], v) and not any(
                         gi in deps[group_of[a.id]] for a in v.inputs
@@ -345,7 +350,7 @@ def fusion_groups(graph: Graph) -> list:
                     chosen = gi
                     break
         if chosen is None:
-            kind = "elementwise" if v.op in ELEMENTWISE else "reduce" if v.op in REDUCE else \
+            kind = ("elementwise" if v.op in ELEMENTWISE else "reduce") if fusible else \
                 "view" if v.op in VIEWS else "opaque"
             shape = v.args[0].shape if v.op in REDUCE else v.shape
             g = Group(kind, [], shape)

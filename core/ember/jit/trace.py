@@ -37,7 +37,7 @@ import weakref
 
 from .. import dispatch, primitives
 from ..backend import Backend, Capabilities
-from ..dtypes import ALL, float64, uint32
+from ..dtypes import ALL, KEEPS, float64, storage_upcast, uint32
 from ..errors import BackendError, DTypeError, EmberError, ShapeError, _internal, located, user_frame
 from ..tensor import Tensor
 from . import leaks, scalars
@@ -173,7 +173,11 @@ class Tracer(dispatch.Interpreter):
     # -- the primitives: dispatch's questions ------------------------------------------------------------
     def apply(self, name, args, params):
         """Record ``name`` on the operands (concrete tensors lifted); the result is a traced
-        tensor, an autodiff node where eager mode would make one."""
+        tensor, an autodiff node where eager mode would make one. Operands of a storage dtype
+        are cast to their compute dtype first, as eager mode does (dtypes.STORAGE)."""
+        upcast = None if name in KEEPS else storage_upcast(args)
+        if upcast is not None:
+            return self.apply(name, tuple(upcast), params)
         bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
         ctx = None
         if dispatch.is_grad_enabled() and name not in dispatch.NO_GRAD \

@@ -2,8 +2,8 @@
 
 The pieces, in reading order: parameter.py (Parameter) → module.py (Module: registration,
 traversal, state_dict, train/eval, to) → functional.py (every layer as a function, F) →
-init.py (initializers) → the layers (linear, conv, activation, normalization, rnn, attention,
-loss) → container.py (Sequential, ModuleList, ModuleDict).
+init.py (initializers) → the layers (linear, conv, upsampling, activation, normalization, rnn,
+attention, transformer, loss) → container.py (Sequential, ModuleList, ModuleDict).
 
 >>> import ember
 >>> from ember import nn
@@ -19,23 +19,27 @@ from . import functional, init
 from .activation import GELU, Dropout, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
-from .conv import AdaptiveAvgPool2d, AvgPool2d, Conv2d, MaxPool2d
+from .conv import AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d, ConvTranspose2d, MaxPool2d
 from .linear import Embedding, Flatten, Identity, Linear, Unflatten
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .module import IncompatibleKeys, Module, StateDictError
-from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .parameter import Parameter
-from .rnn import LSTM
+from .rnn import GRU, LSTM, GRUCell
+from .transformer import (TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer)
+from .upsampling import Upsample
 
 __all__ = [
     "functional", "init", "Module", "Parameter", "StateDictError", "IncompatibleKeys",
     "Sequential", "ModuleList", "ModuleDict",
     "Identity", "Linear", "Flatten", "Unflatten", "Embedding",
-    "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
-    "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "Dropout",
+    "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Upsample",
+    "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm", "Dropout",
     "ReLU", "LeakyReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
-    "LSTM", "MultiheadAttention",
+    "LSTM", "GRU", "GRUCell", "MultiheadAttention",
+    "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss", "BCEWithLogitsLoss",
     "BCELoss",
 ]

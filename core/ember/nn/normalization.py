@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d/2d, LayerNorm, RMSNorm."""
+"""Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm, RMSNorm."""
 from __future__ import annotations
 
 from .. import dtypes as D
@@ -8,6 +8,12 @@ from ..tensor import ones, tensor, zeros
 from . import functional as F
 from .module import Module
 from .parameter import Parameter
+
+
+def _affine(module, shape, affine, bias):
+    """Register ``weight`` (ones) and ``bias`` (zeros) of ``shape``, or None where switched off."""
+    module.register_parameter("weight", Parameter(ones(shape)) if affine else None)
+    module.register_parameter("bias", Parameter(zeros(shape)) if affine and bias else None)
 
 
 class _BatchNorm(Module):
@@ -21,15 +27,7 @@ class _BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         self.has_bias = affine and bias
-        if affine:
-            self.weight = Parameter(ones(num_features))
-            if bias:
-                self.bias = Parameter(zeros(num_features))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_features, affine, bias)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features))
             self.register_buffer("running_var", ones(num_features))
@@ -104,15 +102,7 @@ class LayerNorm(Module):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         self.has_bias = elementwise_affine and bias
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape))
-            if bias:
-                self.bias = Parameter(zeros(self.normalized_shape))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, bias)
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -120,6 +110,36 @@ class LayerNorm(Module):
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.has_bias}")
+
+
+class GroupNorm(Module):
+    """Normalize (N, C, ...) over groups of ``num_channels / num_groups`` channels, then scale
+    and shift per channel. The same in training and eval (no running statistics), so it works
+    at any batch size. ``num_groups=1`` is a LayerNorm over (C, ...) with per-channel affine.
+
+    >>> import ember
+    >>> from ember import nn
+    >>> gn = nn.GroupNorm(4, 32)
+    >>> gn(ember.randn(2, 32, 8, 8)).shape, gn.weight.shape
+    ((2, 32, 8, 8), (32,))
+    """
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, bias=True):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups:
+            raise located(ValueError, f"GroupNorm: num_channels {num_channels} must be divisible by num_groups "
+                          f"{num_groups}")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        self.has_bias = affine and bias
+        _affine(self, num_channels, affine, bias)
+
+    def forward(self, x):
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise located(ShapeError, f"{self!r}: expected input (N, {self.num_channels}, ...), got {x.shape}")
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={self.has_bias}"
 
 
 class RMSNorm(Module):

@@ -91,6 +91,8 @@ def test(args) -> int:
     from .known_failures import EXPECTED
     from .reader import onnx_module
     onnx_module()                      # a clear error, not a traceback, without the onnx extra
+    from ..registry import get_backend
+    get_backend(args.backend)          # one line for a backend missing or without its device, not one per case
     sets = []
     if args.set in ("node", "all"):
         sets.append(("node cases", suite.node_cases()))

@@ -3,11 +3,10 @@
 The model is traced once (``jit_graph.trace``); each primitive node becomes one or a few ONNX
 nodes by the table ``EMIT`` (one small function per primitive family). Parameters become
 initializers named as in ``state_dict``; Python scalars and shape arguments become constant
-initializers. Shapes are the example inputs' (static).
+initializers. Shapes are the example inputs' (static). NumPy and ``onnx`` are imported only
+while exporting, so ``import ember.onnx`` works where neither is (Pyodide, ember.onnx.portable).
 """
 from __future__ import annotations
-
-import numpy as np
 
 from .. import dtypes as D
 from .jit_graph import Ref, trace
@@ -29,6 +28,7 @@ class Builder:
     def const(self, value, dtype) -> str:
         """A Constant node holding ``value`` (a scalar or array) of ember ``dtype``: not an
         initializer, so that a re-import keeps it a constant, not a trainable parameter."""
+        import numpy as np
         from onnx import numpy_helper
         self._n += 1
         name = f"c{self._n}"
@@ -36,7 +36,7 @@ class Builder:
         return self.node("Constant", [], name, value=tensor)
 
     def ints(self, values) -> str:
-        return self.const(np.asarray(list(values), dtype=np.int64), D.int64)
+        return self.const([int(v) for v in values], D.int64)
 
     def node(self, op, inputs, output, **attrs):
         from onnx import helper
@@ -132,8 +132,7 @@ def slice_(b, op, args, p, out, shape, dtype):
 
 def flip(b, op, args, p, out, shape, dtype):
     axes = list(p["axes"])
-    big = np.iinfo(np.int64)
-    b.node("Slice", [b.name(args[0]), b.ints([-1] * len(axes)), b.ints([big.min] * len(axes)),
+    b.node("Slice", [b.name(args[0]), b.ints([-1] * len(axes)), b.ints([-2 ** 63] * len(axes)),
                      b.ints(axes), b.ints([-1] * len(axes))], out)
 
 
@@ -171,18 +170,76 @@ def conv2d(b, op, args, p, out, shape, dtype):
 
 
 def full(b, op, args, p, out, shape, dtype):
+    import numpy as np
     b.node("Identity", [b.const(np.full(shape, p["value"]), dtype)], out)
 
 
 def arange(b, op, args, p, out, shape, dtype):
+    import numpy as np
     b.node("Identity", [b.const(np.arange(p["start"], p["stop"], p["step"]), dtype)], out)
+
+
+def _needs(b, opset, what):
+    if b.opset < opset:
+        raise OnnxError(f"export: {what} needs opset {opset} or newer (exporting at {b.opset})")
+
+
+def topk(b, op, args, p, out, shape, dtype):
+    # ONNX TopK takes the lower index first among equal values, the primitives' rule
+    k = p["k"] if op == "argtopk" else b.shapes[args[0]][p["axis"]]
+    largest = p.get("largest", True) if op == "argtopk" else p.get("descending", False)
+    b.nodes.append(_helper().make_node("TopK", [b.name(args[0]), b.ints([k])], [b.tmp(), out],
+                                       name=f"TopK_{b.tmp()}", axis=p["axis"], largest=int(bool(largest)), sorted=1))
+
+
+def cumsum(b, op, args, p, out, shape, dtype):
+    b.node("CumSum", [b.name(args[0]), b.const(p["axis"], D.int64)], out, reverse=int(bool(p.get("reverse", False))))
+
+
+BITWISE = {"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}
+
+
+def bitwise(b, op, args, p, out, shape, dtype):
+    _needs(b, 18, "a bitwise operator")
+    if op == "bitwise_not":
+        b.node("BitwiseNot", [b.name(args[0])], out)
+    elif op in BITWISE:
+        b.node(BITWISE[op], [b.arg(a, dtype) for a in args], out)
+    elif dtype.kind != "u":      # ONNX's BitShift is for unsigned integers
+        raise OnnxError(f"export: {op} of {dtype} has no ONNX form (BitShift takes unsigned integers)")
+    else:
+        b.node("BitShift", [b.arg(a, dtype) for a in args], out,
+               direction="LEFT" if op == "bitwise_left_shift" else "RIGHT")
+
+
+def bitcast(b, op, args, p, out, shape, dtype):
+    _needs(b, 26, "bitcast (BitCast)")
+    b.node("BitCast", [b.name(args[0])], out, to=ONNX_TYPES[D.get(p["dtype"])])
+
+
+def remainder(b, op, args, p, out, shape, dtype):
+    ins = [b.arg(a, dtype) for a in args]
+    if dtype.kind != "f":
+        b.node("Mod", ins, out, fmod=0)
+        return
+    # ONNX's Mod wants fmod=1 for floats: a - floor(a / b) * b
+    q = b.node("Floor", [b.node("Div", ins, b.tmp())], b.tmp())
+    b.node("Sub", [ins[0], b.node("Mul", [q, ins[1]], b.tmp())], out)
+
+
+def _helper():
+    from onnx import helper
+    return helper
 
 
 EMIT = {**{k: unary for k in UNARY}, **{k: binary for k in list(BINARY) + ["ne"]},
         **{k: reduce for k in REDUCE}, "where": where, "cast": cast, "argmax": argmax,
         "reshape": reshape, "permute": permute, "expand": expand, "pad": pad, "slice": slice_,
         "flip": flip, "concatenate": concatenate, "take": take, "index_add": index_add,
-        "matmul": matmul, "conv2d": conv2d, "full": full, "arange": arange}
+        "matmul": matmul, "conv2d": conv2d, "full": full, "arange": arange,
+        "argsort": topk, "argtopk": topk, "cumsum": cumsum, "bitcast": bitcast, "remainder": remainder,
+        **{k: bitwise for k in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+                                "bitwise_right_shift")}}
 
 
 def to_model(model, example_inputs, opset=DEFAULT_OPSET):

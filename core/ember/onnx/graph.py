@@ -133,13 +133,10 @@ class OnnxModule(Module):
     def __init__(self, model):
         super().__init__()
         g = model.graph
-        constants = {}
+        parameters, constants = {}, {}
         for init in g.initializer:
             t = tensor(to_numpy(init, f"initializer {init.name!r}"))
-            if t.dtype.is_floating_point:
-                self._place(init.name, Parameter(t))
-            else:
-                constants[init.name] = t
+            (parameters if t.dtype.is_floating_point else constants)[init.name] = t
         known = {i.name for i in g.initializer}
         for vi in list(g.input) + list(g.output):
             if vi.name not in known:
@@ -147,12 +144,20 @@ class OnnxModule(Module):
         domain_opsets = opsets(model)
         program = Program(g, domain_opsets)
         program.nodes = _fold(program.nodes, constants)
+        self._assemble(parameters, constants, program, domain_opsets,
+                       [i.name for i in g.input if i.name not in known])
+
+    def _assemble(self, parameters, constants, program, domain_opsets, input_names):
+        """Register the parameters and constants and keep the program: the last step of a load,
+        from an ONNX file here or from ember's own files (ember.onnx.portable)."""
+        for name, t in parameters.items():
+            self._place(name, Parameter(t))
         for name, value in constants.items():
             self.register_buffer(name, value, persistent=False)
         # Set last, past every registration (which would drop an attribute of an initializer's name).
         object.__setattr__(self, "opsets", domain_opsets)
         object.__setattr__(self, "program", program)
-        object.__setattr__(self, "input_names", [i.name for i in g.input if i.name not in known])
+        object.__setattr__(self, "input_names", list(input_names))
         object.__setattr__(self, "output_names", program.outputs)
 
     def _place(self, name, param):

@@ -1,15 +1,15 @@
 """The primitive set: the contract between ember and every backend, one record per primitive.
 
 Each primitive is defined once, by ``defprim`` in the module of its group (creation,
-elementwise, reduce, movement, indexing, linalg), with its spec, abstract shape/dtype rule, VJP
-rule and conformance cases (record.py says what each field is for). Every record is an
+elementwise, reduce, movement, indexing, linalg, sorting, bitwise), with its spec, abstract
+shape/dtype rule, VJP rule and conformance cases (record.py says what each field is for). Every record is an
 attribute of this package, so core code names primitives as objects:
 
 >>> from ember import primitives as P
 >>> P.matmul.group, P.matmul.abstract(((2, 3), P.D.float32), ((3, 4), P.D.float32))
 ('linalg', ((2, 4), ember.float32))
 >>> len(P.PRIMITIVES), P.PRIMITIVES["exp"] is P.exp
-(53, True)
+(64, True)
 
 A backend implements a primitive as ``impls[name](*buffers, **params) -> buffer`` (backend.py);
 ``python -m ember.primitives`` prints docs/primitives.md, generated from the records.
@@ -28,6 +28,8 @@ from .reduce import *  # noqa: E402,F403
 from .movement import *  # noqa: E402,F403
 from .indexing import *  # noqa: E402,F403
 from .linalg import *  # noqa: E402,F403
+from .sorting import *  # noqa: E402,F403
+from .bitwise import *  # noqa: E402,F403
 # isort: on
 
 #: the built-in primitives every backend must implement (tier 0 checks each record's ``required``)

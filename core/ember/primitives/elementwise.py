@@ -16,7 +16,7 @@ from .shapes import aval, broadcast_shapes
 
 #: the records defined here; ember.primitives re-exports them (P.add, ...)
 __all__ = ["neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "abs", "sign", "floor", "erf",
-           "logical_not", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
+           "logical_not", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "eq", "ne", "lt", "le",
            "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "cast"]
 
 
@@ -139,6 +139,13 @@ def _binary_tier3(kind="any"):
     return cases
 
 
+def _remainder_tier3(r):
+    # a / b between integers (k + 0.2 .. k + 0.8): away from the jumps, where finite differences fail
+    b = r.away_from_zero((3, 4))
+    q = r.rng.integers(-3, 3, (3, 4)) + r.rng.uniform(0.2, 0.8, (3, 4))
+    return [r.case([r.array(b * q), b], diff=(0, 1))]
+
+
 def _where_tier3(r):
     return [r.case([r.rng.random((3, 4)) > 0.5, r.normal((3, 4)), r.normal((1, 4))], diff=(1, 2))]
 
@@ -210,6 +217,11 @@ maximum = defprim("maximum", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3(
                   vjp=binary_vjp(_max_min_rule(lambda a, b: a >= b), _max_min_rule(lambda a, b: b >= a)))
 minimum = defprim("minimum", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3("cmp"),
                   vjp=binary_vjp(_max_min_rule(lambda a, b: a <= b), _max_min_rule(lambda a, b: b <= a)))
+remainder = defprim("remainder", "binary", "remainder(a, b): a - floor(a / b) * b, the sign of b (Python's %, "
+                    "torch.remainder, NumPy's remainder: -3 % inf is inf, 0 % -2 is -0.0); an integer remainder "
+                    "by 0 is 0.", _binary, dtypes=NUMERIC, cases=_binary_tier2, grad_cases=_remainder_tier3,
+                    vjp=binary_vjp(lambda g, out, a, b: g, lambda g, out, a, b: -g * (a / b).floor()),
+                    required=False)
 
 COMPARE = dict(group="compare", abstract=_compare, cases=_compare_tier2, dtypes=ALL,
                doc="op(a, b): elementwise comparison with broadcasting, in the dtype the operands promote to "

@@ -172,7 +172,8 @@ def markdown() -> str:
         for p in prims:
             dtypes = "all" if p.dtypes == ALL else "all but bool" if p.dtypes == NUMERIC else \
                 "floats" if p.dtypes == FLOATS else ", ".join(p.dtypes)
-            lines.append(f"| `{p.name}` | {'yes' if p.differentiable else 'no'} | {p.doc.replace('|', '/')} "
+            optional = "" if p.required else "*Optional.* "
+            lines.append(f"| `{p.name}` | {'yes' if p.differentiable else 'no'} | {optional}{p.doc.replace('|', '/')} "
                          f"| {dtypes} |")
         lines.append("")
     return "\n".join(lines)

@@ -1,11 +1,14 @@
-"""Assembling the static site: ``python -m ember.wasm build OUT --checkpoint RUN_DIR``.
+"""Assembling the static site: ``python -m ember.wasm build OUT --checkpoint RUN_DIR`` (a model
+trained with ``ember train``) or ``--onnx MODEL.onnx`` (an image classifier from elsewhere).
 
 What lands in ``OUT`` (serve it with any static file server, e.g. ``python -m http.server``)::
 
     index.html app.js style.css        the page (copied from ember/wasm/site/)
     ember-site.json                    what the page reads first: versions, wheels, model files
     model/model.json                   the model: zoo name, dataset, input normalization, classes
+                                       (for ONNX: its graph in ember's JSON form, ember.onnx.portable)
     model/model.safetensors            its weights: the checkpoint's ``model/`` tensors, renamed
+                                       (for ONNX: the parameters and folded constants)
     pyodide/                           Pyodide's runtime, the wheels, the patched lock file
 
 Inputs, each found in this order (``--fetch`` fills the cache with npm and pip):
@@ -187,6 +190,49 @@ def export_model(checkpoint, dest: Path) -> dict:
     return spec
 
 
+def export_onnx_model(path, dest: Path, mean=None, std=None) -> dict:
+    """Write ``model.safetensors`` and ``model.json`` into ``dest`` from an ONNX image classifier:
+    its graph converted here, where ``onnx`` is installed, to ember's own JSON + safetensors
+    (Pyodide has no ``onnx``). Its one input must be images, ``(N, C, H, W)`` with C, H, W
+    fixed; the page scales pixels to [0, 1], then applies ``(x - mean) / std`` per channel
+    (default 0 and 1)."""
+    from ember.onnx import OnnxError, portable
+    from .runtime import SPEC_FORMAT
+    try:
+        graph, blob = portable.save(path)
+    except OnnxError as exc:
+        raise BuildError(f"{path}: {exc}") from None
+    inputs = graph["inputs"]
+    shape = inputs[0]["shape"] if len(inputs) == 1 else None
+    if shape is None or len(shape) != 4 or None in shape[1:] or inputs[0]["dtype"] != "float32":
+        raise BuildError(f"{path}: the page feeds one batch of float32 images (N, C, H, W) with C, H, W fixed; "
+                         f"the model takes {', '.join(_describe(v) for v in inputs)}")
+    c, h, w = shape[1:]
+    mean, std = _per_channel(mean, c, 0.0, "--mean"), _per_channel(std, c, 1.0, "--std")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "model.safetensors").write_bytes(blob)
+    spec = {"format": SPEC_FORMAT, "version": 1, "kind": "onnx", "model": Path(path).name, "dataset": "ONNX",
+            "input_shape": [c, h, w], "batch": shape[0], "mean": mean, "std": std,
+            "classes": None, "weights": "model.safetensors",
+            "weights_sha256": hashlib.sha256(blob).hexdigest(), "weights_bytes": len(blob),
+            "checkpoint": {}, "graph": graph}
+    (dest / "model.json").write_text(json.dumps(spec) + "\n")
+    return spec
+
+
+def _describe(value_info) -> str:
+    return f"{value_info['name']} {value_info['dtype']}{value_info['shape']}"
+
+
+def _per_channel(values, c, default, flag) -> list:
+    values = [default] if values is None else list(values)
+    if len(values) == 1:
+        values = values * c
+    if len(values) != c:
+        raise BuildError(f"{flag} takes 1 or {c} values (the model's channels), got {len(values)}")
+    return [float(v) for v in values]
+
+
 # ----------------------------------------------------------------------------- the lock file
 def _top_level(wheel: Path) -> list:
     with zipfile.ZipFile(wheel) as z:
@@ -226,14 +272,18 @@ def patch_lock(lock: dict, wheels: list) -> dict:
 
 
 # ----------------------------------------------------------------------------- the site
-def build_site(out, checkpoint, *, pyodide_dir=None, wheels_dir=None, ember_wheel=None, extra_wheels=(),
-               fetch=False, check=True) -> dict:
+def build_site(out, checkpoint=None, *, onnx=None, mean=None, std=None, pyodide_dir=None, wheels_dir=None,
+               ember_wheel=None, extra_wheels=(), fetch=False, check=True) -> dict:
     """Assemble the site in ``out`` (created or refreshed) and return its ``ember-site.json``.
+    The model is an ``ember train`` ``checkpoint`` or an ``onnx`` image classifier (``mean`` and
+    ``std``: its input normalization per channel, see :func:`export_onnx_model`).
 
     ``extra_wheels`` are copied in and listed in the lock too: numpy's Pyodide wheel (from a
     full Pyodide release) makes the page run on the numpy backend. ``check`` loads the exported
     model on the python backend and runs one prediction, so a site that cannot work is never
     written."""
+    if (checkpoint is None) == (onnx is None):
+        raise BuildError("give the model: --checkpoint RUN_DIR (ember train) or --onnx MODEL.onnx")
     out = Path(out)
     pyodide = find_pyodide(pyodide_dir, fetch)
     wheels = find_wheels(wheels_dir, fetch)
@@ -253,10 +303,14 @@ def build_site(out, checkpoint, *, pyodide_dir=None, wheels_dir=None, ember_whee
     bundle += [Path(shutil.copy2(w, pdir / Path(w).name)) for w in extra_wheels]
     lock = patch_lock(json.loads((pyodide / "pyodide-lock.json").read_text()), bundle)
     (pdir / "pyodide-lock.json").write_text(json.dumps(lock))
-    spec = export_model(checkpoint, out / "model")
+    if onnx is not None:
+        spec = export_onnx_model(onnx, out / "model", mean, std)
+    else:
+        spec = export_model(checkpoint, out / "model")
     if check:
         from .runtime import Classifier
-        Classifier.from_files(out / "model", "python").predict(bytes(784), 1)
+        c, h, w = spec["input_shape"]
+        Classifier.from_files(out / "model", "python").predict(bytes(c * h * w), 1)
     site_dir = Path(__file__).parent / "site"
     for name in SITE_FILES:
         shutil.copy2(site_dir / name, out / name)

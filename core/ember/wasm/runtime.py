@@ -93,8 +93,13 @@ def _skipping_init():
         R.uniform_, R.normal_ = saved
 
 
-def build_model(spec: dict):
-    """The zoo model ``spec`` names, built exactly as ``ember train`` built it, on the python backend."""
+def build_model(spec: dict, weights: bytes = None):
+    """The model ``spec`` describes, on the python backend: the zoo model built exactly as
+    ``ember train`` built it (its weights loaded by the caller), or, for ``"kind": "onnx"``, the
+    imported graph with its ``weights`` (ember.onnx.portable: no ``onnx`` package needed)."""
+    if spec.get("kind") == "onnx":
+        from ember.onnx import portable
+        return portable.restore(spec["graph"], weights, "python")
     from ember.train import recipes
     with _skipping_init(), ember.backend("python"):
         return recipes.build_model(spec["model"], spec["dataset"])
@@ -110,10 +115,11 @@ class Classifier:
         self.backend = backend
         self.timings = {}
         t0 = time.perf_counter()
-        model = build_model(spec)
-        tensors, _ = load_bytes(weights, source=spec.get("weights", "<weights>"))
-        python = ember.get_backend("python")
-        model.load_state_dict({name: tensor_from_bytes(tb, python) for name, tb in tensors.items()})
+        model = build_model(spec, weights)
+        if spec.get("kind") != "onnx":
+            tensors, _ = load_bytes(weights, source=spec.get("weights", "<weights>"))
+            python = ember.get_backend("python")
+            model.load_state_dict({name: tensor_from_bytes(tb, python) for name, tb in tensors.items()})
         self.timings["build_ms"] = 1000 * (time.perf_counter() - t0)
         t0 = time.perf_counter()
         if backend != "python":
@@ -123,6 +129,7 @@ class Classifier:
         self.timings["move_ms"] = 1000 * (time.perf_counter() - t0)
         c, h, w = spec["input_shape"]
         self.input_shape = (c, h, w)
+        self.batch = spec.get("batch")           # a fixed batch size (an ONNX export's), or None
         mean = ember.tensor(spec["mean"], dtype=D.float32, backend="python").reshape(-1, 1, 1)
         scale = 1 / ember.tensor(spec["std"], dtype=D.float32, backend="python").reshape(-1, 1, 1)
         self._mean, self._scale = mean.to(backend), scale.to(backend)    # as the pipeline's Normalize
@@ -161,9 +168,12 @@ class Classifier:
         return (x / 255 - self._mean) * self._scale
 
     def logits(self, pixels, n: int) -> list:
-        """The model's outputs for ``n`` images, as nested Python lists (one read-back)."""
+        """The model's outputs for ``n`` images, as nested Python lists (one read-back, or one
+        per image for a model exported with a fixed batch of 1)."""
         x = self.normalize(pixels, n)
         with ember.no_grad():
+            if self.batch not in (None, n):
+                return [row for i in range(n) for row in self.model(x[i:i + 1]).tolist()]
             return self.model(x).tolist()
 
     def predict(self, pixels, n: int = 1) -> dict:
@@ -182,7 +192,10 @@ class Classifier:
         pixels = mnist_like(gray, width, height)
         if pixels is None:
             return None
-        return {**self.predict(pixels, 1), "input": list(pixels)}
+        c, h, w = self.input_shape
+        # a model of another input size sees the 28x28 digit resampled, in every channel
+        fed = pixels if (h, w) == (28, 28) else resample(pixels, 28, 28, h, w)
+        return {**self.predict(bytes(fed) * c, 1), "input": list(pixels)}
 
 
 def as_bytes(data) -> bytes:
@@ -223,10 +236,7 @@ def mnist_like(gray, width: int, height: int, box: int = 20, side: int = 28):
     y0, y1, x0, x1 = ink_rows[0], ink_rows[-1] + 1, ink_cols[0], ink_cols[-1] + 1
     scale = box / max(y1 - y0, x1 - x0)
     th, tw = max(1, round((y1 - y0) * scale)), max(1, round((x1 - x0) * scale))
-    wx, wy = _area_weights(x1 - x0, tw), _area_weights(y1 - y0, th)
-    crop = [rows[y][x0:x1] for y in range(y0, y1)]
-    half = [[sum(r[i] * f for i, f in ws) for ws in wx] for r in crop]          # (h, tw)
-    small = [[sum(half[i][tx] * f for i, f in ws) for tx in range(tw)] for ws in wy]    # (th, tw)
+    small = _area_resample([rows[y][x0:x1] for y in range(y0, y1)], th, tw)
     mass = sum(map(sum, small)) or 1.0
     cy = sum(y * v for y, r in enumerate(small) for v in r) / mass
     cx = sum(x * v for r in small for x, v in enumerate(r)) / mass
@@ -237,6 +247,23 @@ def mnist_like(gray, width: int, height: int, box: int = 20, side: int = 28):
         for x, v in enumerate(r):
             out[(oy + y) * side + ox + x] = min(255, max(0, round(v)))
     return bytes(out)
+
+
+def resample(pixels, h: int, w: int, th: int, tw: int) -> bytes:
+    """An ``h x w`` image (bytes) resampled to ``th x tw`` by area averaging.
+
+    >>> list(resample(bytes([0, 255, 255, 0]), 2, 2, 1, 1))
+    [128]
+    """
+    small = _area_resample([pixels[y * w:(y + 1) * w] for y in range(h)], th, tw)
+    return bytes(min(255, max(0, round(v))) for r in small for v in r)
+
+
+def _area_resample(rows, th: int, tw: int) -> list:
+    """Rows of pixel values resampled to ``th x tw`` by area averaging (float rows)."""
+    wx, wy = _area_weights(len(rows[0]), tw), _area_weights(len(rows), th)
+    half = [[sum(r[i] * f for i, f in ws) for ws in wx] for r in rows]                  # (h, tw)
+    return [[sum(half[i][x] * f for i, f in ws) for x in range(tw)] for ws in wy]        # (th, tw)
 
 
 def _area_weights(n: int, m: int) -> list:

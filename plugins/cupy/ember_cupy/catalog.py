@@ -1,6 +1,6 @@
 """Every kernel the plugin can emit, and a check that each compiles for a GPU architecture.
 
-``library_kernels()`` lists the hand-written kernels (kernels.py) in every variant the
+``library_kernels()`` lists the hand-written kernels (kernels/) in every variant the
 backend can ask for: each dtype, each optimizer option set, each layer-norm form.
 ``model_kernels()`` runs jitted training steps (an MLP and a small ResNet-style CNN with
 batch norm, residual adds, pooling) on the host harness and returns the fusion-group kernels

@@ -21,7 +21,7 @@ computes what it computes, in the same order of operations where rounding can te
 * ``sgd_step`` / ``adam_step`` / ``rmsprop_step``: one elementwise kernel updating parameter
   and state in place (when they are contiguous; else into new buffers) and returning them.
 
-float16 runs the float32 kernels on upcast copies (kernels.py has no half type).
+float16 runs the float32 kernels on upcast copies (kernels/ has no half type).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ their strides, so a transposed, sliced or broadcast input costs no copy; the str
 known only at the first call, so :class:`FusedGroup` renders (and caches) one kernel per
 input layout, usually exactly one.
 
-Two kernel shapes (kernels.py): an elementwise group and a reduction with few terms per
+Two kernel shapes (kernels/): an elementwise group and a reduction with few terms per
 output are ``threads`` kernels (one logical thread per output element); a reduction with
 many terms per output is a ``blocks`` kernel (one block per output element, a shared-memory
 tree). The per-element work is ``__host__ __device__`` code, so the host harness runs the
@@ -30,6 +30,7 @@ import hashlib
 import math
 
 from . import kernels, render
+from .kernels import source
 from .render import Unsupported, ctype, literal
 
 #: A reduction with at least this many terms per output element gets a block per output.
@@ -184,7 +185,7 @@ def _elementwise(group, layouts, decls, out_index):
         em.node(v, "", shape, "t", "i")
         if v.id in out_index:
             em.lines.append(f"  out{out_index[v.id]}[t] = v{v.id};")
-    sig = kernels._sig(decls)
+    sig = source._sig(decls)
     code = "\n".join(em.lines)
 
     def body(name):
@@ -240,7 +241,7 @@ def _reduction(group, layouts, decls, out_index):
             ep.lines.append(f"  out{out_index[v.id]}[o] = v{v.id};")
     post_code = "\n".join(ep.lines)
 
-    sig, call = kernels._sig(decls), kernels._call(decls)
+    sig, call = source._sig(decls), source._call(decls)
     blocks = n_red >= BLOCK_TERMS or n_out < FEW_OUTPUTS
 
     def body(name):
@@ -250,9 +251,9 @@ def _reduction(group, layouts, decls, out_index):
                   f"  for (long long r = 0; r < {n_red}LL; ++r) acc = {combine}()(acc, {name}_pre(o, r, {call}));\n"
                   f"  {name}_post(o, acc, {call});\n")
         if not blocks:
-            return kernels._reducers() + common + \
+            return source._reducers() + common + \
                 f"__host__ __device__ inline void {name}_thread(long long o, {sig}) {{\n{serial}}}\n"
-        return kernels._reducers() + common + f"""extern "C" __global__ void {name}(long long n, {sig}) {{
+        return source._reducers() + common + f"""extern "C" __global__ void {name}(long long n, {sig}) {{
   __shared__ {acc_t} shm[{kernels.BLOCK}];
   for (long long o = blockIdx.x; o < n; o += gridDim.x) {{
     {acc_t} acc = {ident};

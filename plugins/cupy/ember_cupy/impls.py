@@ -4,7 +4,7 @@ CuPy mirrors NumPy, so most entries are the reference backend's one-liners with 
 ``np``; every one of them is a kernel on the device, queued on the current stream, with no
 host synchronisation. The exceptions, each for a reason:
 
-* ``random_bits`` and ``erf`` run kernels of our own (kernels.py): Philox must be
+* ``random_bits`` and ``erf`` run kernels of our own (kernels/): Philox must be
   bit-identical to the reference, and the same source is checked on the CPU;
 * ``matmul`` is ``xp.matmul`` (cuBLAS GEMM, batched); convolution is im2col — a strided
   view of windows, copied to columns — times the weight on cuBLAS, and its input gradient
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from ember import dtypes as D
+from ember.backends.numpy import ordering
 
 from . import kernels
 from .runtime import contiguous
@@ -208,6 +209,7 @@ def make_impls(rt) -> dict:
         "reciprocal": quiet(xp.reciprocal), "erf": erf, "logical_not": xp.logical_not,
         "add": weak(xp.add), "sub": weak(xp.subtract), "mul": weak(xp.multiply), "div": quiet(div),
         "pow": quiet(weak(xp.power)), "maximum": weak(xp.maximum), "minimum": weak(xp.minimum),
+        "remainder": quiet(weak(xp.remainder)),
         "eq": xp.equal, "ne": xp.not_equal, "lt": xp.less, "le": xp.less_equal,
         "gt": xp.greater, "ge": xp.greater_equal,
         "logical_and": xp.logical_and, "logical_or": xp.logical_or, "logical_xor": xp.logical_xor,
@@ -232,5 +234,7 @@ def make_impls(rt) -> dict:
         "conv2d_grad_weight": conv2d_grad_weight,
         "windows": windows,
         "windows_grad": windows_grad,
+        # the optional primitives (sorting, cumsum, bits): the reference's definitions over xp
+        **ordering.make_impls(xp),
     }
     return {name: arr(f) for name, f in table.items()}

@@ -11,7 +11,7 @@ The modules, in the order a call meets them: plugin.py (the entry point) → thr
 threading layer and thread count, set before numba loads) → backend.py (the primitive table)
 → render.py (elementwise programs to kernel source) → launch.py (plans, when to compile, how
 many threads) → cache.py (source to cached module) → blas.py (matrix products) → kernels.py
-(hand-written kernels) → fused.py (fused ops) → jit.py (``compile(group)``). docs/numba.md
+(hand-written kernels) → fused/ (fused ops, one module per family) → jit.py (``compile(group)``). docs/numba.md
 describes them.
 """
 __version__ = "0.1.0"

@@ -26,7 +26,7 @@ from ember.backends.numpy import host_memory
 from ember.backends.numpy.backend import NumpyBackend
 from ember.primitives import GROUPS
 
-from . import __version__, conv, foreach, kernels, launch, threads
+from . import __version__, conv, foreach, kernels, launch, sorting, threads
 from . import fused as fused_ops
 from .render import Program
 
@@ -120,6 +120,7 @@ IMPLS = dict(nb.IMPLS)
 IMPLS.update({op: elementwise(op) for op in ELEMENTWISE})
 IMPLS.update(kernels.IMPLS)
 IMPLS.update(conv.IMPLS)
+IMPLS.update(sorting.IMPLS)
 
 
 class NumbaBackend(NumpyBackend):

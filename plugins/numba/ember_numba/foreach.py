@@ -1,7 +1,7 @@
 """Multi-tensor optimizer steps: every parameter of a param group updated by one parallel kernel.
 
 ``sgd_step_foreach``, ``adam_step_foreach`` and ``rmsprop_step_foreach`` (ember.fused's
-multi-tensor ops) run the same elementwise programs as the per-parameter steps (fused.py),
+multi-tensor ops) run the same elementwise programs as the per-parameter steps (fused/optimizers.py),
 but over all the group's tensors in one call. The tensors are separate arrays, so the kernel
 gets them as a *pointer table*: row ``k`` holds the addresses of tensor ``k``'s arrays
 (param, grad, state; then any output that is not written in place). A *task table* cuts
@@ -29,6 +29,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import cache, fused, launch
+from .fused import common, optimizers
 from .render import CTOR, body
 
 #: Elements per parallel task. Optimizer steps are memory-bound: a task must be large enough
@@ -59,8 +60,8 @@ def render(program, alias: tuple) -> str:
     task. ``alias[j]`` is the array input output ``j`` overwrites, or None for an output with
     its own column in ``ptrs`` (after the array inputs' columns).
 
-    >>> p = fused.sgd_program("float32", momentum=False, first=False, dampening=False,
-    ...                       nesterov=False, weight_decay=False, maximize=False)
+    >>> p = optimizers.sgd_program("float32", momentum=False, first=False, dampening=False,
+    ...                            nesterov=False, weight_decay=False, maximize=False)
     >>> src = render(p, (0,))
     >>> "a0[j] = t1" in src and "pointer_float32" in src
     True
@@ -154,7 +155,7 @@ def _usable(*arrays) -> bool:
     writable."""
     first = arrays[0]
     dtype, shape = first.dtype, first.shape
-    if dtype not in fused.FLOATS or first.size == 0:
+    if dtype not in common.FLOATS or first.size == 0:
         return False
     for i, a in enumerate(arrays):
         if a is None or a.dtype != dtype or a.shape != shape:
@@ -207,7 +208,7 @@ def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
             sel = [k for k in ks if (momentum and momentum_buffers[k] is None) == first]
             if not sel:
                 continue
-            flags = fused.sgd_flags(first, **hyper)
+            flags = optimizers.sgd_flags(first, **hyper)
             columns = [[params[k] for k in sel], [grads[k] for k in sel]]
             outs = [columns[0]]
             alias = (0,)
@@ -224,8 +225,8 @@ def sgd_step_foreach(params, grads, momentum_buffers, **hyper):
             if not _distinct(outs):
                 rest += sel
                 continue
-            _launch(fused._flag_key("sgd_foreach", flags, dt), lambda: fused.sgd_program(dt, **flags),
-                    columns, outs, alias, fused.sgd_scalars(**hyper))
+            _launch(optimizers._flag_key("sgd_foreach", flags, dt), lambda: optimizers.sgd_program(dt, **flags),
+                    columns, outs, alias, optimizers.sgd_scalars(**hyper))
     _per_parameter("sgd_step", results, sorted(rest), (params, grads, momentum_buffers), hyper)
     return results
 
@@ -240,7 +241,7 @@ def adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **h
     def usable(k):
         return _usable(params[k], grads[k], *state(k))
     groups, rest = _grouped("adam_step_foreach", params, usable)
-    flags = fused.adam_flags(**hyper)
+    flags = optimizers.adam_flags(**hyper)
     for dt, ks in (groups or {}).items():
         columns = [[params[k] for k in ks], [grads[k] for k in ks], [exp_avgs[k] for k in ks],
                    [exp_avg_sqs[k] for k in ks]] + ([[max_exp_avg_sqs[k] for k in ks]] if amsgrad else [])
@@ -249,8 +250,8 @@ def adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **h
             rest += ks
             continue
         alias = (0, 2, 3) + ((4,) if amsgrad else ())
-        _launch(fused._flag_key("adam_foreach", flags, dt), lambda: fused.adam_program(dt, **flags),
-                columns, outs, alias, fused.adam_scalars(**hyper))
+        _launch(optimizers._flag_key("adam_foreach", flags, dt), lambda: optimizers.adam_program(dt, **flags),
+                columns, outs, alias, optimizers.adam_scalars(**hyper))
     _per_parameter("adam_step", results, sorted(rest), (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
                    hyper)
     return results
@@ -267,7 +268,7 @@ def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers
     def usable(k):
         return _usable(params[k], grads[k], *state(k))
     groups, rest = _grouped("rmsprop_step_foreach", params, usable)
-    flags = fused.rmsprop_flags(**hyper)
+    flags = optimizers.rmsprop_flags(**hyper)
     for dt, ks in (groups or {}).items():
         columns = [[params[k] for k in ks], [grads[k] for k in ks], [square_avgs[k] for k in ks]]
         if centered:
@@ -279,8 +280,8 @@ def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers
             rest += ks
             continue
         alias = (0,) + tuple(range(2, len(columns)))
-        _launch(fused._flag_key("rmsprop_foreach", flags, dt), lambda: fused.rmsprop_program(dt, **flags),
-                columns, outs, alias, fused.rmsprop_scalars(**hyper))
+        _launch(optimizers._flag_key("rmsprop_foreach", flags, dt), lambda: optimizers.rmsprop_program(dt, **flags),
+                columns, outs, alias, optimizers.rmsprop_scalars(**hyper))
     _per_parameter("rmsprop_step", results, sorted(rest),
                    (params, grads, square_avgs, grad_avgs, momentum_buffers), hyper)
     return results

@@ -188,7 +188,7 @@ def test_eager_training_runs_the_fused_kernels(launches, rng):
     and backward, and the step computes what the NumPy reference computes."""
     from ember import models, optim
     from ember.nn import functional as F
-    from ember_numba import fused as numba_fused
+    from ember_numba.fused import rows
     x = rng.standard_normal((64, 30)).astype(np.float32)
     y = rng.integers(0, 10, 64)
     losses, grads = {}, {}
@@ -206,8 +206,8 @@ def test_eager_training_runs_the_fused_kernels(launches, rng):
             opt.step()
             losses[name].append(loss.item())
         grads[name] = [p.grad.numpy() for p in model.parameters()]
-    assert launches.count(numba_fused.cross_entropy_rows) == 3
-    assert launches.count(numba_fused.cross_entropy_backward_rows) == 3
+    assert launches.count(rows.cross_entropy_rows) == 3
+    assert launches.count(rows.cross_entropy_backward_rows) == 3
     np.testing.assert_allclose(losses["numba"], losses["numpy"], rtol=1e-5)
     for gn, gr in zip(grads["numba"], grads["numpy"]):
         close(gn, gr, rtol=1e-4, atol=1e-6)
@@ -332,7 +332,7 @@ def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- examples
-@pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "blas", "fused", "jit"])
+@pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "blas", "fused.common", "jit"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(f"ember_numba.{name}"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0

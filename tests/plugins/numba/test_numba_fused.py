@@ -1,4 +1,4 @@
-"""ember-numba's pooling and batch-norm kernels (fused.py): against the reference
+"""ember-numba's pooling and batch-norm kernels (fused/pooling.py, fused/channels.py): against the reference
 decompositions on shapes large enough for the parallel loops, in an eager CNN training step
 (the kernels run forward and backward, the step computes what NumPy computes), and under a
 second derivative (the decompositions take over)."""
@@ -79,7 +79,8 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
     losses, gradients and running statistics are the NumPy reference's."""
     import ember.nn as nn
     from ember import optim
-    from ember_numba import fused as numba_fused
+    from ember_numba.fused import channels as bn_kernels
+    from ember_numba.fused import pooling as pool_kernels
     x = rng.standard_normal((16, 3, 12, 12)).astype(np.float32)
     y = rng.integers(0, 10, 16)
     results = {}
@@ -98,10 +99,10 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
             losses.append(loss.item())
         results[name] = (losses, [p.grad.numpy() for p in model.parameters()],
                          [b.numpy() for b in model.buffers() if b.dtype.is_floating_point])
-    for kernel in (numba_fused.batch_norm_channels, numba_fused.batch_norm_backward_channels):
+    for kernel in (bn_kernels.batch_norm_channels, bn_kernels.batch_norm_backward_channels):
         assert launches.count(kernel) == 6, kernel
-    for kernel in (numba_fused.max_pool_2x2_planes, numba_fused.max_pool_2x2_backward_planes,    # MaxPool2d(2)
-                   numba_fused.max_pool_planes, numba_fused.max_pool_backward_planes):         # the other
+    for kernel in (pool_kernels.max_pool_2x2_planes, pool_kernels.max_pool_2x2_backward_planes,    # MaxPool2d(2)
+                   pool_kernels.max_pool_planes, pool_kernels.max_pool_backward_planes):         # the other
         assert launches.count(kernel) == 3, kernel
     (want_l, want_g, want_b), (got_l, got_g, got_b) = results["numpy"], results["numba"]
     np.testing.assert_allclose(got_l, want_l, rtol=1e-5)

@@ -1,4 +1,4 @@
-"""Batch, layer and RMS normalization. Training-mode batch_norm and layer_norm are fused ops
+"""Batch, layer, group and RMS normalization. Training-mode batch_norm and layer_norm are fused ops
 (ember.fused): their decompositions and backward ops are registered at the end."""
 from __future__ import annotations
 
@@ -68,6 +68,32 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     axes = _norm_axes(input, normalized_shape, "layer_norm")
     return fused.run("layer_norm", input, weight, bias, normalized_shape=input.shape[input.ndim - len(axes):],
                      eps=eps)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalize (N, C, ...) over each group of ``C / num_groups`` channels and its positions
+    (biased variance), then scale and shift per channel. Each group is one row of the fused
+    ``layer_norm``, so a backend's layer-norm kernel runs it.
+
+    >>> import ember
+    >>> y = group_norm(ember.randn(2, 6, 4, 4), 3)
+    >>> [round(abs(v), 4) for v in y.reshape(2, 3, -1).mean(-1).reshape(-1).tolist()]
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    if input.ndim < 2:
+        raise located(ShapeError, f"group_norm needs input (N, C, ...), got shape {input.shape}")
+    n, c = input.shape[:2]
+    if num_groups <= 0 or c % num_groups:
+        raise located(ValueError, f"group_norm: {c} channels (dim 1 of input {input.shape}) do not split into "
+                      f"num_groups={num_groups} groups")
+    rows = input.reshape(n, num_groups, -1)
+    out = fused.run("layer_norm", rows, None, None, normalized_shape=rows.shape[2:], eps=eps).reshape(input.shape)
+    shape = _channel_shape(input)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):

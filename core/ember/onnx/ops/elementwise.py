@@ -10,7 +10,7 @@ import math
 
 from ... import dtypes as D
 from ...tensor import where
-from .common import const, filled, scalar
+from .common import filled, scalar
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -30,7 +30,7 @@ def mod(node, a, b):
             return a - _trunc(a / b) * b
         q = _trunc(a.to(D.float64) / b.to(D.float64)).to(a.dtype)
         return a - q * b
-    return a % b     # the sign of the divisor, like Python
+    return a % b     # the remainder primitive: the sign of the divisor, like Python
 
 
 def pow_(node, a, b):
@@ -53,8 +53,8 @@ def mean(node, *xs):
 
 
 def bit_shift(node, x, y):
-    p = (const(2.0, y).to(D.float64) ** y.to(D.float64)).to(x.dtype)
-    return x * p if node.attr("direction") == "LEFT" else x // p
+    # the shift primitives define counts past the width (0, or -1 for negatives shifted right)
+    return x << y if node.attr("direction") == "LEFT" else x >> y
 
 
 # ---------------------------------------------------------------- math functions

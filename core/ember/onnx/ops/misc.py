@@ -1,5 +1,5 @@
 """Operators that fit no larger family: cumulative products, window functions, rotary
-embeddings, Einsum, crops, sequence reversal, gated units, bitwise operators (bit by bit),
+embeddings, Einsum, crops, sequence reversal, gated units, bitwise operators and BitCast,
 DFT and STFT (host-computed cos/sin matrices times ember matmuls), Col2Im, MaxUnpool, Det and
 TfIdfVectorizer.
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 
 from ... import dtypes as D
+from ... import primitives as P
 from ...tensor import arange, cat, stack, where
+from ..reader import DTYPES
 from .common import axis, const, filled, ints, movedim, scalar
 
 
@@ -159,45 +161,21 @@ def swiglu(node, a, b=None):
 
 
 
-# ---------------------------------------------------------------- bitwise (no primitive: bit by bit)
-BITS = {D.uint8: 8, D.int32: 32, D.int64: 64, D.uint32: 32}
-
-
-def _bits(x):
-    """x's two's-complement bits, least significant first, as 0/1 tensors of x's dtype."""
-    out = []
-    for k in range(BITS[x.dtype]):
-        out.append((x // (2 ** k)) % 2)
-    return out
-
-
-def _assemble(bits, dtype):
-    total = None
-    n = len(bits)
-    for k, b in enumerate(bits):
-        weight = -(2 ** k) if (k == n - 1 and dtype.kind == "i") else 2 ** k
-        term = b * weight
-        total = term if total is None else total + term
-    return total
+# ---------------------------------------------------------------- bitwise
+BITWISE = {"BitwiseAnd": lambda a, b: a & b, "BitwiseOr": lambda a, b: a | b,
+           "BitwiseXor": lambda a, b: a ^ b, "BitwiseNot": lambda a, b: ~a}
 
 
 def bitwise(node, a, b=None):
-    if a.dtype == D.bool_:
-        return {"BitwiseAnd": lambda: a & b, "BitwiseOr": lambda: a | b,
-                "BitwiseXor": lambda: a ^ b, "BitwiseNot": lambda: ~a}[node.op_type]()
-    if a.dtype not in BITS:
-        raise node.error(f"{node.op_type} of {a.dtype} is not supported")
-    if node.op_type == "BitwiseNot":
-        return (-a - 1) if a.dtype.kind == "i" else (2 ** BITS[a.dtype] - 1) - a
-    rule = {"BitwiseAnd": lambda p, q: p * q, "BitwiseOr": lambda p, q: p + q - p * q,
-            "BitwiseXor": lambda p, q: p + q - 2 * p * q}[node.op_type]
-    a, b = a.expand(*_shape(a, b)), b.expand(*_shape(a, b))
-    return _assemble([rule(p, q) for p, q in zip(_bits(a), _bits(b))], a.dtype).to(a.dtype)
+    # the bitwise primitives on integers; bool operands take the logical ones (as in torch)
+    return BITWISE[node.op_type](a, b)
 
 
-def _shape(a, b):
-    from ...primitives import broadcast_shapes
-    return broadcast_shapes(a.shape, b.shape)
+def bitcast(node, x):
+    to = DTYPES.get(node.attr("to"))
+    if to is None:
+        raise node.error(f"BitCast to element type {node.attr('to')} is not an ember dtype")
+    return P.bitcast(x, dtype=to)
 
 
 # ---------------------------------------------------------------- DFT as a matrix product
@@ -410,6 +388,6 @@ OPS = {
     "CenterCropPad": (center_crop_pad, 18), "ReverseSequence": (reverse_sequence, 10),
     "Einsum": (einsum, 12), "SwiGLU": (swiglu, 28),
     "BitwiseAnd": (bitwise, 18), "BitwiseOr": (bitwise, 18), "BitwiseXor": (bitwise, 18),
-    "BitwiseNot": (bitwise, 18), "DFT": (dft, 17), "STFT": (stft, 17), "Col2Im": (col2im, 18),
+    "BitwiseNot": (bitwise, 18), "BitCast": (bitcast, 26), "DFT": (dft, 17), "STFT": (stft, 17), "Col2Im": (col2im, 18),
     "MaxUnpool": (max_unpool, 9), "Det": (det, 11), "TfIdfVectorizer": (tfidf, 9),
 }

@@ -6,6 +6,7 @@ are one table of (pre, reduce, post) rules and one handler.
 from __future__ import annotations
 
 from ... import dtypes as D
+from ... import primitives as P
 from ...tensor import where
 from .common import axes as norm_axes
 from .common import axis, filled, ints, scalar
@@ -134,37 +135,24 @@ def hardmax(node, x):
 
 def cumsum(node, x, ax):
     a = axis(int(scalar(ax)), x.ndim)
-    y = x.flip(a) if node.attr("reverse", 0) else x
-    out = y.cumsum(a) if y.dtype.is_floating_point else y.to(D.float64).cumsum(a).round().to(y.dtype)
+    reverse = bool(node.attr("reverse", 0))
+    out = P.cumsum(x, axis=a, reverse=reverse)          # the input's dtype (torch's would be int64)
     if node.attr("exclusive", 0):
-        out = out - y
-    return out.flip(a) if node.attr("reverse", 0) else out
+        # shift by one along the axis, a zero coming in: exact, unlike out - x in floats
+        n = x.shape[a]
+        widths = [(0, 0)] * x.ndim
+        widths[a] = (0, 1) if reverse else (1, 0)
+        start = 1 if reverse else 0
+        out = out.pad(widths).narrow(a, start, n)
+    return out
 
 
 def topk(node, x, k):
-    # No sort primitive: k rounds of argmax, each masking the element it found (O(k n)).
     k = int(scalar(k)) if node.version >= 10 else node.attr("k")
     a = axis(node.attr("axis", -1), x.ndim)
-    largest = node.attr("largest", 1)
-    from ...tensor import arange, cat
-    y = (x if largest else -x)
-    y = y if y.dtype.is_floating_point else y.to(D.float64)
-    shape = [1] * x.ndim
-    shape[a] = x.shape[a]
-    pos = arange(x.shape[a], backend=x.backend).reshape(shape)
-    lowest = float("-inf")
-    idxs = []
-    for _ in range(k):
-        # first index of the max; NaN-free inputs assumed (ONNX leaves NaN order unspecified)
-        i = y.argmax(a, keepdim=True)
-        idxs.append(i)
-        y = where(pos == i, lowest, y)
-    if not idxs:
-        shape = list(x.shape)
-        shape[a] = 0
-        return filled(shape, 0, x), filled(shape, 0, x, D.int64)
-    index = cat(idxs, a)
-    return x.gather(a, index), index
+    # one selection primitive; ties take the lower index first (the operator's rule), and an
+    # unsorted request gets the sorted order, which the operator allows
+    return tuple(x.topk(k, a, largest=bool(node.attr("largest", 1))))
 
 
 OPS = {

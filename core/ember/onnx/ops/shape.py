@@ -331,53 +331,54 @@ def scatter_nd(node, data, idx, updates):
     return _scatter(node, data, flat, updates.reshape(-1, inner), node.attr("reduction", "none"))
 
 
+def _true_at(mask) -> list:
+    """Flat positions of the true elements, read to the host (no numpy: Pyodide may lack it)."""
+    return [i for i, v in enumerate(mask.reshape(-1).tolist()) if v]
+
+
 def nonzero(node, x):
     # The output's shape depends on the values, so the mask is read to the host.
-    import numpy as np
-    return const(np.array(np.nonzero(x.numpy()), dtype=np.int64), x, D.int64)
+    shape = x.shape or (1,)                    # a 0-d input counts as 1-d, as in NumPy
+    flat = _true_at(x != 0)
+    coords = [[(i // math.prod(shape[d + 1:])) % shape[d] for i in flat] for d in range(len(shape))]
+    return const(coords, x, D.int64).reshape(len(shape), len(flat))
 
 
 def compress(node, x, cond):
-    import numpy as np
-    keep = np.nonzero(cond.numpy())[0]
+    keep = const(_true_at(cond), x, D.int64)
     a = node.attr("axis")
     if a is None:
-        return x.reshape(-1).take(const(keep, x, D.int64), 0)
-    return x.take(const(keep, x, D.int64), axis(a, x.ndim))
+        return x.reshape(-1).take(keep, 0)
+    return x.take(keep, axis(a, x.ndim))
 
 
 def unique(node, x):
-    # No sort primitive: pairwise comparisons of the (flattened) slices, O(n^2), and one host
-    # read of how many are distinct (the output's length).
+    # Sort the slices (one stable argsort per column, last column first: lexicographic order,
+    # ties in their original order), mark where a new value starts, and read that mask to the
+    # host: it gives the count (the outputs' length) and where each group starts.
     a = node.attr("axis")
     if a is None:
         rows = x.reshape(-1, 1)
     else:
         a = axis(a, x.ndim)
         rows = x.permute(a, *[d for d in range(x.ndim) if d != a]).reshape(x.shape[a], -1)
-    n = rows.shape[0]
-    ri, rj = rows.unsqueeze(1), rows.unsqueeze(0)          # (n, 1, m), (1, n, m)
-    differ = ri != rj
-    same = ~differ.any(2)                                   # same[i, j]: slice i equals slice j
-    pos = arange(n, backend=x.backend)
-    first = same.to(D.int64).argmax(1)                      # first occurrence of each slice's value
-    is_first = first == pos
-    if node.attr("sorted", 1):
-        # j before i when slice j is lexicographically smaller: compare at the first difference
-        k = differ.to(D.int64).argmax(2, keepdim=True)
-        smaller = rj.expand(n, n, rows.shape[1]).gather(2, k) < ri.expand(n, n, rows.shape[1]).gather(2, k)
-        before = smaller.squeeze(2) & differ.any(2)
-    else:
-        before = pos.reshape(1, n) < first.reshape(n, 1)
-    slot = (before & is_first.reshape(1, n)).to(D.int64).sum(1)    # output position of each slice
-    count = int(is_first.to(D.int64).sum().item())
-    order = filled((count,), 0, x, D.int64).index_add(0, slot, where(is_first, pos, 0))
-    counts = filled((count,), 0, x, D.int64).index_add(0, slot, filled((n,), 1, x, D.int64))
-    if a is None:
-        y = x.reshape(-1).take(order, 0)
-    else:
-        y = x.take(order, a)
-    return y, order, slot, counts
+    n, m = rows.shape
+    perm = arange(n, backend=x.backend)
+    for col in reversed(range(m)):
+        perm = perm.take(rows[:, col].take(perm, 0).argsort(0), 0)
+    ordered = rows.take(perm, 0)
+    new = (ordered[1:] != ordered[:-1]).any(1) if n > 1 else filled((max(n - 1, 0),), False, x, D.bool_)
+    starts = [0] + [i + 1 for i, v in enumerate(new.tolist()) if v] if n else []
+    group = cat([filled((min(n, 1),), 0, x, D.int64), new.long()]).cumsum(0)   # each sorted slice's group
+    first = perm.take(const(starts, x, D.int64), 0)          # the lowest index of each group
+    counts = const([b - e for b, e in zip(starts[1:] + [n], starts)], x, D.int64)
+    inverse = filled((n,), 0, x, D.int64).index_add(0, perm, group)
+    if not node.attr("sorted", 1):                       # groups in order of first occurrence
+        by_first = first.argsort(0)
+        first, counts = first.take(by_first, 0), counts.take(by_first, 0)
+        inverse = by_first.argsort(0).take(inverse, 0)
+    y = x.reshape(-1).take(first, 0) if a is None else x.take(first, a)
+    return y, first, inverse, counts
 
 
 # ---------------------------------------------------------------- matrix products

@@ -57,7 +57,8 @@ async function main() {
     return out === undefined || out === null ? null : toJs(out);
   };
   demo.selfcheck = async () => toJs(await pyodide.pyimport("ember.wasm.selfcheck").run.callPromising());
-  const warm = await demo.predictImages(new Uint8Array(784), 1); // compiles shaders, warms caches
+  const inputSize = spec.input_shape.reduce((a, b) => a * b); // 784 for MNIST; an ONNX model's own C*H*W
+  const warm = await demo.predictImages(new Uint8Array(inputSize), 1); // compiles shaders, warms caches
   demo.timings.first_prediction_ms = performance.now();
   demo.timings.warmup_ms = warm.ms;
   $("model").textContent = `${spec.model} on ${spec.dataset}` +

@@ -1,0 +1,133 @@
+"""An imported ONNX model in ember's own files: a JSON graph and safetensors, loadable without ``onnx``.
+
+Pyodide has no ``onnx`` package, so the browser build (``python -m ember.wasm build SITE --onnx
+MODEL``) converts the model where ``onnx`` is installed: :func:`save` loads it with
+:func:`ember.onnx.load` (checked, constant subgraphs folded) and writes what is left to run —
+the nodes with their attributes and the schema version each handler honours — as JSON, and the
+parameters, the folded constants and any tensor attribute as one safetensors blob.
+:func:`restore` rebuilds the same :class:`~ember.onnx.OnnxModule` from those two with the
+standard library only (no ``onnx``, no numpy), on any backend.
+
+>>> import ember, ember.onnx
+>>> from onnx import helper, TensorProto, numpy_helper
+>>> import numpy as np
+>>> w = numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w")
+>>> g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w])
+>>> graph, blob = save(helper.make_model(g))
+>>> graph["inputs"], [n["op_type"] for n in graph["nodes"]]
+([{'name': 'x', 'shape': [None, 2], 'dtype': 'float32'}], ['MatMul'])
+>>> restore(graph, blob, "python")(ember.tensor([[1.0, 2.0]], backend="python")).tolist()
+[[1.5, 1.5, 1.5]]
+"""
+from __future__ import annotations
+
+from .. import autodiff
+from ..io import load_bytes, save_bytes
+from ..io.numpy_io import tensor_bytes, tensor_from_bytes
+from ..registry import get_backend
+from .graph import Node, OnnxModule, Program
+from .ops import DOMAINS
+from .reader import DTYPES, OnnxError, read_model
+
+FORMAT = "ember.onnx-graph"
+
+
+# ----------------------------------------------------------------------------- ONNX -> ember's files
+def save(source) -> tuple:
+    """``(graph, blob)``: the JSON-able graph and the safetensors bytes of an ONNX model (a
+    path, bytes or a ModelProto). Needs ``onnx``; a model with subgraphs (If, Loop, Scan) is
+    refused: the format holds flat graphs only."""
+    proto = read_model(source)
+    module = OnnxModule(proto)
+    tensors = {}
+    nodes = []
+    for i, node in enumerate(module.program.nodes):
+        if node.graphs:
+            raise OnnxError(f"{node.where}: ember's portable graph holds no subgraphs (If, Loop, Scan)")
+        attrs, tensor_attrs = {}, {}
+        for name, value in node.attrs.items():
+            if hasattr(value, "dtype") and hasattr(value, "shape"):        # a tensor attribute
+                key = f"attribute/{i}/{name}"
+                tensors[key] = tensor_bytes(_ember(value))
+                tensor_attrs[name] = key
+            else:
+                attrs[name] = value
+        nodes.append({"op_type": node.op_type, "domain": node.domain, "name": node.name, "inputs": node.inputs,
+                      "outputs": node.outputs, "opset": node.opset, "version": node.version,
+                      "attrs": attrs, "tensor_attrs": tensor_attrs})
+    with autodiff.no_grad():
+        params = dict(module.named_parameters())
+        for name, t in params.items():
+            tensors[f"parameter/{name}"] = tensor_bytes(t)
+        for name, t in module._buffers.items():
+            tensors[f"constant/{name}"] = tensor_bytes(t)
+    graph = {"format": FORMAT, "version": 1, "opsets": module.opsets,
+             "inputs": [_value_info(v) for v in proto.graph.input if v.name in module.input_names],
+             "outputs": module.output_names, "parameters": list(params), "constants": list(module._buffers),
+             "nodes": nodes}
+    return graph, save_bytes(tensors, {"format": FORMAT})
+
+
+def _ember(array):
+    from ..tensor import tensor
+    return tensor(array)
+
+
+def _value_info(vi) -> dict:
+    t = vi.type.tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return {"name": vi.name, "shape": shape, "dtype": DTYPES[t.elem_type].name}
+
+
+# ----------------------------------------------------------------------------- ember's files -> Module
+def restore(graph: dict, blob, backend=None) -> OnnxModule:
+    """The :class:`OnnxModule` that :func:`save` wrote, its tensors on ``backend`` (default:
+    the current one). Standard library only: this runs in Pyodide."""
+    found = graph.get("format") if isinstance(graph, dict) else None
+    if found != FORMAT:
+        raise OnnxError(f"not an ember ONNX graph (format {found!r}, expected {FORMAT!r})")
+    backend = get_backend(backend)
+    tensors, _ = load_bytes(blob, source="<onnx graph weights>")
+
+    def get(key):
+        if key not in tensors:
+            raise OnnxError(f"the graph's weights lack {key!r}")
+        return tensor_from_bytes(tensors[key], backend)
+
+    program = Program.__new__(Program)
+    program.graph, program.constants = None, {}
+    program.inputs = [v["name"] for v in graph["inputs"]]
+    program.outputs = list(graph["outputs"])
+    program.nodes = [_node(record, get, program) for record in graph["nodes"]]
+    module = OnnxModule.__new__(OnnxModule)
+    super(OnnxModule, module).__init__()
+    module._assemble({n: get(f"parameter/{n}") for n in graph["parameters"]},
+                     {n: get(f"constant/{n}") for n in graph["constants"]},
+                     program, dict(graph["opsets"]), program.inputs)
+    return module
+
+
+def _node(record: dict, get, program) -> Node:
+    node = Node.__new__(Node)
+    node.op_type, node.domain, node.name = record["op_type"], record["domain"], record["name"]
+    node.inputs, node.outputs = list(record["inputs"]), list(record["outputs"])
+    node.opset, node.version = record["opset"], record["version"]
+    node.attrs = dict(record["attrs"])
+    for name, key in record["tensor_attrs"].items():
+        t = get(key)                       # handlers read tensor attributes as arrays where numpy is
+        node.attrs[name] = _array(t)
+    node.graphs, node.scope, node.program = {}, None, program
+    entry = DOMAINS.get(node.domain, {}).get(node.op_type)
+    if entry is None:
+        raise node.error("operator not supported by this ember")
+    node.handler = entry[0]
+    return node
+
+
+def _array(t):
+    try:
+        return t.numpy()
+    except ImportError:                    # no numpy (Pyodide): the tensor itself
+        return t

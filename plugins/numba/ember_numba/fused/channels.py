@@ -1,0 +1,136 @@
+"""``batch_norm`` (training) and ``batch_norm_backward``: one task per channel (or a few
+neighbouring channels when a channel's runs are short), reading its N runs of H*W values;
+statistics and gradient sums in float64, the output and the input gradient one multiply-add
+per element."""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange, uint64
+
+from .. import launch
+from .common import FLOATS, JIT, REASSOC, _reference
+
+
+@numba.njit(parallel=True, fastmath=REASSOC, **JIT)
+def batch_norm_channels(x, w, b, N, C, L, G, eps, has_w, has_b, out, mean, var):
+    """Batch norm of contiguous x (N, C, L), one task per G consecutive channels (G * L values
+    in a row: a single channel's runs of a few values, C * L apart -- 32 KB for 512 4x4 maps --
+    would fight over the same cache sets). Per channel: mean and biased variance in float64, two passes, the mean
+    rounded to x's dtype before centering as the reference does; then
+    ``(x - mean) / sqrt(var + eps) * w[c] + b[c]``."""
+    l_n = uint64(L)
+    count = N * L
+    for t in prange((C + G - 1) // G):
+        c0, c1 = t * G, min(C, (t + 1) * G)
+        acc = np.zeros(c1 - c0)
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                s = 0.0
+                for k in range(l_n):
+                    s += x[base + k]
+                acc[c - c0] += s
+        for c in range(c0, c1):
+            mean[c] = acc[c - c0] / count
+            acc[c - c0] = 0.0
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                q = 0.0
+                for k in range(l_n):
+                    d = x[base + k] - m
+                    q += d * d
+                acc[c - c0] += q
+        for c in range(c0, c1):
+            var[c] = acc[c - c0] / count
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                scale = 1.0 / math.sqrt(acc[c - c0] / count + eps)
+                if has_w:
+                    scale = scale * w[c]
+                shift = b[c] if has_b else 0.0
+                for k in range(l_n):
+                    out[base + k] = (x[base + k] - m) * scale + shift
+
+
+@numba.njit(parallel=True, fastmath=REASSOC, **JIT)
+def batch_norm_backward_channels(x, g, w, mean, var, N, C, L, G, eps, has_w, dx, dw, db):
+    """Batch norm's gradients, tasks as in :func:`batch_norm_channels`: per channel
+    ``sum(g)`` and ``sum(g * xhat)`` (float64), then ``dx = (gw - mean(gw) - xhat *
+    mean(gw * xhat)) * rstd`` with gw = g * w[c], one multiply-add per element, and the
+    weight and bias gradients (those two sums)."""
+    l_n = uint64(L)
+    count = N * L
+    for t in prange((C + G - 1) // G):
+        c0, c1 = t * G, min(C, (t + 1) * G)
+        sg, sgx = np.zeros(c1 - c0), np.zeros(c1 - c0)
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                a = 0.0
+                bb = 0.0
+                for k in range(l_n):
+                    gi = g[base + k]
+                    a += gi
+                    bb += gi * (x[base + k] - m)
+                sg[c - c0] += a
+                sgx[c - c0] += bb
+        for c in range(c0, c1):
+            rs = 1.0 / math.sqrt(var[c] + eps)
+            dw[c] = sgx[c - c0] * rs                          # sum(g * xhat)
+            db[c] = sg[c - c0]
+        for n in range(N):
+            for c in range(c0, c1):
+                base = uint64((n * C + c) * L)
+                m = mean[c]
+                rs = 1.0 / math.sqrt(var[c] + eps)
+                wc = w[c] if has_w else 1.0
+                k_g = wc * rs
+                k_x = wc * (sgx[c - c0] * rs) / count * rs * rs
+                k_0 = wc * sg[c - c0] / count * rs
+                for k in range(l_n):
+                    dx[base + k] = g[base + k] * k_g - (x[base + k] - m) * k_x - k_0
+
+
+def _channel_group(C, L) -> int:
+    """Channels per task: enough for runs of ~256 values, while leaving 2 tasks a thread."""
+    return max(1, min(-(-256 // L), C // (2 * launch.threads())))
+
+
+def _channel_params_ok(x, *params):
+    return all(p is None or (p.dtype == x.dtype and p.shape == (x.shape[1],)) for p in params)
+
+
+def batch_norm(x, weight, bias, *, eps=1e-5):
+    if x.dtype not in FLOATS or x.ndim < 2 or x.size == 0 or not _channel_params_ok(x, weight, bias) \
+            or not launch.hot(("batch_norm", x.shape, x.dtype.num)):
+        return _reference("batch_norm", x, weight, bias, eps=eps)
+    N, C = x.shape[:2]
+    w, b = (np.zeros(1, x.dtype) if p is None else np.ascontiguousarray(p) for p in (weight, bias))
+    out, mean, var = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
+    L = x.size // (N * C)
+    launch.run(batch_norm_channels, x.size, np.ascontiguousarray(x).reshape(-1), w, b, N, C, L, _channel_group(C, L),
+               float(eps), weight is not None, bias is not None, out.reshape(-1), mean, var)
+    return out, mean, var
+
+
+def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
+    if x.dtype not in FLOATS or x.ndim < 2 or x.size == 0 or grad.dtype != x.dtype or grad.shape != x.shape \
+            or not _channel_params_ok(x, weight, bias, mean, var) \
+            or not launch.hot(("batch_norm_backward", x.shape, x.dtype.num)):
+        return _reference("batch_norm_backward", grad, x, weight, bias, mean, var, eps=eps)
+    N, C = x.shape[:2]
+    L = x.size // (N * C)
+    dx, dw, db = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
+    w = np.zeros(1, x.dtype) if weight is None else np.ascontiguousarray(weight)
+    launch.run(batch_norm_backward_channels, x.size, np.ascontiguousarray(x).reshape(-1),
+               np.ascontiguousarray(grad).reshape(-1), w, np.ascontiguousarray(mean), np.ascontiguousarray(var),
+               N, C, L, _channel_group(C, L), float(eps), weight is not None, dx.reshape(-1), dw, db)
+    return dx, None if weight is None else dw, None if bias is None else db

@@ -1,0 +1,342 @@
+"""``max_pool2d`` and ``max_pool2d_backward``: one task per (N*C) plane. Kernel 2, stride 2 (most
+pools) runs on explicit vectors, a block of windows from two row loads; its backward recomputes
+each window's first maximum (reading x again costs what reading saved indices would) and writes
+every cell of the input gradient once. Other geometries build each output row kernel position
+by kernel position, so neighbouring windows are independent work instead of a chain of
+compares; their backward zeroes the plane and adds each gradient at its window's first maximum."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import prange, types, uint64
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from .. import launch
+from .common import FLOATS, JIT, _reference
+
+
+@numba.njit(**JIT)
+def _column_ranges(W, OW, KW, SW, PW, DW):
+    """For each kernel column b: the range [lo, hi) of output columns j whose cell
+    ``j * SW - PW + b * DW`` is inside the plane (the same for every row: computed once)."""
+    lo, hi = np.empty(KW, np.int64), np.empty(KW, np.int64)
+    for b in range(KW):
+        off = b * DW - PW
+        lo[b] = min(max(0, -(off // SW)), OW)
+        hi[b] = max(min(OW, (W - 1 - off) // SW + 1), lo[b])
+    return lo, hi
+
+
+@numba.njit(inline="always", **JIT)
+def _pool_row(x, base, H, W, top, OW, KH, KW, SW, PW, DH, DW, lo, hi, best, bo, arg, track):
+    """One row of max-pool outputs, the windows whose top row is ``top``, in the plane at
+    ``base``: ``best[bo + j]`` gets window j's max and, if ``track``, ``arg[j]`` the kernel
+    position (``a * KW + b``) it came from. The loops go kernel position by kernel position
+    over the whole row, so consecutive j are independent (no chain of compares per window to
+    wait on). Cells outside the plane (columns outside [lo[b], hi[b])) count as -inf; the
+    first maximum wins and a later NaN replaces it (ember.fused.FUSED["max_pool2d"]'s choice, PyTorch's)."""
+    for a in range(KH):
+        r = top + a * DH
+        inside = 0 <= r < H
+        for b in range(KW):
+            rb = base + r * W + b * DW - PW
+            if a == 0 and b == 0:              # the first position sets every output
+                for j in range(OW):
+                    best[uint64(bo + j)] = x[uint64(rb + j * SW)] if inside and lo[0] <= j < hi[0] else -np.inf
+                    if track:
+                        arg[j] = 0
+            elif inside:
+                n = a * KW + b
+                for j in range(lo[b], hi[b]):
+                    v = x[uint64(rb + j * SW)]
+                    q = uint64(bo + j)
+                    m = best[q]
+                    better = (v > m) | (v != v)
+                    best[q] = v if better else m
+                    if track:
+                        # positions only grow: max() is the select, without the branch LLVM
+                        # would emit for a conditional (it mispredicts half the time)
+                        arg[j] = max(arg[j], n * better)
+
+
+@numba.njit(parallel=True, **JIT)
+def max_pool_planes(x, P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, out):
+    """out[p, i, j] = the max of window (i, j) of plane p of contiguous x (P, H, W)."""
+    no_arg = np.empty(0, np.int64)
+    lo, hi = _column_ranges(W, OW, KW, SW, PW, DW)
+    for p in prange(P):
+        for i in range(OH):
+            _pool_row(x, p * H * W, H, W, i * SH - PH, OW, KH, KW, SW, PW, DH, DW, lo, hi, out, (p * OH + i) * OW,
+                      no_arg, False)
+
+
+@numba.njit(parallel=True, **JIT)
+def max_pool_backward_planes(x, g, P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, dx):
+    """dx[p] = each g[p, i, j] added at the first maximum of window (i, j) of plane p, in
+    order (the reference's scatter-add; a maximum in the padding takes nothing); one task per
+    plane, so no two tasks write one cell."""
+    rows, cols = np.empty(KH * KW, np.int64), np.empty(KH * KW, np.int64)     # kernel position -> offsets
+    for n in range(KH * KW):
+        rows[n], cols[n] = (n // KW) * DH, (n % KW) * DW
+    lo, hi = _column_ranges(W, OW, KW, SW, PW, DW)
+    for p in prange(P):
+        best = np.empty(OW, x.dtype)
+        arg = np.empty(OW, np.int64)
+        base = p * H * W
+        for k in range(H * W):
+            dx[uint64(base + k)] = 0.0
+        for i in range(OH):
+            top = i * SH - PH
+            _pool_row(x, base, H, W, top, OW, KH, KW, SW, PW, DH, DW, lo, hi, best, 0, arg, True)
+            gb = (p * OH + i) * OW
+            for j in range(OW):
+                r = top + rows[arg[j]]
+                c = j * SW - PW + cols[arg[j]]
+                if 0 <= r < H and 0 <= c < W:
+                    dx[uint64(base + r * W + c)] += g[uint64(gb + j)]
+
+
+# The common pool -- kernel 2, stride 2, no padding or dilation -- as explicit vector code.
+# LLVM vectorizes a row loop 16 windows a step, but a 26x26 map's rows have 13 windows and an
+# 11x11 map's 5, so that loop never ran and every window went scalar (~1.5 ns each); numba
+# has no vector types and runs no SLP vectorizer. So two intrinsics build a block of L
+# windows from vectors: the pair of input rows as two loads of 2L values, split into the
+# windows' four corners by shuffles, then compares and selects lane by lane, with no branch
+# and no alias check. A row of up to BLOCK windows is one block of its own width, a kernel
+# compiled per width (blocks of 8 on a 13-window row were 1.3x slower); a wider row takes
+# blocks of BLOCK, the last one moved back to end at the row's end (it redoes a few windows,
+# which store the same values again).
+BLOCK = 16
+#: Input rows ahead of a block that it prefetches (see _corners).
+AHEAD = 16
+
+
+def _vector_at(context, builder, arr_type, arr, index, n):
+    """Pointer to ``<n x dtype>`` at ``arr[index]`` (any alignment) and the alignment to use."""
+    data = context.make_array(arr_type)(context, builder, arr).data
+    vector = ir.VectorType(context.get_data_type(arr_type.dtype), n)
+    ptr = builder.bitcast(builder.gep(data, [index], inbounds=True), vector.as_pointer())
+    return ptr, arr_type.dtype.bitwidth // 8
+
+
+def _load(context, builder, arr_type, arr, index, n):
+    ptr, align = _vector_at(context, builder, arr_type, arr, index, n)
+    return builder.load(ptr, align=align)
+
+
+def _store(context, builder, arr_type, arr, index, value):
+    ptr, align = _vector_at(context, builder, arr_type, arr, index, value.type.count)
+    builder.store(value, ptr, align=align)
+
+
+def _shuffle(builder, a, b, lanes):
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes))
+
+
+def _wins(builder, later, best):
+    """Per lane: does ``later`` replace ``best`` as the window's maximum (larger, or NaN)?"""
+    return builder.or_(builder.fcmp_ordered(">", later, best), builder.fcmp_unordered("uno", later, later))
+
+
+def _prefetch(context, builder, arr_type, arr, index, n):
+    """Ask for the cache lines of ``arr[index:index + n]`` (a hint: it never faults, so it may
+    point past the end)."""
+    data = context.make_array(arr_type)(context, builder, arr).data
+    byte = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fn = builder.module.globals.get("llvm.prefetch") or ir.Function(
+        builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]), name="llvm.prefetch")
+    read, all_levels, data_cache = (ir.Constant(i32, v) for v in (0, 3, 1))
+    lanes = 64 // (arr_type.dtype.bitwidth // 8)            # values a cache line
+    for k in list(range(0, n, lanes)) + [n - 1]:
+        at = builder.gep(data, [builder.add(index, ir.Constant(index.type, k))])
+        builder.call(fn, [builder.bitcast(at, byte), read, all_levels, data_cache])
+
+
+def _corners(context, builder, x_type, x, q0, q1, ahead, n):
+    """(top left, top right, bottom left, bottom right) of n windows whose top row starts at
+    ``x[q0]`` and bottom row at ``x[q1]``: two loads of 2n values, split even/odd. When a row
+    of the block fills a cache line, the same cells ``ahead`` further are prefetched: on data
+    from memory the hardware prefetcher fell behind these few wide loads (13-window rows 1.4x
+    slower than the scalar loop they replace); on narrower rows it keeps up, and prefetching
+    costs more than it saves."""
+    if 2 * n * x_type.dtype.bitwidth >= 512:
+        for q in (q0, q1):
+            _prefetch(context, builder, x_type, x, builder.add(q, ahead), 2 * n)
+    even, odd = list(range(0, 2 * n, 2)), list(range(1, 2 * n, 2))
+    top, bottom = (_load(context, builder, x_type, x, q, 2 * n) for q in (q0, q1))
+    return (_shuffle(builder, top, top, even), _shuffle(builder, top, top, odd),
+            _shuffle(builder, bottom, bottom, even), _shuffle(builder, bottom, bottom, odd))
+
+
+def _block_size(L):
+    if not isinstance(L, types.IntegerLiteral):
+        raise TypingError(f"the block size must be a constant, not {L}")
+    return L.literal_value
+
+
+@intrinsic
+def _pool_2x2_block(typingctx, x, q0, q1, ahead, out, o, L):
+    """``out[o + j]`` = the max of window j (0 <= j < L) at ``x[q0 + 2j]``, ``x[q1 + 2j]``.
+    Each row's maximum, then the two rows': the same first maximum, a later NaN replacing it,
+    as comparing the four in row-major order (so the same bits)."""
+    n = _block_size(L)
+
+    def codegen(context, builder, signature, args):
+        a, b, c, d = _corners(context, builder, signature.args[0], args[0], args[1], args[2], args[3], n)
+        top, bottom = builder.select(_wins(builder, b, a), b, a), builder.select(_wins(builder, d, c), d, c)
+        _store(context, builder, signature.args[4], args[4], args[5],
+               builder.select(_wins(builder, bottom, top), bottom, top))
+        return context.get_dummy_value()
+    return types.void(x, q0, q1, ahead, out, o, L), codegen
+
+
+@intrinsic
+def _pool_2x2_backward_block(typingctx, x, g, o, q0, q1, ahead, dx, L):
+    """The input gradient of L windows: ``0 + g[o + j]`` at the maximum of window j (the cell
+    the forward block takes), zero in its other three cells: both rows of dx, whole."""
+    n = _block_size(L)
+
+    def codegen(context, builder, signature, args):
+        x_type, g_type, _, _, _, _, dx_type, _ = signature.args
+        a, b, c, d = _corners(context, builder, x_type, args[0], args[3], args[4], args[5], n)
+        right, right_below = _wins(builder, b, a), _wins(builder, d, c)
+        top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
+        below = _wins(builder, bottom, top)
+        zero = ir.Constant(a.type, None)
+        # 0 + g, not g: the reference adds the gradient into zeros (a -0.0 becomes +0.0)
+        grad = builder.fadd(_load(context, builder, g_type, args[1], args[2], n), zero)
+        cells = (builder.select(builder.or_(below, right), zero, grad),
+                 builder.select(right, builder.select(below, zero, grad), zero),
+                 builder.select(below, builder.select(right_below, zero, grad), zero),
+                 builder.select(builder.and_(below, right_below), grad, zero))
+        interleave = [k for j in range(n) for k in (j, n + j)]
+        _store(context, builder, dx_type, args[6], args[3], _shuffle(builder, cells[0], cells[1], interleave))
+        _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[2], cells[3], interleave))
+        return context.get_dummy_value()
+    return types.void(x, g, o, q0, q1, ahead, dx, L), codegen
+
+
+@numba.njit(inline="always", **JIT)
+def _later(best, v):
+    """max(best, v) where v comes later in the window: larger, or NaN, to win."""
+    return v if (v > best) | (v != v) else best
+
+
+_POOL_2X2: dict = {}
+
+
+def _pool_2x2_kernels(L):
+    """(forward, backward) plane kernels whose rows are covered by blocks of L windows; L is
+    a constant of the compiled code (the intrinsics' vector width), so one pair per L."""
+    kernels = _POOL_2X2.get(L)
+    if kernels is not None:
+        return kernels
+
+    # Index arithmetic stays in uint64: numba makes uint64 + int64 a float64 (4x slower).
+    @numba.njit(parallel=True, **JIT)
+    def forward(x, P, H, W, OH, OW, out):
+        w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
+        for p in prange(P):
+            base, ob = uint64(p * H * W), uint64(p * OH * OW)
+            for i in range(OH):
+                r0, o = base + uint64(2 * i) * w, ob + uint64(i * OW)
+                for j0 in range(0, OW, L):        # one block, unless the row is wider than BLOCK
+                    j = min(uint64(j0), last)
+                    q = r0 + uint64(2) * j
+                    if L == 1:                    # one-lane vectors compile to 4x slower code
+                        one = uint64(1)
+                        out[o + j] = _later(_later(_later(x[q], x[q + one]), x[q + w]), x[q + w + one])
+                    else:
+                        _pool_2x2_block(x, q, q + w, ahead, out, o + j, L)
+
+    @numba.njit(parallel=True, **JIT)
+    def backward(x, g, P, H, W, OH, OW, dx):
+        w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
+        zero = dx.dtype.type(0)
+        for p in prange(P):
+            base, gb = uint64(p * H * W), uint64(p * OH * OW)
+            for i in range(OH):
+                r0, o = base + uint64(2 * i) * w, gb + uint64(i * OW)
+                for j0 in range(0, OW, L):
+                    j = min(uint64(j0), last)
+                    q = r0 + uint64(2) * j
+                    _pool_2x2_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
+                for c in range(uint64(2 * OW), w):         # an odd width's last column
+                    dx[r0 + c] = zero
+                    dx[r0 + w + c] = zero
+            for k in range(uint64(2 * OH) * w, uint64(H) * w):   # an odd height's last row
+                dx[base + k] = zero
+
+    kernels = _POOL_2X2[L] = (forward, backward)
+    return kernels
+
+
+def max_pool_2x2_planes(x, P, H, W, OH, OW, out):
+    """out[p, i, j] = the max of window (i, j) of plane p of contiguous x (P, H, W), for
+    kernel 2 and stride 2 without padding or dilation: the kernel for OW's block width."""
+    _pool_2x2_kernels(min(OW, BLOCK))[0](x, P, H, W, OH, OW, out)
+
+
+def max_pool_2x2_backward_planes(x, g, P, H, W, OH, OW, dx):
+    """Its VJP: each window's gradient at its first maximum, zeros elsewhere -- every cell of
+    dx written once (the windows do not overlap), with no separate zeroing pass."""
+    _pool_2x2_kernels(min(OW, BLOCK))[1](x, g, P, H, W, OH, OW, dx)
+
+
+def _is_2x2(args) -> bool:
+    """Kernel 2, stride 2, no padding, no dilation, no ceil_mode window past the edge."""
+    _, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = args
+    return (KH, KW, SH, SW, PH, PW, DH, DW) == (2, 2, 2, 2, 0, 0, 1, 1) and 2 * OH <= H and 2 * OW <= W
+
+
+def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """(P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW) for the plane kernels, or None where
+    the reference should run (and raise its error)."""
+    from ember.nn.functional import pool_geometry
+
+    def pair(v):
+        return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(a) for a in v)
+    try:
+        k, p, d = pair(kernel_size), pair(padding), pair(dilation)
+        s = k if stride is None or stride == () else pair(stride)
+    except (TypeError, ValueError):
+        return None
+    if x.dtype not in FLOATS or x.ndim < 3 or x.size == 0 or any(len(v) != 2 for v in (k, s, p, d)) \
+            or min(k + s + d) < 1 or min(p) < 0 or any(2 * pi > ki for pi, ki in zip(p, k)):
+        return None
+    H, W = x.shape[-2:]
+    (OH, _), (OW, _) = (pool_geometry(n, k[i], s[i], p[i], d[i], bool(ceil_mode)) for i, n in enumerate((H, W)))
+    if OH <= 0 or OW <= 0:
+        return None
+    return (x.size // (H * W), H, W, OH, OW) + k + s + p + d
+
+
+def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    params = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    args = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if args is None or not launch.hot(("max_pool2d", x.shape, x.dtype.num) + args):
+        return _reference("max_pool2d", x, **params)
+    out = np.empty(x.shape[:-2] + args[3:5], x.dtype)
+    if _is_2x2(args):
+        launch.run(max_pool_2x2_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args[:5], out.reshape(-1))
+    else:
+        launch.run(max_pool_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args, out.reshape(-1))
+    return out
+
+
+def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    params = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    args = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if args is None or grad.dtype != x.dtype or grad.shape != x.shape[:-2] + args[3:5] \
+            or not launch.hot(("max_pool2d_backward", x.shape, x.dtype.num) + args):
+        return _reference("max_pool2d_backward", grad, x, **params)
+    dx = np.empty(x.shape, x.dtype)
+    xs, gs = np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(grad).reshape(-1)
+    if _is_2x2(args):
+        launch.run(max_pool_2x2_backward_planes, x.size, xs, gs, *args[:5], dx.reshape(-1))
+    else:
+        launch.run(max_pool_backward_planes, x.size, xs, gs, *args, dx.reshape(-1))
+    return dx
