@@ -400,10 +400,17 @@ def _logical(name):
 
 def where(c, a, b):
     ta, tb = isinstance(a, PyBuffer), isinstance(b, PyBuffer)
-    dtype = a.dtype if ta else b.dtype if tb else \
-        D.promote(D.get(scalar_kind(a)), D.get(scalar_kind(b)))
-    a = a if ta else _new([scalar_as(dtype, a)], (), dtype)
-    b = b if tb else _new([scalar_as(dtype, b)], (), dtype)
+    if ta and tb:
+        dtype = a.dtype
+    elif ta or tb:         # a Python scalar is weak: int32 array and 0.5 give float64, as in NumPy
+        t, s = (a, b) if ta else (b, a)
+        dtype = scalar_result_dtype(t.dtype, s)
+        if dtype is not t.dtype:
+            a, b = (_new(convert(x.data, x.dtype, dtype), x.shape, dtype) if x is t else x for x in (a, b))
+    else:
+        dtype = D.promote(D.get(scalar_kind(a)), D.get(scalar_kind(b)))
+    a = a if isinstance(a, PyBuffer) else _new([scalar_as(dtype, a)], (), dtype)
+    b = b if isinstance(b, PyBuffer) else _new([scalar_as(dtype, b)], (), dtype)
     shape = broadcast_shapes(c.shape, a.shape, b.shape)
     cs, xs, ys = (t.data if t.shape == shape else L.expand_data(t, shape) for t in (c, a, b))
     return _new([x if k else y for k, x, y in zip(cs, xs, ys)], shape, dtype)

@@ -6,7 +6,8 @@
 The modules, in the order a run uses them: plugin.py (the pytest plugin: options, the
 per-session context, skips, the JSON report) → tolerances.py (how close is close enough) →
 cases.py and gradcases.py (the toolkits with which each primitive's record draws its tier-2
-and tier-3 inputs, see ember.primitives), optimizers.py (the fused optimizer steps' option sets
+and tier-3 inputs, see ember.primitives), structure.py (the same tier-2 generator with its
+structural choices enumerated instead of drawn), optimizers.py (the fused optimizer steps' option sets
 and their harness, ``fused_mismatches``) → watch.py (the interpreter tiers 1 and 3-6 run
 under: the primitives a case applies, their shapes and dtypes against the rules, their values
 for the determinism checks) → the tiers, test_tier0_api.py ... test_tier6_training.py →

@@ -1,4 +1,4 @@
-"""Tier 2 inputs: the toolkit a primitive's case generator draws with.
+"""Tier 2 inputs: the toolkit a primitive's case generator draws with (its random half).
 
 Each primitive's record says which dtypes tier 2 covers (``P.add.dtypes``) and how to draw one
 case (``P.add.cases(d, dtype)``, see ember.primitives). ``d`` is a :class:`Draw`: hypothesis's
@@ -11,6 +11,11 @@ reaches the backend in one of four layouts: a permuted, strided (every other ele
 offset view made by the backend's own ``permute``/``slice``, or a fresh buffer, so that ops
 are checked on buffers other ops produce. Hypothesis tries the simplest choices first: a
 (3, 4)-like shape of random values, as a permuted view.
+
+The same generator also runs under structure.Enumerate, which lists every answer to its
+structural questions (shapes, broadcasting patterns, axes, keepdims, permutations, the side and
+kind of a Python scalar) instead of drawing one: tier 2 checks those cases first, then the
+hypothesis examples drawn here.
 
 Value ranges are small on purpose: integer results must be exact, so no case overflows a
 signed type; unsigned arithmetic wraps modulo 2**bits (NumPy, C and PyTorch agree).
@@ -29,6 +34,8 @@ from ..primitives import FLOATS
 # the first is what hypothesis tries first: a view, since fresh buffers are the easy case
 LAYOUTS = ("permuted", "sliced", "offset", "contiguous")
 SPECIALS = (math.nan, math.inf, -math.inf, -0.0)
+#: the kinds of Python scalar a binary primitive takes on either side (the spec's weak operand)
+SCALAR_KINDS = ("bool", "int", "float")
 
 
 @dataclass
@@ -40,7 +47,7 @@ class Case:
 
 
 # ----------------------------------------------------------------------------- values
-def _int_bounds(dtype, lo=None, hi=None):
+def int_bounds(dtype, lo=None, hi=None):
     if dtype.startswith("uint"):
         return (0 if lo is None else lo), ((3 if dtype == "uint8" else 9) if hi is None else hi)
     return (-20 if lo is None else lo), (20 if hi is None else hi)
@@ -51,7 +58,7 @@ def elements(dtype: str, lo=None, hi=None):
     if dtype == "bool":
         return st.booleans()
     if dtype not in FLOATS:
-        return st.integers(*_int_bounds(dtype, lo, hi))
+        return st.integers(*int_bounds(dtype, lo, hi))
     width = {"float16": 16, "float32": 32, "float64": 64}[dtype]
     return st.floats(-10.0 if lo is None else lo, 10.0 if hi is None else hi, width=width,
                      allow_subnormal=False)
@@ -68,17 +75,20 @@ def scalar(draw, dtype: str, special=False):
     return int(draw(elements(dtype)))
 
 
-def array(draw, shape, dtype: str, special=False, lo=None, hi=None):
+def array(draw, shape, dtype: str, special=False, lo=None, hi=None, ties=False):
     """An array of ``shape``: random values from a drawn seed (so even hypothesis's first,
     simplest example is not all zeros), then a few elements set to values hypothesis picks
-    (boundaries, small integers) and, with ``special``, to NaN, +-inf or -0.0."""
+    (boundaries, small integers) and, with ``special``, to NaN, +-inf or -0.0. With ``ties``
+    the values come from a few small integers, so many elements are equal (argmax's ties)."""
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
     if dtype == "bool":
         out = rng.random(shape) < 0.5
+    elif ties:
+        out = rng.integers(0 if dtype.startswith("uint") else -2, 3, shape)
     elif dtype in FLOATS:
         out = rng.uniform(-10.0 if lo is None else lo, 10.0 if hi is None else hi, shape)
     else:
-        low, high = _int_bounds(dtype, lo, hi)
+        low, high = int_bounds(dtype, lo, hi)
         out = rng.integers(low, high + 1, shape)
     out = np.asarray(out).astype(dtype)
     if out.size:
@@ -118,6 +128,11 @@ def broadcastable(draw, n, max_dims=3, max_side=3):
     return out
 
 
+def most_repeated(indices, n) -> int:
+    """How often the most frequent of ``indices`` (into a dim of size ``n``) occurs."""
+    return int(np.bincount(indices.reshape(-1) % n).max()) if indices.size else 0
+
+
 def finite_max(*arrays) -> float:
     m = 0.0
     for a in arrays:
@@ -152,7 +167,9 @@ class Draw:
         return self.draw(st.booleans())
 
     def sampled_from(self, items):
-        return self.draw(st.sampled_from(items))
+        return self.draw(st.sampled_from(list(items)))
+
+    choose = sampled_from
 
     def shape(self, min_dims=0, max_dims=3, min_side=0, max_side=4):
         return shape(self.draw, min_dims, max_dims, min_side, max_side)
@@ -160,25 +177,41 @@ class Draw:
     def broadcastable(self, n, max_dims=3, max_side=3):
         return broadcastable(self.draw, n, max_dims, max_side)
 
-    def array(self, shape, dtype, special=False, lo=None, hi=None):
-        return array(self.draw, shape, dtype, special, lo, hi)
+    def array(self, shape, dtype, special=False, lo=None, hi=None, ties=False):
+        return array(self.draw, shape, dtype, special, lo, hi, ties)
 
     def scalar(self, dtype, special=False):
         return scalar(self.draw, dtype, special)
 
+    def weak_scalar(self, kind, dtype, special=False):
+        """A Python scalar of ``kind`` (bool, int, float) next to an array of ``dtype``: ints
+        in the array's range (small and non-negative for unsigned dtypes)."""
+        if kind == "int":
+            return scalar(self.draw, dtype if dtype not in FLOATS and dtype != "bool" else "int32")
+        return scalar(self.draw, "float64" if kind == "float" else "bool", special)
+
     def subset(self, items, min_size=0):
         return subset(self.draw, items, min_size)
+
+    def axes(self, ndim, min_size=0, among=None):
+        """Distinct axes (of ``among``, default all) of an ``ndim``-d array, in order, each spelt
+        non-negative or negative."""
+        among = list(range(ndim)) if among is None else list(among)
+        return tuple(a - ndim if self.booleans() else a for a in subset(self.draw, among, min_size))
+
+    def axis(self, ndim):
+        return self.integers(-ndim, ndim - 1)
+
+    def permutation(self, n):
+        return tuple(self.draw(st.permutations(range(n))))
 
     def indices(self, n, max_dims=2):
         """Integer indices (int64 or int32) into a dim of size ``n``, negative ones included."""
         idt = self.sampled_from(("int64", "int32"))
         return array(self.draw, shape(self.draw, max_dims=max_dims, max_side=4), idt, lo=-n, hi=n - 1)
 
-    @staticmethod
-    def most_repeated(indices, n) -> int:
-        """How often the most frequent of ``indices`` (into a dim of size ``n``) occurs."""
-        return int(np.bincount(indices.reshape(-1) % n).max()) if indices.size else 0
-
+    most_repeated = staticmethod(most_repeated)
+    scalar_kinds = SCALAR_KINDS
     finite_max = staticmethod(finite_max)
     case = staticmethod(Case)
 

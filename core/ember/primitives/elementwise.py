@@ -57,23 +57,38 @@ def _unary_tier2(d, dt):
     return d.case([d.array(d.shape(), dt, special=True)])
 
 
+def _operands(d, dt, kinds=None, ties=False):
+    """Two arrays in a broadcasting pattern, or an array and a Python scalar (of each kind in
+    ``kinds``, default bool, int and float) on either side."""
+    form = d.sampled_from(("arrays", "scalar right", "scalar left"))
+    if form == "arrays":
+        sa, sb = d.broadcastable(2, max_side=4)
+        return [d.array(sa, dt, special=True, ties=ties), d.array(sb, dt, special=True, ties=ties)]
+    x = d.array(d.shape(), dt, special=True, ties=ties)
+    s = d.weak_scalar(d.sampled_from(kinds or d.scalar_kinds), dt, special=True)
+    return [x, s] if form == "scalar right" else [s, x]
+
+
 def _binary_tier2(d, dt):
-    shapes = d.broadcastable(2)
-    a = d.array(shapes[0], dt, special=True)
-    b = d.scalar(dt, special=True) if d.booleans() else d.array(shapes[1], dt, special=True)
-    return d.case([a, b])
+    return d.case(_operands(d, dt))
+
+
+def _compare_tier2(d, dt):
+    return d.case(_operands(d, dt, ties=True))       # equal elements: lt and le differ there
 
 
 def _logical_tier2(d, dt):
-    return d.case([d.array(s, "bool") for s in d.broadcastable(2)])
+    return d.case(_operands(d, "bool", kinds=("bool",)))
 
 
 def _where_tier2(d, dt):
-    shapes = d.broadcastable(3)
-    cond = d.array(shapes[0], "bool")
-    scalar_at = d.sampled_from((None, None, 1, 2))
-    vals = [d.scalar(dt, special=True) if i == scalar_at else d.array(shapes[i], dt, special=True) for i in (1, 2)]
-    return d.case([cond] + vals)
+    scalar_at = d.sampled_from((None, 1, 2))
+    if scalar_at is None:
+        sc, sa, sb = d.broadcastable(3)
+        return d.case([d.array(sc, "bool"), d.array(sa, dt, special=True), d.array(sb, dt, special=True)])
+    sc, sa = d.broadcastable(2, max_dims=2)
+    vals = [d.weak_scalar(d.sampled_from(d.scalar_kinds), dt, special=True), d.array(sa, dt, special=True)]
+    return d.case([d.array(sc, "bool")] + (vals if scalar_at == 1 else vals[::-1]))
 
 
 def _cast_tier2(d, dt):
@@ -174,7 +189,9 @@ sqrt = defprim("sqrt", **UNARY, grad_cases=_smooth(0.5, 2.0), second_order=True,
 reciprocal = defprim("reciprocal", **UNARY, grad_cases=_smooth(0.5, 2.0), second_order=True,
                      vjp=lambda g, out, x: (-g * out * out,))
 abs = defprim("abs", **UNARY, dtypes=NUMERIC, grad_cases=_kinked_tier3, vjp=lambda g, out, x: (g * x.sign(),))
-sign = defprim("sign", **UNARY, dtypes=NUMERIC, grad_cases=_kinked_tier3, vjp=lambda g, out, x: (g * 0,))
+sign = defprim("sign", **dict(UNARY, doc="sign(x): -1, 0 or 1 elementwise, same shape and dtype; sign(+-0) = 0 and "
+                                       "sign(NaN) = NaN (as NumPy; PyTorch gives 0)."),
+               dtypes=NUMERIC, grad_cases=_kinked_tier3, vjp=lambda g, out, x: (g * 0,))
 floor = defprim("floor", **UNARY, grad_cases=_floor_tier3, vjp=lambda g, out, x: (g * 0,))
 erf = defprim("erf", **UNARY, grad_cases=_smooth(), second_order=True,
               vjp=lambda g, out, x: (g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),))
@@ -183,8 +200,8 @@ logical_not = defprim("logical_not", "unary", "logical_not(x): elementwise not; 
 
 BINARY = dict(group="binary", abstract=_binary, cases=_binary_tier2, doc=
               "op(a, b): elementwise with NumPy broadcasting. Both operands have the same dtype, or one "
-              "is a Python scalar, which takes the other's dtype. div of integers is not defined (the front "
-              "end casts to float). maximum/minimum propagate NaN.")
+              "(either) is a Python scalar, which is weak (see the rules above: int32 + 0.5 is float64). "
+              "div of integers is not defined (the front end casts to float). maximum/minimum propagate NaN.")
 add = defprim("add", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3(),
               vjp=binary_vjp(lambda g, out, a, b: g, lambda g, out, a, b: g))
 sub = defprim("sub", **BINARY, dtypes=NUMERIC, grad_cases=_binary_tier3(),
@@ -206,8 +223,9 @@ remainder = defprim("remainder", "binary", "remainder(a, b): a - floor(a / b) * 
                     vjp=binary_vjp(lambda g, out, a, b: g, lambda g, out, a, b: -g * (a / b).floor()),
                     required=False)
 
-COMPARE = dict(group="compare", abstract=_compare, cases=_binary_tier2, dtypes=ALL,
-               doc="op(a, b): elementwise comparison with broadcasting; output bool.")
+COMPARE = dict(group="compare", abstract=_compare, cases=_compare_tier2, dtypes=ALL,
+               doc="op(a, b): elementwise comparison with broadcasting, in the dtype the operands promote to "
+                   "(a Python scalar on either side is weak); output bool. NaN compares unequal to everything.")
 eq = defprim("eq", **COMPARE)
 ne = defprim("ne", **COMPARE)
 lt = defprim("lt", **COMPARE)
@@ -221,7 +239,8 @@ logical_and = defprim("logical_and", **LOGICAL)
 logical_or = defprim("logical_or", **LOGICAL)
 logical_xor = defprim("logical_xor", **LOGICAL)
 
-where = defprim("where", "select", "where(cond, a, b): a where cond else b; cond bool; all three broadcast together.",
+where = defprim("where", "select", "where(cond, a, b): a where cond else b; cond bool; all three broadcast together; "
+                "a or b may be a Python scalar (weak, as for binary ops).",
                 _where, dtypes=ALL, cases=_where_tier2, grad_cases=_where_tier3, second_order=True, vjp=_where_vjp)
 cast = defprim("cast", "cast", "cast(x, dtype): convert elementwise; float to int truncates toward zero; to bool "
                "is x != 0.", _cast, dtypes=ALL, cases=_cast_tier2, grad_cases=_cast_tier3,

@@ -29,7 +29,7 @@ def _index_add(x, indices, values, axis):
 def _indexed_tier2(d, dt):
     """(x, axis, n): an array with at least one element along ``axis`` to index."""
     s = d.shape(min_dims=1, max_side=4)
-    axis = d.integers(0, len(s) - 1)
+    axis = d.sampled_from(range(len(s)))
     s = s[:axis] + (s[axis] or 1,) + s[axis + 1:]
     return d.array(s, dt, special=True), axis, s[axis]
 

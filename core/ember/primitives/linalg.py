@@ -71,19 +71,32 @@ def _windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
 # ----------------------------------------------------------------------------- tier-2 cases
 def _matmul_tier2(d, dt):
     batch = d.broadcastable(2, max_dims=2)
-    m, k, n = (d.sampled_from((3, 1, 2, 4, 2, 3, 1, 4, 0)) for _ in range(3))    # 0 now and then
-    a = d.array(batch[0] + (m, k), dt, special=d.booleans())
+    m, k, n = d.sampled_from(((3, 4, 2), (1, 3, 1), (2, 1, 3), (2, 0, 3), (0, 2, 2), (3, 2, 0)))
+    a = d.array(batch[0] + (m, k), dt, special=d.integers(0, 1) == 1)
     b = d.array(batch[1] + (k, n), dt)
     return d.case([a, b], terms=k or 1, scale=d.finite_max(a) * d.finite_max(b))
 
 
+#: structural conv geometries: each parameter away from its default alone, then all at once
+CONV_KINDS = {"drawn": None, "plain": {}, "padded": dict(padding=(1, 2)), "strided": dict(stride=(2, 3)),
+              "dilated": dict(dilation=(2, 1)), "grouped": dict(groups=2),
+              "everything": dict(padding=(2, 1), stride=(1, 2), dilation=(1, 2), groups=2)}
+
+
 def _conv_geometry(d):
-    groups = d.integers(1, 2)
-    cg, og = d.integers(1, 2), d.integers(1, 2)
+    fixed = CONV_KINDS[d.sampled_from(CONV_KINDS)]
     kh, kw = d.integers(1, 3), d.integers(1, 3)
-    stride = (d.integers(1, 2), d.integers(1, 2))
-    padding = (d.integers(0, 1), d.integers(0, 1))
-    dilation = (d.integers(1, 2), d.integers(1, 2))
+    if fixed is None:
+        groups = d.integers(1, 2)
+        stride = (d.integers(1, 2), d.integers(1, 2))
+        padding = (d.integers(0, 1), d.integers(0, 1))
+        dilation = (d.integers(1, 2), d.integers(1, 2))
+    else:
+        groups = fixed.get("groups", 1)
+        stride, padding, dilation = (fixed.get(k, v) for k, v in (("stride", (1, 1)), ("padding", (0, 0)),
+                                                                  ("dilation", (1, 1))))
+        kh, kw = max(kh, 2), max(kw, 2)          # a 1x1 kernel hides padding and dilation
+    cg, og = d.integers(1, 2), d.integers(1, 2)
     # the smallest input the kernel fits in, plus a little
     h = d.integers(max(1, dilation[0] * (kh - 1) + 1 - 2 * padding[0]), 6)
     w = d.integers(max(1, dilation[1] * (kw - 1) + 1 - 2 * padding[1]), 6)
@@ -118,7 +131,7 @@ def _window_geometry(d):
     kernel = (d.integers(1, 3), d.integers(1, 3))
     stride = (d.integers(1, 2), d.integers(1, 2))
     dilation = (d.integers(1, 2), d.integers(1, 2))
-    lead = tuple(d.draw(d.st.lists(d.st.integers(0, 2), max_size=2)))
+    lead = d.sampled_from(((2,), (), (0, 2), (2, 1)))
     hw = tuple(d.integers(dl * (k - 1) + 1, 6) for k, dl in zip(kernel, dilation))
     out = tuple(conv_out_size(s, k, st, 0, dl) for s, k, st, dl in zip(hw, kernel, stride, dilation))
     return lead + hw, lead + out + kernel, dict(kernel=kernel, stride=stride, dilation=dilation)

@@ -134,6 +134,26 @@ def abstract_eval(name, *avals, **params):
     return PRIMITIVES[name].abstract(*avals, **params)
 
 
+#: what holds for every primitive (docs/primitives.md's first section; tier 2 checks each)
+RULES = (
+    ("**Python scalars are weak** (NumPy 2's rule, NEP 50). A binary primitive or `where` takes a Python "
+     "`bool`, `int` or `float` on either side. The scalar takes the array's dtype when its kind is not higher "
+     "(bool < int < float); otherwise the result has the default dtype of the scalar's kind: "
+     "`add(int32[2], 0.5)` is float64, `add(uint8[2], 3)` is uint8, `mul(True, float16[2])` is float16, "
+     "`lt(int32[2], 0.5)` compares in float64. Two arrays always have the same dtype (the front end casts first)."),
+    ("**Inputs are read-only.** A primitive never writes into an input buffer. Its result may be a new buffer, "
+     "or the input itself or a view of it (the reference returns views from reshape, permute, expand, slice, "
+     "flip and windows), so whatever writes into a result in place must allow for that."),
+    ("**Deterministic.** The same inputs give the same bits on every call (random_bits included: it is a "
+     "function of shape, seed and offset)."),
+    ("**Special values.** Float inputs include NaN, +-inf and -0.0; the IEEE-754 result is required "
+     "(reciprocal(-0.0) = -inf). A NaN result must be NaN (its payload is not observable through any "
+     "primitive, so not specified); -0.0 and 0.0 compare equal in results. Subnormal inputs are not part of "
+     "the contract (GPUs may flush them to zero)."),
+    ("**Layouts.** Inputs may be any view the backend's own primitives make (permuted, strided, offset)."),
+)
+
+
 def markdown() -> str:
     """The contract as a Markdown page: docs/primitives.md is this text (a test keeps it current;
     ``python -m ember.primitives > docs/primitives.md`` regenerates it).
@@ -146,7 +166,7 @@ def markdown() -> str:
              "`python -m ember.primitives > docs/primitives.md`. A backend implements each primitive as",
              "`impls[name](*buffers, **params) -> buffer` (see docs/writing-a-backend.md). Gradients are",
              "ember's business: backends never write backward code. The last column lists the dtypes",
-             "conformance tier 2 checks.", ""]
+             "conformance tier 2 checks.", "", "## Rules for every primitive", ""] + [f"- {r}" for r in RULES] + [""]
     for group, prims in GROUPS.items():
         lines += [f"## {group}", "", "| primitive | differentiable | spec | tier-2 dtypes |", "|---|---|---|---|"]
         for p in prims:

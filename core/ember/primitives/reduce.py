@@ -45,22 +45,23 @@ def _argmax(x, axis, keepdims=False):
 # ----------------------------------------------------------------------------- tier-2 cases
 def _sum_tier2(d, dt):
     x = d.array(d.shape(), dt, special=True)
-    axes = d.subset(list(range(x.ndim)))
+    axes = d.axes(x.ndim)
     terms = math.prod(x.shape[a] for a in axes)
     return d.case([x], dict(axes=axes, keepdims=d.booleans()), terms=terms, scale=d.finite_max(x))
 
 
 def _max_min_tier2(d, dt):
-    x = d.array(d.shape(), dt, special=True)
-    axes = d.subset([i for i, s in enumerate(x.shape) if s > 0])
+    x = d.array(d.shape(), dt, special=True, ties=d.booleans())
+    axes = d.axes(x.ndim, among=[i for i, s in enumerate(x.shape) if s > 0])
     return d.case([x], dict(axes=axes, keepdims=d.booleans()))
 
 
 def _argmax_tier2(d, dt):
     s = d.shape(min_dims=1)
-    axis = d.integers(0, len(s) - 1)
-    s = s[:axis] + (s[axis] or 1,) + s[axis + 1:]
-    x = d.array(s, dt)
+    axis = d.axis(len(s))
+    a = axis % len(s)
+    s = s[:a] + (s[a] or 1,) + s[a + 1:]
+    x = d.array(s, dt, ties=d.booleans())           # ties: the first maximum wins, floats and ints alike
     if dt in FLOATS and x.size and d.booleans():
         x.reshape(-1)[d.integers(0, x.size - 1)] = d.sampled_from((math.inf, -math.inf))
     return d.case([x], dict(axis=axis, keepdims=d.booleans()))
@@ -95,13 +96,17 @@ def _extremum_vjp(g, out, x, axes, keepdims=False):
 
 
 # ----------------------------------------------------------------------------- the records
-sum = defprim("sum", "reduce", "sum(x, axes, keepdims): sum over `axes` (a tuple, possibly empty = identity); "
-              "same dtype as x (float16 accumulates in float32). Empty reductions give 0.",
+sum = defprim("sum", "reduce", "sum(x, axes, keepdims): sum over `axes`, a tuple of distinct dims, each in "
+              "[-ndim, ndim) (negative counts from the end; () = identity, all dims = NumPy's axis=None); "
+              "keepdims keeps them as size 1. Same dtype as x (float16 accumulates in float32). Empty reductions give 0.",
               _reduce, dtypes=NUMERIC, cases=_sum_tier2, grad_cases=_sum_tier3, vjp=_sum_vjp)
 EXTREMUM = dict(group="reduce", abstract=_reduce_nonempty, dtypes=NUMERIC, cases=_max_min_tier2,
                 grad_cases=_extremum_tier3, vjp=_extremum_vjp,
-                doc="max/min(x, axes, keepdims): over `axes`; NaN propagates; an empty axis is an error.")
+                doc="max/min(x, axes, keepdims): over `axes` (as for sum); NaN propagates (any NaN gives NaN); "
+                    "an empty axis is an error.")
 max = defprim("max", **EXTREMUM, second_order=True)
 min = defprim("min", **EXTREMUM)
-argmax = defprim("argmax", "reduce", "argmax(x, axis, keepdims): index (int64) of the first maximum along one axis.",
+argmax = defprim("argmax", "reduce", "argmax(x, axis, keepdims): index (int64) of the first maximum along one axis "
+                 "(in [-ndim, ndim)): of tied maxima the lowest index wins, for floats and integers alike. NaN inputs "
+                 "are not part of the contract (not generated).",
                  _argmax, dtypes=NUMERIC, cases=_argmax_tier2)
