@@ -113,7 +113,7 @@ class Enumerate:
         (NumPy's axis=None is all of them)."""
         among = list(range(ndim)) if among is None else list(among)
         sets = [s for r in range(min_size, len(among) + 1) for s in itertools.combinations(among, r)]
-        return self.choose(dict.fromkeys([s for s in sets] + [tuple(a - ndim for a in s) for s in sets]))
+        return self.choose(dict.fromkeys(sets + [tuple(a - ndim for a in s) for s in sets]))
 
     def axis(self, ndim):
         return self.choose(range(-ndim, ndim))
@@ -178,7 +178,8 @@ class Enumerate:
 def structural_cases(generate, dtype, ctx, limit=LIMIT) -> list:
     """Every case ``generate`` makes on the paths through its structural choices (thinned
     evenly to ``limit``); [] if it draws raw strategies (see :class:`NotEnumerable`)."""
-    out, path = [], []
+    out: list = []
+    path: list[int] = []
     try:
         while True:
             d = Enumerate(ctx, path)
