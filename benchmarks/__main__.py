@@ -12,7 +12,7 @@ import os
 import shlex
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import runner
@@ -74,7 +74,7 @@ def main(argv=None):
     elif args.smoke:
         path = Path(tempfile.gettempdir()) / f"ember-benchmarks-smoke-{os.getpid()}.json"
     else:
-        path = runner.ROOT / "benchmarks" / "results" / f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.json"
+        path = runner.ROOT / "benchmarks" / "results" / f"{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
     if not (args.smoke or args.no_docs):

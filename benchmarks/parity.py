@@ -38,6 +38,7 @@ def train_and_test(fw, model, data, epochs, lr, momentum, batch, seed):
     """SGD over shuffled batches (the same permutation for both frameworks); returns
     (test accuracy, mean loss of the last epoch, seconds)."""
     import numpy as np
+
     from .workloads import sgd_step
     (x_train, y_train), (x_test, y_test) = data
     opt = fw.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -64,6 +65,7 @@ def train_and_test(fw, model, data, epochs, lr, momentum, batch, seed):
 def mnist():
     """MNIST as flat float32 [N, 784] in [0, 1] and int64 labels."""
     import numpy as np
+
     from ember.data import MNIST
     out = []
     for train in (True, False):

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .child import THREAD_VARIABLES
@@ -414,7 +414,7 @@ def markdown(report):
 
 
 def report(command, workloads, targets, not_run, s: Settings, records):
-    return {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    return {"command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "settings": s.__dict__, "machine": machine(s), "workloads": workloads,
             "targets": [t.label for t in targets], "not_run": not_run, "records": records,
             "status": status_matrix(records, workloads, targets, not_run),

@@ -2,10 +2,10 @@
 torch twin that checks an ember layer against the same torch layer with the same weights."""
 import numpy as np
 import pytest
-
-import ember
 import references
 from references import known
+
+import ember
 
 RTOL, ATOL = 1e-4, 1e-5     # float32 comparisons of a layer against its torch twin
 

@@ -8,14 +8,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
+from references import known
 
 import ember
 from ember.dispatch import apply
 from ember.primitives import PRIMITIVES
-from references import known
 
 DIFFERENTIABLE = sorted(n for n, p in PRIMITIVES.items() if p.differentiable)
 NON_DIFFERENTIABLE = sorted(n for n, p in PRIMITIVES.items() if not p.differentiable)

@@ -1,10 +1,10 @@
 """ember.autograd.Function (torch's custom-gradient class, on custom_vjp) and ember.inference_mode."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember.errors import GradError
-from references import known
 
 
 class Cube(ember.autograd.Function):

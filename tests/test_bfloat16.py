@@ -2,11 +2,11 @@
 arithmetic computes in float32 (eager, under ember.jit, on numba), gradients of bf16 weights."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 import ember.nn.functional as F
 from ember import nn
-from references import known
 
 # round-to-nearest-even ties, the largest finite values, subnormals, inf, nan, signed zero
 TRICKY = np.array([1.0, 1.00390625, 1.01171875, 1.0078125, -3.0078125, 3.3895314e38, 3.4e38, 1e-40, -1e-45,

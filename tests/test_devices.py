@@ -1,10 +1,10 @@
 """ember.device, Tensor.device, x.to(device) and ember.cuda, as a torch user types them."""
 import pytest
+from references import known
 
 import ember
 from ember import nn
 from ember.errors import BackendError
-from references import known
 
 
 def test_device_object_reads_like_torch(torch):

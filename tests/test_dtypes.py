@@ -4,10 +4,10 @@ import pickle
 
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember import dtypes as D
-from references import known
 
 TORCH_NAMES = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]   # torch cannot promote uint32
 

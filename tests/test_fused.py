@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember import fused
-from ember.conformance import fused_ops
 from ember.backend import BackendInfo
 from ember.backends.numpy.backend import NumpyBackend
-from references import known
+from ember.conformance import fused_ops
 
 REF = fused_ops()           # every op ember.nn and ember.optim register
 

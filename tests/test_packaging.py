@@ -1,5 +1,4 @@
 """The core distribution: what it contains and what it pulls in."""
-import os
 import pathlib
 import subprocess
 import sys

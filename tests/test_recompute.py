@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ember
-from ember import nn
 import ember.nn.functional as F
+from ember import nn
 
 
 def _grads(model):

@@ -13,8 +13,7 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import bfloat16 as bf16
-from . import host_memory, ordering
+from . import bfloat16 as bf16, host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
 NP[D.bfloat16] = bf16.BF16        # a storage dtype (bfloat16.py)
@@ -287,5 +286,5 @@ class NumpyBackend(Backend):
         np.copyto(dst, src)
 
     def jit_runner(self):
-        from .jit_runner import NumpyProgram     # numba's and cupy-host's backends inherit it
+        from .jit_runner import NumpyProgram  # numba's and cupy-host's backends inherit it
         return NumpyProgram

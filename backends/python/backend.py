@@ -21,18 +21,27 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from operator import add, eq, ge, gt, index, le, lt, mod, mul, ne, sub, truediv
-from operator import and_ as land, or_ as lor, xor as lxor
+from operator import add, and_ as land, eq, ge, gt, index, le, lt, mod, mul, ne, or_ as lor, sub, truediv, xor as lxor
 
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
 
-from . import layout as L
-from . import linalg as LA
-from . import ordering
-from .buffer import (LITTLE, PyBuffer, convert, fix, from_bytes, prod, round_f32, scalar_as,
-                           scalar_kind, scalar_result_dtype, to_bytes, wrap_int)
+from . import layout as L, linalg as LA, ordering
+from .buffer import (
+    LITTLE,
+    PyBuffer,
+    convert,
+    fix,
+    from_bytes,
+    prod,
+    round_f32,
+    scalar_as,
+    scalar_kind,
+    scalar_result_dtype,
+    to_bytes,
+    wrap_int,
+)
 
 _INF, _NAN = math.inf, math.nan
 

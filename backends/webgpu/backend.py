@@ -38,9 +38,29 @@ from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
 
 from . import wgsl
-from .device import (DEVICE, STATE, STORAGE, WGBuffer, all_on_gpu, bits, broadcast_strides, coalesce, copy,
-                     device, elementwise, has_navigator_gpu, host_backend, i32, init, launch_grid, new_buffer,
-                     numel, on_gpu, to_host, unavailable_reason)
+from .device import (
+    DEVICE,
+    STATE,
+    STORAGE,
+    WGBuffer,
+    all_on_gpu,
+    bits,
+    broadcast_strides,
+    coalesce,
+    copy,
+    device,
+    elementwise,
+    has_navigator_gpu,
+    host_backend,
+    i32,
+    init,
+    launch_grid,
+    new_buffer,
+    numel,
+    on_gpu,
+    to_host,
+    unavailable_reason,
+)
 
 _I32 = (-(1 << 31), 1 << 31)
 _U32 = (0, 1 << 32)

@@ -13,24 +13,57 @@ contract) → backends/ (numpy reference, pure Python) and plugins (numba, cupy)
 from importlib import import_module as _import_module
 from typing import Any
 
-from . import dtypes
+from . import autograd, dtypes
 from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, value_and_grad
-from . import autograd
 from .autograd import inference_mode
 from .backend import API_VERSION, Backend, BackendInfo, Capabilities
 from .devices import cuda, device
-from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int32, int64, promote as promote_types,
-                     uint8, uint32)
-from .errors import (BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend,
-                     ShapeError)
+from .dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    promote as promote_types,
+    uint8,
+    uint32,
+)
+from .errors import BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend, ShapeError
 from .hooks import hookimpl
 from .random import Generator, manual_seed, rand, randint, randn, randperm
-from .registry import backend, get_backend, register_backend, use
-from .registry import backends as list_backends  # `ember.backends` is the subpackage of built-in backends
-from .tensor import (Tensor, arange, as_tensor, broadcast_tensors, cat, concatenate, empty, eye,
-                     from_numpy, full, full_like, linspace, matmul, ones, ones_like, stack, tensor,
-                     where, zeros, zeros_like)
-from .tensor import FUNCTIONS as _FUNCTIONS
+from .registry import (
+    backend,
+    backends as list_backends,  # `ember.backends` is the subpackage of built-in backends
+    get_backend,
+    register_backend,
+    use,
+)
+from .tensor import (
+    FUNCTIONS as _FUNCTIONS,
+    Tensor,
+    arange,
+    as_tensor,
+    broadcast_tensors,
+    cat,
+    concatenate,
+    empty,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    matmul,
+    ones,
+    ones_like,
+    stack,
+    tensor,
+    where,
+    zeros,
+    zeros_like,
+)
 
 globals().update(_FUNCTIONS)     # ember.exp(x), ember.sum(x, dim), ... (see tensor.FUNCTIONS)
 __version__ = "0.1.0"

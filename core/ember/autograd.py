@@ -28,10 +28,8 @@ from __future__ import annotations
 import itertools
 
 from . import dispatch
-from .autodiff import VJP, custom_vjp, no_grad
-from .autodiff import grad_of as grad
+from .autodiff import VJP, custom_vjp, grad_of as grad, no_grad
 from .errors import GradError, located
-
 
 _SERIAL = itertools.count(2)
 

@@ -29,7 +29,7 @@ from .errors import _internal
 #: backend -> {(key, file, line): Check}. Non-empty only while a device backend has checks
 #: waiting; Tensor's host reads test it first, so CPU backends pay one truth test.
 PENDING: dict = {}
-_ON_DEVICE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ON_DEVICE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _INTERNAL_FILES: dict = {}       # code filename -> is it ember's own (errors._internal)?
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import operator
 
-from . import dispatch
-from . import dtypes as D
+from . import dispatch, dtypes as D
 from .errors import DTypeError, ShapeError, located
 from .primitives import broadcast_shapes
 

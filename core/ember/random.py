@@ -10,8 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import dispatch
-from . import dtypes as D
+from . import dispatch, dtypes as D
 from .registry import get_backend
 
 if TYPE_CHECKING:

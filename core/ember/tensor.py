@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import math
 
-from . import deferred, dispatch
-from . import devices as _devices
-from . import dtypes as D
-from . import primitives as P
+from . import deferred, devices as _devices, dispatch, dtypes as D, primitives as P
 from .backend import Backend
 from .dispatch import apply, apply1, apply2
 from .errors import DTypeError, GradError, ShapeError, located
@@ -76,7 +73,7 @@ class Tensor(TensorMath, TensorShape):
         return self._ctx is None
 
     @property
-    def data(self) -> "Tensor":
+    def data(self) -> Tensor:
         return self.detach()
 
     def size(self, dim=None):
@@ -178,11 +175,11 @@ class Tensor(TensorMath, TensorShape):
         from .autodiff import backward
         backward(self, gradient, create_graph)
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         """The same values, cut from the graph (shares the buffer)."""
         return dispatch.wrap(self._data, self._backend)
 
-    def requires_grad_(self, requires_grad=True) -> "Tensor":
+    def requires_grad_(self, requires_grad=True) -> Tensor:
         if requires_grad and not self.dtype.is_floating_point:
             raise located(GradError, f"only floating-point tensors can require grad, got {self.dtype}")
         if not requires_grad and self._ctx is not None:
@@ -190,12 +187,12 @@ class Tensor(TensorMath, TensorShape):
         self.requires_grad = requires_grad
         return self
 
-    def clone(self) -> "Tensor":
+    def clone(self) -> Tensor:
         # Through dispatch even without grad, so that ember.jit records the copy when it traces.
         return apply1(P.cast, self, dtype=self.dtype)
 
     # ------------------------------------------------------------------------ in-place updates
-    def copy_(self, src) -> "Tensor":
+    def copy_(self, src) -> Tensor:
         """Overwrite the values in place (no graph). Used by optimizers and load_state_dict."""
         src = src if isinstance(src, Tensor) else self._like(src)
         if src.shape != self.shape:
@@ -204,29 +201,29 @@ class Tensor(TensorMath, TensorShape):
             src = src.to(self.dtype)
         return dispatch.interpreter().assign(self, src)     # under ember.jit: part of the graph
 
-    def zero_(self) -> "Tensor":
+    def zero_(self) -> Tensor:
         return self.copy_(self._full_like(0))
 
-    def fill_(self, value) -> "Tensor":
+    def fill_(self, value) -> Tensor:
         return self.copy_(self._full_like(value))
 
-    def add_(self, other, alpha=1) -> "Tensor":
+    def add_(self, other, alpha=1) -> Tensor:
         from .autodiff import no_grad
         with no_grad():
             return self.copy_(self + (other * alpha if alpha != 1 else other))
 
-    def sub_(self, other, alpha=1) -> "Tensor":
+    def sub_(self, other, alpha=1) -> Tensor:
         from .autodiff import no_grad
         with no_grad():     # not add_(other, -alpha): that costs a pass over `other` to negate it
             return self.copy_(self - (other * alpha if alpha != 1 else other))
 
-    def mul_(self, other) -> "Tensor":
+    def mul_(self, other) -> Tensor:
         from .autodiff import no_grad
         with no_grad():
             return self.copy_(self * other)
 
     # ------------------------------------------------------------------------ conversion
-    def to(self, target, non_blocking=False) -> "Tensor":
+    def to(self, target, non_blocking=False) -> Tensor:
         """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (devices.py).
         ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
         if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:    # a dtype
@@ -589,10 +586,5 @@ def _method(name):
 
 
 FUNCTIONS = {}
-for _name in ("exp log sin cos tanh sqrt rsqrt abs sign floor ceil round erf sigmoid relu clamp clip "
-              "sum mean var std amax amin max min argmax argmin all any logsumexp softmax log_softmax "
-              "reshape flatten permute transpose squeeze unsqueeze flip narrow chunk split maximum "
-              "minimum isnan isinf isfinite square log1p expm1 norm cumsum gather masked_fill "
-              "index_add take sort argsort topk bitwise_and bitwise_or bitwise_xor bitwise_not "
-              "bitwise_left_shift bitwise_right_shift remainder").split():
+for _name in ["exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "abs", "sign", "floor", "ceil", "round", "erf", "sigmoid", "relu", "clamp", "clip", "sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any", "logsumexp", "softmax", "log_softmax", "reshape", "flatten", "permute", "transpose", "squeeze", "unsqueeze", "flip", "narrow", "chunk", "split", "maximum", "minimum", "isnan", "isinf", "isfinite", "square", "log1p", "expm1", "norm", "cumsum", "gather", "masked_fill", "index_add", "take", "sort", "argsort", "topk", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "remainder"]:
     FUNCTIONS[_name] = _method(_name)

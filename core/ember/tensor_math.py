@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
-from . import dtypes as D
-from . import primitives as P
+from . import dtypes as D, primitives as P
 from .dispatch import apply1, apply2
 from .errors import ShapeError, located
 from .tensor_shape import _axis, _dims

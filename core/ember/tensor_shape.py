@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 
-from . import dtypes as D
-from . import primitives as P
+from . import dtypes as D, primitives as P
 from .dispatch import apply, apply1
 from .errors import ShapeError, located
 from .primitives import normalize_axis

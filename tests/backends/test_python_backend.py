@@ -17,8 +17,8 @@ import pytest
 
 import ember
 from ember import dtypes as D
-from ember.backends.python import backend as PB
 from ember.backends.numpy.backend import NP
+from ember.backends.python import backend as PB
 
 PY = ember.get_backend("python")
 NPB = ember.get_backend("numpy")

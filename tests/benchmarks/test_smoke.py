@@ -13,9 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))      # `benchmarks` is a top-level folder of the repository, not installed
 
+from references import known  # noqa: E402
+
 from benchmarks import runner  # noqa: E402
 from benchmarks.workloads import WORKLOADS, _forward_macs  # noqa: E402
-from references import known  # noqa: E402
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

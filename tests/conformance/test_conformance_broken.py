@@ -4,7 +4,6 @@ suite in a child pytest process), with few hypothesis examples to stay fast."""
 import json
 import os
 
-
 from ember.conformance import certify
 
 BROKEN = os.path.join(os.path.dirname(__file__), "broken_backends.py")

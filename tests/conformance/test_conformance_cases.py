@@ -4,15 +4,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import find
-from hypothesis import strategies as st
+from hypothesis import find, strategies as st
 
 import ember
-from ember.backends.numpy.backend import IMPLS, NumpyBackend
-from ember.conformance import cases, structure, tolerances
-from ember.conformance import test_tier2_primitives as tier2
 from ember import dtypes as D
-from ember.conformance import fused_ops
+from ember.backends.numpy.backend import IMPLS, NumpyBackend
+from ember.conformance import cases, fused_ops, structure, test_tier2_primitives as tier2, tolerances
 from ember.primitives import PRIMITIVES, defprim
 
 FUSED = fused_ops()
@@ -51,8 +48,8 @@ def test_mismatch_rules():
     assert tolerances.mismatch(np.array([0.0], np.float32), np.array([-0.0], np.float32), 0, 0) is None
     assert "got inf" in tolerances.mismatch(np.array([inf, 1.0]), np.array([1e308, 1.0]), 1e-5, 0)
     assert "got nan" in tolerances.mismatch(np.array([nan]), np.array([1.0]), 1.0, 1.0)
-    assert "dtype float32, expected float64" == tolerances.mismatch(np.zeros(1, np.float32), np.zeros(1), 0, 0)
-    assert "shape (2,), expected (1, 2)" == tolerances.mismatch(np.zeros(2), np.zeros((1, 2)), 0, 0)
+    assert tolerances.mismatch(np.zeros(1, np.float32), np.zeros(1), 0, 0) == "dtype float32, expected float64"
+    assert tolerances.mismatch(np.zeros(2), np.zeros((1, 2)), 0, 0) == "shape (2,), expected (1, 2)"
     assert tolerances.mismatch(np.array([1.00001]), np.array([1.0]), 1e-4, 0) is None
     assert tolerances.mismatch(np.array([3], np.int64), np.array([4], np.int64), 1.0, 1.0) is not None
 

@@ -3,9 +3,10 @@ computation records, what breaks the dtype discipline, how two runs are compared
 failures group under their root causes."""
 import os
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember import dispatch, errors
 from ember.backends.numpy.backend import IMPLS, NumpyBackend
 from ember.conformance import triage as T

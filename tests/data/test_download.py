@@ -246,6 +246,6 @@ def test_synthetic_cifar_is_seeded():
     from ember.data import SyntheticCIFAR10
     a, b, c = SyntheticCIFAR10(64, seed=0), SyntheticCIFAR10(64, seed=0), SyntheticCIFAR10(64, seed=1)
     assert a.data.shape == (64, 3, 32, 32) and a.data.dtype == np.float32 and a.targets.dtype == np.int64
-    assert 0 <= a.data.min() and a.data.max() <= 1
+    assert a.data.min() >= 0 and a.data.max() <= 1
     np.testing.assert_array_equal(a.data, b.data)
     assert not np.array_equal(a.data, c.data)

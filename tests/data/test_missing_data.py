@@ -7,8 +7,7 @@ import io
 import pytest
 
 from ember.cli import main
-from ember.data import CIFAR10, MNIST, DataError, DownloadError, FashionMNIST
-from ember.data import sources
+from ember.data import CIFAR10, MNIST, DataError, DownloadError, FashionMNIST, sources
 
 DEAD = "http://127.0.0.1:9"           # nothing listens there: connection refused at once
 

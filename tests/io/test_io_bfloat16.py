@@ -4,10 +4,10 @@ import json
 import struct
 
 import numpy as np
+from references import known
 
 import ember
 from ember import io
-from references import known
 
 
 def torch_style_file(tensors) -> bytes:

@@ -5,8 +5,16 @@ import warnings
 
 import pytest
 
-from ember.io import (CheckpointError, CheckpointWarning, TensorBytes, checkpoint_path, latest_checkpoint,
-                      list_checkpoints, read_checkpoint, write_checkpoint)
+from ember.io import (
+    CheckpointError,
+    CheckpointWarning,
+    TensorBytes,
+    checkpoint_path,
+    latest_checkpoint,
+    list_checkpoints,
+    read_checkpoint,
+    write_checkpoint,
+)
 
 META = {"optimizer": {"name": "adam", "lr": 1e-3, "betas": [0.9, 0.999]}, "rng": {"key": 2**64 - 1, "counter": 7},
         "data_position": {"epoch": 2, "index": 513}, "config": {"layers": [784, 128, 10]}}

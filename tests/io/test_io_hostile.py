@@ -8,8 +8,7 @@ import re
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ember.io import DTYPES, CheckpointError, TensorBytes, load_bytes, load_file, save_bytes
 
@@ -72,6 +71,7 @@ def forged_checkpoint(directory, blob):
     """A checkpoint whose tensors file is ``blob`` and whose sidecar vouches for it: size and
     sha256 match, the sidecar's own checksum too, so only parsing can find the fault."""
     import hashlib
+
     from ember.io import write_checkpoint
     from ember.io.checkpoint import _content_hash
     path = write_checkpoint(directory, 1, {"a": TensorBytes("U8", (2,), b"ok")})

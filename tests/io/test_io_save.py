@@ -6,11 +6,11 @@ import struct
 
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember import nn, optim
 from ember.io import CheckpointError, load_file, read_checkpoint, save_file, write_checkpoint
-from references import known
 
 
 def _same(a, b):

@@ -2,13 +2,13 @@
 backend that declares them, the decomposition elsewhere."""
 import numpy as np
 import pytest
+from jit_helpers import mlp_twins, train_step, twins
 
 import ember
 from ember import dispatch, fused, nn, optim
 from ember.autodiff import no_grad
 from ember.backends.numpy.backend import NumpyBackend
 from ember.nn import functional as F
-from jit_helpers import mlp_twins, train_step, twins
 
 
 class FusedReference(NumpyBackend):

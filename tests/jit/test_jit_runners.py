@@ -1,12 +1,12 @@
 """The runners: the numpy runner's buffers and donation, and backends that compile groups."""
 import numpy as np
 import pytest
+from jit_helpers import mlp_twins, train_step
 
 import ember
 from ember.backends.numpy import jit_runner as numpy_runner
 from ember.backends.numpy.backend import IMPLS, NumpyBackend
 from ember.jit.graph import Var
-from jit_helpers import mlp_twins, train_step
 
 
 # ----------------------------------------------------------------------------- which runner

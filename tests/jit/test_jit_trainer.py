@@ -46,6 +46,7 @@ def test_ember_jit_0_makes_the_trainer_eager(monkeypatch):
 
 def test_the_cli_has_a_no_jit_flag():
     import argparse
+
     from ember.train import cli
     parser = argparse.ArgumentParser()
     cli.add_subcommands(parser.add_subparsers())

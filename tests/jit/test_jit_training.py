@@ -4,11 +4,11 @@ import copy
 
 import numpy as np
 import pytest
+from jit_helpers import train_step
 
 import ember
 from ember import models, optim
 from ember.nn import functional as F
-from jit_helpers import train_step
 
 
 def close(a, b, rtol=1e-5, atol=1e-6):

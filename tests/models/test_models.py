@@ -2,11 +2,11 @@
 gradients with copied weights, and one SGD step lowering the loss on a fixed batch."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 import ember.nn.functional as F
 from ember import models
-from references import known
 
 
 def sgd_step_lowers_loss(model, x, y, lr, loss_fn=F.cross_entropy):

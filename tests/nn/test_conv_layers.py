@@ -2,11 +2,11 @@
 weights: names, shapes, outputs, input and parameter gradients."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 import ember.nn.functional as F
 from ember import nn
-from references import known
 
 
 def f32(rng, *shape):

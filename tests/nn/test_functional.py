@@ -2,10 +2,10 @@
 activations over a wide range, pooling edge cases; plus the functional dropout contract."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 import ember.nn.functional as F
-from references import known
 
 
 def f32(rng, *shape):

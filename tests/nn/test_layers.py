@@ -3,10 +3,10 @@ inputs and parameters (float32, weights copied torch -> ember through state_dict
 state_dict round trip."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember import nn
-from references import known
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding=.same. with even kernel")
 

@@ -4,9 +4,9 @@ import copy
 
 import numpy as np
 import pytest
+from references import known
 
 import ember
-from references import known
 from ember import nn
 
 
@@ -234,7 +234,7 @@ def test_deepcopy_gives_an_independent_model_on_the_same_backend():
 
 
 def test_to_another_backend_moves_in_place_and_computes_the_same():
-    from ember.registry import backends      # (ember.backends is also the name of a subpackage)
+    from ember.registry import backends  # (ember.backends is also the name of a subpackage)
     if "python" not in [b["name"] for b in backends()]:
         pytest.skip("the pure-Python backend is not installed")
     ember.manual_seed(0)

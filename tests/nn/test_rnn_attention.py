@@ -2,10 +2,10 @@
 every gradient."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember import nn
-from references import known
 
 
 def f32(rng, *shape):

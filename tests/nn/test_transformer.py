@@ -2,10 +2,10 @@
 dropout 0) with torch's state_dict loaded: outputs, input gradients and every parameter's."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember import nn
-from references import known
 
 TOL = dict(rtol=2e-4, atol=2e-5)
 

@@ -4,8 +4,9 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.onnx
-from ember.cli import main
 from onnx import TensorProto, helper
+
+from ember.cli import main
 
 
 def save(tmp_path, *nodes):

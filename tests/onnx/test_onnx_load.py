@@ -4,10 +4,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.onnx
+from onnx import TensorProto, helper, numpy_helper
+
 import ember
 import ember.onnx
 from ember.onnx import OnnxError
-from onnx import TensorProto, helper, numpy_helper
 
 
 def linear_model(opset=17):

@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 import pytest
-
-import ember
 from optim_helpers import assert_histories_close, assert_state_matches_torch, batch, initial, leaves, train
 from references import known, load_torch
+
+import ember
 
 torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
 

@@ -3,10 +3,10 @@ import math
 
 import numpy as np
 import pytest
+from references import known, load_torch
 
 import ember
 from ember.optim import clip_grad_norm_, clip_grad_value_
-from references import known, load_torch
 
 torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
 

@@ -57,7 +57,7 @@ def test_non_leaf_tensor():
 
 @pytest.mark.parametrize("params, match", [
     (lambda: w(), r"got a single tensor of shape \(2,\); wrap it in a list"),
-    (lambda: [], "empty parameter list"),
+    (list, "empty parameter list"),
     (lambda: [w(), 3.0], "parameter 1 of param group 0 is a float, not a tensor"),
     (lambda: [ember.zeros(2, dtype=ember.int64)], "has dtype int64; only floating-point"),
     (lambda: {w()}, "got a set"),

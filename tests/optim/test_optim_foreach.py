@@ -6,14 +6,14 @@ to the bit, and any difference is the optimizer's plumbing: state creation, step
 where results go)."""
 import numpy as np
 import pytest
+from optim_helpers import assert_histories_close, batch, initial, train
+from test_optim_fused import GOOD, FusedNumpy
 
 import ember
 from ember.backend import BackendInfo
 from ember.conformance.optimizers import fused_mismatches
 from ember.optim import functional
 from ember.registry import REGISTRY
-from optim_helpers import assert_histories_close, batch, initial, train
-from test_optim_fused import GOOD, FusedNumpy
 
 
 def _foreach(kernel):

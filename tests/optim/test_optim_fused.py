@@ -3,13 +3,13 @@ kernels (here real in-place NumPy kernels, written independently of the referenc
 optimizers take them, and fused_mismatches compares them with the reference decompositions."""
 import numpy as np
 import pytest
+from optim_helpers import assert_histories_close, batch, initial, train
 
 import ember
 from ember.backend import BackendInfo
 from ember.backends.numpy.backend import NumpyBackend
 from ember.conformance.optimizers import fused_mismatches
 from ember.optim.functional import REFERENCE
-from optim_helpers import assert_histories_close, batch, initial, train
 
 
 def np_sgd(p, g, buf, *, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False):

@@ -4,10 +4,10 @@ import json
 import math
 
 import pytest
+from references import known, load_torch
 
 import ember
 from ember.optim import lr_scheduler as L
-from references import known, load_torch
 
 torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
 STEPS = 30

@@ -5,13 +5,13 @@ import json
 
 import numpy as np
 import pytest
+from optim_helpers import batch, initial, leaves, train
+from references import known, load_torch
 
 import ember
 from ember.io import from_numpy, load_bytes, save_bytes, to_numpy
 from ember.optim import join_state_dict, split_state_dict
 from ember.optim.lr_scheduler import warmup_cosine
-from optim_helpers import batch, initial, leaves, train
-from references import known, load_torch
 
 CONFIGS = [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
            ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.5)),

@@ -2,6 +2,7 @@
 its first SGD momentum step (no buffer yet), and the check that a ``*_foreach`` kernel gives
 each entry, bit for bit, what the per-parameter kernel gives it, in the entry's own buffers."""
 import numpy as np
+
 from ember.optim import functional
 
 FOREACH = tuple(functional.FOREACH)         # the multi-tensor ops, by name

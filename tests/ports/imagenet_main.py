@@ -8,14 +8,13 @@ import time
 from enum import Enum
 
 import ember as torch
+import ember.data as datasets
+import ember.data.transforms as transforms
+import ember.models as models
 import ember.nn as nn
 import ember.optim
 import ember.utils.data
-import ember.data as datasets
-import ember.models as models
-import ember.data.transforms as transforms
 from ember.optim.lr_scheduler import StepLR
-
 
 parser = argparse.ArgumentParser(description='PyTorch ImageNet Training')
 parser.add_argument('-a', '--arch', metavar='ARCH', default='resnet18',
@@ -64,7 +63,7 @@ def main_worker(args):
     global best_acc1
 
     # create model
-    print("=> creating model '{}'".format(args.arch))
+    print(f"=> creating model '{args.arch}'")
     model = models.__dict__[args.arch](num_classes=args.num_classes)
 
     if torch.cuda.is_available():
@@ -86,7 +85,7 @@ def main_worker(args):
     # optionally resume from a checkpoint
     if args.resume:
         if os.path.isfile(args.resume):
-            print("=> loading checkpoint '{}'".format(args.resume))
+            print(f"=> loading checkpoint '{args.resume}'")
             checkpoint = torch.load(args.resume, map_location=device)
             args.start_epoch = checkpoint['epoch']
             best_acc1 = checkpoint['best_acc1']
@@ -96,7 +95,7 @@ def main_worker(args):
             print("=> loaded checkpoint '{}' (epoch {})"
                   .format(args.resume, checkpoint['epoch']))
         else:
-            print("=> no checkpoint found at '{}'".format(args.resume))
+            print(f"=> no checkpoint found at '{args.resume}'")
 
     # Data loading code
     if args.dummy:
@@ -150,7 +149,7 @@ def train(train_loader, model, criterion, optimizer, epoch, device, args):
     progress = ProgressMeter(
         len(train_loader),
         [batch_time, data_time, losses, top1, top5],
-        prefix="Epoch: [{}]".format(epoch))
+        prefix=f"Epoch: [{epoch}]")
 
     # switch to train mode
     model.train()
@@ -241,7 +240,7 @@ class Summary(Enum):
     COUNT = 3
 
 
-class AverageMeter(object):
+class AverageMeter:
     """Computes and stores the average and current value"""
     def __init__(self, name, fmt=':f', summary_type=Summary.AVERAGE):
         self.name = name
@@ -281,7 +280,7 @@ class AverageMeter(object):
         return fmtstr.format(**self.__dict__)
 
 
-class ProgressMeter(object):
+class ProgressMeter:
     def __init__(self, num_batches, meters, prefix=""):
         self.batch_fmtstr = self._get_batch_fmtstr(num_batches)
         self.meters = meters

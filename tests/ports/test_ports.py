@@ -12,9 +12,9 @@ import types
 
 import numpy as np
 import pytest
+from references import known
 
 import ember
-from references import known
 
 HERE = pathlib.Path(__file__).parent
 

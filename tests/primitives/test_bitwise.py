@@ -2,9 +2,9 @@
 torch's answers (stored in tests/references), and bitcast against NumPy's view."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
-from references import known
 
 BACKENDS = ["numpy", "python"]
 OPS = {"and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,

@@ -25,7 +25,7 @@ def test_copies_and_pickles_name_the_registered_record():
 def test_every_record_is_an_attribute_and_tables_follow_the_records():
     assert all(getattr(P, name) is p for name, p in PRIMITIVES.items())
     assert [p for ps in GROUPS.values() for p in ps] == list(PRIMITIVES.values())
-    assert NON_DIFFERENTIABLE == {p for p in PRIMITIVES.values() if p.vjp is None}
+    assert {p for p in PRIMITIVES.values() if p.vjp is None} == NON_DIFFERENTIABLE
     with pytest.raises(AttributeError, match="addd"):
         P.addd  # noqa: B018 - a misspelt primitive fails where it is written
 

@@ -2,9 +2,9 @@
 front end, against torch's answers (stored in tests/references) on every CPU backend."""
 import numpy as np
 import pytest
+from references import known
 
 import ember
-from references import known
 
 BACKENDS = ["numpy", "python"]
 

@@ -74,10 +74,10 @@ def _same(self, *args):
     return self
 
 
-for _name in ("add sub mul truediv floordiv mod pow matmul and or xor lshift rshift").split():
+for _name in ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift"]:
     setattr(Absent, f"__{_name}__", _same)
     setattr(Absent, f"__r{_name}__", _same)
-for _name in ("neg pos abs invert lt le gt ge eq ne").split():
+for _name in ["neg", "pos", "abs", "invert", "lt", "le", "gt", "ge", "eq", "ne"]:
     setattr(Absent, f"__{_name}__", _same)
 
 ABSENT = Absent()

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "command": "python tests/references/make_references.py " + " ".join(argv),
-        "written": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "written": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "files": sorted(p.name for p in HERE.glob("*.json.gz")),
     }
     (HERE / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")

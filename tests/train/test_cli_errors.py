@@ -9,8 +9,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ember.cli import main
 from ember.io.checkpoint import _content_hash, latest_checkpoint
@@ -174,9 +173,8 @@ def test_a_malformed_sidecar_is_a_clean_error_on_resume_and_eval(tmp_path, run_d
 INTS = st.one_of(st.integers(-3, 4), st.integers(-2**70, 2**70)).map(str) | st.sampled_from(["", "x", "1.5", "1e3"])
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3)).map(str) | st.just("x")
 FLAGS = {
-    **{f: INTS for f in ("--epochs", "--batch-size", "--seed", "--checkpoint-every", "--keep-last",
-                         "--max-steps", "--limit-train", "--limit-test")},
-    **{f: FLOATS for f in ("--lr", "--momentum", "--weight-decay", "--clip-grad-norm")},
+    **dict.fromkeys(("--epochs", "--batch-size", "--seed", "--checkpoint-every", "--keep-last", "--max-steps", "--limit-train", "--limit-test"), INTS),
+    **dict.fromkeys(("--lr", "--momentum", "--weight-decay", "--clip-grad-norm"), FLOATS),
     "--optimizer": st.sampled_from(["sgd", "adam", "lbfgs", ""]),
     "--schedule": st.sampled_from(["none", "cosine", "step", "poly"]),
     "--model": st.sampled_from(["mlp", "cnn", "vgg"]),

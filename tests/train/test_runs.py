@@ -6,11 +6,10 @@ import shutil
 import subprocess
 
 import pytest
+from test_cli_errors import RUN, assert_clean_error, ember
 
 from ember.io.checkpoint import list_checkpoints, read_checkpoint
 from ember.train import runs
-
-from test_cli_errors import RUN, assert_clean_error, ember
 
 
 def test_versions_are_numbered_like_copies(tmp_path):

@@ -4,10 +4,9 @@ import json
 import os
 
 import pytest
+from test_cli_errors import assert_clean_error, ember
 
 from ember.io.checkpoint import read_checkpoint
-
-from test_cli_errors import assert_clean_error, ember
 
 RHYME = "the cat sat on the mat. the dog sat on the log. " * 40          # 1,960 characters
 

@@ -6,12 +6,12 @@ import time
 
 import numpy as np
 import pytest
+from references import known
 
 import ember
 from ember.data import ArrayDataset, SyntheticCIFAR10
 from ember.data.transforms import Compose, Normalize, RandomCrop, RandomHorizontalFlip, ToTensor
 from ember.utils.data import DataLoader, Dataset, TensorDataset, random_split
-from references import known
 
 
 def test_doctests():

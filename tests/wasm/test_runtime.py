@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import ember
-from ember.io import read_checkpoint, save_bytes, TensorBytes
 from ember.backends import webgpu
+from ember.io import TensorBytes, read_checkpoint, save_bytes
 from ember.wasm import runtime
 
 from .conftest import ROOT, mnist_test_images, untrained_checkpoint

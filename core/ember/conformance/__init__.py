@@ -28,6 +28,6 @@ def fused_ops() -> dict:
     ['adam_step', 'adam_step_foreach', 'batch_norm']
     """
     from .. import fused
-    from ..nn import functional as _nn_ops        # noqa: F401 - registers softmax, layer_norm, ...
+    from ..nn import functional as _nn_ops  # noqa: F401 - registers softmax, layer_norm, ...
     from ..optim import functional as _optim_ops  # noqa: F401 - registers the optimizer steps
     return fused.FUSED

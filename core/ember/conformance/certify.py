@@ -246,7 +246,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
     dtypes = ["bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64"]
     matrix, covered = {}, {}        # covered: the dtypes tier 2 has cases for (the primitive's record)
     for r in (r for r in tests if r["tier"] == 2):
-        matrix.setdefault(r["op"], {d: "n/a" for d in dtypes})[r["dtype"]] = _status(r)
+        matrix.setdefault(r["op"], dict.fromkeys(dtypes, "n/a"))[r["dtype"]] = _status(r)
         covered.setdefault(r["op"], []).append(r["dtype"])
     gradients, fused, layers, determinism = {}, {}, {}, {}
     for r in tests:
@@ -276,7 +276,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
                     "declared_ops": len(meta.get("declared_ops") or []), "notes": meta.get("notes")},
         "distribution": meta.get("distribution"),
         "ember": {"version": meta["ember_version"], "api_version": meta["api_version"]},
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": meta["machine"],
         "run": {"command": " ".join(command), "tiers": list(tiers), "max_examples": meta.get("max_examples"),
                 "ops": meta.get("ops_selected") or None, "require_available": meta.get("require_available"),

@@ -7,8 +7,7 @@ rules. Tier 4 of the suite and the plugins' own tests call it.
 """
 from __future__ import annotations
 
-from .. import dispatch, fused
-from .. import dtypes as D
+from .. import dispatch, dtypes as D, fused
 from ..optim.functional import FOREACH, REFERENCE
 from ..random import Generator, rand, randn
 

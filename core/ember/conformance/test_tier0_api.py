@@ -56,7 +56,7 @@ def test_capabilities_record(conformance):
 
 
 def test_required_primitives_declared(conformance):
-    from ember.primitives import PRIMITIVES       # records a --backend-module defined included
+    from ember.primitives import PRIMITIVES  # records a --backend-module defined included
     missing = [name for name, p in PRIMITIVES.items() if p.required and name not in conformance.ops]
     assert not missing, f"does not declare required primitives {missing}"
 

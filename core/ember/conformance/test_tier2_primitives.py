@@ -11,8 +11,7 @@ back: a second result that differs is *nondeterminism*, a changed input a *write
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ember
 from ember.conformance.cases import LAYOUTS, Draw, describe, upload

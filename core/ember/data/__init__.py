@@ -12,6 +12,7 @@ datasets (``text`` a text file as a character dataset, ``fake`` torchvision's Fa
 ``transforms`` augmentation, ``loader`` batching.
 """
 
+from . import transforms
 from .cifar import CIFAR10, SyntheticCIFAR10
 from .dataset import ArrayDataset, ConcatDataset, Dataset, Subset, TensorDataset, random_split
 from .download import cache_dir
@@ -21,7 +22,6 @@ from .idx import read_idx, write_idx
 from .loader import DataLoader, default_collate
 from .mnist import MNIST, FashionMNIST
 from .text import TextFile
-from . import transforms
 
 __all__ = [
     "ArrayDataset", "CIFAR10", "ChecksumError", "ConcatDataset", "DataError", "DataLoader", "Dataset",

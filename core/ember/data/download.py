@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -179,7 +178,7 @@ def _fetch(url: str, part: Path, size: int | None, timeout: float) -> None:
                     if size is not None and got > size:
                         raise _BadResponse(f"server sent more than the genuine file's {size} bytes")
                     f.write(chunk)
-            except (OSError, socket.timeout) as e:  # connection reset mid-body: keep what we have
+            except (TimeoutError, OSError) as e:  # connection reset mid-body: keep what we have
                 raise _Interrupted(f"connection lost after {got} bytes ({e})") from e
     if total is not None and got < total:
         raise _Interrupted(f"connection closed after {got} of {total} bytes")

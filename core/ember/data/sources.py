@@ -30,6 +30,7 @@ from .dataset import ArrayDataset
 from .download import bytes_digest, cache_dir, download as download_file, file_digest, parse_checksum
 from .errors import ChecksumError, DataError, DownloadError
 
+
 def _where() -> str:
     try:  # the core's "(at train.py:12: ...)" pointer to the user's line
         from ..errors import user_frame, where

@@ -18,7 +18,7 @@ def broadcast_parameters(model, root: int = 0) -> None:
     """Make every rank's parameters and buffers equal to rank ``root``'s."""
     for _, p in model.named_parameters():
         broadcast(p, root)
-    for _, b in getattr(model, "named_buffers", lambda: [])():
+    for _, b in getattr(model, "named_buffers", list)():
         if b.dtype.is_floating_point or b.dtype.kind in "iu":
             broadcast(b, root)
 

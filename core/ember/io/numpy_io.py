@@ -76,8 +76,7 @@ def tensor_from_bytes(tb: TensorBytes, backend: Any = None) -> Any:
     >>> tensor_from_bytes(tensor_bytes(ember.tensor([1, 2]))).tolist()
     [1, 2]
     """
-    from .. import dispatch
-    from .. import dtypes as D
+    from .. import dispatch, dtypes as D
     from ..registry import get_backend
 
     backend = get_backend(backend)

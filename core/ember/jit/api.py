@@ -16,15 +16,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, overload
 
-from .. import dispatch
-from .. import dtypes as D
+from .. import dispatch, dtypes as D
 from ..errors import BackendError, located
 from ..registry import get_backend
 from ..tensor import Tensor
 from . import buffers, passes
+from .effects import TENSOR
 from .pytree import flatten
 from .runner import Program
-from .effects import TENSOR
 from .trace import is_tracing, trace
 
 #: How many compiled signatures one jitted function keeps (least recently used go first).

@@ -103,7 +103,7 @@ class Graph:
         self.donate = dict(donate or {})
         self.name = name
 
-    def replace(self, nodes, outputs, donate=None) -> "Graph":
+    def replace(self, nodes, outputs, donate=None) -> Graph:
         return Graph(nodes, outputs, self.captures, self.donate if donate is None else donate, self.name)
 
     @property

@@ -184,13 +184,7 @@ def simplify(graph: Graph, to_list=None) -> Graph:
                 return args[0].args[0]
             if axes == tuple(range(len(axes))):
                 return args[0]
-        elif op == "slice" and same(v, args[0]) and all(s == 1 for s in v.params["steps"]):
-            return args[0]
-        elif op == "pad" and not any(lo or hi for lo, hi in v.params["widths"]):
-            return args[0]
-        elif op in ("sum", "max", "min") and not v.params["axes"] and same(v, args[0]):
-            return args[0]
-        elif op == "flip" and not v.params["axes"]:
+        elif op == "slice" and same(v, args[0]) and all(s == 1 for s in v.params["steps"]) or op == "pad" and not any(lo or hi for lo, hi in v.params["widths"]) or op in ("sum", "max", "min") and not v.params["axes"] and same(v, args[0]) or op == "flip" and not v.params["axes"]:
             return args[0]
         elif op == "where" and args[1] is args[2] and same(v, args[1]):
             return args[1]

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import operator
 
-from .. import dispatch
-from .. import dtypes as D
+from .. import dispatch, dtypes as D
 from ..tensor import Tensor
 
 

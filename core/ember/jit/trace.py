@@ -41,8 +41,8 @@ from ..dtypes import ALL, KEEPS, float64, storage_upcast, uint32
 from ..errors import BackendError, DTypeError, EmberError, ShapeError, _internal, located, user_frame
 from ..tensor import Tensor
 from . import leaks, scalars
-from .graph import Var
 from .effects import TENSOR, Traced, finish, undo
+from .graph import Var
 from .pytree import flatten
 from .scalars import Scalar
 

@@ -63,7 +63,7 @@ class CharTransformer(nn.Module):
         if idx.ndim != 2:
             raise located(ShapeError, f"CharTransformer: expected token ids of shape (N, T), got {idx.shape}")
         T = idx.shape[1]
-        if T > self.max_len:
+        if self.max_len < T:
             raise located(ShapeError, f"CharTransformer: sequence length {T} exceeds max_len {self.max_len}")
         pos = arange(T, backend=idx.backend)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))

@@ -7,8 +7,7 @@ import math
 from .. import dtypes as D
 from ..errors import ShapeError, located
 from ..tensor import arange, empty, where, zeros
-from . import functional as F
-from . import init
+from . import functional as F, init
 from .linear import Linear
 from .module import Module
 from .parameter import Parameter

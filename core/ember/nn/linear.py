@@ -5,8 +5,7 @@ import math
 
 from ..errors import ShapeError, located
 from ..tensor import arange, empty, where
-from . import functional as F
-from . import init
+from . import functional as F, init
 from .module import Module
 from .parameter import Parameter
 

@@ -10,8 +10,7 @@ import math
 
 from ..errors import ShapeError, located
 from ..tensor import cat, empty, stack, zeros
-from . import functional as F
-from . import init
+from . import functional as F, init
 from .module import Module
 from .parameter import Parameter
 

@@ -239,14 +239,13 @@ def _helper():
     return helper
 
 
-EMIT = {**{k: unary for k in UNARY}, **{k: binary for k in list(BINARY) + ["ne"]},
-        **{k: reduce for k in REDUCE}, "where": where, "cast": cast, "argmax": argmax,
+EMIT = {**dict.fromkeys(UNARY, unary), **dict.fromkeys(list(BINARY) + ["ne"], binary),
+        **dict.fromkeys(REDUCE, reduce), "where": where, "cast": cast, "argmax": argmax,
         "reshape": reshape, "permute": permute, "expand": expand, "pad": pad, "slice": slice_,
         "flip": flip, "concatenate": concatenate, "take": take, "index_add": index_add,
         "matmul": matmul, "conv2d": conv2d, "full": full, "arange": arange,
         "argsort": topk, "argtopk": topk, "cumsum": cumsum, "bitcast": bitcast, "remainder": remainder,
-        **{k: bitwise for k in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
-                                "bitwise_right_shift")}}
+        **dict.fromkeys(("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"), bitwise)}
 
 
 def to_model(model, example_inputs, opset=DEFAULT_OPSET):

@@ -88,8 +88,7 @@ def run_case(case, backend="numpy"):
     """None if the case passes on ``backend``, else a one-line reason."""
     import numpy as np
 
-    from .. import backend as using
-    from .. import tensor
+    from .. import backend as using, tensor
     from .graph import OnnxModule
     try:
         with using(backend), np.errstate(all="ignore"):

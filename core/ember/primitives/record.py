@@ -27,7 +27,7 @@ it as an object (``P.add``), so a misspelt primitive fails where it is written.
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from .. import dtypes as D
 

@@ -193,6 +193,7 @@ def _run_distributed(args) -> int:
 
 def _train(args, dist=None) -> int:
     import ember
+
     from .trainer import Trainer
     check_arguments(args)                    # every check before any work: nothing is half done
     if args.backend:
@@ -287,6 +288,7 @@ def _report_callbacks(trainer) -> None:
 
 def run_eval(args) -> int:
     import ember
+
     from .state import load_training_state
     from .trainer import Trainer
     check_arguments(args)

@@ -164,6 +164,7 @@ def export_model(checkpoint, dest: Path) -> dict:
     from an ``ember train`` checkpoint (its run directory, ``.safetensors`` or ``.json``)."""
     from ember.io import TensorBytes, read_checkpoint, save_bytes
     from ember.train import recipes
+
     from .runtime import SPEC_FORMAT
     tensors, meta = read_checkpoint(checkpoint)
     config = meta.get("config") or {}
@@ -199,6 +200,7 @@ def export_onnx_model(path, dest: Path, mean=None, std=None) -> dict:
     fixed; the page scales pixels to [0, 1], then applies ``(x - mean) / std`` per channel
     (default 0 and 1)."""
     from ember.onnx import OnnxError, portable
+
     from .runtime import SPEC_FORMAT
     try:
         graph, blob = portable.save(path)

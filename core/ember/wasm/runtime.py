@@ -25,8 +25,8 @@ from array import array
 import ember
 from ember import dtypes as D
 from ember.io import TensorBytes, load_bytes
-from ember.registry import prepare
 from ember.io.save import tensor_from_bytes
+from ember.registry import prepare
 
 #: The order ``choose_backend("auto")`` tries; the first that can run here wins.
 PREFERENCE = ("webgpu", "numpy", "python")

@@ -227,6 +227,7 @@ def check_nvrtc(kernel_list, arch: str = "compute_90") -> list:
     """Compile kernels to PTX with NVRTC, as ``cupy.RawModule`` does on the GPU (no device is
     needed for this step). All in one program; on failure, one by one. One result per kernel."""
     from cupy_backends.cuda.libs import nvrtc
+
     from .host import combined
 
     def compile_one(source):

@@ -21,13 +21,11 @@ import numpy as np
 
 from ember import dtypes as D
 from ember.backend import Capabilities
-from ember.backends.numpy import backend as nb
-from ember.backends.numpy import host_memory
+from ember.backends.numpy import backend as nb, host_memory
 from ember.backends.numpy.backend import NumpyBackend
 from ember.primitives import GROUPS
 
-from . import __version__, conv, foreach, kernels, launch, sorting, threads
-from . import fused as fused_ops
+from . import __version__, conv, foreach, fused as fused_ops, kernels, launch, sorting, threads
 from .render import Program
 
 #: Elements from which an elementwise primitive runs as a numba kernel rather than a NumPy

@@ -155,7 +155,7 @@ def _sum(x, axes, keepdims=False):
         out = np.empty(P, np.float64)
         run(_sum_all, x.size, flat, P, out)
         out = np.array([out.sum()])
-    elif (B >= 4 * t and C >= 16) or A == 1:
+    elif (4 * t <= B and C >= 16) or A == 1:
         out = np.empty(B, np.float64)
         run(_sum_keep, x.size, flat, A, B, C, out)
     else:

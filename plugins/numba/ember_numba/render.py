@@ -51,7 +51,7 @@ EXPR = {
     "where": "({1} if {0} else {2})",
     "cast": "{0}",
 }
-FLOAT_ONLY = frozenset("exp log sin cos tanh sqrt reciprocal erf div pow floor".split())
+FLOAT_ONLY = frozenset(["exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "erf", "div", "pow", "floor"])
 LOGICAL = frozenset(("logical_not", "logical_and", "logical_or", "logical_xor"))
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from ember.backend import BackendInfo
 from ember.backends.numpy.backend import (
     IMPLS,

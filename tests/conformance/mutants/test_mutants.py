@@ -9,6 +9,7 @@ import pathlib
 
 import mutant_backends as mb
 import pytest
+
 from ember.conformance import certify
 
 HERE = pathlib.Path(__file__).parent

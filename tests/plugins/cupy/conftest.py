@@ -10,8 +10,11 @@ pytest.importorskip("ember_cupy", reason="ember-cupy is not installed: pip insta
 
 import ember  # noqa: E402
 from ember.registry import REGISTRY  # noqa: E402
-from ember_cupy import catalog, device  # noqa: E402
-from ember_cupy import host as host_module  # noqa: E402
+from ember_cupy import (  # noqa: E402
+    catalog,
+    device,
+    host as host_module,  # noqa: E402
+)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,12 @@ run without a host synchronisation. Without a GPU the ``gpu`` tests skip with th
 reason."""
 import numpy as np
 import pytest
+from foreach_helpers import FOREACH, assert_matches, group, launches_expected
 
 import ember
 from ember.conformance.optimizers import CASES, fused_mismatches
 from ember_cupy import catalog, kernels, multi_tensor
 from ember_cupy.fused_ops import adam_constants, rmsprop_constants, sgd_constants
-from foreach_helpers import FOREACH, assert_matches, group, launches_expected
 
 SHAPES = [(30, 17), (17,), (4, 5, 6), (1,)]
 CONSTANTS = {"sgd_step": (sgd_constants, multi_tensor.SGD), "adam_step": (adam_constants, multi_tensor.ADAM),

@@ -9,6 +9,7 @@ import pytest
 import ember
 from ember.backends.numpy import backend as nb
 from ember.conformance import fused_ops
+
 FUSED = fused_ops()
 from ember.conformance.optimizers import fused_mismatches
 from ember_cupy import kernels, multi_tensor

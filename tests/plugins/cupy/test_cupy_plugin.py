@@ -10,13 +10,13 @@ import pytest
 
 import ember
 from ember import registry
-from ember.errors import BackendError
 from ember.conformance import fused_ops
+from ember.errors import BackendError
+
 FUSED = fused_ops()
 from ember.primitives import PRIMITIVES
 from ember_cupy import device
-from ember_cupy.backend import FUSED as DECLARED_FUSED
-from ember_cupy.backend import CupyBackend
+from ember_cupy.backend import FUSED as DECLARED_FUSED, CupyBackend
 
 PLUGIN = pathlib.Path(__file__).resolve().parents[3] / "plugins" / "cupy"
 

@@ -4,6 +4,7 @@ import numpy as np
 
 import ember
 from ember.conformance import fused_ops
+
 FUSED = fused_ops()
 
 

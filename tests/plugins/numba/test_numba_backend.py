@@ -16,9 +16,10 @@ import pytest
 pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
+from numba_helpers import close, reference  # noqa: E402
+
 import ember  # noqa: E402
 from ember.backends.numpy import backend as nb  # noqa: E402
-from numba_helpers import close, reference  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("compile_at_once")
 

@@ -14,8 +14,9 @@ pytest.importorskip("numba", reason="numba is not installed: pip install ./plugi
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 threadpoolctl = pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed: pip install ./plugins/numba")
 
-import ember  # noqa: E402
 from numba_helpers import close  # noqa: E402
+
+import ember  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,11 @@ import pytest
 pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
+from foreach_helpers import FOREACH, assert_matches, group, launches_expected  # noqa: E402
+
 import ember  # noqa: E402
 from ember import fused  # noqa: E402
 from ember.conformance.optimizers import CASES, fused_mismatches  # noqa: E402
-from foreach_helpers import FOREACH, assert_matches, group, launches_expected  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("compile_at_once")
 

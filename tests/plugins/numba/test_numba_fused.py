@@ -8,9 +8,10 @@ import pytest
 pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
+from numba_helpers import close, reference  # noqa: E402
+
 import ember  # noqa: E402
 import ember.nn.functional as F  # noqa: E402
-from numba_helpers import close, reference  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("compile_at_once")
 
@@ -79,8 +80,7 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
     losses, gradients and running statistics are the NumPy reference's."""
     import ember.nn as nn
     from ember import optim
-    from ember_numba.fused import channels as bn_kernels
-    from ember_numba.fused import pooling as pool_kernels
+    from ember_numba.fused import channels as bn_kernels, pooling as pool_kernels
     x = rng.standard_normal((16, 3, 12, 12)).astype(np.float32)
     y = rng.integers(0, 10, 16)
     results = {}

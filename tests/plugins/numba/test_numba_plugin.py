@@ -117,7 +117,7 @@ def test_certify_numba_passes_every_tier_with_the_kernels_forced(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cert = json.loads((tmp_path / "certificate.json").read_text())
     assert cert["verdict"] == "pass" and not cert["declared_but_failing"]
-    assert {t: cert["tiers"][t]["failed"] for t in cert["tiers"]} == {t: 0 for t in cert["tiers"]}
+    assert {t: cert["tiers"][t]["failed"] for t in cert["tiers"]} == dict.fromkeys(cert["tiers"], 0)
     assert all(cert["tiers"][t]["passed"] > 0 for t in ("0", "1", "2", "3", "4", "5")), cert["tiers"]
 
 

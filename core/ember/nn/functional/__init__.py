@@ -21,8 +21,16 @@ from .activation import dropout, gelu, leaky_relu, log_softmax, relu, sigmoid, s
 from .attention import scaled_dot_product_attention
 from .conv import conv1d, conv_transpose2d, transposed_size
 from .linear import _batched, _pair, _same_padding, conv2d, linear  # noqa: F401 - the private ones for nn's layers
-from .loss import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss,
-                   mse_loss, nll_loss, smooth_l1_loss)
+from .loss import (
+                   binary_cross_entropy,
+                   binary_cross_entropy_with_logits,
+                   cross_entropy,
+                   huber_loss,
+                   l1_loss,
+                   mse_loss,
+                   nll_loss,
+                   smooth_l1_loss,
+)
 from .normalization import batch_norm, group_norm, layer_norm, rms_norm
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d, pool_geometry
 from .shape import embedding, one_hot, pad

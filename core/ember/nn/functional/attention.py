@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ... import dtypes as D
-from ... import fused
+from ... import dtypes as D, fused
 from ...tensor import arange, where
 from .activation import dropout
 

@@ -2,8 +2,7 @@
 (ember.fused): their decompositions and backward ops are registered at the end."""
 from __future__ import annotations
 
-from ... import dispatch, fused
-from ... import dtypes as D
+from ... import dispatch, dtypes as D, fused
 from ...autodiff import no_grad
 from ...errors import ShapeError, located
 

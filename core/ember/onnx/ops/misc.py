@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ... import dtypes as D
-from ... import primitives as P
+from ... import dtypes as D, primitives as P
 from ...tensor import arange, cat, stack, where
 from ..reader import DTYPES
 from .common import axis, const, filled, ints, movedim, scalar

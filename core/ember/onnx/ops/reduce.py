@@ -5,11 +5,9 @@ are one table of (pre, reduce, post) rules and one handler.
 """
 from __future__ import annotations
 
-from ... import dtypes as D
-from ... import primitives as P
+from ... import dtypes as D, primitives as P
 from ...tensor import where
-from .common import axes as norm_axes
-from .common import axis, filled, ints, scalar
+from .common import axes as norm_axes, axis, filled, ints, scalar
 
 # name → (before, reduction, after, value of an empty reduction)
 RULES = {
@@ -156,7 +154,7 @@ def topk(node, x, k):
 
 
 OPS = {
-    **{name: (reduce, 1) for name in RULES},
+    **dict.fromkeys(RULES, (reduce, 1)),
     "ArgMax": (arg_reduce, 1), "ArgMin": (arg_reduce, 1),
     "Softmax": (softmax, 1), "LogSoftmax": (log_softmax, 1), "Hardmax": (hardmax, 1),
     "CumSum": (cumsum, 11), "TopK": (topk, 1),

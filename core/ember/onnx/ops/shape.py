@@ -12,8 +12,7 @@ import math
 from ... import dtypes as D
 from ...primitives import broadcast_shapes
 from ...tensor import arange, cat, where
-from .common import axes as norm_axes
-from .common import axis, const, filled, ints, scalar
+from .common import axes as norm_axes, axis, const, filled, ints, scalar
 
 
 def _prod(xs):
