@@ -4,6 +4,7 @@ Runs the workloads on every backend found (or those named), prints the Markdown 
 the JSON, and appends the table to docs/performance.md (full runs only).
 ``python -m benchmarks report RESULTS.json`` prints the table of a saved run again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,10 +25,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description="ember vs PyTorch, side by side.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the benchmarks and report")
-    r.add_argument("--workloads", default="", help=f"comma list of {', '.join(WORKLOADS)} or prefixes (W1); default all")
-    r.add_argument("--backends", default="",
-                   help="comma list: ember backends (numpy, python, numba, cupy, ...), torch, torch.compile; "
-                        "default every one known")
+    r.add_argument(
+        "--workloads", default="", help=f"comma list of {', '.join(WORKLOADS)} or prefixes (W1); default all"
+    )
+    r.add_argument(
+        "--backends",
+        default="",
+        help="comma list: ember backends (numpy, python, numba, cupy, ...), torch, torch.compile; "
+        "default every one known",
+    )
     r.add_argument("--smoke", action="store_true", help="a few steps of everything, to check the harness")
     r.add_argument("--rounds", type=int)
     r.add_argument("--steps", type=int, help="measured steps per process, for every workload")
@@ -35,10 +41,14 @@ def main(argv=None):
     r.add_argument("--threads", type=int)
     r.add_argument("--timeout", type=float, help="seconds per process before it is killed")
     r.add_argument("--max-seconds", type=float, help="measured seconds per process before it stops early")
-    r.add_argument("--json", help="where to write the JSON (default benchmarks/results/<date>.json; "
-                                  "smoke: a temporary file)")
-    r.add_argument("--docs", default=str(runner.ROOT / "docs" / "performance.md"),
-                   help="Markdown file the table is appended to (full runs only)")
+    r.add_argument(
+        "--json", help="where to write the JSON (default benchmarks/results/<date>.json; smoke: a temporary file)"
+    )
+    r.add_argument(
+        "--docs",
+        default=str(runner.ROOT / "docs" / "performance.md"),
+        help="Markdown file the table is appended to (full runs only)",
+    )
     r.add_argument("--no-docs", action="store_true", help="do not append to --docs")
     show = sub.add_parser("report", help="print the Markdown table of a saved JSON again")
     show.add_argument("json")

@@ -6,6 +6,7 @@
 
 The all-reduce is ember.distributed's path: float32 host buffers, MPI_IN_PLACE, SUM.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,6 +22,7 @@ SIZES = {"W1 MLP 784-512-512-10": 669_706, "W3 ResNet-18 (CIFAR)": 11_173_962}
 def _allreduce_ms(comm, n, repeats=15):
     import numpy as np
     from mpi4py import MPI
+
     buf = np.ones(n, dtype=np.float32)
     for _ in range(3):
         comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -42,6 +44,7 @@ def _train_samples_per_s(steps=30, global_batch=128):
     from ember.data import ArrayDataset, DataLoader
     from ember.distributed.sharding import ShardedLoader
     from ember.train import Trainer
+
     rank, world = dist.rank(), dist.world_size()
     rng = np.random.default_rng(0)
     x = rng.random((global_batch * (steps + 5), 784), dtype=np.float32)
@@ -53,9 +56,15 @@ def _train_samples_per_s(steps=30, global_batch=128):
     loader = DataLoader(ArrayDataset(x, y), batch_size=global_batch, shuffle=False, prefetch=0)
     if world > 1:
         loader = ShardedLoader(loader, rank, world)
-    trainer = Trainer(model, optim.SGD(model.parameters(), lr=0.01, momentum=0.9), loader, progress=False,
-                      is_main=rank == 0, jit=False)
-    trainer.fit(epochs=1, max_steps=5)                 # warm-up
+    trainer = Trainer(
+        model,
+        optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+        loader,
+        progress=False,
+        is_main=rank == 0,
+        jit=False,
+    )
+    trainer.fit(epochs=1, max_steps=5)  # warm-up
     if world > 1:
         dist.barrier()
     t = time.perf_counter()
@@ -67,6 +76,7 @@ def _train_samples_per_s(steps=30, global_batch=128):
 
 def main():
     import ember.distributed as dist
+
     comm = dist.init()
     result = {"world": comm.Get_size(), "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
     if comm.Get_size() > 1:
@@ -81,20 +91,29 @@ def report():
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     runs = {}
     for n in (1, 2):
-        out = subprocess.run([mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "benchmarks.allreduce"],
-                             capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "benchmarks.allreduce"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         runs[n] = json.loads(out.stdout.strip().splitlines()[-1])
     load = os.getloadavg()[0]
     print(f"load average before: {load:.2f}; BLAS threads per rank: 1\n")
-    print("| gradients | floats | MB | all-reduce, 2 ranks, shared memory (ms) | ring estimate at 10 / 100 Gbit/s, many ranks (ms) |")
+    print(
+        "| gradients | floats | MB | all-reduce, 2 ranks, shared memory (ms) | ring estimate at 10 / 100 Gbit/s, many ranks (ms) |"
+    )
     print("|---|---|---|---|---|")
     for name, n in SIZES.items():
         mb = n * 4 / 1e6
-        ring = [2 * mb / (gbit / 8 * 1e3) * 1e3 for gbit in (10, 100)]   # 2(R-1)/R * bytes / bandwidth
+        ring = [2 * mb / (gbit / 8 * 1e3) * 1e3 for gbit in (10, 100)]  # 2(R-1)/R * bytes / bandwidth
         print(f"| {name} | {n:,} | {mb:.1f} | {runs[2]['allreduce_ms'][name]:.2f} | {ring[0]:.0f} / {ring[1]:.1f} |")
     one, two = runs[1]["w1_train_samples_per_s"], runs[2]["w1_train_samples_per_s"]
-    print(f"\nW1 training, global batch 128, eager NumPy: 1 rank {one:,.0f} samples/s, 2 ranks {two:,.0f} "
-          f"samples/s ({two / one:.2f}x)")
+    print(
+        f"\nW1 training, global batch 128, eager NumPy: 1 rank {one:,.0f} samples/s, 2 ranks {two:,.0f} "
+        f"samples/s ({two / one:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ and times, inside the page's Pyodide, the issue's workload: an MNIST MLP 784-128
 weights, batch 1 and batch 32, on the python backend and on webgpu (input upload and read-back
 included, as a page pays them). Prints one JSON line; docs/browser.md records the numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,6 +52,7 @@ json.dumps(out)
 
 def main(site) -> dict:
     from tests.wasm.conftest import Served, demo_page
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with Served(site) as server, demo_page(chromium, server.url, webgpu=True) as page:
         result = json.loads(page.evaluate("(code) => emberDemo.pyodide.runPythonAsync(code)", BENCH))

@@ -10,6 +10,7 @@ The line always comes, whatever happens: ``status`` is "ok", "unavailable" (the 
 backend or a layer it needs is not installed or not written yet) or "failed" (it ran and broke),
 with the reason.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,17 @@ import statistics
 import sys
 import time
 
-STARTED = time.monotonic()      # before numpy, torch or ember load: W5 counts their import
+STARTED = time.monotonic()  # before numpy, torch or ember load: W5 counts their import
 
-_LIMITS = None                  # threadpoolctl's limiter, kept alive: collecting it undoes the limits
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMBA_NUM_THREADS")
+_LIMITS = None  # threadpoolctl's limiter, kept alive: collecting it undoes the limits
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
 
 
 def pin_threads(n):
@@ -46,13 +53,16 @@ def pools():
         import threadpoolctl
     except ImportError:
         return None
-    return [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer", "architecture",
-                                   "filepath")} for p in threadpoolctl.threadpool_info()]
+    return [
+        {k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer", "architecture", "filepath")}
+        for p in threadpoolctl.threadpool_info()
+    ]
 
 
 def maxrss_mib():
     import resource
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss     # KiB on Linux
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return round(kib / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
@@ -76,7 +86,7 @@ def measure_steps(step, fw, steps, warmup, max_seconds):
         fw.sync()
         (warm if i < warmup else times).append(time.perf_counter() - t0)
         if i == 0:
-            first = out.sum().item()          # the loss (a checksum of the logits for inference)
+            first = out.sum().item()  # the loss (a checksum of the logits for inference)
         if i >= warmup and sum(times) > max_seconds:
             break
     return times, warm, [first, out.sum().item()]
@@ -89,6 +99,7 @@ def load(args):
     choice: ember-numba runs BLAS on one thread and splits products itself (its blas.py);
     pinning afterwards would turn that into nested threading no user would run."""
     from benchmarks import workloads as W
+
     pin_threads(args.threads)
     if args.framework == "gemm":
         lib = importlib.import_module(args.backend)
@@ -110,10 +121,11 @@ def torch_build(torch):
 
 def run(args):
     from benchmarks import workloads as W
+
     try:
         fw, pools = load(args)
     except Exception as exc:
-        exc.scope = "backend"       # the framework or backend itself is missing: every workload fails alike
+        exc.scope = "backend"  # the framework or backend itself is missing: every workload fails alike
         raise
     imported = time.monotonic()
     out = {"threadpools": pools}
@@ -128,25 +140,41 @@ def run(args):
 
     if work.kind == "overhead":
         reps = [W.eager_overhead(fw, args.chain) for _ in range(args.warmup + args.steps)]
-        measured = reps[args.warmup:]
-        out.update(metrics={"fwd_us_per_op": statistics.median(r[0] for r in measured),
-                            "bwd_us_per_op": statistics.median(r[1] for r in measured)},
-                   chain=args.chain, samples=measured, warmup_samples=reps[:args.warmup])
+        measured = reps[args.warmup :]
+        out.update(
+            metrics={
+                "fwd_us_per_op": statistics.median(r[0] for r in measured),
+                "bwd_us_per_op": statistics.median(r[1] for r in measured),
+            },
+            chain=args.chain,
+            samples=measured,
+            warmup_samples=reps[: args.warmup],
+        )
         return out
 
     step = work.setup(fw, args.batch)
     built = time.monotonic()
     times, warm, losses = measure_steps(step, fw, args.steps, args.warmup, args.max_seconds)
-    out.update(step_s=times, warmup_step_s=warm, loss_first_last=losses, steps_run=len(times),
-               steps_asked=args.steps, batch=args.batch)
+    out.update(
+        step_s=times,
+        warmup_step_s=warm,
+        loss_first_last=losses,
+        steps_run=len(times),
+        steps_asked=args.steps,
+        batch=args.batch,
+    )
     if work.kind == "first-step":
         launched = float(os.environ.get("EMBER_BENCH_LAUNCH", STARTED))
         t0 = time.perf_counter()
         step()
         fw.sync()
-        out["metrics"] = {"launch_to_first_step_s": built - launched + times[0],
-                          "import_s": imported - STARTED, "build_s": built - imported,
-                          "first_step_s": times[0], "second_step_s": time.perf_counter() - t0}
+        out["metrics"] = {
+            "launch_to_first_step_s": built - launched + times[0],
+            "import_s": imported - STARTED,
+            "build_s": built - imported,
+            "first_step_s": times[0],
+            "second_step_s": time.perf_counter() - t0,
+        }
     else:
         out["metrics"] = {"samples_per_s": args.batch * len(times) / sum(times)}
     return out
@@ -163,8 +191,12 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--chain", type=int, default=10_000, help="W4: length of the chain of adds")
     p.add_argument("--gemm-n", type=int, default=2048)
-    p.add_argument("--max-seconds", type=float, default=float("inf"),
-                   help="stop measuring after this many seconds of steps (reported as steps_run)")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=float("inf"),
+        help="stop measuring after this many seconds of steps (reported as steps_run)",
+    )
     args = p.parse_args(argv)
     # Libraries may print (compile logs, warnings): keep stdout for our one line.
     line_out, sys.stdout = sys.stdout, sys.stderr
@@ -173,8 +205,13 @@ def main(argv=None):
         record.update(run(args), status="ok")
     except Exception as exc:  # noqa: BLE001 - every outcome is a result to report
         import traceback
-        record.update(status=classify(exc), scope=getattr(exc, "scope", "workload"), reason=f"{type(exc).__name__}: {exc}".strip()[:2000],
-                      traceback=traceback.format_exc()[-4000:])
+
+        record.update(
+            status=classify(exc),
+            scope=getattr(exc, "scope", "workload"),
+            reason=f"{type(exc).__name__}: {exc}".strip()[:2000],
+            traceback=traceback.format_exc()[-4000:],
+        )
     record["maxrss_mib"] = maxrss_mib()
     record["env"] = {k: os.environ.get(k) for k in THREAD_VARIABLES + ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")}
     print(json.dumps(record), file=line_out, flush=True)

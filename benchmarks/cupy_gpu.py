@@ -9,6 +9,7 @@ imports only the installed ``ember``.
 
     python -m benchmarks.cupy_gpu --out DIR [--workloads mlp,resnet18] [--steps 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,15 +29,18 @@ TARGETS = ("torch-cuda", "ember-cupy", "ember-cupy-jit", "ember-cupy-multi")
 def _sync(target, backend):
     if target == "torch-cuda":
         import torch
+
         torch.cuda.synchronize()
     else:
         import ember
+
         ember.get_backend(backend).synchronize()
 
 
 def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = "cupy") -> dict:
     """Time ``steps`` training steps of ``workload`` on ``target`` after ``warmup`` steps."""
     import numpy as np
+
     build = workloads.mlp if workload == "mlp" else workloads.resnet18
     rng = np.random.RandomState(0)
     x = rng.standard_normal((BATCH[workload], *SHAPE[workload])).astype(np.float32)
@@ -44,6 +48,7 @@ def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = 
     t0 = time.perf_counter()
     if target == "torch-cuda":
         import torch
+
         torch.manual_seed(0)
         model = build(torch.nn).cuda().train()
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -55,13 +60,16 @@ def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = 
             loss.backward()
             opt.step()
             return loss
+
         version = torch.__version__
     else:
         import ember
         import ember.nn.functional as F
         from ember_cupy import multi_tensor
-        if backend == "cupy-host":              # the CPU stand-in, to check this script without a GPU
+
+        if backend == "cupy-host":  # the CPU stand-in, to check this script without a GPU
             from ember_cupy.host import ember_backends
+
             ember.register_backend(ember_backends()[0])
         ember.use(backend)
         ember.manual_seed(0)
@@ -80,10 +88,11 @@ def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = 
             else:
                 opt.step()
             return loss
+
         if target == "ember-cupy-jit":
             step = ember.jit(step)
         version = ember.__version__
-    losses = [float(step()) for _ in range(1)]          # first step: compiles, traces
+    losses = [float(step()) for _ in range(1)]  # first step: compiles, traces
     _sync(target, backend)
     first = time.perf_counter() - t0
     for _ in range(warmup):
@@ -95,11 +104,21 @@ def run_one(workload: str, target: str, steps: int, warmup: int, backend: str = 
     _sync(target, backend)
     seconds = time.perf_counter() - t1
     losses.append(float(loss))
-    out = {"workload": workload, "target": target, "batch": BATCH[workload], "steps": steps,
-           "seconds": seconds, "samples_per_s": steps * BATCH[workload] / seconds,
-           "ms_per_step": 1000 * seconds / steps, "first_step_s": first, "losses": losses, "version": version}
+    out = {
+        "workload": workload,
+        "target": target,
+        "batch": BATCH[workload],
+        "steps": steps,
+        "seconds": seconds,
+        "samples_per_s": steps * BATCH[workload] / seconds,
+        "ms_per_step": 1000 * seconds / steps,
+        "first_step_s": first,
+        "losses": losses,
+        "version": version,
+    }
     if target != "torch-cuda":
         import ember
+
         b = ember.get_backend(backend)
         out.update(backend=backend, transfers=dict(b.transfers), kernels=len(b.rt.seen), memory=b.memory_stats())
     return out
@@ -123,8 +142,22 @@ def main(argv=None) -> int:
     rows = []
     for w in args.workloads.split(","):
         for t in args.targets.split(","):
-            cmd = [sys.executable, "-m", "benchmarks.cupy_gpu", "--out", args.out, "--one", w, t,
-                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--backend", args.backend]
+            cmd = [
+                sys.executable,
+                "-m",
+                "benchmarks.cupy_gpu",
+                "--out",
+                args.out,
+                "--one",
+                w,
+                t,
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--backend",
+                args.backend,
+            ]
             started = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -136,7 +169,7 @@ def main(argv=None) -> int:
                 row = {"workload": w, "target": t, "error": f"timed out after {args.timeout:.0f} s"}
             row["wall_s"] = time.perf_counter() - started
             rows.append(row)
-            _write(args.out, rows)              # after every row: a time limit keeps what ran
+            _write(args.out, rows)  # after every row: a time limit keeps what ran
             brief = {k: (v[-300:] if k == "error" else v) for k, v in row.items()}
             print(json.dumps(brief), flush=True)
     print(table(rows))
@@ -152,18 +185,24 @@ def _write(folder, rows):
 
 def table(rows) -> str:
     """A Markdown table: samples/s and the ratio to PyTorch CUDA of the same workload."""
-    lines = ["| workload | target | samples/s | ms/step | vs torch-cuda | first step (s) | note |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| workload | target | samples/s | ms/step | vs torch-cuda | first step (s) | note |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     ref = {r["workload"]: r.get("samples_per_s") for r in rows if r["target"] == "torch-cuda"}
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['workload']} | {r['target']} | - | - | - | - | failed: "
-                         f"{r['error'].splitlines()[-1][:120] if r['error'] else '?'} |")
+            lines.append(
+                f"| {r['workload']} | {r['target']} | - | - | - | - | failed: "
+                f"{r['error'].splitlines()[-1][:120] if r['error'] else '?'} |"
+            )
             continue
         base = ref.get(r["workload"])
         ratio = f"{r['samples_per_s'] / base:.2f}x" if base else "-"
-        lines.append(f"| {r['workload']} | {r['target']} | {r['samples_per_s']:.0f} | {r['ms_per_step']:.2f} | "
-                     f"{ratio} | {r['first_step_s']:.1f} | loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f} |")
+        lines.append(
+            f"| {r['workload']} | {r['target']} | {r['samples_per_s']:.0f} | {r['ms_per_step']:.2f} | "
+            f"{ratio} | {r['first_step_s']:.1f} | loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -13,6 +13,7 @@ gives the ratio (working tree / base) per workload as the median of the rounds w
 
     python benchmarks/dispatch_overhead.py --base main --rounds 7
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,9 +78,9 @@ def _layout(dest, files):
     """Lay out core/ember and backends/ from ``files`` (path -> bytes) as the package."""
     for path, data in files.items():
         if path.startswith("core/ember/"):
-            target = os.path.join(dest, "ember", path[len("core/ember/"):])
+            target = os.path.join(dest, "ember", path[len("core/ember/") :])
         elif path.startswith("backends/"):
-            target = os.path.join(dest, "ember", "backends", path[len("backends/"):])
+            target = os.path.join(dest, "ember", "backends", path[len("backends/") :])
         else:
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -88,8 +89,9 @@ def _layout(dest, files):
 
 
 def _from_git(rev, dest):
-    blob = subprocess.run(["git", "archive", rev, "core/ember", "backends"], cwd=ROOT,
-                          capture_output=True, check=True).stdout
+    blob = subprocess.run(
+        ["git", "archive", rev, "core/ember", "backends"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     _layout(dest, files)
@@ -109,8 +111,13 @@ def _from_tree(dest):
 
 
 def _time(tree, n):
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, tree, str(n)], capture_output=True,
-                         text=True, check=True, env=dict(os.environ, EMBER_BACKEND="numpy")).stdout
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", CHILD, tree, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, EMBER_BACKEND="numpy"),
+    ).stdout
     return {k: float(v) for k, v in (line.split() for line in out.splitlines())}
 
 
@@ -135,8 +142,10 @@ def main(argv=None):
                 ratios.setdefault(k, []).append(w[k] / b[k])
             print(f"round {r + 1}: " + "  ".join(f"{k} {b[k]:.0f} -> {w[k]:.0f} ns/op" for k in b))
         for k, rs in ratios.items():
-            print(f"{k:6s} working tree / {args.base}: median {statistics.median(rs):.3f} "
-                  f"(range {min(rs):.3f}-{max(rs):.3f}, {len(rs)} rounds)")
+            print(
+                f"{k:6s} working tree / {args.base}: median {statistics.median(rs):.3f} "
+                f"(range {min(rs):.3f}-{max(rs):.3f}, {len(rs)} rounds)"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -9,6 +9,7 @@ NumPy permutation), and prints both test accuracies, their difference, and one J
 The two runs differ only in the arithmetic's rounding, so the accuracies should agree to a few
 tenths of a percent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,6 +24,7 @@ from .child import pin_threads
 def copy_weights(torch_model, ember_model):
     """ember parameters := torch parameters, in registration order (same names, same shapes)."""
     import ember
+
     pt = dict(torch_model.named_parameters())
     pe = dict(ember_model.named_parameters())
     if list(pt) != list(pe):
@@ -40,6 +42,7 @@ def train_and_test(fw, model, data, epochs, lr, momentum, batch, seed):
     import numpy as np
 
     from .workloads import sgd_step
+
     (x_train, y_train), (x_test, y_test) = data
     opt = fw.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     rng = np.random.RandomState(seed)
@@ -49,7 +52,7 @@ def train_and_test(fw, model, data, epochs, lr, momentum, batch, seed):
         order = rng.permutation(len(x_train))
         losses = []
         for i in range(0, len(order), batch):
-            idx = order[i:i + batch]
+            idx = order[i : i + batch]
             loss = sgd_step(fw, model, opt, fw.tensor(x_train[idx]), fw.tensor(y_train[idx]))
             losses.append(loss.item())
     seconds = time.perf_counter() - t0
@@ -57,8 +60,8 @@ def train_and_test(fw, model, data, epochs, lr, momentum, batch, seed):
     correct = 0
     with fw.no_grad():
         for i in range(0, len(x_test), 1000):
-            logits = np.asarray(model(fw.tensor(x_test[i:i + 1000])).numpy())
-            correct += int((logits.argmax(1) == y_test[i:i + 1000]).sum())
+            logits = np.asarray(model(fw.tensor(x_test[i : i + 1000])).numpy())
+            correct += int((logits.argmax(1) == y_test[i : i + 1000]).sum())
     return correct / len(x_test), sum(losses) / len(losses), seconds
 
 
@@ -67,11 +70,16 @@ def mnist():
     import numpy as np
 
     from ember.data import MNIST
+
     out = []
     for train in (True, False):
         ds = MNIST(train=train)
-        out.append((np.ascontiguousarray(ds.data.reshape(len(ds.data), -1), dtype=np.float32),
-                    np.asarray(ds.targets, dtype=np.int64)))
+        out.append(
+            (
+                np.ascontiguousarray(ds.data.reshape(len(ds.data), -1), dtype=np.float32),
+                np.asarray(ds.targets, dtype=np.int64),
+            )
+        )
     return out
 
 
@@ -93,14 +101,19 @@ def main(argv=None):
     torch_fw.lib.manual_seed(args.seed)
     torch_model, ember_model = mlp(torch_fw.nn), mlp(ember_fw.nn)
     copy_weights(torch_model, ember_model)
-    result = {"epochs": args.epochs, "lr": args.lr, "momentum": args.momentum, "batch": args.batch, "backend": args.backend,
-              "train_samples": len(data[0][0]), "test_samples": len(data[1][0])}
+    result = {
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "momentum": args.momentum,
+        "batch": args.batch,
+        "backend": args.backend,
+        "train_samples": len(data[0][0]),
+        "test_samples": len(data[1][0]),
+    }
     for name, fw, model in (("torch", torch_fw, torch_model), ("ember", ember_fw, ember_model)):
-        acc, loss, seconds = train_and_test(fw, model, data, args.epochs, args.lr, args.momentum, args.batch,
-                                              args.seed)
+        acc, loss, seconds = train_and_test(fw, model, data, args.epochs, args.lr, args.momentum, args.batch, args.seed)
         result[name] = {"test_accuracy": acc, "last_epoch_mean_loss": loss, "train_seconds": round(seconds, 2)}
-        print(f"{name:>5}: test accuracy {acc:.2%}, mean training loss {loss:.4f}, {seconds:.1f} s",
-              file=sys.stderr)
+        print(f"{name:>5}: test accuracy {acc:.2%}, mean training loss {loss:.4f}, {seconds:.1f} s", file=sys.stderr)
     result["accuracy_difference"] = result["ember"]["test_accuracy"] - result["torch"]["test_accuracy"]
     result["OPENBLAS_CORETYPE"] = os.environ.get("OPENBLAS_CORETYPE")
     print(json.dumps(result))

@@ -8,6 +8,7 @@ compared with PyTorch eager *of the same round*, and the ratio's spread is repor
 Nothing is dropped: warm-up steps, runs on a busy machine, unavailable backends, failures and
 timeouts all stay in the JSON, and the Markdown table says how many of each.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -29,12 +30,12 @@ from .workloads import WORKLOADS, flops_per_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_EMBER_BACKENDS = ("numpy", "python", "numba", "cupy")
-JIT_WARMUP = 3        # warm-up steps at least for NAME+jit targets and COMPILES_ON_REPEAT (see child_command)
+JIT_WARMUP = 3  # warm-up steps at least for NAME+jit targets and COMPILES_ON_REPEAT (see child_command)
 #: ember backends that compile a kernel when its shapes come for the third time (ember-numba's
 #: EMBER_NUMBA_HOT): eagerly, too, their third step pays for compiling.
 COMPILES_ON_REPEAT = ("numba",)
-RECORDED_ENV = ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")    # change BLAS kernels / thread waiting
-BUSY = 0.25          # CPU busy fraction (all cores) before a run above which the run is flagged
+RECORDED_ENV = ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")  # change BLAS kernels / thread waiting
+BUSY = 0.25  # CPU busy fraction (all cores) before a run above which the run is flagged
 
 # metric -> (label, higher is better)
 METRICS = {
@@ -49,6 +50,7 @@ METRICS = {
 @dataclass(frozen=True)
 class Target:
     """What runs a workload: a framework and its backend (ember/numpy, torch/eager, ...)."""
+
     framework: str
     backend: str
 
@@ -66,21 +68,31 @@ class Settings:
     rounds: int = 5
     batch: int = 128
     threads: int = 2
-    steps: int | None = None        # None: each workload's own (workloads.WORKLOADS)
+    steps: int | None = None  # None: each workload's own (workloads.WORKLOADS)
     warmup: int | None = None
     chain: int = 10_000
     gemm_n: int = 2048
     gemm_reps: int = 10
-    max_seconds: float = 20.0       # measured seconds per process before a slow backend stops early
-    timeout: float = 300.0          # seconds per process before it is killed (and reported);
+    max_seconds: float = 20.0  # measured seconds per process before a slow backend stops early
+    timeout: float = 300.0  # seconds per process before it is killed (and reported);
     #                                 torch.compile processes get 3x: compiling happens inside them
     w5_warmup_process: bool = True  # W5 is "cold process, warm cache": one process first fills the cache
 
     @classmethod
     def smoke(cls):
         """A few steps of everything: checks the harness, measures nothing worth keeping."""
-        return cls(rounds=1, batch=16, steps=2, warmup=1, chain=1000, gemm_n=256, gemm_reps=2,
-                   max_seconds=10.0, timeout=120.0, w5_warmup_process=False)
+        return cls(
+            rounds=1,
+            batch=16,
+            steps=2,
+            warmup=1,
+            chain=1000,
+            gemm_n=256,
+            gemm_reps=2,
+            max_seconds=10.0,
+            timeout=120.0,
+            w5_warmup_process=False,
+        )
 
 
 # ------------------------------------------------------------------------------------ the plan
@@ -117,7 +129,7 @@ def installed_backends():
     pass from this process to every child, torch's included."""
     code = "import json, ember; print(json.dumps([row['name'] for row in ember.list_backends()]))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:        # each child will then say why ember is unavailable
+    if proc.returncode != 0:  # each child will then say why ember is unavailable
         print(f"ember backends could not be listed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
         return []
     return json.loads(proc.stdout.splitlines()[-1])
@@ -144,10 +156,12 @@ def not_applicable(workload, target):
 # ------------------------------------------------------------------------------------ the machine
 def cpu_busy(interval=0.5):
     """Fraction of all CPU time spent busy over ``interval`` s (Linux /proc/stat), else None."""
+
     def sample():
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:]]
-        return sum(v), v[3] + v[4]          # total, idle + iowait
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+
     try:
         t0, i0 = sample()
         time.sleep(interval)
@@ -163,16 +177,26 @@ def machine(settings):
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             return None
+
     cpu = platform.processor()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "threads": settings.threads,
-            "versions": {d: version(d) for d in ("ember", "numpy", "torch", "threadpoolctl")},
-            "env": {k: os.environ.get(k) for k in RECORDED_ENV},
-            "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "threads": settings.threads,
+        "versions": {d: version(d) for d in ("ember", "numpy", "torch", "threadpoolctl")},
+        "env": {k: os.environ.get(k) for k in RECORDED_ENV},
+        "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
 
 
 # ------------------------------------------------------------------------------------ one run
@@ -182,17 +206,33 @@ def child_command(workload, target, s: Settings):
     else:
         w = WORKLOADS[workload]
         steps, warmup = s.steps or w.steps, w.warmup if s.warmup is None else s.warmup
-        if s.warmup is None and (target.backend.endswith("+jit") or
-                                 (target.framework == "ember" and target.backend in COMPILES_ON_REPEAT)):
+        if s.warmup is None and (
+            target.backend.endswith("+jit") or (target.framework == "ember" and target.backend in COMPILES_ON_REPEAT)
+        ):
             # ember.jit traces the first two calls and compiles its kernels during the third,
             # and ember-numba compiles an eager kernel at the third call with the same shapes:
             # one-time costs (W5 measures them), kept out of the steady-state rate.
             warmup = max(warmup, JIT_WARMUP)
-        if w.kind == "first-step":      # W5 measures step 1 itself: no warm-up, one step
+        if w.kind == "first-step":  # W5 measures step 1 itself: no warm-up, one step
             steps, warmup = 1, 0
-        args = ["--workload", workload, "--framework", target.framework, "--backend", target.backend,
-                "--steps", steps, "--warmup", warmup, "--batch", s.batch, "--chain", s.chain,
-                "--max-seconds", s.max_seconds]
+        args = [
+            "--workload",
+            workload,
+            "--framework",
+            target.framework,
+            "--backend",
+            target.backend,
+            "--steps",
+            steps,
+            "--warmup",
+            warmup,
+            "--batch",
+            s.batch,
+            "--chain",
+            s.chain,
+            "--max-seconds",
+            s.max_seconds,
+        ]
     return [sys.executable, "-m", "benchmarks.child", *map(str, args), "--threads", str(s.threads)]
 
 
@@ -205,13 +245,17 @@ def run_one(workload, target, s: Settings):
     env["EMBER_BENCH_LAUNCH"] = repr(time.monotonic())
     t0 = time.monotonic()
     # A session of its own, so a timeout also ends the helpers it started (torch.compile's workers).
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
-        record = json.loads(lines[-1]) if lines else {
-            "status": "failed", "reason": f"child exited with {proc.returncode} and printed no result"}
+        record = (
+            json.loads(lines[-1])
+            if lines
+            else {"status": "failed", "reason": f"child exited with {proc.returncode} and printed no result"}
+        )
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
@@ -219,8 +263,13 @@ def run_one(workload, target, s: Settings):
     record["returncode"] = proc.returncode
     if record["status"] != "ok":
         record["stderr_tail"] = stderr[-2000:]
-    record.update(workload=workload, target=target.label, wall_s=round(time.monotonic() - t0, 3),
-                  command=shlex.join(["python", *cmd[1:]]), **conditions)
+    record.update(
+        workload=workload,
+        target=target.label,
+        wall_s=round(time.monotonic() - t0, 3),
+        command=shlex.join(["python", *cmd[1:]]),
+        **conditions,
+    )
     record["busy"] = conditions["cpu_busy"] is not None and conditions["cpu_busy"] > BUSY
     return record
 
@@ -239,8 +288,9 @@ def skipped(not_run, workload, target):
 def run(workloads, targets, s: Settings, not_run, log=print):
     """Every round, every workload, every target not in ``not_run``; returns the child records."""
     records, given_up, missing = [], set(), set()
-    plan = [("gemm", t) for t in GEMM_TARGETS] + [(w, t) for w in workloads for t in targets
-                                                  if not skipped(not_run, w, t)]
+    plan = [("gemm", t) for t in GEMM_TARGETS] + [
+        (w, t) for w in workloads for t in targets if not skipped(not_run, w, t)
+    ]
     # round 0: W5's warm-up processes ("cold process, warm cache"), kept in the records
     warmups = [(w, t) for w, t in plan if w == "W5-first-step"] if s.w5_warmup_process else []
     for r, pairs in [(0, warmups)] + [(r, plan) for r in range(1, s.rounds + 1)]:
@@ -251,7 +301,7 @@ def run(workloads, targets, s: Settings, not_run, log=print):
             rec.update(round=r, warmup=r == 0)
             records.append(rec)
             log(f"[{f'round {r}/{s.rounds}' if r else 'warm-up'}] {workload} {target.label}: {describe(rec)}")
-            if rec["status"] != "ok":      # the same cause would recur: report it once, run it no more
+            if rec["status"] != "ok":  # the same cause would recur: report it once, run it no more
                 given_up.add((workload, target))
                 if rec.get("scope") == "backend":
                     missing.add(target)
@@ -293,8 +343,11 @@ def summarize(records, workloads, targets):
     """One row per (workload, target, metric) with the statistics over rounds."""
     ok = [r for r in records if r["status"] == "ok" and not r.get("warmup")]
     value = {(r["workload"], r["target"], r["round"]): r["metrics"] for r in ok}
-    gemm = {t: _spread([r["metrics"]["gflops"] for r in ok if r["workload"] == "gemm" and r["target"] == t])
-            for t in ("gemm/numpy", "gemm/torch") if any(r["target"] == t for r in ok)}
+    gemm = {
+        t: _spread([r["metrics"]["gflops"] for r in ok if r["workload"] == "gemm" and r["target"] == t])
+        for t in ("gemm/numpy", "gemm/torch")
+        if any(r["target"] == t for r in ok)
+    }
     peak = max((g["median"] for g in gemm.values()), default=None)
     rows = []
     for workload in workloads:
@@ -306,10 +359,16 @@ def summarize(records, workloads, targets):
                 values = [r["metrics"][metric] for r in mine if metric in r["metrics"]]
                 if not values:
                     continue
-                row = {"workload": workload, "target": target.label, "metric": metric, "unit": label,
-                       **_spread(values), "busy": sum(r["busy"] for r in mine),
-                       "cut_short": sum(r.get("steps_run", 0) < r.get("steps_asked", 0) for r in mine),
-                       "maxrss_mib": max(r["maxrss_mib"] for r in mine)}
+                row = {
+                    "workload": workload,
+                    "target": target.label,
+                    "metric": metric,
+                    "unit": label,
+                    **_spread(values),
+                    "busy": sum(r["busy"] for r in mine),
+                    "cut_short": sum(r.get("steps_run", 0) < r.get("steps_asked", 0) for r in mine),
+                    "maxrss_mib": max(r["maxrss_mib"] for r in mine),
+                }
                 ratios = []
                 for r in mine:
                     ref = value.get((workload, REFERENCE.label, r["round"]), {}).get(metric)
@@ -323,8 +382,10 @@ def summarize(records, workloads, targets):
                     row["gflops"] = row["median"] * flops / 1e9
                     row["fraction_of_gemm_peak"] = row["gflops"] / peak
                 if workload == "W5-first-step":
-                    row["parts"] = {k: statistics.median(r["metrics"][k] for r in mine)
-                                    for k in ("import_s", "build_s", "first_step_s", "second_step_s")}
+                    row["parts"] = {
+                        k: statistics.median(r["metrics"][k] for r in mine)
+                        for k in ("import_s", "build_s", "first_step_s", "second_step_s")
+                    }
                 rows.append(row)
     return {"gemm": gemm, "gemm_peak_gflops": peak, "rows": rows}
 
@@ -353,8 +414,10 @@ def blas_line(records):
         for pool in r.get("threadpools") or []:
             if pool.get("internal_api") in ("openblas", "mkl", "blis", "accelerate"):
                 arch = f", {pool['architecture']}" if pool.get("architecture") else ""
-                seen.append(f"numpy: {pool['internal_api']} {pool.get('version') or ''} "
-                            f"({pool.get('threading_layer')}{arch}, {pool['num_threads']} threads)")
+                seen.append(
+                    f"numpy: {pool['internal_api']} {pool.get('version') or ''} "
+                    f"({pool.get('threading_layer')}{arch}, {pool['num_threads']} threads)"
+                )
         if "torch_build" in r:
             b = r["torch_build"]
             seen.append(f"torch: {b['blas']} ({b['cpu_capability']}, {b['threads']} threads)")
@@ -365,22 +428,33 @@ def markdown(report):
     m, summary, records = report["machine"], report["summary"], report["records"]
     s = report["settings"]
     busy = [r for r in records if r["busy"]]
-    out = [f"### {report['date']} — `{report['command']}`", "",
-           f"Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}; "
-           + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v) + ".",
-           f"Threads: {s['threads']} for every pool. BLAS: {blas_line(records)}. "
-           + ", ".join(f"{k}={v or '(unset)'}" for k, v in m["env"].items()) + ".",
-           f"{s['rounds']} round(s), batch {s['batch']}, float32, backends interleaved within each round; "
-           f"{len(records)} processes, {len(busy)} of them started with the CPUs more than "
-           f"{BUSY:.0%} busy (1-min load average at start: {m['loadavg_at_start'][0] if m['loadavg_at_start'] else '?':.2f}).",
-           ""]
+    out = [
+        f"### {report['date']} — `{report['command']}`",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+        + ".",
+        f"Threads: {s['threads']} for every pool. BLAS: {blas_line(records)}. "
+        + ", ".join(f"{k}={v or '(unset)'}" for k, v in m["env"].items())
+        + ".",
+        f"{s['rounds']} round(s), batch {s['batch']}, float32, backends interleaved within each round; "
+        f"{len(records)} processes, {len(busy)} of them started with the CPUs more than "
+        f"{BUSY:.0%} busy (1-min load average at start: {m['loadavg_at_start'][0] if m['loadavg_at_start'] else '?':.2f}).",
+        "",
+    ]
     gemm = summary["gemm"]
     if gemm:
-        out += ["float32 GEMM " f"{s['gemm_n']}³, best of {s['gemm_reps']} per process, GFLOP/s: "
-                + "; ".join(f"{t.split('/')[1]} {_range(g)}" for t, g in gemm.items())
-                + f" → peak {fmt(summary['gemm_peak_gflops'])} GFLOP/s.", ""]
-    out += ["| workload | backend | metric | median (min–max) | speed vs torch eager | % GEMM peak | peak RSS MiB | notes |",
-            "|---|---|---|---|---|---|---|---|"]
+        out += [
+            "float32 GEMM "
+            f"{s['gemm_n']}³, best of {s['gemm_reps']} per process, GFLOP/s: "
+            + "; ".join(f"{t.split('/')[1]} {_range(g)}" for t, g in gemm.items())
+            + f" → peak {fmt(summary['gemm_peak_gflops'])} GFLOP/s.",
+            "",
+        ]
+    out += [
+        "| workload | backend | metric | median (min–max) | speed vs torch eager | % GEMM peak | peak RSS MiB | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in summary["rows"]:
         ratio = row.get("speed_vs_torch_eager")
         ratio = "1 (reference)" if row["target"] == REFERENCE.label else (_range(ratio, fmt_ratio) if ratio else "–")
@@ -393,32 +467,47 @@ def markdown(report):
             notes.append(f"{row['cut_short']} cut at {s['max_seconds']:.0f} s")
         if "parts" in row:
             p = row["parts"]
-            notes.append(f"import {fmt(p['import_s'])} s, step 1 {fmt(p['first_step_s'])} s, step 2 {fmt(p['second_step_s'])} s")
-        out.append(f"| {row['workload']} | {row['target']} | {row['unit']} | {_range(row)} | {ratio} | {peak} "
-                   f"| {row['maxrss_mib']:.0f} | {', '.join(notes)} |")
-    problems = {}        # reason -> pairs, so a missing backend is one line, not one per workload
+            notes.append(
+                f"import {fmt(p['import_s'])} s, step 1 {fmt(p['first_step_s'])} s, step 2 {fmt(p['second_step_s'])} s"
+            )
+        out.append(
+            f"| {row['workload']} | {row['target']} | {row['unit']} | {_range(row)} | {ratio} | {peak} "
+            f"| {row['maxrss_mib']:.0f} | {', '.join(notes)} |"
+        )
+    problems = {}  # reason -> pairs, so a missing backend is one line, not one per workload
     for w, row in report["status"].items():
         for t, status in row.items():
             if status != "ok":
-                short = status.split(" (at ")[0].splitlines()[0][:300]    # ember's "(at file:line)" tail
+                short = status.split(" (at ")[0].splitlines()[0][:300]  # ember's "(at file:line)" tail
                 problems.setdefault((t, short), []).append(w)
     if problems:
         out += ["", "Not measured:"]
         for (t, why), ws in problems.items():
             every = len(ws) == len(report["workloads"]) and "gemm" not in ws
             out.append(f"- {t}, {'every workload' if every else ', '.join(ws)}: {why}")
-    out += ["", "Speed vs torch eager: ratio to PyTorch eager in the same round (>1 is faster), median "
-            "(min–max) over rounds. % GEMM peak: matrix-product FLOPs the workload achieved over the "
-            "best GEMM rate above. Warm-up steps and W5's warm-up process are in the JSON, not in the statistics.", ""]
+    out += [
+        "",
+        "Speed vs torch eager: ratio to PyTorch eager in the same round (>1 is faster), median "
+        "(min–max) over rounds. % GEMM peak: matrix-product FLOPs the workload achieved over the "
+        "best GEMM rate above. Warm-up steps and W5's warm-up process are in the JSON, not in the statistics.",
+        "",
+    ]
     return "\n".join(out)
 
 
 def report(command, workloads, targets, not_run, s: Settings, records):
-    return {"command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "settings": s.__dict__, "machine": machine(s), "workloads": workloads,
-            "targets": [t.label for t in targets], "not_run": not_run, "records": records,
-            "status": status_matrix(records, workloads, targets, not_run),
-            "summary": summarize(records, workloads, targets)}
+    return {
+        "command": command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "settings": s.__dict__,
+        "machine": machine(s),
+        "workloads": workloads,
+        "targets": [t.label for t in targets],
+        "not_run": not_run,
+        "records": records,
+        "status": status_matrix(records, workloads, targets, not_run),
+        "summary": summarize(records, workloads, targets),
+    }
 
 
 DOCS_HEADER = "# Performance\n\n(see benchmarks/; results are appended below, newest last)\n\n## Results\n"

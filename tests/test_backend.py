@@ -70,8 +70,9 @@ def test_backends_satisfy_the_protocol_under_mypy(tmp_path, monkeypatch):
     # mypy reads sources, not setuptools' editable finder: lay the packages out as installed.
     src = tmp_path / "src"
     shutil.copytree(ROOT / "core" / "ember", src / "ember", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "backends", src / "ember" / "backends", ignore=shutil.ignore_patterns("__pycache__"),
-                    dirs_exist_ok=True)
+    shutil.copytree(
+        ROOT / "backends", src / "ember" / "backends", ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True
+    )
     shutil.copytree(
         ROOT / "plugins" / "template" / "ember_template",
         src / "ember_template",

@@ -1,5 +1,6 @@
 """bfloat16 as a storage dtype: rounding equal to torch's, values that move keep bfloat16,
 arithmetic computes in float32 (eager, under ember.jit, on numba), gradients of bf16 weights."""
+
 import numpy as np
 import pytest
 from references import known
@@ -9,8 +10,27 @@ import ember.nn.functional as F
 from ember import nn
 
 # round-to-nearest-even ties, the largest finite values, subnormals, inf, nan, signed zero
-TRICKY = np.array([1.0, 1.00390625, 1.01171875, 1.0078125, -3.0078125, 3.3895314e38, 3.4e38, 1e-40, -1e-45,
-                   np.inf, -np.inf, np.nan, -0.0, 0.1, 65504.0, 1e-3], np.float32)
+TRICKY = np.array(
+    [
+        1.0,
+        1.00390625,
+        1.01171875,
+        1.0078125,
+        -3.0078125,
+        3.3895314e38,
+        3.4e38,
+        1e-40,
+        -1e-45,
+        np.inf,
+        -np.inf,
+        np.nan,
+        -0.0,
+        0.1,
+        65504.0,
+        1e-3,
+    ],
+    np.float32,
+)
 
 
 def bits(t):
@@ -31,16 +51,26 @@ def test_rounding_equals_torch(torch):
 
 def test_storage_ops_keep_bfloat16_and_arithmetic_is_float32(torch):
     x = ember.tensor(np.arange(12, dtype=np.float32).reshape(3, 4) / 7).to(ember.bfloat16)
-    for y in (x.T, x.reshape(4, 3), x[1:, ::2], ember.cat([x, x]), x.flip(0), x.unsqueeze(0).expand(2, 3, 4),
-              F.pad(x, (1, 1)), x.take(ember.tensor([2, 0]), 0), ember.where(x.float() > 0.5, x, x)):
+    for y in (
+        x.T,
+        x.reshape(4, 3),
+        x[1:, ::2],
+        ember.cat([x, x]),
+        x.flip(0),
+        x.unsqueeze(0).expand(2, 3, 4),
+        F.pad(x, (1, 1)),
+        x.take(ember.tensor([2, 0]), 0),
+        ember.where(x.float() > 0.5, x, x),
+    ):
         assert y.dtype is ember.bfloat16
     for y in (x + x, x * 2, x.exp(), x.sum(), x @ x.T, -x, x > 0.5):
         assert y.dtype in (ember.float32, ember.bool_)
     xt = torch.tensor(np.arange(12, dtype=np.float32).reshape(3, 4) / 7).to(torch.bfloat16)
     # torch rounds its bf16 results to bf16; ember keeps the float32 result of the bf16 inputs
     np.testing.assert_allclose((x @ x.T).numpy(), known(lambda: (xt.float() @ xt.float().T).numpy()), rtol=1e-6)
-    np.testing.assert_allclose((x @ x.T).to(ember.bfloat16).float().numpy(), known(lambda: (xt @ xt.T).float().numpy()),
-                               rtol=1e-2)
+    np.testing.assert_allclose(
+        (x @ x.T).to(ember.bfloat16).float().numpy(), known(lambda: (xt @ xt.T).float().numpy()), rtol=1e-2
+    )
     assert ember.zeros(2, dtype="bfloat16").tolist() == [0.0, 0.0]
     assert ember.tensor([1.5, 2.0], dtype=ember.bfloat16).tolist() == [1.5, 2.0]
     assert ember.promote_types(ember.float16, ember.bfloat16) is ember.float32
@@ -122,6 +152,7 @@ def test_the_python_backend_refuses_to_store_bfloat16():
 
 def test_numpy_exchange_without_ml_dtypes_names_the_fix(monkeypatch):
     import sys
+
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)
     with pytest.raises(ember.DTypeError, match=r"pip install ml_dtypes.*test_bfloat16.py"):
         ember.ones(2).to(ember.bfloat16).numpy()

@@ -1,4 +1,5 @@
 """`ember --version`, and every flag of every subcommand has help that names its default."""
+
 import argparse
 import subprocess
 import sys
@@ -16,7 +17,7 @@ def _parsers():
     for action in root._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                if name != "certify":          # parsed by its own parser, below
+                if name != "certify":  # parsed by its own parser, below
                     yield f"ember {name}", sub
     yield "ember certify", certify_parser()
 
@@ -32,13 +33,13 @@ def test_every_flag_has_help_with_its_default(prog, parser):
 
 
 def test_version_prints_and_exits_zero():
-    run = subprocess.run([sys.executable, "-m", "ember.cli", "--version"], capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run([sys.executable, "-m", "ember.cli", "--version"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stdout.strip() == f"ember {ember.__version__}"
 
 
 def test_recipe_defaults_are_the_recipes():
     from ember.train import recipes
+
     for model in recipes.RECIPES:
         epochs = recipes.recipe("text" if model in recipes.TEXT_MODELS else "mnist", model)["epochs"]
         assert f"{model} {epochs}" in recipes.default_help("epochs")

@@ -1,4 +1,5 @@
 """ember.device, Tensor.device, x.to(device) and ember.cuda, as a torch user types them."""
+
 import pytest
 from references import known
 
@@ -13,7 +14,8 @@ def test_device_object_reads_like_torch(torch):
 
     def fields(dev):
         return dev.type, dev.index, str(dev), repr(dev)
-    for spec in (("cuda:1",), ("cuda", 1), ("cpu",), ("cuda",)):         # torch.device's answers, stored
+
+    for spec in (("cuda:1",), ("cuda", 1), ("cpu",), ("cuda",)):  # torch.device's answers, stored
         want = known(lambda: fields(torch.device(*spec)))
         assert fields(ember.device(*spec)) == want, f"device{spec}: ember {fields(ember.device(*spec))}, torch {want}"
     assert ember.device("cuda", 1) == d and ember.device(d) == d
@@ -23,8 +25,15 @@ def test_device_object_reads_like_torch(torch):
         d.type = "cpu"
 
 
-@pytest.mark.parametrize("bad, cause", [("gpu", "unknown device type 'gpu'"), ("cuda:x", "invalid index"),
-                                        (("cuda:0", 1), "given twice"), (("cuda", -1), "non-negative")])
+@pytest.mark.parametrize(
+    "bad, cause",
+    [
+        ("gpu", "unknown device type 'gpu'"),
+        ("cuda:x", "invalid index"),
+        (("cuda:0", 1), "given twice"),
+        (("cuda", -1), "non-negative"),
+    ],
+)
 def test_bad_devices_name_the_cause_and_the_line(bad, cause):
     args = bad if isinstance(bad, tuple) else (bad,)
     with pytest.raises(ValueError, match=cause) as info:
@@ -40,10 +49,10 @@ def test_tensor_device_is_a_device_that_to_accepts():
 
 def test_cpu_keeps_a_cpu_backend_and_means_the_default_elsewhere():
     x = ember.ones(2, backend="python")
-    assert x.to("cpu") is x                         # python runs on the CPU: nothing moves
-    assert x.to("numpy").backend.name == "numpy"    # a backend name still moves
+    assert x.to("cpu") is x  # python runs on the CPU: nothing moves
+    assert x.to("numpy").backend.name == "numpy"  # a backend name still moves
     with ember.backend("python"):
-        assert ember.devices.backend_for("cpu").name == "python"   # the current CPU backend wins
+        assert ember.devices.backend_for("cpu").name == "python"  # the current CPU backend wins
 
 
 def test_module_to_device():
@@ -60,13 +69,17 @@ def test_cuda_without_a_gpu_is_a_clear_error():
 
 
 def test_cuda_is_available_matches_the_backends():
-    usable = [row for row in ember.list_backends() if row.get("status") == "ok"
-              and any(str(d).startswith("cuda") for d in row.get("devices", ()))]
+    usable = [
+        row
+        for row in ember.list_backends()
+        if row.get("status") == "ok" and any(str(d).startswith("cuda") for d in row.get("devices", ()))
+    ]
     assert ember.cuda.is_available() == bool(usable)
 
 
 def test_unknown_backend_hint_is_a_command_that_works_from_the_repository():
     from ember.registry import REGISTRY, install_hint
+
     assert install_hint("numba") == "Install it from ember's repository: `pip install ./plugins/numba`"
     with pytest.raises(BackendError) as info:
         ember.ones(1).to("nosuch")

@@ -4,6 +4,7 @@ Each test runs real threads and makes their work overlap with events: one thread
 in the middle of tracing (or inside no_grad) while the other works, and both results are
 checked against the same work done alone.
 """
+
 import threading
 
 import numpy as np
@@ -47,7 +48,9 @@ def _run(threads):
                 fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 errors.append(exc)
+
         return run
+
     ts = [threading.Thread(target=guard(fn)) for fn in threads]
     for t in ts:
         t.start()
@@ -75,8 +78,9 @@ def test_one_thread_traces_while_another_trains_eagerly():
             assert ember.jit.is_tracing()
             in_trace.set()
             assert trained.wait(30), "the eager thread did not finish"
-            assert ember.jit.is_tracing()           # the other thread did not end our trace
+            assert ember.jit.is_tracing()  # the other thread did not end our trace
             return out
+
         step = ember.jit(f)
         w = ember.tensor(w0, requires_grad=True)
         value = step(x, w)
@@ -134,12 +138,12 @@ def test_a_no_grad_function_called_from_two_threads_restores_each_threads_mode()
         assert wait_for.wait(30)
         return ember.is_grad_enabled()
 
-    def first():                     # grad on around the call
+    def first():  # grad on around the call
         assert work(first_in, second_in) is False
         after["first"] = ember.is_grad_enabled()
         first_out.set()
 
-    def second():                    # grad off around the call: must stay off after it
+    def second():  # grad off around the call: must stay off after it
         assert first_in.wait(30)
         with ember.no_grad():
             work(second_in, first_out)
@@ -166,7 +170,7 @@ def test_wrap_builds_a_tensor_from_a_buffer():
     b = ember.get_backend("numpy")
     t = dispatch.wrap(b.from_list([1.0, 2.0], (2,), ember.float32), b)
     assert t.tolist() == [1.0, 2.0] and not t.requires_grad and t.grad is None
-    assert dispatch._wrap is dispatch.wrap          # the old name, kept for plugins
+    assert dispatch._wrap is dispatch.wrap  # the old name, kept for plugins
 
 
 def test_the_open_interpreter_count_returns_to_zero_after_a_trace_that_fails():
@@ -200,9 +204,9 @@ def test_impls_keyed_by_name_or_record_and_kernels_added_later(keyed_by):
     be = Table()
     x = ember.tensor([1.0, 2.0], backend=be)
     assert (x + x).tolist() == [2.0, 4.0] and x.sum().item() == 3.0
-    later = "exp" if keyed_by == "record" else P.exp       # the other kind of key
+    later = "exp" if keyed_by == "record" else P.exp  # the other kind of key
     del be.impls["exp"]
     with pytest.raises(ember.NotImplementedByBackend):
         x.exp()
     be.impls[later] = lambda a: np.exp(a) + 1
-    assert x.exp().tolist() == pytest.approx([np.e + 1, np.e ** 2 + 1])
+    assert x.exp().tolist() == pytest.approx([np.e + 1, np.e**2 + 1])

@@ -1,4 +1,5 @@
 """DLPack: zero-copy both ways with NumPy (and torch CPU); copies where a backend cannot share."""
+
 import numpy as np
 import pytest
 
@@ -31,7 +32,7 @@ def test_writes_show_through_both_ways_with_numpy():
     assert view.tolist() == [2.0, 4.0, 6.0]
 
 
-@pytest.mark.torch      # exchanges memory with live torch tensors: nothing to store
+@pytest.mark.torch  # exchanges memory with live torch tensors: nothing to store
 def test_with_torch_cpu_both_ways(torch):
     src = torch.arange(4, dtype=torch.float64)
     t = ember.from_dlpack(src)

@@ -12,6 +12,7 @@ The convention (also in docs/from-pytorch.md, "Docs examples"):
   directory instead of running it, for a page that tells the reader to save a module and import it.
 - Each page runs in a fresh temporary working directory, so files it writes go away.
 """
+
 import doctest
 import importlib.util
 import pathlib
@@ -24,15 +25,20 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 # A fence may be indented (a block inside a list item); its marker sits on the line above it.
-_BLOCK = re.compile(r"(?:^[ \t]*<!-- docs-test: (?P<mark>[^>]*?) -->\n)?^(?P<indent>[ \t]*)```python\n"
-                    r"(?P<code>.*?)^(?P=indent)```", re.DOTALL | re.MULTILINE)
+_BLOCK = re.compile(
+    r"(?:^[ \t]*<!-- docs-test: (?P<mark>[^>]*?) -->\n)?^(?P<indent>[ \t]*)```python\n"
+    r"(?P<code>.*?)^(?P=indent)```",
+    re.DOTALL | re.MULTILINE,
+)
 
 
 def blocks(page):
     """``[(line number, marker or None, code)]`` of a page's python blocks."""
     text = page.read_text()
-    return [(text.count("\n", 0, m.start("code")) + 1, m.group("mark"), textwrap.dedent(m.group("code")))
-            for m in _BLOCK.finditer(text)]
+    return [
+        (text.count("\n", 0, m.start("code")) + 1, m.group("mark"), textwrap.dedent(m.group("code")))
+        for m in _BLOCK.finditer(text)
+    ]
 
 
 def _missing(mark):
@@ -45,10 +51,11 @@ def _missing(mark):
         for name in (n.strip() for n in rest.split(",")):
             if name == "gpu":
                 import ember
+
                 if not ember.cuda.is_available():
                     return "needs a usable CUDA backend"
             elif getattr(importlib.util.find_spec(name), "origin", None) is None:
-                return f"needs {name}"      # (a folder of that name on sys.path, as tests/onnx, is not it)
+                return f"needs {name}"  # (a folder of that name on sys.path, as tests/onnx, is not it)
     elif mark:
         raise ValueError(f"unknown docs-test marker {mark!r}")
     return None
@@ -64,8 +71,14 @@ def registries():
     import ember.primitives as package
     from ember.backends.numpy import backend
     from ember.primitives import record
-    saved = (dict(record.PRIMITIVES), {g: list(ps) for g, ps in record.GROUPS.items()},
-             set(record.NON_DIFFERENTIABLE), dict(backend.IMPLS), set(vars(package)))
+
+    saved = (
+        dict(record.PRIMITIVES),
+        {g: list(ps) for g, ps in record.GROUPS.items()},
+        set(record.NON_DIFFERENTIABLE),
+        dict(backend.IMPLS),
+        set(vars(package)),
+    )
     yield
     primitives, groups, non_diff, impls, names = saved
     for current, before in ((record.PRIMITIVES, primitives), (record.GROUPS, groups), (backend.IMPLS, impls)):
@@ -73,7 +86,7 @@ def registries():
         current.update(before)
     record.NON_DIFFERENTIABLE.intersection_update(non_diff)
     for name in set(vars(package)) - names:
-        if isinstance(getattr(package, name), record.Primitive):     # defprim's ember.primitives.NAME
+        if isinstance(getattr(package, name), record.Primitive):  # defprim's ember.primitives.NAME
             delattr(package, name)
 
 
@@ -92,7 +105,7 @@ def test_page_examples_run(page, tmp_path, monkeypatch, registries):
             name = mark.split(" ", 1)[1].strip()
             (tmp_path / name).write_text(code)
             module = pathlib.Path(name).stem
-            monkeypatch.setitem(sys.modules, module, None)      # gone again after the page: a fresh import
+            monkeypatch.setitem(sys.modules, module, None)  # gone again after the page: a fresh import
             del sys.modules[module]
             continue
         where = f"{page.relative_to(ROOT)}:{line}"

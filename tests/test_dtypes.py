@@ -1,4 +1,5 @@
 """dtypes: the names users write and the promotion rules, against NumPy and PyTorch."""
+
 import copy
 import pickle
 
@@ -9,7 +10,7 @@ from references import known
 import ember
 from ember import dtypes as D
 
-TORCH_NAMES = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]   # torch cannot promote uint32
+TORCH_NAMES = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]  # torch cannot promote uint32
 
 
 @pytest.mark.parametrize("dtype", D.ALL, ids=str)
@@ -26,8 +27,14 @@ def test_every_dtype_matches_numpy(dtype):
 
 def test_python_types_and_torch_aliases():
     assert D.get(bool) is ember.bool and D.get(int) is ember.int64 and D.get(float) is ember.float32
-    for alias, dtype in [("float", ember.float32), ("double", ember.float64), ("half", ember.float16),
-                         ("long", ember.int64), ("int", ember.int64), ("bool_", ember.bool_)]:
+    for alias, dtype in [
+        ("float", ember.float32),
+        ("double", ember.float64),
+        ("half", ember.float16),
+        ("long", ember.int64),
+        ("int", ember.int64),
+        ("bool_", ember.bool_),
+    ]:
         assert D.get(alias) is dtype
     assert ember.bool is ember.bool_
     with pytest.raises(ember.DTypeError, match="complex128"):
@@ -48,13 +55,15 @@ def test_promotion_lattice_properties():
         for b in D.ALL:
             for c in D.ALL:
                 assert D.promote(D.promote(a, b), c) is D.promote(a, D.promote(b, c))
-    assert D.promote(ember.uint32, ember.int32) is ember.int32      # documented: simpler than NumPy
+    assert D.promote(ember.uint32, ember.int32) is ember.int32  # documented: simpler than NumPy
 
 
 @pytest.mark.parametrize("a", TORCH_NAMES)
 @pytest.mark.parametrize("scalar", [False, 7, -2.5])
 def test_tensor_scalar_result_dtype_matches_torch(torch, a, scalar):
-    expected = known(lambda: str(torch.result_type(torch.zeros(1, dtype=getattr(torch, a)), scalar))).replace("torch.", "")
+    expected = known(lambda: str(torch.result_type(torch.zeros(1, dtype=getattr(torch, a)), scalar))).replace(
+        "torch.", ""
+    )
     assert D.result_with_scalar(D.get(a), scalar).name == expected
 
 

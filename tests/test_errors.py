@@ -1,5 +1,6 @@
 """Errors a user can cause: the right ember class, a message naming the shapes or dtypes, and
 the user's own file and line (this file's), not a line inside ember."""
+
 import os
 
 import pytest

@@ -11,6 +11,7 @@ Every import counts, the ones inside functions too: a lazy import still ties the
 together, it only moves the moment. An edge goes to the module named (``from .x import y``
 -> ``x``; ``from . import y`` -> ``y`` when it is a module), not to the packages above it.
 """
+
 import ast
 import pathlib
 
@@ -42,8 +43,9 @@ def imports(module: str, path: pathlib.Path) -> list:
             for _ in range(node.level - 1):
                 base = base.rpartition(".")[0]
             target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
-            out += [(node.lineno, f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target)
-                    for a in node.names]
+            out += [
+                (node.lineno, f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target) for a in node.names
+            ]
     return out
 
 
@@ -59,9 +61,15 @@ def _module_strings(path: pathlib.Path) -> list:
     in a table handed to ``import_module``, a ``sys.modules`` lookup): imports by name."""
     tree = ast.parse(path.read_text(), str(path))
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
-            and n.value.replace(".", "").replace("_", "").isalnum() and n.value.startswith(("ember.", *PLUGINS))]
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and id(n) not in docstrings
+        and n.value.replace(".", "").replace("_", "").isalnum()
+        and n.value.startswith(("ember.", *PLUGINS))
+    ]
 
 
 def test_the_walk_sees_what_it_should(tmp_path):
@@ -81,8 +89,11 @@ def test_the_walk_sees_what_it_should(tmp_path):
 def test_core_never_imports_a_backend_or_a_plugin(module):
     path = MODULES[module]
     found = imports(module, path) + _module_strings(path)
-    bad = [(line, name) for line, name in found
-           if name == "ember.backends" or name.startswith("ember.backends.") or name.split(".")[0] in PLUGINS]
+    bad = [
+        (line, name)
+        for line, name in found
+        if name == "ember.backends" or name.startswith("ember.backends.") or name.split(".")[0] in PLUGINS
+    ]
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}: find backends through entry points (ember.registry)"
 
 
@@ -151,6 +162,9 @@ def test_plugins_import_only_the_installed_ember(plugin):
         if ".egg-info" in str(path):
             continue
         module = _name(path, root)
-        bad = [(line, name) for line, name in imports(module, path)
-               if name.split(".")[0] in ("tests", "benchmarks", "core", "backends")]
+        bad = [
+            (line, name)
+            for line, name in imports(module, path)
+            if name.split(".")[0] in ("tests", "benchmarks", "core", "backends")
+        ]
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}: a plugin is installed without the repository"

@@ -1,4 +1,5 @@
 """``x[key]`` and ``x[key] = v`` against NumPy's indexing, and gradients through indexing."""
+
 import numpy as np
 import pytest
 
@@ -7,19 +8,53 @@ import ember
 
 def same(e, ref):
     ref = np.asarray(ref)
-    assert isinstance(e, ember.Tensor) and e.shape == ref.shape and str(e.dtype) == str(ref.dtype), \
-        (e.shape, e.dtype, ref.shape, ref.dtype)
+    assert isinstance(e, ember.Tensor) and e.shape == ref.shape and str(e.dtype) == str(ref.dtype), (
+        e.shape,
+        e.dtype,
+        ref.shape,
+        ref.dtype,
+    )
     np.testing.assert_array_equal(e.numpy(), ref)
 
 
 KEYS = [
-    1, -1, slice(1, None), slice(None, None, -1), slice(None, None, -2), slice(-1, 0, -1), (slice(None), slice(3, 0, -2)),
-    (Ellipsis, 1), (None, slice(None), None), (1, Ellipsis, None), (Ellipsis,), (slice(None), None, 2), (0, 1, 2),
-    (-1, slice(None, None, 2), None, -2), [0, 2], [-1, 0, -1], [[0, 1], [1, 0]],
-    ([0, 1], [1, 2]), (slice(None), [0, 2], [1, 0]), ([0, 1], slice(None), [1, 0]), ([[0], [2]], slice(1, 3), [1, 4]),
-    (0, slice(None), [1, 2]), (slice(None), 1, [0, 3]), (Ellipsis, [2, 0]), (None, [1, 2], None), ([2, 0], Ellipsis, 0),
-    ([1], [[0, 3], [1, 2]], [4]), (slice(None), [[0, 1, 2]], slice(None, None, -1)), ([], slice(None)),
-    True, False, (0, False), (0, True), (Ellipsis, True), (1, Ellipsis, False, 2), (True, [0, 1]), (None, False, 0),
+    1,
+    -1,
+    slice(1, None),
+    slice(None, None, -1),
+    slice(None, None, -2),
+    slice(-1, 0, -1),
+    (slice(None), slice(3, 0, -2)),
+    (Ellipsis, 1),
+    (None, slice(None), None),
+    (1, Ellipsis, None),
+    (Ellipsis,),
+    (slice(None), None, 2),
+    (0, 1, 2),
+    (-1, slice(None, None, 2), None, -2),
+    [0, 2],
+    [-1, 0, -1],
+    [[0, 1], [1, 0]],
+    ([0, 1], [1, 2]),
+    (slice(None), [0, 2], [1, 0]),
+    ([0, 1], slice(None), [1, 0]),
+    ([[0], [2]], slice(1, 3), [1, 4]),
+    (0, slice(None), [1, 2]),
+    (slice(None), 1, [0, 3]),
+    (Ellipsis, [2, 0]),
+    (None, [1, 2], None),
+    ([2, 0], Ellipsis, 0),
+    ([1], [[0, 3], [1, 2]], [4]),
+    (slice(None), [[0, 1, 2]], slice(None, None, -1)),
+    ([], slice(None)),
+    True,
+    False,
+    (0, False),
+    (0, True),
+    (Ellipsis, True),
+    (1, Ellipsis, False, 2),
+    (True, [0, 1]),
+    (None, False, 0),
 ]
 
 
@@ -28,32 +63,48 @@ def test_getitem_matches_numpy(key):
     a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
     same(ember.tensor(a)[key], a[key])
     # the same key with index tensors instead of lists
-    tkey = tuple(ember.tensor(k, dtype=ember.int64) if isinstance(k, list) else k
-                 for k in (key if isinstance(key, tuple) else (key,)))
+    tkey = tuple(
+        ember.tensor(k, dtype=ember.int64) if isinstance(k, list) else k
+        for k in (key if isinstance(key, tuple) else (key,))
+    )
     same(ember.tensor(a)[tkey], a[key])
 
 
-@pytest.mark.parametrize("key", [k for k in KEYS if isinstance(k, bool) or
-                                 (isinstance(k, tuple) and any(isinstance(v, bool) for v in k))], ids=repr)
+@pytest.mark.parametrize(
+    "key",
+    [k for k in KEYS if isinstance(k, bool) or (isinstance(k, tuple) and any(isinstance(v, bool) for v in k))],
+    ids=repr,
+)
 def test_zero_dim_bool_tensor_indices_match_numpy(key):
     a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
     ekey = tuple(ember.tensor(v) if isinstance(v, bool) else v for v in (key if isinstance(key, tuple) else (key,)))
     same(ember.tensor(a)[ekey], a[key])
 
 
-@pytest.mark.parametrize("mask_of,key_of", [
-    (lambda a: a % 3 == 0, lambda m: m), (lambda a: a[:, :, 0] > 20, lambda m: m), (lambda a: a[:, 0, 0] > 100, lambda m: m),
-    (lambda a: a[0] % 2 == 1, lambda m: (slice(1, None), m)), (lambda a: a[0] % 2 == 1, lambda m: (Ellipsis, m)),
-    (lambda a: a[:, 0, 0] >= 0, lambda m: (m, slice(1, 3))), (lambda a: a[0, :, 0] > 3, lambda m: (None, 1, m, [0, 2, 4])),
-    (lambda a: a[0, 0] > 2, lambda m: (Ellipsis, m)), (lambda a: a[0, :, 0] > 7, lambda m: ([2, 0], m)),
-])
+@pytest.mark.parametrize(
+    "mask_of,key_of",
+    [
+        (lambda a: a % 3 == 0, lambda m: m),
+        (lambda a: a[:, :, 0] > 20, lambda m: m),
+        (lambda a: a[:, 0, 0] > 100, lambda m: m),
+        (lambda a: a[0] % 2 == 1, lambda m: (slice(1, None), m)),
+        (lambda a: a[0] % 2 == 1, lambda m: (Ellipsis, m)),
+        (lambda a: a[:, 0, 0] >= 0, lambda m: (m, slice(1, 3))),
+        (lambda a: a[0, :, 0] > 3, lambda m: (None, 1, m, [0, 2, 4])),
+        (lambda a: a[0, 0] > 2, lambda m: (Ellipsis, m)),
+        (lambda a: a[0, :, 0] > 7, lambda m: ([2, 0], m)),
+    ],
+)
 def test_boolean_mask_matches_numpy(mask_of, key_of):
     a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
     m = mask_of(a)
     key = key_of(m)
     x = ember.tensor(a)
-    ekey = tuple(ember.tensor(k) if isinstance(k, np.ndarray) else k for k in key) if isinstance(key, tuple) \
+    ekey = (
+        tuple(ember.tensor(k) if isinstance(k, np.ndarray) else k for k in key)
+        if isinstance(key, tuple)
         else ember.tensor(key)
+    )
     same(x[ekey], a[key])
     same(x[key], a[key])
 
@@ -74,10 +125,17 @@ def test_index_out_of_range_is_an_index_error():
         x[0, 0, 0]
 
 
-@pytest.mark.parametrize("key,value", [
-    (1, 5.0), ((slice(None), slice(1, 3)), np.full((3, 2), -1.0)), ((Ellipsis, -1), np.array([7.0, 8.0, 9.0])),
-    ([0, 2], 3.0), ((slice(None), [0, 3]), np.arange(6.0).reshape(3, 2)), ((1, slice(None, None, -1)), np.arange(4.0)),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        (1, 5.0),
+        ((slice(None), slice(1, 3)), np.full((3, 2), -1.0)),
+        ((Ellipsis, -1), np.array([7.0, 8.0, 9.0])),
+        ([0, 2], 3.0),
+        ((slice(None), [0, 3]), np.arange(6.0).reshape(3, 2)),
+        ((1, slice(None, None, -1)), np.arange(4.0)),
+    ],
+)
 def test_setitem_matches_numpy(key, value):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     x = ember.tensor(a)
@@ -101,8 +159,16 @@ def test_setitem_with_mask_and_on_grad_tensor():
 
 
 GRAD_KEYS = [
-    1, slice(None, None, -2), (Ellipsis, slice(1, 4, 2)), (None, 0, slice(None), None), [0, 0, 2], [[1, 1], [2, 0]],
-    ([0, 1, 1], [2, 2, 3]), ([0, 2], slice(None), [4, 4]), (0, slice(None), [1, 1, 2]), (slice(None), [3, 0], slice(None, None, -1)),
+    1,
+    slice(None, None, -2),
+    (Ellipsis, slice(1, 4, 2)),
+    (None, 0, slice(None), None),
+    [0, 0, 2],
+    [[1, 1], [2, 0]],
+    ([0, 1, 1], [2, 2, 3]),
+    ([0, 2], slice(None), [4, 4]),
+    (0, slice(None), [1, 1, 2]),
+    (slice(None), [3, 0], slice(None, None, -1)),
 ]
 
 

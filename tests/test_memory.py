@@ -1,4 +1,5 @@
 """Memory: graphs live exactly as long as the tensors that hold them, so training loops stay flat."""
+
 import gc
 import os
 import tracemalloc
@@ -43,7 +44,7 @@ def test_ten_thousand_training_steps_keep_memory_flat():
     onehot = ember.tensor(np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)])
     params = _mlp_params()
     first = _step(params, x, onehot).item()
-    for _ in range(200):                        # warm-up: caches, free lists, allocator pools
+    for _ in range(200):  # warm-up: caches, free lists, allocator pools
         _step(params, x, onehot)
     gc.collect()
     objects, rss = len(gc.get_objects()), _rss_bytes()
@@ -72,7 +73,7 @@ def test_ten_thousand_training_steps_keep_memory_flat():
 
 
 def test_dropping_the_output_frees_the_graph():
-    gc.disable()             # reference counting alone must do it: the graph has no cycles
+    gc.disable()  # reference counting alone must do it: the graph has no cycles
     try:
         x = ember.randn(4, 3, generator=ember.Generator(1), requires_grad=True)
         hidden = (x * 2).tanh()

@@ -1,4 +1,5 @@
 """The core distribution: what it contains and what it pulls in."""
+
 import pathlib
 import subprocess
 import sys
@@ -52,13 +53,23 @@ def test_fresh_venv_install_pulls_only_numpy_and_pluggy(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)], check=True, timeout=600)
-    listed = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        [str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True
+    ).stdout
     names = {line.split("==")[0].lower() for line in listed.split()} - {"pip", "setuptools", "wheel"}
     assert names == {"ember", "numpy", "pluggy"}, names
-    out = subprocess.run([str(py), "-c", "import sys, ember; x = ember.ones(2) * 3; print(x.tolist(), "
-                          "sorted(m for m in ('numba', 'cupy', 'torch') if m in sys.modules))"],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    out = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import sys, ember; x = ember.ones(2) * 3; print(x.tolist(), "
+            "sorted(m for m in ('numba', 'cupy', 'torch') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert out.stdout.strip() == "[3.0, 3.0] []", out.stderr
     cli = subprocess.run([str(venv / "bin" / "ember"), "backends"], capture_output=True, text=True, timeout=120)
     assert "numpy" in cli.stdout and cli.returncode == 0, cli.stderr
@@ -70,9 +81,10 @@ def test_certify_names_its_own_extra(monkeypatch):
     import argparse
 
     from ember.conformance import certify
+
     extra = pyproject()["project"]["optional-dependencies"]["certify"]
     assert sorted(d.split(">")[0] for d in extra) == ["hypothesis", "pytest"]
-    monkeypatch.setitem(sys.modules, "hypothesis", None)        # makes `import hypothesis` fail
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # makes `import hypothesis` fail
     msg = certify._check_setup(argparse.Namespace(backend_module=[]))
     assert msg == "the conformance suite needs hypothesis: pip install 'ember[certify]'"
 
@@ -85,8 +97,12 @@ def test_onnx_is_an_optional_extra_with_pinned_versions():
 
 def test_every_distribution_ships_py_typed():
     # PEP 561: type checkers read a package's annotations only when py.typed is installed with it
-    for project, package in [(".", "ember"), ("plugins/numba", "ember_numba"), ("plugins/cupy", "ember_cupy"),
-                             ("plugins/template", "ember_template")]:
+    for project, package in [
+        (".", "ember"),
+        ("plugins/numba", "ember_numba"),
+        ("plugins/cupy", "ember_cupy"),
+        ("plugins/template", "ember_template"),
+    ]:
         config = tomllib.loads((ROOT / project / "pyproject.toml").read_text())
         assert "py.typed" in config["tool"]["setuptools"]["package-data"][package], project
         folder = "core/ember" if package == "ember" else f"{project}/{package}"

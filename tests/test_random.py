@@ -1,5 +1,6 @@
 """Random numbers: the Philox stream bit for bit, the distributions' statistics, and the
 generator state (seed + offset) that makes streams reproducible and resumable."""
+
 import math
 
 import numpy as np
@@ -25,8 +26,11 @@ def philox_reference(counter, key):
 KAT = [
     ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
     ((MASK,) * 4, (MASK, MASK), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -40,8 +44,10 @@ def test_stream_starts_with_the_known_answer_for_seed_zero():
     assert ember.Generator(0).bits((4,)).tolist() == list(KAT[0][2])
 
 
-@pytest.mark.parametrize("seed,offset,n", [(0, 0, 8), (0x0123456789ABCDEF, 5, 11), (2 ** 64 - 1, 3, 6),
-                                           (7, 4 * 2 ** 33 + 2, 9), (12345, 4 * (2 ** 32 - 1) + 1, 8)])
+@pytest.mark.parametrize(
+    "seed,offset,n",
+    [(0, 0, 8), (0x0123456789ABCDEF, 5, 11), (2**64 - 1, 3, 6), (7, 4 * 2**33 + 2, 9), (12345, 4 * (2**32 - 1) + 1, 8)],
+)
 def test_bits_follow_the_documented_counter_layout(seed, offset, n):
     """Element i is word (offset+i) % 4 of block (offset+i) // 4, whose counter is
     (block low word, block high word, 0, 0), under key (seed low word, seed high word)."""
@@ -114,13 +120,13 @@ def test_rand_is_uniform_on_the_unit_interval(dtype):
     assert abs(u.std() - math.sqrt(1 / 12)) < 5e-3
     counts = np.histogram(u, bins=10, range=(0, 1))[0]
     chi2 = ((counts - N / 10) ** 2 / (N / 10)).sum()
-    assert chi2 < 30, chi2           # 9 degrees of freedom: P(chi2 > 30) ~ 4e-4
+    assert chi2 < 30, chi2  # 9 degrees of freedom: P(chi2 > 30) ~ 4e-4
 
 
 def test_float64_rand_uses_more_than_24_bits():
     u = ember.rand(1000, dtype=ember.float64, generator=ember.Generator(2)).numpy()
-    assert np.any(u * 2 ** 24 != np.floor(u * 2 ** 24))
-    assert np.all(u * 2 ** 53 == np.floor(u * 2 ** 53))
+    assert np.any(u * 2**24 != np.floor(u * 2**24))
+    assert np.all(u * 2**53 == np.floor(u * 2**53))
 
 
 @pytest.mark.parametrize("dtype", [ember.float32, ember.float64])
@@ -130,14 +136,14 @@ def test_randn_is_standard_normal(dtype):
     assert abs(z.mean()) < 0.015 and abs(z.std() - 1) < 0.015
     assert abs(np.mean(np.abs(z) < 1) - 0.6827) < 0.006
     assert abs(np.mean(z > 2) - 0.02275) < 0.003
-    assert abs(np.mean(z ** 4) - 3) < 0.1          # kurtosis of a normal
+    assert abs(np.mean(z**4) - 3) < 0.1  # kurtosis of a normal
 
 
 def test_randint_and_randperm():
     r = ember.randint(-2, 5, size=(N,), generator=ember.Generator(4)).numpy()
     assert r.dtype == np.int64 and r.min() == -2 and r.max() == 4
     counts = np.bincount(r + 2)
-    assert ((counts - N / 7) ** 2 / (N / 7)).sum() < 25      # 6 degrees of freedom
+    assert ((counts - N / 7) ** 2 / (N / 7)).sum() < 25  # 6 degrees of freedom
     assert ember.randint(10, size=(3, 2), generator=ember.Generator(0)).shape == (3, 2)
     p = ember.randperm(50, generator=ember.Generator(6))
     assert sorted(p.tolist()) == list(range(50)) and p.tolist() != list(range(50))

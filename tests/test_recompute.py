@@ -1,4 +1,5 @@
 """ember.checkpoint: the same gradients as without it, and the memory it saves."""
+
 import gc
 import tracemalloc
 
@@ -16,8 +17,12 @@ def _grads(model):
 
 def _deep_mlp():
     ember.manual_seed(0)
-    return nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Dropout(0.2), nn.Linear(256, 256),
-                                         nn.GELU()) for _ in range(8)])
+    return nn.Sequential(
+        *[
+            nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Dropout(0.2), nn.Linear(256, 256), nn.GELU())
+            for _ in range(8)
+        ]
+    )
 
 
 def _loss(model, x, ckpt):
@@ -28,7 +33,7 @@ def _loss(model, x, ckpt):
 
 def _step(model, x, ckpt):
     model.zero_grad()
-    ember.manual_seed(7)                   # dropout draws the same masks in both runs
+    ember.manual_seed(7)  # dropout draws the same masks in both runs
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -64,6 +69,7 @@ def test_works_with_functional_grad_and_second_order():
 
     def f(x):
         return (x @ w).tanh()
+
     x = ember.tensor([[1.0, 2.0]], requires_grad=True)
     g_plain = ember.autograd.grad(f(x).sum(), [x, w], create_graph=True)
     g_ckpt = ember.autograd.grad(ember.checkpoint(f, x).sum(), [x, w], create_graph=True)

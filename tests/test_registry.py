@@ -4,6 +4,7 @@ Each test writes a tiny distribution (a module + a ``.dist-info`` with ``entry_p
 into a temp directory, puts it on ``sys.path`` of a fresh Python process, and checks what
 ember's registry makes of it. A fresh process per case, because discovery runs once.
 """
+
 import json
 import os
 import subprocess
@@ -47,8 +48,9 @@ def run(root, code, **env):
     full_env = {**os.environ, "PYTHONPATH": str(root), **env}
     full_env.pop("EMBER_BACKEND", None)
     full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=60
+    )
 
 
 LIST = """
@@ -85,7 +87,7 @@ def test_broken_plugin_is_reported_and_skipped(tmp_path):
     out = run(tmp_path, LIST)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["default"] == "numpy"                 # numpy stays usable
+    assert report["default"] == "numpy"  # numpy stays usable
     assert any("badplug" in w and "libfoo" in w for w in report["warnings"])
     row = next(r for r in report["rows"] if r["name"] == "badplug")
     assert row["status"].startswith("disabled") and "ImportError" in row["status"]
@@ -107,9 +109,16 @@ def test_api_major_mismatch_disables_the_backend(tmp_path):
 
 
 def test_import_ember_is_light():
-    out = subprocess.run([sys.executable, "-c", "import sys, ember; print(sorted(m for m in "
-                          "('numpy', 'numba', 'cupy', 'torch') if m in sys.modules))"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, ember; print(sorted(m for m in ('numpy', 'numba', 'cupy', 'torch') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 

@@ -4,6 +4,7 @@ Every check compares shape, dtype and values with a reference library's answer f
 call; nothing here hard-codes an expected result that the reference could compute. PyTorch's
 answers are stored in tests/references (see there); with torch installed they are recomputed.
 """
+
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ def same(e, ref, rtol=1e-6, atol=1e-7):
     """Assert an ember tensor equals a reference (NumPy array or torch tensor) in shape, dtype
     and values; floats to rtol/atol, everything else exactly."""
     assert isinstance(e, ember.Tensor), type(e)
-    ref_np = np.asarray(known(ref))     # torch's dtype names are NumPy's
+    ref_np = np.asarray(known(ref))  # torch's dtype names are NumPy's
     assert e.shape == tuple(ref_np.shape), (e.shape, ref_np.shape)
     assert str(e.dtype) == str(ref_np.dtype), (e.dtype, ref_np.dtype)
     got = e.numpy()
@@ -37,10 +38,23 @@ def pair(torch, data, dtype=None):
 
 
 # ============================================================================== creation
-@pytest.mark.parametrize("data", [
-    [1, 2, 3], [[1.0, 2.0], [3.0, 4.0]], [True, False], [1, 2.5], [True, 2], [[]], [],
-    3, 2.5, True, [[[1], [2]], [[3], [4]]], (1, (2.0,))[:1],
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [1, 2, 3],
+        [[1.0, 2.0], [3.0, 4.0]],
+        [True, False],
+        [1, 2.5],
+        [True, 2],
+        [[]],
+        [],
+        3,
+        2.5,
+        True,
+        [[[1], [2]], [[3], [4]]],
+        (1, (2.0,))[:1],
+    ],
+)
 def test_tensor_from_python_matches_torch(torch, data):
     same(ember.tensor(data), torch.tensor(data))
 
@@ -74,15 +88,25 @@ def test_ragged_list_is_a_shape_error():
         ember.tensor([[1, 2], [3]])
 
 
-@pytest.mark.parametrize("fn,args,kwargs", [
-    ("zeros", (2, 3), {}), ("zeros", ((2, 3),), {}), ("ones", (4,), {}), ("ones", (2, 2), {"dtype": "int32"}),
-    ("full", ((2, 2), 7), {}), ("full", ((3,), 7.5), {}), ("full", ((2,), True), {}),
-    ("zeros", (0, 3), {}), ("ones", ((),), {}),
-])
+@pytest.mark.parametrize(
+    "fn,args,kwargs",
+    [
+        ("zeros", (2, 3), {}),
+        ("zeros", ((2, 3),), {}),
+        ("ones", (4,), {}),
+        ("ones", (2, 2), {"dtype": "int32"}),
+        ("full", ((2, 2), 7), {}),
+        ("full", ((3,), 7.5), {}),
+        ("full", ((2,), True), {}),
+        ("zeros", (0, 3), {}),
+        ("ones", ((),), {}),
+    ],
+)
 def test_constant_creation_matches_torch(torch, fn, args, kwargs):
     tkw = {k: getattr(torch, v) for k, v in kwargs.items()}
-    same(getattr(ember, fn)(*args, **{k: getattr(ember, v) for k, v in kwargs.items()}),
-         getattr(torch, fn)(*args, **tkw))
+    same(
+        getattr(ember, fn)(*args, **{k: getattr(ember, v) for k, v in kwargs.items()}), getattr(torch, fn)(*args, **tkw)
+    )
 
 
 @pytest.mark.parametrize("args", [(5,), (1, 7, 2), (5, 0, -1), (0, 1, 0.25), (-1.5, 2.0, 0.5), (3, 3), (0.0, 1.0)])
@@ -101,8 +125,12 @@ def test_eye_matches_torch(torch, args):
 
 
 def test_random_creation_is_seeded():
-    for fn, args, kwargs in [(ember.rand, (2, 3), {}), (ember.randn, (4,), {}),
-                             (ember.randint, (0, 10), {"size": (5,)}), (ember.rand, (3,), {"dtype": ember.float64})]:
+    for fn, args, kwargs in [
+        (ember.rand, (2, 3), {}),
+        (ember.randn, (4,), {}),
+        (ember.randint, (0, 10), {"size": (5,)}),
+        (ember.rand, (3,), {"dtype": ember.float64}),
+    ]:
         ember.manual_seed(123)
         a = fn(*args, **kwargs)
         ember.manual_seed(123)
@@ -129,7 +157,7 @@ def test_binary_promotion_matches_torch(torch, a, b):
     tx, ty = torch.ones(2, dtype=getattr(torch, a)), torch.ones(2, dtype=getattr(torch, b))
     same(x * y, tx * ty)
     same(x == y, tx == ty)
-    if "bool" not in (a, b):               # torch refuses to subtract bools
+    if "bool" not in (a, b):  # torch refuses to subtract bools
         same(x - y, tx - ty)
     same(x / y, tx / ty)
 
@@ -149,10 +177,18 @@ def test_scalar_promotion_matches_torch(torch, a, scalar):
 
 # ============================================================================== arithmetic
 SHAPE_PAIRS = [((3,), (2, 3)), ((2, 1, 4), (3, 1)), ((), (2, 2)), ((1,), (5,)), ((0, 3), (1, 3)), ((4, 1), (1, 5))]
-OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-       "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
-       "maximum": lambda a, b: a.maximum(b), "minimum": lambda a, b: a.minimum(b),
-       "lt": lambda a, b: a < b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b}
+OPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**b,
+    "maximum": lambda a, b: a.maximum(b),
+    "minimum": lambda a, b: a.minimum(b),
+    "lt": lambda a, b: a < b,
+    "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b,
+}
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -165,30 +201,62 @@ def test_broadcasting_binary_ops_match_torch(torch, rng, op, shapes):
     same(f(ember.tensor(b_np), ember.tensor(a_np)), f(torch.tensor(b_np), torch.tensor(a_np)), rtol=1e-6)
 
 
-@pytest.mark.parametrize("expr", [
-    lambda x: 2 - x, lambda x: 2 / x, lambda x: 2 ** x, lambda x: 3 * x, lambda x: 1 + x, lambda x: x ** 2,
-    lambda x: x ** 0.5, lambda x: x ** -1, lambda x: -x, lambda x: abs(x - 1.5), lambda x: x // 0.7,
-    lambda x: x % 0.7, lambda x: (-x) // 0.7, lambda x: (-x) % 0.7, lambda x: x < 1.5, lambda x: x.maximum(x * 0 + 1),
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        lambda x: 2 - x,
+        lambda x: 2 / x,
+        lambda x: 2**x,
+        lambda x: 3 * x,
+        lambda x: 1 + x,
+        lambda x: x**2,
+        lambda x: x**0.5,
+        lambda x: x**-1,
+        lambda x: -x,
+        lambda x: abs(x - 1.5),
+        lambda x: x // 0.7,
+        lambda x: x % 0.7,
+        lambda x: (-x) // 0.7,
+        lambda x: (-x) % 0.7,
+        lambda x: x < 1.5,
+        lambda x: x.maximum(x * 0 + 1),
+    ],
+)
 def test_scalar_and_reversed_ops_match_torch(torch, rng, expr):
     a = rng.uniform(0.5, 3, (2, 3)).astype(np.float32)
     same(expr(ember.tensor(a)), expr(torch.tensor(a)), rtol=1e-6)
 
 
 INT_EXPRS = {  # name -> (expression, valid for unsigned types: no negation)
-    "mul_float": (lambda x: x * 0.5, True), "div_int": (lambda x: x / 2, True), "rdiv": (lambda x: 7 / x, True),
-    "floordiv": (lambda x: x // 3, True), "mod": (lambda x: x % 3, True), "neg_floordiv": (lambda x: (-x) // 3, False),
-    "neg_mod": (lambda x: (-x) % 3, False), "add_bool": (lambda x: x + True, True), "square": (lambda x: x ** 2, True),
-    "rpow": (lambda x: 2 ** x, True), "mul_float_tensor": (lambda x: x * x.float(), True),
-    "float_minus_int": (lambda x: x.float() - x, True), "add_double": (lambda x: x + x.double(), True),
-    "neg": (lambda x: -x, False), "floordiv_tensor": (lambda x: (x * 7) // (x + 1), True),
-    "mod_neg_divisor": (lambda x: x % -4, False), "big_floordiv": (lambda x: (x + 2 ** 40) // 3, False),
+    "mul_float": (lambda x: x * 0.5, True),
+    "div_int": (lambda x: x / 2, True),
+    "rdiv": (lambda x: 7 / x, True),
+    "floordiv": (lambda x: x // 3, True),
+    "mod": (lambda x: x % 3, True),
+    "neg_floordiv": (lambda x: (-x) // 3, False),
+    "neg_mod": (lambda x: (-x) % 3, False),
+    "add_bool": (lambda x: x + True, True),
+    "square": (lambda x: x**2, True),
+    "rpow": (lambda x: 2**x, True),
+    "mul_float_tensor": (lambda x: x * x.float(), True),
+    "float_minus_int": (lambda x: x.float() - x, True),
+    "add_double": (lambda x: x + x.double(), True),
+    "neg": (lambda x: -x, False),
+    "floordiv_tensor": (lambda x: (x * 7) // (x + 1), True),
+    "mod_neg_divisor": (lambda x: x % -4, False),
+    "big_floordiv": (lambda x: (x + 2**40) // 3, False),
 }
 
 
-@pytest.mark.parametrize("name,dtype", [(n, d) for n, (_, unsigned_ok) in INT_EXPRS.items()
-                                        for d in ("int64", "int32", "uint8")
-                                        if (unsigned_ok or d != "uint8") and (n != "big_floordiv" or d == "int64")])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [
+        (n, d)
+        for n, (_, unsigned_ok) in INT_EXPRS.items()
+        for d in ("int64", "int32", "uint8")
+        if (unsigned_ok or d != "uint8") and (n != "big_floordiv" or d == "int64")
+    ],
+)
 def test_integer_arithmetic_matches_torch(torch, name, dtype):
     expr, _ = INT_EXPRS[name]
     a = np.array([[1, 2, 3], [4, 5, 7]], dtype=dtype)
@@ -212,7 +280,23 @@ def test_bool_arithmetic_and_logic_match_torch(torch):
 def test_elementwise_functions_match_torch(torch, rng):
     a = rng.uniform(-2, 2, (3, 4)).astype(np.float32)
     x, tx = ember.tensor(a), torch.tensor(a)
-    for name in ["exp", "sin", "cos", "tanh", "abs", "sign", "floor", "ceil", "round", "erf", "sigmoid", "relu", "square", "expm1", "neg"]:
+    for name in [
+        "exp",
+        "sin",
+        "cos",
+        "tanh",
+        "abs",
+        "sign",
+        "floor",
+        "ceil",
+        "round",
+        "erf",
+        "sigmoid",
+        "relu",
+        "square",
+        "expm1",
+        "neg",
+    ]:
         same(getattr(x, name)(), getattr(tx, name)(), rtol=2e-6, atol=2e-6)
     p, tp = x.abs() + 0.1, tx.abs() + 0.1
     for name in ["log", "sqrt", "rsqrt", "reciprocal", "log1p"]:
@@ -261,13 +345,13 @@ def test_integer_reductions_match_torch(torch, dtype):
             tv, ti = known(tx.min(d, keepdim=True))
             same(v, tv)
             same(i, ti)
-        if dtype == "bool":   # torch has no argmax of bools; ours must agree with the int64 answer
+        if dtype == "bool":  # torch has no argmax of bools; ours must agree with the int64 answer
             tx = torch.tensor(a.astype(np.int64))
         same(x.argmax(d), tx.argmax(d))
         same(x.argmin(d), tx.argmin(d))
         same(x.argmax(d, keepdim=True), tx.argmax(d, keepdim=True))
         tx = torch.tensor(a)
-        same(x.all(d), tx.all(d).bool())       # torch keeps uint8 here (a legacy quirk); NumPy says bool
+        same(x.all(d), tx.all(d).bool())  # torch keeps uint8 here (a legacy quirk); NumPy says bool
         same(x.any(d), tx.any(d).bool())
     ti = torch.tensor(a.astype(np.int64))
     same(x.argmax(), ti.argmax())
@@ -281,8 +365,11 @@ def test_integer_reductions_match_torch(torch, dtype):
 
 def test_argmin_argmax_extreme_integers(torch):
     big = np.iinfo(np.int64)
-    for a in (np.array([5, big.min, big.max, 0]), np.array([0, 255, 1], dtype=np.uint8),
-              np.array([3.0, -np.inf, np.inf, 1.0], dtype=np.float32)):
+    for a in (
+        np.array([5, big.min, big.max, 0]),
+        np.array([0, 255, 1], dtype=np.uint8),
+        np.array([3.0, -np.inf, np.inf, 1.0], dtype=np.float32),
+    ):
         x, tx = ember.tensor(a), torch.tensor(a)
         same(x.argmin(), tx.argmin())
         same(x.argmax(), tx.argmax())
@@ -318,15 +405,40 @@ def test_softmax_cumsum_match_torch(torch, rng, dim):
 
 # ============================================================================== movement
 MOVES = [
-    lambda x: x.reshape(4, -1), lambda x: x.reshape(-1), lambda x: x.view(2, 2, 15), lambda x: x.reshape((5, -1, 3)),
-    lambda x: x.permute(2, 0, 1), lambda x: x.permute((1, 2, 0)), lambda x: x.transpose(0, 2), lambda x: x.transpose(-1, -2),
-    lambda x: x.unsqueeze(0), lambda x: x.unsqueeze(-1), lambda x: x.unsqueeze(2), lambda x: x[:, :1].squeeze(),
-    lambda x: x[:, :1].squeeze(1), lambda x: x[:, :1].squeeze(0), lambda x: x[:1, :, :1].squeeze((0, 2)),
-    lambda x: x[:, :1].expand(3, 4, 5), lambda x: x[:, :1].expand(2, -1, 4, -1), lambda x: x.flatten(),
-    lambda x: x.flatten(1), lambda x: x.flatten(0, 1), lambda x: x.flatten(-2, -1), lambda x: x.flip(0),
-    lambda x: x.flip((0, 2)), lambda x: x.flip(-1), lambda x: x.narrow(1, 1, 2), lambda x: x.narrow(-1, 3, 2),
-    lambda x: x.narrow(0, -2, 2), lambda x: x.repeat(2, 1, 3), lambda x: x.repeat(2, 1, 1, 2), lambda x: x.mT, lambda x: x.reshape(12, 5).T,
-    lambda x: x.reshape(12, 5).t(), lambda x: x[:, :1].expand_as(x), lambda x: x[:, None, :1].expand(3, 2, 4, 5),
+    lambda x: x.reshape(4, -1),
+    lambda x: x.reshape(-1),
+    lambda x: x.view(2, 2, 15),
+    lambda x: x.reshape((5, -1, 3)),
+    lambda x: x.permute(2, 0, 1),
+    lambda x: x.permute((1, 2, 0)),
+    lambda x: x.transpose(0, 2),
+    lambda x: x.transpose(-1, -2),
+    lambda x: x.unsqueeze(0),
+    lambda x: x.unsqueeze(-1),
+    lambda x: x.unsqueeze(2),
+    lambda x: x[:, :1].squeeze(),
+    lambda x: x[:, :1].squeeze(1),
+    lambda x: x[:, :1].squeeze(0),
+    lambda x: x[:1, :, :1].squeeze((0, 2)),
+    lambda x: x[:, :1].expand(3, 4, 5),
+    lambda x: x[:, :1].expand(2, -1, 4, -1),
+    lambda x: x.flatten(),
+    lambda x: x.flatten(1),
+    lambda x: x.flatten(0, 1),
+    lambda x: x.flatten(-2, -1),
+    lambda x: x.flip(0),
+    lambda x: x.flip((0, 2)),
+    lambda x: x.flip(-1),
+    lambda x: x.narrow(1, 1, 2),
+    lambda x: x.narrow(-1, 3, 2),
+    lambda x: x.narrow(0, -2, 2),
+    lambda x: x.repeat(2, 1, 3),
+    lambda x: x.repeat(2, 1, 1, 2),
+    lambda x: x.mT,
+    lambda x: x.reshape(12, 5).T,
+    lambda x: x.reshape(12, 5).t(),
+    lambda x: x[:, :1].expand_as(x),
+    lambda x: x[:, None, :1].expand(3, 2, 4, 5),
 ]
 
 
@@ -359,17 +471,37 @@ def test_cat_and_stack_match_torch(torch, dim):
     parts = [np.arange(6).reshape(2, 3), np.ones((2, 3), dtype=np.float32), np.zeros((2, 3), dtype=np.int32)]
     same(ember.cat([ember.tensor(p) for p in parts], dim), torch.cat([torch.tensor(p) for p in parts], dim))
     same(ember.stack([ember.tensor(p) for p in parts], dim), torch.stack([torch.tensor(p) for p in parts], dim))
-    same(ember.cat([ember.tensor(parts[0]), ember.zeros(2, 0)], 1), torch.cat([torch.tensor(parts[0]), torch.zeros(2, 0)], 1))
+    same(
+        ember.cat([ember.tensor(parts[0]), ember.zeros(2, 0)], 1),
+        torch.cat([torch.tensor(parts[0]), torch.zeros(2, 0)], 1),
+    )
 
 
 # ============================================================================== matmul, where, casts
-@pytest.mark.parametrize("sa,sb", [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)),
-                                   ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 5)), ((2, 3, 4), (4,)),
-                                   ((1, 2, 3), (6, 3, 1)), ((0, 3), (3, 2)), ((2, 0), (0, 3))])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((3,), (3,)),
+        ((2, 3), (3,)),
+        ((3,), (3, 4)),
+        ((2, 3), (3, 4)),
+        ((2, 1, 3, 4), (5, 4, 2)),
+        ((4,), (2, 4, 5)),
+        ((2, 3, 4), (4,)),
+        ((1, 2, 3), (6, 3, 1)),
+        ((0, 3), (3, 2)),
+        ((2, 0), (0, 3)),
+    ],
+)
 def test_matmul_matches_torch(torch, rng, sa, sb):
     a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
     same(ember.tensor(a) @ ember.tensor(b), torch.tensor(a) @ torch.tensor(b), rtol=1e-5, atol=1e-6)
-    same(ember.matmul(ember.tensor(a), ember.tensor(b)), torch.matmul(torch.tensor(a), torch.tensor(b)), rtol=1e-5, atol=1e-6)
+    same(
+        ember.matmul(ember.tensor(a), ember.tensor(b)),
+        torch.matmul(torch.tensor(a), torch.tensor(b)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_integer_matmul_matches_torch(torch):
@@ -377,15 +509,25 @@ def test_integer_matmul_matches_torch(torch):
     same(ember.tensor(a) @ ember.tensor(b), torch.tensor(a) @ torch.tensor(b))
 
 
-@pytest.mark.parametrize("x,y", [
-    (np.arange(4.0), -1.0), (2, np.arange(4)), (np.arange(4), 2.5), (np.arange(4, dtype=np.float64), np.ones((3, 1), np.float32)),
-    (np.arange(4), np.ones(4, np.int32)), (1.0, 0.0), (np.array(True), np.array([False, False, True, True])),
-])
+@pytest.mark.parametrize(
+    "x,y",
+    [
+        (np.arange(4.0), -1.0),
+        (2, np.arange(4)),
+        (np.arange(4), 2.5),
+        (np.arange(4, dtype=np.float64), np.ones((3, 1), np.float32)),
+        (np.arange(4), np.ones(4, np.int32)),
+        (1.0, 0.0),
+        (np.array(True), np.array([False, False, True, True])),
+    ],
+)
 def test_where_matches_torch(torch, x, y):
     cond = np.array([True, False, False, True])
     conv = lambda lib, v: lib.tensor(v) if isinstance(v, np.ndarray) else v  # noqa: E731
-    same(ember.where(ember.tensor(cond), conv(ember, x), conv(ember, y)),
-         torch.where(torch.tensor(cond), conv(torch, x), conv(torch, y)))
+    same(
+        ember.where(ember.tensor(cond), conv(ember, x), conv(ember, y)),
+        torch.where(torch.tensor(cond), conv(torch, x), conv(torch, y)),
+    )
 
 
 @pytest.mark.parametrize("src", ["float32", "float64", "int64", "int32", "uint8", "bool", "float16"])
@@ -393,9 +535,8 @@ def test_where_matches_torch(torch, x, y):
 def test_casts_match_torch(torch, src, dst):
     a = np.array([-1.7, -0.5, 0.0, 0.5, 1.7, 2.0, 200.3]).astype(src)
     if src in ("uint8", "bool") or dst == "uint8":
-        a = np.abs(a).astype(src)     # negative floats to uint8 are undefined behaviour in C
-    same(ember.tensor(a).to(getattr(ember, dst if dst != "bool" else "bool_")),
-         torch.tensor(a).to(getattr(torch, dst)))
+        a = np.abs(a).astype(src)  # negative floats to uint8 are undefined behaviour in C
+    same(ember.tensor(a).to(getattr(ember, dst if dst != "bool" else "bool_")), torch.tensor(a).to(getattr(torch, dst)))
 
 
 def test_cast_method_spellings():
@@ -466,4 +607,4 @@ def test_a_0d_tensor_formats_as_its_number():
     assert f"{ember.tensor(2.5):6.2f}" == "  2.50" and f"{ember.tensor(3):d}" == "3"
     assert f"{ember.tensor([1.0, 2.0])}" == repr(ember.tensor([1.0, 2.0]))
     with pytest.raises(TypeError):
-        f"{ember.tensor([1.0]):.2f}"                     # as torch: only 0-d tensors take a format
+        f"{ember.tensor([1.0]):.2f}"  # as torch: only 0-d tensors take a format

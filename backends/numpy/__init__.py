@@ -10,6 +10,7 @@ where numpy is absent (Pyodide without its wheel) nothing is offered and nothing
 >>> [info.name for info in ember_backends()]
 ['numpy']
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,11 +21,12 @@ from ember.hooks import hookimpl
 
 def _load():
     from .backend import NumpyBackend
+
     return NumpyBackend()
 
 
 @hookimpl
 def ember_backends():
     if importlib.util.find_spec("numpy") is None:
-        return []           # the python backend takes over
+        return []  # the python backend takes over
     return [BackendInfo("numpy", _load, priority=10, description="NumPy reference backend (the executable spec)")]

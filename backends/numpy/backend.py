@@ -3,6 +3,7 @@
 Each entry of ``IMPLS`` is the most obvious NumPy expression of its spec in ember.primitives.
 No Python loops over elements; matmul and convolution go to BLAS (convolution as im2col + GEMM).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,7 @@ from ember.backend import Backend, Capabilities
 from . import bfloat16 as bf16, host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
-NP[D.bfloat16] = bf16.BF16        # a storage dtype (bfloat16.py)
+NP[D.bfloat16] = bf16.BF16  # a storage dtype (bfloat16.py)
 EMBER = {v: k for k, v in NP.items()}
 
 
@@ -31,10 +32,14 @@ def philox4x32_10(c0, c1, c2, c3, k0: int, k1: int) -> np.ndarray:
     32-bit values) and the two key words -> (n, 4) uint32 words. Random123's known-answer
     vectors check this function (tests/backends/test_numpy_backend.py)."""
     for _ in range(10):
-        p0 = _PHILOX_M[0] * c0          # 32 x 32 -> 64-bit products: (hi, lo) = (p >> 32, p & mask)
+        p0 = _PHILOX_M[0] * c0  # 32 x 32 -> 64-bit products: (hi, lo) = (p >> 32, p & mask)
         p1 = _PHILOX_M[1] * c2
-        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _MASK32,
-                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _MASK32)
+        c0, c1, c2, c3 = (
+            (p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0),
+            p1 & _MASK32,
+            (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1),
+            p0 & _MASK32,
+        )
         k0, k1 = (k0 + _PHILOX_W[0]) & 0xFFFFFFFF, (k1 + _PHILOX_W[1]) & 0xFFFFFFFF
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
 
@@ -42,8 +47,9 @@ def philox4x32_10(c0, c1, c2, c3, k0: int, k1: int) -> np.ndarray:
 def philox4x32(counters: np.ndarray, seed: int) -> np.ndarray:
     """ember's stream: block i has counter words (i low, i high, 0, 0) and key (seed low, seed high)."""
     zeros = np.zeros_like(counters)
-    return philox4x32_10(counters & _MASK32, counters >> np.uint64(32), zeros, zeros,
-                         seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
+    return philox4x32_10(
+        counters & _MASK32, counters >> np.uint64(32), zeros, zeros, seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+    )
 
 
 def random_bits(shape, seed, offset):
@@ -51,13 +57,13 @@ def random_bits(shape, seed, offset):
     first, last = offset // 4, (offset + n + 3) // 4
     words = philox4x32(np.arange(first, max(last, first), dtype=np.uint64), seed).reshape(-1)
     start = offset - 4 * first
-    return words[start:start + n].reshape(shape)
+    return words[start : start + n].reshape(shape)
 
 
 # ----------------------------------------------------------------------------- helpers
 def _erf(x):
     if x.dtype == np.float64:
-        return np.asarray(np.frompyfunc(math.erf, 1, 1)(x)).astype(np.float64)    # 0-d gives a bare float
+        return np.asarray(np.frompyfunc(math.erf, 1, 1)(x)).astype(np.float64)  # 0-d gives a bare float
     # Abramowitz & Stegun 7.1.26 in float64: |error| < 1.5e-7, below float32 resolution near 1.
     z = np.abs(x.astype(np.float64))
     t = 1.0 / (1.0 + 0.3275911 * z)
@@ -73,18 +79,22 @@ def _ufunc(f, quiet=False, nargs=1):
     for them. The fixed arity and the names bound as defaults keep the wrapper's own cost (every
     small eager op pays it) to a third of what ``*args`` and global lookups cost."""
     if quiet:
+
         def run(*xs):
             with np.errstate(divide="ignore", invalid="ignore"):
                 out = f(*xs)
             return out if type(out) is np.ndarray else np.asarray(out)
     elif nargs == 1:
+
         def run(x, f=f, ndarray=np.ndarray, asarray=np.asarray):
             out = f(x)
             return out if type(out) is ndarray else asarray(out)
     else:
+
         def run(a, b, f=f, ndarray=np.ndarray, asarray=np.asarray):
             out = f(a, b)
             return out if type(out) is ndarray else asarray(out)
+
     run.__name__ = getattr(f, "__name__", "ufunc")
     return run
 
@@ -106,17 +116,16 @@ def _windows(x, kernel, stride, dilation=(1, 1)):
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
     *ls, s_h, s_w = x.strides
-    return as_strided(x, (*lead, oh, ow, kh, kw), (*ls, s_h * sh, s_w * sw, s_h * dh, s_w * dw),
-                      writeable=False)
+    return as_strided(x, (*lead, oh, ow, kh, kw), (*ls, s_h * sh, s_w * sw, s_h * dh, s_w * dw), writeable=False)
 
 
 def _windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
     out = np.zeros(input_shape, dtype=g.dtype)
     oh, ow = g.shape[-4], g.shape[-3]
     (sh, sw), (dh, dw) = stride, dilation
-    for i in range(kernel[0]):        # one strided add per kernel position, not per element
+    for i in range(kernel[0]):  # one strided add per kernel position, not per element
         for j in range(kernel[1]):
-            out[..., i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += g[..., i, j]
+            out[..., i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += g[..., i, j]
     return out
 
 
@@ -125,7 +134,7 @@ def _im2col(x, kh, kw, stride, padding, dilation):
     ph, pw = padding
     if ph or pw:
         x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    win = _windows(x, (kh, kw), stride, dilation)          # N, C, OH, OW, KH, KW (a view)
+    win = _windows(x, (kh, kw), stride, dilation)  # N, C, OH, OW, KH, KW (a view)
     n, c, oh, ow = win.shape[:4]
     return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw), (oh, ow)
 
@@ -136,8 +145,8 @@ def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     outs = []
     cg, og = x.shape[1] // groups, o // groups
     for gi in range(groups):
-        cols, (oh, ow) = _im2col(x[:, gi * cg:(gi + 1) * cg], kh, kw, stride, padding, dilation)
-        outs.append(cols @ w[gi * og:(gi + 1) * og].reshape(og, -1).T)       # BLAS GEMM
+        cols, (oh, ow) = _im2col(x[:, gi * cg : (gi + 1) * cg], kh, kw, stride, padding, dilation)
+        outs.append(cols @ w[gi * og : (gi + 1) * og].reshape(og, -1).T)  # BLAS GEMM
     out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
     return np.ascontiguousarray(out.reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
 
@@ -147,8 +156,8 @@ def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilat
     og = o // groups
     outs = []
     for gi in range(groups):
-        cols, _ = _im2col(x[:, gi * cg:(gi + 1) * cg], kh, kw, stride, padding, dilation)
-        gg = g[:, gi * og:(gi + 1) * og].transpose(1, 0, 2, 3).reshape(og, -1)
+        cols, _ = _im2col(x[:, gi * cg : (gi + 1) * cg], kh, kw, stride, padding, dilation)
+        gg = g[:, gi * og : (gi + 1) * og].transpose(1, 0, 2, 3).reshape(og, -1)
         outs.append((gg @ cols).reshape(og, cg, kh, kw))
     return outs[0] if groups == 1 else np.concatenate(outs, axis=0)
 
@@ -162,12 +171,12 @@ def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilatio
     padded = (n, c, h + 2 * ph, wd + 2 * pw)
     outs = []
     for gi in range(groups):
-        gg = g[:, gi * og:(gi + 1) * og].transpose(0, 2, 3, 1).reshape(n * oh * ow, og)
-        cols = gg @ w[gi * og:(gi + 1) * og].reshape(og, -1)                  # BLAS GEMM
+        gg = g[:, gi * og : (gi + 1) * og].transpose(0, 2, 3, 1).reshape(n * oh * ow, og)
+        cols = gg @ w[gi * og : (gi + 1) * og].reshape(og, -1)  # BLAS GEMM
         cols = cols.reshape(n, oh, ow, cg, kh, kw).transpose(0, 3, 1, 2, 4, 5)
         outs.append(_windows_grad(cols, (n, cg) + padded[2:], (kh, kw), stride, dilation))
     out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
-    return np.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + wd])
+    return np.ascontiguousarray(out[:, :, ph : ph + h, pw : pw + wd])
 
 
 def _index_add(x, indices, values, axis):
@@ -204,24 +213,58 @@ IMPLS = {
     "full": lambda shape, value, dtype: _stored(np.full, dtype, shape, value),
     "arange": lambda start, stop, step, dtype: _stored(np.arange, dtype, start, stop, step),
     "random_bits": random_bits,
-    **{name: _ufunc(f) for name, f in [
-        ("neg", np.negative), ("exp", np.exp), ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
-        ("abs", np.abs), ("sign", np.sign), ("floor", np.floor), ("erf", _erf), ("logical_not", np.logical_not)]},
-    **{name: _ufunc(f, nargs=2) for name, f in [
-        ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("maximum", np.maximum),
-        ("minimum", np.minimum), ("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
-        ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-        ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_xor", np.logical_xor)]},
-    **{name: _ufunc(f, quiet=True) for name, f in [
-        ("log", np.log), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal), ("div", _div), ("pow", np.power),
-        ("remainder", np.remainder)]},
+    **{
+        name: _ufunc(f)
+        for name, f in [
+            ("neg", np.negative),
+            ("exp", np.exp),
+            ("sin", np.sin),
+            ("cos", np.cos),
+            ("tanh", np.tanh),
+            ("abs", np.abs),
+            ("sign", np.sign),
+            ("floor", np.floor),
+            ("erf", _erf),
+            ("logical_not", np.logical_not),
+        ]
+    },
+    **{
+        name: _ufunc(f, nargs=2)
+        for name, f in [
+            ("add", np.add),
+            ("sub", np.subtract),
+            ("mul", np.multiply),
+            ("maximum", np.maximum),
+            ("minimum", np.minimum),
+            ("eq", np.equal),
+            ("ne", np.not_equal),
+            ("lt", np.less),
+            ("le", np.less_equal),
+            ("gt", np.greater),
+            ("ge", np.greater_equal),
+            ("logical_and", np.logical_and),
+            ("logical_or", np.logical_or),
+            ("logical_xor", np.logical_xor),
+        ]
+    },
+    **{
+        name: _ufunc(f, quiet=True)
+        for name, f in [
+            ("log", np.log),
+            ("sqrt", np.sqrt),
+            ("reciprocal", np.reciprocal),
+            ("div", _div),
+            ("pow", np.power),
+            ("remainder", np.remainder),
+        ]
+    },
     "where": np.where,
     "cast": _cast,
     "sum": _sum,
     "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
     "min": lambda x, axes, keepdims=False: np.asarray(np.min(x, axis=tuple(axes), keepdims=keepdims)),
     "argmax": lambda x, axis, keepdims=False: np.asarray(np.argmax(x, axis=axis, keepdims=keepdims)),
-    "reshape": lambda x, shape: np.reshape(x, shape),     # shape= is numpy >= 2.1 only
+    "reshape": lambda x, shape: np.reshape(x, shape),  # shape= is numpy >= 2.1 only
     "permute": np.transpose,
     "expand": np.broadcast_to,
     "pad": _pad,
@@ -240,7 +283,6 @@ IMPLS = {
 }
 
 
-
 class NumpyBackend(Backend):
     """The reference backend. Buffers are ``numpy.ndarray``."""
 
@@ -250,11 +292,15 @@ class NumpyBackend(Backend):
     impls = IMPLS
 
     def __init__(self):
-        host_memory.tune()          # large arrays keep their pages from step to step (host_memory.py)
+        host_memory.tune()  # large arrays keep their pages from step to step (host_memory.py)
 
     def capabilities(self):
-        return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
-                            notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]})
+        return Capabilities(
+            ops=frozenset(IMPLS),
+            dtypes=frozenset(D.ALL),
+            devices=("cpu",),
+            notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]},
+        )
 
     def shape(self, buf):
         return buf.shape
@@ -287,4 +333,5 @@ class NumpyBackend(Backend):
 
     def jit_runner(self):
         from .jit_runner import NumpyProgram  # numba's and cupy-host's backends inherit it
+
         return NumpyProgram

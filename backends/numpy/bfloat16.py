@@ -6,6 +6,7 @@ instead (ember.dtypes.STORAGE); the primitives that only move values work on it 
 The conversions are integer operations, so no extra package is needed to store bfloat16; the
 ``ml_dtypes`` package, when installed, is what hands bfloat16 arrays to and from NumPy users.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,7 @@ def from_float(x) -> np.ndarray:
     >>> to_float(from_float(np.array([1.0, 1.00390625, 3.0e38, np.nan], np.float32))).tolist()
     [1.0, 1.0, 2.999113776710149e+38, nan]
     """
-    x = np.asarray(x, dtype=np.float32, order="C")        # (ascontiguousarray makes 0-d 1-d)
+    x = np.asarray(x, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
     bits = x.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     rounded = np.where(np.isnan(x), (bits >> 16) | 0x40, rounded)
@@ -46,9 +47,13 @@ def ml_dtypes_view(x):
         import ml_dtypes
     except ImportError:
         from ember.errors import DTypeError, internal_root, located
-        internal_root(__file__)          # so the error names the user's line, not this backend's
-        raise located(DTypeError, "a bfloat16 tensor becomes a NumPy array through the ml_dtypes package: "
-                      "pip install ml_dtypes (or convert it first: t.float().numpy())") from None
+
+        internal_root(__file__)  # so the error names the user's line, not this backend's
+        raise located(
+            DTypeError,
+            "a bfloat16 tensor becomes a NumPy array through the ml_dtypes package: "
+            "pip install ml_dtypes (or convert it first: t.float().numpy())",
+        ) from None
     return x.view(ml_dtypes.bfloat16)
 
 

@@ -18,13 +18,14 @@ is not glibc, where the environment tunes malloc already (``MALLOC_MMAP_THRESHOL
 ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_`` or a ``glibc.malloc``
 tunable in ``GLIBC_TUNABLES``), or with ``EMBER_MALLOPT=0``.
 """
+
 from __future__ import annotations
 
 import ctypes
 import os
 import platform
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3          # glibc's mallopt parameters
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 256 << 20
 USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")

@@ -17,6 +17,7 @@ On the NumPy backend the functions are the very ones it uses, so results are bit
 those of eager execution. ``NumpyBackend.jit_runner`` names it: imported only when a graph
 runs on a NumPy-array backend.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,13 +30,35 @@ from . import backend as nb
 
 #: Primitives whose numpy backend implementation (backend.py) is this ufunc (which takes ``out=``).
 #: tests/jit/test_jit_runners.py checks each against the backend, bit for bit.
-UFUNCS = {"neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
-          "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.absolute, "sign": np.sign, "floor": np.floor,
-          "reciprocal": np.reciprocal, "logical_not": np.logical_not,
-          "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
-          "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
-          "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-          "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
+UFUNCS = {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+    "sqrt": np.sqrt,
+    "abs": np.absolute,
+    "sign": np.sign,
+    "floor": np.floor,
+    "reciprocal": np.reciprocal,
+    "logical_not": np.logical_not,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+}
 REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
@@ -76,6 +99,7 @@ def _select(v, out, scratch):
         np.bitwise_and(oi, mask, out=oi)
         np.bitwise_xor(oi, bi, out=oi)
         return o
+
     return select
 
 
@@ -138,7 +162,7 @@ class NumpyProgram(Program):
         try:
             for i, (fn, out, args, free) in enumerate(self.steps):
                 env[out] = result = fn(*[env[a] for a in args])
-                if not isinstance(result, (tuple, list)):          # not a compiled group's results
+                if not isinstance(result, (tuple, list)):  # not a compiled group's results
                     layout[self.origin[i].id] = (getattr(result, "strides", None), result)
                 for f in free:
                     env[f] = None
@@ -151,7 +175,7 @@ class NumpyProgram(Program):
     def _writes_into(self, v) -> bool:
         """Can the runner have node ``v`` computed into a planned buffer?"""
         g = self.kernel_group.get(v.id)
-        if g is not None:                      # in a compiled group: its outputs, given out=
+        if g is not None:  # in a compiled group: its outputs, given out=
             return v.id in self.kernel_outputs
         return v.op in self.numpy_ops and _writes_into(v)
 
@@ -172,17 +196,26 @@ class NumpyProgram(Program):
                 self.kernel_group.update((v.id, g) for v in g.nodes)
                 if getattr(kernel, "accepts_out", False):
                     self.kernel_outputs.update(o.id for o in g.outputs if o.id in layout)
-        self.assignment, kinds = plan_buffers(self.order, self.graph, self._writes_into, key=key,
-                                              donatable=donatable, in_place=ELEMENTWISE - {"where"},
-                                              together=together)
+        self.assignment, kinds = plan_buffers(
+            self.order,
+            self.graph,
+            self._writes_into,
+            key=key,
+            donatable=donatable,
+            in_place=ELEMENTWISE - {"where"},
+            together=together,
+        )
         samples = {}
         for _vid, (strides, result) in layout.items():
             if isinstance(result, np.ndarray):
                 samples.setdefault((result.shape, str(result.dtype), strides), result)
         # empty_like keeps the sample's layout (order="K")
-        self.buffers = [np.empty_like(samples[(shape, str(nb.NP[dtype]), strides)])
-                        if (shape, str(nb.NP[dtype]), strides) in samples else np.empty(shape, nb.NP[dtype])
-                        for shape, dtype, strides in kinds]
+        self.buffers = [
+            np.empty_like(samples[(shape, str(nb.NP[dtype]), strides)])
+            if (shape, str(nb.NP[dtype]), strides) in samples
+            else np.empty(shape, nb.NP[dtype])
+            for shape, dtype, strides in kinds
+        ]
         self.planned = True
         self.build()
 
@@ -208,6 +241,6 @@ class NumpyProgram(Program):
                     self.emit(self.lower(v), v, args)
                 elif plan[0] == "pool":
                     self.emit(_into(v, self.buffers[plan[1]], self.impls[v.op], self.scratch), v, args)
-                else:                                    # donated: write into the captured tensor
+                else:  # donated: write into the captured tensor
                     self.emit(_into(v, None, self.impls[v.op], self.scratch), v, args + [self.slot[plan[1].id]])
                 self.calls += v.op not in NO_CALL

@@ -8,6 +8,7 @@ reductions over strided views) · linalg.py (matmul and convolution).
 >>> [info.name for info in ember_backends()]
 ['python']
 """
+
 from __future__ import annotations
 
 from ember.backend import BackendInfo
@@ -16,10 +17,17 @@ from ember.hooks import hookimpl
 
 def _load():
     from .backend import PythonBackend
+
     return PythonBackend()
 
 
 @hookimpl
 def ember_backends():
-    return [BackendInfo("python", _load, priority=0,
-                        description="pure Python, standard library only (runs without NumPy, e.g. in Pyodide)")]
+    return [
+        BackendInfo(
+            "python",
+            _load,
+            priority=0,
+            description="pure Python, standard library only (runs without NumPy, e.g. in Pyodide)",
+        )
+    ]

@@ -16,6 +16,7 @@ convolution) → ordering.py (sorts, cumsum, bits). See docs/backends.md for spe
 >>> (x @ x.T).relu().sum(1).tolist()
 [5.0, 25.0]
 """
+
 from __future__ import annotations
 
 import math
@@ -54,7 +55,7 @@ def _new(data, shape, dtype):
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)
 _MASK = 0xFFFFFFFF
-_CHUNK = 1024                 # blocks per pass: big ints of 64 KiB stay in cache
+_CHUNK = 1024  # blocks per pass: big ints of 64 KiB stay in cache
 
 
 def _pack(values) -> int:
@@ -79,15 +80,19 @@ def _philox_lanes(first, last, seed):
     # into the next, so each big-int operation below runs one Philox step for all the blocks
     # at once, in C (about 10x faster than a loop over blocks).
     n = last - first
-    ones = int.from_bytes((b"\x01" + bytes(7)) * n, "little")       # 1 in every lane
-    low = ones * _MASK                                # 0x00000000FFFFFFFF in every lane
+    ones = int.from_bytes((b"\x01" + bytes(7)) * n, "little")  # 1 in every lane
+    low = ones * _MASK  # 0x00000000FFFFFFFF in every lane
     ctr = _pack(range(first, last))
     c0, c1, c2, c3 = ctr & low, (ctr >> 32) & low, 0, 0
     k0, k1 = seed & _MASK, (seed >> 32) & _MASK
     for _ in range(10):
         p0, p1 = c0 * _PHILOX_M[0], c2 * _PHILOX_M[1]
-        c0, c1, c2, c3 = (((p1 >> 32) & low) ^ c1 ^ (k0 * ones), p1 & low,
-                          ((p0 >> 32) & low) ^ c3 ^ (k1 * ones), p0 & low)
+        c0, c1, c2, c3 = (
+            ((p1 >> 32) & low) ^ c1 ^ (k0 * ones),
+            p1 & low,
+            ((p0 >> 32) & low) ^ c3 ^ (k1 * ones),
+            p0 & low,
+        )
         k0, k1 = (k0 + _PHILOX_W[0]) & _MASK, (k1 + _PHILOX_W[1]) & _MASK
     out = [0] * (4 * n)
     for i, lanes in enumerate((c0, c1, c2, c3)):
@@ -112,7 +117,7 @@ def random_bits(shape, seed, offset):
     n = prod(shape)
     first, last = offset // 4, (offset + n + 3) // 4
     start = offset - 4 * first
-    return _new(philox4x32(first, max(last, first), seed)[start:start + n], shape, D.uint32)
+    return _new(philox4x32(first, max(last, first), seed)[start : start + n], shape, D.uint32)
 
 
 # ----------------------------------------------------------------------------- creation
@@ -138,7 +143,7 @@ def arange(start, stop, step, dtype):
             b0, b1 = int(start), int(start + step)
             vals = [b0 + i * (b1 - b0) for i in range(n)]
         return _new(convert(vals, D.int64, dtype), (n,), dtype)
-    rnd = (lambda v: convert([v], D.float64, dtype)[0])  # noqa: E731
+    rnd = lambda v: convert([v], D.float64, dtype)[0]  # noqa: E731
     b0 = rnd(start)
     if n == 1:
         return _new([b0], (1,), dtype)
@@ -146,7 +151,7 @@ def arange(start, stop, step, dtype):
     if dtype is D.float64:
         delta = b1 - b0
         vals = [b0 + i * delta for i in range(2, n)]
-    else:                                   # float32 arithmetic (float16 fills through float32)
+    else:  # float32 arithmetic (float16 fills through float32)
         delta = round_f32([b1 - b0])[0]
         vals = round_f32([b0 + x for x in round_f32([i * delta for i in round_f32(range(2, n))])])
     return _new([b0, b1] + fix(dtype, vals), (n,), dtype)
@@ -156,6 +161,7 @@ def arange(start, stop, step, dtype):
 def _safe(fn, special):
     """fn over a list at C speed; on a domain or range error, element by element with
     ``special(x)`` giving the IEEE answer that Python's math module refuses to."""
+
     def run(xs):
         try:
             return list(map(fn, xs))
@@ -167,6 +173,7 @@ def _safe(fn, special):
                 except (ValueError, OverflowError, ZeroDivisionError):
                     out.append(special(x))
             return out
+
     return run
 
 
@@ -178,9 +185,9 @@ def _floor_one(x):
 def _floor(xs):
     try:
         out = list(map(float, map(math.floor, xs)))
-    except (ValueError, OverflowError):               # nan or inf somewhere
+    except (ValueError, OverflowError):  # nan or inf somewhere
         return list(map(_floor_one, xs))
-    if 0.0 in xs:                                     # floor(+-0.0) is itself: keep -0.0's sign
+    if 0.0 in xs:  # floor(+-0.0) is itself: keep -0.0's sign
         out = [x if x == 0 else r for x, r in zip(xs, out)]
     return out
 
@@ -190,7 +197,7 @@ def _erf_approx(x):
     z = abs(x)
     t = 1.0 / (1.0 + 0.3275911 * z)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    sign = 1.0 if x > 0 else -1.0 if x < 0 else 0.0 if x == 0 else x     # np.sign
+    sign = 1.0 if x > 0 else -1.0 if x < 0 else 0.0 if x == 0 else x  # np.sign
     return sign * (1.0 - poly * math.exp(-z * z))
 
 
@@ -221,11 +228,12 @@ def _float_unary(name):
         else:
             out = fn(xs)
         return _new(fix(dtype, out), x.shape, dtype)
+
     return impl
 
 
 def _int_reciprocal(x, dtype):
-    low = 0 if dtype.kind == "u" else -(1 << (dtype.itemsize * 8 - 1))    # C's 1/0, as NumPy
+    low = 0 if dtype.kind == "u" else -(1 << (dtype.itemsize * 8 - 1))  # C's 1/0, as NumPy
     return [low if v == 0 else int(1 / v) for v in x]
 
 
@@ -273,7 +281,7 @@ def _div_one(a, b):
 
 
 def _mod_one(a, b):
-    return a % b if b else (_NAN if isinstance(a, float) else 0)    # NumPy: x % 0 is nan, or 0 for ints
+    return a % b if b else (_NAN if isinstance(a, float) else 0)  # NumPy: x % 0 is nan, or 0 for ints
 
 
 def _odd(b):
@@ -285,7 +293,7 @@ def _pow_one(a, b):
         return math.pow(a, b)
     except OverflowError:
         return -_INF if a < 0 and _odd(b) else _INF
-    except ValueError:                       # 0 ** negative, or negative ** fraction
+    except ValueError:  # 0 ** negative, or negative ** fraction
         if a == 0:
             return math.copysign(_INF, a) if _odd(b) else _INF
         return _NAN
@@ -309,13 +317,19 @@ def _try_vv(op, one):
             return list(map(op, u, v))
         except (ZeroDivisionError, ValueError, OverflowError):
             return list(map(one, u, v))
+
     return run
 
 
 _FLOAT_BIN = {
-    "add": _vv(add), "sub": _vv(sub), "mul": _vv(mul),
-    "div": _try_vv(truediv, _div_one), "pow": _try_vv(math.pow, _pow_one),
-    "maximum": _max_kernel, "minimum": _min_kernel, "remainder": _try_vv(mod, _mod_one),
+    "add": _vv(add),
+    "sub": _vv(sub),
+    "mul": _vv(mul),
+    "div": _try_vv(truediv, _div_one),
+    "pow": _try_vv(math.pow, _pow_one),
+    "maximum": _max_kernel,
+    "minimum": _min_kernel,
+    "remainder": _try_vv(mod, _mod_one),
 }
 
 
@@ -331,8 +345,14 @@ def _int_kernel(name, dtype):
         raise TypeError(f"div of {dtype} tensors is not defined; the front end casts integers to float first")
     if name == "pow":
         return lambda u, v: _int_pow(u, v, dtype)
-    return {"add": _vv(add), "sub": _vv(sub), "mul": _vv(mul), "remainder": _try_vv(mod, _mod_one),
-            "maximum": _max_kernel, "minimum": _min_kernel}[name]     # p != p is never true
+    return {
+        "add": _vv(add),
+        "sub": _vv(sub),
+        "mul": _vv(mul),
+        "remainder": _try_vv(mod, _mod_one),
+        "maximum": _max_kernel,
+        "minimum": _min_kernel,
+    }[name]  # p != p is never true
 
 
 _BOOL_BIN = {"add": lor, "mul": land, "maximum": lor, "minimum": land}
@@ -353,6 +373,7 @@ def _binary(name):
         dtype, shape, xs, ys = _prepare(a, b)
         out = _kernel(name, dtype)(xs, ys)
         return _new(out if name in ("maximum", "minimum") else fix(dtype, out), shape, dtype)
+
     return impl
 
 
@@ -390,6 +411,7 @@ def _compare(name):
             xs, ys = (t.data, rep) if t is a else (rep, t.data)
             shape = t.shape
         return _new(list(map(op, xs, ys)), shape, D.bool_)
+
     return impl
 
 
@@ -404,6 +426,7 @@ def _logical(name):
         if b.dtype is not D.bool_:
             ys = [v != 0 for v in ys]
         return _new(list(map(op, xs, ys)), shape, D.bool_)
+
     return impl
 
 
@@ -411,7 +434,7 @@ def where(c, a, b):
     ta, tb = isinstance(a, PyBuffer), isinstance(b, PyBuffer)
     if ta and tb:
         dtype = a.dtype
-    elif ta or tb:         # a Python scalar is weak: int32 array and 0.5 give float64, as in NumPy
+    elif ta or tb:  # a Python scalar is weak: int32 array and 0.5 give float64, as in NumPy
         t, s = (a, b) if ta else (b, a)
         dtype = scalar_result_dtype(t.dtype, s)
         if dtype is not t.dtype:
@@ -436,8 +459,11 @@ def _reduce(x, axes, keepdims, empty_ok, name):
     shape = x.shape
     nd = len(shape)
     axes = tuple(sorted({a % nd for a in axes})) if nd else ()
-    out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdims else \
-        tuple(s for i, s in enumerate(shape) if i not in axes)
+    out_shape = (
+        tuple(1 if i in axes else s for i, s in enumerate(shape))
+        if keepdims
+        else tuple(s for i, s in enumerate(shape) if i not in axes)
+    )
     if not prod(shape):
         if not prod(out_shape):
             return out_shape, []
@@ -455,14 +481,14 @@ def _sum(x, axes, keepdims=False):
         zero = 0.0 if dtype.kind == "f" else False if dtype is D.bool_ else 0
         return _new(list(x.data) if len(x.data) == n else [zero] * n, shape, dtype)
     if dtype is D.bool_:
-        return _new(list(map(any, groups)), shape, dtype)          # NumPy's bool sum is "or"
+        return _new(list(map(any, groups)), shape, dtype)  # NumPy's bool sum is "or"
     if dtype.kind == "f":
         return _new(fix(dtype, [sum(g, 0.0) for g in groups]), shape, dtype)
     return _new(fix(dtype, list(map(sum, groups))), shape, dtype)
 
 
 def _has_nan(values):
-    s = sum(values, 0.0)                       # nan iff a nan is in (or inf - inf); then look
+    s = sum(values, 0.0)  # nan iff a nan is in (or inf - inf); then look
     return s != s and any(v != v for v in values)
 
 
@@ -475,6 +501,7 @@ def _extremum(pick, name):
         if x.dtype.kind == "f" and _has_nan(x.data):
             out = [_NAN if _has_nan(g) else v for g, v in zip(groups, out)]
         return _new(out, shape, x.dtype)
+
     return impl
 
 
@@ -486,26 +513,47 @@ def argmax(x, axis, keepdims=False):
     shape, groups = _reduce(x, (axis,), keepdims, False, "argmax")
     if groups is None:
         return _new([0] * prod(shape), shape, D.int64)
-    if x.dtype.kind == "f" and _has_nan(x.data):        # the first NaN wins, as in NumPy
+    if x.dtype.kind == "f" and _has_nan(x.data):  # the first NaN wins, as in NumPy
         return _new([_first_nan(g) if _has_nan(g) else g.index(max(g)) for g in groups], shape, D.int64)
     return _new([g.index(max(g)) for g in groups], shape, D.int64)
 
 
 # ----------------------------------------------------------------------------- the table
 IMPLS = {
-    "full": full, "arange": arange, "random_bits": random_bits,
-    "neg": _neg, "abs": _abs, "sign": _sign, "floor": _floor_impl, "reciprocal": _reciprocal,
+    "full": full,
+    "arange": arange,
+    "random_bits": random_bits,
+    "neg": _neg,
+    "abs": _abs,
+    "sign": _sign,
+    "floor": _floor_impl,
+    "reciprocal": _reciprocal,
     "logical_not": _logical_not,
     **{n: _float_unary(n) for n in ("exp", "log", "sin", "cos", "tanh", "sqrt", "erf")},
     **{n: _binary(n) for n in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder")},
     **{n: _compare(n) for n in _COMPARE},
     **{n: _logical(n) for n in ("logical_and", "logical_or", "logical_xor")},
-    "where": where, "cast": cast,
-    "sum": _sum, "max": _extremum(max, "maximum"), "min": _extremum(min, "minimum"), "argmax": argmax,
-    "reshape": L.reshape, "permute": L.permute, "expand": L.expand, "pad": L.pad, "slice": L.slice_,
-    "concatenate": L.concatenate, "flip": L.flip, "take": L.take, "index_add": L.index_add,
-    "matmul": LA.matmul, "conv2d": LA.conv2d, "conv2d_grad_input": LA.conv2d_grad_input,
-    "conv2d_grad_weight": LA.conv2d_grad_weight, "windows": L.windows, "windows_grad": L.windows_grad,
+    "where": where,
+    "cast": cast,
+    "sum": _sum,
+    "max": _extremum(max, "maximum"),
+    "min": _extremum(min, "minimum"),
+    "argmax": argmax,
+    "reshape": L.reshape,
+    "permute": L.permute,
+    "expand": L.expand,
+    "pad": L.pad,
+    "slice": L.slice_,
+    "concatenate": L.concatenate,
+    "flip": L.flip,
+    "take": L.take,
+    "index_add": L.index_add,
+    "matmul": LA.matmul,
+    "conv2d": LA.conv2d,
+    "conv2d_grad_input": LA.conv2d_grad_input,
+    "conv2d_grad_weight": LA.conv2d_grad_weight,
+    "windows": L.windows,
+    "windows_grad": L.windows_grad,
     **ordering.IMPLS,
 }
 
@@ -524,9 +572,15 @@ class PythonBackend(Backend):
     impls = IMPLS
 
     def capabilities(self):
-        return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
-                            notes={"float32": "computed in float64, rounded once per primitive",
-                                   "dot": "math.sumprod" if LA._sumprod else "sum(map(mul))"})
+        return Capabilities(
+            ops=frozenset(IMPLS),
+            dtypes=frozenset(D.ALL),
+            devices=("cpu",),
+            notes={
+                "float32": "computed in float64, rounded once per primitive",
+                "dot": "math.sumprod" if LA._sumprod else "sum(map(mul))",
+            },
+        )
 
     def shape(self, buf):
         return buf.shape
@@ -542,14 +596,19 @@ class PythonBackend(Backend):
         if dtype is D.bool_:
             return PyBuffer(list(map(bool, flat)), shape, dtype)
         if dtype.kind == "f":
-            return PyBuffer(convert(flat, D.float64, dtype) if dtype is D.float32 else
-                            convert(list(map(float, flat)), D.float64, dtype), shape, dtype)
+            return PyBuffer(
+                convert(flat, D.float64, dtype)
+                if dtype is D.float32
+                else convert(list(map(float, flat)), D.float64, dtype),
+                shape,
+                dtype,
+            )
         try:
-            ints = list(map(index, flat))              # ints, bools, NumPy integers
-        except TypeError:                              # floats truncate, as a cast does
+            ints = list(map(index, flat))  # ints, bools, NumPy integers
+        except TypeError:  # floats truncate, as a cast does
             return PyBuffer(convert(list(map(float, flat)), D.float64, dtype), shape, dtype)
         data = wrap_int(dtype, ints)
-        if data is not ints:                           # NumPy 2 refuses to wrap a literal, so do we
+        if data is not ints:  # NumPy 2 refuses to wrap a literal, so do we
             bad = next(q for p, q in zip(data, ints) if p != q)
             raise OverflowError(f"Python integer {bad} out of bounds for {dtype}")
         return PyBuffer(data, shape, dtype)
@@ -574,4 +633,3 @@ class PythonBackend(Backend):
         if len(data) != len(dst.data):
             raise ValueError(f"assign: shapes {dst.shape} and {src.shape} differ")
         dst.data[:] = data if src.dtype is dst.dtype else convert(data, src.dtype, dst.dtype)
-

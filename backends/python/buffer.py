@@ -6,6 +6,7 @@ end of each primitive (``array('f')`` / ``struct`` 'e'), so add, sub, mul, div a
 exactly NumPy's float32 bits (a double holds the exact float32 result before its one rounding).
 Integers are Python ints wrapped to their width, bools are Python bools.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,14 @@ from array import array
 from ember import dtypes as D
 
 # array typecodes of each dtype (bool and float16 are handled by hand: array has neither).
-TYPECODE = {D.uint8: "B", D.int32: "i", D.int64: "q", D.float32: "f", D.float64: "d",
-            D.uint32: "I" if array("I").itemsize == 4 else "L"}
+TYPECODE = {
+    D.uint8: "B",
+    D.int32: "i",
+    D.int64: "q",
+    D.float32: "f",
+    D.float64: "d",
+    D.uint32: "I" if array("I").itemsize == 4 else "L",
+}
 LITTLE = sys.byteorder == "little"
 _BITS = {D.uint8: 8, D.uint32: 32, D.int32: 32, D.int64: 64}
 _INF = math.inf
@@ -37,18 +44,21 @@ class PyBuffer:
     __slots__ = ("_data", "shape", "dtype", "view")
 
     def __init__(self, data, shape, dtype, view=None):
-        if dtype in D.STORAGE:        # its arithmetic would not fail here, so nothing would upcast it
-            raise TypeError(f"the python backend does not store {dtype}; keep {dtype} tensors on a NumPy-array "
-                            "backend (numpy, numba) or convert them with .float()")
+        if dtype in D.STORAGE:  # its arithmetic would not fail here, so nothing would upcast it
+            raise TypeError(
+                f"the python backend does not store {dtype}; keep {dtype} tensors on a NumPy-array "
+                "backend (numpy, numba) or convert them with .float()"
+            )
         self._data = data
         self.shape = shape
         self.dtype = dtype
-        self.view = view            # (source PyBuffer, axes) while a permute is not yet built
+        self.view = view  # (source PyBuffer, axes) while a permute is not yet built
 
     @property
     def data(self) -> list:
         if self._data is None:
             from .layout import permute_data
+
             src, axes = self.view
             self._data = permute_data(src.data, src.shape, axes)
             self.view = None
@@ -74,7 +84,7 @@ def round_f32(values) -> list:
 def _f16(x):
     try:
         return struct.unpack("<e", struct.pack("<e", x))[0]
-    except OverflowError:             # struct refuses what IEEE rounds to inf
+    except OverflowError:  # struct refuses what IEEE rounds to inf
         return math.copysign(_INF, x)
 
 
@@ -96,7 +106,7 @@ def _wrap_one(x, bits, signed):
 def wrap_int(dtype, values) -> list:
     """Integers wrapped modulo 2**bits like NumPy's fixed-width arithmetic."""
     try:
-        array(TYPECODE[dtype], values)      # a C-speed range check; the common case passes
+        array(TYPECODE[dtype], values)  # a C-speed range check; the common case passes
         return values
     except OverflowError:
         bits, signed = _BITS[dtype], dtype.kind == "i"
@@ -138,7 +148,7 @@ def to_ints(dtype, values, src_kind):
             bits = 32 if dtype in (D.uint8, D.int32) else 64
             out = [_float_to_int(x, bits) for x in values]
         return wrap_int(dtype, out)
-    return wrap_int(dtype, list(map(int, values)))     # also turns bools into ints
+    return wrap_int(dtype, list(map(int, values)))  # also turns bools into ints
 
 
 def convert(values, src: D.DType, dst: D.DType) -> list:
@@ -184,8 +194,7 @@ def cast_value(value, dtype: D.DType):
 # ----------------------------------------------------------------------------- bytes
 def from_bytes(data: bytes, n: int, dtype: D.DType) -> list:
     if len(data) != n * dtype.itemsize:
-        raise ValueError(f"{len(data)} bytes do not hold {n} elements of {dtype} "
-                         f"({n * dtype.itemsize} bytes expected)")
+        raise ValueError(f"{len(data)} bytes do not hold {n} elements of {dtype} ({n * dtype.itemsize} bytes expected)")
     if dtype is D.bool_:
         return [b != 0 for b in data]
     if dtype is D.float16:

@@ -6,6 +6,7 @@ to :func:`gather`, which walks the view's last dim with a C-level list slice
 (``data[o:o + n*s:s]``) and everything else with a precomputed list of offsets. Plans are
 cached by view, so a training loop that repeats its shapes builds each one once.
 """
+
 from __future__ import annotations
 
 from itertools import chain
@@ -148,7 +149,7 @@ def reshape(x, shape):
 def permute(x, axes):
     axes = tuple(axes)
     src = x
-    if x.view is not None:                    # a permute of a permute is one permute
+    if x.view is not None:  # a permute of a permute is one permute
         src, first = x.view
         axes = tuple(first[a] for a in axes)
     shape = tuple(src.shape[a] for a in axes)
@@ -196,7 +197,7 @@ def pad_data(data, shape, widths, value) -> list:
     base = sum(lo * s for (lo, _), s in zip(widths, ost))
     n = shape[-1]
     for k, o in enumerate(_offsets(list(zip(shape[:-1], ost[:-1])), base)):
-        out[o:o + n] = data[k * n:k * n + n]
+        out[o : o + n] = data[k * n : k * n + n]
     return out
 
 
@@ -208,13 +209,13 @@ def pad(x, widths, value=0):
 def concatenate(*xs, axis):
     first = xs[0].shape
     axis %= max(len(first), 1)
-    outer, inner = prod(first[:axis]), prod(first[axis + 1:])
+    outer, inner = prod(first[:axis]), prod(first[axis + 1 :])
     parts = [(x.data, x.shape[axis] * inner) for x in xs]
     out = []
     for o in range(outer):
         for data, n in parts:
-            out += data[o * n:o * n + n]
-    shape = first[:axis] + (sum(x.shape[axis] for x in xs),) + first[axis + 1:]
+            out += data[o * n : o * n + n]
+    shape = first[:axis] + (sum(x.shape[axis] for x in xs),) + first[axis + 1 :]
     return PyBuffer(out, shape, xs[0].dtype)
 
 
@@ -235,14 +236,14 @@ def take(x, indices, axis):
     axis %= max(len(shape), 1)
     n = shape[axis]
     idx = _checked(indices, n, axis)
-    outer, inner = prod(shape[:axis]), prod(shape[axis + 1:])
-    out_shape = shape[:axis] + indices.shape + shape[axis + 1:]
+    outer, inner = prod(shape[:axis]), prod(shape[axis + 1 :])
+    out_shape = shape[:axis] + indices.shape + shape[axis + 1 :]
     data = x.data
     if inner == 1:
         out = [data[i] for i in idx] if outer == 1 else [data[o + i] for o in range(0, outer * n, n) for i in idx]
     else:
         starts = [(o + i) * inner for o in range(0, outer * n, n) for i in idx]
-        out = list(chain.from_iterable(data[s:s + inner] for s in starts))
+        out = list(chain.from_iterable(data[s : s + inner] for s in starts))
     return PyBuffer(out, out_shape, x.dtype)
 
 
@@ -251,7 +252,7 @@ def index_add(x, indices, values, axis):
     axis %= max(len(shape), 1)
     n = shape[axis]
     idx = _checked(indices, n, axis)
-    outer, inner = prod(shape[:axis]), prod(shape[axis + 1:])
+    outer, inner = prod(shape[:axis]), prod(shape[axis + 1 :])
     out, vals = list(x.data), values.data
     src = 0
     for o in range(0, outer * n, n):
@@ -260,10 +261,10 @@ def index_add(x, indices, values, axis):
             if inner == 1:
                 out[dst] += vals[src]
             else:
-                out[dst:dst + inner] = map(add, out[dst:dst + inner], vals[src:src + inner])
+                out[dst : dst + inner] = map(add, out[dst : dst + inner], vals[src : src + inner])
             src += inner
     if x.dtype.kind == "b":
-        return PyBuffer([v != 0 for v in out], shape, x.dtype)     # NumPy's bool add is "or"
+        return PyBuffer([v != 0 for v in out], shape, x.dtype)  # NumPy's bool add is "or"
     return PyBuffer(fix(x.dtype, out), shape, x.dtype)
 
 
@@ -295,7 +296,7 @@ def reduce_groups(data, shape, axes):
     """The inputs of each output element of a reduction over ``axes``, in output order, or
     None when no dim of size > 1 is reduced (each output is then its one input)."""
     red = set(axes)
-    segs = []                              # [size, reduced?] runs of non-unit dims
+    segs = []  # [size, reduced?] runs of non-unit dims
     for i, n in enumerate(shape):
         if n != 1:
             r = i in red
@@ -308,15 +309,15 @@ def reduce_groups(data, shape, axes):
         return None
     if nred == 1:
         k = next(i for i, (_, r) in enumerate(segs) if r)
-        outer, r, inner = prod(n for n, _ in segs[:k]), segs[k][0], prod(n for n, _ in segs[k + 1:])
+        outer, r, inner = prod(n for n, _ in segs[:k]), segs[k][0], prod(n for n, _ in segs[k + 1 :])
         if inner == 1:
-            return [data] if outer == 1 else [data[i:i + r] for i in range(0, outer * r, r)]
-        span = r * inner          # a strided slice per output: data[start::inner] over one block
-        return [data[b + j:b + span:inner] for b in range(0, outer * span, span) for j in range(inner)]
+            return [data] if outer == 1 else [data[i : i + r] for i in range(0, outer * r, r)]
+        span = r * inner  # a strided slice per output: data[start::inner] over one block
+        return [data[b + j : b + span : inner] for b in range(0, outer * span, span) for j in range(inner)]
     keep = [i for i in range(len(shape)) if i not in red]
     flat = permute_data(data, shape, keep + sorted(red))
     r = prod(shape[i] for i in red)
-    return [flat[i:i + r] for i in range(0, len(flat), r)]
+    return [flat[i : i + r] for i in range(0, len(flat), r)]
 
 
 def binary_operands(a, b):

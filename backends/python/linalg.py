@@ -5,6 +5,7 @@ so Pyodide), else ``sum(map(mul, row, col))``; both run the inner loop in C. Col
 strided slices (``data[j::n]``); a convolution is im2col rows (one :func:`gather`) times the
 weight rows, and its input gradient scatters the product back (col2im).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ def dots(rows, cols, dtype) -> list:
     """``[dot(r, c) for r in rows for c in cols]``: a row-major (len(rows), len(cols)) block."""
     if dtype is D.bool_:
         return [any(map(and_, r, c)) for r in rows for c in cols]
-    if rows and not rows[0]:                                # k == 0: empty sums
+    if rows and not rows[0]:  # k == 0: empty sums
         return [0.0 if dtype.kind == "f" else 0] * (len(rows) * len(cols))
     if _sumprod is not None:
         return [_sumprod(r, c) for r in rows for c in cols]
@@ -36,7 +37,7 @@ def _pack(values):
 
 
 def _split(flat, n):
-    return [flat[i:i + n] for i in range(0, len(flat), n)]
+    return [flat[i : i + n] for i in range(0, len(flat), n)]
 
 
 def matmul(a, b):
@@ -62,13 +63,13 @@ def matmul(a, b):
     out = []
     for i, j in zip(ia, ib):
         oa, ob = i * m * k, j * k * n
-        rows = [ad[oa + r * k:oa + r * k + k] for r in range(m)]
+        rows = [ad[oa + r * k : oa + r * k + k] for r in range(m)]
         if pack_rows:
             rows = list(map(_pack, rows))
         if tsrc is not None:
-            cols = [tsrc[ob + c * k:ob + c * k + k] for c in range(n)]
+            cols = [tsrc[ob + c * k : ob + c * k + k] for c in range(n)]
         else:
-            cols = [bd[ob + c:ob + k * n:n] for c in range(n)]
+            cols = [bd[ob + c : ob + k * n : n] for c in range(n)]
             if pack_cols:
                 cols = list(map(_pack, cols))
         out += dots(rows, cols, a.dtype)
@@ -106,12 +107,16 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     per_group = []
     for gi in range(groups):
         view = _im2col_view(n, c, hp, wp, cg, kh, kw, oh, ow, stride, dilation, gi)
-        per_group.append((_split(gather(xd, *view), q) if q else [[] for _ in range(n * p)],
-                          _split(wd[gi * og * q:(gi + 1) * og * q], q) if q else [[] for _ in range(og)]))
+        per_group.append(
+            (
+                _split(gather(xd, *view), q) if q else [[] for _ in range(n * p)],
+                _split(wd[gi * og * q : (gi + 1) * og * q], q) if q else [[] for _ in range(og)],
+            )
+        )
     out = []
     for b in range(n):
         for cols, wrows in per_group:
-            out += dots(wrows, cols[b * p:(b + 1) * p], x.dtype)     # (og, p) for this sample
+            out += dots(wrows, cols[b * p : (b + 1) * p], x.dtype)  # (og, p) for this sample
     return PyBuffer(fix(x.dtype, out), (n, o, oh, ow), x.dtype)
 
 
@@ -128,8 +133,16 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
         # rows of g: one per output channel, over (sample, pixel); rows of the transposed
         # im2col matrix: one per (channel, kernel position), over the same (sample, pixel).
         grows = _split(gather(gd, (og, n, p), (p, o * p, 1), gi * og * p), n * p) if n * p else [[]] * og
-        xrows = _split(gather(xd, (cg, kh, kw, n, oh, ow), (hp * wp, dh * wp, dw, c * hp * wp, sh * wp, sw),
-                              gi * cg * hp * wp), n * p) if n * p else [[]] * (cg * kh * kw)
+        xrows = (
+            _split(
+                gather(
+                    xd, (cg, kh, kw, n, oh, ow), (hp * wp, dh * wp, dw, c * hp * wp, sh * wp, sw), gi * cg * hp * wp
+                ),
+                n * p,
+            )
+            if n * p
+            else [[]] * (cg * kh * kw)
+        )
         out += dots(grows, xrows, g.dtype)
     return PyBuffer(fix(g.dtype, out), tuple(weight_shape), g.dtype)
 
@@ -149,7 +162,7 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
             continue
         # im2col gradient = (g as (N*P, Og)) @ (w as (Og, Q)); then col2im scatters it back.
         grows = _split(gather(gd, (n, p, og), (o * p, 1, p), gi * og * p), og) if og else [[]] * (n * p)
-        wcols = [wdata[gi * og * q + j:(gi + 1) * og * q:q] for j in range(q)]
+        wcols = [wdata[gi * og * q + j : (gi + 1) * og * q : q] for j in range(q)]
         cols = dots(grows, wcols, g.dtype)
         view = _im2col_view(n, c, hp, wp, cg, kh, kw, oh, ow, stride, dilation, gi)
         scatter_add(out, gather_index(*view), cols)

@@ -6,6 +6,7 @@ NaN where the spec wants it (largest). Python ints are exact and their bitwise o
 on an infinite two's complement, so and/or/xor/right shift of wrapped values are already right
 and only the left shift and ``not`` of unsigned values wrap back to the width.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -25,7 +26,7 @@ def _rows(x, axis):
     axes = [d for d in range(nd) if d != axis] + [axis]
     data = permute_data(x.data, x.shape, axes) if axis != nd - 1 else x.data
     n = x.shape[axis]
-    return [data[i:i + n] for i in range(0, len(data), n)] if n else [], axes
+    return [data[i : i + n] for i in range(0, len(data), n)] if n else [], axes
 
 
 def _unrows(rows, shape, axes, n, dtype):
@@ -51,7 +52,7 @@ def _order(row, key, k=None):
     keys = list(map(key, row))
     if k is None:
         return sorted(range(len(row)), key=keys.__getitem__)
-    return heapq.nsmallest(k, range(len(row)), key=keys.__getitem__)      # = sorted(...)[:k]
+    return heapq.nsmallest(k, range(len(row)), key=keys.__getitem__)  # = sorted(...)[:k]
 
 
 def argsort(x, axis, descending=False):
@@ -97,8 +98,13 @@ def _shr(a, b, bits):
     return a >> b if 0 <= b < bits else (-1 if a < 0 else 0)
 
 
-_BINARY = {"bitwise_and": lambda a, b, bits: a & b, "bitwise_or": lambda a, b, bits: a | b,
-           "bitwise_xor": lambda a, b, bits: a ^ b, "bitwise_left_shift": _shl, "bitwise_right_shift": _shr}
+_BINARY = {
+    "bitwise_and": lambda a, b, bits: a & b,
+    "bitwise_or": lambda a, b, bits: a | b,
+    "bitwise_xor": lambda a, b, bits: a ^ b,
+    "bitwise_left_shift": _shl,
+    "bitwise_right_shift": _shr,
+}
 
 
 def _bitwise(name):
@@ -114,6 +120,7 @@ def _bitwise(name):
             xs, ys = (t.data, rep) if t is a else (rep, t.data)
         bits = _bits(dtype)
         return PyBuffer(wrap_int(dtype, [op(p, q, bits) for p, q in zip(xs, ys)]), shape, dtype)
+
     impl.__name__ = name
     return impl
 
@@ -131,5 +138,11 @@ def bitcast(x, dtype):
     return PyBuffer(from_bytes(to_bytes(x.data, x.dtype), n, dtype), x.shape, dtype)
 
 
-IMPLS = {"argsort": argsort, "argtopk": argtopk, "cumsum": cumsum, "bitwise_not": bitwise_not, "bitcast": bitcast,
-         **{name: _bitwise(name) for name in _BINARY}}
+IMPLS = {
+    "argsort": argsort,
+    "argtopk": argtopk,
+    "cumsum": cumsum,
+    "bitwise_not": bitwise_not,
+    "bitcast": bitcast,
+    **{name: _bitwise(name) for name in _BINARY},
+}

@@ -10,6 +10,7 @@ must run before the first use where Python cannot wait on the browser itself.
 >>> ember_backends()          # outside a browser: nothing to offer
 []
 """
+
 from __future__ import annotations
 
 from ember.backend import BackendInfo
@@ -20,6 +21,7 @@ from .device import has_navigator_gpu, init, unavailable_reason
 
 def _load():
     from .backend import WebGPUBackend
+
     return WebGPUBackend()
 
 
@@ -33,5 +35,12 @@ def ember_backends():
     """Offer ``webgpu`` only inside Pyodide in a browser with ``navigator.gpu``."""
     if not has_navigator_gpu():
         return []
-    return [BackendInfo("webgpu", _load, priority=5, setup=_setup,
-                        description="WGSL compute shaders through the browser's WebGPU (Pyodide only)")]
+    return [
+        BackendInfo(
+            "webgpu",
+            _load,
+            priority=5,
+            setup=_setup,
+            description="WGSL compute shaders through the browser's WebGPU (Pyodide only)",
+        )
+    ]

@@ -29,6 +29,7 @@ python backend under headless Chromium's WebGPU (SwiftShader).
 >>> has_navigator_gpu()       # outside a browser: the entry point offers nothing
 False
 """
+
 from __future__ import annotations
 
 import sys
@@ -78,13 +79,17 @@ def _unary(name):
             if not on_gpu(x):
                 return None
             return elementwise(wgsl.UNARY[name], [x], [x.stype], D.bool_, x.shape)
-        if x.dtype is D.bool_ or (name in wgsl.FLOAT_ONLY - {"floor"} and x.dtype is not D.float32) \
-                or (name in wgsl.SIGNED_ONLY and x.dtype is D.uint32):
+        if (
+            x.dtype is D.bool_
+            or (name in wgsl.FLOAT_ONLY - {"floor"} and x.dtype is not D.float32)
+            or (name in wgsl.SIGNED_ONLY and x.dtype is D.uint32)
+        ):
             return None
         expr = wgsl.UNARY["copy" if name == "floor" and x.dtype is not D.float32 else name]
         if not on_gpu(x):
             return None
         return elementwise(expr, [x], [x.stype], x.dtype, x.shape)
+
     return run
 
 
@@ -92,6 +97,7 @@ def _scalar_operand(t: WGBuffer, s, compare=False):
     """The bit pattern of Python scalar ``s`` next to tensor ``t`` (NumPy 2 rules), or None
     when the result would leave the tensor's dtype or the scalar does not fit its type."""
     from ..python.buffer import scalar_as, scalar_result_dtype
+
     if isinstance(s, bool) and t.dtype is not D.bool_:
         s = int(s)
     if scalar_result_dtype(t.dtype, s) is not t.dtype:
@@ -138,6 +144,7 @@ def _binary(name):
         if expr is None or not all_on_gpu(*ops):
             return None
         return elementwise(expr, ops, [STORAGE[dtype]] * 2, dtype, shape)
+
     return run
 
 
@@ -148,18 +155,23 @@ def _compare(name):
             return None
         dtype, shape, ops = got
         return elementwise(wgsl.COMPARE[name], ops, [STORAGE[dtype]] * 2, D.bool_, shape)
+
     return run
 
 
 def _logical(name):
     def run(a, b):
-        if not (isinstance(a, WGBuffer) and isinstance(b, WGBuffer)) or a.dtype is not D.bool_ \
-                or b.dtype is not D.bool_:
+        if (
+            not (isinstance(a, WGBuffer) and isinstance(b, WGBuffer))
+            or a.dtype is not D.bool_
+            or b.dtype is not D.bool_
+        ):
             return None
         shape = broadcast_shapes(a.shape, b.shape)
         if not numel(shape) or not all_on_gpu(a, b):
             return None
         return elementwise(wgsl.LOGICAL[name], [a, b], ["u32", "u32"], D.bool_, shape)
+
     return run
 
 
@@ -202,18 +214,27 @@ def _reduce(op):
         nd = len(x.shape)
         red = sorted({a % nd for a in axes}) if nd else []
         kept = [d for d in range(nd) if d not in red]
-        out_shape = tuple(1 if d in red else s for d, s in enumerate(x.shape)) if keepdims else \
-            tuple(x.shape[d] for d in kept)
+        out_shape = (
+            tuple(1 if d in red else s for d, s in enumerate(x.shape)) if keepdims else tuple(x.shape[d] for d in kept)
+        )
         kdims, (kstr,) = coalesce([x.shape[d] for d in kept], [[x.strides[d] for d in kept]])
         rdims, (rstr,) = coalesce([x.shape[d] for d in red], [[x.strides[d] for d in red]])
         dtype, stype = (D.int64, "i32") if op == "argmax" else (x.dtype, x.stype)
         out = new_buffer(out_shape, dtype, stype)
         n_out = numel(out_shape)
-        meta = [n_out, numel([x.shape[d] for d in red]), i32(x.offset), *kdims, *map(i32, kstr),
-                *rdims, *map(i32, rstr)]
+        meta = [
+            n_out,
+            numel([x.shape[d] for d in red]),
+            i32(x.offset),
+            *kdims,
+            *map(i32, kstr),
+            *rdims,
+            *map(i32, rstr),
+        ]
         code = wgsl.reduce(op, x.stype, len(kdims), len(rdims))
         device().dispatch(code, [out.store.gpu, x.store.gpu], meta, launch_grid(n_out))
         return out
+
     return run
 
 
@@ -221,8 +242,14 @@ def _matmul_layout(a, b, m, k, n) -> str:
     """The fastest shader the operands' layout allows (see wgsl.matmul)."""
     sa, sb = a.strides, b.strides
     aligned = all(v % 4 == 0 for v in (a.offset, b.offset) + sa[:-2] + sb[:-2])
-    if aligned and k % 4 == 0 and sa[-1] == 1 and sb[-2] == 1 and (m == 1 or sa[-2] % 4 == 0) \
-            and (n == 1 or sb[-1] % 4 == 0):
+    if (
+        aligned
+        and k % 4 == 0
+        and sa[-1] == 1
+        and sb[-2] == 1
+        and (m == 1 or sa[-2] % 4 == 0)
+        and (n == 1 or sb[-1] % 4 == 0)
+    ):
         return "kk4"
     if aligned and n % 4 == 0 and sb[-1] == 1 and (k == 1 or sb[-2] % 4 == 0):
         return "kn4"
@@ -238,11 +265,21 @@ def matmul(a, b):
     if not (m and n and k and count) or count > 65535 or not all_on_gpu(a, b):
         return None
     out = new_buffer(batch + (m, n), a.dtype)
-    sa, sb = broadcast_strides(a.view(a.shape[:-2], 0, a.strides[:-2]), batch), \
-        broadcast_strides(b.view(b.shape[:-2], 0, b.strides[:-2]), batch)
-    meta = [m, n, k, i32(a.offset), i32(b.offset), *map(i32, (a.strides[-2], a.strides[-1],
-                                                                  b.strides[-2], b.strides[-1])),
-            *batch, *map(i32, sa), *map(i32, sb)]
+    sa, sb = (
+        broadcast_strides(a.view(a.shape[:-2], 0, a.strides[:-2]), batch),
+        broadcast_strides(b.view(b.shape[:-2], 0, b.strides[:-2]), batch),
+    )
+    meta = [
+        m,
+        n,
+        k,
+        i32(a.offset),
+        i32(b.offset),
+        *map(i32, (a.strides[-2], a.strides[-1], b.strides[-2], b.strides[-1])),
+        *batch,
+        *map(i32, sa),
+        *map(i32, sb),
+    ]
     layout = _matmul_layout(a, b, m, k, n)
     threads = m * n if layout == "general" else m * -(-n // 4)
     code = wgsl.matmul(a.stype, len(batch), layout)
@@ -263,14 +300,31 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     if not (n and o and oh > 0 and ow > 0 and cg) or not all_on_gpu(x, w):
         return None
     out = new_buffer((n, o, oh, ow), D.float32)
-    fields = dict(n=n, c=c, h=h, w=wd, o=o, cg=cg, kh=kh, kw=kw, oh=oh, ow=ow, sh=stride[0], sw=stride[1],
-                  ph=padding[0], pw=padding[1], dh=dilation[0], dw=dilation[1], og=o // groups,
-                  x_off=x.offset, w_off=w.offset)
+    fields = dict(
+        n=n,
+        c=c,
+        h=h,
+        w=wd,
+        o=o,
+        cg=cg,
+        kh=kh,
+        kw=kw,
+        oh=oh,
+        ow=ow,
+        sh=stride[0],
+        sw=stride[1],
+        ph=padding[0],
+        pw=padding[1],
+        dh=dilation[0],
+        dw=dilation[1],
+        og=o // groups,
+        x_off=x.offset,
+        w_off=w.offset,
+    )
     fields.update({f"x_s{d}": x.strides[d] for d in range(4)})
     fields.update({f"w_s{d}": w.strides[d] for d in range(4)})
     meta = [i32(fields[f]) for f in wgsl.CONV_FIELDS]
-    device().dispatch(wgsl.conv2d("f32"), [out.store.gpu, x.store.gpu, w.store.gpu], meta,
-                    launch_grid(n * o * oh * ow))
+    device().dispatch(wgsl.conv2d("f32"), [out.store.gpu, x.store.gpu, w.store.gpu], meta, launch_grid(n * o * oh * ow))
     return out
 
 
@@ -283,8 +337,7 @@ def pad(x, widths, value=0):
     shape = tuple(s + lo + hi for s, (lo, hi) in zip(x.shape, widths))
     out = new_buffer(shape, x.dtype)
     nd = len(shape)
-    meta = [numel(shape), i32(x.offset), *shape, *x.shape, *map(i32, x.strides),
-            *(lo for lo, _ in widths), bits]
+    meta = [numel(shape), i32(x.offset), *shape, *x.shape, *map(i32, x.strides), *(lo for lo, _ in widths), bits]
     device().dispatch(wgsl.pad(x.stype, nd), [out.store.gpu, x.store.gpu], meta, launch_grid(numel(shape)))
     return out
 
@@ -353,16 +406,42 @@ def concatenate(*xs, axis):
 
 
 GPU = {
-    **{n: _unary(n) for n in ("neg", "abs", "sign", "floor", "exp", "log", "sin", "cos", "tanh", "sqrt",
-                              "reciprocal", "logical_not")},
+    **{
+        n: _unary(n)
+        for n in (
+            "neg",
+            "abs",
+            "sign",
+            "floor",
+            "exp",
+            "log",
+            "sin",
+            "cos",
+            "tanh",
+            "sqrt",
+            "reciprocal",
+            "logical_not",
+        )
+    },
     **{n: _binary(n) for n in wgsl.BINARY},
     **{n: _compare(n) for n in wgsl.COMPARE},
     **{n: _logical(n) for n in wgsl.LOGICAL},
-    "where": where, "cast": cast,
-    "sum": _reduce("sum"), "max": _reduce("max"), "min": _reduce("min"), "argmax": _reduce("argmax"),
-    "matmul": matmul, "conv2d": conv2d, "pad": pad,
-    "reshape": reshape, "permute": permute, "expand": expand, "slice": slice_, "flip": flip,
-    "windows": windows, "concatenate": concatenate,
+    "where": where,
+    "cast": cast,
+    "sum": _reduce("sum"),
+    "max": _reduce("max"),
+    "min": _reduce("min"),
+    "argmax": _reduce("argmax"),
+    "matmul": matmul,
+    "conv2d": conv2d,
+    "pad": pad,
+    "reshape": reshape,
+    "permute": permute,
+    "expand": expand,
+    "slice": slice_,
+    "flip": flip,
+    "windows": windows,
+    "concatenate": concatenate,
 }
 
 
@@ -380,6 +459,7 @@ def _primitive(name, stats):
         stats["host"][name] = stats["host"].get(name, 0) + 1
         result = host(*(to_host(a) if isinstance(a, WGBuffer) else a for a in args), **params)
         return WGBuffer(result.shape, result.dtype, host=result)
+
     impl.__name__ = name
     return impl
 
@@ -396,11 +476,14 @@ class WebGPUBackend(Backend):
     def __init__(self):
         if not DEVICE and not STATE["tried"] and has_navigator_gpu():
             from pyodide.ffi import can_run_sync, run_sync
+
             if can_run_sync():
                 run_sync(init())
             else:
-                STATE["reason"] = ("call `await ember.registry.prepare('webgpu')` (or use the backend from "
-                                    "runPythonAsync / callPromising) before the first use")
+                STATE["reason"] = (
+                    "call `await ember.registry.prepare('webgpu')` (or use the backend from "
+                    "runPythonAsync / callPromising) before the first use"
+                )
         self.stats = {"gpu": {}, "host": {}}
         self.impls = {n: _primitive(n, self.stats) for n in host_backend().IMPLS}
         self.version = DEVICE[0].description if DEVICE else "unavailable"
@@ -411,12 +494,18 @@ class WebGPUBackend(Backend):
         return False, unavailable_reason()
 
     def capabilities(self):
-        return Capabilities(ops=frozenset(self.impls), dtypes=frozenset(D.ALL), devices=("webgpu",),
-                            notes={"gpu_ops": ", ".join(sorted(GPU)),
-                                   "gpu_dtypes": ", ".join(sorted(d.name for d in STORAGE)),
-                                   "host": "other ops and dtypes run on the python backend",
-                                   "adapter": self.version,
-                                   "fallback_adapter": str(bool(DEVICE and DEVICE[0].fallback_adapter))})
+        return Capabilities(
+            ops=frozenset(self.impls),
+            dtypes=frozenset(D.ALL),
+            devices=("webgpu",),
+            notes={
+                "gpu_ops": ", ".join(sorted(GPU)),
+                "gpu_dtypes": ", ".join(sorted(d.name for d in STORAGE)),
+                "host": "other ops and dtypes run on the python backend",
+                "adapter": self.version,
+                "fallback_adapter": str(bool(DEVICE and DEVICE[0].fallback_adapter)),
+            },
+        )
 
     def stats_reset(self):
         self.stats["gpu"].clear()
@@ -451,6 +540,7 @@ class WebGPUBackend(Backend):
 
     def to_bytes(self, buf):
         from ..python.buffer import to_bytes
+
         host = to_host(buf)
         return to_bytes(host.data, host.dtype)
 
@@ -474,4 +564,3 @@ class WebGPUBackend(Backend):
     def synchronize(self):
         if DEVICE:
             DEVICE[0].synchronize()
-

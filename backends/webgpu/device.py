@@ -16,6 +16,7 @@ except pure bookkeeping. In the order a forward pass meets it:
 >>> contiguous_strides((2, 3, 4))
 (12, 4, 1)
 """
+
 from __future__ import annotations
 
 import struct
@@ -38,6 +39,7 @@ def has_navigator_gpu() -> bool:
         return False
     try:
         import js
+
         return getattr(js.navigator, "gpu", None) is not None
     except (ImportError, AttributeError):
         return False
@@ -49,27 +51,30 @@ class _Device:
     def __init__(self, adapter, device):
         import js
         from pyodide.ffi import create_proxy, to_js
+
         self.js, self.to_js = js, to_js
         self.adapter, self.device, self.queue = adapter, device, device.queue
-        self.pipelines = {}           # WGSL source -> GPUComputePipeline
-        self.encoder = None           # the open GPUCommandEncoder, or None
-        self.cpass = None             # its open compute pass: one per submission, dispatches in order
-        self.released = []            # GPUBuffers to destroy once the encoder is submitted
-        self.errors = []              # uncaptured validation / out-of-memory errors
+        self.pipelines = {}  # WGSL source -> GPUComputePipeline
+        self.encoder = None  # the open GPUCommandEncoder, or None
+        self.cpass = None  # its open compute pass: one per submission, dispatches in order
+        self.released = []  # GPUBuffers to destroy once the encoder is submitted
+        self.errors = []  # uncaptured validation / out-of-memory errors
         self.usage = js.GPUBufferUsage.STORAGE | js.GPUBufferUsage.COPY_SRC | js.GPUBufferUsage.COPY_DST
         self._on_error = create_proxy(lambda event: self.errors.append(str(event.error.message)))
         device.addEventListener("uncapturederror", self._on_error)
         info = adapter.info
-        self.description = " ".join(str(getattr(info, k, "") or "") for k in ("vendor", "architecture",
-                                                                            "description")).strip()
+        self.description = " ".join(
+            str(getattr(info, k, "") or "") for k in ("vendor", "architecture", "description")
+        ).strip()
         self.fallback_adapter = bool(getattr(info, "isFallbackAdapter", False))
 
     def obj(self, value):
         return self.to_js(value, dict_converter=self.js.Object.fromEntries)
 
     def create(self, nbytes: int, usage=None):
-        return self.device.createBuffer(self.obj({"size": max(4, (nbytes + 3) // 4 * 4),
-                                                  "usage": self.usage if usage is None else usage}))
+        return self.device.createBuffer(
+            self.obj({"size": max(4, (nbytes + 3) // 4 * 4), "usage": self.usage if usage is None else usage})
+        )
 
     def write(self, gpu, data: bytes):
         if data:
@@ -80,7 +85,8 @@ class _Device:
         if p is None:
             module = self.device.createShaderModule(self.obj({"code": code}))
             p = self.pipelines[code] = self.device.createComputePipeline(
-                self.obj({"layout": "auto", "compute": {"module": module, "entryPoint": "main"}}))
+                self.obj({"layout": "auto", "compute": {"module": module, "entryPoint": "main"}})
+            )
         return p
 
     def dispatch(self, code: str, buffers: list, meta: list, groups: tuple):
@@ -88,10 +94,9 @@ class _Device:
         pipeline = self.pipeline(code)
         geo = self.create(4 * len(meta))
         self.write(geo, array("I", meta).tobytes())
-        self.released.append(geo)           # dies with this submission
+        self.released.append(geo)  # dies with this submission
         entries = [{"binding": k, "resource": {"buffer": b}} for k, b in enumerate([geo] + buffers)]
-        group = self.device.createBindGroup(self.obj({"layout": pipeline.getBindGroupLayout(0),
-                                                      "entries": entries}))
+        group = self.device.createBindGroup(self.obj({"layout": pipeline.getBindGroupLayout(0), "entries": entries}))
         if self.cpass is None:
             if self.encoder is None:
                 self.encoder = self.device.createCommandEncoder()
@@ -112,7 +117,7 @@ class _Device:
         if self.encoder is not None:
             self.queue.submit(self.to_js([self.encoder.finish()]))
             self.encoder = None
-        for gpu in self.released:            # safe: destroy waits for submitted work
+        for gpu in self.released:  # safe: destroy waits for submitted work
             gpu.destroy()
         self.released.clear()
 
@@ -145,15 +150,18 @@ class _Device:
             raise BackendError("WebGPU reported: " + "; ".join(errors))
 
 
-DEVICE: list = []                     # [] until init() succeeds, then [_Device]
+DEVICE: list = []  # [] until init() succeeds, then [_Device]
 STATE = {"tried": False, "reason": "init() has not run"}
 
 
 def wait(awaitable):
     from pyodide.ffi import can_run_sync, run_sync
+
     if not can_run_sync():
-        raise BackendError("webgpu: waiting for the GPU needs JavaScript promise integration: call Python "
-                           "from JavaScript with callPromising() or runPythonAsync()")
+        raise BackendError(
+            "webgpu: waiting for the GPU needs JavaScript promise integration: call Python "
+            "from JavaScript with callPromising() or runPythonAsync()"
+        )
     return run_sync(awaitable)
 
 
@@ -169,11 +177,14 @@ async def init() -> bool:
         STATE["reason"] = "no navigator.gpu here (not a browser with WebGPU)"
         return False
     import js
+
     try:
         adapter = await js.navigator.gpu.requestAdapter()
         if not adapter:
-            STATE["reason"] = ("navigator.gpu.requestAdapter() found no adapter (in Chromium without a GPU, "
-                                "start it with --enable-unsafe-webgpu for SwiftShader)")
+            STATE["reason"] = (
+                "navigator.gpu.requestAdapter() found no adapter (in Chromium without a GPU, "
+                "start it with --enable-unsafe-webgpu for SwiftShader)"
+            )
             return False
         device = await adapter.requestDevice()
     except Exception as exc:  # noqa: BLE001 - a browser refusal is a reason, not a crash
@@ -259,12 +270,14 @@ class WGBuffer:
 
 def host_backend():
     from ..python import backend as python_backend
+
     return python_backend
 
 
 def _encode_host(host, dtype) -> bytes:
     """Host values in the GPU's storage format."""
     from ..python.buffer import to_bytes
+
     if dtype is D.bool_:
         return array("I", map(int, host.data)).tobytes()
     return to_bytes(host.data, dtype)
@@ -287,6 +300,7 @@ def to_host(x: WGBuffer):
     if x.host is not None and (x.store is None or x.host_version == x.store.version):
         return x.host
     from ..python.buffer import PyBuffer
+
     n = numel(x.shape)
     src = x if x.contiguous else copy(x)
     raw = device().read(src.store.gpu, 4 * src.offset, 4 * n) if n else b""
@@ -327,8 +341,7 @@ def launch_grid(n: int) -> tuple:
 def broadcast_strides(x: WGBuffer, shape) -> tuple:
     """Strides reading view ``x`` as ``shape`` (0 along broadcast and new leading dims)."""
     lead = len(shape) - len(x.shape)
-    return (0,) * lead + tuple(0 if n == 1 and m != 1 else s
-                               for n, m, s in zip(x.shape, shape[lead:], x.strides))
+    return (0,) * lead + tuple(0 if n == 1 and m != 1 else s for n, m, s in zip(x.shape, shape[lead:], x.strides))
 
 
 def coalesce(shape, stride_sets):

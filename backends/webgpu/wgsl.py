@@ -18,11 +18,39 @@ Geometry layouts (all u32; strides and offsets are i32 bit patterns):
 >>> "fn main" in src and "x0 + x1" in src
 True
 """
+
 from __future__ import annotations
 
-WORKGROUP = 256          # threads per workgroup of the 1-d kernels
-CONV_FIELDS = ("n", "c", "h", "w", "o", "cg", "kh", "kw", "oh", "ow", "sh", "sw", "ph", "pw", "dh", "dw",
-               "og", "x_off", "x_s0", "x_s1", "x_s2", "x_s3", "w_off", "w_s0", "w_s1", "w_s2", "w_s3")
+WORKGROUP = 256  # threads per workgroup of the 1-d kernels
+CONV_FIELDS = (
+    "n",
+    "c",
+    "h",
+    "w",
+    "o",
+    "cg",
+    "kh",
+    "kw",
+    "oh",
+    "ow",
+    "sh",
+    "sw",
+    "ph",
+    "pw",
+    "dh",
+    "dw",
+    "og",
+    "x_off",
+    "x_s0",
+    "x_s1",
+    "x_s2",
+    "x_s3",
+    "w_off",
+    "w_s0",
+    "w_s1",
+    "w_s2",
+    "w_s3",
+)
 
 # ----------------------------------------------------------------------------- op templates
 # {0}, {1}, {2}: the operands (a loaded element or a scalar from geo); {T}: the storage type.
@@ -51,8 +79,10 @@ BINARY = {
     "minimum": "min_nan({0}, {1})",
 }
 BOOL_BINARY = {"add": "({0} | {1})", "mul": "({0} & {1})", "maximum": "({0} | {1})", "minimum": "({0} & {1})"}
-COMPARE = {n: f"select(0u, 1u, {{0}} {op} {{1}})"
-           for n, op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))}
+COMPARE = {
+    n: f"select(0u, 1u, {{0}} {op} {{1}})"
+    for n, op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
+}
 LOGICAL = {"logical_and": "({0} & {1})", "logical_or": "({0} | {1})", "logical_xor": "({0} ^ {1})"}
 WHERE = "select({2}, {1}, {0} != 0u)"
 TEMPLATES = {**UNARY, **BINARY, **COMPARE, **LOGICAL, "where": WHERE}
@@ -68,7 +98,7 @@ def cast_expr(src: str, dst: str, src_bool: bool, dst_bool: bool) -> str:
         return f"select(0u, 1u, {{0}} != {src}(0))"
     if src == dst:
         return "{0}"
-    return f"{dst}({{0}})"          # bool (u32 0/1) converts like an integer
+    return f"{dst}({{0}})"  # bool (u32 0/1) converts like an integer
 
 
 _NAN_HELPERS = """
@@ -82,16 +112,20 @@ def _scalar(t: str, index: str) -> str:
 
 
 def _header(out_type: str, in_types) -> str:
-    lines = ["@group(0) @binding(0) var<storage, read> geo: array<u32>;",
-             f"@group(0) @binding(1) var<storage, read_write> res: array<{out_type}>;"]
+    lines = [
+        "@group(0) @binding(0) var<storage, read> geo: array<u32>;",
+        f"@group(0) @binding(1) var<storage, read_write> res: array<{out_type}>;",
+    ]
     lines += [f"@group(0) @binding({2 + k}) var<storage, read> src{k}: array<{t}>;" for k, t in enumerate(in_types)]
     return "\n".join(lines)
 
 
 def _entry(body: str) -> str:
-    return (f"@compute @workgroup_size({WORKGROUP})\n"
-            "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
-            f"  let i = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n" + body + "}\n")
+    return (
+        f"@compute @workgroup_size({WORKGROUP})\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+        f"  let i = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n" + body + "}\n"
+    )
 
 
 def elementwise(expr: str, operand_types, out_type: str, rank: int, scalar_slots=()) -> str:
@@ -112,8 +146,9 @@ def elementwise(expr: str, operand_types, out_type: str, rank: int, scalar_slots
         body.append("    let idx = i32(rem % size);")
         body.append("    rem = rem / size;")
         body.append(f"    o = o + idx * bitcast<i32>(geo[{2 + R} + d]);")
-        body += [f"    p{j} = p{j} + idx * bitcast<i32>(geo[{3 + 2 * R + j * (R + 1)} + d]);"
-                 for j in range(len(tensors))]
+        body += [
+            f"    p{j} = p{j} + idx * bitcast<i32>(geo[{3 + 2 * R + j * (R + 1)} + d]);" for j in range(len(tensors))
+        ]
         body.append("  }")
     names, scalar_base = [], 2 + 2 * R + len(tensors) * (R + 1)
     for k, t in enumerate(operand_types):
@@ -132,18 +167,29 @@ def elementwise(expr: str, operand_types, out_type: str, rank: int, scalar_slots
 def pad(t: str, rank: int) -> str:
     """``res`` (contiguous) = the input placed at offset ``lo``, ``value`` elsewhere."""
     R = rank
-    body = ["  if (i >= geo[0]) { return; }", "  var rem = i;", "  var p = bitcast<i32>(geo[1]);",
-            "  var inside = true;"]
+    body = [
+        "  if (i >= geo[0]) { return; }",
+        "  var rem = i;",
+        "  var p = bitcast<i32>(geo[1]);",
+        "  var inside = true;",
+    ]
     if R:
-        body += [f"  for (var d = {R - 1}; d >= 0; d = d - 1) {{",
-                 "    let size = geo[2 + d];",
-                 f"    let idx = i32(rem % size) - bitcast<i32>(geo[{2 + 3 * R} + d]);",
-                 "    rem = rem / size;",
-                 f"    if (idx < 0 || idx >= i32(geo[{2 + R} + d])) {{ inside = false; }}",
-                 f"    p = p + idx * bitcast<i32>(geo[{2 + 2 * R} + d]);",
-                 "  }"]
-    body += ["  if (inside) {", "    res[i] = src0[p];", "  } else {",
-             f"    res[i] = {_scalar(t, str(2 + 4 * R))};", "  }"]
+        body += [
+            f"  for (var d = {R - 1}; d >= 0; d = d - 1) {{",
+            "    let size = geo[2 + d];",
+            f"    let idx = i32(rem % size) - bitcast<i32>(geo[{2 + 3 * R} + d]);",
+            "    rem = rem / size;",
+            f"    if (idx < 0 || idx >= i32(geo[{2 + R} + d])) {{ inside = false; }}",
+            f"    p = p + idx * bitcast<i32>(geo[{2 + 2 * R} + d]);",
+            "  }",
+        ]
+    body += [
+        "  if (inside) {",
+        "    res[i] = src0[p];",
+        "  } else {",
+        f"    res[i] = {_scalar(t, str(2 + 4 * R))};",
+        "  }",
+    ]
     return _header(t, [t]) + "\n" + _entry("\n".join(body) + "\n")
 
 
@@ -167,16 +213,22 @@ def reduce(op: str, t: str, kept: int, reduced: int) -> str:
     def offset(var, count, shape_at, stride_at, target):
         if not count:
             return []
-        return [f"  var rem_{var} = {var};",
-                f"  for (var d = {count - 1}; d >= 0; d = d - 1) {{",
-                f"    let size = geo[{shape_at} + d];",
-                f"    {target} = {target} + i32(rem_{var} % size) * bitcast<i32>(geo[{stride_at} + d]);",
-                f"    rem_{var} = rem_{var} / size;",
-                "  }"]
+        return [
+            f"  var rem_{var} = {var};",
+            f"  for (var d = {count - 1}; d >= 0; d = d - 1) {{",
+            f"    let size = geo[{shape_at} + d];",
+            f"    {target} = {target} + i32(rem_{var} % size) * bitcast<i32>(geo[{stride_at} + d]);",
+            f"    rem_{var} = rem_{var} / size;",
+            "  }",
+        ]
+
     body = ["  if (i >= geo[0]) { return; }", "  var base = bitcast<i32>(geo[2]);"]
     body += offset("i", K, kept_shape, kept_str, "base")
-    load = ["    var p = base;"] + ["  " + line for line in offset("j", J, red_shape, red_str, "p")] + \
-           ["    let v = src0[p];"]
+    load = (
+        ["    var p = base;"]
+        + ["  " + line for line in offset("j", J, red_shape, red_str, "p")]
+        + ["    let v = src0[p];"]
+    )
     if REDUCE_INIT[op] == "first":
         body += ["  var acc = src0[base];", "  var best = 0u;"]
     else:
@@ -207,14 +259,16 @@ def matmul(t: str, batch_rank: int, layout: str = "general") -> str:
     v = f"vec4<{t}>"
     batch = ["  var oa = bitcast<i32>(geo[3]);", "  var ob = bitcast<i32>(geo[4]);"]
     if B:
-        batch += ["  var rem = gid.z;",
-                  f"  for (var d = {B - 1}; d >= 0; d = d - 1) {{",
-                  "    let size = geo[9 + d];",
-                  "    let idx = i32(rem % size);",
-                  "    rem = rem / size;",
-                  f"    oa = oa + idx * bitcast<i32>(geo[{9 + B} + d]);",
-                  f"    ob = ob + idx * bitcast<i32>(geo[{9 + 2 * B} + d]);",
-                  "  }"]
+        batch += [
+            "  var rem = gid.z;",
+            f"  for (var d = {B - 1}; d >= 0; d = d - 1) {{",
+            "    let size = geo[9 + d];",
+            "    let idx = i32(rem % size);",
+            "    rem = rem / size;",
+            f"    oa = oa + idx * bitcast<i32>(geo[{9 + B} + d]);",
+            f"    ob = ob + idx * bitcast<i32>(geo[{9 + 2 * B} + d]);",
+            "  }",
+        ]
     a_type, b_type, res_type = (v, v, t) if layout == "kk4" else (t, v, v) if layout == "kn4" else (t, t, t)
     head = f"""@group(0) @binding(0) var<storage, read> geo: array<u32>;
 @group(0) @binding(1) var<storage, read_write> res: array<{res_type}>;
@@ -245,8 +299,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
         # offsets and strides arrive in elements; all are multiples of 4 here, so /4 indexes vec4s
         sums = []
         for j in range(4):
-            sums.append(f"  if (c0 + {j}u < N) {{ res[out0 + row * N + c0 + {j}u] = "
-                        f"s{j}.x + s{j}.y + s{j}.z + s{j}.w; }}")
+            sums.append(
+                f"  if (c0 + {j}u < N) {{ res[out0 + row * N + c0 + {j}u] = s{j}.x + s{j}.y + s{j}.z + s{j}.w; }}"
+            )
         body = f"""  let n4 = (N + 3u) / 4u;
   let i = gid.x;
   if (i >= M * n4) {{ return; }}
@@ -291,8 +346,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
 def conv2d(t: str) -> str:
     """Direct convolution: one thread per output (n, o, oy, ox), zero padding by bounds checks
     (no padded copy), groups, stride and dilation from geo; x and w are strided views."""
-    fields = "\n".join(f"  let {name} = i32(geo[{k}]);" if not name.endswith("off") and "_s" not in name
-                       else f"  let {name} = bitcast<i32>(geo[{k}]);" for k, name in enumerate(CONV_FIELDS))
+    fields = "\n".join(
+        f"  let {name} = i32(geo[{k}]);"
+        if not name.endswith("off") and "_s" not in name
+        else f"  let {name} = bitcast<i32>(geo[{k}]);"
+        for k, name in enumerate(CONV_FIELDS)
+    )
     n_out = "u32(n * o * oh * ow)"
     return f"""@group(0) @binding(0) var<storage, read> geo: array<u32>;
 @group(0) @binding(1) var<storage, read_write> res: array<{t}>;

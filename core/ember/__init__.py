@@ -10,6 +10,7 @@ The pipeline, top to bottom (docs/architecture.md): tensor.py (the user's arrays
 dispatch.py (one door for every primitive) → autodiff.py (the VJP table) → backend.py (the
 contract) → backends/ (numpy reference, pure Python) and plugins (numba, cupy).
 """
+
 from importlib import import_module as _import_module
 from typing import Any
 
@@ -65,7 +66,7 @@ from .tensor import (
     zeros_like,
 )
 
-globals().update(_FUNCTIONS)     # ember.exp(x), ember.sum(x, dim), ... (see tensor.FUNCTIONS)
+globals().update(_FUNCTIONS)  # ember.exp(x), ember.sum(x, dim), ... (see tensor.FUNCTIONS)
 __version__ = "0.1.0"
 bool = bool_  # noqa: A001 - ember.bool like torch.bool
 
@@ -89,8 +90,22 @@ __all__ += sorted(set(_FUNCTIONS) - set(__all__))
 
 # torch's names for functions that live deeper: ember.save / ember.load, ember.checkpoint
 _LAZY = {"save": "io.save", "load": "io.save", "checkpoint": "recompute", "from_dlpack": "dlpack"}
-_SUBMODULES = {"nn", "optim", "data", "io", "train", "models", "conformance", "wasm", "cli",
-               "jit", "fused", "distributed", "functional", "utils"}
+_SUBMODULES = {
+    "nn",
+    "optim",
+    "data",
+    "io",
+    "train",
+    "models",
+    "conformance",
+    "wasm",
+    "cli",
+    "jit",
+    "fused",
+    "distributed",
+    "functional",
+    "utils",
+}
 
 
 def __getattr__(name: str) -> Any:

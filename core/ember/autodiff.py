@@ -7,6 +7,7 @@ no gradient). Rules are written in Tensor operations, so running them with grad 
 primitive can bring a rule of its own (:func:`custom_vjp`); it is then one node, whose rule
 lives in :data:`VJP`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,9 +31,11 @@ GRAD_READY_HOOKS: dict = {}
 
 def defvjp(name):
     """Register the VJP rule of node ``name`` (decorator); primitives carry theirs in their record."""
+
     def register(rule):
         VJP[name] = rule
         return rule
+
     return register
 
 
@@ -92,7 +95,7 @@ class no_grad(contextlib.ContextDecorator):
     mode = False
 
     def __init__(self) -> None:
-        self._prev: list[bool] = []     # a stack: one instance is re-entered when a `with` block recurses
+        self._prev: list[bool] = []  # a stack: one instance is re-entered when a `with` block recurses
 
     def _recreate_cm(self) -> no_grad:
         # As a decorator, one instance per call: threads running the function at once must
@@ -120,7 +123,7 @@ def _topo_order(roots):
     """Tensors reachable from ``roots`` through recorded ops, each after everything it feeds."""
     order, seen = [], set()
     stack = [(r, False) for r in roots]
-    while stack:                       # iterative: a 10,000-op chain must not hit recursion limits
+    while stack:  # iterative: a 10,000-op chain must not hit recursion limits
         node, done = stack.pop()
         if done:
             order.append(node)
@@ -142,7 +145,7 @@ def _rule(name):
     if isinstance(name, Primitive) and name not in VJP:
         return name.vjp
     rule = VJP.get(name)
-    if rule is None and name in PRIMITIVES:          # a primitive named by a plain string
+    if rule is None and name in PRIMITIVES:  # a primitive named by a plain string
         rule = PRIMITIVES[name].vjp
     return rule
 
@@ -159,7 +162,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
     prev = dispatch.set_grad_enabled(create_graph)
     try:
         grads: dict = {}
-        rules: dict = {}                 # node name -> its rule, looked up once per walk
+        rules: dict = {}  # node name -> its rule, looked up once per walk
         for o, c in zip(outputs, cotangents):
             _accumulate(grads, o, c)
         wanted = None if inputs is None else {id(t) for t in inputs}
@@ -178,7 +181,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
                             hook(node)
                 continue
             if wanted is None or id(node) not in wanted:
-                del grads[id(node)]          # free each cotangent as soon as it is pushed back
+                del grads[id(node)]  # free each cotangent as soon as it is pushed back
             name, args, params = node._ctx
             rule = rules.get(name)
             if rule is None:
@@ -198,12 +201,18 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
 def backward(tensor, gradient=None, create_graph=False):
     """``tensor.backward()``: accumulate d tensor / d leaf into each leaf's ``.grad``."""
     if not tensor.requires_grad:
-        raise located(GradError, "backward() on a tensor that does not require grad: no input of its "
-                      "computation had requires_grad=True (or it was computed under no_grad)")
+        raise located(
+            GradError,
+            "backward() on a tensor that does not require grad: no input of its "
+            "computation had requires_grad=True (or it was computed under no_grad)",
+        )
     if gradient is None:
         if tensor.numel() != 1:
-            raise located(GradError, f"backward() without a gradient needs a scalar output, got shape "
-                          f"{tensor.shape}; pass gradient= or reduce first (e.g. .sum())")
+            raise located(
+                GradError,
+                f"backward() without a gradient needs a scalar output, got shape "
+                f"{tensor.shape}; pass gradient= or reduce first (e.g. .sum())",
+            )
         gradient = dispatch.Tensor._ones_like(tensor)
     backprop([tensor], [gradient], create_graph=create_graph)
 
@@ -221,8 +230,11 @@ def grad_of(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused
     for i, (t, g) in enumerate(zip(inputs, gs)):
         if g is None:
             if not allow_unused:
-                raise located(GradError, f"input {i} (shape {t.shape}) was not used to compute the output; "
-                              f"pass allow_unused=True to get zeros")
+                raise located(
+                    GradError,
+                    f"input {i} (shape {t.shape}) was not used to compute the output; "
+                    f"pass allow_unused=True to get zeros",
+                )
             gs[i] = dispatch.Tensor._zeros_like(t)
     return gs[0] if single else gs
 
@@ -242,8 +254,9 @@ def _prepare(args, argnums):
     return args, nested
 
 
-def value_and_grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0,
-                   has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
+def value_and_grad(
+    f: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
+) -> Callable[..., tuple[Any, Any]]:
     """``value_and_grad(f)(*args)`` returns ``(f(*args), df/dargs[argnums])``.
 
     >>> import ember

@@ -23,6 +23,7 @@ built on :func:`ember.autodiff.custom_vjp`: one graph node per call whose rule i
 >>> [round(v, 4) for v in x.grad.tolist()]
 [1.0, 2.7183]
 """
+
 from __future__ import annotations
 
 import itertools
@@ -67,26 +68,35 @@ class Function:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         name = f"autograd.Function:{cls.__module__}.{cls.__qualname__}"
-        if name in VJP:     # another class of the same name (defined in a function called twice)
+        if name in VJP:  # another class of the same name (defined in a function called twice)
             name += f"#{next(_SERIAL)}"
 
         def run(*args, ctx):
             out = cls.forward(ctx, *args)
             if not isinstance(out, dispatch.Tensor):
-                raise located(TypeError, f"{cls.__name__}.forward must return one Tensor, got "
-                              f"{type(out).__name__} (several outputs are not supported yet)")
+                raise located(
+                    TypeError,
+                    f"{cls.__name__}.forward must return one Tensor, got "
+                    f"{type(out).__name__} (several outputs are not supported yet)",
+                )
             return out
 
         def rule(g, out, *args, ctx):
             grads = cls.backward(ctx, g)
             grads = grads if isinstance(grads, tuple) else (grads,)
             if len(grads) != len(args):
-                raise located(GradError, f"{cls.__name__}.backward returned {len(grads)} gradients for "
-                              f"{len(args)} inputs of forward; return None for inputs without one")
+                raise located(
+                    GradError,
+                    f"{cls.__name__}.backward returned {len(grads)} gradients for "
+                    f"{len(args)} inputs of forward; return None for inputs without one",
+                )
             for i, (a, ga) in enumerate(zip(args, grads)):
                 if ga is not None and isinstance(a, dispatch.Tensor) and tuple(ga.shape) != tuple(a.shape):
-                    raise located(GradError, f"{cls.__name__}.backward: gradient {i} has shape "
-                                  f"{tuple(ga.shape)} but input {i} has shape {tuple(a.shape)}")
+                    raise located(
+                        GradError,
+                        f"{cls.__name__}.backward: gradient {i} has shape "
+                        f"{tuple(ga.shape)} but input {i} has shape {tuple(a.shape)}",
+                    )
             return grads
 
         cls._node = staticmethod(custom_vjp(run, rule, name=name))
@@ -118,7 +128,7 @@ class inference_mode(no_grad):  # noqa: N801 - torch's name
         self.enabled = bool(mode)
 
     def _recreate_cm(self):
-        return type(self)(self.enabled)     # as a decorator: a fresh instance with the same mode
+        return type(self)(self.enabled)  # as a decorator: a fresh instance with the same mode
 
     def __enter__(self):
         self.mode = False if self.enabled else dispatch.is_grad_enabled()

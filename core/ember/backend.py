@@ -17,6 +17,7 @@ class that runs ember.jit graphs on the backend's buffers).
 that does not subclass :class:`Backend` can be checked against it (``mypy``), and
 ``isinstance(obj, BackendProtocol)`` tells whether the members are present (not their types).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -37,11 +38,12 @@ Buffer: TypeAlias = Any
 class Capabilities:
     """What a backend declares. The conformance suite checks the declaration both ways:
     declared-but-failing is a failure, implemented-but-undeclared is reported."""
+
     ops: frozenset[str] = frozenset()
     dtypes: frozenset[D.DType] = frozenset()
     devices: tuple[str, ...] = ("cpu",)
-    fused: frozenset[str] = frozenset()    # optional fused ops (see ember.fused) it implements
-    compiles_groups: bool = False       # implements compile(group) for ember.jit fusion groups
+    fused: frozenset[str] = frozenset()  # optional fused ops (see ember.fused) it implements
+    compiles_groups: bool = False  # implements compile(group) for ember.jit fusion groups
     # Buffers live on an accelerator: a host read (item, tolist, numpy) waits for queued work,
     # so ember defers its value checks to the next such read (ember.deferred) instead.
     on_device: bool = False
@@ -98,14 +100,21 @@ class Backend:
         raise NotImplementedByBackend(self.name, "to_bytes")
 
     def from_numpy(self, array: Any) -> Buffer:
-        return self.from_bytes(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes(),
-                               tuple(array.shape), D.get(array.dtype.name))
+        return self.from_bytes(
+            array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes(),
+            tuple(array.shape),
+            D.get(array.dtype.name),
+        )
 
     def to_numpy(self, buf: Buffer) -> Any:
         import numpy as np
+
         dt = self.dtype(buf)
-        return np.frombuffer(self.to_bytes(buf), dtype=np.dtype(dt.name).newbyteorder("<")) \
-            .astype(dt.name).reshape(self.shape(buf))
+        return (
+            np.frombuffer(self.to_bytes(buf), dtype=np.dtype(dt.name).newbyteorder("<"))
+            .astype(dt.name)
+            .reshape(self.shape(buf))
+        )
 
     def assign(self, dst: Buffer, src: Buffer) -> None:
         """Copy src's elements into dst in place (same shape and dtype). Optimizers use this."""
@@ -178,10 +187,11 @@ class BackendInfo:
 
     ``load`` is called only when the backend is first used, so listing plugins never imports
     heavy libraries (numba, cupy)."""
+
     name: str
-    load: Callable[[], Backend]   # called on first use
+    load: Callable[[], Backend]  # called on first use
     api_version: str = API_VERSION
-    priority: int = 0             # higher wins when choosing a default among available backends
+    priority: int = 0  # higher wins when choosing a default among available backends
     description: str = ""
     # Optional: ``async () -> str`` for a backend whose device must be awaited before first use
     # (WebGPU's adapter request): "" when ready, else why not. See registry.prepare.

@@ -10,6 +10,7 @@
 
 Each subcommand's work lives in its own module; this file only parses arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,7 @@ from .errors import EmberError, user_frame, where
 
 def _backends(args) -> int:
     from . import registry
+
     rows = registry.backends()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -28,8 +30,10 @@ def _backends(args) -> int:
     print(f"{'name':10} {'version':10} {'status':12} {'devices':10} ops  origin")
     for r in rows:
         status = r["status"] if len(r["status"]) < 12 else r["status"][:11] + "…"
-        print(f"{r['name']:10} {r.get('version', '?'):10} {status:12} "
-              f"{','.join(r.get('devices', [])):10} {r.get('ops', '-'):>3}  {r.get('origin', '')}")
+        print(
+            f"{r['name']:10} {r.get('version', '?'):10} {status:12} "
+            f"{','.join(r.get('devices', [])):10} {r.get('ops', '-'):>3}  {r.get('origin', '')}"
+        )
         if r["status"] != "ok":
             print(f"    {r['status']}")
     return 0
@@ -37,6 +41,7 @@ def _backends(args) -> int:
 
 def _certify(argv) -> int:
     from .conformance.certify import main
+
     return main(argv)
 
 
@@ -45,32 +50,38 @@ class Parser(argparse.ArgumentParser):
     text: the same shape as every other error ember reports."""
 
     def error(self, message):
-        self.exit(2, f"ember: error: {self.prog.removeprefix('ember ')}: {message}\n"
-                     if self.prog != "ember" else f"ember: error: {message}\n")
+        self.exit(
+            2,
+            f"ember: error: {self.prog.removeprefix('ember ')}: {message}\n"
+            if self.prog != "ember"
+            else f"ember: error: {message}\n",
+        )
 
 
 def _onnx(argv) -> int:
     from .onnx.cli import main
+
     return main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+
     p = Parser(prog="ember", description="ember: train and run models on any backend")
-    p.add_argument("--version", action="version", version=f"ember {__version__}",
-                   help="print ember's version and exit")
+    p.add_argument("--version", action="version", version=f"ember {__version__}", help="print ember's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("backends", help="list backends and their status")
     b.add_argument("--json", action="store_true", help="machine-readable output (default: a table)")
 
     from .train import cli as train_cli
+
     train_cli.add_subcommands(sub)
 
-    sub.add_parser("certify", help="certify a backend with the conformance suite (see `ember certify -h`)",
-                   add_help=False)
-    sub.add_parser("onnx", help="run ONNX models and the official ONNX suite (see `ember onnx -h`)",
-                   add_help=False)
+    sub.add_parser(
+        "certify", help="certify a backend with the conformance suite (see `ember certify -h`)", add_help=False
+    )
+    sub.add_parser("onnx", help="run ONNX models and the official ONNX suite (see `ember onnx -h`)", add_help=False)
     return p
 
 
@@ -88,7 +99,7 @@ def main(argv=None) -> int:
         if args.command == "backends":
             return _backends(args)
         return args.run(args)
-    except (EmberError, OSError) as err:   # OSError: the machine said no (disk full, permission)
+    except (EmberError, OSError) as err:  # OSError: the machine said no (disk full, permission)
         text = str(err).replace(launcher, "") if launcher else str(err)
         print(f"ember: error: {' '.join(text.split())}", file=sys.stderr)
         return 2

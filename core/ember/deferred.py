@@ -18,6 +18,7 @@ keeps one pending entry per site, however many steps it runs.
 >>> on_device(x.backend)          # the numpy backend checks at once
 False
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ from .errors import _internal
 #: waiting; Tensor's host reads test it first, so CPU backends pay one truth test.
 PENDING: dict = {}
 _ON_DEVICE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_INTERNAL_FILES: dict = {}       # code filename -> is it ember's own (errors._internal)?
+_INTERNAL_FILES: dict = {}  # code filename -> is it ember's own (errors._internal)?
 
 
 class Check:
@@ -85,6 +86,7 @@ def defer(key, values: tuple, fold: tuple, message, cls=ValueError) -> None:
     old = checks.get(slot)
     if old is None:
         from .errors import where
+
         text = where((site[0], site[1], _line(*site))) if site else ""
         checks[slot] = Check(tuple(values), tuple(fold), message, cls, text)
     else:
@@ -93,6 +95,7 @@ def defer(key, values: tuple, fold: tuple, message, cls=ValueError) -> None:
 
 def _line(filename, lineno):
     import linecache
+
     return linecache.getline(filename, lineno).strip()
 
 

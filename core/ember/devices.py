@@ -13,6 +13,7 @@ by the table below and leaves ``x`` alone if its backend is already on that devi
 
 docs/backends.md tells the same story for users.
 """
+
 from __future__ import annotations
 
 from .errors import BackendError, located
@@ -45,12 +46,16 @@ class device:  # noqa: N801 - torch.device's name
                 raise located(ValueError, f"ember.device({type!r}, {index!r}): the index is given twice")
             type, _, number = type.partition(":")
             if not number.isdigit():
-                raise located(ValueError, f"ember.device: invalid index {number!r} in {type}:{number}; "
-                              f"expected e.g. 'cuda:0'")
+                raise located(
+                    ValueError, f"ember.device: invalid index {number!r} in {type}:{number}; expected e.g. 'cuda:0'"
+                )
             index = int(number)
         if type not in TYPES:
-            raise located(ValueError, f"ember.device: unknown device type {type!r}; expected one of "
-                          f"{', '.join(TYPES)} (a backend name such as 'numba' goes to x.to() directly)")
+            raise located(
+                ValueError,
+                f"ember.device: unknown device type {type!r}; expected one of "
+                f"{', '.join(TYPES)} (a backend name such as 'numba' goes to x.to() directly)",
+            )
         if index is not None and (not isinstance(index, int) or index < 0):
             raise located(ValueError, f"ember.device: index must be a non-negative int, got {index!r}")
         object.__setattr__(self, "type", type)
@@ -63,8 +68,9 @@ class device:  # noqa: N801 - torch.device's name
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
     def __repr__(self):
-        return f"device(type={self.type!r})" if self.index is None else \
-            f"device(type={self.type!r}, index={self.index})"
+        return (
+            f"device(type={self.type!r})" if self.index is None else f"device(type={self.type!r}, index={self.index})"
+        )
 
     def __eq__(self, other):
         if isinstance(other, str):
@@ -74,7 +80,7 @@ class device:  # noqa: N801 - torch.device's name
         return NotImplemented
 
     def __hash__(self):
-        return hash(str(self))      # equal to its string, so hashed like it
+        return hash(str(self))  # equal to its string, so hashed like it
 
     def __reduce__(self):
         return device, (self.type, self.index)
@@ -127,16 +133,24 @@ def backend_for(target, current=None):
     for backend in _usable(REGISTRY):
         if _on(backend, dev):
             return backend
-    raise located(BackendError, f"no backend runs on device {str(dev)!r} here"
-                  + ("; install the CUDA backend (`pip install './plugins/cupy[cuda13]'` from ember's "
-                     "repository) on a machine with an NVIDIA GPU" if dev.type == "cuda" else ""))
+    raise located(
+        BackendError,
+        f"no backend runs on device {str(dev)!r} here"
+        + (
+            "; install the CUDA backend (`pip install './plugins/cupy[cuda13]'` from ember's "
+            "repository) on a machine with an NVIDIA GPU"
+            if dev.type == "cuda"
+            else ""
+        ),
+    )
 
 
 def _cpu_default() -> str:
     try:
         import numpy  # noqa: F401
+
         return "numpy"
-    except ImportError:     # Pyodide without numpy
+    except ImportError:  # Pyodide without numpy
         return "python"
 
 
@@ -162,4 +176,5 @@ class cuda:  # noqa: N801 - a namespace, as torch.cuda
         True
         """
         from .registry import REGISTRY
+
         return any(of_backend(b).type == "cuda" for b in _usable(REGISTRY))

@@ -24,6 +24,7 @@ Eager's fast path does no checking; when a backend raises, the primitive's abstr
 to explain the failure in shapes and dtypes, located at the user's line (:func:`explain`).
 That slow path is also where a storage dtype (bfloat16) is upcast to float32 for computing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -80,12 +81,12 @@ def wrap(data, backend, ctx=None):
     return _new(data, backend, ctx)
 
 
-_wrap = wrap     # the name backend plugins used before ember 0.2; kept for one API version
+_wrap = wrap  # the name backend plugins used before ember 0.2; kept for one API version
 
 
 # ----------------------------------------------------------------------------- grad mode
 _GRAD_ENABLED = contextvars.ContextVar("ember.grad_enabled", default=True)
-_grad_enabled = _GRAD_ENABLED.get      # bound once: the eager path reads it on every op
+_grad_enabled = _GRAD_ENABLED.get  # bound once: the eager path reads it on every op
 
 
 def is_grad_enabled() -> bool:
@@ -178,8 +179,7 @@ class Eager(Interpreter):
         return dst
 
     def random_bits(self, generator, shape, backend):
-        return self.create("random_bits", backend, {"shape": shape, "seed": generator.seed,
-                                                     "offset": generator.offset})
+        return self.create("random_bits", backend, {"shape": shape, "seed": generator.seed, "offset": generator.offset})
 
     def fused(self, name, backend, args, params):
         out = backend.fused_impls[name](*(a._data if isinstance(a, Tensor) else a for a in args), **params)
@@ -190,7 +190,7 @@ class Eager(Interpreter):
 
 EAGER = Eager()
 _INTERPRETER = contextvars.ContextVar("ember.interpreter", default=EAGER)
-_current = _INTERPRETER.get            # bound once: every op asks it
+_current = _INTERPRETER.get  # bound once: every op asks it
 
 # How many ``interpreting`` blocks are open, in all threads together. While it is 0 every
 # context's interpreter is EAGER, so the door functions skip the context-variable read: an
@@ -252,8 +252,11 @@ def apply2(name, a, b):
     bt = isinstance(b, Tensor)
     try:
         if bt and b._backend is not backend:
-            raise located(BackendError, f"{name}: operands live on backends {backend.name!r} and "
-                          f"{b._backend.name!r}; move one with .to({backend.name!r})")
+            raise located(
+                BackendError,
+                f"{name}: operands live on backends {backend.name!r} and "
+                f"{b._backend.name!r}; move one with .to({backend.name!r})",
+            )
         data = backend.impls[name](a._data, b._data if bt else b)
     except Exception as exc:  # noqa: BLE001
         return explain(name, backend, (a, b), {}, exc)
@@ -275,8 +278,11 @@ def apply(name, *args, **params):
             if backend is None:
                 backend = a._backend
             elif a._backend is not backend:
-                raise located(BackendError, f"{name}: inputs live on backends {backend.name!r} and "
-                              f"{a._backend.name!r}; move them to one with .to(name)")
+                raise located(
+                    BackendError,
+                    f"{name}: inputs live on backends {backend.name!r} and "
+                    f"{a._backend.name!r}; move them to one with .to(name)",
+                )
             grad = grad or a.requires_grad
     bufs = [a._data if isinstance(a, Tensor) else a for a in args]
     try:
@@ -317,5 +323,8 @@ def explain(name, backend, args, params, exc):
         primitives.abstract_eval(name, *avals, **params)
     except EmberError as err:
         raise located(type(err), f"{name}: {err}") from None
-    raise located(BackendError, f"{name} failed on backend {backend.name!r} for inputs "
-                  f"{', '.join(str(a) for a in avals)}: {type(exc).__name__}: {exc}") from exc
+    raise located(
+        BackendError,
+        f"{name} failed on backend {backend.name!r} for inputs "
+        f"{', '.join(str(a) for a in avals)}: {type(exc).__name__}: {exc}",
+    ) from exc

@@ -20,6 +20,7 @@ route by where the memory is:
 >>> np.from_dlpack(t).base is not None        # and back, without a copy
 True
 """
+
 from __future__ import annotations
 
 from . import dispatch
@@ -54,18 +55,24 @@ def from_dlpack(obj, backend=None):
     from .errors import located
 
     if not hasattr(obj, "__dlpack__"):
-        raise located(TypeError, f"ember.from_dlpack needs an object with __dlpack__ (a DLPack producer), "
-                      f"got {type(obj).__name__}")
+        raise located(
+            TypeError,
+            f"ember.from_dlpack needs an object with __dlpack__ (a DLPack producer), got {type(obj).__name__}",
+        )
     kind = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else KDL_CPU
     if kind == KDL_CUDA:
         target = backend_for(backend or "cuda")
         return dispatch.wrap(target.from_dlpack(obj), target)
     if kind != KDL_CPU:
-        raise located(ValueError, f"ember.from_dlpack: memory on DLPack device type {kind} is neither CPU (1) "
-                      f"nor CUDA (2); copy it to the CPU first")
+        raise located(
+            ValueError,
+            f"ember.from_dlpack: memory on DLPack device type {kind} is neither CPU (1) "
+            f"nor CUDA (2); copy it to the CPU first",
+        )
     import numpy as np
+
     target = backend_for(backend or "cpu")
     view = np.from_dlpack(obj)
     if not view.flags.writeable and isinstance(obj, np.ndarray) and obj.flags.writeable:
-        view = obj      # NumPy < 2 imports DLPack memory read-only (and cannot export it again): the array itself
+        view = obj  # NumPy < 2 imports DLPack memory read-only (and cannot export it again): the array itself
     return dispatch.wrap(target.from_numpy(view), target)

@@ -4,6 +4,7 @@ A dtype is a small immutable record; backends map it to their own type (NumPy's 
 a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` is a
 storage dtype (``STORAGE``): tensors hold it, arithmetic on it runs in float32.
 """
+
 from __future__ import annotations
 
 
@@ -49,12 +50,12 @@ INTS = (uint8, uint32, int32, int64)
 # cast to their compute dtype, so its result has that dtype. The NumPy-array backends store
 # bfloat16 (capabilities list the compute dtypes, which conformance checks).
 STORAGE = {bfloat16: float32}
-KEEPS = frozenset({"cast", "reshape", "permute", "expand", "slice", "concatenate", "flip", "pad", "take",
-                   "where", "windows"})
+KEEPS = frozenset(
+    {"cast", "reshape", "permute", "expand", "slice", "concatenate", "flip", "pad", "take", "where", "windows"}
+)
 
 BY_NAME = {d.name: d for d in ALL + tuple(STORAGE)}
-BY_NAME.update({"bool_": bool_, "float": float32, "half": float16, "double": float64,
-                "int": int64, "long": int64})
+BY_NAME.update({"bool_": bool_, "float": float32, "half": float16, "double": float64, "int": int64, "long": int64})
 
 default_float = float32
 default_int = int64
@@ -79,6 +80,7 @@ def get(d) -> DType:
         return BY_NAME[name]
     except KeyError:
         from .errors import DTypeError, located
+
         raise located(DTypeError, f"unknown dtype {d!r}; ember knows {', '.join(x.name for x in ALL)}") from None
 
 

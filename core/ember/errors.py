@@ -4,6 +4,7 @@ Every ember error message ends with the user's file and line ("at train.py:12"),
 walking the stack out of ember's own files, so that a shape mismatch deep inside a layer points
 at the line of the model code that asked for it.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,6 +38,7 @@ def user_frame(skip: int = 1):
     if f is None:
         return None
     import linecache
+
     return f.f_code.co_filename, f.f_lineno, linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
 
 
@@ -70,9 +72,11 @@ class NotImplementedByBackend(BackendError, NotImplementedError):
 
     def __init__(self, backend: str, primitive: str, detail: str = ""):
         self.backend, self.primitive = backend, primitive
-        super().__init__(f"backend {backend!r} does not implement primitive {primitive!r}"
-                         + (f": {detail}" if detail else "")
-                         + "; use ember.use('numpy') or implement it (see plugins/template)")
+        super().__init__(
+            f"backend {backend!r} does not implement primitive {primitive!r}"
+            + (f": {detail}" if detail else "")
+            + "; use ember.use('numpy') or implement it (see plugins/template)"
+        )
 
 
 class GradError(EmberError, RuntimeError):

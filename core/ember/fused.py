@@ -34,6 +34,7 @@ Multi-tensor ops (``adam_step_foreach``) take lists, one entry per parameter, an
 [2.0, 4.0]
 >>> undef("double")
 """
+
 from __future__ import annotations
 
 import weakref
@@ -56,7 +57,7 @@ SAVES: set = set()
 #: multi-tensor op -> the per-parameter op its reference loops over.
 FOREACH: dict = {}
 
-_DIFFERENTIABLE: dict = {}            # forward op -> its kernel as one autodiff node
+_DIFFERENTIABLE: dict = {}  # forward op -> its kernel as one autodiff node
 _DECLARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -86,11 +87,10 @@ def defop(name, reference, backward=None, vjp=None, *, saves=False, each=None):
         VJPS[name] = (backward, vjp)
         if saves:
             SAVES.add(name)
-        _DIFFERENTIABLE[name] = _saving(name, vjp) if saves else custom_vjp(_kernel_of(name), vjp,
-                                                                              name=f"fused.{name}")
+        _DIFFERENTIABLE[name] = _saving(name, vjp) if saves else custom_vjp(_kernel_of(name), vjp, name=f"fused.{name}")
     if each is not None:
         FOREACH[name] = each
-    _DECLARED.clear()           # a backend's declaration may name the new op
+    _DECLARED.clear()  # a backend's declaration may name the new op
     return reference
 
 
@@ -111,7 +111,7 @@ def declared(backend) -> frozenset:
     """
     names = _DECLARED.get(backend)
     if names is None:
-        kernels = backend.fused_impls or {}      # a plugin may have set None: the old lookup took it
+        kernels = backend.fused_impls or {}  # a plugin may have set None: the old lookup took it
         names = _DECLARED[backend] = frozenset(n for n in backend.capabilities().fused if n in FUSED and n in kernels)
     return names
 
@@ -151,14 +151,16 @@ def run_foreach(name, params, grads, *states, **hyper):
     place comes back as the input tensor itself. Returns a tuple of lists.
     """
     backend = params[0]._backend if params else None
-    if backend is None or dispatch.interpreter().fused_backend(name, backend) is None \
-            or name not in declared(backend):
+    if backend is None or dispatch.interpreter().fused_backend(name, backend) is None or name not in declared(backend):
         outs = [run(FOREACH[name], p, g, *s, **hyper) for p, g, *s in zip(params, grads, *states, strict=True)]
         return tuple(list(column) for column in zip(*outs)) if outs else tuple([] for _ in range(1 + len(states)))
     inputs = (params, *states)
-    out = backend.fused_impls[name]([p._data for p in params], [g._data for g in grads],
-                                    *([None if t is None else t._data for t in column] for column in states),
-                                    **hyper)
+    out = backend.fused_impls[name](
+        [p._data for p in params],
+        [g._data for g in grads],
+        *([None if t is None else t._data for t in column] for column in states),
+        **hyper,
+    )
     return tuple([_rewrap(b, t, backend) for b, t in zip(column, given)] for column, given in zip(out, inputs))
 
 
@@ -166,7 +168,7 @@ def _rewrap(buf, given, backend):
     if buf is None:
         return None
     if given is not None and buf is given._data:
-        return given            # updated in place: the optimizer's copy-back then copies nothing
+        return given  # updated in place: the optimizer's copy-back then copies nothing
     return dispatch.wrap(buf, backend)
 
 
@@ -180,6 +182,7 @@ def _kernel_of(name):
     def kernel(*args, **params):
         backend = next(a for a in args if isinstance(a, dispatch.Tensor))._backend
         return _kernel(name, backend, args, params)
+
     kernel.__name__ = name
     return kernel
 
@@ -196,5 +199,6 @@ def _saving(name, rule):
         with no_grad():
             out, *saved = _kernel(name, backend, args, params)
         return (dispatch.wrap(out._data, out._backend, (node, args + tuple(saved), params)), *saved)
+
     differentiable.__name__ = name
     return differentiable

@@ -7,6 +7,7 @@
 
 The built-in backends register through the same hook (registry.py).
 """
+
 import pluggy
 
 hookspec = pluggy.HookspecMarker("ember")

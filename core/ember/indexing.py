@@ -4,6 +4,7 @@ Basic indices (ints, slices, None, ...) become one ``slice`` primitive (plus ``f
 negative steps); integer-array and boolean indices become one ``take`` on the flattened
 indexed dims. So indexing is differentiable with no rule of its own.
 """
+
 from __future__ import annotations
 
 import operator
@@ -21,16 +22,20 @@ def _to_index_tensor(t, entry):
     if isinstance(entry, dispatch.Tensor):
         return entry
     if isinstance(entry, (list, tuple)) and not entry:
-        return t._tensor(entry, dtype=D.int64)     # x[[]] is an empty selection
+        return t._tensor(entry, dtype=D.int64)  # x[[]] is an empty selection
     return t._tensor(entry)
 
 
 def _mask_coords(t, k, dim):
     """A k-dim bool mask indexing dims dim.. of ``t`` -> k integer index arrays (its True places)."""
     import itertools
-    if t.shape[dim:dim + k.ndim] != k.shape:
-        raise located(IndexError, f"boolean mask of shape {k.shape} does not match the indexed dims "
-                      f"{t.shape[dim:dim + k.ndim]} (dims {dim}..{dim + k.ndim - 1}) of a tensor of shape {t.shape}")
+
+    if t.shape[dim : dim + k.ndim] != k.shape:
+        raise located(
+            IndexError,
+            f"boolean mask of shape {k.shape} does not match the indexed dims "
+            f"{t.shape[dim : dim + k.ndim]} (dims {dim}..{dim + k.ndim - 1}) of a tensor of shape {t.shape}",
+        )
     coords = [i for i, v in zip(itertools.product(*map(range, k.shape)), k.reshape(-1).tolist()) if v]
     return [_to_index_tensor(t, [c[d] for c in coords]) for d in range(k.ndim)]
 
@@ -45,8 +50,11 @@ def _normalize(t, key):
         if isinstance(k, (list, bool)) or (hasattr(k, "__array_interface__") and not isinstance(k, Tensor)):
             k = _to_index_tensor(t, k)
         if isinstance(k, Tensor) and k.dtype.kind not in "iub":
-            raise located(DTypeError, f"tensors used as indices must be integer or bool, got {k.dtype} "
-                          f"(index of shape {k.shape}); cast it with .long()")
+            raise located(
+                DTypeError,
+                f"tensors used as indices must be integer or bool, got {k.dtype} "
+                f"(index of shape {k.shape}); cast it with .long()",
+            )
         if isinstance(k, Tensor) and k.dtype is D.bool_ and k.ndim == 0:
             # NumPy: a 0-d mask adds a unit dim indexed by its True coordinates, [0] or [].
             entries.append(_NewAxis(_to_index_tensor(t, [0] if k.item() else [])))
@@ -54,13 +62,16 @@ def _normalize(t, key):
         entries.append(k)
     if sum(e is Ellipsis for e in entries) > 1:
         raise located(IndexError, "an index can only have a single ellipsis ('...')")
-    consumed = sum(e.ndim if isinstance(e, Tensor) and e.dtype is D.bool_ else 1
-                   for e in entries if not _new_axis(e) and e is not Ellipsis)
+    consumed = sum(
+        e.ndim if isinstance(e, Tensor) and e.dtype is D.bool_ else 1
+        for e in entries
+        if not _new_axis(e) and e is not Ellipsis
+    )
     if consumed > t.ndim:
         raise located(IndexError, f"too many indices for a tensor of shape {t.shape}: {consumed} given")
     if any(e is Ellipsis for e in entries):
         i = next(i for i, e in enumerate(entries) if e is Ellipsis)
-        entries[i:i + 1] = [slice(None)] * (t.ndim - consumed)
+        entries[i : i + 1] = [slice(None)] * (t.ndim - consumed)
     # A k-dim bool mask is k integer index arrays: the coordinates of its True elements.
     out, dim = [], 0
     for e in entries:
@@ -88,8 +99,10 @@ def _int(e):
     try:
         return operator.index(e)
     except TypeError:
-        raise located(IndexError, f"unsupported index {e!r} of type {type(e).__name__}: use ints, slices, "
-                      "None, ..., integer or bool tensors") from None
+        raise located(
+            IndexError,
+            f"unsupported index {e!r} of type {type(e).__name__}: use ints, slices, None, ..., integer or bool tensors",
+        ) from None
 
 
 def getitem(t, key):
@@ -113,7 +126,7 @@ def getitem(t, key):
     for d, (e, size) in enumerate(zip(entries, shape)):
         if isinstance(e, slice):
             a, b, c = e.indices(size)
-            if c < 0:     # walk backwards = take the mirrored forward slice, then flip
+            if c < 0:  # walk backwards = take the mirrored forward slice, then flip
                 n = len(range(a, b, c))
                 a, b, c = (a + c * (n - 1), a + 1, -c) if n else (0, 0, 1)
                 flips.append(d)
@@ -163,13 +176,14 @@ def _advanced(t, labels, adv):
         if idx.numel():
             lo, hi = idx.amin().item(), idx.amax().item()
             if lo < -size or hi >= size:
-                raise located(IndexError, f"index {hi if hi >= size else lo} is out of bounds for dim "
-                              f"{dims[k]} with size {size}")
+                raise located(
+                    IndexError, f"index {hi if hi >= size else lo} is out of bounds for dim {dims[k]} with size {size}"
+                )
         idx = idx + (idx < 0).long() * size
         linear = idx * stride if linear is None else linear + idx * stride
         stride *= size
     linear = linear.expand(bshape) if linear.shape != bshape else linear
-    flat = t.reshape(t.shape[:pos] + (stride,) + t.shape[pos + len(dims):])
+    flat = t.reshape(t.shape[:pos] + (stride,) + t.shape[pos + len(dims) :])
     out = flat.take(linear, pos)
     rest_labels = [labels[d] for d in rest]
     labels = rest_labels[:pos] + ["k"] * len(bshape) + rest_labels[pos:]
@@ -180,12 +194,16 @@ def setitem(t, key, value):
     """In-place assignment through NumPy indexing (no gradient flows through it)."""
     Tensor = dispatch.Tensor
     if t.requires_grad and dispatch.is_grad_enabled():
-        raise located(RuntimeError, "in-place assignment to a tensor that requires grad; "
-                      "use ember.where / masked_fill, or wrap it in ember.no_grad()")
+        raise located(
+            RuntimeError,
+            "in-place assignment to a tensor that requires grad; "
+            "use ember.where / masked_fill, or wrap it in ember.no_grad()",
+        )
     host = t.numpy().copy()
 
     def conv(k):
         return k.numpy() if isinstance(k, Tensor) else k
+
     key = tuple(conv(k) for k in key) if isinstance(key, tuple) else conv(key)
     host[key] = value.numpy() if isinstance(value, Tensor) else value
     t._backend.assign(t._data, t._backend.from_numpy(host))

@@ -4,6 +4,7 @@ The state is just ``(seed, offset)``: draw ``n`` numbers and the offset moves by
 backend implements the same ``random_bits`` primitive, so the same seed gives the same numbers
 on numpy, numba, cupy and pure Python, and a checkpoint can save and restore the stream exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -67,12 +68,13 @@ def _uniform(shape: tuple[int, ...], dtype: Any, generator: Generator | None, ba
         lo = (g.bits(shape, backend).to(D.float64) / 64).floor()
         return (hi * 67108864.0 + lo) * (1.0 / 9007199254740992.0)
     bits = 11 if dtype is D.float16 else 24
-    u = (g.bits(shape, backend).to(D.float64) / 2 ** (32 - bits)).floor() * (1.0 / 2 ** bits)
+    u = (g.bits(shape, backend).to(D.float64) / 2 ** (32 - bits)).floor() * (1.0 / 2**bits)
     return u.to(dtype)
 
 
-def rand(*shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None,
-         requires_grad: bool = False) -> Tensor:
+def rand(
+    *shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Uniform samples in [0, 1).
 
     >>> import ember
@@ -80,14 +82,17 @@ def rand(*shape: Any, dtype: Any = None, generator: Generator | None = None, bac
     (2, 3)
     """
     from .tensor import _shape_arg
+
     out = _uniform(_shape_arg(shape), D.get(dtype or D.default_float), generator, backend)
     return out.requires_grad_() if requires_grad else out
 
 
-def randn(*shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None,
-          requires_grad: bool = False) -> Tensor:
+def randn(
+    *shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None, requires_grad: bool = False
+) -> Tensor:
     """Standard normal samples (Box-Muller on two uniform draws, computed in float64)."""
     from .tensor import _shape_arg
+
     shape = _shape_arg(shape)
     u1 = _uniform(shape, D.float64, generator, backend)
     u2 = _uniform(shape, D.float64, generator, backend)
@@ -96,8 +101,14 @@ def randn(*shape: Any, dtype: Any = None, generator: Generator | None = None, ba
     return out.requires_grad_() if requires_grad else out
 
 
-def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None,
-            generator: Generator | None = None, backend: Any = None) -> Tensor:
+def randint(
+    low: int,
+    high: int | None = None,
+    size: Sequence[int] = (),
+    dtype: Any = None,
+    generator: Generator | None = None,
+    backend: Any = None,
+) -> Tensor:
     """Integers uniform in [low, high)."""
     if high is None:
         low, high = 0, low
@@ -110,6 +121,7 @@ def randperm(n: int, generator: Generator | None = None, backend: Any = None) ->
     on the host: permutations are small and host-side in practice)."""
     keys = _uniform((n,), D.float64, generator, backend).tolist()
     from .tensor import tensor
+
     return tensor(sorted(range(n), key=keys.__getitem__), dtype=D.int64, backend=backend)
 
 

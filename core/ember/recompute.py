@@ -24,6 +24,7 @@ plain function that updates state of its own, that is the caller's business.
 >>> bool((g == x.grad).all())
 True
 """
+
 from __future__ import annotations
 
 from . import dispatch
@@ -41,9 +42,9 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
     there is one way here, and it works with ``backward()`` and ``ember.grad`` alike.
     """
     if not (dispatch.is_grad_enabled() and dispatch.interpreter().evaluates):
-        return fn(*args, **kwargs)      # nothing is kept without grad; under ember.jit the graph is static
+        return fn(*args, **kwargs)  # nothing is kept without grad; under ember.jit the graph is static
     rng = default_generator.get_state()
-    out = fn(*args, **kwargs)           # recorded, so we can see which parameters fn reads ...
+    out = fn(*args, **kwargs)  # recorded, so we can see which parameters fn reads ...
     if not isinstance(out, dispatch.Tensor):
         raise located(TypeError, f"ember.checkpoint: fn must return one Tensor, got {type(out).__name__}")
     if not out.requires_grad:
@@ -72,8 +73,9 @@ def _rule(g, out, *tensors, fn, args, kwargs, rng, buffers, n):
         for b, value in zip(buffers, saved_buffers):
             b.copy_(value)
     wanted = [t for t in fresh + list(leaves) if t.requires_grad]
-    grads = iter(grad_of(again, wanted, g, create_graph=dispatch.is_grad_enabled(), allow_unused=True)
-                 if wanted else [])
+    grads = iter(
+        grad_of(again, wanted, g, create_graph=dispatch.is_grad_enabled(), allow_unused=True) if wanted else []
+    )
     return tuple(next(grads) if t.requires_grad else None for t in fresh + list(leaves))
 
 
@@ -97,6 +99,7 @@ def _leaves(out, inputs):
 def _buffers(fn):
     """The buffers of the module ``fn`` is (or is a method of), to restore after recomputing."""
     from .nn.module import Module
+
     module = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
     return [b for b in module.buffers() if b is not None] if isinstance(module, Module) else []
 

@@ -7,6 +7,7 @@ plugin for its backends through the pluggy hook ``ember_backends``. The built-in
 distribution like any plugin's, so this module names none of them. A backend object is
 created only when it is first used.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,8 @@ class PluginWarning(UserWarning):
 class _Registry:
     def __init__(self):
         self.infos: dict[str, BackendInfo] = {}
-        self.origin: dict[str, str] = {}          # backend name -> plugin it came from
-        self.problems: dict[str, str] = {}        # plugin or backend name -> why it is disabled
+        self.origin: dict[str, str] = {}  # backend name -> plugin it came from
+        self.problems: dict[str, str] = {}  # plugin or backend name -> why it is disabled
         self.loaded: dict[str, Backend] = {}
         self.discovered = False
         self.pm = None
@@ -53,8 +54,12 @@ class _Registry:
                     continue
                 pm.register(plugin, name=f"{ep.name} ({ep.value})")
             except Exception as exc:  # noqa: BLE001 - a broken plugin must not take ember down
-                self._problem(ep.name, f"import of {ep.value!r} failed with {type(exc).__name__}: {exc}; "
-                                       f"reinstall it or `pip uninstall` its distribution", exc)
+                self._problem(
+                    ep.name,
+                    f"import of {ep.value!r} failed with {type(exc).__name__}: {exc}; "
+                    f"reinstall it or `pip uninstall` its distribution",
+                    exc,
+                )
         pm.check_pending()
         # Call each plugin's hook separately: pluggy's order depends on disk, and one failing
         # hook must not lose the others' backends.
@@ -73,12 +78,16 @@ class _Registry:
     def _add(self, info: BackendInfo, origin: str):
         major = str(info.api_version).split(".")[0]
         if major != API_VERSION.split(".")[0]:
-            self._problem(info.name, f"implements backend API {info.api_version} but this ember speaks "
-                                     f"{API_VERSION}; install a version of the plugin made for ember's API {API_VERSION}")
+            self._problem(
+                info.name,
+                f"implements backend API {info.api_version} but this ember speaks "
+                f"{API_VERSION}; install a version of the plugin made for ember's API {API_VERSION}",
+            )
             return
         if info.name in self.infos:
-            self._problem(info.name, f"backend name already provided by {self.origin[info.name]}; ignoring "
-                                     f"the one from {origin}")
+            self._problem(
+                info.name, f"backend name already provided by {self.origin[info.name]}; ignoring the one from {origin}"
+            )
             return
         self.infos[info.name] = info
         self.origin[info.name] = origin
@@ -99,8 +108,7 @@ class _Registry:
         if name not in self.infos:
             known = ", ".join(sorted(self.infos)) or "none"
             why = f" ({self.problems[name]})" if name in self.problems else ""
-            raise located(BackendError, f"unknown backend {name!r}{why}; available: {known}. "
-                          + install_hint(name))
+            raise located(BackendError, f"unknown backend {name!r}{why}; available: {known}. " + install_hint(name))
         try:
             backend = self.infos[name].load()
         except Exception as exc:  # noqa: BLE001
@@ -121,9 +129,14 @@ class _Registry:
                 backend = info.load() if name not in self.loaded else self.loaded[name]
                 ok, reason = backend.available()
                 caps = backend.capabilities()
-                row.update(version=backend.version, status="ok" if ok else f"unavailable: {reason}",
-                           devices=list(caps.devices), ops=len(caps.ops),
-                           dtypes=sorted(d.name for d in caps.dtypes), fused=sorted(caps.fused))
+                row.update(
+                    version=backend.version,
+                    status="ok" if ok else f"unavailable: {reason}",
+                    devices=list(caps.devices),
+                    ops=len(caps.ops),
+                    dtypes=sorted(d.name for d in caps.dtypes),
+                    fused=sorted(caps.fused),
+                )
             except Exception as exc:  # noqa: BLE001
                 row.update(version="?", status=f"broken: {type(exc).__name__}: {exc}")
             rows.append(row)
@@ -137,7 +150,7 @@ class _Registry:
 #: distributions, ember-numba and ember-cupy, are not published yet).
 INSTALL = {
     "numba": "pip install ./plugins/numba",
-    "cupy": "pip install './plugins/cupy[cuda13]'",      # [cuda12] for a CUDA 12 driver
+    "cupy": "pip install './plugins/cupy[cuda13]'",  # [cuda12] for a CUDA 12 driver
     "template": "pip install ./plugins/template",
 }
 
@@ -150,12 +163,15 @@ def install_hint(name: str) -> str:
     """
     if name in INSTALL:
         return f"Install it from ember's repository: `{INSTALL[name]}`"
-    return (f"A backend comes from a plugin distribution; ember's repository has "
-            f"{', '.join(sorted(INSTALL))} (`pip install ./plugins/NAME`), and `ember backends` lists what is installed")
+    return (
+        f"A backend comes from a plugin distribution; ember's repository has "
+        f"{', '.join(sorted(INSTALL))} (`pip install ./plugins/NAME`), and `ember backends` lists what is installed"
+    )
 
 
 def _entry_points():
     from importlib.metadata import entry_points
+
     return list(entry_points(group="ember"))
 
 
@@ -169,6 +185,7 @@ def _default_name() -> str:
         return env
     try:
         import numpy  # noqa: F401
+
         return "numpy"
     except ImportError:
         return "python"

@@ -7,6 +7,7 @@ This module holds the class's core (buffer, host exchange, autodiff, in-place up
 conversion) and the module-level functions (``ember.tensor``, ``zeros``, ``where``, ...); the
 math and reductions are in tensor_math.py, movement and indexing in tensor_shape.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,7 @@ class Tensor(TensorMath, TensorShape):
     """
 
     __slots__ = ("_data", "_backend", "_ctx", "requires_grad", "_grad", "__weakref__")
-    __array_priority__ = 1000      # numpy scalars/arrays defer to our operators
+    __array_priority__ = 1000  # numpy scalars/arrays defer to our operators
 
     @property
     def grad(self):
@@ -92,16 +93,18 @@ class Tensor(TensorMath, TensorShape):
     # ------------------------------------------------------------------------ host exchange
     def numpy(self):
         """The values as a NumPy array (shares memory on the numpy backend). Detached."""
-        if deferred.PENDING:            # a host read: device-side checks surface here
+        if deferred.PENDING:  # a host read: device-side checks surface here
             deferred.raise_pending(self._backend)
         return self._backend.to_numpy(self._data)
 
-    def __dlpack__(self, **kwargs):      # zero-copy exchange with NumPy, torch, CuPy (dlpack.py)
+    def __dlpack__(self, **kwargs):  # zero-copy exchange with NumPy, torch, CuPy (dlpack.py)
         from .dlpack import capsule
+
         return capsule(self, **kwargs)
 
     def __dlpack_device__(self):
         from .dlpack import device
+
         return device(self)
 
     def __array__(self, dtype=None, copy=None):
@@ -118,9 +121,10 @@ class Tensor(TensorMath, TensorShape):
 
         def nest(offset, dims):
             if len(dims) == 1:
-                return flat[offset:offset + dims[0]]
+                return flat[offset : offset + dims[0]]
             step = math.prod(dims[1:])
             return [nest(offset + i * step, dims[1:]) for i in range(dims[0])]
+
         return nest(0, shape)
 
     def item(self):
@@ -130,8 +134,8 @@ class Tensor(TensorMath, TensorShape):
             deferred.raise_pending(self._backend)
         return self._backend.to_list(self._data)[0]
 
-    __float__ = lambda self: float(self.item())   # noqa: E731
-    __int__ = lambda self: int(self.item())       # noqa: E731
+    __float__ = lambda self: float(self.item())  # noqa: E731
+    __int__ = lambda self: int(self.item())  # noqa: E731
     __index__ = lambda self: int(self.item()) if self.dtype.kind in "iu" else self._no_index()  # noqa: E731
     # torch's rule: a 0-d tensor formats as its number (f"{loss:.4f}"); others as their repr.
     __format__ = lambda self, spec: format(self.item(), spec) if self.ndim == 0 else object.__format__(self, spec)  # noqa: E731
@@ -141,15 +145,19 @@ class Tensor(TensorMath, TensorShape):
 
     def __bool__(self):
         if self.numel() != 1:
-            raise located(ShapeError, f"the truth value of a tensor with {self.numel()} elements is "
-                          "ambiguous; use .any() or .all()")
+            raise located(
+                ShapeError,
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()",
+            )
         return bool(self.item())
 
     def __repr__(self):
         try:
             import numpy as np
-            body = np.array2string(self.numpy(), separator=", ", prefix="tensor(", threshold=200, suppress_small=True,
-                                   precision=4)
+
+            body = np.array2string(
+                self.numpy(), separator=", ", prefix="tensor(", threshold=200, suppress_small=True, precision=4
+            )
         except ImportError:
             body = repr(self.tolist())
         extras = []
@@ -173,6 +181,7 @@ class Tensor(TensorMath, TensorShape):
     def backward(self, gradient=None, create_graph=False):
         """Accumulate the gradient of this (scalar) tensor into every leaf's ``.grad``."""
         from .autodiff import backward
+
         backward(self, gradient, create_graph)
 
     def detach(self) -> Tensor:
@@ -199,7 +208,7 @@ class Tensor(TensorMath, TensorShape):
             src = src.expand(self.shape)
         if src.dtype is not self.dtype:
             src = src.to(self.dtype)
-        return dispatch.interpreter().assign(self, src)     # under ember.jit: part of the graph
+        return dispatch.interpreter().assign(self, src)  # under ember.jit: part of the graph
 
     def zero_(self) -> Tensor:
         return self.copy_(self._full_like(0))
@@ -209,16 +218,19 @@ class Tensor(TensorMath, TensorShape):
 
     def add_(self, other, alpha=1) -> Tensor:
         from .autodiff import no_grad
+
         with no_grad():
             return self.copy_(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1) -> Tensor:
         from .autodiff import no_grad
-        with no_grad():     # not add_(other, -alpha): that costs a pass over `other` to negate it
+
+        with no_grad():  # not add_(other, -alpha): that costs a pass over `other` to negate it
             return self.copy_(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other) -> Tensor:
         from .autodiff import no_grad
+
         with no_grad():
             return self.copy_(self * other)
 
@@ -226,7 +238,7 @@ class Tensor(TensorMath, TensorShape):
     def to(self, target, non_blocking=False) -> Tensor:
         """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (devices.py).
         ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
-        if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:    # a dtype
+        if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:  # a dtype
             dtype = D.get(target)
             return self if dtype is self.dtype else apply1(P.cast, self, dtype=dtype)
         backend = _devices.backend_for(target, self._backend)
@@ -278,8 +290,9 @@ class Tensor(TensorMath, TensorShape):
         return tensor(value, dtype=dtype or self.dtype, backend=self._backend)
 
     def _full_like(self, value, shape=None, dtype=None):
-        return dispatch.create(P.full, self._backend, shape=self.shape if shape is None else shape,
-                               value=value, dtype=dtype or self.dtype)
+        return dispatch.create(
+            P.full, self._backend, shape=self.shape if shape is None else shape, value=value, dtype=dtype or self.dtype
+        )
 
     @staticmethod
     def _ones_like(t):
@@ -310,6 +323,7 @@ class Tensor(TensorMath, TensorShape):
 
     matmul = __matmul__
 
+
 dispatch.register_tensor_class(Tensor)
 
 
@@ -328,13 +342,18 @@ def _infer_from_python(data):
     def walk(x, depth):
         if isinstance(x, (list, tuple)):
             if depth >= len(shape) or len(x) != shape[depth]:
-                raise located(ShapeError, f"ragged nested sequence: expected length {shape[depth] if depth < len(shape) else 'scalar'} "
-                              f"at depth {depth}, got {len(x)}")
+                raise located(
+                    ShapeError,
+                    f"ragged nested sequence: expected length {shape[depth] if depth < len(shape) else 'scalar'} "
+                    f"at depth {depth}, got {len(x)}",
+                )
             for y in x:
                 walk(y, depth + 1)
         else:
             if depth != len(shape):
-                raise located(ShapeError, f"ragged nested sequence: a scalar at depth {depth}, expected depth {len(shape)}")
+                raise located(
+                    ShapeError, f"ragged nested sequence: a scalar at depth {depth}, expected depth {len(shape)}"
+                )
             flat.append(x.item() if isinstance(x, Tensor) else x)
 
     walk(data, 0)
@@ -364,6 +383,7 @@ def tensor(data, dtype=None, backend=None, requires_grad=False) -> Tensor:
         out = out.to(D.get(dtype)) if dtype is not None else out
     elif hasattr(data, "__array_interface__") or type(data).__module__ == "numpy":
         import numpy as np
+
         arr = np.asarray(data)
         if dtype is not None:
             arr = arr.astype(D.get(dtype).name)
@@ -396,6 +416,7 @@ def as_tensor(data, dtype=None, backend=None) -> Tensor:
         return out.to(D.get(dtype)) if dtype is not None else out
     if hasattr(data, "__array_interface__"):
         import numpy as np
+
         arr = np.asarray(data)
         if dtype is not None:
             arr = arr.astype(D.get(dtype).name, copy=False)
@@ -484,10 +505,15 @@ def where(condition, x, y) -> Tensor:
     [1.0, 0.0]
     """
     if not isinstance(condition, Tensor) or condition.dtype is not D.bool_:
-        got = f"a {condition.dtype} tensor of shape {condition.shape}" if isinstance(condition, Tensor) \
+        got = (
+            f"a {condition.dtype} tensor of shape {condition.shape}"
+            if isinstance(condition, Tensor)
             else type(condition).__name__
-        raise located(DTypeError, f"where: condition must be a bool tensor, got {got}; compare first "
-                      "(x != 0) or cast with .bool()")
+        )
+        raise located(
+            DTypeError,
+            f"where: condition must be a bool tensor, got {got}; compare first (x != 0) or cast with .bool()",
+        )
     cond = condition
     tx, ty = isinstance(x, Tensor), isinstance(y, Tensor)
     if tx and ty:
@@ -522,9 +548,12 @@ def matmul(a, b) -> Tensor:
     a2 = a.unsqueeze(0) if va else a
     b2 = b.unsqueeze(1) if vb else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise located(ShapeError, f"matmul: shapes {a.shape} and {b.shape} do not align: "
-                      f"{a2.shape[-1]} (last dim of the first) != {b2.shape[-2]} "
-                      f"({'first' if vb else 'second-to-last'} dim of the second)")
+        raise located(
+            ShapeError,
+            f"matmul: shapes {a.shape} and {b.shape} do not align: "
+            f"{a2.shape[-1]} (last dim of the first) != {b2.shape[-2]} "
+            f"({'first' if vb else 'second-to-last'} dim of the second)",
+        )
     out = apply2(P.matmul, a2, b2)
     if va:
         out = out.squeeze(-2)
@@ -580,11 +609,79 @@ def broadcast_tensors(*tensors):
 def _method(name):
     def f(x, *args, **kwargs):
         return getattr(x, name)(*args, **kwargs)
+
     f.__name__ = name
     f.__doc__ = f"``ember.{name}(x, ...)`` is ``x.{name}(...)``."
     return f
 
 
 FUNCTIONS = {}
-for _name in ["exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "abs", "sign", "floor", "ceil", "round", "erf", "sigmoid", "relu", "clamp", "clip", "sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any", "logsumexp", "softmax", "log_softmax", "reshape", "flatten", "permute", "transpose", "squeeze", "unsqueeze", "flip", "narrow", "chunk", "split", "maximum", "minimum", "isnan", "isinf", "isfinite", "square", "log1p", "expm1", "norm", "cumsum", "gather", "masked_fill", "index_add", "take", "sort", "argsort", "topk", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "remainder"]:
+for _name in [
+    "exp",
+    "log",
+    "sin",
+    "cos",
+    "tanh",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "erf",
+    "sigmoid",
+    "relu",
+    "clamp",
+    "clip",
+    "sum",
+    "mean",
+    "var",
+    "std",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "all",
+    "any",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "reshape",
+    "flatten",
+    "permute",
+    "transpose",
+    "squeeze",
+    "unsqueeze",
+    "flip",
+    "narrow",
+    "chunk",
+    "split",
+    "maximum",
+    "minimum",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "square",
+    "log1p",
+    "expm1",
+    "norm",
+    "cumsum",
+    "gather",
+    "masked_fill",
+    "index_add",
+    "take",
+    "sort",
+    "argsort",
+    "topk",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+    "remainder",
+]:
     FUNCTIONS[_name] = _method(_name)

@@ -4,6 +4,7 @@ Every method is one primitive (named as an object, ``P.exp``) or a short composi
 gradients come from the primitives' VJP rules. ``isinstance(x, TensorMath)`` reads "x is a
 Tensor": Tensor is the one class made with this mixin, and this module cannot import it.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,8 @@ from .errors import ShapeError, located
 from .tensor_shape import _axis, _dims
 
 MaxMin = namedtuple("MaxMin", "values indices")
-Sorted = namedtuple("Sorted", "values indices")       # torch.return_types.sort
-TopK = namedtuple("TopK", "values indices")           # torch.return_types.topk
+Sorted = namedtuple("Sorted", "values indices")  # torch.return_types.sort
+TopK = namedtuple("TopK", "values indices")  # torch.return_types.topk
 
 
 class TensorMath:
@@ -135,8 +136,16 @@ class TensorMath:
         """& | ^: logical on bool (and, as before, float) operands, bitwise on integers as in torch."""
         if not isinstance(o, (TensorMath, bool, int, float)):
             o = self._tensor(o)
-        kinds = {self.dtype.kind, o.dtype.kind if isinstance(o, TensorMath) else
-                 "b" if isinstance(o, bool) else "f" if isinstance(o, float) else "i"}
+        kinds = {
+            self.dtype.kind,
+            o.dtype.kind
+            if isinstance(o, TensorMath)
+            else "b"
+            if isinstance(o, bool)
+            else "f"
+            if isinstance(o, float)
+            else "i",
+        }
         if kinds == {"b"} or "f" in kinds:
             o = o if isinstance(o, TensorMath) else self._like(o, D.bool_)
             return apply2(logical, self.bool(), o.bool())
@@ -270,7 +279,11 @@ class TensorMath:
 
     # ------------------------------------------------------------------------ reductions
     def sum(self, dim=None, keepdim=False, dtype=None):
-        x = self.to(dtype) if dtype is not None else (self.long() if self.dtype.kind in "bu" or self.dtype is D.int32 else self)
+        x = (
+            self.to(dtype)
+            if dtype is not None
+            else (self.long() if self.dtype.kind in "bu" or self.dtype is D.int32 else self)
+        )
         return apply1(P.sum, x, axes=_dims(dim, x.ndim), keepdims=keepdim)
 
     def mean(self, dim=None, keepdim=False):
@@ -400,7 +413,7 @@ class TensorMath:
         TopK(values=tensor([5., 5.]), indices=tensor([1, 3]))
         """
         params = dict(k=int(k), axis=_axis(dim, self.ndim), largest=largest)
-        try:                    # a k past the end would silently give fewer values on NumPy
+        try:  # a k past the end would silently give fewer values on NumPy
             P.argtopk.abstract((self.shape, self.dtype), **params)
         except ShapeError as err:
             raise located(ShapeError, str(err)) from None

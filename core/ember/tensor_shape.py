@@ -4,6 +4,7 @@ argument helpers every Tensor method shares.
 Movement is reshape/permute/expand/pad/slice/flip, indexing is take/index_add and Python's
 ``x[...]`` (indexing.py); all of them are primitives or short compositions of them.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,11 @@ class TensorShape:
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
             if shape.count(-1) > 1 or (known and self.numel() % known) or (not known and self.numel()):
-                raise located(ShapeError, f"cannot reshape {self.shape} ({self.numel()} elements) into "
-                              f"{tuple(shape)}: the -1 has no whole-number size")
+                raise located(
+                    ShapeError,
+                    f"cannot reshape {self.shape} ({self.numel()} elements) into "
+                    f"{tuple(shape)}: the -1 has no whole-number size",
+                )
             shape[shape.index(-1)] = self.numel() // known if known else 0
         shape = tuple(shape)
         if shape == self.shape:
@@ -68,11 +72,11 @@ class TensorShape:
         if not shape:
             return self.reshape(1)
         s, e = _axis(start_dim, len(shape)), _axis(end_dim, len(shape))
-        return self.reshape(shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+        return self.reshape(shape[:s] + (math.prod(shape[s : e + 1]),) + shape[e + 1 :])
 
     def unflatten(self, dim, sizes):
         dim = _axis(dim, self.ndim)
-        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1 :])
 
     def permute(self, *axes):
         axes = tuple(_axis(a, self.ndim) for a in _shape_arg(axes))
@@ -99,8 +103,11 @@ class TensorShape:
 
     def squeeze(self, dim=None):
         shape = self.shape
-        axes = [i for i, s in enumerate(shape) if s == 1] if dim is None else \
-            [a for a in _dims(dim, len(shape)) if shape[a] == 1]
+        axes = (
+            [i for i, s in enumerate(shape) if s == 1]
+            if dim is None
+            else [a for a in _dims(dim, len(shape)) if shape[a] == 1]
+        )
         return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
 
     def unsqueeze(self, dim):
@@ -137,7 +144,7 @@ class TensorShape:
 
     def narrow(self, dim, start, length):
         dim = _axis(dim, self.ndim)
-        start = start + self.shape[dim] if start < 0 else start     # torch counts negative from the end
+        start = start + self.shape[dim] if start < 0 else start  # torch counts negative from the end
         starts = [0] * self.ndim
         stops = list(self.shape)
         starts[dim], stops[dim] = start, start + length
@@ -149,8 +156,11 @@ class TensorShape:
 
     def split(self, split_size, dim=0):
         n = self.shape[dim]
-        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
-            if isinstance(split_size, int) else list(split_size)
+        sizes = (
+            [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+            if isinstance(split_size, int)
+            else list(split_size)
+        )
         out, start = [], 0
         for s in sizes:
             out.append(self.narrow(dim, start, s))
@@ -177,12 +187,14 @@ class TensorShape:
         """``out[i][j] = self[i][index[i][j]]`` for dim=1 (torch.gather), via one flat take."""
         dim = _axis(dim, self.ndim)
         shape = index.shape
-        strides = [math.prod(self.shape[d + 1:]) for d in range(self.ndim)]
+        strides = [math.prod(self.shape[d + 1 :]) for d in range(self.ndim)]
         flat = index.long() * strides[dim]
         for d in range(self.ndim):
             if d != dim:
-                flat = flat + self._arange(shape[d]).reshape(
-                    [shape[d] if i == d else 1 for i in range(self.ndim)]) * strides[d]
+                flat = (
+                    flat
+                    + self._arange(shape[d]).reshape([shape[d] if i == d else 1 for i in range(self.ndim)]) * strides[d]
+                )
         return self.reshape(-1).take(flat, 0)
 
     def masked_fill(self, mask, value):
@@ -190,8 +202,10 @@ class TensorShape:
 
     def __getitem__(self, key):
         from .indexing import getitem
+
         return getitem(self, key)
 
     def __setitem__(self, key, value):
         from .indexing import setitem
+
         setitem(self, key, value)

@@ -1,6 +1,7 @@
 """backends/host_memory.py: once a NumPy-array backend exists, a 16 MiB array comes from the
 heap (below the program break) instead of a fresh mapping, unless the user opted out or tuned
 malloc in the environment. Each case runs in a fresh process: the settings are per process."""
+
 import json
 import os
 import platform
@@ -9,8 +10,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                                reason="glibc's malloc only")
+pytestmark = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only"
+)
 
 CHILD = """
 import ctypes, json, numpy as np, ember
@@ -25,8 +27,9 @@ print(json.dumps({"note": note, "heap": a.ctypes.data < libc.sbrk(0)}))
 
 def child(**env):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("EMBER_MALLOPT",)}
-    out = subprocess.run([sys.executable, "-c", CHILD], env={**clean, **env}, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], env={**clean, **env}, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -47,4 +50,5 @@ def test_the_users_own_malloc_settings_win():
 
 def test_tune_runs_once_and_reports_the_same():
     from ember.backends.numpy import host_memory
+
     assert host_memory.tune() == host_memory.tune() == host_memory.STATE["malloc"]

@@ -1,5 +1,6 @@
 """The NumPy reference backend: its Philox core against published answers, its buffers, and
 the properties of the primitives that the front end relies on."""
+
 import math
 import warnings
 
@@ -15,12 +16,21 @@ BACKEND = ember.get_backend("numpy")
 
 # Random123's kat_vectors, philox4x32 with 10 rounds: counter words, key words, output words.
 KAT = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x00000000, 0x00000000),
-     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF),
-     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x00000000, 0x00000000, 0x00000000, 0x00000000),
+        (0x00000000, 0x00000000),
+        (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+    ),
+    (
+        (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+        (0xFFFFFFFF, 0xFFFFFFFF),
+        (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+    ),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -42,21 +52,21 @@ def test_philox_is_vectorized_over_counters():
 
 
 def test_stream_counters_put_the_block_index_in_the_first_two_words():
-    blocks = np.array([0, 1, 2 ** 32 + 5], dtype=np.uint64)
+    blocks = np.array([0, 1, 2**32 + 5], dtype=np.uint64)
     out = nb.philox4x32(blocks, seed=(7 << 32) | 9)
-    for row, b in zip(out, [0, 1, 2 ** 32 + 5]):
+    for row, b in zip(out, [0, 1, 2**32 + 5]):
         ref = nb.philox4x32_10(*[np.array([w], np.uint64) for w in (b & 0xFFFFFFFF, b >> 32, 0, 0)], 9, 7)
         np.testing.assert_array_equal(row, ref[0])
 
 
-@pytest.mark.parametrize("offset,n", [(0, 0), (0, 5), (3, 1), (6, 9), (4 * 2 ** 32 - 2, 7)])
+@pytest.mark.parametrize("offset,n", [(0, 0), (0, 5), (3, 1), (6, 9), (4 * 2**32 - 2, 7)])
 def test_random_bits_slices_the_block_stream(offset, n):
     seed = 0xDEADBEEF12345678
     first = offset // 4
     stream = nb.philox4x32(np.arange(first, first + (n + 8) // 4 + 2, dtype=np.uint64), seed).reshape(-1)
     got = nb.random_bits((n,), seed, offset)
     assert got.dtype == np.uint32
-    np.testing.assert_array_equal(got, stream[offset - 4 * first:offset - 4 * first + n])
+    np.testing.assert_array_equal(got, stream[offset - 4 * first : offset - 4 * first + n])
 
 
 def test_every_required_primitive_is_implemented_and_declared():
@@ -76,7 +86,22 @@ def _samples():
     for name in ["neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "abs", "sign", "floor", "erf"]:
         yield name, (f,), {}
     yield "logical_not", (f > 2,), {}
-    for name in ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "eq", "ne", "lt", "le", "gt", "ge"]:
+    for name in [
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "pow",
+        "maximum",
+        "minimum",
+        "remainder",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+    ]:
         yield name, (f, f[:1]), {}
     for name in ["logical_and", "logical_or", "logical_xor"]:
         yield name, (f > 2, f < 5), {}
@@ -97,10 +122,22 @@ def _samples():
     yield "index_add", (f, np.array([0, 0]), np.ones((2, 2), np.float32)), dict(axis=1)
     yield "matmul", (f, f.T.copy()), {}
     yield "conv2d", (x4, w4), dict(stride=(1, 2), padding=(1, 0))
-    yield "conv2d_grad_input", (np.ones((1, 3, 5, 2), np.float32), w4), dict(input_shape=(1, 2, 4, 4), stride=(1, 2), padding=(1, 0))
-    yield "conv2d_grad_weight", (x4, np.ones((1, 3, 5, 2), np.float32)), dict(weight_shape=(3, 2, 2, 2), stride=(1, 2), padding=(1, 0))
+    yield (
+        "conv2d_grad_input",
+        (np.ones((1, 3, 5, 2), np.float32), w4),
+        dict(input_shape=(1, 2, 4, 4), stride=(1, 2), padding=(1, 0)),
+    )
+    yield (
+        "conv2d_grad_weight",
+        (x4, np.ones((1, 3, 5, 2), np.float32)),
+        dict(weight_shape=(3, 2, 2, 2), stride=(1, 2), padding=(1, 0)),
+    )
     yield "windows", (x4,), dict(kernel=(2, 3), stride=(2, 1))
-    yield "windows_grad", (np.ones((1, 2, 2, 2, 2, 3), np.float32),), dict(input_shape=(1, 2, 4, 4), kernel=(2, 3), stride=(2, 1))
+    yield (
+        "windows_grad",
+        (np.ones((1, 2, 2, 2, 2, 3), np.float32),),
+        dict(input_shape=(1, 2, 4, 4), kernel=(2, 3), stride=(2, 1)),
+    )
     yield "argsort", (f,), dict(axis=0, descending=True)
     yield "argtopk", (f,), dict(k=2, axis=1, largest=False)
     yield "cumsum", (f,), dict(axis=1, reverse=True)
@@ -126,14 +163,40 @@ def test_output_agrees_with_the_abstract_rule(name, args, params):
     assert type(out) is np.ndarray and out.shape == shape and BACKEND.dtype(out) is dtype
 
 
-ZERO_D_PARAMS = {"sum": dict(axes=()), "max": dict(axes=()), "min": dict(axes=()), "permute": dict(axes=()),
-                 "flip": dict(axes=()), "reshape": dict(shape=()), "expand": dict(shape=()),
-                 "slice": dict(starts=(), stops=(), steps=()), "cast": dict(dtype=D.float64),
-                 "argsort": dict(axis=0), "argtopk": dict(k=1, axis=0), "cumsum": dict(axis=0),
-                 "bitcast": dict(dtype=D.uint32)}
-ZERO_D = [n for n, args, _ in SAMPLES if args and n not in (
-    "argmax", "concatenate", "pad", "take", "index_add", "matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
-    "windows", "windows_grad")]
+ZERO_D_PARAMS = {
+    "sum": dict(axes=()),
+    "max": dict(axes=()),
+    "min": dict(axes=()),
+    "permute": dict(axes=()),
+    "flip": dict(axes=()),
+    "reshape": dict(shape=()),
+    "expand": dict(shape=()),
+    "slice": dict(starts=(), stops=(), steps=()),
+    "cast": dict(dtype=D.float64),
+    "argsort": dict(axis=0),
+    "argtopk": dict(k=1, axis=0),
+    "cumsum": dict(axis=0),
+    "bitcast": dict(dtype=D.uint32),
+}
+ZERO_D = [
+    n
+    for n, args, _ in SAMPLES
+    if args
+    and n
+    not in (
+        "argmax",
+        "concatenate",
+        "pad",
+        "take",
+        "index_add",
+        "matmul",
+        "conv2d",
+        "conv2d_grad_input",
+        "conv2d_grad_weight",
+        "windows",
+        "windows_grad",
+    )
+]
 
 
 @pytest.mark.parametrize("name", ZERO_D)
@@ -172,7 +235,7 @@ def test_host_round_trips(dtype):
 def test_float16_sum_accumulates_in_float32():
     x = np.full(4096, 0.1, dtype=np.float16)
     got = float(BACKEND.impls["sum"](x, axes=(0,)))
-    assert abs(got - 4096 * float(np.float16(0.1))) < 0.5       # a float16 running sum stalls near 256
+    assert abs(got - 4096 * float(np.float16(0.1))) < 0.5  # a float16 running sum stalls near 256
 
 
 def test_erf_accuracy():
@@ -216,6 +279,7 @@ def test_ieee_results_come_without_numpy_warnings():
 def test_the_old_module_name_still_works_with_a_warning():
     import importlib
     import sys
+
     sys.modules.pop("ember.backends.numpy_backend", None)
     with pytest.warns(DeprecationWarning, match="moved to ember.backends.numpy.backend"):
         old = importlib.import_module("ember.backends.numpy_backend")

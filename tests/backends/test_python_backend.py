@@ -5,6 +5,7 @@ broadcast shapes, every dtype the primitive takes, and inputs that are pending p
 (non-trivial strides). Exact where the spec makes it exact (movement, integers, casts, IEEE
 add/sub/mul/div/sqrt), else within float32 rounding of the reference.
 """
+
 import json
 import math
 import os
@@ -27,8 +28,16 @@ FLOATS = (D.float16, D.float32, D.float64)
 INTS = (D.uint8, D.uint32, D.int32, D.int64)
 SHAPES = [(), (0,), (5,), (3, 4), (2, 3, 4), (2, 0, 3)]
 # Pairs that broadcast: equal, trailing, both sides, scalar-like, empty.
-PAIRS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3)), ((2, 3), (1, 1)),
-         ((2, 0, 3), (3,)), ((2, 3, 1, 5), (3, 4, 1)), ((1,), (4,))]
+PAIRS = [
+    ((3, 4), (3, 4)),
+    ((3, 4), (4,)),
+    ((3, 1), (1, 4)),
+    ((), (2, 3)),
+    ((2, 3), (1, 1)),
+    ((2, 0, 3), (3,)),
+    ((2, 3, 1, 5), (3, 4, 1)),
+    ((1,), (4,)),
+]
 # rtol for results that accumulate or call libm (NumPy's float32 loops round at every step).
 RTOL = {D.float16: 2e-3, D.float32: 2e-6, D.float64: 1e-12}
 
@@ -107,8 +116,9 @@ def test_module_imports_only_the_standard_library():
         for line in text.splitlines():
             if line.startswith(("import ", "from ")):
                 top = line.split()[1].split(".")[0]
-                assert top in {"__future__", "math", "struct", "sys", "array", "itertools", "operator",
-                               "ember", ""}, f"{mod} imports {line!r}"
+                assert top in {"__future__", "math", "struct", "sys", "array", "itertools", "operator", "ember", ""}, (
+                    f"{mod} imports {line!r}"
+                )
 
 
 # ----------------------------------------------------------------------------- creation
@@ -120,14 +130,25 @@ def test_full(dtype, value):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NumPy warns about these values
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns about these values
 def test_full_special_values(dtype):
     for value in (math.inf, -math.inf, math.nan, 1e-30, 70000.0):
         check("full", shape=(3,), value=value, dtype=dtype)
 
 
-@pytest.mark.parametrize("args", [(0, 10, 1), (3, -7, -2), (5, 5, 1), (0, 1, 0.1), (0.3, 2.1, 0.1),
-                                  (-1.5, 7.25, 0.37), (10, 0, -1 / 3), (0.5, 5, 1)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, 10, 1),
+        (3, -7, -2),
+        (5, 5, 1),
+        (0, 1, 0.1),
+        (0.3, 2.1, 0.1),
+        (-1.5, 7.25, 0.37),
+        (10, 0, -1 / 3),
+        (0.5, 5, 1),
+    ],
+)
 @pytest.mark.parametrize("dtype", (D.int64, D.int32, D.uint8, D.float16, D.float32, D.float64))
 def test_arange_matches_numpy_bit_for_bit(args, dtype):
     if dtype is D.uint8 and (args[1] < 0 or args[0] < 0):
@@ -135,8 +156,17 @@ def test_arange_matches_numpy_bit_for_bit(args, dtype):
     check("arange", start=args[0], stop=args[1], step=args[2], dtype=dtype)
 
 
-@pytest.mark.parametrize("shape,seed,offset", [((), 0, 0), ((0,), 3, 5), ((7,), 1, 0), ((3, 5), 42, 3),
-                                               ((1000,), 2**64 - 1, 2**35 + 1), ((2, 2, 3), 0x1234_5678_9ABC, 7)])
+@pytest.mark.parametrize(
+    "shape,seed,offset",
+    [
+        ((), 0, 0),
+        ((0,), 3, 5),
+        ((7,), 1, 0),
+        ((3, 5), 42, 3),
+        ((1000,), 2**64 - 1, 2**35 + 1),
+        ((2, 2, 3), 0x1234_5678_9ABC, 7),
+    ],
+)
 def test_random_bits_bit_identical(shape, seed, offset):
     check("random_bits", shape=shape, seed=seed, offset=offset)
 
@@ -159,14 +189,15 @@ def test_generators_draw_the_same_numbers_on_both_backends():
 EXACT_UNARY = ("neg", "abs", "sign", "floor", "sqrt", "reciprocal")
 
 
-@pytest.mark.parametrize("name", ["neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "abs",
-                                  "sign", "floor", "erf"])
+@pytest.mark.parametrize(
+    "name", ["neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "abs", "sign", "floor", "erf"]
+)
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_unary_float(rng, name, dtype):
     for shape in SHAPES:
         x = sample(rng, shape, dtype, special=True)
         if name == "log":
-            x = np.abs(x) if rng.random() < 0.5 else x      # both domains: log(-x) is nan
+            x = np.abs(x) if rng.random() < 0.5 else x  # both domains: log(-x) is nan
         with np.errstate(all="ignore"):
             check(name, x, rtol=None if name in EXACT_UNARY else RTOL[dtype], atol=1e-7 if dtype is D.float32 else 0)
 
@@ -183,8 +214,8 @@ def test_unary_int(rng, name, dtype):
 
 def test_unary_int_wraps_like_numpy():
     check("neg", np.array([0, 1, 255], dtype=np.uint8))
-    check("abs", np.array([-2**63, 5], dtype=np.int64))
-    check("neg", np.array([-2**31, 7], dtype=np.int32))
+    check("abs", np.array([-(2**63), 5], dtype=np.int64))
+    check("neg", np.array([-(2**31), 7], dtype=np.int32))
 
 
 def test_float_function_of_integers_gets_numpys_dtype():
@@ -208,7 +239,7 @@ def test_binary_float(rng, name, dtype):
     for sa, sb in PAIRS:
         a, b = sample(rng, sa, dtype, special=True), sample(rng, sb, dtype, special=True)
         if name == "pow" and a.size:
-            a.reshape(-1)[::3] = 0.0      # 0 ** negative, negative ** fraction, 0 ** 0
+            a.reshape(-1)[::3] = 0.0  # 0 ** negative, negative ** fraction, 0 ** 0
         with np.errstate(all="ignore"):
             check(name, a, b, rtol=None if exact else RTOL[dtype])
             check(name, b, a, rtol=None if exact else RTOL[dtype])
@@ -233,8 +264,11 @@ def test_binary_int_wraps(rng, name, dtype):
         with np.errstate(all="ignore"):
             check(name, a, b)
             check(name, a, 3)
-    big = np.array([2**31 - 1, -2**31 + 5], dtype=np.int32) if dtype is D.int32 else \
-        np.array([np.iinfo(NP[dtype]).max, np.iinfo(NP[dtype]).min], dtype=NP[dtype])
+    big = (
+        np.array([2**31 - 1, -(2**31) + 5], dtype=np.int32)
+        if dtype is D.int32
+        else np.array([np.iinfo(NP[dtype]).max, np.iinfo(NP[dtype]).min], dtype=NP[dtype])
+    )
     with np.errstate(all="ignore"):
         check(name, big, big if name != "pow" else np.array([3, 2], dtype=NP[dtype]))
 
@@ -298,10 +332,10 @@ def test_cast(rng, src, dst):
         if dst.kind in "fb":
             check("cast", x, dtype=dst)
         else:
-            check("cast", x[:4] if dst.kind == "i" else np.abs(x[:4]), dtype=dst)   # in range: exact truncation
+            check("cast", x[:4] if dst.kind == "i" else np.abs(x[:4]), dtype=dst)  # in range: exact truncation
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NumPy warns about these values
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns about these values
 def test_cast_out_of_range_wraps_as_numpy_on_x86():
     check("cast", np.array([300.0, -1.0, -3.7, 1e10, np.nan]), dtype=D.uint8)
     check("cast", np.array([1e10, -1e10, np.nan, np.inf]), dtype=D.int32)
@@ -311,9 +345,22 @@ def test_cast_out_of_range_wraps_as_numpy_on_x86():
 
 
 # ----------------------------------------------------------------------------- reductions
-AXES = [((), ()), ((5,), (0,)), ((3, 4), (0,)), ((3, 4), (1,)), ((3, 4), (0, 1)), ((2, 3, 4), (1,)),
-        ((2, 3, 4), (0, 2)), ((2, 3, 4), (2, 0)), ((2, 1, 4), (1,)), ((2, 3, 4), ()), ((0, 3), (0,)),
-        ((2, 0, 3), (2,)), ((4, 1, 3, 2), (0, 2)), ((3, 4), (-1,))]
+AXES = [
+    ((), ()),
+    ((5,), (0,)),
+    ((3, 4), (0,)),
+    ((3, 4), (1,)),
+    ((3, 4), (0, 1)),
+    ((2, 3, 4), (1,)),
+    ((2, 3, 4), (0, 2)),
+    ((2, 3, 4), (2, 0)),
+    ((2, 1, 4), (1,)),
+    ((2, 3, 4), ()),
+    ((0, 3), (0,)),
+    ((2, 0, 3), (2,)),
+    ((4, 1, 3, 2), (0, 2)),
+    ((3, 4), (-1,)),
+]
 
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS)
@@ -324,7 +371,7 @@ def test_sum(rng, dtype, keepdims):
         check("sum", x, axes=axes, keepdims=keepdims, rtol=RTOL.get(dtype, 0) * 4 or None, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NumPy warns about these values
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns about these values
 def test_sum_special_values():
     check("sum", np.array([[1.0, np.nan], [np.inf, 2.0], [np.inf, -np.inf]], dtype=np.float32), axes=(1,))
     check("sum", np.array([2**62, 2**62, 2**62], dtype=np.int64), axes=(0,))
@@ -336,7 +383,7 @@ def test_sum_special_values():
 def test_max_min(rng, name, dtype, keepdims):
     for shape, axes in AXES:
         if any(shape[a] == 0 for a in axes):
-            continue                                   # no identity: tested below
+            continue  # no identity: tested below
         x = sample(rng, shape, dtype, special=dtype.kind == "f")
         check(name, x, axes=axes, keepdims=keepdims)
 
@@ -352,7 +399,7 @@ def test_argmax(rng, dtype):
         for keepdims in (False, True):
             x = sample(rng, shape, dtype)
             if x.size and dtype is not D.bool_:
-                x.reshape(-1)[::2] = x.reshape(-1)[0]          # ties: the first one wins
+                x.reshape(-1)[::2] = x.reshape(-1)[0]  # ties: the first one wins
             check("argmax", x, axis=axis, keepdims=keepdims)
     check("argmax", np.array([[1.0, np.nan, 3.0, np.nan], [0.0, -1.0, 5.0, 5.0]], dtype=np.float32), axis=1)
 
@@ -368,9 +415,18 @@ def test_reshape_shares_storage_like_numpy(rng):
     check("reshape", sample(rng, (0, 3), D.int32), shape=(3, 0))
 
 
-@pytest.mark.parametrize("shape,axes", [((), ()), ((3, 4), (1, 0)), ((2, 3, 4), (2, 0, 1)),
-                                        ((2, 3, 4, 5), (0, 2, 3, 1)), ((2, 1, 4), (1, 2, 0)), ((0, 3), (1, 0)),
-                                        ((2, 3, 4), (0, 1, 2))])
+@pytest.mark.parametrize(
+    "shape,axes",
+    [
+        ((), ()),
+        ((3, 4), (1, 0)),
+        ((2, 3, 4), (2, 0, 1)),
+        ((2, 3, 4, 5), (0, 2, 3, 1)),
+        ((2, 1, 4), (1, 2, 0)),
+        ((0, 3), (1, 0)),
+        ((2, 3, 4), (0, 1, 2)),
+    ],
+)
 @pytest.mark.parametrize("dtype", (D.float32, D.int64, D.bool_))
 def test_permute(rng, shape, axes, dtype):
     check("permute", sample(rng, shape, dtype), axes=axes)
@@ -380,7 +436,7 @@ def test_permute_of_permute_and_ops_on_strided_inputs(rng):
     """Inputs that are pending permutes (non-trivial strides) behave as their values."""
     a = sample(rng, (2, 3, 4), D.float32)
     pa = PY.impls["permute"](to_py(a), axes=(2, 0, 1))
-    ppa = PY.impls["permute"](pa, axes=(1, 2, 0))          # back to the identity: shares a's list
+    ppa = PY.impls["permute"](pa, axes=(1, 2, 0))  # back to the identity: shares a's list
     same(a, ppa)
     na = np.transpose(a, (2, 0, 1))
     for name in ("exp", "neg", "floor"):
@@ -394,14 +450,33 @@ def test_permute_of_permute_and_ops_on_strided_inputs(rng):
     same(np.matmul(m.T, m), PY.impls["matmul"](PY.impls["permute"](to_py(m), axes=(1, 0)), to_py(m)), rtol=1e-6)
 
 
-@pytest.mark.parametrize("src,dst", [((), (2, 3)), ((3,), (2, 3)), ((3, 1), (3, 4)), ((1, 4), (3, 4)),
-                                     ((2, 1, 3), (2, 5, 3)), ((1,), (0,)), ((3, 4), (3, 4)), ((1, 1), (2, 3, 1, 1))])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        ((), (2, 3)),
+        ((3,), (2, 3)),
+        ((3, 1), (3, 4)),
+        ((1, 4), (3, 4)),
+        ((2, 1, 3), (2, 5, 3)),
+        ((1,), (0,)),
+        ((3, 4), (3, 4)),
+        ((1, 1), (2, 3, 1, 1)),
+    ],
+)
 def test_expand(rng, src, dst):
     check("expand", sample(rng, src, D.float64), shape=dst)
 
 
-@pytest.mark.parametrize("shape,widths", [((3,), ((1, 2),)), ((2, 3), ((0, 0), (2, 1))), ((2, 3), ((1, 0), (0, 0))),
-                                          ((1, 2, 3, 3), ((0, 0), (0, 0), (1, 1), (2, 2))), ((0, 2), ((1, 1), (0, 1)))])
+@pytest.mark.parametrize(
+    "shape,widths",
+    [
+        ((3,), ((1, 2),)),
+        ((2, 3), ((0, 0), (2, 1))),
+        ((2, 3), ((1, 0), (0, 0))),
+        ((1, 2, 3, 3), ((0, 0), (0, 0), (1, 1), (2, 2))),
+        ((0, 2), ((1, 1), (0, 1))),
+    ],
+)
 @pytest.mark.parametrize("value", [0, -math.inf, 2.5])
 def test_pad(rng, shape, widths, value):
     check("pad", sample(rng, shape, D.float32), widths=widths, value=value)
@@ -409,30 +484,67 @@ def test_pad(rng, shape, widths, value):
         check("pad", sample(rng, shape, D.int32), widths=widths, value=value)
 
 
-@pytest.mark.parametrize("shape,starts,stops,steps", [
-    ((10,), (1,), (9,), (3,)), ((4, 5), (0, 1), (4, 5), (2, 2)), ((4, 5), (1, 0), (3, 5), (1, 1)),
-    ((2, 3, 4), (0, 1, 0), (2, 3, 4), (1, 1, 3)), ((5,), (2,), (2,), (1,)), ((3, 4), (3, 0), (3, 4), (1, 1)),
-    ((6, 6), (5, 5), (6, 6), (4, 4)), ((), (), (), ())])
+@pytest.mark.parametrize(
+    "shape,starts,stops,steps",
+    [
+        ((10,), (1,), (9,), (3,)),
+        ((4, 5), (0, 1), (4, 5), (2, 2)),
+        ((4, 5), (1, 0), (3, 5), (1, 1)),
+        ((2, 3, 4), (0, 1, 0), (2, 3, 4), (1, 1, 3)),
+        ((5,), (2,), (2,), (1,)),
+        ((3, 4), (3, 0), (3, 4), (1, 1)),
+        ((6, 6), (5, 5), (6, 6), (4, 4)),
+        ((), (), (), ()),
+    ],
+)
 def test_slice(rng, shape, starts, stops, steps):
     check("slice", sample(rng, shape, D.int64), starts=starts, stops=stops, steps=steps)
 
 
-@pytest.mark.parametrize("shapes,axis", [([(2, 3), (4, 3), (1, 3)], 0), ([(2, 3), (2, 1), (2, 0)], 1),
-                                         ([(2, 3, 4), (2, 3, 1)], -1), ([(3,), (0,)], 0), ([(2, 2, 2), (2, 3, 2)], 1)])
+@pytest.mark.parametrize(
+    "shapes,axis",
+    [
+        ([(2, 3), (4, 3), (1, 3)], 0),
+        ([(2, 3), (2, 1), (2, 0)], 1),
+        ([(2, 3, 4), (2, 3, 1)], -1),
+        ([(3,), (0,)], 0),
+        ([(2, 2, 2), (2, 3, 2)], 1),
+    ],
+)
 def test_concatenate(rng, shapes, axis):
     xs = [sample(rng, s, D.float32) for s in shapes]
     check("concatenate", *xs, axis=axis)
 
 
-@pytest.mark.parametrize("shape,axes", [((5,), (0,)), ((3, 4), (0,)), ((3, 4), (1,)), ((2, 3, 4), (0, 2)),
-                                        ((2, 3, 4), ()), ((), ()), ((0, 3), (1,)), ((3, 4), (-1,))])
+@pytest.mark.parametrize(
+    "shape,axes",
+    [
+        ((5,), (0,)),
+        ((3, 4), (0,)),
+        ((3, 4), (1,)),
+        ((2, 3, 4), (0, 2)),
+        ((2, 3, 4), ()),
+        ((), ()),
+        ((0, 3), (1,)),
+        ((3, 4), (-1,)),
+    ],
+)
 def test_flip(rng, shape, axes):
     check("flip", sample(rng, shape, D.uint8), axes=axes)
 
 
 # ----------------------------------------------------------------------------- indexing
-@pytest.mark.parametrize("shape,ishape,axis", [((5,), (3,), 0), ((4, 3), (2, 2), 0), ((4, 3), (5,), 1),
-                                               ((2, 3, 4), (3,), 1), ((2, 3, 4), (), 2), ((3, 2), (0,), 0)])
+@pytest.mark.parametrize(
+    "shape,ishape,axis",
+    [
+        ((5,), (3,), 0),
+        ((4, 3), (2, 2), 0),
+        ((4, 3), (5,), 1),
+        ((2, 3, 4), (3,), 1),
+        ((2, 3, 4), (), 2),
+        ((3, 2), (0,), 0),
+    ],
+)
 def test_take_and_index_add(rng, shape, ishape, axis):
     n = shape[axis]
     idx = rng.integers(-n, n, size=ishape)
@@ -454,13 +566,28 @@ def test_index_add_accumulates_repeats_and_take_checks_bounds():
 
 
 # ----------------------------------------------------------------------------- linalg
-@pytest.mark.parametrize("sa,sb", [((2, 3), (3, 4)), ((1, 5), (5, 1)), ((2, 1, 3, 4), (5, 4, 2)), ((3, 0), (0, 2)),
-                                   ((0, 3), (3, 2)), ((2, 2, 3), (3, 3)), ((4, 4), (2, 4, 4))])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((2, 3), (3, 4)),
+        ((1, 5), (5, 1)),
+        ((2, 1, 3, 4), (5, 4, 2)),
+        ((3, 0), (0, 2)),
+        ((0, 3), (3, 2)),
+        ((2, 2, 3), (3, 3)),
+        ((4, 4), (2, 4, 4)),
+    ],
+)
 @pytest.mark.parametrize("dtype", (D.float16, D.float32, D.float64, D.int32, D.int64, D.uint8))
 def test_matmul(rng, sa, sb, dtype):
     with np.errstate(all="ignore"):
-        check("matmul", sample(rng, sa, dtype), sample(rng, sb, dtype), rtol=RTOL.get(dtype, 0) * 5 or None,
-              atol=1e-5 if dtype is not D.float16 else 1e-2)
+        check(
+            "matmul",
+            sample(rng, sa, dtype),
+            sample(rng, sb, dtype),
+            rtol=RTOL.get(dtype, 0) * 5 or None,
+            atol=1e-5 if dtype is not D.float16 else 1e-2,
+        )
 
 
 CONVS = [  # x shape, w shape, stride, padding, dilation, groups
@@ -483,10 +610,15 @@ def test_conv2d_and_its_gradients(rng, xs, ws, stride, padding, dilation, groups
     check("conv2d_grad_weight", x, g, weight_shape=ws, rtol=RTOL[dtype], atol=1e-5, **p)
 
 
-@pytest.mark.parametrize("shape,kernel,stride,dilation", [((1, 1, 4, 4), (2, 2), (2, 2), (1, 1)),
-                                                          ((2, 3, 7, 6), (3, 2), (1, 2), (1, 1)),
-                                                          ((5, 5), (2, 3), (1, 1), (2, 1)),
-                                                          ((2, 6, 6), (3, 3), (2, 2), (1, 1))])
+@pytest.mark.parametrize(
+    "shape,kernel,stride,dilation",
+    [
+        ((1, 1, 4, 4), (2, 2), (2, 2), (1, 1)),
+        ((2, 3, 7, 6), (3, 2), (1, 2), (1, 1)),
+        ((5, 5), (2, 3), (1, 1), (2, 1)),
+        ((2, 6, 6), (3, 3), (2, 2), (1, 1)),
+    ],
+)
 def test_windows_and_windows_grad(rng, shape, kernel, stride, dilation):
     p = dict(kernel=kernel, stride=stride, dilation=dilation)
     out = check("windows", sample(rng, shape, D.float32), **p)
@@ -516,8 +648,8 @@ def test_numpy_and_list_exchange(rng, dtype):
     np.testing.assert_array_equal(back, a)
     lst = PY.to_list(buf)
     assert lst == a.reshape(-1).tolist() and [type(v) for v in lst] == [type(v) for v in a.reshape(-1).tolist()]
-    same(a.T, PY.from_numpy(a.T))                                       # a strided array
-    same(a, PY.from_numpy(a.astype(a.dtype.newbyteorder(">"))))          # a big-endian one
+    same(a.T, PY.from_numpy(a.T))  # a strided array
+    same(a, PY.from_numpy(a.astype(a.dtype.newbyteorder(">"))))  # a big-endian one
 
 
 def test_from_list_rounds_and_refuses_out_of_range_ints():
@@ -600,11 +732,13 @@ def _lenet_params(backend):
 
 def _conv(x, w, padding=(0, 0)):
     from ember.dispatch import apply
+
     return apply("conv2d", x, w, stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
 
 
 def _pool(x):
     from ember.dispatch import apply
+
     return apply("windows", x, kernel=(2, 2), stride=(2, 2), dilation=(1, 1)).amax((-2, -1))
 
 
@@ -653,10 +787,15 @@ def test_import_and_train_without_numpy():
     x, w = r.normal(size=(4, 3)).astype(np.float32), r.normal(size=(3, 5)).astype(np.float32)
     env = dict(os.environ, EMBER_STRICT_PLUGINS="0")
     env.pop("EMBER_BACKEND", None)
-    proc = subprocess.run([sys.executable, "-c", _NO_NUMPY, json.dumps(x.tolist()), json.dumps(w.tolist())],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_NUMPY, json.dumps(x.tolist()), json.dumps(w.tolist())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "Warning" not in proc.stderr, proc.stderr        # no complaint about the missing numpy
+    assert "Warning" not in proc.stderr, proc.stderr  # no complaint about the missing numpy
     got = json.loads(proc.stdout)
     assert got["backend"] == "python" and got["x_backend"] == "python"
     tw = ember.tensor(w, backend="numpy", requires_grad=True)

@@ -1,6 +1,7 @@
 """The benchmark harness: `python -m benchmarks run --smoke` runs every workload and reports each
 one for ember/numpy and torch, measured or with the reason it was not; the FLOP counts behind
 "% of GEMM peak" match the models; the speed ratio points the right way for times and rates."""
+
 import importlib.util
 import json
 import math
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))      # `benchmarks` is a top-level folder of the repository, not installed
+sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the repository, not installed
 
 from references import known  # noqa: E402
 
@@ -22,8 +23,9 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def run_benchmarks(*args, timeout=400):
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "run", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "run", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 
@@ -43,7 +45,11 @@ def test_smoke_reports_every_workload_for_numpy_and_torch(tmp_path):
         for target in ("ember/numpy", "torch/eager"):
             status = row[target]
             # measured, or unavailable with its reason; a crash of the harness or of ember fails here
-            assert status == "ok" or (status.startswith("unavailable: ") and len(status) > 20), (workload, target, status)
+            assert status == "ok" or (status.startswith("unavailable: ") and len(status) > 20), (
+                workload,
+                target,
+                status,
+            )
         if HAS_TORCH:
             assert row["torch/eager"] == "ok", (workload, row["torch/eager"])
         # the whole step through ember.jit runs everywhere but W4, which measures eager dispatch
@@ -62,8 +68,9 @@ def test_smoke_reports_every_workload_for_numpy_and_torch(tmp_path):
     assert "Threads: 2 for every pool" in proc.stdout
     assert (docs.read_text() if docs.exists() else None) == docs_before
     # the JSON holds all the table needs: `report` prints the same table again
-    again = subprocess.run([sys.executable, "-m", "benchmarks", "report", str(out)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert again.returncode == 0 and again.stdout == proc.stdout
 
 
@@ -85,10 +92,11 @@ def test_flop_counts_match_the_torch_models(torch):
 
         def count(module, inputs, output):
             if isinstance(module, torch.nn.Conv2d):
-                k = module.weight[0].numel()            # cin/groups * kh * kw per output element
+                k = module.weight[0].numel()  # cin/groups * kh * kw per output element
                 macs.append(output[0].numel() * k)
             else:
                 macs.append(module.in_features * module.out_features)
+
         model = build(torch.nn)
         for m in model.modules():
             if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
@@ -96,8 +104,12 @@ def test_flop_counts_match_the_torch_models(torch):
         with torch.no_grad():
             model.eval()(torch.zeros(1, *shape))
         return sum(macs)
-    for workload, build, shape in (("W1-train", mlp, (784,)), ("W2-train", lenet, (1, 28, 28)),
-                                   ("W3-train", resnet18, (3, 32, 32))):
+
+    for workload, build, shape in (
+        ("W1-train", mlp, (784,)),
+        ("W2-train", lenet, (1, 28, 28)),
+        ("W3-train", resnet18, (3, 32, 32)),
+    ):
         assert known(lambda: torch_macs(build, shape)) == _forward_macs(workload), workload
 
 
@@ -105,14 +117,33 @@ def test_speed_ratio_is_faster_above_one_for_rates_and_times():
     ember, torch_ = runner.Target("ember", "numpy"), runner.REFERENCE
     records = []
     for rnd, (rate, fwd) in enumerate([(200.0, 2.0), (100.0, 4.0)], start=1):
-        for target, scale in ((ember, 1.0), (torch_, 2.0)):      # torch: twice the rate, twice the time
-            records.append({"status": "ok", "workload": "W1-train", "target": target.label, "round": rnd, "busy": False,
-                            "maxrss_mib": 10.0, "metrics": {"samples_per_s": rate * scale}})
-            records.append({"status": "ok", "workload": "W4-overhead", "target": target.label, "round": rnd,
-                            "busy": rnd == 2, "maxrss_mib": 10.0,
-                            "metrics": {"fwd_us_per_op": fwd * scale, "bwd_us_per_op": fwd}})
-    rows = {(r["workload"], r["target"], r["metric"]): r
-            for r in runner.summarize(records, ["W1-train", "W4-overhead"], [ember, torch_])["rows"]}
+        for target, scale in ((ember, 1.0), (torch_, 2.0)):  # torch: twice the rate, twice the time
+            records.append(
+                {
+                    "status": "ok",
+                    "workload": "W1-train",
+                    "target": target.label,
+                    "round": rnd,
+                    "busy": False,
+                    "maxrss_mib": 10.0,
+                    "metrics": {"samples_per_s": rate * scale},
+                }
+            )
+            records.append(
+                {
+                    "status": "ok",
+                    "workload": "W4-overhead",
+                    "target": target.label,
+                    "round": rnd,
+                    "busy": rnd == 2,
+                    "maxrss_mib": 10.0,
+                    "metrics": {"fwd_us_per_op": fwd * scale, "bwd_us_per_op": fwd},
+                }
+            )
+    rows = {
+        (r["workload"], r["target"], r["metric"]): r
+        for r in runner.summarize(records, ["W1-train", "W4-overhead"], [ember, torch_])["rows"]
+    }
     assert rows["W1-train", "ember/numpy", "samples_per_s"]["speed_vs_torch_eager"]["median"] == 0.5
     assert rows["W4-overhead", "ember/numpy", "fwd_us_per_op"]["speed_vs_torch_eager"]["median"] == 2.0
     assert rows["W4-overhead", "ember/numpy", "bwd_us_per_op"]["speed_vs_torch_eager"]["median"] == 1.0
@@ -145,6 +176,7 @@ def test_targets_that_compile_in_their_third_step_warm_up_past_it():
     def warmup(backend, framework="ember"):
         cmd = runner.child_command("W3-train", runner.Target(framework, backend), s)
         return int(cmd[cmd.index("--warmup") + 1])
+
     assert WORKLOADS["W3-train"].warmup < runner.JIT_WARMUP
     assert warmup("numba") == warmup("numba+jit") == warmup("numpy+jit") == runner.JIT_WARMUP
     assert warmup("numpy") == warmup("eager", "torch") == WORKLOADS["W3-train"].warmup

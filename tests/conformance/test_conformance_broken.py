@@ -1,6 +1,7 @@
 """The suite proves itself: deliberately broken backends (broken_backends.py) fail in the
 tiers that cover what is broken, and only there. Each run is a real ``ember certify`` (the
 suite in a child pytest process), with few hypothesis examples to stay fast."""
+
 import json
 import os
 
@@ -24,7 +25,7 @@ def test_wrong_sign_fails_that_primitive_and_the_gradients_using_it(tmp_path):
     rc, cert = run("broken_sin", tmp_path, "--tiers", "0,1,2,3,5")
     assert rc == 1 and cert["verdict"] == "fail"
     assert failed(cert, 2) == {("sin", "float16"), ("sin", "float32"), ("sin", "float64")}
-    assert {op for op, _ in failed(cert, 3)} == {"sin", "cos"}          # cos' VJP is -g * sin(x)
+    assert {op for op, _ in failed(cert, 3)} == {"sin", "cos"}  # cos' VJP is -g * sin(x)
     for tier in ("0", "1", "5"):
         assert cert["tiers"][tier]["failed"] == 0 and cert["tiers"][tier]["passed"] > 0
     matrix = cert["matrix"]["ops"]
@@ -48,6 +49,7 @@ def test_wrong_fused_op_fails_tier4_only(tmp_path):
 
 def test_right_fused_ops_pass_every_tier4_case(tmp_path):
     from ember.conformance import fused_ops
+
     FUSED = fused_ops()
     rc, cert = run("all_fused", tmp_path, "--tiers", "4")
     assert rc == 0, cert["failures"]
@@ -62,7 +64,7 @@ def test_wrong_conv_gradient_primitive_fails_tiers_2_and_3(tmp_path):
     assert {op for op, _ in failed(cert, 3)} >= {"conv2d", "conv2d_grad_input"}
     assert {op for op, _ in failed(cert, 3)} <= {"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}
     assert cert["gradients"]["matmul"] == {"order1": "pass", "order2": "pass"}
-    assert cert["layers"] == {"Conv2d": "pass", "Linear": "pass"}   # a layer's own step never uses it
+    assert cert["layers"] == {"Conv2d": "pass", "Linear": "pass"}  # a layer's own step never uses it
     assert cert["run"]["ops"] == sorted(ops.split(","))
 
 
@@ -119,13 +121,15 @@ def test_certificate_says_what_was_certified_with_what(tmp_path):
     _, cert = run("broken_sin", tmp_path, "--tiers", "0", "--seed", "3")
     assert cert["run"]["seed"] == 3 and "--seed 3" in cert["run"]["command"]
     assert cert["distribution"] == {"name": None, "version": None, "source": BROKEN}
-    assert cert["ember"]["version"] and cert["dataset"] is None          # tier 6 did not run
+    assert cert["ember"]["version"] and cert["dataset"] is None  # tier 6 did not run
     md = (tmp_path / "broken_sin" / "certificate.md").read_text()
     assert f"not installed (loaded from `{BROKEN}`)" in md and "seed 3" in md
 
 
 def test_a_widened_dtype_is_named_at_every_tier_that_meets_it(tmp_path):
-    rc, cert = run("exp_float64", tmp_path, "--tiers", "2,5,6", "--ops", "exp,MultiheadAttention,Linear,mnist_mlp,small_mlp")
+    rc, cert = run(
+        "exp_float64", tmp_path, "--tiers", "2,5,6", "--ops", "exp,MultiheadAttention,Linear,mnist_mlp,small_mlp"
+    )
     assert rc == 1
     assert failed(cert, 2) == {("exp", "float32")}
     assert cert["layers"]["Linear"] == "pass" and cert["layers"]["MultiheadAttention"] == "fail"
@@ -137,7 +141,7 @@ def test_a_widened_dtype_is_named_at_every_tier_that_meets_it(tmp_path):
         if f["tier"] > 2:
             assert f["message"].startswith("dtype discipline: exp(float32[") and "returned float64[" in f["message"]
             assert f["culprit"] == "exp"
-    if cert["tiers"]["6"]["skipped"] == 0:           # MNIST was there: its source is on record
+    if cert["tiers"]["6"]["skipped"] == 0:  # MNIST was there: its source is on record
         data = cert["dataset"]
         assert data["name"] == "MNIST" and data["pinned"] is True
         assert all(h.startswith("sha256:") for h in data["files"].values())
@@ -151,8 +155,11 @@ def test_root_cause_first_higher_tiers_are_its_consequences(tmp_path):
     [root] = cert["root_causes"]
     assert root["primitive"] == "sum" and root["tier"] == 2
     consequences = {c["label"] for c in root["consequences"]}
-    assert {"tier 3 add order 1 (test_gradient)", "tier 3 sum order 1 (test_gradient)",
-            "tier 5 Linear (test_layer)"} <= consequences
+    assert {
+        "tier 3 add order 1 (test_gradient)",
+        "tier 3 sum order 1 (test_gradient)",
+        "tier 5 Linear (test_layer)",
+    } <= consequences
     assert not cert["independent_failures"]
     assert cert["gradients"]["exp"]["order1"] == "pass"
     n = len(root["cells"])
@@ -179,7 +186,7 @@ def test_a_flaky_tier2_failure_is_reported_once(tmp_path):
         # hypothesis example that fails once and passes on replay would read "flaky (...)")
         assert f["message"].startswith(("nondeterministic: matmul(", "flaky (the failing case passed when run again"))
         case = f["message"].split("nondeterministic: ", 1)[1].split(":")[0]
-        assert f["message"].count(case) == 1     # the case is named once
+        assert f["message"].count(case) == 1  # the case is named once
 
 
 def test_a_kernel_that_ignores_strides_is_caught_by_the_view_layouts(tmp_path):
@@ -198,5 +205,7 @@ def test_a_failing_kernel_is_named_with_the_case_and_the_suite_line(tmp_path):
     assert "kernel launch failed" in smoke["message"] and "(at test_tier1_smoke.py:" in smoke["message"]
     [root] = cert["root_causes"]
     assert root["primitive"] == "tanh" and root["found_in"] == ["tier 1 test_elementwise_chain"]
-    assert {c["label"] for c in root["consequences"]} == {"tier 5 LSTM (test_layer)",
-                                                          "tier 5 LSTM (test_layer_deterministic)"}
+    assert {c["label"] for c in root["consequences"]} == {
+        "tier 5 LSTM (test_layer)",
+        "tier 5 LSTM (test_layer_deterministic)",
+    }

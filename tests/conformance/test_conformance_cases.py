@@ -1,4 +1,5 @@
 """The suite's own parts: coverage of the primitive table, the comparison, the input layouts."""
+
 import math
 from types import SimpleNamespace
 
@@ -38,6 +39,7 @@ def test_defprim_refuses_an_incomplete_record():
 
 def test_every_fused_op_has_tier4_cases():
     from ember.conformance import test_tier4_fused
+
     assert set(test_tier4_fused.CASES) == set(FUSED)
 
 
@@ -56,7 +58,7 @@ def test_mismatch_rules():
 
 def test_tolerance_grows_with_accumulation():
     rtol, atol = tolerances.tolerance("float32", terms=100, scale=10.0)
-    assert rtol == 1e-5 and atol > 100 * 10 * 2.0 ** -23
+    assert rtol == 1e-5 and atol > 100 * 10 * 2.0**-23
     assert tolerances.tolerance("uint8", terms=100) == (0.0, 0.0)
 
 
@@ -81,12 +83,21 @@ def test_first_example_is_not_trivial():
     assert simplest.shape == (3, 4) and np.count_nonzero(simplest) >= 10
 
 
-@pytest.mark.parametrize("name", ["ember.fused", "ember.conformance", "ember.conformance.optimizers",
-                                  "ember.conformance.structure",
-                                  "ember.conformance.tolerances", "ember.conformance.certify"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ember.fused",
+        "ember.conformance",
+        "ember.conformance.optimizers",
+        "ember.conformance.structure",
+        "ember.conformance.tolerances",
+        "ember.conformance.certify",
+    ],
+)
 def test_docstring_examples(name):
     import doctest
     import importlib
+
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
 
@@ -139,10 +150,19 @@ def test_reductions_meet_every_axis_spelling_keepdims_and_empty_dims(op):
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_argmax_meets_ties_in_floats_and_integers_and_negative_axes(dtype):
     cases_ = _structure("argmax", dtype)
-    tied = [c for c in cases_ if c.args[0].size and
-            (np.moveaxis(c.args[0], c.params["axis"], -1) == np.moveaxis(c.args[0], c.params["axis"], -1)
-             .max(-1, keepdims=True)).sum(-1).max() > 1]
-    assert len(tied) >= len(cases_) // 8, len(tied)    # size-1 and empty axes cannot tie
+    tied = [
+        c
+        for c in cases_
+        if c.args[0].size
+        and (
+            np.moveaxis(c.args[0], c.params["axis"], -1)
+            == np.moveaxis(c.args[0], c.params["axis"], -1).max(-1, keepdims=True)
+        )
+        .sum(-1)
+        .max()
+        > 1
+    ]
+    assert len(tied) >= len(cases_) // 8, len(tied)  # size-1 and empty axes cannot tie
     assert {c.params["axis"] for c in cases_} >= {-3, -2, -1, 0, 1, 2}
 
 
@@ -154,6 +174,7 @@ def test_structural_float_arrays_hold_every_special_value():
 
 def test_the_reference_follows_the_weak_scalar_rule_the_spec_states():
     from ember.primitives.record import RULES
+
     numpy = ember.get_backend("numpy")
     assert "`add(int32[2], 0.5)` is float64" in RULES[0]
     assert numpy.impls["add"](np.array([1, 2], np.int32), 0.5).dtype == np.float64
@@ -178,6 +199,7 @@ def test_run_case_names_a_second_result_that_differs_nondeterministic():
     def flaky(a, b):
         calls.append(1)
         return np.matmul(a, b) + (len(calls) == 2)
+
     case = cases.Case([np.ones((2, 3)), np.ones((3, 2))])
     with pytest.raises(AssertionError, match=r"^nondeterministic: matmul\(float64\[2, 3\]"):
         _run("matmul", flaky, case, ["contiguous", "contiguous"])
@@ -187,15 +209,20 @@ def test_run_case_catches_a_write_into_an_input_even_through_a_view():
     case = cases.Case([np.arange(6.0).reshape(2, 3)])
     with pytest.raises(AssertionError, match=r"exp\(float64\[2, 3\]\(permuted\)\): wrote into its input 0"):
         _run("exp", lambda x: np.exp(x, out=x), case, ["permuted"])
-    _run("reshape", lambda x, shape: x.reshape(shape), cases.Case([np.arange(6.0)], dict(shape=(2, 3))),
-         ["sliced"])     # returning a view of the input is allowed
+    _run(
+        "reshape", lambda x, shape: x.reshape(shape), cases.Case([np.arange(6.0)], dict(shape=(2, 3))), ["sliced"]
+    )  # returning a view of the input is allowed
 
 
 def test_a_wrong_view_is_charged_to_permute_not_to_the_primitive_under_test():
     backend = _Planted()
-    backend.impls = {**IMPLS, "permute": lambda x, axes: np.ascontiguousarray(x)}     # ignores axes
+    backend.impls = {**IMPLS, "permute": lambda x, axes: np.ascontiguousarray(x)}  # ignores axes
     case = cases.Case([np.arange(6.0).reshape(2, 3), np.ones((2, 3))])
     tier2.run_case(SimpleNamespace(backend=backend), "add", case, ["permuted", "contiguous"])
     with pytest.raises(AssertionError, match="the permuted view of input 0 that the backend's own permute made"):
-        tier2.run_case(SimpleNamespace(backend=backend), "permute", cases.Case([np.arange(6.0).reshape(2, 3)],
-                                                                                dict(axes=(1, 0))), ["permuted"])
+        tier2.run_case(
+            SimpleNamespace(backend=backend),
+            "permute",
+            cases.Case([np.arange(6.0).reshape(2, 3)], dict(axes=(1, 0))),
+            ["permuted"],
+        )

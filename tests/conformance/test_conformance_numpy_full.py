@@ -1,4 +1,5 @@
 """End to end: the default `ember certify numpy` (every tier, default example count) passes."""
+
 import json
 
 import pytest

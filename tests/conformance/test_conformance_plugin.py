@@ -1,4 +1,5 @@
 """The suite as a pytest plugin: found through its pytest11 entry point, run with --pyargs."""
+
 import json
 import os
 import subprocess
@@ -10,8 +11,13 @@ def pytest_run(tmp_path, *args, autoload=True):
     env.pop("PYTEST_ADDOPTS", None)
     if not autoload:
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
-                           "ember.conformance", *args], cwd=tmp_path, env=env, text=True, capture_output=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "ember.conformance", *args],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+    )
 
 
 def test_pyargs_run_through_the_entry_point(tmp_path):
@@ -28,8 +34,9 @@ def test_pyargs_run_through_the_entry_point(tmp_path):
 
 def test_explicit_p_option_works_with_and_without_autoload(tmp_path):
     for autoload in (True, False):
-        proc = pytest_run(tmp_path, "-p", "ember.conformance.plugin", "--ember-backend=numpy", "--ember-tiers=0",
-                          autoload=autoload)
+        proc = pytest_run(
+            tmp_path, "-p", "ember.conformance.plugin", "--ember-backend=numpy", "--ember-tiers=0", autoload=autoload
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert "15 passed" in proc.stdout
 

@@ -1,5 +1,6 @@
 """plugins/template installs as its own distribution, is found through the `ember` entry
 point (no --backend-module), and certifies: tiers 0-5 pass."""
+
 import json
 import os
 import subprocess
@@ -23,11 +24,12 @@ def installed_template():
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     # build isolation on: pip fetches the setuptools the template's pyproject asks for, as it
     # would for a user; a bare venv's own setuptools 65 cannot build an editable wheel
-    proc = subprocess.run(pip + ["install", "--no-deps", "-e", os.path.abspath(TEMPLATE)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        pip + ["install", "--no-deps", "-e", os.path.abspath(TEMPLATE)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     yield
-    if not was_installed:      # leave the environment as we found it
+    if not was_installed:  # leave the environment as we found it
         subprocess.run(pip + ["uninstall", "-y", "ember-template"], capture_output=True, text=True)
 
 
@@ -44,5 +46,10 @@ def test_template_is_found_and_certifies(installed_template, tmp_path):
     assert cert["fused"]["softmax"] == {"float32": "pass", "float64": "pass"}
     # every op it implements passes; the optional primitives it leaves out (sorting, bitwise) are undeclared
     from ember.primitives import PRIMITIVES
-    assert all(v == "pass" or v == "undeclared" and not PRIMITIVES[op].required
-               for op, row in cert["matrix"]["ops"].items() for v in row.values() if v != "n/a")
+
+    assert all(
+        v == "pass" or v == "undeclared" and not PRIMITIVES[op].required
+        for op, row in cert["matrix"]["ops"].items()
+        for v in row.values()
+        if v != "n/a"
+    )

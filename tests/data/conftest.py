@@ -32,6 +32,7 @@ def isolated_cache(tmp_path, monkeypatch):
 
 # -- file generators --------------------------------------------------------------------------
 
+
 def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -84,12 +85,14 @@ def py2_pickle(obj) -> bytes:
 
 
 def cifar_batch(images, labels) -> bytes:
-    return py2_pickle({
-        b"batch_label": b"fake batch",
-        b"labels": [int(v) for v in labels],
-        b"data": np.ascontiguousarray(images.reshape(len(images), -1)),
-        b"filenames": [b"img_%d.png" % i for i in range(len(images))],
-    })
+    return py2_pickle(
+        {
+            b"batch_label": b"fake batch",
+            b"labels": [int(v) for v in labels],
+            b"data": np.ascontiguousarray(images.reshape(len(images), -1)),
+            b"filenames": [b"img_%d.png" % i for i in range(len(images))],
+        }
+    )
 
 
 def cifar_tar(batches: dict) -> bytes:
@@ -106,27 +109,48 @@ def cifar_tar(batches: dict) -> bytes:
 def fake_cifar(per_batch=3, seed=0):
     """(archive bytes, expected arrays): 5 train batches and a test batch of random images."""
     rng = np.random.default_rng(seed)
-    arrays = {name: (rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, per_batch))
-              for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]}
+    arrays = {
+        name: (rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, per_batch))
+        for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    }
     archive = cifar_tar({name: cifar_batch(x, y) for name, (x, y) in arrays.items()})
     return archive, arrays
 
 
 def fake_cifar_class(archive: bytes, folder="fake-cifar"):
-    return type("FakeCIFAR10", (CIFAR10,), {
-        "folder": folder, "mirrors": (),
-        "archives": {CIFAR10.archive: (sha256(archive), len(archive))},
-    })
+    return type(
+        "FakeCIFAR10",
+        (CIFAR10,),
+        {
+            "folder": folder,
+            "mirrors": (),
+            "archives": {CIFAR10.archive: (sha256(archive), len(archive))},
+        },
+    )
 
 
 @pytest.fixture
 def fakes():
-    return SimpleNamespace(**{f.__name__: f for f in (
-        sha256, idx_gz, fake_mnist_arrays, fake_mnist_class, py2_pickle, cifar_batch, cifar_tar, fake_cifar,
-        fake_cifar_class)})
+    return SimpleNamespace(
+        **{
+            f.__name__: f
+            for f in (
+                sha256,
+                idx_gz,
+                fake_mnist_arrays,
+                fake_mnist_class,
+                py2_pickle,
+                cifar_batch,
+                cifar_tar,
+                fake_cifar,
+                fake_cifar_class,
+            )
+        }
+    )
 
 
 # -- a local HTTP server ------------------------------------------------------------------------
+
 
 class FileServer:
     """Serves ``files`` (URL path -> bytes) on 127.0.0.1 with Range support.

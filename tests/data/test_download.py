@@ -55,7 +55,10 @@ def test_download_verifies_and_caches_idx(server, fakes, mnist_files, isolated_c
     assert len(server.log) == n  # served from the cache
     np.testing.assert_array_equal(again.data, train.data)
     test = FakeMNIST(train=False, mirrors=[base])
-    assert len(test) == 10 and {p for p, _ in server.log[n:]} == {"/m/t10k-images-idx3-ubyte.gz", "/m/t10k-labels-idx1-ubyte.gz"}
+    assert len(test) == 10 and {p for p, _ in server.log[n:]} == {
+        "/m/t10k-images-idx3-ubyte.gz",
+        "/m/t10k-labels-idx1-ubyte.gz",
+    }
 
 
 def test_mirror_env_var_uses_dataset_subfolder(server, fakes, mnist_files, monkeypatch):
@@ -87,10 +90,13 @@ def test_corrupted_file_with_valid_checksum_is_a_clear_error(server, fakes, mnis
     arrays, archives = mnist_files
     broken = dict(archives)
     import gzip
+
     broken["train-labels-idx1-ubyte.gz"] = gzip.compress(encode_idx(arrays["train-labels-idx1-ubyte"])[:-3])
     FakeMNIST = fakes.fake_mnist_class(broken)  # checksums of the broken files, no content pins
     base = serve(server, broken)
-    with pytest.raises(DataError, match=r"train-labels-idx1-ubyte.gz: truncated IDX file: header promises shape \(20,\)"):
+    with pytest.raises(
+        DataError, match=r"train-labels-idx1-ubyte.gz: truncated IDX file: header promises shape \(20,\)"
+    ):
         FakeMNIST(train=True, mirrors=[base])
     left = leftovers(isolated_cache / "fake-mnist")
     assert "train-labels-idx1-ubyte.gz" not in left  # the unreadable archive is deleted
@@ -158,13 +164,16 @@ def test_check_file_deletes_on_request(tmp_path):
 
 def test_download_false_names_folders_and_fix(fakes, mnist_files):
     arrays, archives = mnist_files
-    with pytest.raises(DataError, match=r"(?s)train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz not found.*download=True"):
+    with pytest.raises(
+        DataError, match=r"(?s)train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz not found.*download=True"
+    ):
         fakes.fake_mnist_class(archives, arrays)(train=True, download=False)
 
 
 def test_offline_data_path_accepts_recompressed_copies(fakes, mnist_files, tmp_path, monkeypatch):
     """Like Debian's package: same content, different gzip bytes. Accepted via content checksums."""
     import gzip
+
     arrays, archives = mnist_files
     FakeMNIST = fakes.fake_mnist_class(archives, arrays)
     shelf = tmp_path / "shelf" / "fake-mnist"
@@ -176,8 +185,10 @@ def test_offline_data_path_accepts_recompressed_copies(fakes, mnist_files, tmp_p
     np.testing.assert_array_equal(ds.targets, arrays["train-labels-idx1-ubyte"])
     # a copy whose content differs is ignored with a warning
     (shelf / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(encode_idx(np.zeros(10, np.uint8))))
-    with pytest.warns(UserWarning, match="ignoring .*t10k-labels-idx1-ubyte.gz"), \
-            pytest.raises(DataError, match="not found"):
+    with (
+        pytest.warns(UserWarning, match="ignoring .*t10k-labels-idx1-ubyte.gz"),
+        pytest.raises(DataError, match="not found"),
+    ):
         FakeMNIST(train=False, download=False)
 
 
@@ -196,6 +207,7 @@ def test_corrupt_cache_file_is_detected_and_refetched(server, fakes, mnist_files
 
 
 # -- CIFAR-10's python format ---------------------------------------------------------------------
+
 
 def test_cifar_download_parse_and_cache(server, fakes, isolated_cache):
     archive, batches = fakes.fake_cifar()
@@ -244,6 +256,7 @@ def test_cifar_archive_missing_members(server, fakes):
 
 def test_synthetic_cifar_is_seeded():
     from ember.data import SyntheticCIFAR10
+
     a, b, c = SyntheticCIFAR10(64, seed=0), SyntheticCIFAR10(64, seed=0), SyntheticCIFAR10(64, seed=1)
     assert a.data.shape == (64, 3, 32, 32) and a.data.dtype == np.float32 and a.targets.dtype == np.int64
     assert a.data.min() >= 0 and a.data.max() <= 1

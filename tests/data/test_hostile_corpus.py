@@ -6,6 +6,7 @@ bigger than their own bytes, zero-stride views, object arrays or anything beyond
 The child process runs under RLIMIT_AS, so one file that inflated or allocated past the cap
 would end in MemoryError instead of the DataError every case must give.
 """
+
 import gzip
 import io
 import json
@@ -27,7 +28,7 @@ except ImportError:  # pragma: no cover
 
 LIMIT = 300 << 20
 GIGABYTE = 1 << 30
-BOMB = 320 << 20       # each bomb inflates past the whole process's limit
+BOMB = 320 << 20  # each bomb inflates past the whole process's limit
 
 
 class Call:
@@ -77,11 +78,13 @@ def tar_bomb(member: str, size: int) -> bytes:
 
 def pickles():
     from numpy._core.multiarray import _reconstruct
+
     return {
         "ndarray called for 2 GB": pickle.dumps(Call(np.ndarray, (2 * GIGABYTE,), "u1"), protocol=2),
         "ndarray called for 1.8 GB of float64": pickle.dumps(Call(np.ndarray, (225_000_000,), "f8"), protocol=4),
         "zero-stride view of 10**12 elements": pickle.dumps(
-            Call(np.ndarray, (10**6, 10**6), "u1", b"x", 0, (0, 0)), protocol=4),
+            Call(np.ndarray, (10**6, 10**6), "u1", b"x", 0, (0, 0)), protocol=4
+        ),
         "_reconstruct of 2 GB": pickle.dumps(Call(_reconstruct, np.ndarray, (2 * GIGABYTE,), b"b"), protocol=4),
         "object array": pickle.dumps(np.array([1, None], dtype=object), protocol=4),
         "object dtype": pickle.dumps(Call(np.dtype, "O8", False, True), protocol=4),
@@ -147,15 +150,20 @@ def corpus(tmp_path_factory):
 
 def test_the_corpus_is_small_and_hostile(corpus):
     sizes = {p.name: p.stat().st_size for p in corpus.rglob("*") if p.is_file()}
-    assert max(sizes.values()) < 5 << 20          # megabytes that would become gigabytes
+    assert max(sizes.values()) < 5 << 20  # megabytes that would become gigabytes
     assert all(size < 300 for name, size in sizes.items() if name.endswith(".pkl") and "more than" not in name)
 
 
 @pytest.mark.skipif(resource is None or sys.platform == "darwin", reason="needs RLIMIT_AS (Linux)")
 def test_every_hostile_file_is_refused_within_300_mb(corpus):
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-c", CHILD.format(limit=LIMIT), str(corpus)],
-                         capture_output=True, text=True, timeout=300, env=env)
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD.format(limit=LIMIT), str(corpus)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout)
     assert len(results) == len(pickles()) + 5

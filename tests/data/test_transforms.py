@@ -30,11 +30,18 @@ def reference_crop(x, size, padding, rng):
     H, W = p.shape[-2:]
     top = rng.integers(0, H - size + 1, size=len(x))
     left = rng.integers(0, W - size + 1, size=len(x))
-    return np.stack([p[i, :, t:t + size, l:l + size] for i, (t, l) in enumerate(zip(top, left))])
+    return np.stack([p[i, :, t : t + size, l : l + size] for i, (t, l) in enumerate(zip(top, left))])
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 5), c=st.integers(1, 3), hw=st.integers(1, 8), pad=st.integers(0, 3), seed=st.integers(0, 2**32 - 1), data=st.data())
+@given(
+    n=st.integers(1, 5),
+    c=st.integers(1, 3),
+    hw=st.integers(1, 8),
+    pad=st.integers(0, 3),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
 def test_random_crop_matches_reference(n, c, hw, pad, seed, data):
     size = data.draw(st.integers(1, hw + 2 * pad))
     x = np.random.default_rng(seed).integers(0, 255, (n, c, hw, hw), dtype=np.uint8)

@@ -4,6 +4,7 @@ Every test starts a job with ``mpiexec -n R python -m mpi4py SCRIPT`` (mpi4py's 
 uncaught exception into MPI_Abort, so a failing rank cannot hang the job) and checks the world
 size the ranks saw. All traffic stays on this machine.
 """
+
 import os
 import pathlib
 import shutil
@@ -19,14 +20,20 @@ pytest.importorskip("mpi4py")
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
 if not MPIEXEC.exists():
     MPIEXEC = shutil.which("mpiexec")
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec next to this Python (pip install 'ember[mpi-local]')")
+pytestmark = pytest.mark.skipif(
+    MPIEXEC is None, reason="no mpiexec next to this Python (pip install 'ember[mpi-local]')"
+)
 
 ENV = {
     # Open MPI as root, oversubscribed, loopback only; MPICH ignores these.
-    "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_btl": "self,sm,tcp",
-    "OMPI_MCA_btl_tcp_if_include": "lo", "PMIX_MCA_ptl_tcp_if_include": "lo",
-    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+    "OMPI_MCA_btl": "self,sm,tcp",
+    "OMPI_MCA_btl_tcp_if_include": "lo",
+    "PMIX_MCA_ptl_tcp_if_include": "lo",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
 }
 
 TRAIN = """
@@ -60,8 +67,13 @@ def launch(tmp_path, n, script, *args, timeout=120, env=None):
     path = tmp_path / "script.py"
     path.write_text(textwrap.dedent(script))
     env = {**os.environ, **ENV, **(env or {})}
-    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, "-m", "mpi4py", str(path), *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [str(MPIEXEC), "-n", str(n), sys.executable, "-m", "mpi4py", str(path), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def train(tmp_path, n, steps=12, batch=48):
@@ -116,6 +128,7 @@ FAIL = """
 
 def test_a_failing_rank_aborts_the_job(tmp_path):
     from ember.io.checkpoint import latest_checkpoint, read_checkpoint
+
     out = tmp_path / "run"
     start = time.monotonic()
     run = launch(tmp_path, 2, FAIL, out, timeout=60)
@@ -130,11 +143,14 @@ def test_a_failing_rank_aborts_the_job(tmp_path):
 
 
 def test_distributed_flag_without_mpi_names_the_extra(tmp_path):
-    code = ("import sys; sys.modules['mpi4py'] = None\n"
-            "from ember.cli import main\n"
-            "sys.exit(main(['train', 'synthetic-cifar10', '--distributed', '--out', sys.argv[1]]))")
-    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "from ember.cli import main\n"
+        "sys.exit(main(['train', 'synthetic-cifar10', '--distributed', '--out', sys.argv[1]]))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 2
     assert "ember[mpi-local]" in run.stderr and "mpi4py" in run.stderr
 
@@ -169,12 +185,13 @@ STOP = """
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_silent_rank_times_out_and_is_named(tmp_path, ranks):
     import signal
+
     pids = tmp_path / "pid"
     start = time.monotonic()
     try:
         run = launch(tmp_path, ranks, STOP, pids, timeout=90, env={"EMBER_DIST_TIMEOUT": "3"})
     finally:
-        for r in range(ranks):        # whatever happened, leave no stopped process behind
+        for r in range(ranks):  # whatever happened, leave no stopped process behind
             try:
                 pid = int((tmp_path / f"pid.{r}").read_text())
                 os.kill(pid, signal.SIGKILL)
@@ -192,6 +209,7 @@ def test_a_silent_rank_times_out_and_is_named(tmp_path, ranks):
 
 def test_the_timeout_must_be_positive(monkeypatch):
     import ember.distributed as dist
+
     with pytest.raises(dist.comm.EmberError, match="> 0"):
         dist.set_timeout(0)
     monkeypatch.setenv("EMBER_DIST_TIMEOUT", "soon")

@@ -1,4 +1,5 @@
 """Shared fixtures for the ember.io tests: a set of tensors covering every dtype and shape kind."""
+
 import random
 
 import pytest

@@ -1,5 +1,6 @@
 """bfloat16 safetensors: a file as torch's safetensors writes it (header JSON, then the raw
 little-endian bf16 bits) loads equal to torch; ember writes the same bytes back."""
+
 import json
 import struct
 
@@ -31,12 +32,12 @@ def test_torch_bf16_weights_load_equal_to_torch(torch, tmp_path):
     path = tmp_path / "model.safetensors"
     path.write_bytes(torch_style_file({k: ("BF16", v.shape, v.astype("<i2").tobytes()) for k, v in state.items()}))
 
-    loaded = ember.load(path)                                         # tensors, bfloat16 kept
+    loaded = ember.load(path)  # tensors, bfloat16 kept
     assert {k: v.dtype for k, v in loaded.items()} == {"bias": ember.bfloat16, "weight": ember.bfloat16}
     for k, v in loaded.items():
         np.testing.assert_array_equal(v.float().numpy(), values[k])
 
-    model = ember.nn.Linear(5, 3)                                     # float32 weights: cast on load
+    model = ember.nn.Linear(5, 3)  # float32 weights: cast on load
     model.load_state_dict(loaded)
     assert model.weight.dtype is ember.float32
     np.testing.assert_array_equal(model.weight.numpy(), values["weight"])
@@ -59,7 +60,7 @@ def test_bf16_model_round_trips_through_ember_save(tmp_path):
     ember.save(model.state_dict(), path)
     entries, _ = io.load_file(path)
     assert {tb.dtype for tb in entries.values()} == {"BF16"}
-    assert sum(tb.nbytes for tb in entries.values()) == 2 * model.num_parameters()     # 2 bytes a weight
+    assert sum(tb.nbytes for tb in entries.values()) == 2 * model.num_parameters()  # 2 bytes a weight
     back = ember.load(path)
     for k, v in model.state_dict().items():
         assert back[k].dtype is ember.bfloat16 and back[k].float().tolist() == v.float().tolist()

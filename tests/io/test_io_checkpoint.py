@@ -1,4 +1,5 @@
 """ember.io.checkpoint: the directory layer (sidecars, checksums, atomic commits, pruning)."""
+
 import json
 import os
 import warnings
@@ -16,14 +17,21 @@ from ember.io import (
     write_checkpoint,
 )
 
-META = {"optimizer": {"name": "adam", "lr": 1e-3, "betas": [0.9, 0.999]}, "rng": {"key": 2**64 - 1, "counter": 7},
-        "data_position": {"epoch": 2, "index": 513}, "config": {"layers": [784, 128, 10]}}
+META = {
+    "optimizer": {"name": "adam", "lr": 1e-3, "betas": [0.9, 0.999]},
+    "rng": {"key": 2**64 - 1, "counter": 7},
+    "data_position": {"epoch": 2, "index": 513},
+    "config": {"layers": [784, 128, 10]},
+}
 
 
 def ckpt(step):
     """Tensors whose contents identify the step they were written at."""
-    return {"w": TensorBytes("I64", (4,), step.to_bytes(8, "little") * 4),
-            "b": TensorBytes("F32", (), b"\0\0\x80?"), "empty": TensorBytes("U8", (0, 3), b"")}
+    return {
+        "w": TensorBytes("I64", (4,), step.to_bytes(8, "little") * 4),
+        "b": TensorBytes("F32", (), b"\0\0\x80?"),
+        "empty": TensorBytes("U8", (0, 3), b""),
+    }
 
 
 def snapshot(directory):
@@ -47,6 +55,7 @@ def test_round_trip(tmp_path):
 
 def test_sidecar_fields(tmp_path):
     import hashlib
+
     path = write_checkpoint(tmp_path, 5, ckpt(5), META)
     sidecar = json.loads((tmp_path / "ckpt-00000005.json").read_text())
     data = open(path, "rb").read()
@@ -64,15 +73,23 @@ def test_numpy_arrays_accepted(tmp_path):
     np = pytest.importorskip("numpy")
     write_checkpoint(tmp_path, 1, {"w": np.arange(6, dtype=np.float32).reshape(2, 3)})
     from ember.io import to_numpy
+
     assert to_numpy(read_checkpoint(tmp_path)[0]["w"]).tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(step=-1), ValueError), (dict(step=1.0), ValueError), (dict(step=True), ValueError),
-    (dict(keep_last=0), ValueError), (dict(meta={"step": 99}), ValueError),
-    (dict(meta={"loss": float("nan")}), ValueError), (dict(meta={"f": print}), TypeError),
-    (dict(tensors={"w": TensorBytes("F32", (2,), b"")}), ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(step=-1), ValueError),
+        (dict(step=1.0), ValueError),
+        (dict(step=True), ValueError),
+        (dict(keep_last=0), ValueError),
+        (dict(meta={"step": 99}), ValueError),
+        (dict(meta={"loss": float("nan")}), ValueError),
+        (dict(meta={"f": print}), TypeError),
+        (dict(tensors={"w": TensorBytes("F32", (2,), b"")}), ValueError),
+    ],
+)
 def test_bad_arguments_change_nothing(tmp_path, kwargs, error):
     write_checkpoint(tmp_path, 1, ckpt(1))
     before = snapshot(tmp_path)
@@ -85,8 +102,12 @@ def test_bad_arguments_change_nothing(tmp_path, kwargs, error):
 def test_keep_last(tmp_path):
     for step in range(6):
         write_checkpoint(tmp_path, step * 10, ckpt(step), keep_last=2)
-    assert names(tmp_path) == ["ckpt-00000040.json", "ckpt-00000040.safetensors",
-                               "ckpt-00000050.json", "ckpt-00000050.safetensors"]
+    assert names(tmp_path) == [
+        "ckpt-00000040.json",
+        "ckpt-00000040.safetensors",
+        "ckpt-00000050.json",
+        "ckpt-00000050.safetensors",
+    ]
     for step in range(3):
         write_checkpoint(tmp_path, 100 + step, ckpt(step), keep_last=None)
     assert len(list_checkpoints(tmp_path)) == 5
@@ -150,8 +171,13 @@ def test_leftovers_of_a_killed_writer_are_ignored_then_cleaned(tmp_path):
     with pytest.raises(CheckpointError, match="sidecar ckpt-00000002.json is missing"):
         read_checkpoint(tmp_path / "ckpt-00000002.safetensors")
     write_checkpoint(tmp_path, 3, ckpt(3))
-    assert names(tmp_path) == ["ckpt-00000001.json", "ckpt-00000001.safetensors",
-                               "ckpt-00000003.json", "ckpt-00000003.safetensors", "notes.txt"]
+    assert names(tmp_path) == [
+        "ckpt-00000001.json",
+        "ckpt-00000001.safetensors",
+        "ckpt-00000003.json",
+        "ckpt-00000003.safetensors",
+        "notes.txt",
+    ]
 
 
 def corrupt(path, how):
@@ -163,9 +189,15 @@ def corrupt(path, how):
     open(path, "wb").write(bytes(data))
 
 
-@pytest.mark.parametrize("how, cause", [("flip", "checksum mismatch"), ("truncate", "sidecar says"),
-                                        ("delete", "tensors file is missing"),
-                                        ("bad sidecar", "sidecar is not valid JSON")])
+@pytest.mark.parametrize(
+    "how, cause",
+    [
+        ("flip", "checksum mismatch"),
+        ("truncate", "sidecar says"),
+        ("delete", "tensors file is missing"),
+        ("bad sidecar", "sidecar is not valid JSON"),
+    ],
+)
 def test_corrupt_newest_falls_back_with_warning(tmp_path, how, cause):
     for step in (1, 2, 3):
         write_checkpoint(tmp_path, step, ckpt(step))
@@ -200,22 +232,25 @@ def test_missing_directory(tmp_path):
     assert list_checkpoints(tmp_path) == []
 
 
-@pytest.mark.parametrize("edit, cause", [
-    (lambda s: [1], "not an ember checkpoint sidecar"),
-    (lambda s: s | {"format": "other"}, "not an ember checkpoint sidecar"),
-    (lambda s: {k: v for k, v in s.items() if k != "sha256"}, "'sha256' is missing"),
-    (lambda s: s | {"size": "12"}, "'size' is missing or is not of type int"),
-    (lambda s: s | {"num_tensors": True}, "'num_tensors'"),
-    (lambda s: s | {"meta": None}, "'meta'"),
-    (lambda s: s | {"format_version": 99}, "newer ember"),
-    (lambda s: s | {"sha256": "0" * 64}, "sidecar checksum mismatch"),
-    (lambda s: s | {"meta": {**s["meta"], "step": 7}}, "sidecar checksum mismatch"),
-    (lambda s: s | {"meta": {**s["meta"], "lr": 1.0}}, "sidecar checksum mismatch"),
-    (lambda s: {k: v for k, v in s.items() if k != "sidecar_sha256"}, "sidecar checksum mismatch"),
-    (lambda s: s | {"time": float("nan")}, "sidecar checksum mismatch"),
-    (lambda s: _reseal(s | {"sha256": "0" * 64}), "sha256 checksum mismatch"),
-    (lambda s: _reseal(s | {"meta": {**s["meta"], "step": 7}}), "disagrees with meta step"),
-])
+@pytest.mark.parametrize(
+    "edit, cause",
+    [
+        (lambda s: [1], "not an ember checkpoint sidecar"),
+        (lambda s: s | {"format": "other"}, "not an ember checkpoint sidecar"),
+        (lambda s: {k: v for k, v in s.items() if k != "sha256"}, "'sha256' is missing"),
+        (lambda s: s | {"size": "12"}, "'size' is missing or is not of type int"),
+        (lambda s: s | {"num_tensors": True}, "'num_tensors'"),
+        (lambda s: s | {"meta": None}, "'meta'"),
+        (lambda s: s | {"format_version": 99}, "newer ember"),
+        (lambda s: s | {"sha256": "0" * 64}, "sidecar checksum mismatch"),
+        (lambda s: s | {"meta": {**s["meta"], "step": 7}}, "sidecar checksum mismatch"),
+        (lambda s: s | {"meta": {**s["meta"], "lr": 1.0}}, "sidecar checksum mismatch"),
+        (lambda s: {k: v for k, v in s.items() if k != "sidecar_sha256"}, "sidecar checksum mismatch"),
+        (lambda s: s | {"time": float("nan")}, "sidecar checksum mismatch"),
+        (lambda s: _reseal(s | {"sha256": "0" * 64}), "sha256 checksum mismatch"),
+        (lambda s: _reseal(s | {"meta": {**s["meta"], "step": 7}}), "disagrees with meta step"),
+    ],
+)
 def test_tampered_sidecar(tmp_path, edit, cause):
     write_checkpoint(tmp_path, 1, ckpt(1))
     sidecar = tmp_path / "ckpt-00000001.json"
@@ -227,22 +262,28 @@ def test_tampered_sidecar(tmp_path, edit, cause):
 def _reseal(sidecar):
     """An edit that also recomputes the sidecar's own checksum (a deliberate forgery)."""
     from ember.io.checkpoint import _content_hash
+
     return sidecar | {"sidecar_sha256": _content_hash(sidecar)}
 
 
 def test_stale_temp_files_and_interrupted_writes_are_swept(tmp_path):
     from ember.io import sweep
+
     write_checkpoint(tmp_path, 1, ckpt(1))
     (tmp_path / ".ckpt-00000002.safetensors.0a1b2c.tmp").write_bytes(b"x" * 1000)
     (tmp_path / "ckpt-00000002.safetensors").write_bytes(b"half")
     (tmp_path / "notes.tmp").write_text("not ours")
     assert sweep(tmp_path) == ["ckpt-00000002.safetensors", ".ckpt-00000002.safetensors.0a1b2c.tmp"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.json", "ckpt-00000001.safetensors",
-                                                          "notes.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-00000001.json",
+        "ckpt-00000001.safetensors",
+        "notes.tmp",
+    ]
 
 
 def test_list_checkpoints(tmp_path):
     import time
+
     t0 = time.time()
     for step in (7, 8):
         write_checkpoint(tmp_path, step, ckpt(step))
@@ -262,6 +303,7 @@ def test_large_step_numbers_sort_numerically(tmp_path):
 def test_failed_cleanup_is_a_warning_not_a_failed_save(tmp_path, monkeypatch):
     write_checkpoint(tmp_path, 1, ckpt(1))
     import ember.io.checkpoint as module
+
     monkeypatch.setattr(module, "_remove", lambda path: (_ for _ in ()).throw(PermissionError(path)))
     with pytest.warns(CheckpointWarning, match="cleaning up old files failed"):
         write_checkpoint(tmp_path, 2, ckpt(2), keep_last=1)

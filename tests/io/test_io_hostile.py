@@ -3,6 +3,7 @@
 First one test per known way to break a file, then fuzzing (hypothesis, derandomized) that
 asserts nothing but CheckpointError ever escapes the reader.
 """
+
 import json
 import re
 import struct
@@ -12,8 +13,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ember.io import DTYPES, CheckpointError, TensorBytes, load_bytes, load_file, save_bytes
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=300,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    derandomize=True, database=None, deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def with_header(header, data=b"", *, pad=True):
@@ -28,8 +30,7 @@ def entry(dtype="U8", shape=(2,), offsets=(0, 2)):
     return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}
 
 
-VALID = save_bytes({"a": TensorBytes("F32", (2,), b"\0" * 8), "b": TensorBytes("U8", (3,), b"xyz")},
-                   {"k": "v"})
+VALID = save_bytes({"a": TensorBytes("F32", (2,), b"\0" * 8), "b": TensorBytes("U8", (3,), b"xyz")}, {"k": "v"})
 
 HOSTILE = {
     "empty file": (b"", "too short"),
@@ -54,9 +55,13 @@ HOSTILE = {
     "overlap": (with_header({"a": entry(), "b": entry(offsets=(1, 3))}, b"\0" * 3), "overlaps"),
     "gap": (with_header({"a": entry(offsets=(1, 3))}, b"\0" * 3), "gap"),
     "trailing bytes": (with_header({"a": entry()}, b"\0" * 3), "trailing"),
-    "duplicate name": (with_header(b'{"a":' + json.dumps(entry()).encode() + b',"a":'
-                                   + json.dumps(entry(offsets=(2, 4))).encode() + b"}", b"\0" * 4),
-                       "names 'a' twice"),
+    "duplicate name": (
+        with_header(
+            b'{"a":' + json.dumps(entry()).encode() + b',"a":' + json.dumps(entry(offsets=(2, 4))).encode() + b"}",
+            b"\0" * 4,
+        ),
+        "names 'a' twice",
+    ),
     "metadata not strings": (with_header({"__metadata__": {"k": 1}}), "strings to strings"),
     "metadata not object": (with_header({"__metadata__": [1]}), "strings to strings"),
     "deep nesting": (with_header(b"[" * 100_000 + b"]" * 100_000), "not valid JSON"),
@@ -74,6 +79,7 @@ def forged_checkpoint(directory, blob):
 
     from ember.io import write_checkpoint
     from ember.io.checkpoint import _content_hash
+
     path = write_checkpoint(directory, 1, {"a": TensorBytes("U8", (2,), b"ok")})
     sidecar_path = path[: -len(".safetensors")] + ".json"
     sidecar = json.loads(open(sidecar_path).read())
@@ -89,9 +95,10 @@ def forged_checkpoint(directory, blob):
 @pytest.mark.parametrize("case", HOSTILE)
 def test_inspect_verify_parses_what_the_checksum_vouches_for(case, tmp_path):
     from ember.io import list_checkpoints
+
     blob, cause = HOSTILE[case]
     forged_checkpoint(tmp_path, blob)
-    assert list_checkpoints(tmp_path)[0].status == "ok"            # sizes agree: only a parse can tell
+    assert list_checkpoints(tmp_path)[0].status == "ok"  # sizes agree: only a parse can tell
     [info] = list_checkpoints(tmp_path, verify=True)
     assert cause in info.status
 
@@ -117,6 +124,7 @@ def test_hostile_file_names_the_file(case, tmp_path):
 def test_huge_header_length_reads_nothing_big(tmp_path, monkeypatch):
     """The header length is checked against the file size before any read is sized by it."""
     import ember.io.safetensors as module
+
     path = tmp_path / "evil.safetensors"
     path.write_bytes(struct.pack("<Q", 10**15) + b"{}")
     reads = []
@@ -163,15 +171,20 @@ def test_fuzz_mutated_valid_file(data):
         assert len(t.data) == n * DTYPES[t.dtype].itemsize
 
 
-json_scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=5)
-json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4)
-                           | st.dictionaries(st.text(max_size=4), kids, max_size=4), max_leaves=12)
+json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=5)
+json_values = st.recursive(
+    json_scalars,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+    max_leaves=12,
+)
 small_ints = st.integers(-3, 12) | st.sampled_from([2**31, 2**63, 2**64 + 1, 10**40])
-entries = st.fixed_dictionaries({
-    "dtype": st.sampled_from(["F32", "U8", "BOOL", "I64", "BF16", "F33", "", "f32"]) | json_scalars,
-    "shape": st.lists(small_ints, max_size=4) | json_values,
-    "data_offsets": st.lists(small_ints, min_size=2, max_size=2) | json_values,
-})
+entries = st.fixed_dictionaries(
+    {
+        "dtype": st.sampled_from(["F32", "U8", "BOOL", "I64", "BF16", "F33", "", "f32"]) | json_scalars,
+        "shape": st.lists(small_ints, max_size=4) | json_values,
+        "data_offsets": st.lists(small_ints, min_size=2, max_size=2) | json_values,
+    }
+)
 headers = st.dictionaries(st.text(max_size=4), entries | json_values, max_size=4) | json_values
 
 

@@ -1,4 +1,5 @@
 """Interoperability with the reference implementation (the `safetensors` package), both ways."""
+
 import pytest
 
 np = pytest.importorskip("numpy")
@@ -9,13 +10,14 @@ from ember.io import DTYPES, from_numpy, load_file, save_bytes, save_file, to_nu
 
 # The dtypes safetensors.numpy can represent (numpy has no bfloat16 or float8).
 NUMPY_CODES = [c for c in DTYPES if c not in ("BF16", "F8_E5M2", "F8_E4M3")]
-METADATA = {"format": "np", "note": "ünïcode \"quoted\"\n", "empty": ""}
+METADATA = {"format": "np", "note": 'ünïcode "quoted"\n', "empty": ""}
 
 
 @pytest.fixture
 def numpy_tensors(make_tensors):
     def build(seed):
         return {k: to_numpy(t) for k, t in make_tensors(seed, dtypes=NUMPY_CODES).items()}
+
     return build
 
 
@@ -62,13 +64,15 @@ def test_raw_dtypes_both_ways(make_tensors):
     for name, t in tensors.items():
         buf = np.frombuffer(bytes(t.data) or b"\0", np.uint8).copy()  # a valid pointer even when empty
         buffers.append(buf)
-        specs[name] = safetensors.TensorSpec(dtype=DTYPES[t.dtype].ember, shape=list(t.shape),
-                                             data_ptr=buf.ctypes.data, data_len=len(t.data))
+        specs[name] = safetensors.TensorSpec(
+            dtype=DTYPES[t.dtype].ember, shape=list(t.shape), data_ptr=buf.ctypes.data, data_len=len(t.data)
+        )
     reference = safetensors.serialize(specs, metadata={"k": "v"})
     assert save_bytes(tensors, {"k": "v"}) == reference
     decoded = dict(safetensors.deserialize(save_bytes(tensors)))
-    assert {k: (v["dtype"], tuple(v["shape"]), bytes(v["data"])) for k, v in decoded.items()} == \
-        {k: (t.dtype, t.shape, bytes(t.data)) for k, t in tensors.items()}
+    assert {k: (v["dtype"], tuple(v["shape"]), bytes(v["data"])) for k, v in decoded.items()} == {
+        k: (t.dtype, t.shape, bytes(t.data)) for k, t in tensors.items()
+    }
 
 
 def test_special_float_values_bit_exact(tmp_path):
@@ -79,4 +83,3 @@ def test_special_float_values_bit_exact(tmp_path):
     assert st_numpy.load_file(path)["v"].tobytes() == values.tobytes()
     st_numpy.save_file({"v": values}, path)
     assert bytes(load_file(path)[0]["v"].data) == values.tobytes()
-

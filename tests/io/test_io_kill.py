@@ -5,6 +5,7 @@ loop; the test kills it after a random delay and checks that the latest checkpoi
 consistent, and is never older than the one before. (SIGKILL loses no page cache, so this tests
 the rename protocol, not fsync; power cuts are beyond a unit test.)
 """
+
 import random
 import signal
 import subprocess
@@ -38,8 +39,9 @@ def test_sigkill_at_random_moments(tmp_path):
     deadline = time.monotonic() + 8.0
     previous_step, rounds = -1, 0
     while rounds < 8 and time.monotonic() < deadline:
-        child = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             assert child.stdout.readline().strip() == "ready", child.stderr.read()
             time.sleep(rng.uniform(0.0, 0.25))

@@ -1,4 +1,5 @@
 """ember.io.safetensors: round trips, the writer's input checks, the dtype table, numpy helpers."""
+
 import doctest
 import importlib
 import io
@@ -42,9 +43,9 @@ def test_empty_file_and_metadata_only():
 def test_layout_is_aligned_and_padded(tensors):
     blob = save_bytes(tensors)
     (n,) = struct.unpack("<Q", blob[:8])
-    assert n % 8 == 0 and blob[8:8 + n].rstrip(b" ").endswith(b"}")
+    assert n % 8 == 0 and blob[8 : 8 + n].rstrip(b" ").endswith(b"}")
     # Larger dtypes first: every tensor starts on a multiple of its own item size.
-    for _name, info in json.loads(blob[8:8 + n]).items():
+    for _name, info in json.loads(blob[8 : 8 + n]).items():
         assert info["data_offsets"][0] % DTYPES[info["dtype"]].itemsize == 0
 
 
@@ -56,19 +57,23 @@ def test_loaded_data_is_read_only_view():
 
 def test_accepts_ember_dtype_names_and_any_buffer():
     import array
+
     t = TensorBytes("float64", (2,), array.array("d", [1.5, -2.0]))
     loaded, _ = load_bytes(save_bytes({"t": t}))
     assert loaded["t"].dtype == "F64"
     assert struct.unpack("<2d", loaded["t"].data) == (1.5, -2.0)
 
 
-@pytest.mark.parametrize("tensor, match", [
-    (TensorBytes("F32", (2,), b"\0" * 4), "needs 8 bytes, data has 4"),
-    (TensorBytes("F99", (1,), b"\0"), "unknown dtype 'F99'"),
-    (TensorBytes("U8", (-1,), b""), "non-negative"),
-    (TensorBytes("U8", (1.0,), b"\0"), "non-negative"),
-    (TensorBytes("U8", (True,), b"\0"), "non-negative"),
-])
+@pytest.mark.parametrize(
+    "tensor, match",
+    [
+        (TensorBytes("F32", (2,), b"\0" * 4), "needs 8 bytes, data has 4"),
+        (TensorBytes("F99", (1,), b"\0"), "unknown dtype 'F99'"),
+        (TensorBytes("U8", (-1,), b""), "non-negative"),
+        (TensorBytes("U8", (1.0,), b"\0"), "non-negative"),
+        (TensorBytes("U8", (True,), b"\0"), "non-negative"),
+    ],
+)
 def test_writer_rejects_bad_tensors(tensor, match):
     with pytest.raises(ValueError, match=match):
         save_bytes({"t": tensor})
@@ -88,8 +93,17 @@ def test_writer_rejects_bad_names_metadata_and_data(tmp_path):
 
 
 def test_dtype_table_is_one_table():
-    assert {d.ember for d in DTYPES.values()} >= {"float32", "float64", "float16", "bfloat16", "int32",
-                                                  "int64", "uint8", "uint32", "bool"}
+    assert {d.ember for d in DTYPES.values()} >= {
+        "float32",
+        "float64",
+        "float16",
+        "bfloat16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint32",
+        "bool",
+    }
     for code, d in DTYPES.items():
         assert dtype_info(code) is d and dtype_info(d.ember) is d
     with pytest.raises(ValueError, match="unknown dtype"):
@@ -104,7 +118,7 @@ def test_numpy_helpers(tensors):
     np = pytest.importorskip("numpy")
     for t in tensors.values():
         if t.dtype in ("BF16", "F8_E5M2", "F8_E4M3"):
-            try:                  # numpy knows these only once ml_dtypes registered them (onnx imports it)
+            try:  # numpy knows these only once ml_dtypes registered them (onnx imports it)
                 np.dtype(t.ember_dtype)
             except TypeError:
                 with pytest.raises(ValueError, match="numpy has no dtype"):
@@ -118,8 +132,9 @@ def test_numpy_helpers(tensors):
         assert (back.dtype, back.shape, bytes(back.data)) == (t.dtype, t.shape, bytes(t.data))
     big_endian = np.arange(3, dtype=">i4")
     assert bytes(eio.from_numpy(big_endian).data) == struct.pack("<3i", 0, 1, 2)
-    assert bytes(eio.from_numpy(np.arange(6, dtype=np.int64).reshape(2, 3).T).data) == \
-        struct.pack("<6q", 0, 3, 1, 4, 2, 5)  # non-contiguous input is copied in C order
+    assert bytes(eio.from_numpy(np.arange(6, dtype=np.int64).reshape(2, 3).T).data) == struct.pack(
+        "<6q", 0, 3, 1, 4, 2, 5
+    )  # non-contiguous input is copied in C order
     with pytest.raises(ValueError, match="cannot store"):
         eio.from_numpy(np.zeros(2, dtype="datetime64[s]"))
 

@@ -1,4 +1,5 @@
 """ember.save / ember.load, and ember.io's file functions taking a state_dict as it is."""
+
 import io
 import json
 import math
@@ -24,7 +25,7 @@ def test_every_zoo_model_round_trips(name, tmp_path):
     model = ember.models.get(name, **kwargs)
     path = tmp_path / f"{name}.safetensors"
     ember.save(model.state_dict(), path)
-    ember.manual_seed(1)                       # a differently initialised copy
+    ember.manual_seed(1)  # a differently initialised copy
     other = ember.models.get(name, **kwargs)
     loaded = ember.load(path)
     assert sorted(loaded) == sorted(model.state_dict())
@@ -33,12 +34,17 @@ def test_every_zoo_model_round_trips(name, tmp_path):
         assert _same(other.state_dict()[key], value), key
 
 
-@pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
-                                  lambda ps: optim.Adam(ps, lr=0.01),
-                                  lambda ps: optim.AdamW(ps, lr=0.01),
-                                  lambda ps: optim.RMSprop(ps, lr=0.01),
-                                  lambda ps: optim.Adagrad(ps, lr=0.05),
-                                  lambda ps: optim.Adadelta(ps)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: optim.Adam(ps, lr=0.01),
+        lambda ps: optim.AdamW(ps, lr=0.01),
+        lambda ps: optim.RMSprop(ps, lr=0.01),
+        lambda ps: optim.Adagrad(ps, lr=0.05),
+        lambda ps: optim.Adadelta(ps),
+    ],
+)
 def test_optimizer_state_round_trips_and_continues_identically(make, tmp_path):
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -52,7 +58,7 @@ def test_optimizer_state_round_trips_and_continues_identically(make, tmp_path):
 
     step(model, opt)
     ember.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": 1}, tmp_path / "ck")
-    step(model, opt)                           # the reference's second step
+    step(model, opt)  # the reference's second step
 
     ember.manual_seed(5)
     model2 = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -67,10 +73,15 @@ def test_optimizer_state_round_trips_and_continues_identically(make, tmp_path):
 
 
 def test_nested_structure_round_trips_exactly():
-    obj = {"a": [ember.tensor([1, 2], dtype=ember.int64), (1, 2.5, None, "s", True)],
-           3: {"$odd": ember.zeros(2, 3, dtype=ember.float64)},
-           "floats": [float("inf"), -float("inf")], "nan": float("nan"),
-           "w": ember.ones(2, requires_grad=True), "np": np.arange(3, dtype=np.int16), (1, 2): "tuple key"}
+    obj = {
+        "a": [ember.tensor([1, 2], dtype=ember.int64), (1, 2.5, None, "s", True)],
+        3: {"$odd": ember.zeros(2, 3, dtype=ember.float64)},
+        "floats": [float("inf"), -float("inf")],
+        "nan": float("nan"),
+        "w": ember.ones(2, requires_grad=True),
+        "np": np.arange(3, dtype=np.int16),
+        (1, 2): "tuple key",
+    }
     buf = io.BytesIO()
     ember.save(obj, buf)
     back = ember.load(io.BytesIO(buf.getvalue()))
@@ -87,7 +98,7 @@ def test_a_bare_tensor_and_its_names_in_the_file(tmp_path):
     ember.save(ember.arange(4), tmp_path / "t")
     assert ember.load(tmp_path / "t").tolist() == [0, 1, 2, 3]
     ember.save(nn.Linear(3, 2).state_dict(), tmp_path / "sd")
-    tensors, meta = load_file(tmp_path / "sd")       # other safetensors readers see plain names
+    tensors, meta = load_file(tmp_path / "sd")  # other safetensors readers see plain names
     assert sorted(tensors) == ["bias", "weight"] and meta["format"] == "ember.save"
 
 
@@ -113,16 +124,20 @@ def test_what_cannot_be_saved_is_named_with_its_place():
 
 def _with_structure(structure: str) -> bytes:
     from ember.io import save_bytes
+
     return save_bytes({}, {"format": "ember.save", "format_version": "1", "structure": structure})
 
 
-@pytest.mark.parametrize("structure, cause", [
-    ('{"$tensor": "missing"}', "malformed"),
-    ("not json", "not valid JSON"),
-    ('{"$float": "1e999x"}', "malformed"),
-    ('{"$dict": [[[1], 2]]}', "malformed"),
-    ("[" * 100000 + "]" * 100000, "JSON|deeply"),
-])
+@pytest.mark.parametrize(
+    "structure, cause",
+    [
+        ('{"$tensor": "missing"}', "malformed"),
+        ("not json", "not valid JSON"),
+        ('{"$float": "1e999x"}', "malformed"),
+        ('{"$dict": [[[1], 2]]}', "malformed"),
+        ("[" * 100000 + "]" * 100000, "JSON|deeply"),
+    ],
+)
 def test_a_hostile_structure_is_a_checkpoint_error(structure, cause):
     with pytest.raises(CheckpointError, match=cause):
         ember.load(io.BytesIO(_with_structure(structure)))
@@ -130,6 +145,7 @@ def test_a_hostile_structure_is_a_checkpoint_error(structure, cause):
 
 def test_newer_format_is_refused_by_name():
     from ember.io import save_bytes
+
     blob = save_bytes({}, {"format": "ember.save", "format_version": "9", "structure": "1"})
     with pytest.raises(CheckpointError, match="newer ember"):
         ember.load(io.BytesIO(blob))
@@ -159,10 +175,12 @@ def test_a_torch_save_file_is_named_for_what_it_is(tmp_path, torch):
         buf = io.BytesIO()
         torch.save({"w": torch.ones(2)}, buf)
         return np.frombuffer(buf.getvalue(), np.uint8)
-    (tmp_path / "model.pt").write_bytes(known(torch_file).tobytes())      # torch.save's bytes, stored
+
+    (tmp_path / "model.pt").write_bytes(known(torch_file).tobytes())  # torch.save's bytes, stored
     with pytest.raises(CheckpointError, match="zip archive, as torch.save writes.*never unpickles"):
         ember.load(tmp_path / "model.pt")
     import pickle
+
     with pytest.raises(CheckpointError, match="a Python pickle"):
         ember.load(io.BytesIO(pickle.dumps({"a": 1})))
 
@@ -172,6 +190,7 @@ def test_save_load_and_devices_work_without_numpy():
     import subprocess
     import sys
     import textwrap
+
     script = textwrap.dedent("""
         import sys, io
         sys.modules["numpy"] = None

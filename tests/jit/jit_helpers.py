@@ -1,5 +1,6 @@
 """The training step and the twin models the ember.jit tests share: a model on the NumPy
 reference and a copy with the same weights on the backend under test, trained side by side."""
+
 import ember
 from ember import nn, optim
 from ember.nn import functional as F

@@ -1,4 +1,5 @@
 """ember.jit end to end on core tensor code: values, gradients, re-tracing, errors, state."""
+
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ X = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
 Y = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
 
 OPS = {
-    "arith": lambda x, y: (x * y + 2.0) / (y.abs() + 1) - x ** 2,
+    "arith": lambda x, y: (x * y + 2.0) / (y.abs() + 1) - x**2,
     "unary": lambda x, y: x.exp() + x.sin() * x.cos() + y.tanh() + (x.abs() + 1).log() + (y * y).sqrt(),
     "erf-floor-sign": lambda x, y: x.erf() + x.floor() + y.sign() + x.reciprocal(),
     "compare-where": lambda x, y: ember.where((x > y) & (x < 1.0), x, y * 2) + (x == y).float(),
@@ -25,8 +26,9 @@ OPS = {
     "argmax": lambda x, y: x.argmax(1) + y.argmin(0).sum(),
     "softmax": lambda x, y: x.softmax(1) + y.log_softmax(0) + x.logsumexp(1, keepdim=True),
     "movement": lambda x, y: x.reshape(6, 4).T[1:5:2] + y.permute(1, 0)[::2, 1:].flip(0).sum(),
-    "pad-cat-stack": lambda x, y: ember.cat([x.pad(((1, 0), (0, 2))), y.pad(((0, 1), (2, 0)))], 1).sum(0)
-    + ember.stack([x, y]).sum(),
+    "pad-cat-stack": lambda x, y: (
+        ember.cat([x.pad(((1, 0), (0, 2))), y.pad(((0, 1), (2, 0)))], 1).sum(0) + ember.stack([x, y]).sum()
+    ),
     "indexing": lambda x, y: x[[0, 2, 3]] * y[1:4] + x[:3, 1].unsqueeze(1),
     "take-gather": lambda x, y: x.take(ember.tensor([5, 0, 3]), 1) + y.gather(1, ember.tensor([[0], [1], [2], [5]])),
     "matmul": lambda x, y: x @ y.T + (x.reshape(2, 2, 6) @ y.reshape(2, 6, 2)).reshape(4, 2).sum(),
@@ -42,7 +44,7 @@ def test_jit_matches_eager_bit_for_bit(name):
     x, y = ember.tensor(X), ember.tensor(Y)
     f = ember.jit(fn)
     same(f(x, y), fn(x, y))
-    same(f(x, y), fn(x, y))            # the second call runs the planned program
+    same(f(x, y), fn(x, y))  # the second call runs the planned program
     assert f.trace_count == 1
 
 
@@ -58,7 +60,7 @@ def test_gradients_through_value_and_grad_inside_jit():
 
 
 def test_backward_inside_jit_sets_grad_of_arguments_and_captured_leaves():
-    w = ember.tensor(X[:3, :].T.copy(), requires_grad=True)      # captured from the closure
+    w = ember.tensor(X[:3, :].T.copy(), requires_grad=True)  # captured from the closure
 
     def f(x):
         out = (x @ w).relu().sum()
@@ -85,7 +87,7 @@ def test_accumulating_into_existing_grads_like_eager():
     jf = ember.jit(f)
     x = ember.tensor([1.0, 1.0, 1.0])
     jf(x)
-    jf(x)                     # .grad was None then set: a guard sends this call back to tracing
+    jf(x)  # .grad was None then set: a guard sends this call back to tracing
     jf(x)
     assert w.grad.tolist() == [3.0, 3.0, 3.0]
     assert jf.trace_count == 2
@@ -98,19 +100,20 @@ def test_retrace_only_for_a_new_signature():
     f(a, 2)
     f(b, 2)
     assert f.trace_count == 1
-    f(ember.ones(4), 2)                    # shape
-    f(ember.ones(3, dtype=ember.float64), 2)   # dtype
-    f(a, 3)                                # a non-tensor argument's value
+    f(ember.ones(4), 2)  # shape
+    f(ember.ones(3, dtype=ember.float64), 2)  # dtype
+    f(a, 3)  # a non-tensor argument's value
     assert f.trace_count == 4
-    with ember.no_grad():                  # grad mode
+    with ember.no_grad():  # grad mode
         f(a, 2)
     assert f.trace_count == 5
     f(ember.ones(4), 2)
-    assert f.trace_count == 5              # cached
+    assert f.trace_count == 5  # cached
 
 
 def test_retrace_when_a_module_switches_between_train_and_eval():
     from ember import nn
+
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
     f = ember.jit(lambda m, x: m(x))
@@ -122,11 +125,12 @@ def test_retrace_when_a_module_switches_between_train_and_eval():
     assert f.trace_count == 2
     model.train()
     f(model, x)
-    assert f.trace_count == 2              # back to the first signature
+    assert f.trace_count == 2  # back to the first signature
 
 
 def test_retrace_when_a_module_in_the_closure_switches_mode():
     from ember import nn
+
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
     f = ember.jit(lambda x: model(x))
@@ -149,7 +153,7 @@ def test_captured_tensors_are_read_at_every_call():
 
 def test_ops_on_captured_tensors_alone_run_at_every_call_not_at_trace_time():
     w = ember.tensor([1.0, 2.0])
-    f = ember.jit(lambda x: x + w * 2)           # w * 2 involves no argument
+    f = ember.jit(lambda x: x + w * 2)  # w * 2 involves no argument
     x = ember.zeros(2)
     f(x)
     w.copy_(ember.tensor([10.0, 20.0]))
@@ -178,14 +182,14 @@ def test_python_values_are_fixed_at_trace_time_by_design():
     x = ember.ones(1)
     f(x)
     scale[0] = 3.0
-    assert f(x).item() == 2.0              # documented: Python state is read while tracing
+    assert f(x).item() == 2.0  # documented: Python state is read while tracing
 
 
 # ----------------------------------------------------------------------------- errors
 def test_shape_mismatch_raises_at_trace_time_naming_each_operands_line():
     def model(x):
-        h = x.reshape(6, 4)                # the first operand is made here
-        w = ember.ones(5, 2)               # and the second here
+        h = x.reshape(6, 4)  # the first operand is made here
+        w = ember.ones(5, 2)  # and the second here
         return h @ w
 
     f = ember.jit(model)
@@ -222,7 +226,7 @@ def test_data_dependent_python_values_raise_a_clear_error():
 
 def test_values_independent_of_the_inputs_are_known_at_trace_time():
     def f(x):
-        n = int(ember.arange(5).sum().item())       # no input involved: computed while tracing
+        n = int(ember.arange(5).sum().item())  # no input involved: computed while tracing
         return x * n
 
     assert ember.jit(f)(ember.ones(2)).tolist() == [10.0, 10.0]
@@ -249,11 +253,12 @@ def test_random_draws_match_eager_and_advance_the_generator():
     for a, b in zip(eager, jitted):
         same(a, b)
     assert jf.trace_count == 1
-    assert len({tuple(t.tolist()) for t in jitted}) == 3     # fresh numbers at every call
+    assert len({tuple(t.tolist()) for t in jitted}) == 3  # fresh numbers at every call
 
 
 def test_dropout_under_jit_draws_the_eager_mask():
     from ember.nn import functional as F
+
     g1, g2 = ember.Generator(3), ember.Generator(3)
     x = ember.ones(6, 5)
     jf = ember.jit(lambda x, g: F.dropout(x, 0.5, True, generator=g))
@@ -308,7 +313,7 @@ def test_traced_tensor_left_in_python_state_is_made_concrete():
     @ember.jit
     def f(x):
         if "buf" not in store:
-            store["buf"] = x * 2           # lazily created state: a traced tensor escapes
+            store["buf"] = x * 2  # lazily created state: a traced tensor escapes
         store["buf"].copy_(store["buf"] + x)
         return store["buf"] * 1
 
@@ -316,11 +321,12 @@ def test_traced_tensor_left_in_python_state_is_made_concrete():
     assert f(x).tolist() == [3.0, 3.0]
     assert not is_traced(store["buf"]) and store["buf"].tolist() == [3.0, 3.0]
     assert f(x).tolist() == [4.0, 4.0] and f(x).tolist() == [5.0, 5.0]
-    assert f.trace_count == 2              # the leaking trace is used once, then traced again
+    assert f.trace_count == 2  # the leaking trace is used once, then traced again
 
 
 def test_a_failed_trace_leaves_no_traced_values_behind():
     from ember import optim
+
     w = ember.ones(3, requires_grad=True)
     opt = optim.SGD([w], lr=0.1)
 
@@ -353,6 +359,7 @@ def test_freezing_a_captured_parameter_retraces():
 
 def test_replacing_a_layer_retraces():
     from ember import nn
+
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 2))
     f = ember.jit(lambda m, x: m(x))
@@ -365,9 +372,10 @@ def test_replacing_a_layer_retraces():
 
 def test_other_threads_run_eagerly_while_a_trace_is_active():
     import threading
+
     started, release, results = threading.Event(), threading.Event(), []
 
-    def worker():                  # e.g. a data loader's transform running ember ops
+    def worker():  # e.g. a data loader's transform running ember ops
         started.wait()
         a = ember.ones(3) * 2
         a.copy_(a + 1)
@@ -380,7 +388,7 @@ def test_other_threads_run_eagerly_while_a_trace_is_active():
     @ember.jit
     def f(x):
         started.set()
-        release.wait(5)            # trace while the other thread works
+        release.wait(5)  # trace while the other thread works
         return x + 1
 
     assert f(ember.zeros(2)).tolist() == [1.0, 1.0]
@@ -390,7 +398,7 @@ def test_other_threads_run_eagerly_while_a_trace_is_active():
 
 def test_dtype_error_at_trace_time_names_the_lines():
     def f(x):
-        idx = x[:2] * 1.5                   # float indices
+        idx = x[:2] * 1.5  # float indices
         return x.take(idx, 0)
 
     with pytest.raises(ember.DTypeError) as info:
@@ -402,6 +410,7 @@ def test_dtype_error_at_trace_time_names_the_lines():
 def test_importing_ember_jit_does_not_import_numpy():
     import subprocess
     import sys
+
     code = "import sys, ember, ember.jit; assert 'numpy' not in sys.modules, 'numpy imported'"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -1,11 +1,19 @@
 """The runnable examples in ember.jit's docstrings run and print what they say."""
+
 import doctest
 import importlib
 
 import pytest
 
-MODULES = ["ember.jit", "ember.jit.api", "ember.jit.passes", "ember.jit.trace", "ember.jit.pytree", "ember.jit.leaks",
-           "ember.jit.buffers"]
+MODULES = [
+    "ember.jit",
+    "ember.jit.api",
+    "ember.jit.passes",
+    "ember.jit.trace",
+    "ember.jit.pytree",
+    "ember.jit.leaks",
+    "ember.jit.buffers",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

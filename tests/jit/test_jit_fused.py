@@ -1,5 +1,6 @@
 """ember.fused's ops under ember.jit: one graph node each (and one for the backward op) on a
 backend that declares them, the decomposition elsewhere."""
+
 import numpy as np
 import pytest
 from jit_helpers import mlp_twins, train_step, twins
@@ -16,8 +17,7 @@ class FusedReference(NumpyBackend):
     buffers, and counts the calls: the graph must call them, once per node and run."""
 
     name = "numpy-fused-reference-test"
-    declares = ("cross_entropy", "cross_entropy_backward", "batch_norm", "batch_norm_backward",
-                "softmax", "sgd_step")
+    declares = ("cross_entropy", "cross_entropy_backward", "batch_norm", "batch_norm_backward", "softmax", "sgd_step")
 
     def __init__(self):
         self.calls = []
@@ -32,6 +32,7 @@ class FusedReference(NumpyBackend):
             with no_grad():
                 out = fused.FUSED[name](*args, **params)
             return tuple(None if t is None else t._data for t in out) if isinstance(out, tuple) else out._data
+
         return kernel
 
     def capabilities(self):
@@ -59,7 +60,7 @@ def test_a_declared_fused_op_is_one_node_and_runs_the_backends_kernel(backend):
     got = f(xb, tb)
     assert backend.calls == ["cross_entropy"]
     assert _fused_nodes(f, xb, tb) == ["cross_entropy"]
-    assert not {"exp", "log", "max"} & {v.op for v in f.lower(xb, tb).graph.nodes}   # no decomposition
+    assert not {"exp", "log", "max"} & {v.op for v in f.lower(xb, tb).graph.nodes}  # no decomposition
     np.testing.assert_allclose(got.item(), F.cross_entropy(x, t).item(), rtol=1e-6)
     assert "fused.cross_entropy(%0, %1, ignore_index=-100)" in f.graph(xb, tb)
 

@@ -1,5 +1,6 @@
 """Every ember.nn layer and loss: jitted output and gradients equal eager ones (float32 tolerance);
 the newer layers also on the numba backend against numpy."""
+
 import copy
 
 import numpy as np
@@ -13,8 +14,9 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def close(a, b):
     assert a.shape == b.shape, (a.shape, b.shape)
-    np.testing.assert_allclose(np.asarray(a.numpy(), dtype=np.float64), np.asarray(b.numpy(), dtype=np.float64),
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        np.asarray(a.numpy(), dtype=np.float64), np.asarray(b.numpy(), dtype=np.float64), rtol=RTOL, atol=ATOL
+    )
 
 
 def randn(*shape, seed=0):
@@ -61,8 +63,10 @@ LAYERS = {
     "linear": (lambda: nn.Linear(6, 4), lambda: randn(3, 6)),
     "linear-3d-nobias": (lambda: nn.Linear(6, 4, bias=False), lambda: randn(2, 3, 6)),
     "conv2d": (lambda: nn.Conv2d(3, 4, 3, padding=1), lambda: randn(2, 3, 6, 6)),
-    "conv2d-stride-dilation-groups": (lambda: nn.Conv2d(4, 6, 3, stride=2, dilation=2, groups=2, padding=2),
-                                      lambda: randn(2, 4, 9, 9)),
+    "conv2d-stride-dilation-groups": (
+        lambda: nn.Conv2d(4, 6, 3, stride=2, dilation=2, groups=2, padding=2),
+        lambda: randn(2, 4, 9, 9),
+    ),
     "maxpool": (lambda: nn.MaxPool2d(2), lambda: randn(2, 3, 6, 6)),
     "maxpool-pad-stride": (lambda: nn.MaxPool2d(3, stride=2, padding=1), lambda: randn(1, 2, 7, 7)),
     "avgpool": (lambda: nn.AvgPool2d(2, padding=1), lambda: randn(2, 3, 6, 6)),
@@ -81,31 +85,53 @@ LAYERS = {
     "softmax": (lambda: nn.Softmax(1), lambda: randn(4, 5)),
     "log-softmax": (lambda: nn.LogSoftmax(0), lambda: randn(4, 5)),
     "dropout": (lambda: nn.Dropout(0.3), lambda: randn(6, 7)),
-    "flatten-unflatten": (lambda: nn.Sequential(nn.Flatten(), nn.Unflatten(1, (2, 6)), nn.Identity()),
-                          lambda: randn(3, 4, 3)),
+    "flatten-unflatten": (
+        lambda: nn.Sequential(nn.Flatten(), nn.Unflatten(1, (2, 6)), nn.Identity()),
+        lambda: randn(3, 4, 3),
+    ),
     "lstm": (lambda: nn.LSTM(5, 4, num_layers=2, batch_first=True), lambda: randn(2, 3, 5)),
     "multihead-attention": (SelfAttention, lambda: randn(2, 4, 8)),
     "multihead-attention-causal": (lambda: SelfAttention(causal=True), lambda: randn(2, 4, 8)),
     "conv1d": (lambda: nn.Conv1d(4, 6, 3, stride=2, padding="valid", dilation=2), lambda: randn(2, 4, 11)),
     "conv1d-same-groups": (lambda: nn.Conv1d(4, 6, 4, padding="same", groups=2), lambda: randn(2, 4, 9)),
-    "conv-transpose2d": (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
-                         lambda: randn(2, 4, 5, 5)),
-    "conv-transpose2d-dilated": (lambda: nn.ConvTranspose2d(4, 2, 3, stride=2, dilation=3, output_padding=2,
-                                                            groups=2), lambda: randn(1, 4, 3, 4)),
+    "conv-transpose2d": (
+        lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+        lambda: randn(2, 4, 5, 5),
+    ),
+    "conv-transpose2d-dilated": (
+        lambda: nn.ConvTranspose2d(4, 2, 3, stride=2, dilation=3, output_padding=2, groups=2),
+        lambda: randn(1, 4, 3, 4),
+    ),
     "group-norm": (lambda: nn.GroupNorm(2, 6), lambda: randn(3, 6, 4, 4)),
     "upsample-nearest": (lambda: nn.Upsample(scale_factor=2), lambda: randn(2, 3, 4, 5)),
-    "upsample-bilinear": (lambda: nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True),
-                          lambda: randn(2, 3, 4, 5)),
+    "upsample-bilinear": (
+        lambda: nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True),
+        lambda: randn(2, 3, 4, 5),
+    ),
     "gru": (lambda: nn.GRU(5, 4, num_layers=2, bidirectional=True, batch_first=True), lambda: randn(2, 3, 5)),
     "gru-cell": (GRUSteps, lambda: randn(2, 3, 5)),
-    "transformer-encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(
-        8, 2, 16, dropout=0.0, batch_first=True, norm_first=True), 2), lambda: randn(2, 5, 8)),
+    "transformer-encoder": (
+        lambda: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=True), 2
+        ),
+        lambda: randn(2, 5, 8),
+    ),
     "transformer-decoder-layer": (Decoder, lambda: randn(2, 4, 8)),
 }
 #: the layers also compared across backends (numba against numpy), eager and jitted
-ON_NUMBA = ["conv1d", "conv1d-same-groups", "conv-transpose2d", "conv-transpose2d-dilated", "group-norm",
-            "upsample-nearest", "upsample-bilinear", "gru", "gru-cell", "transformer-encoder",
-            "transformer-decoder-layer"]
+ON_NUMBA = [
+    "conv1d",
+    "conv1d-same-groups",
+    "conv-transpose2d",
+    "conv-transpose2d-dilated",
+    "group-norm",
+    "upsample-nearest",
+    "upsample-bilinear",
+    "gru",
+    "gru-cell",
+    "transformer-encoder",
+    "transformer-decoder-layer",
+]
 
 
 def _first(out):
@@ -114,7 +140,7 @@ def _first(out):
 
 def _step(model, x):
     out = _first(model(x))
-    weights = ember.arange(out.numel(), backend=out.backend).reshape(out.shape).float().sin()   # weighs each output
+    weights = ember.arange(out.numel(), backend=out.backend).reshape(out.shape).float().sin()  # weighs each output
     (out * weights).sum().backward()
     return out
 
@@ -127,7 +153,7 @@ def test_layer_forward_and_gradients_match_eager(name):
     jitted = copy.deepcopy(eager)
     x1, x2 = data().requires_grad_(), data().requires_grad_()
     step = ember.jit(_step)
-    for _ in range(2):                       # twice: the second call runs the cached program
+    for _ in range(2):  # twice: the second call runs the cached program
         for m in (eager, jitted):
             m.zero_grad()
         x1.grad = x2.grad = None
@@ -139,7 +165,7 @@ def test_layer_forward_and_gradients_match_eager(name):
         close(x2.grad, x1.grad)
         for (_n, p1), p2 in zip(eager.named_parameters(), jitted.parameters()):
             close(p2.grad, p1.grad)
-        for b1, b2 in zip(eager.buffers(), jitted.buffers()):      # BatchNorm's running statistics
+        for b1, b2 in zip(eager.buffers(), jitted.buffers()):  # BatchNorm's running statistics
             close(b2, b1)
     assert step.trace_count <= 2
 
@@ -163,7 +189,8 @@ def test_layer_on_numba_matches_numpy(name):
         out = step(model, x2)
         assert out.backend.name == "numba"
         for a, b in [(out, _step(ref, x1)), (x2.grad, x1.grad)] + [
-                (p2.grad, p1.grad) for p1, p2 in zip(ref.parameters(), model.parameters())]:
+            (p2.grad, p1.grad) for p1, p2 in zip(ref.parameters(), model.parameters())
+        ]:
             assert a.shape == b.shape
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
 
@@ -183,7 +210,7 @@ def test_layers_in_eval_mode_match_eager():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5), nn.ReLU())
     x = randn(2, 3, 6, 6)
     for _ in range(2):
-        model(x)                                       # move the running statistics
+        model(x)  # move the running statistics
     model.eval()
     f = ember.jit(lambda m, x: m(x))
     with ember.no_grad():
@@ -194,17 +221,22 @@ LOSSES = {
     "cross-entropy": (lambda: nn.CrossEntropyLoss(), lambda: ember.tensor([0, 3, 1, 4])),
     "cross-entropy-weights-smoothing": (
         lambda: nn.CrossEntropyLoss(weight=ember.tensor([1.0, 2.0, 0.5, 1.0, 3.0]), label_smoothing=0.1),
-        lambda: ember.tensor([0, 3, 1, 4])),
-    "cross-entropy-ignore-sum": (lambda: nn.CrossEntropyLoss(ignore_index=1, reduction="sum"),
-                                 lambda: ember.tensor([0, 1, 1, 4])),
+        lambda: ember.tensor([0, 3, 1, 4]),
+    ),
+    "cross-entropy-ignore-sum": (
+        lambda: nn.CrossEntropyLoss(ignore_index=1, reduction="sum"),
+        lambda: ember.tensor([0, 1, 1, 4]),
+    ),
     "cross-entropy-probabilities": (lambda: nn.CrossEntropyLoss(), lambda: randn(4, 5, seed=3).softmax(1)),
     "nll": (lambda: nn.NLLLoss(), lambda: ember.tensor([2, 0, 1, 1])),
     "mse": (lambda: nn.MSELoss(), lambda: randn(4, 5, seed=3)),
     "l1-none": (lambda: nn.L1Loss(reduction="none"), lambda: randn(4, 5, seed=3)),
     "huber": (lambda: nn.HuberLoss(delta=0.5), lambda: randn(4, 5, seed=3)),
     "smooth-l1": (lambda: nn.SmoothL1Loss(beta=0.5), lambda: randn(4, 5, seed=3)),
-    "bce-with-logits": (lambda: nn.BCEWithLogitsLoss(pos_weight=ember.full((5,), 2.0)),
-                        lambda: (randn(4, 5, seed=3) > 0).float()),
+    "bce-with-logits": (
+        lambda: nn.BCEWithLogitsLoss(pos_weight=ember.full((5,), 2.0)),
+        lambda: (randn(4, 5, seed=3) > 0).float(),
+    ),
     "bce": (lambda: nn.BCELoss(), lambda: (randn(4, 5, seed=3) > 0).float()),
 }
 

@@ -1,4 +1,5 @@
 """The runners: the numpy runner's buffers and donation, and backends that compile groups."""
+
 import numpy as np
 import pytest
 from jit_helpers import mlp_twins, train_step
@@ -12,8 +13,9 @@ from ember.jit.graph import Var
 # ----------------------------------------------------------------------------- which runner
 def test_each_backend_names_its_runner_and_one_that_names_none_gets_the_generic_one():
     from ember.jit.runner import Program
+
     assert ember.get_backend("numpy").jit_runner() is numpy_runner.NumpyProgram
-    assert ember.get_backend("python").jit_runner() is None         # Backend's default: API 1.0 plugins
+    assert ember.get_backend("python").jit_runner() is None  # Backend's default: API 1.0 plugins
     f = ember.jit(lambda a: (a * 2 + 1).sum())
     for name, kind in (("numpy", numpy_runner.NumpyProgram), ("python", Program)):
         x = ember.tensor([1.0, 2.0], backend=name)
@@ -23,6 +25,7 @@ def test_each_backend_names_its_runner_and_one_that_names_none_gets_the_generic_
 
 def test_a_backend_may_bring_its_own_runner():
     from ember.jit.runner import Program
+
     runs = []
 
     class Counting(Program):
@@ -68,13 +71,13 @@ def test_where_as_bit_operations_gives_np_where_bits(dtype, rng):
     c = rng.random((4, 1)) > 0.5
     yes = ember.ones(4, 6, dtype=ember.bool)
 
-    def f(c, a, b, s):             # inner wheres are intermediates: they run as bit operations
-        keep = lambda x: ember.where(yes, x, a)      # noqa: E731 - passes x through unchanged
+    def f(c, a, b, s):  # inner wheres are intermediates: they run as bit operations
+        keep = lambda x: ember.where(yes, x, a)  # noqa: E731 - passes x through unchanged
         return keep(ember.where(c, a, b)), keep(ember.where(c, s, a)), keep(ember.where(~c, a, s))
 
     f = ember.jit(f)
     args = ember.tensor(c), ember.tensor(a), ember.tensor(b), (True if dtype == "bool" else 2)
-    for _ in range(2):                   # the second call writes through the planned buffers
+    for _ in range(2):  # the second call writes through the planned buffers
         for got, want in zip(f(*args), (np.where(c, a, b), np.where(c, args[3], a), np.where(~c, a, args[3]))):
             assert got.numpy().dtype == want.dtype
             np.testing.assert_array_equal(got.numpy().view(np.uint8), want.view(np.uint8))
@@ -85,6 +88,7 @@ def test_where_as_bit_operations_gives_np_where_bits(dtype, rng):
 def _mlp_step():
     from ember import models, optim
     from ember.nn import functional as F
+
     ember.manual_seed(0)
     model = models.MLP(32, (64,), 4)
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -107,7 +111,7 @@ def test_buffers_are_planned_once_and_reused_across_calls():
     assert program.planned and program.buffers
     before = [id(b) for b in program.buffers]
     pooled = sum(plan[0] == "pool" for plan in program.assignment.values())
-    assert pooled > len(program.buffers)          # values share buffers
+    assert pooled > len(program.buffers)  # values share buffers
     step(x, y)
     assert [id(b) for b in program.buffers] == before
 
@@ -122,7 +126,7 @@ def test_parameters_are_updated_in_their_own_buffers():
     step(x, y)
     program = step.lower(x, y).program
     donated = [plan for plan in program.assignment.values() if plan[0] == "donate"]
-    assert len(donated) >= len(buffers)            # computed straight into the parameters' memory
+    assert len(donated) >= len(buffers)  # computed straight into the parameters' memory
     assert all(p._data is b for p, b in zip(model.parameters(), buffers))
     assert all(opt.state[p]["momentum_buffer"]._data is m for p, m in zip(model.parameters(), momentum))
     assert any(not np.array_equal(b, old) for b, old in zip(buffers, before))
@@ -147,7 +151,7 @@ def test_transposed_products_come_out_in_the_layout_they_are_read_in():
     x, g = ember.randn(8, 64), ember.randn(8, 48)
     compiled = step.lower(x, g)
     (mm,) = [v for v in compiled.graph.nodes if v.op == "matmul"]
-    assert [a.op for a in mm.args] == ["permute", "input"]         # x.T @ g, not (g.T @ x).T
+    assert [a.op for a in mm.args] == ["permute", "input"]  # x.T @ g, not (g.T @ x).T
     np.testing.assert_allclose(step(x, g).numpy(), (w + (g.T @ x).T * 0.1).numpy(), rtol=1e-6, atol=1e-6)
 
 
@@ -172,6 +176,7 @@ class FusingNumpy(NumpyBackend):
             for v in nodes:
                 env[v.id] = IMPLS[v.op](*[env[a.id] if isinstance(a, Var) else a for a in v.args], **v.params)
             return tuple(env[o.id] for o in outputs)
+
         return kernel
 
 
@@ -182,8 +187,10 @@ def fusing():
 
 
 def test_a_backend_that_compiles_groups_runs_each_group_as_one_call(fusing):
-    a, b, c = (ember.tensor(np.random.default_rng(i).standard_normal((5, 7)).astype(np.float32),
-                            backend=fusing.name) for i in range(3))
+    a, b, c = (
+        ember.tensor(np.random.default_rng(i).standard_normal((5, 7)).astype(np.float32), backend=fusing.name)
+        for i in range(3)
+    )
     f = ember.jit(lambda a, b, c: ((a * b + c).relu().sum(1) + a.exp().amax(1)).log1p())
     out = f(a, b, c)
     want = ((a * b + c).relu().sum(1) + a.exp().amax(1)).log1p()
@@ -192,7 +199,7 @@ def test_a_backend_that_compiles_groups_runs_each_group_as_one_call(fusing):
     stats = compiled.stats()
     assert fusing.groups and compiled.program.compiled == stats["fused"]
     assert stats["calls"] == stats["kernels"] < stats["nodes"]
-    for g in fusing.groups:                       # the structure a kernel generator reads
+    for g in fusing.groups:  # the structure a kernel generator reads
         assert g.kind in ("elementwise", "reduce") and g.outputs and g.inputs
         assert all(v.op in ember.jit.passes.ELEMENTWISE | ember.jit.passes.REDUCE for v in g.nodes)
 
@@ -228,6 +235,7 @@ class FusingIntoNumpy(FusingNumpy):
                 return values
             self.written += [o for o in out if o is not None]
             return tuple(v if o is None else (np.copyto(o, v), o)[1] for v, o in zip(values, out))
+
         run.accepts_out = True
         return run
 
@@ -255,10 +263,10 @@ def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
     assert all(p._data is b for p, b in zip(model.parameters(), buffers))
     program = jstep.lower(model, opts[1], xb, yb).program
     donations = program.donations
-    assert len(donations) == 2 * len(buffers)          # each parameter and its momentum buffer
+    assert len(donations) == 2 * len(buffers)  # each parameter and its momentum buffer
     pooled = [o for o in backend.written if any(o is b for b in program.buffers)]
     if writes:
         assert len(backend.written) - len(pooled) == len(donations) and copies == []
-        assert pooled                                   # intermediate results in planned buffers
+        assert pooled  # intermediate results in planned buffers
     else:
         assert backend.written == [] and len(copies) == len(donations)

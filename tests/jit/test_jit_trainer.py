@@ -1,4 +1,5 @@
 """The Trainer compiles its step with ember.jit by default; jit=False and EMBER_JIT=0 turn it off."""
+
 import numpy as np
 import pytest
 
@@ -10,15 +11,16 @@ from ember.train.trainer import Trainer
 
 def _fit(jit, epochs=2, scheduler=False, clip=None):
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((100, 12)).astype(np.float32)          # 100 = 3 batches of 32 + 4
+    x = rng.standard_normal((100, 12)).astype(np.float32)  # 100 = 3 batches of 32 + 4
     y = (x[:, :3].sum(1) > 0).astype(np.int64) + (x[:, 3] > 1)
     ember.manual_seed(0)
     model = models.MLP(12, (16,), 3, dropout=0.1)
     opt = optim.Adam(model.parameters(), lr=1e-2)
     sched = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7) if scheduler else None
     loader = DataLoader(ArrayDataset(x, y), batch_size=32, shuffle=True, seed=0)
-    trainer = Trainer(model, opt, loader, progress=False, jit=jit, scheduler=sched,
-                      scheduler_interval="step", clip_grad_norm=clip)
+    trainer = Trainer(
+        model, opt, loader, progress=False, jit=jit, scheduler=sched, scheduler_interval="step", clip_grad_norm=clip
+    )
     history = trainer.fit(epochs)
     return trainer, history, model
 
@@ -48,6 +50,7 @@ def test_the_cli_has_a_no_jit_flag():
     import argparse
 
     from ember.train import cli
+
     parser = argparse.ArgumentParser()
     cli.add_subcommands(parser.add_subparsers())
     assert parser.parse_args(["train", "mnist", "--no-jit"]).no_jit is True

@@ -1,5 +1,6 @@
 """Whole training steps under ember.jit: forward, backward and optimizer update equal eager
 ones step after step; re-traces are counted; fusion makes far fewer kernels than primitives."""
+
 import copy
 
 import numpy as np
@@ -12,8 +13,9 @@ from ember.nn import functional as F
 
 
 def close(a, b, rtol=1e-5, atol=1e-6):
-    np.testing.assert_allclose(np.asarray(a.numpy(), np.float64), np.asarray(b.numpy(), np.float64),
-                               rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        np.asarray(a.numpy(), np.float64), np.asarray(b.numpy(), np.float64), rtol=rtol, atol=atol
+    )
 
 
 def lm_step(model, opt, idx, targets):
@@ -41,7 +43,7 @@ def compare(make_model, make_opt, batches, step=train_step, steps=3, rtol=1e-5, 
         after = gen.get_state()
         gen.set_state(state)
         loss_j = jstep(jitted, opt_j, x, y)
-        assert gen.get_state() == after                     # jit drew the same random numbers
+        assert gen.get_state() == after  # jit drew the same random numbers
         close(loss_j, loss_e, rtol, atol)
         for (_name, pe), pj in zip(eager.named_parameters(), jitted.parameters()):
             close(pj, pe, rtol, atol)
@@ -54,28 +56,37 @@ def compare(make_model, make_opt, batches, step=train_step, steps=3, rtol=1e-5, 
 def images(shape, classes):
     def batch(i):
         rng = np.random.default_rng(i)
-        return (ember.tensor(rng.standard_normal(shape).astype(np.float32)),
-                ember.tensor(rng.integers(0, classes, shape[0])))
+        return (
+            ember.tensor(rng.standard_normal(shape).astype(np.float32)),
+            ember.tensor(rng.integers(0, classes, shape[0])),
+        )
+
     return batch
 
 
 def test_mlp_sgd_momentum_training_step():
-    jstep, _ = compare(lambda: models.MLP(64, (32, 32), 10, dropout=0.2),
-                       lambda m: optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4),
-                       images((16, 64), 10), steps=4)
+    jstep, _ = compare(
+        lambda: models.MLP(64, (32, 32), 10, dropout=0.2),
+        lambda m: optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4),
+        images((16, 64), 10),
+        steps=4,
+    )
     # The first trace creates the momentum buffers (state leaks out of the trace): used once,
     # then traced again with the buffers in place; every later step reuses that trace.
     assert jstep.trace_count == 2
 
 
-@pytest.mark.parametrize("make_opt", [
-    lambda m: optim.Adam(m.parameters(), lr=1e-2),
-    lambda m: optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, amsgrad=True),
-    lambda m: optim.RMSprop(m.parameters(), lr=1e-2, momentum=0.5, centered=True),
-], ids=["adam", "adamw-amsgrad", "rmsprop"])
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda m: optim.Adam(m.parameters(), lr=1e-2),
+        lambda m: optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, amsgrad=True),
+        lambda m: optim.RMSprop(m.parameters(), lr=1e-2, momentum=0.5, centered=True),
+    ],
+    ids=["adam", "adamw-amsgrad", "rmsprop"],
+)
 def test_optimizers_with_step_counters_do_not_retrace(make_opt):
-    jstep, (model, opt, x, y) = compare(lambda: models.MLP(20, (16,), 5), make_opt, images((8, 20), 5),
-                                        steps=5)
+    jstep, (model, opt, x, y) = compare(lambda: models.MLP(20, (16,), 5), make_opt, images((8, 20), 5), steps=5)
     assert jstep.trace_count == 2
     steps = {s["step"] for s in opt.state.values() if "step" in s}
     assert steps in (set(), {5}) and all(isinstance(s, int) for s in steps)
@@ -100,13 +111,23 @@ def test_lr_schedule_changes_do_not_retrace():
 
 
 def test_cnn_training_step():
-    compare(lambda: models.LeNet(1, 10, 28), lambda m: optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
-            images((4, 1, 28, 28), 10), steps=3)
+    compare(
+        lambda: models.LeNet(1, 10, 28),
+        lambda m: optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
+        images((4, 1, 28, 28), 10),
+        steps=3,
+    )
 
 
 def test_resnet18_training_steps():
-    jstep, _ = compare(lambda: models.resnet18(10), lambda m: optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
-                       images((2, 3, 16, 16), 10), steps=3, rtol=1e-4, atol=1e-5)
+    jstep, _ = compare(
+        lambda: models.resnet18(10),
+        lambda m: optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+        images((2, 3, 16, 16), 10),
+        steps=3,
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert jstep.trace_count == 2
 
 
@@ -116,8 +137,13 @@ def test_transformer_training_step():
         seq = rng.integers(0, 17, (3, 9))
         return ember.tensor(seq[:, :-1]), ember.tensor(seq[:, 1:])
 
-    compare(lambda: models.CharTransformer(17, d_model=16, n_heads=2, n_layers=2, max_len=8, dropout=0.1),
-            lambda m: optim.AdamW(m.parameters(), lr=3e-3), tokens, step=lm_step, steps=3)
+    compare(
+        lambda: models.CharTransformer(17, d_model=16, n_heads=2, n_layers=2, max_len=8, dropout=0.1),
+        lambda m: optim.AdamW(m.parameters(), lr=3e-3),
+        tokens,
+        step=lm_step,
+        steps=3,
+    )
 
 
 def test_mlp_training_step_has_far_fewer_kernels_than_primitives():
@@ -126,7 +152,7 @@ def test_mlp_training_step_has_far_fewer_kernels_than_primitives():
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = images((128, 784), 10)(0)
     jstep = ember.jit(train_step)
-    jstep(model, opt, x, y)                      # creates the momentum buffers
+    jstep(model, opt, x, y)  # creates the momentum buffers
     stats = jstep.stats(model, opt, x, y)
     print("MLP 784-512-512-10 SGD step:", stats)
     # At the time of writing: 108 traced primitives, 88 nodes after the passes, 45 groups
@@ -150,7 +176,7 @@ def test_loading_optimizer_and_model_state_between_calls_is_seen():
     for i in range(3, 5):
         train_step(eager, opts[0], *batch(i))
         jstep(jitted, opts[1], *batch(i))
-    for m, o in ((eager, opts[0]), (jitted, opts[1])):      # both go back to the step-3 state
+    for m, o in ((eager, opts[0]), (jitted, opts[1])):  # both go back to the step-3 state
         m.load_state_dict(saved_model)
         o.load_state_dict(saved_opt)
     for i in range(3, 6):

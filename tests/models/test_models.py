@@ -1,5 +1,6 @@
 """The model zoo: shapes, parameter counts and names against torch-built twins, forward and
 gradients with copied weights, and one SGD step lowering the loss on a fixed batch."""
+
 import numpy as np
 import pytest
 from references import known
@@ -40,6 +41,7 @@ def torch_lenet(torch):
             x = tnn.functional.max_pool2d(self.conv1(x).relu(), 2)
             x = tnn.functional.max_pool2d(self.conv2(x).relu(), 2)
             return self.fc2(self.fc1(x.flatten(1)).relu())
+
     return LeNet()
 
 
@@ -67,7 +69,9 @@ def torch_resnet18(torch, num_classes=10):
             self.conv1, self.bn1 = tnn.Conv2d(3, 64, 3, 1, 1, bias=False), tnn.BatchNorm2d(64)
             cin = 64
             for i, c in enumerate((64, 128, 256, 512)):
-                setattr(self, f"layer{i + 1}", tnn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+                setattr(
+                    self, f"layer{i + 1}", tnn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1))
+                )
                 cin = c
             self.fc = tnn.Linear(512, num_classes)
 
@@ -75,6 +79,7 @@ def torch_resnet18(torch, num_classes=10):
             x = self.bn1(self.conv1(x)).relu()
             x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
             return self.fc(x.mean((2, 3)))
+
     return ResNet()
 
 
@@ -112,6 +117,7 @@ def torch_char_transformer(torch, vocab, d, heads, layers, max_len):
             for b in self.blocks:
                 x = b(x, mask)
             return self.head(self.ln_f(x))
+
     return CharTransformer()
 
 
@@ -121,16 +127,28 @@ def torch_char_transformer(torch, vocab, d, heads, layers, max_len):
 @pytest.mark.torch
 def test_mlp_matches_torch(twin, torch, rng):
     e = models.MLP()
-    t = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                            torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    t = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(784, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    )
     (out,), _ = twin.module(e, t, rng.standard_normal((8, 1, 28, 28)).astype(np.float32))
     assert out.shape == (8, 10)
 
 
 def test_mlp_size_and_step():
     assert models.MLP().num_parameters() == 669_706
-    assert [tuple(p.shape) for p in models.MLP().parameters()] == [(512, 784), (512,), (512, 512), (512,), (10, 512),
-                                                                   (10,)]
+    assert [tuple(p.shape) for p in models.MLP().parameters()] == [
+        (512, 784),
+        (512,),
+        (512, 512),
+        (512,),
+        (10, 512),
+        (10,),
+    ]
     sgd_step_lowers_loss(models.MLP(hidden=(64,), dropout=0.1), *batch((16, 1, 28, 28)), lr=0.05)
 
 
@@ -144,8 +162,16 @@ def test_lenet_matches_torch(twin, torch, rng):
 def test_lenet_is_workload_w2():
     e = models.LeNet()
     assert e.num_parameters() == 225_034
-    assert [tuple(p.shape) for p in e.parameters()] == [(32, 1, 3, 3), (32,), (64, 32, 3, 3), (64,), (128, 1600),
-                                                        (128,), (10, 128), (10,)]
+    assert [tuple(p.shape) for p in e.parameters()] == [
+        (32, 1, 3, 3),
+        (32,),
+        (64, 32, 3, 3),
+        (64,),
+        (128, 1600),
+        (128,),
+        (10, 128),
+        (10,),
+    ]
     sgd_step_lowers_loss(e, *batch((16, 1, 28, 28)), lr=0.05)
 
 
@@ -153,8 +179,9 @@ def test_lenet_is_workload_w2():
 def test_resnet18_cifar_matches_torch(twin, torch, rng):
     e, t = models.resnet18(), torch_resnet18(torch)
     assert e.num_parameters() == 11_173_962 == sum(p.numel() for p in t.parameters())
-    assert {k: tuple(v.shape) for k, v in e.state_dict().items()} == \
-        {k: tuple(v.shape) for k, v in t.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in e.state_dict().items()} == {
+        k: tuple(v.shape) for k, v in t.state_dict().items()
+    }
     # 16x16 keeps the test fast; the global average pool makes the network size-agnostic.
     (out,), _ = twin.module(e, t, rng.standard_normal((2, 3, 16, 16)).astype(np.float32), rtol=1e-3, atol=1e-4)
     assert out.shape == (2, 10)
@@ -180,8 +207,7 @@ def test_char_transformer_matches_torch(twin, torch, rng):
     assert e.head.weight is e.tok_emb.weight
     idx = rng.integers(0, 17, size=(3, 10))
     twin.load(e, t)
-    twin.check(lambda _: e(ember.tensor(idx)), lambda _: t(torch.tensor(idx)), np.zeros(1, np.float32),
-               emod=e, tmod=t)
+    twin.check(lambda _: e(ember.tensor(idx)), lambda _: t(torch.tensor(idx)), np.zeros(1, np.float32), emod=e, tmod=t)
     assert e.num_parameters() == known(lambda: sum(p.numel() for p in t.parameters()))
     assert repr(e) == known(lambda: repr(t)).replace("NonDynamicallyQuantizableLinear", "Linear")
 
@@ -192,14 +218,15 @@ def test_char_transformer_is_causal_and_trains():
     idx = ember.randint(0, 11, (2, 8), generator=ember.Generator(1))
     changed = ember.cat([idx[:, :5], (idx[:, 5:] + 1) % 11], 1)
     a, b = m(idx), m(changed)
-    np.testing.assert_array_equal(a[:, :5].numpy(), b[:, :5].numpy())     # the past never sees the future
+    np.testing.assert_array_equal(a[:, :5].numpy(), b[:, :5].numpy())  # the past never sees the future
     assert not np.allclose(a[:, 5:].numpy(), b[:, 5:].numpy())
     assert m.head.weight is not m.tok_emb.weight
     with pytest.raises(ember.ShapeError, match="exceeds max_len 8"):
         m(ember.zeros(1, 9, dtype=ember.int64))
     inputs, targets = idx[:, :-1], idx[:, 1:]
-    sgd_step_lowers_loss(m, inputs, targets, lr=0.1,
-                         loss_fn=lambda logits, y: F.cross_entropy(logits.reshape(-1, 11), y.reshape(-1)))
+    sgd_step_lowers_loss(
+        m, inputs, targets, lr=0.1, loss_fn=lambda logits, y: F.cross_entropy(logits.reshape(-1, 11), y.reshape(-1))
+    )
 
 
 def test_registry():

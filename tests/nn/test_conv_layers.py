@@ -1,5 +1,6 @@
 """Conv1d and ConvTranspose2d (and F.conv1d, F.conv_transpose2d) against torch with copied
 weights: names, shapes, outputs, input and parameter gradients."""
+
 import numpy as np
 import pytest
 from references import known
@@ -17,9 +18,9 @@ CONV1D = [
     (dict(), (2, 4, 11)),
     (dict(stride=2, padding=2), (2, 4, 11)),
     (dict(padding="same", dilation=2), (3, 4, 9)),
-    (dict(padding="same"), (1, 4, 8)),                  # even kernel 4: the odd extra pads the end
+    (dict(padding="same"), (1, 4, 8)),  # even kernel 4: the odd extra pads the end
     (dict(groups=2, bias=False), (2, 4, 10)),
-    (dict(padding="valid", stride=3), (4, 10)),          # unbatched
+    (dict(padding="valid", stride=3), (4, 10)),  # unbatched
     (dict(padding=2, padding_mode="reflect"), (2, 4, 9)),
     (dict(padding=1, padding_mode="circular", stride=2), (2, 4, 9)),
 ]
@@ -36,19 +37,24 @@ def test_conv1d_matches_torch(twin, torch, rng, kw, shape):
 
 def test_functional_conv1d(twin, torch, rng):
     x, w, b = f32(rng, 2, 3, 12), f32(rng, 5, 3, 3), f32(rng, 5)
-    twin.check(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
-               lambda x, w, b: torch.nn.functional.conv1d(x, w, b, stride=2, padding=1, dilation=2), x, w, b)
+    twin.check(
+        lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
+        lambda x, w, b: torch.nn.functional.conv1d(x, w, b, stride=2, padding=1, dilation=2),
+        x,
+        w,
+        b,
+    )
 
 
 CONVT = [
     (dict(), (2, 4, 5, 5)),
     (dict(stride=2), (2, 4, 5, 6)),
     (dict(stride=2, padding=1, output_padding=1), (2, 4, 5, 5)),
-    (dict(stride=(3, 2), padding=(2, 0), output_padding=(2, 1)), (1, 4, 4, 5)),    # output_padding > padding
+    (dict(stride=(3, 2), padding=(2, 0), output_padding=(2, 1)), (1, 4, 4, 5)),  # output_padding > padding
     (dict(stride=2, dilation=2, padding=1), (2, 4, 4, 4)),
-    (dict(dilation=3, output_padding=2, stride=2), (1, 4, 3, 3)),                # output_padding < dilation
+    (dict(dilation=3, output_padding=2, stride=2), (1, 4, 3, 3)),  # output_padding < dilation
     (dict(groups=2, stride=2, bias=False), (2, 4, 3, 4)),
-    (dict(stride=2, padding=1), (4, 5, 5)),                                       # unbatched
+    (dict(stride=2, padding=1), (4, 5, 5)),  # unbatched
 ]
 
 
@@ -72,11 +78,17 @@ def test_conv_transpose2d_output_size(twin, torch, rng):
 
 def test_functional_conv_transpose2d(twin, torch, rng):
     x, w, b = f32(rng, 2, 4, 4, 3), f32(rng, 4, 3, 2, 3), f32(rng, 6)
-    twin.check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 1), padding=(0, 1), output_padding=(1, 0),
-                                                  groups=2, dilation=(1, 2)),
-               lambda x, w, b: torch.nn.functional.conv_transpose2d(x, w, b, stride=(2, 1), padding=(0, 1),
-                                                                    output_padding=(1, 0), groups=2, dilation=(1, 2)),
-               x, w, b)
+    twin.check(
+        lambda x, w, b: F.conv_transpose2d(
+            x, w, b, stride=(2, 1), padding=(0, 1), output_padding=(1, 0), groups=2, dilation=(1, 2)
+        ),
+        lambda x, w, b: torch.nn.functional.conv_transpose2d(
+            x, w, b, stride=(2, 1), padding=(0, 1), output_padding=(1, 0), groups=2, dilation=(1, 2)
+        ),
+        x,
+        w,
+        b,
+    )
 
 
 def test_conv_transpose2d_inverts_conv2d_shapes():

@@ -1,5 +1,6 @@
 """ember.nn.init: the distributions (bounds, moments) PyTorch's formulas give, generator
 control, and reproducible default layer initialization under ember.manual_seed."""
+
 import math
 
 import numpy as np
@@ -19,22 +20,27 @@ def stats(t):
 def test_gains_match_torch(torch):
     for name in ("linear", "conv2d", "sigmoid", "tanh", "relu", "selu"):
         assert init.calculate_gain(name) == pytest.approx(known(lambda: torch.nn.init.calculate_gain(name)))
-    assert init.calculate_gain("leaky_relu", 0.2) == pytest.approx(known(lambda: torch.nn.init.calculate_gain("leaky_relu", 0.2)))
+    assert init.calculate_gain("leaky_relu", 0.2) == pytest.approx(
+        known(lambda: torch.nn.init.calculate_gain("leaky_relu", 0.2))
+    )
     with pytest.raises(ValueError, match="unknown nonlinearity"):
         init.calculate_gain("swishy")
 
 
-@pytest.mark.parametrize("fn,kw,bound,std", [
-    (init.kaiming_uniform_, {}, math.sqrt(2) * math.sqrt(3 / 200), None),
-    (init.kaiming_uniform_, {"a": math.sqrt(5)}, 1 / math.sqrt(200), None),
-    (init.kaiming_uniform_, {"mode": "fan_out", "nonlinearity": "relu"}, math.sqrt(2) * math.sqrt(3 / 400), None),
-    (init.xavier_uniform_, {"gain": 2.0}, 2.0 * math.sqrt(6 / 600), None),
-    (init.kaiming_normal_, {"nonlinearity": "relu"}, None, math.sqrt(2 / 200)),
-    (init.kaiming_normal_, {"mode": "fan_out", "nonlinearity": "relu"}, None, math.sqrt(2 / 400)),
-    (init.xavier_normal_, {}, None, math.sqrt(2 / 600)),
-])
+@pytest.mark.parametrize(
+    "fn,kw,bound,std",
+    [
+        (init.kaiming_uniform_, {}, math.sqrt(2) * math.sqrt(3 / 200), None),
+        (init.kaiming_uniform_, {"a": math.sqrt(5)}, 1 / math.sqrt(200), None),
+        (init.kaiming_uniform_, {"mode": "fan_out", "nonlinearity": "relu"}, math.sqrt(2) * math.sqrt(3 / 400), None),
+        (init.xavier_uniform_, {"gain": 2.0}, 2.0 * math.sqrt(6 / 600), None),
+        (init.kaiming_normal_, {"nonlinearity": "relu"}, None, math.sqrt(2 / 200)),
+        (init.kaiming_normal_, {"mode": "fan_out", "nonlinearity": "relu"}, None, math.sqrt(2 / 400)),
+        (init.xavier_normal_, {}, None, math.sqrt(2 / 600)),
+    ],
+)
 def test_fan_based_inits(fn, kw, bound, std):
-    t = ember.empty(16, 8, 5, 5)          # fan_in = 8 * 25 = 200, fan_out = 16 * 25 = 400
+    t = ember.empty(16, 8, 5, 5)  # fan_in = 8 * 25 = 200, fan_out = 16 * 25 = 400
     fn(t, generator=ember.Generator(0), **kw)
     lo, hi, mean, sd = stats(t)
     if bound is not None:
@@ -56,8 +62,8 @@ def test_simple_fills_and_trunc_normal():
     lo, hi, mean, sd = stats(t)
     assert lo >= -1.0 and hi <= 1.5 and lo < -0.99 and hi > 1.49
     # mean of N(0,1) truncated to [-1, 1.5]: (phi(-1) - phi(1.5)) / (Phi(1.5) - Phi(-1))
-    phi = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)   # noqa: E731
-    Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))           # noqa: E731
+    phi = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
     assert mean == pytest.approx((phi(-1) - phi(1.5)) / (Phi(1.5) - Phi(-1)), abs=0.02)
     with pytest.raises(ember.ShapeError):
         init.kaiming_uniform_(ember.empty(5))
@@ -72,8 +78,10 @@ def test_generator_controls_the_draw():
 
 def test_default_layer_init_is_reproducible_under_manual_seed():
     def build():
-        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.Linear(10, 4), nn.Embedding(6, 3), nn.LSTM(4, 5),
-                             nn.MultiheadAttention(8, 2))
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3), nn.Linear(10, 4), nn.Embedding(6, 3), nn.LSTM(4, 5), nn.MultiheadAttention(8, 2)
+        )
+
     ember.manual_seed(123)
     a = build().state_dict()
     ember.manual_seed(123)

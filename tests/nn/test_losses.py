@@ -1,5 +1,6 @@
 """Every loss against torch: values and input gradients, for each reduction, with class
 weights, label smoothing, ignore_index, probability targets and (N, C, d1, d2) inputs."""
+
 import numpy as np
 import pytest
 
@@ -36,8 +37,11 @@ def test_cross_entropy_spatial_and_custom_ignore(twin, torch, rng, reduction):
     target = rng.integers(0, 4, size=(2, 3, 5))
     target[0, 1, :2] = 3
     kw = dict(reduction=reduction, ignore_index=3, label_smoothing=0.1)
-    twin.check(lambda x: F.cross_entropy(x, ember.tensor(target), **kw),
-               lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(target), **kw), logits)
+    twin.check(
+        lambda x: F.cross_entropy(x, ember.tensor(target), **kw),
+        lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(target), **kw),
+        logits,
+    )
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -49,8 +53,11 @@ def test_cross_entropy_probability_targets(twin, torch, rng, reduction, smoothin
     kw = dict(reduction=reduction, label_smoothing=smoothing)
     for weight in (None, w):
         ew, tw = (None, None) if weight is None else (ember.tensor(weight), torch.tensor(weight))
-        twin.check(lambda x: F.cross_entropy(x, ember.tensor(probs), ew, **kw),
-                   lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(probs), tw, **kw), logits)
+        twin.check(
+            lambda x: F.cross_entropy(x, ember.tensor(probs), ew, **kw),
+            lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(probs), tw, **kw),
+            logits,
+        )
 
 
 def test_cross_entropy_is_stable_for_huge_logits():
@@ -73,14 +80,25 @@ def test_nll_loss(twin, torch, rng, reduction):
     logp = np.log(rng.dirichlet(np.ones(4), size=5)).astype(np.float32)
     target = np.array([0, 3, -100, 2, 1])
     w = np.array([1.0, 2.0, 0.5, 1.5], dtype=np.float32)
-    twin.check(lambda x: nn.NLLLoss(ember.tensor(w), reduction=reduction)(x, ember.tensor(target)),
-               lambda x: torch.nn.NLLLoss(torch.tensor(w), reduction=reduction)(x, torch.tensor(target)), logp)
+    twin.check(
+        lambda x: nn.NLLLoss(ember.tensor(w), reduction=reduction)(x, ember.tensor(target)),
+        lambda x: torch.nn.NLLLoss(torch.tensor(w), reduction=reduction)(x, torch.tensor(target)),
+        logp,
+    )
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-@pytest.mark.parametrize("name,kw", [("MSELoss", {}), ("L1Loss", {}), ("HuberLoss", {"delta": 0.7}),
-                                     ("SmoothL1Loss", {"beta": 0.5}), ("SmoothL1Loss", {"beta": 0.0}),
-                                     ("HuberLoss", {})])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("MSELoss", {}),
+        ("L1Loss", {}),
+        ("HuberLoss", {"delta": 0.7}),
+        ("SmoothL1Loss", {"beta": 0.5}),
+        ("SmoothL1Loss", {"beta": 0.0}),
+        ("HuberLoss", {}),
+    ],
+)
 def test_regression_losses(twin, torch, rng, reduction, name, kw):
     x, y = f32(rng, 4, 5), f32(rng, 4, 5)
     twin.check(getattr(nn, name)(reduction=reduction, **kw), getattr(torch.nn, name)(reduction=reduction, **kw), x, y)
@@ -92,12 +110,20 @@ def test_bce_with_logits(twin, torch, rng, reduction):
     y = (rng.random((4, 3)) > 0.5).astype(np.float32)
     pw = np.array([0.5, 2.0, 3.0], dtype=np.float32)
     w = rng.random((4, 3)).astype(np.float32)
-    for kw_e, kw_t in [({}, {}),
-                       ({"pos_weight": ember.tensor(pw)}, {"pos_weight": torch.tensor(pw)}),
-                       ({"weight": ember.tensor(w), "pos_weight": ember.tensor(pw)},
-                        {"weight": torch.tensor(w), "pos_weight": torch.tensor(pw)})]:
-        twin.check(nn.BCEWithLogitsLoss(reduction=reduction, **kw_e),
-                   torch.nn.BCEWithLogitsLoss(reduction=reduction, **kw_t), x, y)
+    for kw_e, kw_t in [
+        ({}, {}),
+        ({"pos_weight": ember.tensor(pw)}, {"pos_weight": torch.tensor(pw)}),
+        (
+            {"weight": ember.tensor(w), "pos_weight": ember.tensor(pw)},
+            {"weight": torch.tensor(w), "pos_weight": torch.tensor(pw)},
+        ),
+    ]:
+        twin.check(
+            nn.BCEWithLogitsLoss(reduction=reduction, **kw_e),
+            torch.nn.BCEWithLogitsLoss(reduction=reduction, **kw_t),
+            x,
+            y,
+        )
 
 
 def test_bce_with_logits_is_stable():
@@ -112,7 +138,9 @@ def test_bce(twin, torch, rng, reduction):
     y = rng.random((4, 3)).astype(np.float32)
     w = rng.random((4, 3)).astype(np.float32)
     twin.check(nn.BCELoss(reduction=reduction), torch.nn.BCELoss(reduction=reduction), p, y)
-    twin.check(nn.BCELoss(ember.tensor(w), reduction=reduction), torch.nn.BCELoss(torch.tensor(w), reduction=reduction), p, y)
+    twin.check(
+        nn.BCELoss(ember.tensor(w), reduction=reduction), torch.nn.BCELoss(torch.tensor(w), reduction=reduction), p, y
+    )
     # log(0) is clamped at -100, as in torch
     assert F.binary_cross_entropy(ember.tensor([0.0]), ember.tensor([1.0])).item() == 100.0
 

@@ -1,5 +1,6 @@
 """Module mechanics: registration, traversal, state_dict and its errors, modes, to(), repr,
 containers, Parameter. No torch needed except where noted."""
+
 import copy
 
 import numpy as np
@@ -19,7 +20,7 @@ class Net(nn.Module):
         self.scale = nn.Parameter(ember.ones(1))
         self.register_buffer("steps", ember.zeros(()))
         self.register_buffer("scratch", ember.zeros(2), persistent=False)
-        self.not_registered = ember.zeros(3)           # a plain tensor attribute
+        self.not_registered = ember.zeros(3)  # a plain tensor attribute
 
     def forward(self, x):
         return self.head(self.bn(self.conv(x)).relu()) * self.scale
@@ -29,8 +30,13 @@ def test_registration_and_traversal():
     net = Net()
     names = [n for n, _ in net.named_parameters()]
     assert names == ["scale", "conv.weight", "conv.bias", "bn.weight", "bn.bias", "head.1.weight", "head.1.bias"]
-    assert [n for n, _ in net.named_buffers()] == ["steps", "scratch", "bn.running_mean", "bn.running_var",
-                                                   "bn.num_batches_tracked"]
+    assert [n for n, _ in net.named_buffers()] == [
+        "steps",
+        "scratch",
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+    ]
     assert [n for n, _ in net.named_modules()] == ["", "conv", "bn", "head", "head.0", "head.1"]
     assert [type(m).__name__ for m in net.children()] == ["Conv2d", "BatchNorm2d", "Sequential"]
     assert len(list(net.modules())) == 6 and len(list(net.buffers())) == 5
@@ -43,8 +49,19 @@ def test_registration_and_traversal():
 def test_state_dict_order_names_and_persistence():
     net = Net()
     sd = net.state_dict()
-    assert list(sd) == ["scale", "steps", "conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean",
-                        "bn.running_var", "bn.num_batches_tracked", "head.1.weight", "head.1.bias"]
+    assert list(sd) == [
+        "scale",
+        "steps",
+        "conv.weight",
+        "conv.bias",
+        "bn.weight",
+        "bn.bias",
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+        "head.1.weight",
+        "head.1.bias",
+    ]
     assert not sd["conv.weight"].requires_grad
     assert np.shares_memory(sd["conv.weight"].numpy(), net.conv.weight.numpy())
 
@@ -54,7 +71,7 @@ def test_load_state_dict_copies_in_place_and_round_trips():
     w = b.conv.weight
     result = b.load_state_dict(a.state_dict())
     assert result.missing_keys == [] and result.unexpected_keys == []
-    assert b.conv.weight is w                                # same Parameter object, new values
+    assert b.conv.weight is w  # same Parameter object, new values
     x = ember.randn(2, 1, 4, 4)
     a.eval(), b.eval()
     assert a(x).equal(b(x))
@@ -71,7 +88,7 @@ def test_load_state_dict_mismatch_lists_names_and_shapes():
     sd["extra.weight"] = ember.zeros(4, 2)
     sd["conv.weight"] = ember.zeros(2, 1, 5, 5)
     with pytest.raises(nn.StateDictError) as err:
-        net.load_state_dict(sd)                        # user line
+        net.load_state_dict(sd)  # user line
     msg = str(err.value)
     assert "missing" in msg and "head.1.bias (3,)" in msg
     assert "unexpected" in msg and "extra.weight (4, 2)" in msg
@@ -115,10 +132,10 @@ def test_to_dtype_moves_in_place():
     x = ember.randn(2, 1, 4, 4)
     net(x).sum().backward()
     net.to(ember.float64)
-    assert [id(p) for p in net.parameters()] == [id(p) for p in params]     # optimizers keep their refs
+    assert [id(p) for p in net.parameters()] == [id(p) for p in params]  # optimizers keep their refs
     assert all(p.dtype is ember.float64 and p.grad.dtype is ember.float64 for p in net.parameters())
     assert net.bn.running_mean.dtype is ember.float64
-    assert net.bn.num_batches_tracked.dtype is ember.int64               # integer buffers stay
+    assert net.bn.num_batches_tracked.dtype is ember.int64  # integer buffers stay
     assert net(x.double()).dtype is ember.float64
     assert net.float().conv.weight.dtype is ember.float32
     assert net.to("numpy") is net and net.conv.weight.backend.name == "numpy"
@@ -138,18 +155,44 @@ def test_apply_and_reset_with_init():
 
 
 def test_repr_like_torch(torch):
-    e = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
-                      nn.Sequential(nn.Dropout(0.1), nn.Linear(3, 2)), nn.Embedding(5, 2, padding_idx=0),
-                      nn.LayerNorm(4), nn.LSTM(3, 4, num_layers=2, batch_first=True), nn.MaxPool2d(2),
-                      nn.AvgPool2d(3), nn.AdaptiveAvgPool2d(1), nn.Softmax(dim=1), nn.GELU(), nn.LeakyReLU(0.2),
-                      nn.Flatten(), nn.Identity(), nn.CrossEntropyLoss(), nn.MSELoss(reduction="sum"))
-    t = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(4),
-                            torch.nn.ReLU(), torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Linear(3, 2)),
-                            torch.nn.Embedding(5, 2, padding_idx=0), torch.nn.LayerNorm(4),
-                            torch.nn.LSTM(3, 4, num_layers=2, batch_first=True), torch.nn.MaxPool2d(2),
-                            torch.nn.AvgPool2d(3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Softmax(dim=1),
-                            torch.nn.GELU(), torch.nn.LeakyReLU(0.2), torch.nn.Flatten(), torch.nn.Identity(),
-                            torch.nn.CrossEntropyLoss(), torch.nn.MSELoss(reduction="sum"))
+    e = nn.Sequential(
+        nn.Conv2d(1, 4, 3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.Sequential(nn.Dropout(0.1), nn.Linear(3, 2)),
+        nn.Embedding(5, 2, padding_idx=0),
+        nn.LayerNorm(4),
+        nn.LSTM(3, 4, num_layers=2, batch_first=True),
+        nn.MaxPool2d(2),
+        nn.AvgPool2d(3),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Softmax(dim=1),
+        nn.GELU(),
+        nn.LeakyReLU(0.2),
+        nn.Flatten(),
+        nn.Identity(),
+        nn.CrossEntropyLoss(),
+        nn.MSELoss(reduction="sum"),
+    )
+    t = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, stride=2, padding=1, bias=False),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Linear(3, 2)),
+        torch.nn.Embedding(5, 2, padding_idx=0),
+        torch.nn.LayerNorm(4),
+        torch.nn.LSTM(3, 4, num_layers=2, batch_first=True),
+        torch.nn.MaxPool2d(2),
+        torch.nn.AvgPool2d(3),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Softmax(dim=1),
+        torch.nn.GELU(),
+        torch.nn.LeakyReLU(0.2),
+        torch.nn.Flatten(),
+        torch.nn.Identity(),
+        torch.nn.CrossEntropyLoss(),
+        torch.nn.MSELoss(reduction="sum"),
+    )
     assert repr(e) == known(lambda: repr(t))
 
 
@@ -166,6 +209,7 @@ def test_containers():
     with pytest.raises(IndexError):
         seq[5]
     from collections import OrderedDict
+
     named = nn.Sequential(OrderedDict([("fc", nn.Linear(2, 2)), ("act", nn.ReLU())]))
     assert [n for n, _ in named.named_parameters()] == ["fc.weight", "fc.bias"]
 
@@ -215,6 +259,7 @@ def test_parameter_basics_and_assignment_rules():
     class Forgot(nn.Module):
         def __init__(self):
             self.w = nn.Parameter(ember.zeros(1))
+
     with pytest.raises(AttributeError, match=r"super\(\)\.__init__\(\)"):
         Forgot()
     with pytest.raises(NotImplementedError, match="forward"):
@@ -230,11 +275,12 @@ def test_deepcopy_gives_an_independent_model_on_the_same_backend():
         clone.conv.weight.add_(1.0)
     assert not clone.conv.weight.equal(net.conv.weight)
     x = ember.randn(2, 1, 4, 4)
-    clone(x)          # runs: its tensors live on the real backend
+    clone(x)  # runs: its tensors live on the real backend
 
 
 def test_to_another_backend_moves_in_place_and_computes_the_same():
     from ember.registry import backends  # (ember.backends is also the name of a subpackage)
+
     if "python" not in [b["name"] for b in backends()]:
         pytest.skip("the pure-Python backend is not installed")
     ember.manual_seed(0)
@@ -249,4 +295,4 @@ def test_to_another_backend_moves_in_place_and_computes_the_same():
     assert out.backend.name == "python"
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(ember.BackendError, match="numpy"):
-        net(x)                      # a numpy input to a python-backend model names both backends
+        net(x)  # a numpy input to a python-backend model names both backends

@@ -1,4 +1,5 @@
 """model.summary(input_shape) and nn.summary.summary: rows, shapes, totals; the model untouched."""
+
 import numpy as np
 
 import ember

@@ -1,4 +1,5 @@
 """``ember onnx run`` and ``ember onnx test``."""
+
 import numpy as np
 import pytest
 
@@ -10,8 +11,12 @@ from ember.cli import main
 
 
 def save(tmp_path, *nodes):
-    g = helper.make_graph(list(nodes), "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [2, 3])])
+    g = helper.make_graph(
+        list(nodes),
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [2, 3])],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return str(path)
@@ -33,8 +38,9 @@ def test_run_without_inputs_uses_random_ones_of_the_declared_shape(tmp_path, cap
 
 
 def test_run_lists_every_unsupported_operator_on_one_line(tmp_path, capsys):
-    model = save(tmp_path, helper.make_node("Frob", ["x"], ["a"], name="n1"),
-                 helper.make_node("Blorp", ["a"], ["y"], name="n2"))
+    model = save(
+        tmp_path, helper.make_node("Frob", ["x"], ["a"], name="n1"), helper.make_node("Blorp", ["a"], ["y"], name="n2")
+    )
     assert main(["onnx", "run", model]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("ember: error: 2 node(s)")
@@ -59,8 +65,9 @@ def test_test_prints_the_pass_table(capsys):
 
 def test_test_on_a_backend_that_cannot_run_here_is_one_line(capsys):
     import ember
+
     names = ["nosuch"]
-    try:                                   # cupy without a CUDA device (this machine, CI): one line too
+    try:  # cupy without a CUDA device (this machine, CI): one line too
         ember.get_backend("cupy")
     except ember.BackendError:
         names.append("cupy")
@@ -74,11 +81,11 @@ def test_test_on_a_backend_that_cannot_run_here_is_one_line(capsys):
 def test_without_onnx_the_commands_say_how_to_install_it(tmp_path):
     import subprocess
     import sys
-    code = ("import sys; sys.modules['onnx'] = None\n"
-            "from ember.cli import main\n"
-            "sys.exit(main(sys.argv[1:]))")
+
+    code = "import sys; sys.modules['onnx'] = None\nfrom ember.cli import main\nsys.exit(main(sys.argv[1:]))"
     for args in (["onnx", "test"], ["onnx", "run", str(tmp_path / "m.onnx")]):
-        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                             timeout=120, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False
+        )
         assert out.returncode == 2, out.stderr
         assert out.stderr.strip() == "ember: error: ember.onnx needs the onnx package: pip install 'ember[onnx]'"

@@ -1,4 +1,5 @@
 """docs/onnx.md's examples run as written: its Python blocks in order, then its `ember` commands."""
+
 import pathlib
 import re
 import shlex
@@ -21,6 +22,7 @@ def test_python_examples_and_commands_run(tmp_path, monkeypatch, capsys):
     for code in blocks("python"):
         exec(compile(code, str(DOC), "exec"), scope)  # noqa: S102 - the page's own examples
     from ember.cli import main
+
     commands = [line for b in blocks("bash") for line in b.splitlines() if line.startswith("ember ")]
     assert commands
     for line in commands:

@@ -1,4 +1,5 @@
 """ember.onnx.export: every model of ember.models runs in onnxruntime and re-imports."""
+
 import numpy as np
 import pytest
 
@@ -63,6 +64,7 @@ def test_several_inputs_and_outputs():
     class Two(ember.nn.Module):
         def forward(self, a, b):
             return a @ b, (a.amax(1) - 1.5).exp()
+
     a, b = ember.randn(3, 4), ember.randn(4, 2)
     blob = ember.onnx.export(Two(), (a, b))
     got = run_ort(blob, a, b)
@@ -81,6 +83,7 @@ def test_bad_opset_and_unexportable_primitive():
     class Noisy(ember.nn.Module):
         def forward(self, x):
             return x + ember.rand(*x.shape)
+
     with pytest.raises(OnnxError, match="primitive 'random_bits'.*has no ONNX form"):
         ember.onnx.export(Noisy(), ember.randn(2))
 
@@ -90,14 +93,21 @@ class Ordering(ember.nn.Module):
 
     def forward(self, x, i):
         top = x.topk(3, 1)
-        return (top.values, top.indices, x.sort(0, descending=True).indices, x.cumsum(1), x % 1.5,
-                (i & 6) ^ (i | 1) ^ ~i, i % 3)
+        return (
+            top.values,
+            top.indices,
+            x.sort(0, descending=True).indices,
+            x.cumsum(1),
+            x % 1.5,
+            (i & 6) ^ (i | 1) ^ ~i,
+            i % 3,
+        )
 
 
 @pytest.mark.parametrize("opset", [18, 21])
 def test_ordering_and_bitwise_primitives_export(opset):
     rng = np.random.default_rng(0)
-    x = ember.tensor(rng.integers(-3, 4, (4, 6)).astype(np.float32))       # ties: the index rule matters
+    x = ember.tensor(rng.integers(-3, 4, (4, 6)).astype(np.float32))  # ties: the index rule matters
     i = ember.tensor(np.arange(-4, 8, dtype=np.int64))
     blob = ember.onnx.export(Ordering(), (x, i), opset=opset)
     want = [t.numpy() for t in Ordering()(x, i)]
@@ -111,6 +121,7 @@ def test_bitwise_export_needs_opset_18_and_unsigned_shifts():
     class Shift(ember.nn.Module):
         def forward(self, i):
             return i << 2
+
     with pytest.raises(OnnxError, match="needs opset 18 or newer"):
         ember.onnx.export(Shift(), ember.tensor([1, 2]), opset=17)
     with pytest.raises(OnnxError, match="BitShift takes unsigned integers"):

@@ -6,6 +6,7 @@ pytorch-operator and simple model sets) runs; a case in ``known_failures.EXPECTE
 117 float32 models of the model sets run on the numba backend too, and (slow: about a minute)
 on the pure-Python one.
 """
+
 import pytest
 
 onnx = pytest.importorskip("onnx")
@@ -21,8 +22,9 @@ MODELS = suite.model_cases()
 def check(case, backend="numpy"):
     reason = suite.run_case(case, backend)
     if case.name in EXPECTED:
-        assert reason is not None, (f"{case.name} now passes: remove it from "
-                                    "ember/onnx/known_failures.py (the list only shrinks)")
+        assert reason is not None, (
+            f"{case.name} now passes: remove it from ember/onnx/known_failures.py (the list only shrinks)"
+        )
         pytest.xfail(EXPECTED[case.name])
     assert reason is None, reason
 
@@ -43,7 +45,7 @@ def test_counts_reach_the_goal():
     plain = [c for c in NODE if c.plain]
     assert len(plain) == 1524
     known_plain = sum(c.name in EXPECTED for c in plain)
-    assert len(plain) - known_plain >= 1400      # the issue's goal
+    assert len(plain) - known_plain >= 1400  # the issue's goal
 
 
 def test_every_known_failure_names_a_real_case():
@@ -53,8 +55,7 @@ def test_every_known_failure_names_a_real_case():
 
 def test_float32_models_all_pass():
     # The issue's goal: every float32 model of the three shipped sets passes on numpy.
-    f32 = [c for c in MODELS if c.plain and all(
-        v.type.tensor_type.elem_type == 1 for v in c.model.graph.input)]
+    f32 = [c for c in MODELS if c.plain and all(v.type.tensor_type.elem_type == 1 for v in c.model.graph.input)]
     assert len(f32) == 117
     assert [c.name for c in f32 if c.name in EXPECTED] == []
 

@@ -3,6 +3,7 @@
 A ResNet-18 (torchvision is not a dependency: the blocks come from benchmarks/workloads.py) and
 a small transformer encoder, both with random weights, in eval mode.
 """
+
 import io
 import pathlib
 import sys
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.onnx, pytest.mark.filterwarnings("ignore::torch.jit.Tr
 import ember
 import ember.onnx
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))   # `benchmarks` is not installed
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # `benchmarks` is not installed
 from benchmarks import workloads
 
 nn = torch.nn
@@ -27,8 +28,9 @@ def resnet18():
     """ImageNet's ResNet-18: the benchmarks' blocks (written once for ember and torch) behind
     the 7x7 stride-2 stem and max pool of the ImageNet variant."""
     model = workloads.resnet18(nn)
-    model.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                               nn.MaxPool2d(3, 2, 1))
+    model.stem = nn.Sequential(
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+    )
     return model
 
 
@@ -56,9 +58,16 @@ def test_resnet18_matches_torch():
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         want = model.eval()(x).numpy()
-    m = ember.onnx.load(export(model, x, input_names=["image"], opset_version=17,
-                               dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}}))
-    assert m.num_parameters() > 11_000_000       # the initializers are its parameters (BN folded in)
+    m = ember.onnx.load(
+        export(
+            model,
+            x,
+            input_names=["image"],
+            opset_version=17,
+            dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}},
+        )
+    )
+    assert m.num_parameters() > 11_000_000  # the initializers are its parameters (BN folded in)
     assert {n.op_type for n in m.program.nodes} >= {"Conv", "MaxPool", "Relu", "Add", "Gemm"}
     with ember.no_grad():
         got = m(ember.tensor(x.numpy())).numpy()

@@ -1,4 +1,5 @@
 """Fixtures of the ember.optim tests: torch (the reference) and the numpy backend."""
+
 import pytest
 
 import ember

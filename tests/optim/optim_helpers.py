@@ -1,6 +1,7 @@
 """The objective and the runners the ember.optim tests share: one small MLP-like loss, written
 once with operators that ember and torch both have, trained in each framework from the same
 initial values."""
+
 import numpy as np
 
 SHAPES = [(4, 8), (8,), (8, 3), (3,)]
@@ -20,7 +21,7 @@ def objective(params, x, y, sign=1.0):
     """Mean squared error of a tanh MLP plus an L2 term (well-conditioned, nothing exactly 0)."""
     w1, b1, w2, b2 = params
     out = (x @ w1 + b1).tanh() @ w2 + b2
-    return (((out - y) ** 2).mean() + 0.05 * (w1 ** 2).sum()) * sign
+    return (((out - y) ** 2).mean() + 0.05 * (w1**2).sum()) * sign
 
 
 def leaves(lib, arrays):
@@ -36,11 +37,13 @@ def train(lib, params, opt, steps, x, y, sign=1.0, sched=None, closure=False):
     xs, ys = lib.tensor(x), lib.tensor(y)
     history = []
     for _ in range(steps):
+
         def loss_fn():
             opt.zero_grad()
             loss = objective(params, xs, ys, sign)
             loss.backward()
             return loss
+
         if closure:
             opt.step(loss_fn)
         else:
@@ -55,8 +58,7 @@ def train(lib, params, opt, steps, x, y, sign=1.0, sched=None, closure=False):
 def assert_histories_close(got, want, rtol, atol):
     for step, (g_params, w_params) in enumerate(zip(got, want)):
         for i, (g, w) in enumerate(zip(g_params, w_params)):
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol,
-                                       err_msg=f"parameter {i} after step {step + 1}")
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"parameter {i} after step {step + 1}")
 
 
 def assert_state_matches_torch(mine, theirs, steps, rtol=1e-11):
@@ -70,5 +72,6 @@ def assert_state_matches_torch(mine, theirs, steps, rtol=1e-11):
             if key == "step":
                 assert mine[i][key] == int(np.asarray(value).item()) == steps
             else:
-                np.testing.assert_allclose(mine[i][key].numpy(), np.asarray(value), rtol=rtol,
-                                           err_msg=f"state {key!r} of parameter {i}")
+                np.testing.assert_allclose(
+                    mine[i][key].numpy(), np.asarray(value), rtol=rtol, err_msg=f"state {key!r} of parameter {i}"
+                )

@@ -1,5 +1,6 @@
 """What an optimizer does besides the arithmetic: updates in place, skips parameters without
 gradients, zero_grad, named parameters, repr, and the module doctests."""
+
 import doctest
 import importlib
 
@@ -16,12 +17,17 @@ def _loss_step(opt, params):
     opt.step()
 
 
-@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9),
-                                  lambda ps: Adam(ps, lr=0.1, amsgrad=True),
-                                  lambda ps: RMSprop(ps, lr=0.1, momentum=0.5, centered=True)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: Adam(ps, lr=0.1, amsgrad=True),
+        lambda ps: RMSprop(ps, lr=0.1, momentum=0.5, centered=True),
+    ],
+)
 def test_parameters_and_state_are_updated_in_place(make):
     host = np.zeros(4, dtype=np.float32)
-    p = ember.as_tensor(host).requires_grad_()        # shares memory with `host`
+    p = ember.as_tensor(host).requires_grad_()  # shares memory with `host`
     buffer = p._data
     opt = make([p])
     _loss_step(opt, [p])
@@ -29,7 +35,7 @@ def test_parameters_and_state_are_updated_in_place(make):
     before = {k: v.numpy().copy() for k, v in state.items() if isinstance(v, ember.Tensor)}
     _loss_step(opt, [p])
     assert p._data is buffer
-    assert host.tolist() == p.tolist() and host[0] != 0       # the outside view saw both steps
+    assert host.tolist() == p.tolist() and host[0] != 0  # the outside view saw both steps
     for key, value in state.items():
         if isinstance(value, ember.Tensor):
             assert opt.state[p][key] is value, f"state {key!r} was replaced, not updated"
@@ -49,7 +55,7 @@ def test_momentum_buffer_does_not_alias_the_gradient():
 
 def test_parameters_without_gradients_are_left_alone():
     used, unused = ember.ones(2, requires_grad=True), ember.ones(2, requires_grad=True)
-    frozen = ember.ones(2)                                      # requires_grad=False is allowed
+    frozen = ember.ones(2)  # requires_grad=False is allowed
     opt = Adam([used, unused, frozen], lr=0.1)
     _loss_step(opt, [used * 3.0])
     assert unused.tolist() == [1.0, 1.0] and frozen.tolist() == [1.0, 1.0]
@@ -88,10 +94,21 @@ def test_float64_parameters_keep_their_dtype():
     assert p.dtype is ember.float64 and opt.state[p]["exp_avg"].dtype is ember.float64
 
 
-@pytest.mark.parametrize("module", ["ember.optim", "ember.optim.optimizer", "ember.optim.sgd",
-                                    "ember.optim.adam", "ember.optim.rmsprop", "ember.optim.functional",
-                                    "ember.optim.lr_scheduler", "ember.optim.clip", "ember.optim.state",
-                                    "ember.optim.adagrad"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ember.optim",
+        "ember.optim.optimizer",
+        "ember.optim.sgd",
+        "ember.optim.adam",
+        "ember.optim.rmsprop",
+        "ember.optim.functional",
+        "ember.optim.lr_scheduler",
+        "ember.optim.clip",
+        "ember.optim.state",
+        "ember.optim.adagrad",
+    ],
+)
 def test_doctests(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

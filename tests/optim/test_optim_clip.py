@@ -1,4 +1,5 @@
 """clip_grad_norm_ and clip_grad_value_ against torch.nn.utils."""
+
 import math
 
 import numpy as np
@@ -8,7 +9,7 @@ from references import known, load_torch
 import ember
 from ember.optim import clip_grad_norm_, clip_grad_value_
 
-torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
+torch = load_torch()  # without torch, a stand-in: its answers come from tests/references
 
 
 def _with_grads(lib, seed=0, scale=1.0):
@@ -31,8 +32,11 @@ def test_clip_grad_norm_matches_torch(norm_type, max_norm):
     np.testing.assert_allclose(total.item(), known(want), rtol=1e-6)
     for p, q in zip(mine, theirs):
         np.testing.assert_allclose(p.grad.numpy(), known(q.grad), rtol=1e-6, atol=1e-7)
-    clipped = sum(float((p.grad.abs() ** norm_type).sum()) for p in mine) ** (1 / norm_type) \
-        if norm_type != math.inf else max(p.grad.abs().amax().item() for p in mine)
+    clipped = (
+        sum(float((p.grad.abs() ** norm_type).sum()) for p in mine) ** (1 / norm_type)
+        if norm_type != math.inf
+        else max(p.grad.abs().amax().item() for p in mine)
+    )
     assert clipped <= max_norm * (1 + 1e-5)
 
 
@@ -64,8 +68,7 @@ def test_nonfinite_norm():
     assert math.isnan(clip_grad_norm_(params, 1.0).item())
 
 
-@pytest.mark.parametrize("bad", [dict(max_norm=-1.0), dict(max_norm=1.0, norm_type=0.0),
-                                 dict(max_norm="1")])
+@pytest.mark.parametrize("bad", [dict(max_norm=-1.0), dict(max_norm=1.0, norm_type=0.0), dict(max_norm="1")])
 def test_clip_grad_norm_bad_arguments(bad):
     with pytest.raises(ember.optim.OptimizerError):
         clip_grad_norm_(_with_grads(ember), **bad)

@@ -4,6 +4,7 @@ per-parameter path computes. The kernels here are real NumPy ones that update th
 place, the multi-tensor ones a loop over the per-parameter ones (so the two paths must agree
 to the bit, and any difference is the optimizer's plumbing: state creation, step counts,
 where results go)."""
+
 import numpy as np
 import pytest
 from optim_helpers import assert_histories_close, batch, initial, train
@@ -20,6 +21,7 @@ def _foreach(kernel):
     def run(params, grads, *states, **hyper):
         outs = [kernel(p, g, *s, **hyper) for p, g, *s in zip(params, grads, *states, strict=True)]
         return tuple(list(column) for column in zip(*outs))
+
     return run
 
 
@@ -40,8 +42,10 @@ class ForeachNumpy(FusedNumpy):
 
 @pytest.fixture(scope="module")
 def backends():
-    made = {"multi": ForeachNumpy("numpy-foreach-test", GOOD),
-            "single": ForeachNumpy("numpy-single-test", GOOD, foreach=False)}
+    made = {
+        "multi": ForeachNumpy("numpy-foreach-test", GOOD),
+        "single": ForeachNumpy("numpy-single-test", GOOD, foreach=False),
+    }
     for b in made.values():
         ember.register_backend(BackendInfo(b.name, lambda b=b: b))
     yield made
@@ -50,16 +54,18 @@ def backends():
             table.pop(b.name, None)
 
 
-CONFIGS = [("SGD", dict(lr=0.05)),
-           ("SGD", dict(lr=0.05, momentum=0.9)),
-           ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
-           ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.2, maximize=True)),
-           ("Adam", dict(lr=0.01)),
-           ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
-           ("AdamW", dict(lr=0.01, weight_decay=0.1)),
-           ("AdamW", dict(lr=0.01, amsgrad=True, maximize=True)),
-           ("RMSprop", dict(lr=0.005)),
-           ("RMSprop", dict(lr=0.005, centered=True, momentum=0.9, weight_decay=0.1))]
+CONFIGS = [
+    ("SGD", dict(lr=0.05)),
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.2, maximize=True)),
+    ("Adam", dict(lr=0.01)),
+    ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, amsgrad=True, maximize=True)),
+    ("RMSprop", dict(lr=0.005)),
+    ("RMSprop", dict(lr=0.005, centered=True, momentum=0.9, weight_decay=0.1)),
+]
 RULE = {"SGD": "sgd_step", "Adam": "adam_step", "AdamW": "adam_step", "RMSprop": "rmsprop_step"}
 IDS = [f"{n}-{'-'.join(k for k in kw if k != 'lr') or 'plain'}" for n, kw in CONFIGS]
 
@@ -116,15 +122,22 @@ def test_the_reference_foreach_rules_equal_the_per_parameter_rules(name, kw):
     def t(shape, positive=False):
         a = rng.standard_normal(shape).astype(np.float32)
         return ember.tensor(np.abs(a) + 1 if positive else a)
+
     params, grads = [t(s) for s in shapes], [t(s) for s in shapes]
     if rule == "sgd_step":
         states = [[t(shapes[0]), None, t(shapes[2])] if kw.get("momentum") else [None] * 3]
     elif rule == "adam_step":
-        states = [[t(s) for s in shapes], [t(s, True) for s in shapes],
-                  [t(s, True) for s in shapes] if kw.get("amsgrad") else [None] * 3]
+        states = [
+            [t(s) for s in shapes],
+            [t(s, True) for s in shapes],
+            [t(s, True) for s in shapes] if kw.get("amsgrad") else [None] * 3,
+        ]
     else:
-        states = [[t(s, True) for s in shapes], [t(s) * 0.1 for s in shapes] if kw.get("centered") else [None] * 3,
-                  [t(s) for s in shapes] if kw.get("momentum") else [None] * 3]
+        states = [
+            [t(s, True) for s in shapes],
+            [t(s) * 0.1 for s in shapes] if kw.get("centered") else [None] * 3,
+            [t(s) for s in shapes] if kw.get("momentum") else [None] * 3,
+        ]
     with ember.no_grad():
         many = functional.FOREACH[rule + "_foreach"](params, grads, *states, **hyper)
         for k in range(len(shapes)):
@@ -145,8 +158,8 @@ def test_one_call_per_param_group_and_step_count(backends):
         for p in params:
             p.grad = ember.ones(*p.shape)
         opt.step()
-        assert multi.calls["adam_step_foreach"] - before == 2          # one per group
-        params[0].grad = None                                           # skips a step: its count lags
+        assert multi.calls["adam_step_foreach"] - before == 2  # one per group
+        params[0].grad = None  # skips a step: its count lags
         opt.step()
         for p in params:
             p.grad = ember.ones(*p.shape)
@@ -165,8 +178,9 @@ def test_steps_with_skipped_parameters_match_the_per_parameter_path(backends):
             opt = ember.optim.Adam(ps, lr=0.01, amsgrad=True)
             for step in range(5):
                 for k, p in enumerate(ps):
-                    p.grad = None if (step + k) % 3 == 0 else ember.tensor(np.full(p.shape, 0.1 * (k + step),
-                                                                                   np.float32))
+                    p.grad = (
+                        None if (step + k) % 3 == 0 else ember.tensor(np.full(p.shape, 0.1 * (k + step), np.float32))
+                    )
                 opt.step()
             results.append([p.numpy().copy() for p in ps])
     for a, b in zip(*results):
@@ -180,6 +194,7 @@ def test_the_per_parameter_path_serves_what_the_backend_does_not_declare(backend
     class Halving(ember.optim.SGD):
         def _update(self, param, grad, state, group):
             param.copy_(param * 0.5)
+
     with ember.backend(multi.name):
         w = ember.tensor([4.0], requires_grad=True)
         w.grad = ember.tensor([1.0])
@@ -192,7 +207,7 @@ def test_the_per_parameter_path_serves_what_the_backend_does_not_declare(backend
     before = multi.calls.get("sgd_step_foreach", 0)
     ember.optim.SGD([a, b], lr=0.5).step()
     assert a.tolist() == [0.5] and b.tolist() == [0.5]
-    assert multi.calls["sgd_step_foreach"] - before == 1        # b only; a took numpy's path
+    assert multi.calls["sgd_step_foreach"] - before == 1  # b only; a took numpy's path
 
 
 def test_a_bad_gradient_shape_stops_the_step_before_any_update(backends):
@@ -223,6 +238,7 @@ def test_jit_records_the_per_parameter_rules(backends):
                 loss.backward()
                 opt.step()
                 return loss
+
             run = ember.jit(step) if jit else step
             before = multi.calls.get("sgd_step_foreach", 0)
             for _ in range(4):
@@ -236,9 +252,10 @@ def test_jit_records_the_per_parameter_rules(backends):
 def test_fused_mismatches_checks_the_foreach_kernels(backends):
     assert fused_mismatches(backends["multi"]) == []
 
-    def forgets_the_last(params, grads, bufs, **hyper):      # a kernel that skips an entry
+    def forgets_the_last(params, grads, bufs, **hyper):  # a kernel that skips an entry
         out = _foreach(GOOD["sgd_step"])(params[:-1], grads[:-1], bufs[:-1], **hyper)
         return out[0] + [params[-1]], out[1] + [bufs[-1]]
+
     broken = FusedNumpy({"sgd_step_foreach": forgets_the_last})
     problems = fused_mismatches(broken)
     assert problems and all(p.startswith("sgd_step_foreach(") for p in problems)

@@ -1,6 +1,7 @@
 """The fused path: a backend that declares sgd_step/adam_step/rmsprop_step runs its own
 kernels (here real in-place NumPy kernels, written independently of the reference rules), the
 optimizers take them, and fused_mismatches compares them with the reference decompositions."""
+
 import numpy as np
 import pytest
 from optim_helpers import assert_histories_close, batch, initial, train
@@ -26,8 +27,23 @@ def np_sgd(p, g, buf, *, lr, momentum=0.0, dampening=0.0, nesterov=False, weight
     return p, buf
 
 
-def np_adam(p, g, m, v, vmax, *, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-            amsgrad=False, maximize=False, decoupled_weight_decay=False):
+def np_adam(
+    p,
+    g,
+    m,
+    v,
+    vmax,
+    *,
+    step,
+    lr,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-8,
+    weight_decay=0.0,
+    amsgrad=False,
+    maximize=False,
+    decoupled_weight_decay=False,
+):
     g = -g if maximize else g
     if decoupled_weight_decay:
         p *= 1 - lr * weight_decay
@@ -38,13 +54,14 @@ def np_adam(p, g, m, v, vmax, *, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, wei
     v += (1 - beta2) * g * g
     if amsgrad:
         np.maximum(vmax, v, out=vmax)
-    denom = np.sqrt(vmax if amsgrad else v) / np.sqrt(1 - beta2 ** step) + eps
-    p -= lr / (1 - beta1 ** step) * m / denom
+    denom = np.sqrt(vmax if amsgrad else v) / np.sqrt(1 - beta2**step) + eps
+    p -= lr / (1 - beta1**step) * m / denom
     return p, m, v, vmax
 
 
-def np_rmsprop(p, g, sq, gavg, buf, *, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
-               centered=False, maximize=False):
+def np_rmsprop(
+    p, g, sq, gavg, buf, *, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False
+):
     g = (-g if maximize else g) + weight_decay * p
     sq *= alpha
     sq += (1 - alpha) * g * g
@@ -64,6 +81,7 @@ def np_rmsprop(p, g, sq, gavg, buf, *, lr, alpha=0.99, eps=1e-8, weight_decay=0.
 
 class FusedNumpy(NumpyBackend):
     """The NumPy backend plus fused optimizer kernels; counts the calls it gets."""
+
     name = "numpy-fused-optim-test"
 
     def __init__(self, kernels):
@@ -74,6 +92,7 @@ class FusedNumpy(NumpyBackend):
         def run(*args, **kw):
             self.calls[name] = self.calls.get(name, 0) + 1
             return kernel(*args, **kw)
+
         return run
 
     def capabilities(self):
@@ -92,11 +111,16 @@ def fused():
     return backend
 
 
-@pytest.mark.parametrize("name, kw", [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
-                                      ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.2, maximize=True)),
-                                      ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
-                                      ("AdamW", dict(lr=0.01, maximize=True)),
-                                      ("RMSprop", dict(lr=0.005, centered=True, momentum=0.9))])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
+        ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.2, maximize=True)),
+        ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+        ("AdamW", dict(lr=0.01, maximize=True)),
+        ("RMSprop", dict(lr=0.005, centered=True, momentum=0.9)),
+    ],
+)
 def test_optimizers_take_the_fused_kernel_and_agree_with_the_reference(fused, name, kw):
     init, (x, y) = initial(), batch()
     histories = []
@@ -118,14 +142,14 @@ def test_fused_mismatches_passes_good_kernels_and_catches_a_broken_one(fused):
     assert fused_mismatches(fused) == []
 
     def no_bias_correction(p, g, m, v, vmax, *, step, **kw):
-        return np_adam(p, g, m, v, vmax, step=10 ** 6, **kw)      # forgets the bias correction
+        return np_adam(p, g, m, v, vmax, step=10**6, **kw)  # forgets the bias correction
 
     broken = FusedNumpy({"adam_step": no_bias_correction})
     problems = fused_mismatches(broken)
     assert problems and all(line.startswith("adam_step(") for line in problems)
     assert "output 0" in problems[0] and "differs from the reference" in problems[0]
 
-    def zero_first_buffer(p, g, buf, **kw):     # starts momentum from zeros, not from the gradient
+    def zero_first_buffer(p, g, buf, **kw):  # starts momentum from zeros, not from the gradient
         return np_sgd(p, g, np.zeros_like(p) if buf is None and kw.get("momentum") else buf, **kw)
 
     problems = fused_mismatches(FusedNumpy({"sgd_step": zero_first_buffer}))
@@ -134,6 +158,8 @@ def test_fused_mismatches_passes_good_kernels_and_catches_a_broken_one(fused):
 
 def test_every_rule_has_cases_and_is_known_to_ember_fused():
     from ember.conformance import fused_ops
+
     FUSED = fused_ops()
     from ember.conformance.optimizers import CASES
+
     assert set(REFERENCE) <= set(FUSED) and set(CASES) == set(REFERENCE)

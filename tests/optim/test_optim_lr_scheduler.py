@@ -1,5 +1,6 @@
 """Learning-rate schedulers against torch.optim.lr_scheduler: the lr of every param group at
 every step, resuming from a JSON state_dict, and clear errors."""
+
 import json
 import math
 
@@ -9,7 +10,7 @@ from references import known, load_torch
 import ember
 from ember.optim import lr_scheduler as L
 
-torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
+torch = load_torch()  # without torch, a stand-in: its answers come from tests/references
 STEPS = 30
 
 
@@ -20,7 +21,7 @@ def _two_groups(lib):
 
 
 def _lambda_per_group(lib, opt):
-    return lib.optim.lr_scheduler.LambdaLR(opt, [lambda e: 1 / (1 + e), lambda e: 0.9 ** e])
+    return lib.optim.lr_scheduler.LambdaLR(opt, [lambda e: 1 / (1 + e), lambda e: 0.9**e])
 
 
 def _warmup_cosine_torch(lib, opt):
@@ -36,14 +37,20 @@ SCHEDULES = {
     "MultiStepLR": lambda lib, opt: lib.optim.lr_scheduler.MultiStepLR(opt, [9, 2, 5, 5], gamma=0.3),
     "ExponentialLR": lambda lib, opt: lib.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9),
     "CosineAnnealingLR": lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min=0.01),
-    "LinearLR": lambda lib, opt: lib.optim.lr_scheduler.LinearLR(opt, start_factor=0.25, end_factor=0.75,
-                                                                 total_iters=4),
+    "LinearLR": lambda lib, opt: lib.optim.lr_scheduler.LinearLR(
+        opt, start_factor=0.25, end_factor=0.75, total_iters=4
+    ),
     "LambdaLR": lambda lib, opt: lib.optim.lr_scheduler.LambdaLR(opt, lambda e: 1 / (1 + e)),
     "LambdaLR-per-group": _lambda_per_group,
     "SequentialLR": lambda lib, opt: lib.optim.lr_scheduler.SequentialLR(
-        opt, [lib.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8),
-              lib.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5),
-              lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=8)], milestones=[4, 10]),
+        opt,
+        [
+            lib.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8),
+            lib.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5),
+            lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=8),
+        ],
+        milestones=[4, 10],
+    ),
     "warmup_cosine": _warmup_cosine_torch,
 }
 
@@ -108,27 +115,34 @@ def test_warmup_cosine_shapes_the_lr():
     for _ in range(12):
         sched.step()
         lrs.append(sched.get_last_lr()[0])
-    assert lrs[:5] == pytest.approx([0.02, 0.04, 0.06, 0.08, 0.1])     # equal steps up to the base lr
-    assert all(a > b for a, b in zip(lrs[4:], lrs[5:]))                 # then down
+    assert lrs[:5] == pytest.approx([0.02, 0.04, 0.06, 0.08, 0.1])  # equal steps up to the base lr
+    assert all(a > b for a, b in zip(lrs[4:], lrs[5:]))  # then down
     assert lrs[-1] == pytest.approx(0.0, abs=1e-15)
     no_warmup = L.warmup_cosine(_two_groups(ember), warmup_steps=0, total_steps=10)
     assert isinstance(no_warmup, L.CosineAnnealingLR)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda opt: L.StepLR(opt, step_size=0), "step_size must be a positive int"),
-    (lambda opt: L.StepLR(object(), step_size=2), "needs an ember.optim optimizer"),
-    (lambda opt: L.CosineAnnealingLR(opt, T_max=2.5), "T_max must be a positive int"),
-    (lambda opt: L.LinearLR(opt, start_factor=0.0), r"start_factor must be in \(0, 1\]"),
-    (lambda opt: L.MultiStepLR(opt, [1, "2"]), "milestones must be ints"),
-    (lambda opt: L.LambdaLR(opt, [lambda e: 1.0]), "got 1 lr_lambdas for 2 param groups"),
-    (lambda opt: L.SequentialLR(opt, [L.StepLR(opt, 2), L.StepLR(opt, 3)], milestones=[]),
-     "2 schedulers need 1 milestones"),
-    (lambda opt: L.SequentialLR(opt, [L.StepLR(_two_groups(ember), 2)], milestones=[]),
-     "does not belong to this optimizer"),
-    (lambda opt: L.warmup_cosine(opt, 10, 5), "total_steps must be an int > warmup_steps"),
-    (lambda opt: L.StepLR(opt, step_size=2, last_epoch=5), "has no 'initial_lr'"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda opt: L.StepLR(opt, step_size=0), "step_size must be a positive int"),
+        (lambda opt: L.StepLR(object(), step_size=2), "needs an ember.optim optimizer"),
+        (lambda opt: L.CosineAnnealingLR(opt, T_max=2.5), "T_max must be a positive int"),
+        (lambda opt: L.LinearLR(opt, start_factor=0.0), r"start_factor must be in \(0, 1\]"),
+        (lambda opt: L.MultiStepLR(opt, [1, "2"]), "milestones must be ints"),
+        (lambda opt: L.LambdaLR(opt, [lambda e: 1.0]), "got 1 lr_lambdas for 2 param groups"),
+        (
+            lambda opt: L.SequentialLR(opt, [L.StepLR(opt, 2), L.StepLR(opt, 3)], milestones=[]),
+            "2 schedulers need 1 milestones",
+        ),
+        (
+            lambda opt: L.SequentialLR(opt, [L.StepLR(_two_groups(ember), 2)], milestones=[]),
+            "does not belong to this optimizer",
+        ),
+        (lambda opt: L.warmup_cosine(opt, 10, 5), "total_steps must be an int > warmup_steps"),
+        (lambda opt: L.StepLR(opt, step_size=2, last_epoch=5), "has no 'initial_lr'"),
+    ],
+)
 def test_bad_arguments_raise_ember_errors(make, message):
     with pytest.raises(ember.optim.OptimizerError, match=message) as info:
         make(_two_groups(ember))

@@ -1,5 +1,6 @@
 """Checkpointing an optimizer: state_dict snapshots, bit-exact resume (also through
 safetensors + JSON), split/join, loading torch's layout, and clear errors for misfits."""
+
 import copy
 import json
 
@@ -13,11 +14,13 @@ from ember.io import from_numpy, load_bytes, save_bytes, to_numpy
 from ember.optim import join_state_dict, split_state_dict
 from ember.optim.lr_scheduler import warmup_cosine
 
-CONFIGS = [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
-           ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.5)),
-           ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
-           ("AdamW", dict(lr=0.01)),
-           ("RMSprop", dict(lr=0.005, centered=True, momentum=0.9))]
+CONFIGS = [
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.5)),
+    ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.005, centered=True, momentum=0.9)),
+]
 
 
 def _through_disk(opt_sd, sched_sd):
@@ -88,7 +91,7 @@ def test_split_join_round_trip():
     assert all(isinstance(t, ember.Tensor) for t in tensors.values())
     assert "state.0.max_exp_avg_sq" in tensors and "state.3.max_exp_avg_sq" not in tensors
     assert sorted(tensors) == sorted(f"state.{i}.{k}" for i, e in sd["state"].items() for k in e if k != "step")
-    meta = json.loads(json.dumps(meta, allow_nan=False))   # strictly JSON-able
+    meta = json.loads(json.dumps(meta, allow_nan=False))  # strictly JSON-able
     back = join_state_dict(tensors, meta)
     assert back["param_groups"] == sd["param_groups"]
     assert back["state"].keys() == sd["state"].keys()
@@ -119,9 +122,12 @@ def test_loads_torchs_state_dict_and_continues_like_torch():
         after5 = train(torch, t_params, t_opt, 5, x, y)[-1]
         t_sd = copy.deepcopy(t_opt.state_dict())  # torch's layout: step tensors, foreach/fused keys
         return t_sd, after5, train(torch, t_params, t_opt, 5, x, y)[-1]
+
     t_sd, after5, want = known(torch_run)
-    sd = {"state": {i: {k: ember.tensor(v) for k, v in e.items()} for i, e in t_sd["state"].items()},
-          "param_groups": t_sd["param_groups"]}
+    sd = {
+        "state": {i: {k: ember.tensor(v) for k, v in e.items()} for i, e in t_sd["state"].items()},
+        "param_groups": t_sd["param_groups"],
+    }
     e_params = leaves(ember, after5)
     e_opt = ember.optim.Adam(e_params)
     e_opt.load_state_dict(sd)
@@ -135,8 +141,9 @@ def test_loads_torchs_state_dict_and_continues_like_torch():
 def test_load_casts_state_to_the_parameter_dtype():
     w = ember.zeros(3, dtype=ember.float64, requires_grad=True)
     opt = ember.optim.SGD([w], lr=0.1, momentum=0.9)
-    opt.load_state_dict({"state": {0: {"momentum_buffer": ember.ones(3)}},
-                         "param_groups": [{**opt.state_dict()["param_groups"][0]}]})
+    opt.load_state_dict(
+        {"state": {0: {"momentum_buffer": ember.ones(3)}}, "param_groups": [{**opt.state_dict()["param_groups"][0]}]}
+    )
     assert opt.state[w]["momentum_buffer"].dtype is ember.float64
 
 
@@ -172,4 +179,4 @@ def test_load_rejects_unknown_keys_and_bad_values():
         opt.load_state_dict(sd)
     with pytest.raises(ember.optim.OptimizerError, match="'state' and 'param_groups'"):
         opt.load_state_dict({"state": {}})
-    assert opt.param_groups[0]["lr"] == 0.1          # a failed load changes nothing
+    assert opt.param_groups[0]["lr"] == 0.1  # a failed load changes nothing

@@ -1,5 +1,6 @@
 """Each optimizer against torch.optim: same objective, same initial values, 20 steps, every
 option combination torch supports."""
+
 import itertools
 
 import numpy as np
@@ -9,7 +10,7 @@ from references import known, load_torch
 
 import ember
 
-torch = load_torch()        # without torch, a stand-in: its answers come from tests/references
+torch = load_torch()  # without torch, a stand-in: its answers come from tests/references
 
 STEPS = 20
 TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-11, atol=1e-13)}
@@ -17,18 +18,18 @@ TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-11, atol=1
 
 def _sgd_cases():
     for momentum, dampening, nesterov, wd, maximize in itertools.product(
-            (0.0, 0.9), (0.0, 0.3), (False, True), (0.0, 0.1), (False, True)):
+        (0.0, 0.9), (0.0, 0.3), (False, True), (0.0, 0.1), (False, True)
+    ):
         if nesterov and (momentum == 0 or dampening != 0):
             continue
-        yield dict(lr=0.05, momentum=momentum, dampening=dampening, nesterov=nesterov,
-                   weight_decay=wd, maximize=maximize)
+        yield dict(
+            lr=0.05, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=wd, maximize=maximize
+        )
 
 
 def _adam_cases():
-    for amsgrad, wd, maximize, decoupled in itertools.product((False, True), (0.0, 0.1), (False, True),
-                                                              (False, True)):
-        yield dict(lr=0.01, amsgrad=amsgrad, weight_decay=wd, maximize=maximize,
-                   decoupled_weight_decay=decoupled)
+    for amsgrad, wd, maximize, decoupled in itertools.product((False, True), (0.0, 0.1), (False, True), (False, True)):
+        yield dict(lr=0.01, amsgrad=amsgrad, weight_decay=wd, maximize=maximize, decoupled_weight_decay=decoupled)
     yield dict(lr=0.02, betas=(0.5, 0.9), eps=1e-3)
     yield dict(lr=0.02, betas=(0.0, 0.3), eps=0.0, amsgrad=True)
 
@@ -39,8 +40,7 @@ def _adamw_cases():
 
 
 def _rmsprop_cases():
-    for centered, momentum, wd, maximize in itertools.product((False, True), (0.0, 0.9), (0.0, 0.1),
-                                                              (False, True)):
+    for centered, momentum, wd, maximize in itertools.product((False, True), (0.0, 0.9), (0.0, 0.1), (False, True)):
         yield dict(lr=0.005, centered=centered, momentum=momentum, weight_decay=wd, maximize=maximize)
     # Small alpha or eps make RMSprop chaotic here (a rounding difference grows 10x a step),
     # which would test float luck, not the rule: keep them moderate.
@@ -48,8 +48,12 @@ def _rmsprop_cases():
     yield dict(lr=0.01, alpha=0.5, eps=1e-3)
 
 
-CASES = ([("SGD", kw) for kw in _sgd_cases()] + [("Adam", kw) for kw in _adam_cases()]
-         + [("AdamW", kw) for kw in _adamw_cases()] + [("RMSprop", kw) for kw in _rmsprop_cases()])
+CASES = (
+    [("SGD", kw) for kw in _sgd_cases()]
+    + [("Adam", kw) for kw in _adam_cases()]
+    + [("AdamW", kw) for kw in _adamw_cases()]
+    + [("RMSprop", kw) for kw in _rmsprop_cases()]
+)
 
 
 def _ids(case):
@@ -61,7 +65,7 @@ def run_both(name, kw, dtype, steps=STEPS, groups=None, **train_kw):
     """Histories of ember and torch for optimizer ``name`` with options ``kw``: ember's with its
     optimizer, torch's with its optimizer's state_dict after the run."""
     init, (x, y) = initial(dtype=dtype), batch(dtype=dtype)
-    sign = -1.0 if kw.get("maximize") else 1.0      # maximize the negated loss: same descent
+    sign = -1.0 if kw.get("maximize") else 1.0  # maximize the negated loss: same descent
 
     def run(lib):
         params = leaves(lib, init)
@@ -72,6 +76,7 @@ def run_both(name, kw, dtype, steps=STEPS, groups=None, **train_kw):
     def torch_run():
         history, opt = run(torch)
         return history, opt.state_dict()
+
     return run(ember), known(torch_run)
 
 
@@ -91,9 +96,14 @@ def test_matches_torch_float64(case):
     assert_histories_close(got, want, **TOL["float64"])
 
 
-@pytest.mark.parametrize("name, kw", [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
-                                      ("Adam", dict(lr=0.01, amsgrad=True)),
-                                      ("RMSprop", dict(lr=0.01, centered=True, momentum=0.5))])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+        ("Adam", dict(lr=0.01, amsgrad=True)),
+        ("RMSprop", dict(lr=0.01, centered=True, momentum=0.5)),
+    ],
+)
 def test_state_dict_matches_torch(name, kw):
     """The same state, under the same names and indices, as torch's state_dict."""
     (_, e_opt), (_, theirs) = run_both(name, kw, "float64", steps=5)
@@ -109,8 +119,8 @@ def test_state_dict_matches_torch(name, kw):
 
 def test_param_groups_with_different_hyperparameters():
     def groups(params):
-        return [{"params": params[:2], "lr": 0.05, "amsgrad": True},
-                {"params": params[2:], "weight_decay": 0.2}]
+        return [{"params": params[:2], "lr": 0.05, "amsgrad": True}, {"params": params[2:], "weight_decay": 0.2}]
+
     (got, e_opt), (want, _) = run_both("Adam", dict(lr=0.01), "float32", groups=groups)
     assert_histories_close(got, want, **TOL["float32"])
     assert [g["lr"] for g in e_opt.param_groups] == [0.05, 0.01]
@@ -129,6 +139,7 @@ def test_closure_returns_loss_and_matches_torch():
         loss = (w * w).sum()
         loss.backward()
         return loss
+
     assert opt.step(closure).item() == 4.0
     assert w.tolist() == [1.0]
 
@@ -145,4 +156,5 @@ def test_scheduled_lr_matches_torch(name):
         cos = lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=15, eta_min=0.001)
         sched = lib.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[5])
         return train(lib, params, opt, STEPS, x, y, sched=sched)
+
     assert_histories_close(run(ember), known(lambda: run(torch)), **TOL["float32"])

@@ -1,20 +1,23 @@
 """What the plugins' multi-tensor optimizer tests share: a param group whose second entry takes
 its first SGD momentum step (no buffer yet), and the check that a ``*_foreach`` kernel gives
 each entry, bit for bit, what the per-parameter kernel gives it, in the entry's own buffers."""
+
 import numpy as np
 
 from ember.optim import functional
 
-FOREACH = tuple(functional.FOREACH)         # the multi-tensor ops, by name
+FOREACH = tuple(functional.FOREACH)  # the multi-tensor ops, by name
 
 
 def state(rule, hyper, shape, dtype, rng, first=False):
     """The state arrays ``rule`` takes under ``hyper`` (None where the options use none)."""
+
     def n():
         return rng.standard_normal(shape).astype(dtype)
 
     def pos():
         return rng.uniform(1, 2, shape).astype(dtype)
+
     if rule == "sgd_step":
         return [n() if hyper.get("momentum") and not first else None]
     if rule == "adam_step":
@@ -29,8 +32,10 @@ def group(impls, rule, hyper, shapes, dtype, rng):
     params = [rng.standard_normal(s).astype(dtype) for s in shapes]
     grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
     states = [state(rule, hyper, s, dtype, rng, first=k == 1) for k, s in enumerate(shapes)]
-    want = [impls[rule](p.copy(), g, *[None if x is None else x.copy() for x in st], **hyper, **extra)
-            for p, g, st in zip(params, grads, states)]
+    want = [
+        impls[rule](p.copy(), g, *[None if x is None else x.copy() for x in st], **hyper, **extra)
+        for p, g, st in zip(params, grads, states)
+    ]
     return params, grads, states, extra, want
 
 

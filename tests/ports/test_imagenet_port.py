@@ -3,6 +3,7 @@ AverageMeter and ProgressMeter, a StepLR stepped per epoch, torch.save of a chec
 the state dicts, --resume and --evaluate loading it back), ported to ember by changing only its
 import lines (imagenet_main.py; imagenet_main_torch.py is the PyTorch version). It runs on
 torchvision-style FakeData of CIFAR's shape with a narrow ember.models.ResNet."""
+
 import contextlib
 import difflib
 import functools
@@ -18,15 +19,33 @@ import ember
 import ember.models
 
 HERE = pathlib.Path(__file__).parent
-SMALL = ["--dummy", "-a", "resnet_narrow", "-b", "16", "--image-size", "32", "--num-classes", "10", "-p", "1",
-         "--seed", "0", "--lr", "0.05"]
+SMALL = [
+    "--dummy",
+    "-a",
+    "resnet_narrow",
+    "-b",
+    "16",
+    "--image-size",
+    "32",
+    "--num-classes",
+    "10",
+    "-p",
+    "1",
+    "--seed",
+    "0",
+    "--lr",
+    "0.05",
+]
 
 
 def test_only_the_import_lines_differ_from_the_pytorch_version():
     ours = (HERE / "imagenet_main.py").read_text().splitlines()
     theirs = (HERE / "imagenet_main_torch.py").read_text().splitlines()
-    changed = [line for line in difflib.unified_diff(theirs, ours, lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    changed = [
+        line
+        for line in difflib.unified_diff(theirs, ours, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
     assert len(changed) == 16, changed
     for line in changed:
         assert re.match(r"[+-](import |from \S+ import )", line), f"not an import line: {line!r}"
@@ -37,8 +56,9 @@ def port(tmp_path, monkeypatch):
     """imagenet_main.py loaded fresh (its best_acc1 is a module global), in an empty working
     directory, with a narrow ResNet where the script looks models up (models.__dict__)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ember.models, "resnet_narrow", functools.partial(ember.models.ResNet, (1, 1, 1, 1), width=8),
-                        raising=False)
+    monkeypatch.setattr(
+        ember.models, "resnet_narrow", functools.partial(ember.models.ResNet, (1, 1, 1, 1), width=8), raising=False
+    )
     spec = importlib.util.spec_from_file_location("imagenet_main", HERE / "imagenet_main.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -50,6 +70,7 @@ def port(tmp_path, monkeypatch):
         with contextlib.redirect_stdout(out):
             module.main()
         return out.getvalue()
+
     return run
 
 
@@ -69,9 +90,9 @@ def test_train_save_resume_and_evaluate(port):
     assert "=> loaded checkpoint 'checkpoint.pth.tar' (epoch 1)" in resumed
     assert "Epoch: [0]" not in resumed and "Epoch: [1][2/2]" in resumed
     ckpt = ember.load("checkpoint.pth.tar")
-    assert ckpt["epoch"] == 2 and ckpt["scheduler"]["last_epoch"] == 2       # stepped once per epoch
+    assert ckpt["epoch"] == 2 and ckpt["scheduler"]["last_epoch"] == 2  # stepped once per epoch
     params = len(list(ember.models.resnet_narrow().parameters()))
-    assert len(ckpt["optimizer"]["state"]) == params                          # a momentum buffer each
+    assert len(ckpt["optimizer"]["state"]) == params  # a momentum buffer each
 
     # --evaluate loads the saved weights into a new model: the accuracy the run measured last
     evaluated = port("--train-size", 32, "--val-size", 16, "--resume", "checkpoint.pth.tar", "--evaluate")
@@ -82,5 +103,5 @@ def test_train_save_resume_and_evaluate(port):
 def test_the_port_fits_its_training_images(port):
     text = port("--epochs", 4, "--train-size", 64, "--val-size", 16)
     losses = [float(v) for v in re.findall(r"Epoch: \[\d\]\[4/4\].*?Loss \S+ \(([0-9.e+-]+)\)", text)]
-    assert len(losses) == 4 and losses[-1] < losses[0] * 0.8, losses         # random labels, memorised
+    assert len(losses) == 4 and losses[-1] < losses[0] * 0.8, losses  # random labels, memorised
     assert ember.load("checkpoint.pth.tar")["scheduler"]["last_epoch"] == 4

@@ -1,6 +1,7 @@
 """The canonical PyTorch MNIST example (pytorch/examples mnist/main.py), ported to ember by
 changing only its import lines (mnist_main.py; mnist_main_torch.py is the PyTorch original it
 is checked against), run as a PyTorch user would run it."""
+
 import contextlib
 import difflib
 import importlib.util
@@ -40,8 +41,11 @@ def mnist_ready(tmp_path, monkeypatch):
 def test_only_the_import_lines_differ_from_the_pytorch_version():
     ours = (HERE / "mnist_main.py").read_text().splitlines()
     theirs = (HERE / "mnist_main_torch.py").read_text().splitlines()
-    changed = [line for line in difflib.unified_diff(theirs, ours, lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    changed = [
+        line
+        for line in difflib.unified_diff(theirs, ours, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
     assert changed, "the port is the PyTorch file itself"
     for line in changed:
         assert re.match(r"[+-](import |from \S+ import )", line), f"not an import line: {line!r}"
@@ -75,9 +79,9 @@ def test_the_ports_net_computes_what_the_pytorch_nets_does(torch, rng):
     target = rng.integers(0, 10, 4)
 
     def run(program, net):
-        lib = program.torch                             # the port's "torch" is ember
+        lib = program.torch  # the port's "torch" is ember
         net.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
-        net.eval()                                      # dropout off: the same function in both
+        net.eval()  # dropout off: the same function in both
         out = net(lib.tensor(x))
         loss = program.F.nll_loss(out, lib.tensor(target))
         loss.backward()
@@ -88,6 +92,7 @@ def test_the_ports_net_computes_what_the_pytorch_nets_does(torch, rng):
         out, loss, grads = run(original, original.Net())
         small = {n: g for n, g in grads.items() if g.numel() <= 10_000}
         return out, loss, small, float(grads["fc1.weight"].norm())
+
     out, loss, grads = run(port, model)
     t_out, t_loss, t_small, t_fc1_norm = known(torch_answers)
     assert sorted(t_small) == ["conv1.bias", "conv1.weight", "conv2.bias", "fc1.bias", "fc2.bias", "fc2.weight"]
@@ -100,6 +105,7 @@ def test_the_ports_net_computes_what_the_pytorch_nets_does(torch, rng):
 
 def _run(port, n_train, n_test, steps_between_logs=10):
     from ember.data import MNIST, Subset, transforms
+
     tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
     train_set = Subset(MNIST("../data", train=True, transform=tf), range(n_train))
     test_set = Subset(MNIST("../data", train=False, transform=tf), range(n_test))
@@ -109,8 +115,9 @@ def _run(port, n_train, n_test, steps_between_logs=10):
     args = types.SimpleNamespace(log_interval=steps_between_logs, dry_run=False)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        port.train(args, model, ember.device("cpu"), ember.utils.data.DataLoader(train_set, batch_size=64),
-                   optimizer, 1)
+        port.train(
+            args, model, ember.device("cpu"), ember.utils.data.DataLoader(train_set, batch_size=64), optimizer, 1
+        )
         port.test(model, ember.device("cpu"), ember.utils.data.DataLoader(test_set, batch_size=1000))
     text = out.getvalue()
     losses = [float(x) for x in re.findall(r"Loss: ([0-9.]+)", text)]

@@ -3,6 +3,7 @@ file: docs/writing-a-backend.md's walkthrough defines a throw-away primitive in 
 its own, and this test runs it as written, in fresh processes (so the record never joins the
 primitive set of this one): eager use, a gradient, and conformance tiers 2 and 3 through
 ``ember certify``. A wrong VJP rule in the same module must fail tier 3."""
+
 import json
 import os
 import re
@@ -17,15 +18,16 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "writing-a-backend.md"
 
 def _blocks():
     text = DOC.read_text()
-    section = text[text.index("## Adding a primitive"):text.index("## Certify")]
+    section = text[text.index("## Adding a primitive") : text.index("## Certify")]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
     assert [lang for lang, _ in blocks] == ["python", "python", "bash"], "the walkthrough's shape changed"
     return [code for _, code in blocks]
 
 
 def _run(args, cwd, **kw):
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               PYTHONPATH=str(cwd))
+    env = dict(
+        os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=str(cwd)
+    )
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, **kw)
 
 

@@ -1,5 +1,6 @@
 """& | ^ ~ << >> on integer tensors (the bitwise primitives, primitives/bitwise.py) against
 torch's answers (stored in tests/references), and bitcast against NumPy's view."""
+
 import numpy as np
 import pytest
 from references import known
@@ -7,8 +8,13 @@ from references import known
 import ember
 
 BACKENDS = ["numpy", "python"]
-OPS = {"and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
-       "lshift": lambda a, b: a << b, "rshift": lambda a, b: a >> b}
+OPS = {
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+    "xor": lambda a, b: a ^ b,
+    "lshift": lambda a, b: a << b,
+    "rshift": lambda a, b: a >> b,
+}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -56,6 +62,7 @@ def test_float_operands_have_no_bitwise_shift():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bitcast_reads_the_same_bytes(backend):
     from ember import primitives as P
+
     x = np.array([1.0, -0.0, np.inf, 3.5], np.float32)
     got = P.bitcast(ember.tensor(x, backend=backend), dtype=ember.int32)
     np.testing.assert_array_equal(got.numpy(), x.view(np.int32))
@@ -78,6 +85,7 @@ def test_remainder_takes_the_divisor_sign_like_torch(torch, backend, dtype):
     np.testing.assert_array_equal(got.numpy(), want)
     # a zero result takes the divisor's sign (Python's and NumPy's rule; torch keeps the dividend's)
     np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(np.remainder(a, b)))
-    np.testing.assert_array_equal((7 % ember.tensor(b[:4], backend=backend)).numpy(),
-                                  known(torch.remainder(torch.tensor(7, dtype=torch.tensor(b).dtype),
-                                                        torch.tensor(b[:4]))))
+    np.testing.assert_array_equal(
+        (7 % ember.tensor(b[:4], backend=backend)).numpy(),
+        known(torch.remainder(torch.tensor(7, dtype=torch.tensor(b).dtype), torch.tensor(b[:4]))),
+    )

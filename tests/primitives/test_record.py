@@ -1,4 +1,5 @@
 """The primitive record: a str equal to its name that carries spec, rules and cases."""
+
 import copy
 import json
 import pickle
@@ -32,11 +33,12 @@ def test_every_record_is_an_attribute_and_tables_follow_the_records():
 
 def test_the_groups_export_exactly_their_records():
     import importlib
+
     exported = []
     for group in ("creation", "elementwise", "reduce", "movement", "indexing", "linalg", "sorting", "bitwise"):
         module = importlib.import_module(f"ember.primitives.{group}")
         exported += [getattr(module, name) for name in module.__all__]
-    assert exported == list(PRIMITIVES.values())     # each once, in docs/primitives.md's order
+    assert exported == list(PRIMITIVES.values())  # each once, in docs/primitives.md's order
 
 
 def test_a_record_applies_to_tensors_and_records_itself():

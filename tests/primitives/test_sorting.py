@@ -1,5 +1,6 @@
 """sort, argsort, topk and cumsum (the ordering primitives, primitives/sorting.py) through the
 front end, against torch's answers (stored in tests/references) on every CPU backend."""
+
 import numpy as np
 import pytest
 from references import known
@@ -25,8 +26,9 @@ def test_sort_matches_torch_stable_sort(torch, rng, backend, dim, descending):
     np.testing.assert_array_equal(values.numpy(), known(want.values))
     np.testing.assert_array_equal(indices.numpy(), known(want.indices))
     assert indices.dtype is ember.int64
-    np.testing.assert_array_equal(ember.argsort(ember.tensor(x, backend=backend), dim, descending).numpy(),
-                                  known(want.indices))
+    np.testing.assert_array_equal(
+        ember.argsort(ember.tensor(x, backend=backend), dim, descending).numpy(), known(want.indices)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -99,8 +101,15 @@ def test_under_jit_the_ordering_primitives_compute_the_same(rng, backend):
 
     def f(x, i):
         top = x.topk(2, 1)
-        return (top.values * 2).sum() + x.sort(0, descending=True).values[0].sum() + x.cumsum(1).sum() \
-            + (x % 0.7).sum() + ((i & 3) ^ (i >> 1)).sum().float() + top.indices.sum().float()
+        return (
+            (top.values * 2).sum()
+            + x.sort(0, descending=True).values[0].sum()
+            + x.cumsum(1).sum()
+            + (x % 0.7).sum()
+            + ((i & 3) ^ (i >> 1)).sum().float()
+            + top.indices.sum().float()
+        )
+
     x = ember.tensor(rng.standard_normal((4, 5)).astype(np.float32), backend=backend)
     i = ember.tensor(np.arange(10), backend=backend)
     jf = ember.jit(f)

@@ -21,6 +21,7 @@ dtype, shape and base64 bytes; no pickle), under ``<test id>#<n>``: the n-th ``k
 of that test. A value may be a tensor, an
 array, a Python scalar, string or None, or lists, tuples and dicts of those.
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,7 +36,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 WRITE = os.environ.get("EMBER_WRITE_REFERENCES") == "1"
-RTOL, ATOL = 1e-5, 1e-6        # stored float vs a fresh torch run (BLAS and versions round differently)
+RTOL, ATOL = 1e-5, 1e-6  # stored float vs a fresh torch run (BLAS and versions round differently)
 HOW_TO_WRITE = "python tests/references/make_references.py (needs torch)"
 
 
@@ -56,15 +57,17 @@ class Absent:
     def __setitem__(self, key, value):
         pass
 
-    def __setattr__(self, name, value):      # t.grad = None: the stand-in stays the stand-in
+    def __setattr__(self, name, value):  # t.grad = None: the stand-in stays the stand-in
         pass
 
-    def __mro_entries__(self, bases):         # class Block(torch.nn.Module): a stand-in class
+    def __mro_entries__(self, bases):  # class Block(torch.nn.Module): a stand-in class
         return (Absent,)
 
     def _refuse(self, *args):
-        raise TypeError("torch is not installed, so this test cannot read a torch value directly; "
-                        "wrap it in known(...) from tests/references, or mark the test torch")
+        raise TypeError(
+            "torch is not installed, so this test cannot read a torch value directly; "
+            "wrap it in known(...) from tests/references, or mark the test torch"
+        )
 
     __bool__ = __iter__ = __len__ = __float__ = __int__ = __index__ = __str__ = __repr__ = __array__ = _refuse
     __hash__ = object.__hash__
@@ -74,7 +77,21 @@ def _same(self, *args):
     return self
 
 
-for _name in ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift"]:
+for _name in [
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+]:
     setattr(Absent, f"__{_name}__", _same)
     setattr(Absent, f"__r{_name}__", _same)
 for _name in ["neg", "pos", "abs", "invert", "lt", "le", "gt", "ge", "eq", "ne"]:
@@ -91,6 +108,7 @@ def load_torch():
     if not _torch:
         try:
             import torch
+
             torch.set_num_threads(1)
         except ImportError:
             if WRITE:
@@ -102,10 +120,10 @@ def load_torch():
 
 # -- encoding a value as JSON (arrays as dtype, shape and base64 of their bytes) --------------
 def _encode(value):
-    if hasattr(value, "detach") and hasattr(value, "numpy"):      # a torch tensor
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
         value = value.detach().cpu().numpy()
     if isinstance(value, (np.ndarray, np.generic)):
-        a = np.asarray(value)           # tobytes() is C order whatever the layout
+        a = np.asarray(value)  # tobytes() is C order whatever the layout
         return ["a", a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode("ascii")]
     if value is None or isinstance(value, (bool, int, float, str)):
         return ["s", value]
@@ -113,7 +131,7 @@ def _encode(value):
         return ["l" if isinstance(value, list) else "t", [_encode(v) for v in value]]
     if isinstance(value, dict):
         return ["d", [[_encode(k), _encode(v)] for k, v in value.items()]]
-    if type(value).__module__.startswith("torch"):               # torch.dtype, torch.Size, ...
+    if type(value).__module__.startswith("torch"):  # torch.dtype, torch.Size, ...
         return _encode(tuple(value) if isinstance(value, tuple) else str(value))
     raise TypeError(f"known(): cannot store a {type(value).__name__}")
 
@@ -135,8 +153,9 @@ def _check(stored, fresh, where):
     """Raise AssertionError if a fresh torch value differs from the stored one."""
     if isinstance(fresh, np.ndarray) or isinstance(stored, np.ndarray):
         assert isinstance(stored, np.ndarray) and isinstance(fresh, np.ndarray), where
-        assert (stored.dtype, stored.shape) == (fresh.dtype, fresh.shape), \
+        assert (stored.dtype, stored.shape) == (fresh.dtype, fresh.shape), (
             f"{where}: stored {stored.dtype}{stored.shape}, torch gives {fresh.dtype}{fresh.shape}"
+        )
         if fresh.dtype.kind == "f":
             np.testing.assert_allclose(fresh, stored, rtol=RTOL, atol=ATOL, equal_nan=True, err_msg=where)
         else:
@@ -151,8 +170,9 @@ def _check(stored, fresh, where):
             for i, (s, f) in enumerate(zip(stored, fresh)):
                 _check(s, f, f"{where}[{i}]")
     elif isinstance(fresh, float) and isinstance(stored, float):
-        assert math.isclose(fresh, stored, rel_tol=RTOL, abs_tol=ATOL) or (math.isnan(fresh) and math.isnan(stored)), \
+        assert math.isclose(fresh, stored, rel_tol=RTOL, abs_tol=ATOL) or (math.isnan(fresh) and math.isnan(stored)), (
             f"{where}: stored {stored!r}, torch gives {fresh!r}"
+        )
     else:
         assert stored == fresh and type(stored) is type(fresh), f"{where}: stored {stored!r}, torch gives {fresh!r}"
 
@@ -175,7 +195,7 @@ class Store:
         rel = test_file.resolve().relative_to(TESTS).with_suffix("")
         self.path = HERE / (str(rel).replace(os.sep, "__") + ".json.gz")
         self.values: dict = {}
-        self.previous: dict = {}   # values forgotten before writing, kept if torch still agrees
+        self.previous: dict = {}  # values forgotten before writing, kept if torch still agrees
         if self.path.is_file():
             self.values = json.loads(gzip.decompress(self.path.read_bytes()))
         self.dirty = False
@@ -196,7 +216,7 @@ class Store:
 
 
 _stores: dict[Path, Store] = {}
-_current: dict = {}        # the running test: store, id, count of known() calls
+_current: dict = {}  # the running test: store, id, count of known() calls
 
 
 def _store(path: Path) -> Store:
@@ -247,9 +267,14 @@ def known(value):
         store.values[key] = encoded if not _agrees(store.previous.get(key), fresh) else store.previous[key]
         store.dirty = True
     elif key not in store.values:
-        raise LookupError(f"no stored torch reference {key!r} in {store.path.name} (a new test?); write it with: "
-                          f"{HOW_TO_WRITE}")
+        raise LookupError(
+            f"no stored torch reference {key!r} in {store.path.name} (a new test?); write it with: {HOW_TO_WRITE}"
+        )
     else:
-        _check(_decode(store.values[key]), fresh, f"stored torch reference {key} ({store.path.name}); if torch changed on "
-                                      f"purpose, rewrite with: {HOW_TO_WRITE}")
+        _check(
+            _decode(store.values[key]),
+            fresh,
+            f"stored torch reference {key} ({store.path.name}); if torch changed on "
+            f"purpose, rewrite with: {HOW_TO_WRITE}",
+        )
     return fresh

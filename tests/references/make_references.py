@@ -11,6 +11,7 @@ computed with torch and stored instead of checked), then records the provenance 
 storing: the tests draw them from fixed seeds (``np.random.default_rng(0)``, and
 ``torch.manual_seed(0)`` for torch's layer initialisations, on one thread).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -31,8 +32,11 @@ USES = re.compile(r"known\(|^def test_\w+\([^)]*\b(twin|torch)\b", re.M)
 
 def users() -> list[str]:
     """The test files that call known(), directly or through the ``twin``/``torch`` fixtures."""
-    return [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").rglob("test_*.py"))
-            if USES.search(p.read_text(encoding="utf-8"))]
+    return [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "tests").rglob("test_*.py"))
+        if USES.search(p.read_text(encoding="utf-8"))
+    ]
 
 
 def main(argv: list[str]) -> int:

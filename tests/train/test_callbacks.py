@@ -1,5 +1,6 @@
 """Trainer callbacks: EarlyStopping, ModelCheckpoint (best k), ReduceLROnPlateau, and their state
 across a pause and resume."""
+
 import json
 import math
 import os
@@ -22,8 +23,16 @@ def make(out_dir=None, lr=0.5, callbacks=(), seed=0):
     train = DataLoader(ArrayDataset(x.numpy(), y.numpy()), batch_size=16, shuffle=True, seed=seed)
     test = DataLoader(ArrayDataset(x.numpy()[:48], y.numpy()[:48]), batch_size=16)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    return Trainer(model, optim.SGD(model.parameters(), lr=lr), train, eval_loader=test, out_dir=out_dir,
-                   progress=False, jit=False, callbacks=list(callbacks))
+    return Trainer(
+        model,
+        optim.SGD(model.parameters(), lr=lr),
+        train,
+        eval_loader=test,
+        out_dir=out_dir,
+        progress=False,
+        jit=False,
+        callbacks=list(callbacks),
+    )
 
 
 def test_monitor_modes_and_a_missing_metric():
@@ -43,7 +52,7 @@ def test_early_stopping_ends_a_run_that_stopped_improving():
     assert len(history) == 3 and stop.stopped_epoch == 3 and trainer.should_stop
     assert "stopped early after epoch 3" in stop.reason()
     trainer = make(lr=0.5, callbacks=[EarlyStopping("eval_loss", patience=50)])
-    assert len(trainer.fit(epochs=4)) == 4                       # improving or patient: runs to the end
+    assert len(trainer.fit(epochs=4)) == 4  # improving or patient: runs to the end
 
 
 def test_early_stopping_rejects_a_bad_patience():
@@ -57,15 +66,15 @@ def test_model_checkpoint_keeps_the_k_best_and_records_them(tmp_path):
     history = trainer.fit(epochs=5)
     ranked = sorted((r["eval_loss"], r["step"]) for r in history)[:2]
     kept = [c.step for c in list_checkpoints(tmp_path / "best")]
-    assert sorted(kept) == sorted(step for _, step in ranked)     # the two best; the rest deleted
+    assert sorted(kept) == sorted(step for _, step in ranked)  # the two best; the rest deleted
     assert best.best_model_score == ranked[0][0]
     assert best.best_model_path.endswith(f"ckpt-{ranked[0][1]:08d}.safetensors")
-    _, meta = read_checkpoint(best.best_model_path)               # the file says what it scored
+    _, meta = read_checkpoint(best.best_model_path)  # the file says what it scored
     assert meta["extra"]["monitor"] == "eval_loss" and meta["extra"]["score"] == ranked[0][0]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if r["split"] == "best"][-1]
     assert last["best_path"] == best.best_model_path
-    _, run_meta = read_checkpoint(tmp_path)                       # and the run's own checkpoint
+    _, run_meta = read_checkpoint(tmp_path)  # and the run's own checkpoint
     assert run_meta["extra"]["callbacks"]["ModelCheckpoint"]["kept"][0] == [ranked[0][0], ranked[0][1]]
 
 
@@ -94,12 +103,16 @@ def test_reduce_lr_on_plateau_lowers_the_rate():
 
 def test_resume_keeps_callback_state(tmp_path):
     def callbacks():
-        return [EarlyStopping("eval_loss", patience=2, min_delta=0.02), ModelCheckpoint("eval_loss", save_top_k=2),
-                ReduceLROnPlateau("eval_loss", patience=0, factor=0.5)]
+        return [
+            EarlyStopping("eval_loss", patience=2, min_delta=0.02),
+            ModelCheckpoint("eval_loss", save_top_k=2),
+            ReduceLROnPlateau("eval_loss", patience=0, factor=0.5),
+        ]
+
     straight = make(tmp_path / "straight", callbacks=callbacks())
     straight.fit(epochs=8)
     paused = make(tmp_path / "paused", callbacks=callbacks())
-    paused.fit(epochs=8, max_steps=15)                     # stops inside epoch 3 (6 batches an epoch)
+    paused.fit(epochs=8, max_steps=15)  # stops inside epoch 3 (6 batches an epoch)
     assert paused.paused
     resumed = make(tmp_path / "paused", callbacks=callbacks())
     assert resumed.resume()

@@ -1,4 +1,5 @@
 """`ember train / eval / checkpoints` end to end, in subprocesses, on a real MNIST subset."""
+
 import json
 import os
 import signal
@@ -14,18 +15,38 @@ from ember.io.checkpoint import latest_checkpoint, list_checkpoints, read_checkp
 pytest.importorskip("ember.data")
 try:
     from ember.data import MNIST
+
     MNIST(train=False)
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"real MNIST not available here: {exc}", allow_module_level=True)
 
-QUICK = ["--model", "mlp", "--limit-train", "1536", "--limit-test", "500", "--epochs", "2",
-         "--checkpoint-every", "8", "--no-progress", "--batch-size", "64"]
+QUICK = [
+    "--model",
+    "mlp",
+    "--limit-train",
+    "1536",
+    "--limit-test",
+    "500",
+    "--epochs",
+    "2",
+    "--checkpoint-every",
+    "8",
+    "--no-progress",
+    "--batch-size",
+    "64",
+]
 
 
 def ember(*args, timeout=300, **kw):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "ember.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "ember.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,
+    )
 
 
 def params(run_dir):
@@ -39,10 +60,10 @@ def test_train_writes_log_checkpoints_and_evaluates(tmp_path):
     assert run.returncode == 0, run.stderr
     final = json.loads(run.stdout.strip().splitlines()[-1])
     assert final["epoch"] == 2 and final["step"] == 48
-    assert final["eval_accuracy"] > 0.8                      # 1.5k images, 2 epochs: ~90%
+    assert final["eval_accuracy"] > 0.8  # 1.5k images, 2 epochs: ~90%
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records if r["split"] == "eval"] == [1, 2]
-    assert len(list_checkpoints(out)) == 3                    # keep-last-3
+    assert len(list_checkpoints(out)) == 3  # keep-last-3
     ev = ember("eval", out, "--json")
     assert ev.returncode == 0, ev.stderr
     assert abs(json.loads(ev.stdout)["accuracy"] - final["eval_accuracy"]) < 1e-9
@@ -55,10 +76,14 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert ember("train", "mnist", *QUICK, "--out", straight).returncode == 0
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ember.cli", "train", "mnist", *QUICK, "--out", str(killed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember.cli", "train", "mnist", *QUICK, "--out", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:               # kill once a mid-run checkpoint exists
+    while time.monotonic() < deadline:  # kill once a mid-run checkpoint exists
         path = latest_checkpoint(killed) if killed.exists() else None
         if path is not None and 8 <= read_checkpoint(path)[1]["step"] < 40:
             break
@@ -108,6 +133,7 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path):
 def test_checkpoint_of_another_model_lists_the_mismatch(tmp_path):
     import ember as em
     from ember.train.state import load_training_state
+
     out = tmp_path / "run"
     assert ember("train", "mnist", *QUICK, "--max-steps", "8", "--out", out).returncode == 0
     other = em.models.get("mlp", in_features=784, hidden=(64,), num_classes=10)
@@ -116,12 +142,13 @@ def test_checkpoint_of_another_model_lists_the_mismatch(tmp_path):
         load_training_state(latest_checkpoint(out), other)
     msg = str(err.value)
     assert "(64, 784)" in msg or "64" in msg
-    for k, v in other.state_dict().items():             # nothing was loaded half-way
+    for k, v in other.state_dict().items():  # nothing was loaded half-way
         assert np.array_equal(v.numpy(), before[k])
 
 
-@pytest.mark.parametrize("args, word", [(["train", "imagenet"], "invalid choice"),
-                                        (["train", "mnist", "--model", "vgg"], "invalid choice")])
+@pytest.mark.parametrize(
+    "args, word", [(["train", "imagenet"], "invalid choice"), (["train", "mnist", "--model", "vgg"], "invalid choice")]
+)
 def test_unknown_names_are_clear(args, word):
     run = ember(*args)
     assert run.returncode == 2 and word in run.stderr and "mnist" in run.stderr + " mnist"

@@ -2,6 +2,7 @@
 the cases users hit, malformed checkpoints a resume or eval meets, and generated argument lists
 (hypothesis) run through ``main()``. ``--dry-run`` stops a valid ``train`` after its checks, so
 the generated runs never train."""
+
 import contextlib
 import io
 import json
@@ -24,7 +25,7 @@ def ember(*argv):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main([str(a) for a in argv])
-        except SystemExit as e:                      # argparse's own exits
+        except SystemExit as e:  # argparse's own exits
             code = e.code
     return code, out.getvalue(), err.getvalue()
 
@@ -45,28 +46,31 @@ def run_dir(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--batch-size", 0], ["--batch-size", ">= 1", "got 0"]),
-    (["--batch-size", -1], ["--batch-size"]),
-    (["--seed", -1], ["--seed", ">= 0"]),
-    (["--keep-last", 0], ["--keep-last"]),
-    (["--limit-test", -5], ["--limit-test"]),
-    (["--limit-train", 0], ["--limit-train"]),
-    (["--max-steps", 0], ["--max-steps"]),
-    (["--max-steps", -1], ["--max-steps"]),
-    (["--checkpoint-every", -1], ["--checkpoint-every"]),
-    (["--epochs", 0], ["--epochs"]),
-    (["--lr", "nan"], ["--lr", "finite"]),
-    (["--clip-grad-norm", "-1"], ["--clip-grad-norm"]),
-    (["--epochs", "x"], ["invalid int value"]),
-    (["--model", "vgg"], ["invalid choice"]),
-    (["--backend", "nope"], ["unknown backend 'nope'"]),
-    (["--on-nonfinite", "ignore"], ["invalid choice"]),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--batch-size", 0], ["--batch-size", ">= 1", "got 0"]),
+        (["--batch-size", -1], ["--batch-size"]),
+        (["--seed", -1], ["--seed", ">= 0"]),
+        (["--keep-last", 0], ["--keep-last"]),
+        (["--limit-test", -5], ["--limit-test"]),
+        (["--limit-train", 0], ["--limit-train"]),
+        (["--max-steps", 0], ["--max-steps"]),
+        (["--max-steps", -1], ["--max-steps"]),
+        (["--checkpoint-every", -1], ["--checkpoint-every"]),
+        (["--epochs", 0], ["--epochs"]),
+        (["--lr", "nan"], ["--lr", "finite"]),
+        (["--clip-grad-norm", "-1"], ["--clip-grad-norm"]),
+        (["--epochs", "x"], ["invalid int value"]),
+        (["--model", "vgg"], ["invalid choice"]),
+        (["--backend", "nope"], ["unknown backend 'nope'"]),
+        (["--on-nonfinite", "ignore"], ["invalid choice"]),
+    ],
+)
 def test_bad_train_arguments(tmp_path, argv, words):
     out = tmp_path / "run"
     assert_clean_error(*ember("train", *RUN, "--out", out, *argv)[::2], *words)
-    assert not out.exists()                                  # nothing was done
+    assert not out.exists()  # nothing was done
 
 
 def test_bad_paths(tmp_path, run_dir):
@@ -82,7 +86,7 @@ def test_bad_paths(tmp_path, run_dir):
     assert_clean_error(*ember("eval", run_dir, "--batch-size", 0)[::2], "--batch-size")
     assert_clean_error(*ember("checkpoints", "inspect", a_file)[::2], "not a directory")
     shaped = tmp_path / "shaped"
-    (shaped / "ckpt-00000005.safetensors").mkdir(parents=True)   # a directory named like a checkpoint
+    (shaped / "ckpt-00000005.safetensors").mkdir(parents=True)  # a directory named like a checkpoint
     (shaped / "ckpt-00000005.json").mkdir()
     assert_clean_error(*ember("eval", shaped)[::2], "no complete checkpoint")
     assert_clean_error(*ember("train", *RUN, "--out", shaped, "--resume")[::2], "no complete checkpoint")
@@ -128,6 +132,7 @@ def drop(*keys):
         for k in keys[:-1]:
             target = target[k]
         del target[keys[-1]]
+
     return change
 
 
@@ -137,28 +142,33 @@ def put(value, *keys):
         for k in keys[:-1]:
             target = target[k]
         target[keys[-1]] = value
+
     return change
 
 
-@pytest.mark.parametrize("change, words", [
-    (drop("optimizer"), ["meta.optimizer is missing"]),
-    (drop("loader"), ["meta.loader is missing"]),
-    (drop("scheduler"), ["meta.scheduler is missing"]),
-    (drop("rng"), ["meta.rng is missing"]),
-    (drop("extra"), ["extra must be an object"]),
-    (drop("rng", "offset"), ["rng.offset is missing"]),
-    (put("x", "loader", "batch"), ["loader.batch must be an int"]),
-    (put(-1, "loader", "epoch"), ["loader.epoch must be an int >= 0"]),
-    (put(10**6, "extra", "batch"), ["extra.batch is 1000000"]),
-    (put({"loss": 1}, "extra", "meters"), ["extra.meters"]),
-    (put(5, "extra", "history"), ["extra.history must be a list"]),
-    (put({"state": {}, "param_groups": []}, "optimizer"), ["optimizer does not fit"]),
-    (put("vgg", "config", "model"), ["config.model must be one of"]),
-    (put("imagenet", "config", "dataset"), ["config.dataset must be one of"]),
-    (put(0, "config", "batch_size"), ["config.batch_size"]),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (drop("optimizer"), ["meta.optimizer is missing"]),
+        (drop("loader"), ["meta.loader is missing"]),
+        (drop("scheduler"), ["meta.scheduler is missing"]),
+        (drop("rng"), ["meta.rng is missing"]),
+        (drop("extra"), ["extra must be an object"]),
+        (drop("rng", "offset"), ["rng.offset is missing"]),
+        (put("x", "loader", "batch"), ["loader.batch must be an int"]),
+        (put(-1, "loader", "epoch"), ["loader.epoch must be an int >= 0"]),
+        (put(10**6, "extra", "batch"), ["extra.batch is 1000000"]),
+        (put({"loss": 1}, "extra", "meters"), ["extra.meters"]),
+        (put(5, "extra", "history"), ["extra.history must be a list"]),
+        (put({"state": {}, "param_groups": []}, "optimizer"), ["optimizer does not fit"]),
+        (put("vgg", "config", "model"), ["config.model must be one of"]),
+        (put("imagenet", "config", "dataset"), ["config.dataset must be one of"]),
+        (put(0, "config", "batch_size"), ["config.batch_size"]),
+    ],
+)
 def test_a_malformed_sidecar_is_a_clean_error_on_resume_and_eval(tmp_path, run_dir, change, words):
     import shutil
+
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
     edit_sidecar(run, change)
@@ -170,10 +180,22 @@ def test_a_malformed_sidecar_is_a_clean_error_on_resume_and_eval(tmp_path, run_d
 # ---------------------------------------------------------------------------------------------
 # Generated argument lists
 
-INTS = st.one_of(st.integers(-3, 4), st.integers(-2**70, 2**70)).map(str) | st.sampled_from(["", "x", "1.5", "1e3"])
+INTS = st.one_of(st.integers(-3, 4), st.integers(-(2**70), 2**70)).map(str) | st.sampled_from(["", "x", "1.5", "1e3"])
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3)).map(str) | st.just("x")
 FLAGS = {
-    **dict.fromkeys(("--epochs", "--batch-size", "--seed", "--checkpoint-every", "--keep-last", "--max-steps", "--limit-train", "--limit-test"), INTS),
+    **dict.fromkeys(
+        (
+            "--epochs",
+            "--batch-size",
+            "--seed",
+            "--checkpoint-every",
+            "--keep-last",
+            "--max-steps",
+            "--limit-train",
+            "--limit-test",
+        ),
+        INTS,
+    ),
     **dict.fromkeys(("--lr", "--momentum", "--weight-decay", "--clip-grad-norm"), FLOATS),
     "--optimizer": st.sampled_from(["sgd", "adam", "lbfgs", ""]),
     "--schedule": st.sampled_from(["none", "cosine", "step", "poly"]),
@@ -184,24 +206,44 @@ FLAGS = {
     "--data-root": st.sampled_from(["FRESH", "FILE", "EMPTY"]),
 }
 SWITCHES = ["--resume", "--no-jit", "--no-progress", "--augment", "--no-augment", "--bogus"]
-PAIRS = st.lists(st.one_of(st.sampled_from(sorted(FLAGS)).flatmap(lambda f: st.tuples(st.just(f), FLAGS[f])),
-                           st.sampled_from(SWITCHES).map(lambda s: (s,))), max_size=6)
+PAIRS = st.lists(
+    st.one_of(
+        st.sampled_from(sorted(FLAGS)).flatmap(lambda f: st.tuples(st.just(f), FLAGS[f])),
+        st.sampled_from(SWITCHES).map(lambda s: (s,)),
+    ),
+    max_size=6,
+)
 COMMANDS = st.one_of(
     st.tuples(st.just("train"), st.sampled_from(["mnist", "fashion-mnist", "synthetic-cifar10", "imagenet"]), PAIRS),
-    st.tuples(st.just("eval"), st.sampled_from(["RUN", "FILE", "EMPTY", "FRESH"]),
-              st.lists(st.tuples(st.sampled_from(["--batch-size", "--limit-test"]), INTS), max_size=2)),
-    st.tuples(st.just("checkpoints"), st.sampled_from(["inspect", "plot", "show"]),
-              st.lists(st.sampled_from([("--verify",), ("--bogus",)]), max_size=1)),
+    st.tuples(
+        st.just("eval"),
+        st.sampled_from(["RUN", "FILE", "EMPTY", "FRESH"]),
+        st.lists(st.tuples(st.sampled_from(["--batch-size", "--limit-test"]), INTS), max_size=2),
+    ),
+    st.tuples(
+        st.just("checkpoints"),
+        st.sampled_from(["inspect", "plot", "show"]),
+        st.lists(st.sampled_from([("--verify",), ("--bogus",)]), max_size=1),
+    ),
 )
 
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=150,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=150,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(command=COMMANDS)
 def test_generated_command_lines_never_escape_as_tracebacks(run_dir, command):
     base = tempfile.mkdtemp()
-    places = {"FRESH": os.path.join(base, "fresh"), "FILE": os.path.join(base, "file"), "RUN": str(run_dir),
-              "EMPTY": base}
+    places = {
+        "FRESH": os.path.join(base, "fresh"),
+        "FILE": os.path.join(base, "file"),
+        "RUN": str(run_dir),
+        "EMPTY": base,
+    }
     open(places["FILE"], "w").close()
     sub, target, pairs = command
     argv = [sub, places.get(target, target)]
@@ -210,9 +252,9 @@ def test_generated_command_lines_never_escape_as_tracebacks(run_dir, command):
     if sub == "checkpoints":
         argv.append(places["RUN"])
     if sub == "train":
-        argv.append("--dry-run")           # a valid command line stops after its checks
+        argv.append("--dry-run")  # a valid command line stops after its checks
     if sub == "eval":
-        argv += ["--limit-test", "8"]      # a valid eval stays small
+        argv += ["--limit-test", "8"]  # a valid eval stays small
     code, _, err = ember(*argv)
     assert code in (0, 1, 2), (argv, code, err)
     if code == 2:

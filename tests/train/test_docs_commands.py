@@ -3,6 +3,7 @@ order a reader meets them (README first, then the pages by name) in one working 
 each training on a small slice so the whole walk stays short: none may fail, so no page relies
 on a run directory another page's command has already taken. Commands that need what this
 machine may lack (MPI, a GPU, the network for CIFAR-10) are left out, each with its reason."""
+
 import os
 import pathlib
 import re
@@ -18,8 +19,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 SMALL = {"train": ["--limit-train", "128", "--limit-test", "64", "--no-progress"]}
 # what a command needs -> why it is left out here
-NEEDS = {"mpiexec": "needs an MPI launch", "cupy": "needs a GPU", "cifar10 ": "needs CIFAR-10's download",
-         "ember certify": "certifies a backend (tests/conformance)"}
+NEEDS = {
+    "mpiexec": "needs an MPI launch",
+    "cupy": "needs a GPU",
+    "cifar10 ": "needs CIFAR-10's download",
+    "ember certify": "certifies a backend (tests/conformance)",
+}
 
 
 def shell_lines(page):
@@ -44,7 +49,7 @@ def commands():
                 try:
                     words = shlex.split(part)
                 except ValueError:
-                    continue            # not shell
+                    continue  # not shell
                 env = {}
                 while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
                     key, value = words.pop(0).split("=", 1)
@@ -52,7 +57,7 @@ def commands():
                 if words[:1] != ["ember"] or len(words) < 2 or words[1] not in ("train", "eval", "checkpoints"):
                     continue
                 if any(ch in part for ch in "[]|") or re.search(r"\b[A-Z][A-Z_]+\b", " ".join(words)):
-                    continue            # a synopsis (ember train mnist|cifar10 [--epochs N]), not a command
+                    continue  # a synopsis (ember train mnist|cifar10 [--epochs N]), not a command
                 found.append((f"{page.name}:{number}", part.strip(), env, words[1:]))
     return found
 
@@ -71,11 +76,17 @@ def test_docs_commands_run_in_order(tmp_path):
         if why:
             left_out.append(f"{where} {line}: {why}")
             continue
-        proc = subprocess.run([sys.executable, "-m", "ember.cli", *argv, *SMALL.get(argv[0], [])],
-                              capture_output=True, text=True, timeout=900, cwd=tmp_path, env={**env, **extra},
-                              check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ember.cli", *argv, *SMALL.get(argv[0], [])],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp_path,
+            env={**env, **extra},
+            check=False,
+        )
         assert proc.returncode == 0, f"{where}: `{line}` failed after {ran}:\n{proc.stderr[-2000:]}"
         ran.append(where)
     print("\nran:", ", ".join(ran), "\nleft out:\n  " + "\n  ".join(left_out))
     runs = sorted(os.listdir(tmp_path / "runs"))
-    assert "mnist-mlp" in runs and "mnist-mlp-2" in runs          # the second run did not collide
+    assert "mnist-mlp" in runs and "mnist-mlp-2" in runs  # the second run did not collide

@@ -1,5 +1,6 @@
 """The Trainer's non-finite guard: one NaN in one input sample is caught (ReLU hides it from the
 loss, the gradient norm shows it), by name of step and batch, and no checkpoint ever holds NaN."""
+
 import numpy as np
 import pytest
 
@@ -9,7 +10,7 @@ from ember.data import ArrayDataset, DataLoader
 from ember.io import latest_checkpoint, read_checkpoint, to_numpy
 from ember.train.trainer import NonFiniteError, Trainer
 
-BAD_BATCH = 2          # the poisoned sample lands in the third batch of epoch 1 (no shuffle)
+BAD_BATCH = 2  # the poisoned sample lands in the third batch of epoch 1 (no shuffle)
 
 
 def make(tmp_path, jit, on_nonfinite="stop"):
@@ -20,8 +21,16 @@ def make(tmp_path, jit, on_nonfinite="stop"):
     x[BAD_BATCH * 16 + 5, 1] = np.nan
     loader = DataLoader(ArrayDataset(x, y), batch_size=16)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    return Trainer(model, optim.SGD(model.parameters(), lr=0.1), loader, out_dir=tmp_path, checkpoint_every=1,
-                   progress=False, jit=jit, on_nonfinite=on_nonfinite)
+    return Trainer(
+        model,
+        optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        out_dir=tmp_path,
+        checkpoint_every=1,
+        progress=False,
+        jit=jit,
+        on_nonfinite=on_nonfinite,
+    )
 
 
 def finite_checkpoints(run):
@@ -36,14 +45,14 @@ def test_a_nan_sample_stops_the_run_naming_step_and_batch(tmp_path, jit):
     with pytest.raises(NonFiniteError, match=r"gradient norm became nan .* at step 3 \(epoch 1, batch 3 "):
         trainer.fit(epochs=2)
     step, finite = finite_checkpoints(tmp_path)
-    assert step == 2 and finite                     # the last good checkpoint, and only good ones
+    assert step == 2 and finite  # the last good checkpoint, and only good ones
 
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_skip_leaves_the_parameters_untouched_and_counts_it(tmp_path, jit):
     trainer = make(tmp_path, jit, on_nonfinite="skip")
     history = trainer.fit(epochs=2)
-    assert trainer.skipped_steps == 2 and history[-1]["skipped_steps"] == 2      # once per epoch
+    assert trainer.skipped_steps == 2 and history[-1]["skipped_steps"] == 2  # once per epoch
     assert trainer.step == 8
     assert all(np.isfinite(p.numpy()).all() for p in trainer.model.parameters())
     assert finite_checkpoints(tmp_path) == (8, True)

@@ -1,5 +1,6 @@
 """The progress line: rewritten in place on a terminal, plain lines every few seconds in a log;
 both with step/total, samples per second and the time left."""
+
 import io
 
 from ember.train.progress import Progress
@@ -16,6 +17,7 @@ def ticking(step):
     def clock():
         t[0] += step
         return t[0]
+
     return clock
 
 
@@ -27,7 +29,7 @@ def test_a_terminal_gets_one_line_rewritten_in_place():
         bar.update(1, loss=0.5)
     bar.close()
     text = out.getvalue()
-    assert text.count("\n") == 1 and text.endswith("\n")           # one line, ended when the epoch is
+    assert text.count("\n") == 1 and text.endswith("\n")  # one line, ended when the epoch is
     frames = text.rstrip("\n").split("\r")[1:]
     assert len(frames) == 10
     assert frames[0].startswith("epoch 1/2: 1/10 (10%) 100 samples/s, ETA 0:00:04  loss=0.5")
@@ -51,7 +53,7 @@ def test_a_log_gets_a_plain_line_every_few_seconds():
 def test_a_resumed_epoch_counts_its_rate_from_where_it_resumed():
     out = io.StringIO()
     bar = Progress(100, "epoch 2/3", batch_size=1, stream=out, clock=ticking(1.0), every_s=0)
-    bar.update(60)                        # the batches done before the resume: no rate from them
+    bar.update(60)  # the batches done before the resume: no rate from them
     bar.update(20)
     assert out.getvalue() == "epoch 2/3: 80/100 (80%) 20 samples/s, ETA 0:00:01\n"
 

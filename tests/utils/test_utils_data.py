@@ -1,5 +1,6 @@
 """ember.utils.data as a PyTorch script uses it, and the pieces behind it: TensorDataset,
 transform=/target_transform= on datasets, ToTensor, and DataLoader workers."""
+
 import doctest
 import os
 import time
@@ -16,6 +17,7 @@ from ember.utils.data import DataLoader, Dataset, TensorDataset, random_split
 
 def test_doctests():
     import ember.utils.data as mod
+
     assert doctest.testmod(mod).failed == 0
 
 
@@ -65,13 +67,22 @@ def test_dataset_transforms_per_sample_and_in_the_loader():
     # batched transforms on the dataset run once per batch, seeded like the loader's own
     aug = SyntheticCIFAR10(n=20, seed=0, transform=Compose([RandomCrop(32, padding=4), RandomHorizontalFlip()]))
     a = [x for x, _ in DataLoader(aug, batch_size=8, seed=3, to_tensor=False)]
-    b = [x for x, _ in DataLoader(data, batch_size=8, seed=3, to_tensor=False,
-                                  transform=Compose([RandomCrop(32, padding=4), RandomHorizontalFlip()]))]
+    b = [
+        x
+        for x, _ in DataLoader(
+            data,
+            batch_size=8,
+            seed=3,
+            to_tensor=False,
+            transform=Compose([RandomCrop(32, padding=4), RandomHorizontalFlip()]),
+        )
+    ]
     assert all(np.array_equal(p, q) for p, q in zip(a, b))
 
 
 def test_mnist_takes_torchvisions_keywords():
     from ember.data import MNIST
+
     try:
         ds = MNIST(train=False, download=False, transform=Compose([ToTensor(), Normalize((0.1307,), (0.3081,))]))
     except ember.data.DataError as e:
@@ -88,7 +99,8 @@ def _augmented(n=64):
 def test_workers_give_the_same_batches_in_the_same_order(workers, mode):
     def run(**kw):
         loader = DataLoader(_augmented(), batch_size=6, shuffle=True, seed=4, to_tensor=False, **kw)
-        return [(x, y) for _ in range(2) for x, y in loader]        # two epochs
+        return [(x, y) for _ in range(2) for x, y in loader]  # two epochs
+
     ref = run()
     got = run(num_workers=workers, worker_mode=mode)
     assert len(ref) == len(got) == 2 * 11
@@ -140,17 +152,24 @@ def test_workers_prefetch_while_the_loop_works():
         def __getitem__(self, i):
             time.sleep(0.05)
             return np.zeros(1), i
+
     loader = DataLoader(SlowSample(), batch_size=2, num_workers=2, worker_mode="thread", to_tensor=False)
     it = iter(loader)
     next(it)
-    time.sleep(0.3)                   # the workers fill the queue meanwhile
+    time.sleep(0.3)  # the workers fill the queue meanwhile
     t = time.monotonic()
     rest = list(it)
-    assert len(rest) == 3 and time.monotonic() - t < 0.09    # already made: no 0.1 s batch waited for
+    assert len(rest) == 3 and time.monotonic() - t < 0.09  # already made: no 0.1 s batch waited for
 
 
-@pytest.mark.parametrize("kw, cause", [({"num_workers": -1}, "num_workers"), ({"num_workers": 1.5}, "num_workers"),
-                                       ({"worker_mode": "fibre"}, "worker_mode")])
+@pytest.mark.parametrize(
+    "kw, cause",
+    [
+        ({"num_workers": -1}, "num_workers"),
+        ({"num_workers": 1.5}, "num_workers"),
+        ({"worker_mode": "fibre"}, "worker_mode"),
+    ],
+)
 def test_bad_worker_settings_are_refused(kw, cause):
     with pytest.raises(ValueError, match=cause):
         DataLoader(ArrayDataset(np.arange(3)), **kw)
@@ -160,13 +179,15 @@ def test_bad_worker_settings_are_refused(kw, cause):
 def test_leaving_the_loop_early_stops_the_workers(mode):
     import multiprocessing
     import threading
+
     loader = DataLoader(_Squares(), batch_size=2, num_workers=2, worker_mode=mode, to_tensor=False)
     for i, _ in enumerate(loader):
         if i == 1:
             break
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (multiprocessing.active_children() or any(
-            t.name.startswith("ember-data-worker") for t in threading.enumerate())):
+    while time.monotonic() < deadline and (
+        multiprocessing.active_children() or any(t.name.startswith("ember-data-worker") for t in threading.enumerate())
+    ):
         time.sleep(0.05)
     assert not multiprocessing.active_children()
     assert not [t for t in threading.enumerate() if t.name.startswith("ember-data-worker")]

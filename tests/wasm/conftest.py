@@ -10,6 +10,7 @@ What these tests need, and what they skip without (CI installs all of it, see do
 The repo's ``.cache/wasm`` (git-ignored) is looked at first, then ``$EMBER_WASM_CACHE`` /
 ``~/.cache/ember/wasm``, as ``python -m ember.wasm build`` does.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,10 +29,19 @@ import pytest
 from ember.wasm import build
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-INSTALL = ("npm install --prefix .cache/wasm pyodide@314.0.7; python -m pip download --python-version 3.14 "
-           "--only-binary=:all: --no-deps -d .cache/wasm/wheels micropip==0.11.1 pluggy")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+INSTALL = (
+    "npm install --prefix .cache/wasm pyodide@314.0.7; python -m pip download --python-version 3.14 "
+    "--only-binary=:all: --no-deps -d .cache/wasm/wheels micropip==0.11.1 pluggy"
+)
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _repo_cache():
@@ -69,6 +79,7 @@ def untrained_checkpoint(directory, model="mlp"):
     """A checkpoint as ``ember train`` writes it, of an untrained model (fast tests)."""
     import ember
     from ember.train import recipes, save_training_state
+
     ember.manual_seed(0)
     net = recipes.build_model(model, "mnist")
     return save_training_state(directory, 0, net, config={"model": model, "dataset": "mnist"})
@@ -79,8 +90,7 @@ def untrained_site(tmp_path_factory, pyodide_dir, wheels_dir, ember_wheel):
     """A site built around an untrained MLP: everything but a useful model."""
     tmp = tmp_path_factory.mktemp("site-untrained")
     untrained_checkpoint(tmp / "run")
-    build.build_site(tmp / "site", tmp / "run", pyodide_dir=pyodide_dir, wheels_dir=wheels_dir,
-                     ember_wheel=ember_wheel)
+    build.build_site(tmp / "site", tmp / "run", pyodide_dir=pyodide_dir, wheels_dir=wheels_dir, ember_wheel=ember_wheel)
     return tmp / "site"
 
 
@@ -88,10 +98,12 @@ def mnist_test_images(n=100):
     """(uint8 bytes of the first n MNIST test images, their labels); skips without MNIST."""
     try:
         from ember.data import MNIST
+
         test = MNIST(train=False)
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"real MNIST not available here: {exc}")
     import numpy as np
+
     pixels = np.rint(test.data[:n] * 255).astype(np.uint8)
     return pixels.tobytes(), [int(y) for y in test.targets[:n]]
 
@@ -102,9 +114,28 @@ def trained_run(tmp_path_factory):
     mnist_test_images(1)
     out = tmp_path_factory.mktemp("trained") / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "ember.cli", "train", "mnist", "--model", "mlp",
-                           "--limit-train", "5000", "--epochs", "1", "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, timeout=900, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ember.cli",
+            "train",
+            "mnist",
+            "--model",
+            "mlp",
+            "--limit-train",
+            "5000",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -175,6 +206,7 @@ def demo_page(chromium, url, webgpu=False, timeout_s=180, viewport=None, before_
     Console messages and page errors are kept in ``page.ember_log`` for failure messages;
     ``before_ready(page)`` runs once the document is there, before Pyodide has loaded."""
     from playwright.sync_api import sync_playwright
+
     flags = CHROMIUM_FLAGS + (["--enable-unsafe-webgpu"] if webgpu else [])
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=flags)

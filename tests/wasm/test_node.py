@@ -2,6 +2,7 @@
 installs ember, the wheel's entry points reach ember's registry, and the pure-Python backend
 gives the numbers CPython's NumPy backend gives. (Node reads wheels from disk without checking
 their sha256; the browser test checks integrity.)"""
+
 import json
 
 import numpy as np
@@ -49,9 +50,14 @@ def _script(site, tmp_path, pixels, packages=("ember", "micropip"), lock=None):
     (tmp_path / "pixels.bin").write_bytes(pixels)
     q = json.dumps
     pdir = site / "pyodide"
-    return SCRIPT.format(pyodide_mjs=q(str(pdir / "pyodide.mjs")), index=q(str(pdir) + "/"),
-                         lock=q(str(lock or pdir / "pyodide-lock.json")), packages=q(list(packages)),
-                         pixels=q(str(tmp_path / "pixels.bin")), model_dir=q(str(site / "model")))
+    return SCRIPT.format(
+        pyodide_mjs=q(str(pdir / "pyodide.mjs")),
+        index=q(str(pdir) + "/"),
+        lock=q(str(lock or pdir / "pyodide-lock.json")),
+        packages=q(list(packages)),
+        pixels=q(str(tmp_path / "pixels.bin")),
+        model_dir=q(str(site / "model")),
+    )
 
 
 def test_pyodide_installs_ember_from_the_lock_and_matches_cpython(node, untrained_site, tmp_path):
@@ -61,11 +67,13 @@ def test_pyodide_installs_ember_from_the_lock_and_matches_cpython(node, untraine
     # the wheel's entry points reach the registry: the webgpu plugin is registered through pluggy
     assert ["webgpu", "ember.backends.webgpu"] in got["entry_points"]
     assert "webgpu (ember.backends.webgpu)" in got["plugins"] and "python (ember.backends.python)" in got["plugins"]
-    assert got["backends"] == ["python"] and got["problems"] == {}       # no numpy, no warning about it
+    assert got["backends"] == ["python"] and got["problems"] == {}  # no numpy, no warning about it
     assert got["default"] == "python" and not got["numpy_imported"]
     assert got["chosen"] == "python" and got["reasons"][0].startswith("webgpu: no navigator.gpu")
     want = runtime.Classifier.from_files(untrained_site / "model", "numpy").predict(pixels, 40)
     assert got["classes"] == want["classes"]
     np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-5, atol=1e-5)
-    print(f"\nPyodide under Node: load {got['load_ms']:.0f} ms, python backend 40 images "
-          f"{got['ms_batch']:.0f} ms, 1 image {got['ms_1']:.1f} ms")
+    print(
+        f"\nPyodide under Node: load {got['load_ms']:.0f} ms, python backend 40 images "
+        f"{got['ms_batch']:.0f} ms, 1 image {got['ms_1']:.1f} ms"
+    )

@@ -1,4 +1,5 @@
 """ember.wasm.runtime in CPython: backend choice, model loading, input normalization, drawings."""
+
 import asyncio
 import json
 import tomllib
@@ -18,6 +19,7 @@ from .conftest import ROOT, mnist_test_images, untrained_checkpoint
 def model_dir(tmp_path_factory):
     """model.json + model.safetensors of an untrained MLP, as the site build exports them."""
     from ember.wasm.build import export_model
+
     tmp = tmp_path_factory.mktemp("model")
     untrained_checkpoint(tmp / "run")
     export_model(tmp / "run", tmp / "model")
@@ -42,9 +44,11 @@ def test_webgpu_is_offered_only_inside_a_browser():
 
 def test_normalize_is_bit_identical_to_the_training_pipeline(model_dir):
     from ember.train import recipes
+
     pixels, _ = mnist_test_images(100)
     expected = recipes.transforms("mnist", augment=False)(
-        np.frombuffer(pixels, np.uint8).reshape(100, 1, 28, 28).astype(np.float32) / np.float32(255))
+        np.frombuffer(pixels, np.uint8).reshape(100, 1, 28, 28).astype(np.float32) / np.float32(255)
+    )
     for backend in ("python", "numpy"):
         got = runtime.Classifier.from_files(model_dir, backend).normalize(pixels, 100).numpy()
         assert got.dtype == np.float32 and got.shape == (100, 1, 28, 28)
@@ -76,6 +80,7 @@ def test_weights_load_exactly_and_the_model_matches_the_checkpoint(model_dir, tm
 
 def test_skipping_init_restores_the_initializers():
     from ember import random as R
+
     before = R.uniform_, R.normal_
     runtime.build_model({"model": "mlp", "dataset": "mnist"})
     assert (R.uniform_, R.normal_) == before
@@ -92,8 +97,9 @@ def _upscaled(image: bytes, factor=10, margin=(13, 37)):
             if v:
                 for dy in range(factor):
                     row = (y * factor + dy + top) % side
-                    canvas[row * side + (x * factor + left) % side:row * side + (x * factor + left) % side + factor] \
-                        = bytes([v]) * min(factor, side - (x * factor + left) % side)
+                    canvas[
+                        row * side + (x * factor + left) % side : row * side + (x * factor + left) % side + factor
+                    ] = bytes([v]) * min(factor, side - (x * factor + left) % side)
     return bytes(canvas), side
 
 
@@ -101,17 +107,17 @@ def test_mnist_like_recovers_digits_drawn_large_and_off_centre():
     pixels, _ = mnist_test_images(20)
     similar = 0
     for k in range(20):
-        original = pixels[k * 784:(k + 1) * 784]
+        original = pixels[k * 784 : (k + 1) * 784]
         canvas, side = _upscaled(original, margin=(5 * (k % 3), 7 * (k % 4)))
         got = runtime.mnist_like(canvas, side, side)
         a = np.frombuffer(got, np.uint8).reshape(28, 28).astype(float)
         b = np.frombuffer(original, np.uint8).reshape(28, 28).astype(float)
         ys, xs = np.nonzero(a)
-        assert max(ys.max() - ys.min(), xs.max() - xs.min()) + 1 in (20, 21)      # the 20-pixel box
+        assert max(ys.max() - ys.min(), xs.max() - xs.min()) + 1 in (20, 21)  # the 20-pixel box
         cy, cx = (np.indices(a.shape) * a).reshape(2, -1).sum(1) / a.sum()
-        assert abs(cy - 14) <= 0.5 and abs(cx - 14) <= 0.5                       # centre of mass
+        assert abs(cy - 14) <= 0.5 and abs(cx - 14) <= 0.5  # centre of mass
         similar += (a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum()) > 0.99
-    assert similar >= 19            # MNIST's own preparation: the original comes back (1 in 100 is off)
+    assert similar >= 19  # MNIST's own preparation: the original comes back (1 in 100 is off)
     assert runtime.mnist_like(bytes(100), 10, 10) is None
     with pytest.raises(ValueError, match="not a 10x10 image"):
         runtime.mnist_like(bytes(99), 10, 10)
@@ -124,8 +130,10 @@ def test_predict_drawing_returns_the_model_input(model_dir):
     assert len(out["input"]) == 784 and out["classes"][0] in range(10) and len(out["probs"][0]) == 10
 
 
-@pytest.mark.parametrize("weights", ["../outside.bin", "../" * 30 + "outside.bin", "sub/../../outside.bin",
-                                     "ABSOLUTE", ".", "link.bin", None, 7])
+@pytest.mark.parametrize(
+    "weights",
+    ["../outside.bin", "../" * 30 + "outside.bin", "sub/../../outside.bin", "ABSOLUTE", ".", "link.bin", None, 7],
+)
 def test_the_model_loader_reads_only_inside_its_folder(model_dir, tmp_path, weights):
     if weights == "ABSOLUTE":
         weights = str(tmp_path / "outside.bin")

@@ -16,8 +16,15 @@ a child process and writes the certificate). docs/conformance.md describes the t
 certificate.
 """
 
-TIERS = {0: "API present", 1: "smoke", 2: "primitives vs reference", 3: "gradients", 4: "fused ops",
-         5: "layers", 6: "training"}
+TIERS = {
+    0: "API present",
+    1: "smoke",
+    2: "primitives vs reference",
+    3: "gradients",
+    4: "fused ops",
+    5: "layers",
+    6: "training",
+}
 
 
 def fused_ops() -> dict:
@@ -30,4 +37,5 @@ def fused_ops() -> dict:
     from .. import fused
     from ..nn import functional as _nn_ops  # noqa: F401 - registers softmax, layer_norm, ...
     from ..optim import functional as _optim_ops  # noqa: F401 - registers the optimizer steps
+
     return fused.FUSED

@@ -20,6 +20,7 @@ hypothesis examples drawn here.
 Value ranges are small on purpose: integer results must be exact, so no case overflows a
 signed type; unsigned arithmetic wraps modulo 2**bits (NumPy, C and PyTorch agree).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,8 @@ SCALAR_KINDS = ("bool", "int", "float")
 class Case:
     args: list
     params: dict = field(default_factory=dict)
-    terms: int = 1            # values added into one output element (for the tolerance)
-    scale: float = 1.0        # size of the largest of them
+    terms: int = 1  # values added into one output element (for the tolerance)
+    scale: float = 1.0  # size of the largest of them
 
 
 # ----------------------------------------------------------------------------- values
@@ -60,8 +61,7 @@ def elements(dtype: str, lo=None, hi=None):
     if dtype not in FLOATS:
         return st.integers(*int_bounds(dtype, lo, hi))
     width = {"float16": 16, "float32": 32, "float64": 64}[dtype]
-    return st.floats(-10.0 if lo is None else lo, 10.0 if hi is None else hi, width=width,
-                     allow_subnormal=False)
+    return st.floats(-10.0 if lo is None else lo, 10.0 if hi is None else hi, width=width, allow_subnormal=False)
 
 
 def scalar(draw, dtype: str, special=False):
@@ -69,7 +69,7 @@ def scalar(draw, dtype: str, special=False):
     if dtype == "bool":
         return draw(st.booleans())
     if dtype in FLOATS:
-        if special and draw(st.integers(0, 3)) == 3:        # a special value one time in four
+        if special and draw(st.integers(0, 3)) == 3:  # a special value one time in four
             return float(draw(st.sampled_from(SPECIALS)))
         return float(draw(elements(dtype)))
     return int(draw(elements(dtype)))
@@ -80,7 +80,7 @@ def array(draw, shape, dtype: str, special=False, lo=None, hi=None, ties=False):
     simplest example is not all zeros), then a few elements set to values hypothesis picks
     (boundaries, small integers) and, with ``special``, to NaN, +-inf or -0.0. With ``ties``
     the values come from a few small integers, so many elements are equal (argmax's ties)."""
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if dtype == "bool":
         out = rng.random(shape) < 0.5
     elif ties:
@@ -107,10 +107,11 @@ def shape(draw, min_dims=0, max_dims=3, min_side=0, max_side=4):
     ndim = min(max(min_dims, 2), max_dims)
     typical = tuple(max(min_side, min(s, max_side)) for s in (3, 4, 2)[:ndim])
     # a third each: the typical shape, shapes without degenerate dims, anything (0-d, empty, 1s)
-    return draw(st.just(typical)
-                | hnp.array_shapes(min_dims=max(min_dims, 1), max_dims=max_dims, min_side=min(2, max_side),
-                                   max_side=max_side)
-                | hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side))
+    return draw(
+        st.just(typical)
+        | hnp.array_shapes(min_dims=max(min_dims, 1), max_dims=max_dims, min_side=min(2, max_side), max_side=max_side)
+        | hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
+    )
 
 
 def broadcastable(draw, n, max_dims=3, max_side=3):
@@ -120,7 +121,7 @@ def broadcastable(draw, n, max_dims=3, max_side=3):
     out = []
     for _ in range(n):
         # each operand, one time in three, drops leading dims and, one time in three, has 1s
-        s = list(base[draw(st.integers(1, len(base))):] if base and draw(st.integers(0, 2)) == 2 else base)
+        s = list(base[draw(st.integers(1, len(base))) :] if base and draw(st.integers(0, 2)) == 2 else base)
         if s and draw(st.integers(0, 2)) == 2:
             for d in draw(st.lists(st.integers(0, len(s) - 1), min_size=1, max_size=len(s), unique=True)):
                 s[d] = 1
@@ -145,8 +146,7 @@ def finite_max(*arrays) -> float:
 
 
 def subset(draw, items, min_size=0):
-    return tuple(sorted(draw(st.lists(st.sampled_from(items), min_size=min_size, unique=True)))) \
-        if items else ()
+    return tuple(sorted(draw(st.lists(st.sampled_from(items), min_size=min_size, unique=True)))) if items else ()
 
 
 # ----------------------------------------------------------------------------- the toolkit
@@ -223,25 +223,25 @@ def upload(backend, arr: np.ndarray, layout: str):
     nd = arr.ndim
     junk = np.array(7, dtype=arr.dtype) if arr.dtype != np.bool_ else np.array(True)
     if layout == "permuted" and nd >= 2 and "permute" in impls:
-        perm = tuple(reversed(range(nd)))                      # its own inverse
+        perm = tuple(reversed(range(nd)))  # its own inverse
         return impls["permute"](backend.from_numpy(np.array(arr.transpose(perm), order="C")), axes=perm)
     if layout == "sliced" and nd >= 1 and "slice" in impls:
         big = np.full(arr.shape[:-1] + (2 * arr.shape[-1],), junk, dtype=arr.dtype)
         big[..., ::2] = arr
-        return impls["slice"](backend.from_numpy(big), starts=(0,) * nd, stops=big.shape,
-                              steps=(1,) * (nd - 1) + (2,))
+        return impls["slice"](backend.from_numpy(big), starts=(0,) * nd, stops=big.shape, steps=(1,) * (nd - 1) + (2,))
     if layout == "offset" and nd >= 1 and "slice" in impls:
         big = np.concatenate([np.full((1,) + arr.shape[1:], junk, dtype=arr.dtype), arr])
-        return impls["slice"](backend.from_numpy(big), starts=(1,) + (0,) * (nd - 1), stops=big.shape,
-                              steps=(1,) * nd)
-    return backend.from_numpy(np.array(arr, order="C"))      # a copy (ascontiguousarray makes 0-d 1-d)
+        return impls["slice"](backend.from_numpy(big), starts=(1,) + (0,) * (nd - 1), stops=big.shape, steps=(1,) * nd)
+    return backend.from_numpy(np.array(arr, order="C"))  # a copy (ascontiguousarray makes 0-d 1-d)
 
 
 def describe(case: Case, layouts) -> str:
     """The case in one line, for failure messages."""
+
     def arg(a, layout):
         if isinstance(a, np.ndarray):
             return f"{a.dtype}{list(a.shape)}" + ("" if layout == "contiguous" else f"({layout})")
         return repr(a)
+
     params = ", ".join(f"{k}={v}" for k, v in case.params.items())
     return f"({', '.join(arg(a, l) for a, l in zip(case.args, layouts))}{', ' if params and case.args else ''}{params})"

@@ -11,6 +11,7 @@ what the backend implements without declaring it.
 Exit status: 0 when nothing failed, 1 when something did (or, with ``--require-available``, the
 backend cannot run here), 2 for a usage error such as an unknown backend.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,22 +41,40 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="ember certify", description="Run the conformance suite on a backend "
-               "and write certificate.json and certificate.md.")
+    p = Parser(
+        prog="ember certify",
+        description="Run the conformance suite on a backend and write certificate.json and certificate.md.",
+    )
     p.add_argument("name", help="backend name (as in `ember backends`)")
-    p.add_argument("--tiers", default=",".join(map(str, TIERS)),
-                   help="comma-separated tiers to run (default: all, 0-6)")
+    p.add_argument(
+        "--tiers", default=",".join(map(str, TIERS)), help="comma-separated tiers to run (default: all, 0-6)"
+    )
     p.add_argument("--out", default=None, help="directory for the certificate (default: ./ember-certificate-NAME)")
-    p.add_argument("--require-available", action="store_true",
-                   help="fail when the backend cannot run here, instead of skipping (for CI; default: skip)")
-    p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES,
-                   help=f"hypothesis examples per (primitive, dtype) in tier 2 (default: {DEFAULT_MAX_EXAMPLES})")
-    p.add_argument("--ops", default=None, help="only these primitives / fused ops / layers (comma-separated; default: all)")
-    p.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
-                   help="import MODULE (dotted name or .py path) first and register its ember_backends(): "
-                        "certify a backend that is not installed (repeatable; default: none)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="added to the seeds of tiers 3, 5 and 6's inputs and weights (default: 0)")
+    p.add_argument(
+        "--require-available",
+        action="store_true",
+        help="fail when the backend cannot run here, instead of skipping (for CI; default: skip)",
+    )
+    p.add_argument(
+        "--max-examples",
+        type=int,
+        default=DEFAULT_MAX_EXAMPLES,
+        help=f"hypothesis examples per (primitive, dtype) in tier 2 (default: {DEFAULT_MAX_EXAMPLES})",
+    )
+    p.add_argument(
+        "--ops", default=None, help="only these primitives / fused ops / layers (comma-separated; default: all)"
+    )
+    p.add_argument(
+        "--backend-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (dotted name or .py path) first and register its ember_backends(): "
+        "certify a backend that is not installed (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="added to the seeds of tiers 3, 5 and 6's inputs and weights (default: 0)"
+    )
     p.add_argument("--quiet", action="store_true", help="do not show pytest's progress (default: show it)")
     return p
 
@@ -80,7 +99,7 @@ def main(argv=None) -> int:
     except UsageError as err:
         print(f"ember: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
-    except SystemExit as exc:          # --help
+    except SystemExit as exc:  # --help
         return int(exc.code or 0)
     out = os.path.abspath(args.out or f"ember-certificate-{args.name}")
     report = run_suite(args, tiers)
@@ -129,10 +148,17 @@ def _check_backend(args) -> None:
     child process: its registry sees plugins installed after this process started, and the
     backend modules are not imported into the command's own process."""
     modules = [os.path.abspath(m) if os.path.exists(m) else m for m in args.backend_module]
-    code = ("import sys, json; from ember.conformance.certify import probe; "
-            "print(json.dumps(probe(json.loads(sys.argv[1]))))")
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(modules)], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore"), check=False)
+    code = (
+        "import sys, json; from ember.conformance.certify import probe; "
+        "print(json.dumps(probe(json.loads(sys.argv[1]))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(modules)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        check=False,
+    )
     try:
         found = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -142,8 +168,10 @@ def _check_backend(args) -> None:
             raise UsageError(f"--backend-module {spec}: {problem}")
     if args.name not in found["backends"]:
         why = f": {found['problems'][args.name]}" if args.name in found["problems"] else ""
-        raise UsageError(f"unknown backend {args.name!r}{why} (installed: {', '.join(found['backends']) or 'none'}); "
-                         f"install its plugin, or load it with --backend-module")
+        raise UsageError(
+            f"unknown backend {args.name!r}{why} (installed: {', '.join(found['backends']) or 'none'}); "
+            f"install its plugin, or load it with --backend-module"
+        )
 
 
 def probe(modules) -> dict:
@@ -152,6 +180,7 @@ def probe(modules) -> dict:
     from ember.conformance.plugin import import_backend_module
     from ember.primitives import PRIMITIVES
     from ember.registry import REGISTRY
+
     REGISTRY.discover()
     problems = []
     for spec in modules:
@@ -163,12 +192,13 @@ def probe(modules) -> dict:
             continue
         hook = getattr(module, "ember_backends", None)
         if (callable(hook) and list(hook())) or (set(REGISTRY.infos), len(PRIMITIVES)) != before:
-            problems.append(None)                          # a backend, or a primitive to test
+            problems.append(None)  # a backend, or a primitive to test
         elif callable(hook):
             problems.append("its ember_backends() returned no backend")
         else:
-            problems.append("it registers no backend (no ember_backends() returning BackendInfo records) "
-                            "and defines no primitive")
+            problems.append(
+                "it registers no backend (no ember_backends() returning BackendInfo records) and defines no primitive"
+            )
     return {"backends": sorted(REGISTRY.infos), "problems": dict(REGISTRY.problems), "modules": problems}
 
 
@@ -178,12 +208,34 @@ def run_suite(args, tiers) -> dict | None:
         report_path = os.path.join(work, "results.json")
         ini = os.path.join(work, "pytest.ini")
         with open(ini, "w", encoding="utf-8") as f:
-            f.write("[pytest]\n")          # the user's own pytest configuration does not apply
-        cmd = [sys.executable, "-m", "pytest", "-p", "ember.conformance.plugin", "-p", "no:cacheprovider",
-               "-c", ini, "--rootdir", work, "--pyargs", "ember.conformance",
-               "--ember-backend", args.name, "--ember-report", report_path,
-               "--ember-tiers", ",".join(map(str, tiers)), "--ember-max-examples", str(args.max_examples),
-               "-q", "--tb=no", "-o", "console_output_style=count"]
+            f.write("[pytest]\n")  # the user's own pytest configuration does not apply
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "ember.conformance.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            ini,
+            "--rootdir",
+            work,
+            "--pyargs",
+            "ember.conformance",
+            "--ember-backend",
+            args.name,
+            "--ember-report",
+            report_path,
+            "--ember-tiers",
+            ",".join(map(str, tiers)),
+            "--ember-max-examples",
+            str(args.max_examples),
+            "-q",
+            "--tb=no",
+            "-o",
+            "console_output_style=count",
+        ]
         if args.require_available:
             cmd.append("--ember-require-available")
         if args.ops:
@@ -194,13 +246,19 @@ def run_suite(args, tiers) -> dict | None:
             cmd += ["--ember-backend-module", os.path.abspath(spec) if os.path.exists(spec) else spec]
         env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
         env.pop("PYTEST_ADDOPTS", None)
-        proc = subprocess.run(cmd, cwd=work, env=env, text=True,
-                              stdout=subprocess.PIPE if args.quiet else None,
-                              stderr=subprocess.STDOUT if args.quiet else None)
+        proc = subprocess.run(
+            cmd,
+            cwd=work,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE if args.quiet else None,
+            stderr=subprocess.STDOUT if args.quiet else None,
+        )
         if not os.path.exists(report_path):
             tail = (proc.stdout or "")[-3000:] if args.quiet else ""
-            print(f"ember certify: the suite did not run (pytest exit status {proc.returncode}).\n{tail}",
-                  file=sys.stderr)
+            print(
+                f"ember certify: the suite did not run (pytest exit status {proc.returncode}).\n{tail}", file=sys.stderr
+            )
             return None
         with open(report_path, encoding="utf-8") as f:
             return json.load(f)
@@ -217,7 +275,7 @@ def _status(rec) -> str:
 
 def _skip_kind(message: str) -> str:
     if message.startswith("[") and "]" in message:
-        return message[1:message.index("]")]
+        return message[1 : message.index("]")]
     return "other"
 
 
@@ -232,9 +290,13 @@ def certificate(report: dict, tiers, command=()) -> dict:
             if r["outcome"] == "skipped":
                 kind = _skip_kind(r["message"])
                 skips[kind] = skips.get(kind, 0) + 1
-        per_tier[str(t)] = {"name": TIERS[t], "passed": sum(r["outcome"] == "passed" for r in recs),
-                            "failed": sum(r["outcome"] == "failed" for r in recs),
-                            "skipped": sum(r["outcome"] == "skipped" for r in recs), "skip_reasons": skips}
+        per_tier[str(t)] = {
+            "name": TIERS[t],
+            "passed": sum(r["outcome"] == "passed" for r in recs),
+            "failed": sum(r["outcome"] == "failed" for r in recs),
+            "skipped": sum(r["outcome"] == "skipped" for r in recs),
+            "skip_reasons": skips,
+        }
     # certified: tiers 0, 1, ... in order, each run without a failure, on a backend that ran here
     certified = []
     for t in sorted(TIERS):
@@ -244,7 +306,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
         certified.append(t)
 
     dtypes = ["bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64"]
-    matrix, covered = {}, {}        # covered: the dtypes tier 2 has cases for (the primitive's record)
+    matrix, covered = {}, {}  # covered: the dtypes tier 2 has cases for (the primitive's record)
     for r in (r for r in tests if r["tier"] == 2):
         matrix.setdefault(r["op"], dict.fromkeys(dtypes, "n/a"))[r["dtype"]] = _status(r)
         covered.setdefault(r["op"], []).append(r["dtype"])
@@ -258,9 +320,25 @@ def certificate(report: dict, tiers, command=()) -> dict:
             fused.setdefault(r["op"], {})[r["dtype"]] = _status(r)
         elif r["tier"] == 5:
             layers[r["op"]] = _status(r)
-    failures = [{k: r.get(k) for k in ("tier", "op", "dtype", "order", "test", "nodeid", "message", "failing_call",
-                                       "culprit", "primitives")}
-                for r in tests if r["outcome"] == "failed"]
+    failures = [
+        {
+            k: r.get(k)
+            for k in (
+                "tier",
+                "op",
+                "dtype",
+                "order",
+                "test",
+                "nodeid",
+                "message",
+                "failing_call",
+                "culprit",
+                "primitives",
+            )
+        }
+        for r in tests
+        if r["outcome"] == "failed"
+    ]
     causes = triage(failures)
     # root causes first (their tier-2 cells, or the primitive a higher tier named), then the rest
     first = [c for root in causes["root_causes"] for c in (root["cells"] or [root["primitive"]])]
@@ -269,34 +347,54 @@ def certificate(report: dict, tiers, command=()) -> dict:
     verdict = "fail" if failures else ("unavailable" if unavailable else "pass")
     return {
         "certificate_version": 2,
-        "backend": {"name": meta["backend"], "version": meta.get("backend_version"),
-                    "api_version": meta.get("backend_api_version"), "class": meta.get("backend_class"),
-                    "device": meta.get("device"), "devices": meta.get("devices"),
-                    "declared_dtypes": meta.get("declared_dtypes"), "declared_fused": meta.get("declared_fused"),
-                    "declared_ops": len(meta.get("declared_ops") or []), "notes": meta.get("notes")},
+        "backend": {
+            "name": meta["backend"],
+            "version": meta.get("backend_version"),
+            "api_version": meta.get("backend_api_version"),
+            "class": meta.get("backend_class"),
+            "device": meta.get("device"),
+            "devices": meta.get("devices"),
+            "declared_dtypes": meta.get("declared_dtypes"),
+            "declared_fused": meta.get("declared_fused"),
+            "declared_ops": len(meta.get("declared_ops") or []),
+            "notes": meta.get("notes"),
+        },
         "distribution": meta.get("distribution"),
         "ember": {"version": meta["ember_version"], "api_version": meta["api_version"]},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": meta["machine"],
-        "run": {"command": " ".join(command), "tiers": list(tiers), "max_examples": meta.get("max_examples"),
-                "ops": meta.get("ops_selected") or None, "require_available": meta.get("require_available"),
-                "seconds": meta.get("seconds"), "cpu_seconds": meta.get("cpu_seconds"),
-                "gradient_dtype": meta.get("grad_dtype"), "seed": meta.get("seed", 0)},
+        "run": {
+            "command": " ".join(command),
+            "tiers": list(tiers),
+            "max_examples": meta.get("max_examples"),
+            "ops": meta.get("ops_selected") or None,
+            "require_available": meta.get("require_available"),
+            "seconds": meta.get("seconds"),
+            "cpu_seconds": meta.get("cpu_seconds"),
+            "gradient_dtype": meta.get("grad_dtype"),
+            "seed": meta.get("seed", 0),
+        },
         "dataset": meta.get("dataset"),
-        "available": bool(meta.get("available")), "unavailable_reason": meta.get("unavailable_reason") or "",
+        "available": bool(meta.get("available")),
+        "unavailable_reason": meta.get("unavailable_reason") or "",
         "load_error": meta.get("load_error"),
         "verdict": verdict,
         "certified_tiers": certified,
         "level": certified[-1] if certified else None,
         "tiers": per_tier,
-        "matrix": {"dtypes": dtypes, "ops": {op: matrix[op] for op in matrix},
-                   "covered_dtypes": covered},
-        "gradients": gradients, "fused": fused, "layers": layers, "determinism": determinism,
+        "matrix": {"dtypes": dtypes, "ops": {op: matrix[op] for op in matrix}, "covered_dtypes": covered},
+        "gradients": gradients,
+        "fused": fused,
+        "layers": layers,
+        "determinism": determinism,
         "tolerances": meta.get("tolerances"),
-        "root_causes": causes["root_causes"], "independent_failures": causes["independent"],
+        "root_causes": causes["root_causes"],
+        "independent_failures": causes["independent"],
         "declared_but_failing": declared_failing,
-        "implemented_but_undeclared": {"primitives": meta.get("undeclared_implemented", []),
-                                       "fused": meta.get("undeclared_implemented_fused", [])},
+        "implemented_but_undeclared": {
+            "primitives": meta.get("undeclared_implemented", []),
+            "fused": meta.get("undeclared_implemented_fused", []),
+        },
         "failures": failures,
     }
 
@@ -305,22 +403,28 @@ def markdown(cert: dict) -> str:
     """The certificate as a Markdown page."""
     b, m = cert["backend"], cert["machine"]
     level = "none" if cert["level"] is None else f"tiers {', '.join(map(str, cert['certified_tiers']))}"
-    lines = [f"# ember conformance certificate: `{b['name']}`", "",
-             f"**Verdict: {cert['verdict'].upper()}** — certified {level}.", "",
-             "| | |", "|---|---|",
-             f"| backend | `{b['name']}` {b['version']} (`{b['class']}`), device {b['device']} |",
-             f"| backend API | {b['api_version']} (ember speaks {cert['ember']['api_version']}) |",
-             f"| distribution | {_distribution(cert['distribution'])} |",
-             f"| ember | {cert['ember']['version']} |",
-             f"| date | {cert['date']} |",
-             f"| machine | {m.get('platform')}, {m.get('cpu_count')} CPUs, Python {m.get('python')}"
-             f"{', numpy ' + m['numpy'] if m.get('numpy') else ''} |",
-             f"| run | `{cert['run']['command']}` ({cert['run']['seconds']:.0f} s wall, "
-             f"{cert['run']['cpu_seconds']:.0f} s CPU; {cert['run']['max_examples']} hypothesis examples per "
-             f"primitive and dtype; gradients in {cert['run']['gradient_dtype']}; seed {cert['run']['seed']}) |",
-             f"| tier-6 data | {_dataset(cert['dataset'])} |",
-             f"| declared | {b['declared_ops']} primitives; dtypes {', '.join(b['declared_dtypes'] or [])}; "
-             f"fused {', '.join(b['declared_fused'] or []) or 'none'} |", ""]
+    lines = [
+        f"# ember conformance certificate: `{b['name']}`",
+        "",
+        f"**Verdict: {cert['verdict'].upper()}** — certified {level}.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| backend | `{b['name']}` {b['version']} (`{b['class']}`), device {b['device']} |",
+        f"| backend API | {b['api_version']} (ember speaks {cert['ember']['api_version']}) |",
+        f"| distribution | {_distribution(cert['distribution'])} |",
+        f"| ember | {cert['ember']['version']} |",
+        f"| date | {cert['date']} |",
+        f"| machine | {m.get('platform')}, {m.get('cpu_count')} CPUs, Python {m.get('python')}"
+        f"{', numpy ' + m['numpy'] if m.get('numpy') else ''} |",
+        f"| run | `{cert['run']['command']}` ({cert['run']['seconds']:.0f} s wall, "
+        f"{cert['run']['cpu_seconds']:.0f} s CPU; {cert['run']['max_examples']} hypothesis examples per "
+        f"primitive and dtype; gradients in {cert['run']['gradient_dtype']}; seed {cert['run']['seed']}) |",
+        f"| tier-6 data | {_dataset(cert['dataset'])} |",
+        f"| declared | {b['declared_ops']} primitives; dtypes {', '.join(b['declared_dtypes'] or [])}; "
+        f"fused {', '.join(b['declared_fused'] or []) or 'none'} |",
+        "",
+    ]
     if not cert["available"]:
         lines += [f"Backend unavailable here: {cert['unavailable_reason'] or cert['load_error']}", ""]
     lines += ["## Tiers", "", "| tier | | passed | failed | skipped | skip reasons |", "|---|---|---|---|---|---|"]
@@ -332,9 +436,15 @@ def markdown(cert: dict) -> str:
         lines += ["", f"Not run: tier {', '.join(not_run)}."]
     if cert["matrix"]["ops"]:
         dts = cert["matrix"]["dtypes"]
-        lines += ["", "## Primitives × dtypes (tier 2)", "",
-                  "✓ pass · ✗ fail · u undeclared (op or dtype) · s skipped · `·` not applicable", "",
-                  "| primitive | " + " | ".join(dts) + " |", "|---|" + "---|" * len(dts)]
+        lines += [
+            "",
+            "## Primitives × dtypes (tier 2)",
+            "",
+            "✓ pass · ✗ fail · u undeclared (op or dtype) · s skipped · `·` not applicable",
+            "",
+            "| primitive | " + " | ".join(dts) + " |",
+            "|---|" + "---|" * len(dts),
+        ]
         for op, row in cert["matrix"]["ops"].items():
             lines.append(f"| {op} | " + " | ".join(SYMBOL[row[d]] for d in dts) + " |")
     if cert["gradients"]:
@@ -349,22 +459,40 @@ def markdown(cert: dict) -> str:
         lines += ["", "## Layers (tier 5)", "", "| layer | |", "|---|---|"]
         lines += [f"| {name} | {SYMBOL[s]} |" for name, s in cert["layers"].items()]
     if cert["determinism"]:
-        lines += ["", "## Determinism (tiers 5 and 6)", "",
-                  "Each case twice (every primitive's output equal bit for bit) and under ember.jit once more.",
-                  "", "| case | |", "|---|---|"]
+        lines += [
+            "",
+            "## Determinism (tiers 5 and 6)",
+            "",
+            "Each case twice (every primitive's output equal bit for bit) and under ember.jit once more.",
+            "",
+            "| case | |",
+            "|---|---|",
+        ]
         lines += [f"| {name} | {SYMBOL[s]} |" for name, s in cert["determinism"].items()]
     tol = cert["tolerances"] or {}
     if tol:
         lines += ["", "## Tolerances", "", "| dtype | rtol | atol | eps |", "|---|---|---|---|"]
         lines += [f"| {d} | {v['rtol']:g} | {v['atol']:g} | {v['eps']:.3g} |" for d, v in tol["elementwise"].items()]
-        lines += ["", f"Accumulating ops: {tol['accumulation']}. Integers and bool: {tol['integers_and_bool']}.",
-                  "Gradients: " + "; ".join(f"{d}: rtol {v['rtol_vs_reference']:g} vs the reference, "
-                                             f"{v['rtol_vs_finite_differences']:g} vs finite differences "
-                                             f"(step {v['fd_step']:g})" for d, v in tol["gradients"].items()) + "."]
+        lines += [
+            "",
+            f"Accumulating ops: {tol['accumulation']}. Integers and bool: {tol['integers_and_bool']}.",
+            "Gradients: "
+            + "; ".join(
+                f"{d}: rtol {v['rtol_vs_reference']:g} vs the reference, "
+                f"{v['rtol_vs_finite_differences']:g} vs finite differences "
+                f"(step {v['fd_step']:g})"
+                for d, v in tol["gradients"].items()
+            )
+            + ".",
+        ]
     undeclared = cert["implemented_but_undeclared"]
-    lines += ["", "## Implemented but not declared (reported, not failures)", "",
-              f"- primitives: {', '.join(undeclared['primitives']) or 'none'}",
-              f"- fused ops: {', '.join(undeclared['fused']) or 'none'}"]
+    lines += [
+        "",
+        "## Implemented but not declared (reported, not failures)",
+        "",
+        f"- primitives: {', '.join(undeclared['primitives']) or 'none'}",
+        f"- fused ops: {', '.join(undeclared['fused']) or 'none'}",
+    ]
     lines += ["", "## Declared but failing", ""]
     if not cert["failures"]:
         lines.append("None.")
@@ -374,8 +502,10 @@ def markdown(cert: dict) -> str:
         what = f"{f['op']} [{f['dtype']}]" if f["dtype"] else (f["op"] or f["test"])
         msg = " ".join(str(f["message"]).split())
         during = f" (while running `{f['failing_call']}`)" if f.get("failing_call") else ""
-        lines.append(f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`){during}: "
-                     f"{msg[:400] + (' ...' if len(msg) > 400 else '')}")
+        lines.append(
+            f"- tier {f['tier']}, **{what}** (`{f['nodeid'].split('::')[-1]}`){during}: "
+            f"{msg[:400] + (' ...' if len(msg) > 400 else '')}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -388,13 +518,20 @@ def _causes(cert: dict) -> list:
     """Markdown lines: the root causes, each with its consequences, then independent failures."""
     lines = []
     if cert["root_causes"]:
-        lines += ["### Root causes", "", "Primitives that fail on their own; the failures listed under each "
-                  "applied that primitive (recorded while they ran), so they are its consequences.", ""]
+        lines += [
+            "### Root causes",
+            "",
+            "Primitives that fail on their own; the failures listed under each "
+            "applied that primitive (recorded while they ran), so they are its consequences.",
+            "",
+        ]
     for k, root in enumerate(cert["root_causes"], 1):
         lines.append(f"{k}. **{root['primitive']}** ({_found(root)}): {_short(root['message'])}")
         if root["consequences"]:
-            lines.append(f"   - consequences of {root['primitive']} ({len(root['consequences'])}): "
-                         + "; ".join(c["label"] for c in root["consequences"]))
+            lines.append(
+                f"   - consequences of {root['primitive']} ({len(root['consequences'])}): "
+                + "; ".join(c["label"] for c in root["consequences"])
+            )
     if cert["independent_failures"]:
         lines += ["", "### Other failures (no failing primitive explains them)", ""]
         lines += [f"- {f['label']}: {_short(f['message'])}" for f in cert["independent_failures"]]
@@ -420,28 +557,39 @@ def _dataset(data) -> str:
     if not data:
         return "not used"
     checked = "pinned SHA-256 matched" if data["pinned"] else "**does not match ember's pinned SHA-256**"
-    return (f"{data['name']} from {data['source']} ({'already in the cache' if data['from_cache'] else 'not from the cache'}; "
-            f"{checked}; " + ", ".join(f"{n} {h}" for n, h in data["files"].items()) + ")")
+    return (
+        f"{data['name']} from {data['source']} ({'already in the cache' if data['from_cache'] else 'not from the cache'}; "
+        f"{checked}; " + ", ".join(f"{n} {h}" for n, h in data["files"].items()) + ")"
+    )
 
 
 def summary(cert: dict, out: str) -> str:
-    rows = [f"  tier {t} {row['name']:<24} {row['passed']:4d} passed {row['failed']:4d} failed "
-            f"{row['skipped']:4d} skipped" for t, row in cert["tiers"].items()]
+    rows = [
+        f"  tier {t} {row['name']:<24} {row['passed']:4d} passed {row['failed']:4d} failed {row['skipped']:4d} skipped"
+        for t, row in cert["tiers"].items()
+    ]
     level = "none" if cert["level"] is None else ", ".join(map(str, cert["certified_tiers"]))
     extra = ""
     for root in cert["root_causes"]:
         tiers = sorted({c["tier"] for c in root["consequences"]})
-        extra += (f"\n  root cause: {root['primitive']} ({_found(root)})"
-                  + (f"; {len(root['consequences'])} failures in tier {', '.join(map(str, tiers))} are its consequences"
-                     if tiers else ""))
+        extra += f"\n  root cause: {root['primitive']} ({_found(root)})" + (
+            f"; {len(root['consequences'])} failures in tier {', '.join(map(str, tiers))} are its consequences"
+            if tiers
+            else ""
+        )
     if cert["declared_but_failing"]:
         extra += f"\n  declared but failing: {', '.join(cert['declared_but_failing'][:20])}" + (
-            " ..." if len(cert["declared_but_failing"]) > 20 else "")
+            " ..." if len(cert["declared_but_failing"]) > 20 else ""
+        )
     undeclared = cert["implemented_but_undeclared"]["primitives"] + cert["implemented_but_undeclared"]["fused"]
     if undeclared:
         extra += f"\n  implemented but undeclared: {', '.join(undeclared)}"
-    return (f"ember certify {cert['backend']['name']}: {cert['verdict'].upper()} (certified tiers: {level})\n"
-            + "\n".join(rows) + extra + f"\n  certificate: {os.path.join(out, 'certificate.md')}")
+    return (
+        f"ember certify {cert['backend']['name']}: {cert['verdict'].upper()} (certified tiers: {level})\n"
+        + "\n".join(rows)
+        + extra
+        + f"\n  certificate: {os.path.join(out, 'certificate.md')}"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ stay where the function is smooth (positive for log and sqrt, away from integers
 ties broken for max), so that finite differences are a fair judge. ``second_order`` in the
 record says whether the gradient is differentiated once more.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

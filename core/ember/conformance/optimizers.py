@@ -5,6 +5,7 @@
 :data:`CASES`, float32 and float64, and compares the results with ember.optim.functional's
 rules. Tier 4 of the suite and the plugins' own tests call it.
 """
+
 from __future__ import annotations
 
 from .. import dispatch, dtypes as D, fused
@@ -13,14 +14,26 @@ from ..random import Generator, rand, randn
 
 #: Option sets covering every branch of each rule (what the conformance suite runs).
 CASES = {
-    "sgd_step": [dict(lr=0.1), dict(lr=0.1, momentum=0.9), dict(lr=0.1, momentum=0.9, dampening=0.3),
-                 dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
-                 dict(lr=0.1, weight_decay=0.1, maximize=True)],
-    "adam_step": [dict(lr=0.01), dict(lr=0.01, amsgrad=True), dict(lr=0.01, weight_decay=0.1),
-                  dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True, maximize=True),
-                  dict(lr=0.01, beta1=0.3, beta2=0.5, eps=1e-3, amsgrad=True)],
-    "rmsprop_step": [dict(lr=0.01), dict(lr=0.01, centered=True), dict(lr=0.01, momentum=0.9),
-                     dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1, maximize=True)],
+    "sgd_step": [
+        dict(lr=0.1),
+        dict(lr=0.1, momentum=0.9),
+        dict(lr=0.1, momentum=0.9, dampening=0.3),
+        dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        dict(lr=0.1, weight_decay=0.1, maximize=True),
+    ],
+    "adam_step": [
+        dict(lr=0.01),
+        dict(lr=0.01, amsgrad=True),
+        dict(lr=0.01, weight_decay=0.1),
+        dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True, maximize=True),
+        dict(lr=0.01, beta1=0.3, beta2=0.5, eps=1e-3, amsgrad=True),
+    ],
+    "rmsprop_step": [
+        dict(lr=0.01),
+        dict(lr=0.01, centered=True),
+        dict(lr=0.01, momentum=0.9),
+        dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1, maximize=True),
+    ],
 }
 
 
@@ -43,12 +56,14 @@ def _case_inputs(name, hyper, shape, dtype, backend, seed):
         return [((p, g, r()), {}), ((p, g, None), {})]
     if name == "adam_step":
         return [((r(), r(), r(), pos(), pos() + 0.5 if hyper.get("amsgrad") else None), {"step": 3})]
-    return [((r(), r(), pos(), r() * 0.1 if hyper.get("centered") else None,
-              r() if hyper.get("momentum", 0) else None), {})]
+    return [
+        ((r(), r(), pos(), r() * 0.1 if hyper.get("centered") else None, r() if hyper.get("momentum", 0) else None), {})
+    ]
 
 
-def fused_mismatches(backend, names=None, shape=(3, 17), dtypes=("float32", "float64"), rtol=1e-5,
-                     atol=1e-6, seed=0) -> list:
+def fused_mismatches(
+    backend, names=None, shape=(3, 17), dtypes=("float32", "float64"), rtol=1e-5, atol=1e-6, seed=0
+) -> list:
     """Run each fused optimizer kernel ``backend`` declares (per-parameter and ``_foreach``)
     against its reference rule, on every option set in :data:`CASES`; return one line per
     mismatch (empty: all agree).
@@ -61,11 +76,14 @@ def fused_mismatches(backend, names=None, shape=(3, 17), dtypes=("float32", "flo
     known = set(REFERENCE) | set(FOREACH)
     names = sorted(fused.declared(backend) & known) if names is None else names
     for name in names:
-        single = name[:-len("_foreach")] if name in FOREACH else name
+        single = name[: -len("_foreach")] if name in FOREACH else name
         for hyper in CASES[single]:
             for dtype in map(D.get, dtypes):
-                variants = _case_inputs(single, hyper, shape, dtype, backend, seed) if name == single \
+                variants = (
+                    _case_inputs(single, hyper, shape, dtype, backend, seed)
+                    if name == single
                     else [_foreach_inputs(single, hyper, shape, dtype, backend, seed)]
+                )
                 for inputs, extra in variants:
                     problems += _mismatches(backend, name, inputs, {**hyper, **extra}, dtype, rtol, atol)
     return problems
@@ -84,16 +102,17 @@ def _mismatches(backend, name, inputs, params, dtype, rtol, atol):
     many = name in FOREACH
     want = (FOREACH if many else REFERENCE)[name](*inputs, **params)
 
-    def buffers(t):          # copies: a kernel may update its inputs in place
+    def buffers(t):  # copies: a kernel may update its inputs in place
         return None if t is None else t.clone()._data
+
     bufs = [[buffers(t) for t in x] if many else buffers(x) for x in inputs]
     got = backend.fused_impls[name](*bufs, **params)
     nones = [i for i, t in enumerate(inputs) if (any(e is None for e in t) if many else t is None)]
-    label = (f"{name}({', '.join(f'{k}={v}' for k, v in params.items())}) {dtype}"
-             + (f" with inputs {nones} None" if nones else ""))
+    label = f"{name}({', '.join(f'{k}={v}' for k, v in params.items())}) {dtype}" + (
+        f" with inputs {nones} None" if nones else ""
+    )
     if not isinstance(got, tuple) or len(got) != len(want):
-        return [f"{label}: expected a tuple of {len(want)} {'lists' if many else 'buffers'}, "
-                f"got {type(got).__name__}"]
+        return [f"{label}: expected a tuple of {len(want)} {'lists' if many else 'buffers'}, got {type(got).__name__}"]
     problems = []
     for i, (w, b) in enumerate(zip(want, got)):
         if not many:
@@ -111,11 +130,12 @@ def _compare(label, want, got, rtol, atol):
     if want is None or got is None:
         if want is None and got is None:
             return []
-        return [f"{label}: expected {'None' if want is None else 'a buffer'}, got "
-                f"{'None' if got is None else 'a buffer'}"]
+        return [
+            f"{label}: expected {'None' if want is None else 'a buffer'}, got {'None' if got is None else 'a buffer'}"
+        ]
     if got.shape != want.shape or got.dtype is not want.dtype:
         return [f"{label}: expected shape {want.shape} {want.dtype}, got {got.shape} {got.dtype}"]
     excess = ((got - want).abs() - (want.abs() * rtol + atol)).amax().item() if want.numel() else 0.0
-    if excess > 0 or excess != excess:      # the second catches NaN
+    if excess > 0 or excess != excess:  # the second catches NaN
         return [f"{label}: differs from the reference by {excess:.3g} beyond rtol={rtol}, atol={atol}"]
     return []

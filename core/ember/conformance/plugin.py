@@ -15,6 +15,7 @@ Skip reasons start with a tag the certificate sorts by: ``[undeclared]`` (the ba
 declare the op or dtype), ``[unavailable]`` (cannot run here), ``[missing]`` (a part of ember or
 a data set the tier needs is not there).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -33,16 +34,29 @@ TAGS = ("undeclared", "unavailable", "missing")
 def pytest_addoption(parser):
     group = parser.getgroup("ember", "ember backend conformance")
     group.addoption("--ember-backend", default=None, help="backend to certify (default: $EMBER_BACKEND or numpy)")
-    group.addoption("--ember-require-available", action="store_true",
-                    help="fail, instead of skipping, when the backend cannot run here")
-    group.addoption("--ember-backend-module", action="append", default=[], metavar="MODULE",
-                    help="import MODULE (dotted name or .py path) first and register its ember_backends()")
+    group.addoption(
+        "--ember-require-available",
+        action="store_true",
+        help="fail, instead of skipping, when the backend cannot run here",
+    )
+    group.addoption(
+        "--ember-backend-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (dotted name or .py path) first and register its ember_backends()",
+    )
     group.addoption("--ember-tiers", default=None, help="comma-separated tiers to run (default: all)")
     group.addoption("--ember-ops", default=None, help="comma-separated primitives / fused ops to run")
-    group.addoption("--ember-max-examples", type=int, default=10,
-                    help="hypothesis examples per (op, dtype) in tier 2 (default 10)")
-    group.addoption("--ember-seed", type=int, default=0,
-                    help="added to every seed tiers 3, 5 and 6 draw their inputs and weights from (default 0)")
+    group.addoption(
+        "--ember-max-examples", type=int, default=10, help="hypothesis examples per (op, dtype) in tier 2 (default 10)"
+    )
+    group.addoption(
+        "--ember-seed",
+        type=int,
+        default=0,
+        help="added to every seed tiers 3, 5 and 6 draw their inputs and weights from (default 0)",
+    )
     group.addoption("--ember-report", default=None, metavar="FILE", help="write per-test results as JSON")
 
 
@@ -70,6 +84,7 @@ def import_backend_module(spec: str):
     hook = getattr(module, "ember_backends", None)
     if callable(hook):
         import ember
+
         for info in hook():
             ember.register_backend(info)
     return module
@@ -93,7 +108,7 @@ class Context:
         self.require_available = config.getoption("ember_require_available")
         self.max_examples = config.getoption("ember_max_examples")
         self.seed = config.getoption("ember_seed") or 0
-        self.facts: dict = {}          # what tiers learn for the certificate (tier 6: its data set)
+        self.facts: dict = {}  # what tiers learn for the certificate (tier 6: its data set)
         self.backend = None
         self.load_error = None
         self.available, self.reason = False, ""
@@ -101,12 +116,15 @@ class Context:
 
     def _load(self):
         from ember.registry import REGISTRY
+
         REGISTRY.discover()
         info = REGISTRY.infos.get(self.name)
         if info is None:
             why = f" ({REGISTRY.problems[self.name]})" if self.name in REGISTRY.problems else ""
-            self.load_error = (f"unknown backend {self.name!r}{why}; known: {', '.join(sorted(REGISTRY.infos))}. "
-                               f"Install its plugin, or load it with --backend-module (pytest: --ember-backend-module)")
+            self.load_error = (
+                f"unknown backend {self.name!r}{why}; known: {', '.join(sorted(REGISTRY.infos))}. "
+                f"Install its plugin, or load it with --backend-module (pytest: --ember-backend-module)"
+            )
             return
         try:
             backend = REGISTRY.loaded.get(self.name) or info.load()
@@ -116,7 +134,7 @@ class Context:
             return
         self.backend, self.available, self.reason = backend, bool(ok), str(reason)
         if ok:
-            REGISTRY.loaded[self.name] = backend      # tensors made by name get this very object
+            REGISTRY.loaded[self.name] = backend  # tensors made by name get this very object
             try:
                 self._declare()
             except Exception as exc:  # noqa: BLE001
@@ -125,6 +143,7 @@ class Context:
     def _declare(self):
         from ember.conformance import fused_ops
         from ember.primitives import PRIMITIVES
+
         caps = self.caps = self.backend.capabilities()
         self.ops = frozenset(caps.ops)
         self.dtype_names = frozenset(getattr(d, "name", str(d)) for d in caps.dtypes)
@@ -138,6 +157,7 @@ class Context:
     @property
     def reference(self):
         import ember
+
         return ember.get_backend("numpy")
 
     # -- the skips every tier shares ------------------------------------------------------------
@@ -161,38 +181,60 @@ class Context:
 
     def require_fused(self, name):
         if name not in self.fused:
-            pytest.skip(f"[undeclared] backend {self.name!r} does not declare fused op {name!r} "
-                        f"(ember runs the decomposition)")
+            pytest.skip(
+                f"[undeclared] backend {self.name!r} does not declare fused op {name!r} (ember runs the decomposition)"
+            )
 
     # -- for the report -------------------------------------------------------------------------
     def meta(self) -> dict:
         import ember
         from ember.conformance import tolerances
-        meta = {"backend": self.name, "ember_version": ember.__version__, "api_version": ember.API_VERSION,
-                "available": self.available, "unavailable_reason": self.reason, "load_error": self.load_error,
-                "tolerances": tolerances.table(), "seed": self.seed, "distribution": self.distribution(),
-                **self.facts,
-                "machine": {"platform": platform.platform(), "machine": platform.machine(),
-                            "processor": platform.processor(), "cpu_count": os.cpu_count(),
-                            "python": platform.python_version(),
-                            "implementation": platform.python_implementation()}}
+
+        meta = {
+            "backend": self.name,
+            "ember_version": ember.__version__,
+            "api_version": ember.API_VERSION,
+            "available": self.available,
+            "unavailable_reason": self.reason,
+            "load_error": self.load_error,
+            "tolerances": tolerances.table(),
+            "seed": self.seed,
+            "distribution": self.distribution(),
+            **self.facts,
+            "machine": {
+                "platform": platform.platform(),
+                "machine": platform.machine(),
+                "processor": platform.processor(),
+                "cpu_count": os.cpu_count(),
+                "python": platform.python_version(),
+                "implementation": platform.python_implementation(),
+            },
+        }
         try:
             import numpy
+
             meta["machine"]["numpy"] = numpy.__version__
         except ImportError:
             pass
         b = self.backend
         if b is not None:
-            meta.update(backend_version=str(getattr(b, "version", "?")),
-                        backend_api_version=str(getattr(b, "api_version", "?")),
-                        backend_class=f"{type(b).__module__}.{type(b).__qualname__}",
-                        device=str(getattr(b, "device", "?")))
+            meta.update(
+                backend_version=str(getattr(b, "version", "?")),
+                backend_api_version=str(getattr(b, "api_version", "?")),
+                backend_class=f"{type(b).__module__}.{type(b).__qualname__}",
+                device=str(getattr(b, "device", "?")),
+            )
         if hasattr(self, "caps"):
-            meta.update(declared_ops=sorted(self.ops), declared_dtypes=sorted(self.dtype_names),
-                        declared_fused=sorted(self.fused), devices=list(self.caps.devices),
-                        undeclared_implemented=self.undeclared_impls,
-                        undeclared_implemented_fused=self.undeclared_fused,
-                        grad_dtype=self.grad_dtype, notes={k: str(v) for k, v in self.caps.notes.items()})
+            meta.update(
+                declared_ops=sorted(self.ops),
+                declared_dtypes=sorted(self.dtype_names),
+                declared_fused=sorted(self.fused),
+                devices=list(self.caps.devices),
+                undeclared_implemented=self.undeclared_impls,
+                undeclared_implemented_fused=self.undeclared_fused,
+                grad_dtype=self.grad_dtype,
+                notes={k: str(v) for k, v in self.caps.notes.items()},
+            )
         return meta
 
     def distribution(self) -> dict | None:
@@ -203,6 +245,7 @@ class Context:
         from importlib import metadata
 
         from ember.registry import REGISTRY
+
         if self.backend is None:
             return None
         module = type(self.backend).__module__
@@ -215,8 +258,7 @@ class Context:
         names = metadata.packages_distributions().get(top) or []
         if names:
             return {"name": names[0], "version": metadata.version(names[0])}
-        return {"name": None, "version": None,
-                "source": getattr(sys.modules.get(module), "__file__", None) or module}
+        return {"name": None, "version": None, "source": getattr(sys.modules.get(module), "__file__", None) or module}
 
 
 def context(config) -> Context:
@@ -263,9 +305,12 @@ def pytest_collection_modifyitems(session, config, items):
             continue
         params = getattr(getattr(item, "callspec", None), "params", {})
         op = params.get("op")
-        info = {"tier": tier, "op": None if op is None else _label(op),
-                "dtype": None if params.get("dtype") is None else _label(params["dtype"]),
-                "test": item.originalname if hasattr(item, "originalname") else item.name}
+        info = {
+            "tier": tier,
+            "op": None if op is None else _label(op),
+            "dtype": None if params.get("dtype") is None else _label(params["dtype"]),
+            "test": item.originalname if hasattr(item, "originalname") else item.name,
+        }
         for extra in ("order", "case"):
             if extra in params:
                 info[extra] = _label(params[extra])
@@ -280,7 +325,7 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = keep
     if any(_tier(item) is not None for item in keep):
         error = context(config).load_error or ""
-        if error.startswith("unknown backend"):        # nothing would run: say so once
+        if error.startswith("unknown backend"):  # nothing would run: say so once
             raise pytest.UsageError(error)
 
 
@@ -289,13 +334,16 @@ def _message(report) -> str:
     if report.skipped:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+        return reason[len("Skipped: ") :] if reason.startswith("Skipped: ") else reason
     text = getattr(report, "ember_message", None)
     if text is None:
         crash = getattr(report.longrepr, "reprcrash", None)
         text = crash.message if crash is not None else str(report.longrepr)
-        for prefix in ("AssertionError: ", "ember.conformance.watch.DisciplineError: ",
-                       "ember.conformance.watch.Nondeterminism: "):
+        for prefix in (
+            "AssertionError: ",
+            "ember.conformance.watch.DisciplineError: ",
+            "ember.conformance.watch.Nondeterminism: ",
+        ):
             text = text.removeprefix(prefix)
     # keep the suite's own message: drop pytest's assertion replay and hypothesis's example dump
     for tail in ("\nassert ", "\nFalsifying example", "\nExplanation:"):
@@ -355,6 +403,7 @@ class Recorder:
             return
         from ember import dispatch
         from ember.conformance.watch import Watch
+
         watch = Watch(ctx.backend)
         with dispatch.interpreting(watch):
             yield
@@ -381,13 +430,16 @@ class Recorder:
         info = dict(report.user_properties).get("ember")
         if info is None:
             return
-        rec = self.results.setdefault(report.nodeid, dict(info, nodeid=report.nodeid, outcome="passed",
-                                                          message="", duration=0.0))
+        rec = self.results.setdefault(
+            report.nodeid, dict(info, nodeid=report.nodeid, outcome="passed", message="", duration=0.0)
+        )
         rec["duration"] = round(rec["duration"] + report.duration, 4)
         if report.failed:
             if rec["outcome"] != "failed":
-                rec["outcome"], rec["message"] = "failed", (
-                    _message(report) if report.when == "call" else f"[{report.when} error] {_message(report)}")
+                rec["outcome"], rec["message"] = (
+                    "failed",
+                    (_message(report) if report.when == "call" else f"[{report.when} error] {_message(report)}"),
+                )
         elif report.skipped and rec["outcome"] == "passed":
             rec["outcome"], rec["message"] = "skipped", _message(report)
         if report.failed and getattr(report, "ember_culprit", None):
@@ -401,12 +453,18 @@ class Recorder:
         if not path:
             return
         ctx = context(config)
-        report = {"meta": dict(ctx.meta(), seconds=round(time.time() - self.started, 2),
-                               cpu_seconds=round(time.process_time() - self.started_cpu, 2),
-                               max_examples=ctx.max_examples, require_available=ctx.require_available,
-                               tiers_selected=sorted(_split(config.getoption("ember_tiers")) or []),
-                               ops_selected=sorted(_split(config.getoption("ember_ops")) or []),
-                               pytest_exitstatus=int(exitstatus)),
-                  "tests": list(self.results.values())}
+        report = {
+            "meta": dict(
+                ctx.meta(),
+                seconds=round(time.time() - self.started, 2),
+                cpu_seconds=round(time.process_time() - self.started_cpu, 2),
+                max_examples=ctx.max_examples,
+                require_available=ctx.require_available,
+                tiers_selected=sorted(_split(config.getoption("ember_tiers")) or []),
+                ops_selected=sorted(_split(config.getoption("ember_ops")) or []),
+                pytest_exitstatus=int(exitstatus),
+            ),
+            "tests": list(self.results.values()),
+        }
         with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, default=str)

@@ -18,6 +18,7 @@ Structural sizes are small on purpose: a case checks structure, not arithmetic a
 >>> ((3, 1), (1, 4)) in shapes and ((4,), (2, 3, 4)) in shapes and ((0,),) in shapes
 True
 """
+
 from __future__ import annotations
 
 import itertools
@@ -53,7 +54,7 @@ def operand_shapes(max_dims=3, base=BASE):
     """
     out = []
     for rank in range(max_dims + 1):
-        full = base[len(base) - rank:]
+        full = base[len(base) - rank :]
         for ones in itertools.product((False, True), repeat=rank):
             out.append(tuple(1 if one else s for s, one in zip(full, ones)))
     return out
@@ -66,7 +67,7 @@ def broadcast_patterns(n, max_dims=3):
     if n == 2:
         return list(itertools.product(operand_shapes(max_dims), repeat=2))
     low = list(itertools.product(operand_shapes(min(max_dims, 2)), repeat=n))
-    full = BASE[len(BASE) - max_dims:]
+    full = BASE[len(BASE) - max_dims :]
     for i in range(n):
         for s in operand_shapes(max_dims):
             low.append(tuple(s if j == i else full for j in range(n)))
@@ -82,6 +83,7 @@ class Enumerate:
         self.ctx, self.path, self.widths = ctx, path, []
         self.rng = np.random.default_rng(zlib.crc32(repr(path).encode()))
         from hypothesis import strategies
+
         self.st = strategies
 
     # -- structure: every answer in turn -------------------------------------------------------
@@ -98,8 +100,11 @@ class Enumerate:
         return self.choose(items)
 
     def shape(self, min_dims=0, max_dims=3, min_side=0, max_side=4):
-        fits = [tuple(min(s, max_side) for s in sh) for sh in SHAPES
-                if min_dims <= len(sh) <= max_dims and all(min(s, max_side) >= min_side for s in sh)]
+        fits = [
+            tuple(min(s, max_side) for s in sh)
+            for sh in SHAPES
+            if min_dims <= len(sh) <= max_dims and all(min(s, max_side) >= min_side for s in sh)
+        ]
         return self.choose(dict.fromkeys(fits) or [(max(min_side, 1),) * max(min_dims, 1)])
 
     def broadcastable(self, n, max_dims=3, max_side=3):
@@ -123,9 +128,9 @@ class Enumerate:
 
     # -- values: random, seeded by the path ---------------------------------------------------
     def integers(self, lo, hi):
-        if hi - lo < 2 ** 62:
+        if hi - lo < 2**62:
             return int(self.rng.integers(lo, hi + 1))
-        return lo + int.from_bytes(self.rng.bytes(16), "little") % (hi - lo + 1)     # 64-bit seeds
+        return lo + int.from_bytes(self.rng.bytes(16), "little") % (hi - lo + 1)  # 64-bit seeds
 
     def draw(self, strategy):
         raise NotEnumerable("a raw hypothesis strategy")
@@ -150,7 +155,7 @@ class Enumerate:
         rng = self.rng
         if dtype == "bool":
             return np.asarray(rng.random(shape) < 0.5)
-        if ties:                       # few distinct values: many equal elements
+        if ties:  # few distinct values: many equal elements
             out = rng.integers(0 if dtype.startswith("uint") else -2, 3, shape).astype(dtype)
         elif dtype in FLOATS:
             out = rng.uniform(-10.0 if lo is None else lo, 10.0 if hi is None else hi, shape).astype(dtype)
@@ -160,7 +165,7 @@ class Enumerate:
         out = np.asarray(out)
         if special and dtype in FLOATS and out.size >= 2:
             flat = out.reshape(-1)
-            k = min(len(SPECIAL_VALUES), out.size - 1)       # at least one ordinary value stays
+            k = min(len(SPECIAL_VALUES), out.size - 1)  # at least one ordinary value stays
             flat[rng.permutation(out.size)[:k]] = rng.permutation(np.array(SPECIAL_VALUES))[:k]
         return out
 
@@ -184,7 +189,7 @@ def structural_cases(generate, dtype, ctx, limit=LIMIT) -> list:
         while True:
             d = Enumerate(ctx, path)
             out.append(generate(d, dtype))
-            taken = path[:len(d.widths)] + [0] * (len(d.widths) - len(path))
+            taken = path[: len(d.widths)] + [0] * (len(d.widths) - len(path))
             k = len(taken) - 1
             while k >= 0 and taken[k] + 1 >= d.widths[k]:
                 k -= 1

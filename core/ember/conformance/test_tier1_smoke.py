@@ -1,5 +1,6 @@
 """Tier 1 — smoke: a few ops end to end through ember.Tensor on the backend, checked against
 plain NumPy arithmetic (not against another backend)."""
+
 import numpy as np
 import pytest
 
@@ -11,7 +12,7 @@ EMBER_TIER = 1
 @pytest.fixture
 def on(conformance):
     """Tensors from NumPy arrays, on the backend under test."""
-    for dtype in ("float32", "int64", "bool"):      # ember's defaults: every smoke test uses them
+    for dtype in ("float32", "int64", "bool"):  # ember's defaults: every smoke test uses them
         conformance.require_dtype(dtype)
     with ember.backend(conformance.name):
         yield lambda a, **kw: ember.tensor(np.asarray(a), backend=conformance.name, **kw)

@@ -9,6 +9,7 @@ contract in ember.primitives, not the front end. Every case is run twice and its
 back: a second result that differs is *nondeterminism*, a changed input a *write into an input*
 (the contract allows an output to alias an input, never a write into one).
 """
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -46,8 +47,10 @@ def _uploads(backend, op, case, layouts):
         if lay != "contiguous" and not _same_bits(np.asarray(backend.to_numpy(buf)), a):
             maker = "permute" if lay == "permuted" else "slice"
             if op == maker:
-                raise AssertionError(f"{op}{describe(case, layouts)}: the {lay} view of input {i} that the "
-                                     f"backend's own {maker} made reads back wrong")
+                raise AssertionError(
+                    f"{op}{describe(case, layouts)}: the {lay} view of input {i} that the "
+                    f"backend's own {maker} made reads back wrong"
+                )
             layouts[i], buf = "contiguous", upload(backend, a, "contiguous")
         bufs.append(buf)
     return bufs
@@ -61,15 +64,18 @@ def run_case(ctx, op, case, layouts):
         try:
             want = np.asarray(ember.get_backend("numpy").impls[op](*case.args, **case.params))
         except Exception as exc:  # noqa: BLE001
-            raise RuntimeError(f"the reference itself failed on {op}{describe(case, ['contiguous'] * len(layouts))}: "
-                               f"{type(exc).__name__}: {exc} (a case the suite should not generate)") from exc
+            raise RuntimeError(
+                f"the reference itself failed on {op}{describe(case, ['contiguous'] * len(layouts))}: "
+                f"{type(exc).__name__}: {exc} (a case the suite should not generate)"
+            ) from exc
         try:
             bufs = _uploads(backend, op, case, layouts)
         except AssertionError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise AssertionError(f"{op}{describe(case, layouts)}: making the input views raised "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            raise AssertionError(
+                f"{op}{describe(case, layouts)}: making the input views raised {type(exc).__name__}: {exc}"
+            ) from exc
         where = f"{op}{describe(case, layouts)}"
         try:
             shape, dtype, got = _call(backend, op, bufs, case.params)
@@ -77,18 +83,26 @@ def run_case(ctx, op, case, layouts):
             raise AssertionError(f"{where} raised {type(exc).__name__}: {exc}") from exc
         for i, (a, b) in enumerate(zip(case.args, bufs)):
             if isinstance(a, np.ndarray) and not _same_bits(np.asarray(backend.to_numpy(b)), a):
-                raise AssertionError(f"{where}: wrote into its input {i} (inputs are read-only; an output may "
-                                     f"alias an input, but a primitive never writes into one)")
+                raise AssertionError(
+                    f"{where}: wrote into its input {i} (inputs are read-only; an output may "
+                    f"alias an input, but a primitive never writes into one)"
+                )
         try:
             again = _call(backend, op, bufs, case.params)
         except Exception as exc:  # noqa: BLE001
-            raise AssertionError(f"nondeterministic: {where} raised {type(exc).__name__} when run a second "
-                                 f"time: {exc}") from exc
+            raise AssertionError(
+                f"nondeterministic: {where} raised {type(exc).__name__} when run a second time: {exc}"
+            ) from exc
     if (again[0], again[1]) != (shape, dtype) or not _same_bits(again[2], got):
-        problem = mismatch(again[2], got, 0.0, 0.0) if again[0] == shape and again[1] == dtype else \
-            f"{again[1]}{list(again[0])} after {dtype}{list(shape)}"
-        raise AssertionError(f"nondeterministic: {where}: a second call with the same inputs gave a different "
-                             f"result (got: the second call, expected: the first): {problem}")
+        problem = (
+            mismatch(again[2], got, 0.0, 0.0)
+            if again[0] == shape and again[1] == dtype
+            else f"{again[1]}{list(again[0])} after {dtype}{list(shape)}"
+        )
+        raise AssertionError(
+            f"nondeterministic: {where}: a second call with the same inputs gave a different "
+            f"result (got: the second call, expected: the first): {problem}"
+        )
     assert shape == want.shape, f"{where}: backend.shape() says {shape}, expected {want.shape}"
     assert dtype.name == want.dtype.name, f"{where}: backend.dtype() says {dtype}, expected {want.dtype}"
     problem = mismatch(got, want, *tolerance(want.dtype.name, case.terms, case.scale))
@@ -97,8 +111,9 @@ def run_case(ctx, op, case, layouts):
 
 def layouts_of(case, turn):
     """Array inputs take the layouts in turn (argument i of case k gets LAYOUTS[k + i])."""
-    return [LAYOUTS[(turn + i) % len(LAYOUTS)] if isinstance(a, np.ndarray) else "scalar"
-            for i, a in enumerate(case.args)]
+    return [
+        LAYOUTS[(turn + i) % len(LAYOUTS)] if isinstance(a, np.ndarray) else "scalar" for i, a in enumerate(case.args)
+    ]
 
 
 @pytest.mark.parametrize("op,dtype", CASES, ids=[f"{op}-{dt}" for op, dt in CASES])
@@ -114,13 +129,18 @@ def test_primitive(op, dtype, conformance):
         for k, case in enumerate(structural):
             run_case(conformance, op, case, layouts_of(case, turn + k))
 
-    @settings(max_examples=conformance.max_examples, derandomize=True, database=None, deadline=None,
-              print_blob=False, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=conformance.max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.data())
     def check(data):
         case = generate(Draw(data.draw, conformance), dtype)
-        layouts = [data.draw(st.sampled_from(LAYOUTS)) if isinstance(a, np.ndarray) else "scalar"
-                   for a in case.args]
+        layouts = [data.draw(st.sampled_from(LAYOUTS)) if isinstance(a, np.ndarray) else "scalar" for a in case.args]
         run_case(conformance, op, case, layouts)
 
-    check()      # a failure that passes when hypothesis replays it the plugin reports as flaky
+    check()  # a failure that passes when hypothesis replays it the plugin reports as flaky

@@ -9,6 +9,7 @@ Gradients run in float64 where the backend declares it, else float32 with looser
 the VJP rules use computes something else than the reference, or the forward pass disagrees
 with its own derivative.
 """
+
 import numpy as np
 import pytest
 
@@ -31,12 +32,12 @@ class Problem:
         rng = np.random.default_rng(seed)
         with np.errstate(all="ignore"):
             out = np.asarray(ember.get_backend("numpy").impls[op](*case.args, **case.params))
-        self.w = rng.standard_normal(out.shape).astype(out.dtype)          # the output cotangent
+        self.w = rng.standard_normal(out.shape).astype(out.dtype)  # the output cotangent
         # finite differences are only as good as the coarser of the input and output dtypes
         self.fd_dtype = "float32" if "float32" in (dtype, out.dtype.name) else dtype
         self.x = [np.asarray(case.args[i]) for i in case.diff]
-        self.u = [rng.standard_normal(x.shape).astype(dtype) for x in self.x]   # for second order
-        self.v = [rng.standard_normal(x.shape) for x in self.x]              # directions
+        self.u = [rng.standard_normal(x.shape).astype(dtype) for x in self.x]  # for second order
+        self.v = [rng.standard_normal(x.shape) for x in self.x]  # directions
 
     def functions(self, backend):
         """(f, s): the loss and, for second order, ``<grad f, u>``; both take the diff inputs."""
@@ -92,7 +93,8 @@ def _check(problem, ctx, order, label):
     scale = sum(float(np.abs(g * d).sum()) for g, d in zip(got, step)) + abs(fd)
     assert abs(fd - directional) <= rtol_fd * scale + 1e-300, (
         f"{where}: gradient disagrees with finite differences of the backend's forward pass: "
-        f"<grad, dx> = {directional:.6g} but f(x+dx/2) - f(x-dx/2) = {fd:.6g} (step {h}, rtol {rtol_fd})")
+        f"<grad, dx> = {directional:.6g} but f(x+dx/2) - f(x-dx/2) = {fd:.6g} (step {h}, rtol {rtol_fd})"
+    )
 
 
 @pytest.mark.parametrize("op,order", CASES, ids=[f"{op}-order{o}" for op, o in CASES])
@@ -101,7 +103,7 @@ def test_gradient(op, order, conformance):
     dtype = conformance.grad_dtype
     conformance.require_dtype(dtype)
     checked = 0
-    seed = sum(map(ord, op)) + conformance.seed     # fixed per primitive, independent of the run order
+    seed = sum(map(ord, op)) + conformance.seed  # fixed per primitive, independent of the run order
     for k, case in enumerate(grad_cases(op, seed, dtype)):
         if op == "cast" and case.params["dtype"].name not in conformance.dtype_names:
             continue

@@ -6,6 +6,7 @@ padding, batch norm over as few as two values per channel, and the backward ops 
 ember calls to train on a backend's kernels. Ops the backend does not declare are skipped:
 ember runs the decomposition.
 """
+
 import numpy as np
 import pytest
 
@@ -15,7 +16,7 @@ from ember.conformance.cases import upload
 from ember.conformance.optimizers import CASES as OPTIMIZER_CASES
 from ember.conformance.tolerances import mismatch, tolerance
 
-FUSED = fused_ops()         # the ops ember.nn.functional and ember.optim.functional register
+FUSED = fused_ops()  # the ops ember.nn.functional and ember.optim.functional register
 
 EMBER_TIER = 4
 DTYPES = ("float32", "float64")
@@ -32,9 +33,13 @@ def _pos(rng, shape, dt):
 def _softmax_like(rng, dt):
     x = _n(rng, (4, 7), dt, 3.0)
     big = x.copy()
-    big[0] += 1000.0            # the unshifted exp overflows: the fused op must shift as well
-    return [((x,), dict(dim=-1), 7), ((x,), dict(dim=0), 4), ((big,), dict(dim=-1), 7),
-            ((_n(rng, (2, 3, 5), dt),), dict(dim=1), 3)]
+    big[0] += 1000.0  # the unshifted exp overflows: the fused op must shift as well
+    return [
+        ((x,), dict(dim=-1), 7),
+        ((x,), dict(dim=0), 4),
+        ((big,), dict(dim=-1), 7),
+        ((_n(rng, (2, 3, 5), dt),), dict(dim=1), 3),
+    ]
 
 
 def _targets(rng):
@@ -48,8 +53,7 @@ def _targets(rng):
 def _cross_entropy(rng, dt):
     x = _n(rng, (6, 5), dt, 2.0)
     t, ignored = _targets(rng)
-    return [((x, t), {}, 30), ((x, ignored), dict(ignore_index=-100), 30),
-            ((x, t), dict(ignore_index=int(t[0])), 30)]
+    return [((x, t), {}, 30), ((x, ignored), dict(ignore_index=-100), 30), ((x, t), dict(ignore_index=int(t[0])), 30)]
 
 
 def _softmax_backward(log):
@@ -61,6 +65,7 @@ def _softmax_backward(log):
             y = (z - lse if log else np.exp(z - lse)).astype(dt)
             out.append(((_n(rng, x.shape, dt), y), params, terms))
         return out
+
     return cases
 
 
@@ -68,9 +73,12 @@ def _cross_entropy_backward(rng, dt):
     x = _n(rng, (6, 5), dt, 2.0)
     t, ignored = _targets(rng)
     g = np.array(1.3, dt)
-    return [((g, x, t), {}, 30), ((g, x, ignored), dict(ignore_index=-100), 30),
-            ((g, x, t), dict(ignore_index=int(t[0])), 30),
-            ((g, x, np.full(6, -100, np.int64)), {}, 30)]       # nothing counts: a zero gradient
+    return [
+        ((g, x, t), {}, 30),
+        ((g, x, ignored), dict(ignore_index=-100), 30),
+        ((g, x, t), dict(ignore_index=int(t[0])), 30),
+        ((g, x, np.full(6, -100, np.int64)), {}, 30),
+    ]  # nothing counts: a zero gradient
 
 
 def _gelu_backward(rng, dt):
@@ -79,16 +87,17 @@ def _gelu_backward(rng, dt):
 
 def _layer_norm_backward(rng, dt):
     # terms: the row reductions of dx and the column sums of the weight's and bias's gradients
-    return [((_n(rng, args[0].shape, dt),) + args, params, 12 * terms)
-            for args, params, terms in _layer_norm(rng, dt)]
+    return [((_n(rng, args[0].shape, dt),) + args, params, 12 * terms) for args, params, terms in _layer_norm(rng, dt)]
 
 
 def _layer_norm(rng, dt):
     x = _n(rng, (3, 4, 5), dt, 2.0) + 1.5
     w, b = _n(rng, (5,), dt), _n(rng, (5,), dt)
-    return [((x, w, b), dict(normalized_shape=(5,), eps=1e-5), 5),
-            ((x, None, None), dict(normalized_shape=(4, 5), eps=1e-3), 20),
-            ((x, _n(rng, (4, 5), dt), None), dict(normalized_shape=(4, 5), eps=1e-5), 20)]
+    return [
+        ((x, w, b), dict(normalized_shape=(5,), eps=1e-5), 5),
+        ((x, None, None), dict(normalized_shape=(4, 5), eps=1e-3), 20),
+        ((x, _n(rng, (4, 5), dt), None), dict(normalized_shape=(4, 5), eps=1e-5), 20),
+    ]
 
 
 def _gelu(rng, dt):
@@ -99,17 +108,22 @@ def _gelu(rng, dt):
 def _attention(rng, dt):
     q, k, v = _n(rng, (2, 3, 4), dt), _n(rng, (2, 5, 4), dt), _n(rng, (2, 5, 6), dt)
     qs = _n(rng, (2, 5, 4), dt)
-    return [((q, k, v), dict(causal=False), 20), ((qs, k, v), dict(causal=True), 20),
-            ((q, k, v), dict(causal=False, scale=0.3), 20)]
+    return [
+        ((q, k, v), dict(causal=False), 20),
+        ((qs, k, v), dict(causal=True), 20),
+        ((q, k, v), dict(causal=False, scale=0.3), 20),
+    ]
 
 
 #: max_pool2d parameter sets: kernel = stride, overlapping windows with padding, ceil_mode with
 #: a ragged edge, dilation and unequal dims, ints and a default stride as callers may pass them.
-POOLS = [dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
-         dict(kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), ceil_mode=False),
-         dict(kernel_size=(2, 2), stride=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
-         dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True),
-         dict(kernel_size=3, stride=None, padding=1, dilation=1, ceil_mode=True)]
+POOLS = [
+    dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+    dict(kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), ceil_mode=False),
+    dict(kernel_size=(2, 2), stride=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True),
+    dict(kernel_size=3, stride=None, padding=1, dilation=1, ceil_mode=True),
+]
 
 
 def _pool_inputs(rng, dt):
@@ -121,7 +135,7 @@ def _pool_inputs(rng, dt):
     nan[0, 0, 1, 1] = nan[1, 2, 4, 4] = nan[1, 2, 4, 5] = np.nan
     neg = (-np.abs(x) - 10).astype(dt)
     neg[0, 1, 0, 0] = -np.inf
-    return [x, ties, nan, neg, _n(rng, (3, 5, 5), dt)]          # the last: (C, H, W)
+    return [x, ties, nan, neg, _n(rng, (3, 5, 5), dt)]  # the last: (C, H, W)
 
 
 def _max_pool2d(rng, dt):
@@ -143,9 +157,14 @@ def _batch_norm(rng, dt):
     """(N, C, H, W), (N, C), (N, C, L) and N * H * W = 2 (the fewest values training allows)."""
     x4 = _n(rng, (3, 4, 5, 6), dt, 2.0) + 1.5
     w, b = _n(rng, (4,), dt), _n(rng, (4,), dt)
-    return [((x4, w, b), dict(eps=1e-5), 90), ((x4, None, None), dict(eps=1e-3), 90),
-            ((_n(rng, (9, 4), dt), w, None), dict(eps=1e-5), 9), ((_n(rng, (4, 4, 3), dt), None, b), {}, 12),
-            ((_n(rng, (1, 4, 1, 2), dt), w, b), dict(eps=1e-5), 2), ((_n(rng, (2, 4), dt), w, b), {}, 2)]
+    return [
+        ((x4, w, b), dict(eps=1e-5), 90),
+        ((x4, None, None), dict(eps=1e-3), 90),
+        ((_n(rng, (9, 4), dt), w, None), dict(eps=1e-5), 9),
+        ((_n(rng, (4, 4, 3), dt), None, b), {}, 12),
+        ((_n(rng, (1, 4, 1, 2), dt), w, b), dict(eps=1e-5), 2),
+        ((_n(rng, (2, 4), dt), w, b), {}, 2),
+    ]
 
 
 def _batch_norm_backward(rng, dt):
@@ -153,7 +172,7 @@ def _batch_norm_backward(rng, dt):
     for (x, w, b), params, terms in _batch_norm(rng, dt):
         axes = (0,) + tuple(range(2, x.ndim))
         wide = x.astype(np.float64)
-        mean, var = wide.mean(axes).astype(dt), wide.var(axes).astype(dt)     # the forward's statistics
+        mean, var = wide.mean(axes).astype(dt), wide.var(axes).astype(dt)  # the forward's statistics
         # terms: dx and the weight's gradient sum gradients times normalized values
         out.append(((_n(rng, x.shape, dt), x, w, b, mean, var), params, 4 * terms))
     return out
@@ -176,8 +195,9 @@ def _adam(rng, dt):
     for hyper in _optimizer_options("adam_step"):
         sq = _pos(rng, (3, 17), dt)
         mx = (sq + 0.5).astype(dt) if hyper.get("amsgrad") else None
-        out.append(((_n(rng, (3, 17), dt), _n(rng, (3, 17), dt), _n(rng, (3, 17), dt), sq, mx),
-                    dict(hyper, step=3), 16))
+        out.append(
+            ((_n(rng, (3, 17), dt), _n(rng, (3, 17), dt), _n(rng, (3, 17), dt), sq, mx), dict(hyper, step=3), 16)
+        )
     return out
 
 
@@ -196,28 +216,45 @@ def _foreach(single):
     parts = [lambda a: a, lambda a: np.ascontiguousarray(a[:2, :5]), lambda a: np.ascontiguousarray(a[0])]
 
     def cases(rng, dt):
-        return [([[None if a is None else part(a) for part in parts] for a in args], params, terms)
-                for args, params, terms in single(rng, dt)]
+        return [
+            ([[None if a is None else part(a) for part in parts] for a in args], params, terms)
+            for args, params, terms in single(rng, dt)
+        ]
+
     return cases
 
 
 #: fused op -> cases: (inputs, parameters, values each output element combines, for the tolerance)
-CASES = {"softmax": _softmax_like, "log_softmax": _softmax_like, "cross_entropy": _cross_entropy,
-         "layer_norm": _layer_norm, "gelu": _gelu, "scaled_dot_product_attention": _attention,
-         "softmax_backward": _softmax_backward(False), "log_softmax_backward": _softmax_backward(True),
-         "cross_entropy_backward": _cross_entropy_backward, "gelu_backward": _gelu_backward,
-         "layer_norm_backward": _layer_norm_backward,
-         "max_pool2d": _max_pool2d, "max_pool2d_backward": _max_pool2d_backward,
-         "batch_norm": _batch_norm, "batch_norm_backward": _batch_norm_backward,
-         "sgd_step": _sgd, "adam_step": _adam, "rmsprop_step": _rmsprop,
-         "sgd_step_foreach": _foreach(_sgd), "adam_step_foreach": _foreach(_adam),
-         "rmsprop_step_foreach": _foreach(_rmsprop)}
+CASES = {
+    "softmax": _softmax_like,
+    "log_softmax": _softmax_like,
+    "cross_entropy": _cross_entropy,
+    "layer_norm": _layer_norm,
+    "gelu": _gelu,
+    "scaled_dot_product_attention": _attention,
+    "softmax_backward": _softmax_backward(False),
+    "log_softmax_backward": _softmax_backward(True),
+    "cross_entropy_backward": _cross_entropy_backward,
+    "gelu_backward": _gelu_backward,
+    "layer_norm_backward": _layer_norm_backward,
+    "max_pool2d": _max_pool2d,
+    "max_pool2d_backward": _max_pool2d_backward,
+    "batch_norm": _batch_norm,
+    "batch_norm_backward": _batch_norm_backward,
+    "sgd_step": _sgd,
+    "adam_step": _adam,
+    "rmsprop_step": _rmsprop,
+    "sgd_step_foreach": _foreach(_sgd),
+    "adam_step_foreach": _foreach(_adam),
+    "rmsprop_step_foreach": _foreach(_rmsprop),
+}
 
 
 def _compare(where, got, want, dt, terms, backend):
     if want is None or got is None:
-        assert want is None and got is None, f"{where}: expected {'None' if want is None else 'a buffer'}, got " \
-                                             f"{'None' if got is None else 'a buffer'}"
+        assert want is None and got is None, (
+            f"{where}: expected {'None' if want is None else 'a buffer'}, got {'None' if got is None else 'a buffer'}"
+        )
         return
     got = np.asarray(backend.to_numpy(got))
     want = np.asarray(want.numpy())
@@ -260,12 +297,14 @@ def test_fused(op, dtype, conformance):
         except Exception as exc:  # noqa: BLE001
             raise AssertionError(f"{where} raised {type(exc).__name__}: {exc}") from exc
         if isinstance(want, tuple):
-            assert isinstance(got, tuple) and len(got) == len(want), \
+            assert isinstance(got, tuple) and len(got) == len(want), (
                 f"{where}: expected a tuple of {len(want)} buffers like the decomposition, got {type(got).__name__}"
+            )
             for i, (g, w) in enumerate(zip(got, want)):
-                if isinstance(w, list):          # a multi-tensor op: a list per output
-                    assert isinstance(g, (list, tuple)) and len(g) == len(w), \
+                if isinstance(w, list):  # a multi-tensor op: a list per output
+                    assert isinstance(g, (list, tuple)) and len(g) == len(w), (
                         f"{where} output {i}: expected a list of {len(w)} buffers"
+                    )
                     for j, (gj, wj) in enumerate(zip(g, w)):
                         _compare(f"{where} output {i} entry {j}", gj, wj, dtype, terms, backend)
                 else:

@@ -9,6 +9,7 @@ Each layer's forward and backward pass is also run twice from the same state: th
 must compute the same bits at every primitive (else the test names the first primitive whose
 outputs differ: "nondeterministic"), and its forward pass under ember.jit must match eager
 mode's within float32 rounding."""
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,11 +24,11 @@ EMBER_TIER = 5
 
 @dataclass
 class Layer:
-    make: object            # nn -> module
-    inputs: object          # rng -> list of numpy arrays
+    make: object  # nn -> module
+    inputs: object  # rng -> list of numpy arrays
     out_shape: tuple
-    params: int             # PyTorch's count for the same constructor arguments
-    call: object = None     # (module, *tensors) -> output tensor; default module(*tensors)
+    params: int  # PyTorch's count for the same constructor arguments
+    call: object = None  # (module, *tensors) -> output tensor; default module(*tensors)
 
 
 def _x(*shape):
@@ -45,18 +46,26 @@ LAYERS = {
     "Conv2d": Layer(lambda nn: nn.Conv2d(3, 4, 3, stride=1, padding=1), _x(2, 3, 6, 6), (2, 4, 6, 6), 4 * 3 * 9 + 4),
     "BatchNorm2d": Layer(lambda nn: nn.BatchNorm2d(3), _x(4, 3, 5, 5), (4, 3, 5, 5), 2 * 3),
     "LayerNorm": Layer(lambda nn: nn.LayerNorm(6), _x(4, 6), (4, 6), 2 * 6),
-    "Embedding": Layer(lambda nn: nn.Embedding(10, 4), lambda rng: [rng.integers(0, 10, (3, 5)).astype(np.int64)],
-                       (3, 5, 4), 10 * 4),
-    "LSTM": Layer(lambda nn: nn.LSTM(4, 5, batch_first=True), _x(2, 3, 4), (2, 3, 5), 4 * 5 * (4 + 5) + 2 * 4 * 5,
-                  call=_first),
-    "MultiheadAttention": Layer(lambda nn: nn.MultiheadAttention(E, 2, batch_first=True), _x(2, 3, E), (2, 3, E),
-                                4 * E * E + 4 * E, call=lambda m, x: m(x, x, x)[0]),
+    "Embedding": Layer(
+        lambda nn: nn.Embedding(10, 4), lambda rng: [rng.integers(0, 10, (3, 5)).astype(np.int64)], (3, 5, 4), 10 * 4
+    ),
+    "LSTM": Layer(
+        lambda nn: nn.LSTM(4, 5, batch_first=True), _x(2, 3, 4), (2, 3, 5), 4 * 5 * (4 + 5) + 2 * 4 * 5, call=_first
+    ),
+    "MultiheadAttention": Layer(
+        lambda nn: nn.MultiheadAttention(E, 2, batch_first=True),
+        _x(2, 3, E),
+        (2, 3, E),
+        4 * E * E + 4 * E,
+        call=lambda m, x: m(x, x, x)[0],
+    ),
 }
 
 
 def _nn():
     try:
         from ember import nn, optim
+
         return nn, optim
     except ImportError as exc:
         pytest.skip(f"[missing] ember.nn / ember.optim cannot be imported: {exc}")
@@ -114,12 +123,16 @@ def test_layer(op, conformance):
     missing = [k for k, p in layer.named_parameters() if p.grad is None]
     assert not missing, f"{name}: no gradient reached parameters {missing}"
     opt.step()
-    kept = [f"{k} {p.dtype.name} (gradient {p.grad.dtype.name})" for k, p in layer.named_parameters()
-            if p.dtype is not ember.float32 or p.grad.dtype is not ember.float32]
+    kept = [
+        f"{k} {p.dtype.name} (gradient {p.grad.dtype.name})"
+        for k, p in layer.named_parameters()
+        if p.dtype is not ember.float32 or p.grad.dtype is not ember.float32
+    ]
     assert not kept, f"dtype discipline: {name}'s float32 parameters after one SGD step: {', '.join(kept)}"
     after = (_forward(name, layer, arrays, here) * w).sum()
-    assert after.item() < before.item(), \
+    assert after.item() < before.item(), (
         f"{name}: one SGD step did not lower the loss ({before.item()} -> {after.item()})"
+    )
 
     # checkpoint round trip: state to host arrays, into a freshly initialized layer
     layer.eval()
@@ -154,6 +167,9 @@ def test_layer_deterministic(op, conformance):
     with ember.no_grad():
         eager = _forward(name, layer, arrays, here).numpy()
         compiled = ember.jit(lambda *xs: (spec.call or (lambda m, *t: m(*t)))(layer, *xs))(
-            *(ember.tensor(a, backend=here) for a in arrays)).numpy()
+            *(ember.tensor(a, backend=here) for a in arrays)
+        ).numpy()
     problem = mismatch(np.asarray(compiled), np.asarray(eager), 1e-4, 1e-5)
-    assert problem is None, f"nondeterministic under ember.jit: {name}'s forward pass differs from eager mode's: {problem}"
+    assert problem is None, (
+        f"nondeterministic under ember.jit: {name}'s forward pass differs from eager mode's: {problem}"
+    )

@@ -16,6 +16,7 @@ test checks the parameters and gradients); and a short training run on random da
 deterministic: run twice eagerly it computes the same bits, primitive by primitive, and under
 ember.jit the same parameters within float32 rounding.
 """
+
 import hashlib
 import time
 
@@ -29,7 +30,7 @@ from ember.conformance.watch import run_twice
 
 EMBER_TIER = 6
 TRAIN, TEST, HIDDEN, EPOCHS, BATCH, LR, MOMENTUM, WEIGHT_DECAY = 2000, 1000, 256, 10, 100, 0.1, 0.9, 5e-4
-MEAN, STD = 0.1307, 0.3081              # MNIST's pixel statistics
+MEAN, STD = 0.1307, 0.3081  # MNIST's pixel statistics
 TARGET_ACCURACY, TIME_LIMIT_S = 0.89, 600.0
 
 
@@ -43,7 +44,7 @@ def _source(MNIST, root) -> str:
 
     def shown(path):
         text, home = str(path), str(Path.home())
-        return "~" + text[len(home):] if text.startswith(home + "/") else text
+        return "~" + text[len(home) :] if text.startswith(home + "/") else text
 
     names = [n for split in MNIST.splits.values() for n in split]
     if all((root / n).is_file() for n in names):
@@ -59,24 +60,40 @@ def _mnist(ctx=None):
     try:
         from ember.data import cache_dir
         from ember.data.mnist import MNIST
+
         root = cache_dir() / MNIST.folder
         source = _source(MNIST, root)
         train, test = MNIST(train=True, download=False), MNIST(train=False, download=False)
     except Exception as exc:  # noqa: BLE001 - no data here is a skip, not a failure of the backend
         pytest.skip(f"[missing] MNIST is not available offline: {type(exc).__name__}: {exc}")
-    if ctx is not None:          # after loading, every file is in the cache, checked: hash what was read
-        files = {n: "sha256:" + hashlib.sha256((root / n).read_bytes()).hexdigest() if (root / n).is_file() else None
-                 for split in MNIST.splits.values() for n in split}
-        ctx.facts["dataset"] = {"name": "MNIST", "source": source, "from_cache": source.startswith("cache: "),
-                                "files": files, "pinned": files == {n: MNIST.files[n] for n in files},
-                                "train": f"first {TRAIN} of the training split", "test": f"first {TEST} of the test split"}
+    if ctx is not None:  # after loading, every file is in the cache, checked: hash what was read
+        files = {
+            n: "sha256:" + hashlib.sha256((root / n).read_bytes()).hexdigest() if (root / n).is_file() else None
+            for split in MNIST.splits.values()
+            for n in split
+        }
+        ctx.facts["dataset"] = {
+            "name": "MNIST",
+            "source": source,
+            "from_cache": source.startswith("cache: "),
+            "files": files,
+            "pinned": files == {n: MNIST.files[n] for n in files},
+            "train": f"first {TRAIN} of the training split",
+            "test": f"first {TEST} of the test split",
+        }
+
     def images(data, n):
         return ((np.asarray(data[:n]).reshape(n, -1) - MEAN) / STD).astype(np.float32)
-    return (images(train.data, TRAIN), np.asarray(train.targets[:TRAIN]),
-            images(test.data, TEST), np.asarray(test.targets[:TEST]))
+
+    return (
+        images(train.data, TRAIN),
+        np.asarray(train.targets[:TRAIN]),
+        images(test.data, TEST),
+        np.asarray(test.targets[:TEST]),
+    )
 
 
-@pytest.mark.parametrize("op", ["mnist_mlp"])          # a name for --ops and the certificate
+@pytest.mark.parametrize("op", ["mnist_mlp"])  # a name for --ops and the certificate
 def test_mnist_mlp(op, conformance):
     for dt in ("float32", "int64"):
         conformance.require_dtype(dt)
@@ -99,7 +116,7 @@ def test_mnist_mlp(op, conformance):
     for epoch in range(EPOCHS):
         order = rng.permutation(TRAIN)
         for i in range(0, TRAIN, BATCH):
-            idx = order[i:i + BATCH]
+            idx = order[i : i + BATCH]
             x = ember.tensor(x_train[idx], backend=here)
             y = ember.tensor(y_train[idx], backend=here)
             loss = fused.run("cross_entropy", logits(x), y)
@@ -121,8 +138,9 @@ def test_mnist_mlp(op, conformance):
 
 def _same_dtypes(params, grads):
     for i, (p, g) in enumerate(zip(params, grads)):
-        assert p.dtype is ember.float32 and g.dtype is ember.float32, \
+        assert p.dtype is ember.float32 and g.dtype is ember.float32, (
             f"dtype discipline: parameter {i} is {p.dtype.name} with a {g.dtype.name} gradient after training; float32 expected"
+        )
 
 
 #: the determinism run: nine SGD steps (an odd number of matrix products, so a fault that
@@ -133,8 +151,9 @@ STEPS, SMALL = 9, (64, 32, 10)
 def _small_training(here, seed, jit=False):
     rng = np.random.default_rng(seed)
     sizes = [(SMALL[0], SMALL[1]), (SMALL[1],), (SMALL[1], SMALL[2]), (SMALL[2],)]
-    params = [ember.tensor((rng.standard_normal(s) * 0.3).astype(np.float32), backend=here, requires_grad=True)
-              for s in sizes]
+    params = [
+        ember.tensor((rng.standard_normal(s) * 0.3).astype(np.float32), backend=here, requires_grad=True) for s in sizes
+    ]
     velocity = [ember.zeros(*p.shape, backend=here) for p in params]
     xs = [ember.tensor(rng.standard_normal((16, SMALL[0])).astype(np.float32), backend=here) for _ in range(STEPS)]
     ys = [ember.tensor(rng.integers(0, SMALL[2], 16).astype(np.int64), backend=here) for _ in range(STEPS)]
@@ -166,5 +185,6 @@ def test_training_deterministic(op, conformance):
     compiled = _small_training(here, seed, jit=True)
     for i, (a, b) in enumerate(zip(eager, compiled)):
         problem = mismatch(b, a, 1e-4, 1e-5)
-        assert problem is None, (f"nondeterministic under ember.jit: parameter {i} after {STEPS} steps differs "
-                                 f"from eager mode's: {problem}")
+        assert problem is None, (
+            f"nondeterministic under ember.jit: parameter {i} after {STEPS} steps differs from eager mode's: {problem}"
+        )

@@ -8,16 +8,17 @@ and infinities match exactly. Integer and bool results must be equal.
 in each addition, in whatever order the backend adds, so it gets ``ACCUM * eps * terms * scale``
 more. The certificate prints this table.
 """
+
 from __future__ import annotations
 
 #: dtype name -> (rtol, atol, eps). Elementwise functions may differ by a few ulp between libms
 #: (float16 by a rounding of float32), accumulations by their order of addition.
 TOLERANCES = {
-    "float16": (5e-3, 1e-3, 2.0 ** -10),
-    "float32": (1e-5, 1e-6, 2.0 ** -23),
-    "float64": (1e-10, 1e-12, 2.0 ** -52),
+    "float16": (5e-3, 1e-3, 2.0**-10),
+    "float32": (1e-5, 1e-6, 2.0**-23),
+    "float64": (1e-10, 1e-12, 2.0**-52),
 }
-ACCUM = 4.0          # safety factor on the per-term rounding allowance
+ACCUM = 4.0  # safety factor on the per-term rounding allowance
 
 #: Tier 3 compares gradients (float64 where declared, else float32) with the reference and
 #: with central finite differences, whose truncation and cancellation error is much larger.
@@ -54,6 +55,7 @@ def mismatch(got, want, rtol: float, atol: float) -> str | None:
     '1 of 2 elements differ; worst at index (1,): got 2, expected 3'
     """
     import numpy as np
+
     if got.shape != want.shape:
         return f"shape {got.shape}, expected {want.shape}"
     if got.dtype != want.dtype:
@@ -77,16 +79,22 @@ def mismatch(got, want, rtol: float, atol: float) -> str | None:
         worst = np.unravel_index(int(np.argmax(err)), got.shape)
     else:
         worst = np.unravel_index(int(np.argmax(bad)), got.shape)
-    return (f"{int(bad.sum())} of {got.size} elements differ; worst at index {tuple(int(i) for i in worst)}: "
-            f"got {got[worst].item()!r}, expected {want[worst].item()!r}" + (f" (rtol={rtol:.3g}, atol={atol:.3g})"
-                                                            if want.dtype.kind == "f" else ""))
+    return (
+        f"{int(bad.sum())} of {got.size} elements differ; worst at index {tuple(int(i) for i in worst)}: "
+        f"got {got[worst].item()!r}, expected {want[worst].item()!r}"
+        + (f" (rtol={rtol:.3g}, atol={atol:.3g})" if want.dtype.kind == "f" else "")
+    )
 
 
 def table() -> dict:
     """The tolerances as plain data, for the certificate."""
-    return {"elementwise": {d: {"rtol": r, "atol": a, "eps": e} for d, (r, a, e) in TOLERANCES.items()},
-            "accumulation": f"atol += {ACCUM:g} * eps * terms * scale (sum, matmul, conv: terms added, "
-                            f"scale = largest |term|)",
-            "integers_and_bool": "exact",
-            "gradients": {d: {"rtol_vs_reference": r, "rtol_vs_finite_differences": f, "fd_step": h}
-                          for d, (r, f, h) in GRAD_TOLERANCES.items()}}
+    return {
+        "elementwise": {d: {"rtol": r, "atol": a, "eps": e} for d, (r, a, e) in TOLERANCES.items()},
+        "accumulation": f"atol += {ACCUM:g} * eps * terms * scale (sum, matmul, conv: terms added, "
+        f"scale = largest |term|)",
+        "integers_and_bool": "exact",
+        "gradients": {
+            d: {"rtol_vs_reference": r, "rtol_vs_finite_differences": f, "fd_step": h}
+            for d, (r, f, h) in GRAD_TOLERANCES.items()
+        },
+    }

@@ -26,6 +26,7 @@ The rules, as a table of what makes a failure a root cause and what ties a conse
 >>> [f["label"] for f in t["independent"]]
 ['tier 0 test_identity']
 """
+
 from __future__ import annotations
 
 
@@ -47,14 +48,23 @@ def triage(failures: list) -> dict:
     test that named it, when not tier 2), "message", "consequences"}``; the
     failures no root cause explains, each with its ``label``."""
     roots: dict = {}
-    found = set()                       # the failures that revealed a root cause
+    found = set()  # the failures that revealed a root cause
     order = sorted(failures, key=lambda f: f["tier"])
-    for i, f in enumerate(order):       # roots: tier 2's primitives, then culprits by tier
+    for i, f in enumerate(order):  # roots: tier 2's primitives, then culprits by tier
         name = f["op"] if f["tier"] == 2 and f.get("op") else f.get("culprit")
         if not name or (f["tier"] != 2 and name in roots):
             continue
-        root = roots.setdefault(name, {"primitive": name, "tier": f["tier"], "cells": [], "found_in": [],
-                                       "message": f["message"], "consequences": []})
+        root = roots.setdefault(
+            name,
+            {
+                "primitive": name,
+                "tier": f["tier"],
+                "cells": [],
+                "found_in": [],
+                "message": f["message"],
+                "consequences": [],
+            },
+        )
         root["cells" if f["tier"] == 2 else "found_in"].append(cell(f) if f["tier"] == 2 else label(f))
         found.add(i)
     independent = []

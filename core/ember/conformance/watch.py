@@ -23,6 +23,7 @@ exactly as the eager interpreter does and then, for outputs on the backend under
 >>> sorted(watch.used)
 ['exp', 'full', 'mul', 'sum']
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,10 +67,10 @@ class Watch(dispatch.Eager):
 
     def __init__(self, backend):
         self.backend = backend
-        self.used: dict[str, set] = {}      # primitive -> output dtypes seen
-        self.failing: str | None = None     # the call that raised, if one did
-        self.culprit: str | None = None     # the primitive a DisciplineError named
-        self.trace: list | None = None      # (call, host array) per output, while keeping
+        self.used: dict[str, set] = {}  # primitive -> output dtypes seen
+        self.failing: str | None = None  # the call that raised, if one did
+        self.culprit: str | None = None  # the primitive a DisciplineError named
+        self.trace: list | None = None  # (call, host array) per output, while keeping
 
     # -- the primitives: Eager's rules, then the checks ----------------------------------------
     def apply1(self, name, x, params):
@@ -87,8 +88,11 @@ class Watch(dispatch.Eager):
     def assign(self, dst, src):
         if dst._backend is self.backend and src.dtype != dst.dtype:
             self.culprit = "assign"
-            raise DisciplineError("assign", f"dtype discipline: an in-place write puts a {aval(src)} value "
-                                            f"into a {aval(dst)} tensor (a parameter keeps its dtype)")
+            raise DisciplineError(
+                "assign",
+                f"dtype discipline: an in-place write puts a {aval(src)} value "
+                f"into a {aval(dst)} tensor (a parameter keeps its dtype)",
+            )
         return super().assign(dst, src)
 
     def _run(self, name, args, params, run):
@@ -98,7 +102,7 @@ class Watch(dispatch.Eager):
             except Exception as exc:
                 if self.failing is None:
                     self.failing = call(name, args, params)
-                    if isinstance(exc, BackendError):      # the backend failed, not the inputs' rule
+                    if isinstance(exc, BackendError):  # the backend failed, not the inputs' rule
                         self.culprit = self.culprit or str(name)
                 raise
         if isinstance(out, dispatch.Tensor) and out._backend is self.backend:
@@ -116,11 +120,15 @@ class Watch(dispatch.Eager):
         if want is not None and (tuple(want[0]), want[1]) != got:
             what = "dtype" if tuple(want[0]) == got[0] else "shape"
             self.culprit = str(name)
-            raise DisciplineError(str(name), f"{what} discipline: {call(name, avals, params)} returned "
-                                             f"{aval(got)} on backend {self.backend.name!r}; the primitive's "
-                                             f"rule says {aval(want)}")
+            raise DisciplineError(
+                str(name),
+                f"{what} discipline: {call(name, avals, params)} returned "
+                f"{aval(got)} on backend {self.backend.name!r}; the primitive's "
+                f"rule says {aval(want)}",
+            )
         if self.trace is not None:
             import numpy as np
+
             self.trace.append((call(name, avals, params), np.array(self.backend.to_numpy(out._data))))
 
     # -- values, for determinism ---------------------------------------------------------------
@@ -144,6 +152,7 @@ def current() -> Watch | None:
 def same(a, b) -> bool:
     """Bitwise equal values (NaN equal to NaN), shapes and dtypes."""
     import numpy as np
+
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.dtype.kind in "fc":
@@ -163,6 +172,7 @@ def first_difference(first: list, second: list) -> tuple[int, str] | None:
     'exp(float32[2]) (call 1 of 1): 1 of 2 elements differ; first at index (1,): 1.0 then 2.0'
     """
     import numpy as np
+
     for i, ((name_a, a), (name_b, b)) in enumerate(zip(first, second)):
         if name_a != name_b:
             return i, f"call {i + 1} is {name_a} in one run and {name_b} in the other"
@@ -172,8 +182,10 @@ def first_difference(first: list, second: list) -> tuple[int, str] | None:
                 return i, f"{where}: {aval((a.shape, a.dtype))} then {aval((b.shape, b.dtype))}"
             bad = (a != b) & ~(np.isnan(a) & np.isnan(b)) if a.dtype.kind in "fc" else a != b
             k = tuple(int(j) for j in np.argwhere(bad)[0]) if a.ndim else ()
-            return i, (f"{where}: {int(bad.sum())} of {a.size} elements differ; first at index {k}: "
-                       f"{a[k].item()!r} then {b[k].item()!r}")
+            return i, (
+                f"{where}: {int(bad.sum())} of {a.size} elements differ; first at index {k}: "
+                f"{a[k].item()!r} then {b[k].item()!r}"
+            )
     if len(first) != len(second):
         return min(len(first), len(second)), f"one run applied {len(first)} primitives, the other {len(second)}"
     return None
@@ -207,6 +219,5 @@ def run_twice(fn, backend):
     if diff is not None:
         primitive = first[diff[0]][0].split("(")[0] if diff[0] < len(first) else "?"
         watch.culprit = primitive
-        raise Nondeterminism(primitive, f"nondeterministic: two runs of the same computation differ first at "
-                                        f"{diff[1]}")
+        raise Nondeterminism(primitive, f"nondeterministic: two runs of the same computation differ first at {diff[1]}")
     return result

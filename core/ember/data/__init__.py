@@ -24,8 +24,25 @@ from .mnist import MNIST, FashionMNIST
 from .text import TextFile
 
 __all__ = [
-    "ArrayDataset", "CIFAR10", "ChecksumError", "ConcatDataset", "DataError", "DataLoader", "Dataset",
-    "DownloadError", "FakeData", "FashionMNIST", "MNIST", "Subset", "SyntheticCIFAR10", "TensorDataset", "TextFile", "cache_dir",
+    "ArrayDataset",
+    "CIFAR10",
+    "ChecksumError",
+    "ConcatDataset",
+    "DataError",
+    "DataLoader",
+    "Dataset",
+    "DownloadError",
+    "FakeData",
+    "FashionMNIST",
+    "MNIST",
+    "Subset",
+    "SyntheticCIFAR10",
+    "TensorDataset",
+    "TextFile",
+    "cache_dir",
     "default_collate",
-    "random_split", "read_idx", "transforms", "write_idx",
+    "random_split",
+    "read_idx",
+    "transforms",
+    "write_idx",
 ]

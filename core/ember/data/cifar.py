@@ -19,7 +19,7 @@ from .errors import DataError
 from .safe_pickle import load_arrays
 from .sources import FileDataset
 
-MAX_BATCH_BYTES = 10000 * (3 * 32 * 32 + 8)   # one batch: 10k images and, at most, int64 labels
+MAX_BATCH_BYTES = 10000 * (3 * 32 * 32 + 8)  # one batch: 10k images and, at most, int64 labels
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
@@ -38,18 +38,26 @@ class CIFAR10(FileDataset):
     # the Toronto page publishes md5 c58f30108f718f92721af3b95e74349a; we pin the file's
     # sha256 (the value Keras uses), which identifies the same 170498071 bytes
     archives = {archive: ("sha256:6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce", 170498071)}
-    files = dict.fromkeys(["train-images-idx4-ubyte", "train-labels-idx1-ubyte", "test-images-idx4-ubyte", "test-labels-idx1-ubyte"])
+    files = dict.fromkeys(
+        ["train-images-idx4-ubyte", "train-labels-idx1-ubyte", "test-images-idx4-ubyte", "test-labels-idx1-ubyte"]
+    )
     splits = {
         "train": ("train-images-idx4-ubyte", "train-labels-idx1-ubyte"),
         "test": ("test-images-idx4-ubyte", "test-labels-idx1-ubyte"),
     }
-    ways = ("with a network, ember downloads {mirrors}cifar-10-python.tar.gz (163 MiB, checked by SHA-256)",
-            "or place cifar-10-python.tar.gz in {folder} (the cache; EMBER_DATA moves it)",
-            "or train without files on the synthetic set: `ember train synthetic-cifar10` "
-            "(ember.data.SyntheticCIFAR10: noise plus a per-class pattern, same shapes)")
+    ways = (
+        "with a network, ember downloads {mirrors}cifar-10-python.tar.gz (163 MiB, checked by SHA-256)",
+        "or place cifar-10-python.tar.gz in {folder} (the cache; EMBER_DATA moves it)",
+        "or train without files on the synthetic set: `ember train synthetic-cifar10` "
+        "(ember.data.SyntheticCIFAR10: noise plus a per-class pattern, same shapes)",
+    )
     classes = CIFAR10_CLASSES
-    shapes = {"train-images-idx4-ubyte": (50000, 3, 32, 32), "train-labels-idx1-ubyte": (50000,),
-              "test-images-idx4-ubyte": (10000, 3, 32, 32), "test-labels-idx1-ubyte": (10000,)}
+    shapes = {
+        "train-images-idx4-ubyte": (50000, 3, 32, 32),
+        "train-labels-idx1-ubyte": (50000,),
+        "test-images-idx4-ubyte": (10000, 3, 32, 32),
+        "test-labels-idx1-ubyte": (10000,),
+    }
     members = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
 
     @classmethod
@@ -65,7 +73,9 @@ class CIFAR10(FileDataset):
         super().validate(arrays, origin)
         for images_name, _ in cls.splits.values():
             if images_name in arrays and arrays[images_name].shape[1:] != (3, 32, 32):
-                raise DataError(f"{origin}: {images_name} holds images of shape {arrays[images_name].shape[1:]}, expected (3, 32, 32).")
+                raise DataError(
+                    f"{origin}: {images_name} holds images of shape {arrays[images_name].shape[1:]}, expected (3, 32, 32)."
+                )
 
 
 def read_cifar_archive(path, members, splits) -> dict:
@@ -79,10 +89,9 @@ def read_cifar_archive(path, members, splits) -> dict:
             for m in tar:
                 base = m.name.rsplit("/", 1)[-1]
                 if m.isfile() and base in wanted and re.fullmatch(r"(\./)?[\w.-]+/" + re.escape(base), m.name):
-                    if m.size > MAX_BATCH_BYTES + (1 << 20):     # checked before a byte is read
+                    if m.size > MAX_BATCH_BYTES + (1 << 20):  # checked before a byte is read
                         raise DataError(f"{path}:{m.name}: {m.size} bytes, more than a CIFAR batch can be")
-                    found[base] = load_arrays(tar.extractfile(m).read(), f"{path}:{m.name}",
-                                              max_bytes=MAX_BATCH_BYTES)
+                    found[base] = load_arrays(tar.extractfile(m).read(), f"{path}:{m.name}", max_bytes=MAX_BATCH_BYTES)
     except (tarfile.TarError, OSError, EOFError) as e:
         raise DataError(f"{path}: corrupt or truncated archive ({e}). Delete it so it is fetched again.") from e
     missing = sorted(wanted - found.keys())
@@ -103,9 +112,15 @@ def _batch_arrays(batch, name):
     batch = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in batch.items()}
     data, labels = batch.get("data"), batch.get("labels")
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-        raise DataError(f"{name}: 'data' must be a uint8 array of shape (N, 3072), got {getattr(data, 'shape', type(data).__name__)}")
+        raise DataError(
+            f"{name}: 'data' must be a uint8 array of shape (N, 3072), got {getattr(data, 'shape', type(data).__name__)}"
+        )
     labels = np.asarray(labels)
-    if labels.shape != (len(data),) or labels.dtype.kind not in "iu" or (labels.size and (labels.min() < 0 or labels.max() > 9)):
+    if (
+        labels.shape != (len(data),)
+        or labels.dtype.kind not in "iu"
+        or (labels.size and (labels.min() < 0 or labels.max() > 9))
+    ):
         raise DataError(f"{name}: 'labels' must be {len(data)} integers in 0..9")
     # rows are channel-major (1024 red, 1024 green, 1024 blue), so this reshape is NCHW
     return data.reshape(-1, 3, 32, 32), labels.astype(np.uint8)

@@ -46,8 +46,12 @@ class ArrayDataset(Dataset):
     np.int64(3)
     """
 
-    def __init__(self, *arrays: Any, transform: Callable[..., Any] | None = None,
-                 target_transform: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        *arrays: Any,
+        transform: Callable[..., Any] | None = None,
+        target_transform: Callable[..., Any] | None = None,
+    ) -> None:
         self.transform, self.target_transform = transform, target_transform
         if not arrays:
             raise ValueError("ArrayDataset needs at least one array")
@@ -71,8 +75,9 @@ class ArrayDataset(Dataset):
         return apply_transforms(sample, self.transform, self.target_transform)
 
 
-def apply_transforms(sample: Any, transform: Callable[..., Any] | None, target_transform: Callable[..., Any] | None,
-                     rng: Any = None) -> Any:
+def apply_transforms(
+    sample: Any, transform: Callable[..., Any] | None, target_transform: Callable[..., Any] | None, rng: Any = None
+) -> Any:
     """``sample`` (or a batch) with ``transform`` on field 0 and ``target_transform`` on field 1.
 
     >>> apply_transforms((1, 2, 3), lambda x: -x, str)
@@ -96,8 +101,12 @@ class TensorDataset(ArrayDataset):
     (3, [2, 3])
     """
 
-    def __init__(self, *tensors: Any, transform: Callable[..., Any] | None = None,
-                 target_transform: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        *tensors: Any,
+        transform: Callable[..., Any] | None = None,
+        target_transform: Callable[..., Any] | None = None,
+    ) -> None:
         super().__init__(*(np.array(t) for t in tensors), transform=transform, target_transform=target_transform)
 
 
@@ -163,7 +172,9 @@ def random_split(dataset: Dataset, lengths: Sequence[float], seed: int = 0) -> l
             counts[i % len(counts)] += 1
         lengths = counts
     if any(int(x) != x or x < 0 for x in lengths) or sum(lengths) != n:
-        raise ValueError(f"random_split: lengths {lengths} must be non-negative counts summing to {n} or fractions summing to 1")
+        raise ValueError(
+            f"random_split: lengths {lengths} must be non-negative counts summing to {n} or fractions summing to 1"
+        )
     perm = np.random.default_rng(seed).permutation(n)
     bounds = np.cumsum([0] + [int(x) for x in lengths])
     return [Subset(dataset, perm[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -103,8 +103,10 @@ def download(urls, dest, checksum: str, size: int | None = None, timeout: float 
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DataError(f"{dest.parent}: cannot create the download folder ({e.strerror or e}). "
-                        f"Set EMBER_DATA (or pass root=) to a writable folder.") from e
+        raise DataError(
+            f"{dest.parent}: cannot create the download folder ({e.strerror or e}). "
+            f"Set EMBER_DATA (or pass root=) to a writable folder."
+        ) from e
     part = dest.with_name(dest.name + ".part")
     algo, expected = parse_checksum(checksum)
     failures, bad_hash = [], 0
@@ -164,7 +166,9 @@ def _fetch(url: str, part: Path, size: int | None, timeout: float) -> None:
         if have and resp.status == 206:
             m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
             if not m or int(m.group(1)) != have:
-                raise _BadResponse(f"asked for bytes from {have}, server sent Content-Range {resp.headers.get('Content-Range')!r}")
+                raise _BadResponse(
+                    f"asked for bytes from {have}, server sent Content-Range {resp.headers.get('Content-Range')!r}"
+                )
             mode, start = "ab", have
         length = resp.headers.get("Content-Length")
         total = start + int(length) if length and length.isdigit() else None

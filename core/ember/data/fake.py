@@ -6,6 +6,7 @@ running a training script without its dataset (pytorch/examples imagenet ``--dum
 >>> image.shape, image.dtype, bool(0 <= label < 10), bool((ds[0][0] == image).all())
 ((8, 8, 3), dtype('uint8'), True, True)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,15 @@ class FakeData(Dataset):
     ``transforms.ToTensor()`` makes the float32 ``C, H, W`` a model takes, as in torchvision.
     """
 
-    def __init__(self, size: int = 1000, image_size=(3, 224, 224), num_classes: int = 10, transform=None,
-                 target_transform=None, random_offset: int = 0):
+    def __init__(
+        self,
+        size: int = 1000,
+        image_size=(3, 224, 224),
+        num_classes: int = 10,
+        transform=None,
+        target_transform=None,
+        random_offset: int = 0,
+    ):
         if int(size) != size or size < 0:
             raise ValueError(f"FakeData: size must be an integer >= 0, got {size!r}")
         if len(image_size) != 3 or any(int(d) != d or d < 1 for d in image_size):

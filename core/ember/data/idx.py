@@ -55,7 +55,9 @@ def decode_idx(buf, name: str = "<bytes>") -> np.ndarray:
         )
     header = 4 + 4 * ndim
     if ndim == 0 or len(buf) < header:
-        raise DataError(f"{name}: truncated IDX header: {ndim} dimensions need {header} bytes, file has {len(buf)}. {fix}")
+        raise DataError(
+            f"{name}: truncated IDX header: {ndim} dimensions need {header} bytes, file has {len(buf)}. {fix}"
+        )
     shape = struct.unpack(f">{ndim}I", buf[4:header])
     dtype = IDX_DTYPES[code]
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -66,7 +68,9 @@ def decode_idx(buf, name: str = "<bytes>") -> np.ndarray:
             f"found only {actual}. {fix}"
         )
     if actual > expected:
-        raise DataError(f"{name}: IDX file has {actual - expected} unexpected trailing bytes after shape {shape}. {fix}")
+        raise DataError(
+            f"{name}: IDX file has {actual - expected} unexpected trailing bytes after shape {shape}. {fix}"
+        )
     arr = np.frombuffer(buf, dtype=dtype, count=expected // dtype.itemsize, offset=header).reshape(shape)
     # native byte order so downstream arithmetic is not silently slow
     return arr.astype(dtype.newbyteorder("="), copy=False) if dtype.itemsize > 1 else arr
@@ -109,8 +113,10 @@ def read_raw(path, max_bytes: int | None = None) -> bytes:
         size = path.stat().st_size
         # gzip of incompressible data is a little larger than the data itself
         if max_bytes is not None and size > max_bytes + max_bytes // 100 + 1024:
-            raise DataError(f"{path}: {size} bytes, more than this dataset's files can be ({max_bytes}). "
-                            f"It is not a genuine file; delete it.")
+            raise DataError(
+                f"{path}: {size} bytes, more than this dataset's files can be ({max_bytes}). "
+                f"It is not a genuine file; delete it."
+            )
         raw = path.read_bytes()
     except OSError as e:
         raise DataError(f"{path}: cannot read IDX file: {e.strerror or e}") from e
@@ -130,20 +136,20 @@ def gunzip(raw: bytes, name, max_bytes: int | None = None) -> bytes:
         if max_bytes is None:
             return gzip.decompress(raw)
         out, rest = b"", raw
-        while rest.strip(b"\0"):                      # a gzip file may hold several members
+        while rest.strip(b"\0"):  # a gzip file may hold several members
             inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
             out += inflater.decompress(rest, max_bytes + 1 - len(out))
             if len(out) > max_bytes or inflater.unconsumed_tail:
-                raise DataError(f"{name}: inflates to more than {max_bytes} bytes, more than this dataset's "
-                                f"files can be. It is not a genuine file; delete it.")
+                raise DataError(
+                    f"{name}: inflates to more than {max_bytes} bytes, more than this dataset's "
+                    f"files can be. It is not a genuine file; delete it."
+                )
             if not inflater.eof:
                 raise EOFError("compressed data ended before the end-of-stream marker")
             rest = inflater.unused_data
         return out
     except (OSError, EOFError, zlib.error) as e:
-        raise DataError(
-            f"{name}: corrupt or truncated gzip data ({e}). Delete the file so it is fetched again."
-        ) from e
+        raise DataError(f"{name}: corrupt or truncated gzip data ({e}). Delete the file so it is fetched again.") from e
 
 
 def write_idx(path, array, compress: bool | None = None) -> None:

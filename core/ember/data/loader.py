@@ -73,10 +73,21 @@ class DataLoader:
     Batches never share memory with the dataset, so modifying one cannot corrupt the data.
     """
 
-    def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, seed: int = 0,
-                 transform: Callable[..., Any] | None = None, prefetch: int = 2,
-                 collate: Callable[[list[Any]], Any] | None = None, to_tensor: bool = True, num_workers: int = 0,
-                 worker_mode: str = "auto", pin_memory: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        transform: Callable[..., Any] | None = None,
+        prefetch: int = 2,
+        collate: Callable[[list[Any]], Any] | None = None,
+        to_tensor: bool = True,
+        num_workers: int = 0,
+        worker_mode: str = "auto",
+        pin_memory: bool = False,
+    ) -> None:
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
         if int(seed) != seed or seed < 0:
@@ -105,8 +116,10 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __repr__(self) -> str:
-        return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
-                f"drop_last={self.drop_last}, seed={self.seed}, prefetch={self.prefetch})")
+        return (
+            f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
+            f"drop_last={self.drop_last}, seed={self.seed}, prefetch={self.prefetch})"
+        )
 
     # -- position -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -122,8 +135,15 @@ class DataLoader:
         epoch, batch = self._live if self._live is not None else (self._next_epoch, self._next_batch)
         if batch >= len(self):
             epoch, batch = epoch + 1, 0
-        return {"epoch": epoch, "batch": batch, "seed": self.seed, "shuffle": self.shuffle,
-                "batch_size": self.batch_size, "drop_last": self.drop_last, "num_samples": len(self.dataset)}
+        return {
+            "epoch": epoch,
+            "batch": batch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "num_samples": len(self.dataset),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: the next ``iter()`` yields the remaining batches of the saved epoch.
@@ -137,11 +157,17 @@ class DataLoader:
         True
         """
         mine = self.state_dict()
-        changed = [k for k in ("seed", "shuffle", "batch_size", "drop_last", "num_samples") if k in state and state[k] != mine[k]]
+        changed = [
+            k
+            for k in ("seed", "shuffle", "batch_size", "drop_last", "num_samples")
+            if k in state and state[k] != mine[k]
+        ]
         if changed:
             diffs = ", ".join(f"{k}: saved {state[k]!r}, now {mine[k]!r}" for k in changed)
-            raise ValueError(f"DataLoader.load_state_dict: the loader differs from the saved one ({diffs}); "
-                             f"resuming would not reproduce the remaining batches. Build it with the saved settings.")
+            raise ValueError(
+                f"DataLoader.load_state_dict: the loader differs from the saved one ({diffs}); "
+                f"resuming would not reproduce the remaining batches. Build it with the saved settings."
+            )
         self._next_epoch, self._next_batch, self._live = int(state["epoch"]), int(state["batch"]), None
 
     # -- iteration ----------------------------------------------------------------------------
@@ -182,7 +208,7 @@ class DataLoader:
             arrays, index = view
             rows = idx if index is None else index[idx]
             batch = tuple(a[rows] for a in arrays)  # fancy indexing copies: no aliasing of the dataset
-            own = base_transforms(self.dataset)      # the dataset's transform=, on the whole batch
+            own = base_transforms(self.dataset)  # the dataset's transform=, on the whole batch
             if own != (None, None):
                 rng = np.random.default_rng([self.seed, epoch, b])
                 batch = apply_transforms(batch, *own, rng=rng)
@@ -202,8 +228,10 @@ class DataLoader:
         try:
             from ember import as_tensor
         except ImportError:
-            raise RuntimeError("DataLoader(to_tensor=True) needs ember.as_tensor, which this ember build does not "
-                               "provide; pass to_tensor=False to get numpy arrays.") from None
+            raise RuntimeError(
+                "DataLoader(to_tensor=True) needs ember.as_tensor, which this ember build does not "
+                "provide; pass to_tensor=False to get numpy arrays."
+            ) from None
 
         def convert(batch: Any) -> Any:
             if isinstance(batch, tuple):
@@ -218,8 +246,8 @@ class DataLoader:
 #: How ``worker_mode="auto"`` chooses, by how the dataset is read.
 WORKER_MODES = {
     "auto": "threads when batches are gathered from arrays (NumPy releases the GIL in fancy "
-            "indexing and in the batched transforms); processes when samples come from a Python "
-            "__getitem__ or a per-sample transform, where the GIL would serialise threads",
+    "indexing and in the batched transforms); processes when samples come from a Python "
+    "__getitem__ or a per-sample transform, where the GIL would serialise threads",
     "thread": "a thread pool in this process",
     "process": "worker processes (forked where the platform can, so the dataset is not copied)",
 }
@@ -235,15 +263,16 @@ class _Job:
         return self.loader._make_batch(self.order, self.view, self.epoch, b)
 
 
-_FORKED_JOB: Any = None     # a forked worker inherits the job instead of unpickling the dataset
+_FORKED_JOB: Any = None  # a forked worker inherits the job instead of unpickling the dataset
 
 
 def _run_forked(b: int) -> Any:
     return _FORKED_JOB(b)
 
 
-def _in_workers(job: Callable[[int], Any], numbers: Iterable[int], workers: int, depth: int,
-                mode: str) -> Generator[Any, None, None]:
+def _in_workers(
+    job: Callable[[int], Any], numbers: Iterable[int], workers: int, depth: int, mode: str
+) -> Generator[Any, None, None]:
     """Run ``job`` on every batch number in a pool, at most ``depth`` ahead; yield results in order."""
     global _FORKED_JOB
     if mode == "process":
@@ -252,7 +281,7 @@ def _in_workers(job: Callable[[int], Any], numbers: Iterable[int], workers: int,
         pool: Executor = ProcessPoolExecutor(workers, mp_context=context)
         call: Callable[[int], Any]
         if context.get_start_method() == "fork":
-            _FORKED_JOB, call = job, _run_forked    # read by the children when they fork, at the first submit
+            _FORKED_JOB, call = job, _run_forked  # read by the children when they fork, at the first submit
         else:
             call = job
     else:
@@ -323,7 +352,9 @@ def _prefetched(items: Iterable[Any], depth: int) -> Generator[Any, None, None]:
             if item is _DONE:
                 return
             if isinstance(item, _Failure):
-                item.error.add_note("(raised in the DataLoader's prefetch thread; its traceback was:)\n" + item.text.rstrip())
+                item.error.add_note(
+                    "(raised in the DataLoader's prefetch thread; its traceback was:)\n" + item.text.rstrip()
+                )
                 raise item.error
             yield item
     finally:

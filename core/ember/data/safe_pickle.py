@@ -31,6 +31,7 @@ try:  # numpy >= 2 moved the implementation; numpy.core still works there but wa
 except ImportError:  # pragma: no cover - numpy 1.x
     from numpy.core.multiarray import _reconstruct
 
+
 class _Refused(Exception):
     """What a guard saw that no genuine dataset pickle holds."""
 
@@ -45,8 +46,10 @@ class _NDArrayType:
     any size, or zero-stride views of a few bytes as 10**12 elements.)"""
 
     def __call__(self, *args):
-        raise _Refused(f"a direct call numpy.ndarray{args!r:.80} (an array of any size, or a view of "
-                       "a few bytes as billions of elements)")
+        raise _Refused(
+            f"a direct call numpy.ndarray{args!r:.80} (an array of any size, or a view of "
+            "a few bytes as billions of elements)"
+        )
 
 
 NDARRAY = _NDArrayType()
@@ -56,8 +59,9 @@ def _safe_reconstruct(subtype, shape, dtype_code):
     # numpy's ndarray.__reduce__ always emits _reconstruct(ndarray, (0,), b'b'): an empty array
     # that the following BUILD fills from bytes of the pickle itself (so sized by the file).
     if subtype is not NDARRAY or tuple(shape) != (0,) or dtype_code not in (b"b", "b"):
-        raise _Refused(f"a call _reconstruct{(subtype, shape, dtype_code)!r:.80}, which is not how numpy "
-                       "pickles an array")
+        raise _Refused(
+            f"a call _reconstruct{(subtype, shape, dtype_code)!r:.80}, which is not how numpy pickles an array"
+        )
     return _reconstruct(np.ndarray, (0,), b"b")
 
 
@@ -68,7 +72,6 @@ def _safe_dtype(spec, align=False, copy=True):
     if dtype.kind not in PLAIN_KINDS or dtype.hasobject or dtype.fields is not None:
         raise _Refused(f"an {'object array' if dtype.hasobject else 'array'} of dtype {dtype}")
     return dtype
-
 
 
 # What numpy's ndarray.__reduce__ emits (under both numpy 1.x and 2.x module names), each
@@ -117,12 +120,15 @@ def load_arrays(data: bytes, name: str, max_bytes: int | None = None):
     except _Refused as e:
         raise DataError(f"{name}: refused to load: it holds {e}, which dataset files never do.") from None
     except Exception as e:  # a malformed pickle raises almost anything; report it uniformly
-        raise DataError(f"{name}: not a readable dataset pickle ({type(e).__name__}: {e}). Delete it and fetch it again.") from e
+        raise DataError(
+            f"{name}: not a readable dataset pickle ({type(e).__name__}: {e}). Delete it and fetch it again."
+        ) from e
     total = _check_arrays(obj, name)
     limit = len(data) if max_bytes is None else max_bytes
     if total > limit:
-        raise DataError(f"{name}: refused to load: its arrays hold {total} bytes, more than the {limit} this "
-                        f"dataset can have.")
+        raise DataError(
+            f"{name}: refused to load: its arrays hold {total} bytes, more than the {limit} this dataset can have."
+        )
     return obj
 
 
@@ -132,11 +138,15 @@ def _check_arrays(obj, name, depth=0) -> int:
         raise DataError(f"{name}: refused to load: containers nested deeper than any dataset file.")
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject or obj.dtype.kind not in PLAIN_KINDS:
-            raise DataError(f"{name}: refused to load: it contains an array of dtype {obj.dtype} (an object "
-                            f"array or a record), which dataset files never do.")
+            raise DataError(
+                f"{name}: refused to load: it contains an array of dtype {obj.dtype} (an object "
+                f"array or a record), which dataset files never do."
+            )
         if any(stride == 0 and size > 1 for stride, size in zip(obj.strides, obj.shape)):
-            raise DataError(f"{name}: refused to load: an array of shape {obj.shape} with a zero stride "
-                            f"(a few bytes repeated), which dataset files never hold.")
+            raise DataError(
+                f"{name}: refused to load: an array of shape {obj.shape} with a zero stride "
+                f"(a few bytes repeated), which dataset files never hold."
+            )
         return obj.nbytes
     total = 0
     if isinstance(obj, dict):

@@ -91,8 +91,10 @@ class FileDataset(ArrayDataset):
     classes: list = []
     shapes: dict = {}  # cached IDX file name -> the largest shape it can have (caps every read)
     # Each way to get the data, for the error when none worked ({folder}: the cache folder).
-    ways: tuple = ("with a network, ember downloads the files from {mirrors}",
-                   "or place the archives ({archives}) in {folder} yourself")
+    ways: tuple = (
+        "with a network, ember downloads the files from {mirrors}",
+        "or place the archives ({archives}) in {folder} yourself",
+    )
 
     @classmethod
     def how_to_get(cls, folder) -> str:
@@ -108,8 +110,16 @@ class FileDataset(ArrayDataset):
         lines = [way.format(folder=folder, archives=names, mirrors=mirrors) for way in cls.ways]
         return "To get the files:\n" + "\n".join(f"  {i}. {line}" for i, line in enumerate(lines, 1))
 
-    def __init__(self, root=None, train: bool = True, download: bool = True, mirrors=None, *,
-                 transform=None, target_transform=None):
+    def __init__(
+        self,
+        root=None,
+        train: bool = True,
+        download: bool = True,
+        mirrors=None,
+        *,
+        transform=None,
+        target_transform=None,
+    ):
         self.root = Path(root).expanduser() if root is not None else cache_dir()
         self.train = train
         images_name, labels_name = self.splits["train" if train else "test"]
@@ -173,7 +183,9 @@ class FileDataset(ArrayDataset):
             images, labels = arrays.get(images_name), arrays.get(labels_name)
             for name, a in ((images_name, images), (labels_name, labels)):
                 if a is not None and a.dtype != np.uint8:
-                    raise DataError(f"{origin}: {name} has dtype {a.dtype}, expected uint8. Delete it so it is fetched again.")
+                    raise DataError(
+                        f"{origin}: {name} has dtype {a.dtype}, expected uint8. Delete it so it is fetched again."
+                    )
             if labels is not None and (labels.ndim != 1 or (labels.size and labels.max() >= len(cls.classes))):
                 raise DataError(
                     f"{origin}: {labels_name} must be a vector of labels below {len(cls.classes)}, "
@@ -206,7 +218,9 @@ def resolve(cls, names, root, download: bool = True, mirrors=None) -> dict:
             break
         arrays = packaged(cls) or {}
         if arrays and any(cls.files.get(n) for n in arrays) and not _content_matches(cls, arrays):
-            warnings.warn(f"ignoring {packaged.__name__}: its data does not match the pinned content checksums", stacklevel=3)
+            warnings.warn(
+                f"ignoring {packaged.__name__}: its data does not match the pinned content checksums", stacklevel=3
+            )
             continue
         made.update({k: v for k, v in arrays.items() if k not in made})
     if not all(n in made for n in missing):
@@ -220,9 +234,10 @@ def resolve(cls, names, root, download: bool = True, mirrors=None) -> dict:
             )
         try:
             made.update(_download(cls, [n for n in missing if n not in made], folder, mirrors))
-        except DownloadError as e:          # the network failed too: say every other way
-            raise DownloadError(f"{cls.__name__} is not here and could not be downloaded. {e}\n"
-                                f"{cls.how_to_get(folder)}") from None
+        except DownloadError as e:  # the network failed too: say every other way
+            raise DownloadError(
+                f"{cls.__name__} is not here and could not be downloaded. {e}\n{cls.how_to_get(folder)}"
+            ) from None
     cls.validate(made, folder)
     _store(folder, made)
     out.update({n: made[n] for n in missing})
@@ -233,13 +248,17 @@ def resolve(cls, names, root, download: bool = True, mirrors=None) -> dict:
 def _read_cached(cls, path: Path):
     try:
         if path.stat().st_size > cls.max_bytes(path.name):
-            raise DataError(f"{path}: {path.stat().st_size} bytes, more than this file can be "
-                            f"({cls.max_bytes(path.name)}). Delete it so it is fetched again.")
+            raise DataError(
+                f"{path}: {path.stat().st_size} bytes, more than this file can be "
+                f"({cls.max_bytes(path.name)}). Delete it so it is fetched again."
+            )
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise DataError(f"{path}: cannot read the cached file ({e.strerror or e}). Check its permissions or delete it.") from e
+        raise DataError(
+            f"{path}: cannot read the cached file ({e.strerror or e}). Check its permissions or delete it."
+        ) from e
     checksum = cls.files.get(path.name)
     if checksum:
         algo, expected = parse_checksum(checksum)
@@ -268,7 +287,7 @@ def _from_local_archives(cls, missing, folder: Path) -> dict:
             if not path.is_file():
                 continue
             algo, expected = parse_checksum(checksum)
-            if file_digest(path, algo) == expected:     # verified before anything opens it
+            if file_digest(path, algo) == expected:  # verified before anything opens it
                 made.update(cls.convert(archive, path))
                 break
             try:
@@ -279,7 +298,9 @@ def _from_local_archives(cls, missing, folder: Path) -> dict:
             if arrays is not None:
                 made.update(arrays)
                 break
-            warnings.warn(f"ignoring {path}: neither the file nor its content matches the pinned checksums", stacklevel=4)
+            warnings.warn(
+                f"ignoring {path}: neither the file nor its content matches the pinned checksums", stacklevel=4
+            )
     return made
 
 
@@ -323,4 +344,7 @@ def _store(folder: Path, arrays: dict) -> None:
             if not (folder / name).exists():
                 idx.write_idx(folder / name, a, compress=False)
     except OSError as e:
-        print(f"ember.data: could not cache {folder} ({e.strerror or e}); loading will redo the conversion next time", file=sys.stderr)
+        print(
+            f"ember.data: could not cache {folder} ({e.strerror or e}); loading will redo the conversion next time",
+            file=sys.stderr,
+        )

@@ -12,6 +12,7 @@ text is the training split, the rest the test split; windows do not overlap.
 >>> train.vocab, len(train), train.decode(train[0][0]), train.decode(train[0][1])
 ('abc', 26, 'abca', 'bcab')
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ from .dataset import ArrayDataset
 from .errors import DataError
 
 TEST_FRACTION = 0.1
-MAX_BYTES = 256 << 20        # a text file is read whole; beyond this it is likely not meant as one
+MAX_BYTES = 256 << 20  # a text file is read whole; beyond this it is likely not meant as one
 
 
 class TextFile(ArrayDataset):
@@ -37,18 +38,22 @@ class TextFile(ArrayDataset):
         self.classes = list(self.vocab)
         unknown = sorted(set(text) - set(self.vocab))
         if unknown:
-            raise DataError(f"{self.path}: characters {''.join(unknown[:20])!r} are not in the model's vocabulary "
-                            f"(it was trained on another text)")
+            raise DataError(
+                f"{self.path}: characters {''.join(unknown[:20])!r} are not in the model's vocabulary "
+                f"(it was trained on another text)"
+            )
         cut = int(len(text) * (1 - TEST_FRACTION))
         part = text[:cut] if train else text[cut:]
         n = (len(part) - 1) // seq_len
         if n < 1:
             need = int((seq_len + 1) / TEST_FRACTION) + 1
-            raise DataError(f"{self.path}: {len(text)} characters is too short for sequences of {seq_len} "
-                            f"(the {'training' if train else 'test'} split has {len(part)}; "
-                            f"give at least {need} characters or a shorter sequence)")
+            raise DataError(
+                f"{self.path}: {len(text)} characters is too short for sequences of {seq_len} "
+                f"(the {'training' if train else 'test'} split has {len(part)}; "
+                f"give at least {need} characters or a shorter sequence)"
+            )
         lookup = {c: i for i, c in enumerate(self.vocab)}
-        ids = np.fromiter((lookup[c] for c in part[:n * seq_len + 1]), dtype=np.int64, count=n * seq_len + 1)
+        ids = np.fromiter((lookup[c] for c in part[: n * seq_len + 1]), dtype=np.int64, count=n * seq_len + 1)
         super().__init__(ids[:-1].reshape(n, seq_len), ids[1:].reshape(n, seq_len))
 
     def encode(self, text: str) -> np.ndarray:

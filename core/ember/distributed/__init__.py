@@ -15,21 +15,34 @@ for the other ranks; then the rank that waited names the silent ones and aborts 
 Modules: comm.py (world, rank, broadcast, all-reduce of tensors on any backend, timeouts),
 ddp.py (gradient averaging with bucketed all-reduce overlapped with backward).
 """
+
 from .comm import (
-                   MPIUnavailable,
-                   abort,
-                   all_reduce,
-                   barrier,
-                   broadcast,
-                   get_timeout,
-                   init,
-                   is_initialized,
-                   rank,
-                   set_timeout,
-                   world_size,
+    MPIUnavailable,
+    abort,
+    all_reduce,
+    barrier,
+    broadcast,
+    get_timeout,
+    init,
+    is_initialized,
+    rank,
+    set_timeout,
+    world_size,
 )
 from .ddp import DistributedDataParallel, broadcast_parameters
 
-__all__ = ["init", "is_initialized", "rank", "world_size", "barrier", "broadcast", "all_reduce", "abort",
-           "set_timeout", "get_timeout",
-           "DistributedDataParallel", "broadcast_parameters", "MPIUnavailable"]
+__all__ = [
+    "init",
+    "is_initialized",
+    "rank",
+    "world_size",
+    "barrier",
+    "broadcast",
+    "all_reduce",
+    "abort",
+    "set_timeout",
+    "get_timeout",
+    "DistributedDataParallel",
+    "broadcast_parameters",
+    "MPIUnavailable",
+]

@@ -10,6 +10,7 @@ that never arrives (stopped, hung, its node gone) would otherwise leave the othe
 forever. While they wait, ranks answer each other's roll calls, so the rank that times out
 can name the ranks that are silent; then it aborts the whole job.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,12 +19,14 @@ import time
 
 from ..errors import EmberError
 
-DEFAULT_TIMEOUT = 300.0                # seconds a collective may wait: generous, still not forever
+DEFAULT_TIMEOUT = 300.0  # seconds a collective may wait: generous, still not forever
 TIMEOUT_ENV = "EMBER_DIST_TIMEOUT"
-ROLL_CALL, HERE = 0x3E1, 0x3E2         # message tags: "are you there?" and "here, at collective #n"
+ROLL_CALL, HERE = 0x3E1, 0x3E2  # message tags: "are you there?" and "here, at collective #n"
 _STATE = {"comm": None, "timeout": None, "count": 0}
-INSTALL_HINT = ("pip install 'ember[mpi-local]' (mpi4py + a pip MPI runtime, for laptops and CI) "
-                "or 'ember[mpi]' (mpi4py, using your cluster's MPI)")
+INSTALL_HINT = (
+    "pip install 'ember[mpi-local]' (mpi4py + a pip MPI runtime, for laptops and CI) "
+    "or 'ember[mpi]' (mpi4py, using your cluster's MPI)"
+)
 
 
 class MPIUnavailable(EmberError, ImportError):
@@ -34,8 +37,9 @@ def _mpi():
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        raise MPIUnavailable(f"distributed training needs MPI through mpi4py, which is not installed "
-                             f"({exc}); {INSTALL_HINT}") from None
+        raise MPIUnavailable(
+            f"distributed training needs MPI through mpi4py, which is not installed ({exc}); {INSTALL_HINT}"
+        ) from None
     return MPI
 
 
@@ -89,7 +93,7 @@ def wait(request, what: str) -> None:
         if time.monotonic() > deadline:
             _timed_out(comm, what, number, limit)
         time.sleep(pause)
-        pause = min(1e-3, pause * 2 or 1e-6)     # spin first (a collective is often microseconds)
+        pause = min(1e-3, pause * 2 or 1e-6)  # spin first (a collective is often microseconds)
 
 
 def _answer_roll_calls(comm, number):
@@ -107,7 +111,7 @@ def _timed_out(comm, what, number, limit):
     me, size = comm.Get_rank(), comm.Get_size()
     for r in range(size):
         if r != me:
-            comm.send(number, dest=r, tag=ROLL_CALL)      # tiny: sent eagerly, even to a stopped rank
+            comm.send(number, dest=r, tag=ROLL_CALL)  # tiny: sent eagerly, even to a stopped rank
     where = {me: number}
     status, end = MPI.Status(), time.monotonic() + min(5.0, limit)
     while time.monotonic() < end and len(where) < size:
@@ -118,10 +122,14 @@ def _timed_out(comm, what, number, limit):
     silent = [r for r in range(size) if r not in where]
     elsewhere = [f"rank {r} waits at collective #{n}" for r, n in sorted(where.items()) if n != number]
     names = ", ".join(map(str, silent)) or "none (every rank answered)"
-    print(f"ember: error: rank {me}: {what} (collective #{number}) waited {limit:g} s for the other ranks; "
-          f"silent rank(s): {names}" + (f"; {', '.join(elsewhere)}" if elsewhere else "")
-          + f". Aborting all {size} ranks (set {TIMEOUT_ENV} or --dist-timeout to wait longer)",
-          file=sys.stderr, flush=True)
+    print(
+        f"ember: error: rank {me}: {what} (collective #{number}) waited {limit:g} s for the other ranks; "
+        f"silent rank(s): {names}"
+        + (f"; {', '.join(elsewhere)}" if elsewhere else "")
+        + f". Aborting all {size} ranks (set {TIMEOUT_ENV} or --dist-timeout to wait longer)",
+        file=sys.stderr,
+        flush=True,
+    )
     abort(3)
 
 
@@ -167,6 +175,7 @@ def abort(code: int = 1) -> None:
 def _host(t):
     """A contiguous host array holding t's values, and whether it is t's own buffer."""
     import numpy as np
+
     if t.backend.name == "numpy" and t._data.flags.c_contiguous and t._data.flags.writeable:
         return t._data, True
     return np.ascontiguousarray(t.numpy()), False
@@ -200,15 +209,19 @@ def all_reduce(t, op: str = "sum"):
 
 def _from_host(t, array):
     from ..tensor import as_tensor
+
     return as_tensor(array, backend=t.backend)
 
 
 def allreduce_scalars(values, op: str = "sum"):
     """Reduce a list of Python floats across ranks (metrics); returns a list."""
     import numpy as np
+
     MPI = _mpi()
     comm = init()
     buf = np.asarray(values, dtype=np.float64)
-    wait(comm.Iallreduce(MPI.IN_PLACE, buf, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]),
-         "all-reduce of metrics")
+    wait(
+        comm.Iallreduce(MPI.IN_PLACE, buf, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]),
+        "all-reduce of metrics",
+    )
     return buf.tolist()

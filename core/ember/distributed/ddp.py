@@ -8,6 +8,7 @@ flat buffer and a non-blocking ``Iallreduce`` starts, so communication overlaps 
 backward. Buckets start strictly in order, so every rank issues the same collectives in the
 same sequence. ``sync_gradients()`` waits for them and writes the averages back.
 """
+
 from __future__ import annotations
 
 from .. import autodiff
@@ -26,6 +27,7 @@ def broadcast_parameters(model, root: int = 0) -> None:
 class _Bucket:
     def __init__(self, params):
         import numpy as np
+
         self.params = params
         self.sizes = [p.numel() for p in params]
         self.dtype = params[0].dtype
@@ -49,7 +51,9 @@ class DistributedDataParallel:
         params = [p for _, p in model.named_parameters() if p.requires_grad]
         self.buckets, current, nbytes = [], [], 0
         for p in reversed(params):
-            if current and (nbytes + p.numel() * p.dtype.itemsize > bucket_mb * 2 ** 20 or p.dtype is not current[0].dtype):
+            if current and (
+                nbytes + p.numel() * p.dtype.itemsize > bucket_mb * 2**20 or p.dtype is not current[0].dtype
+            ):
                 self.buckets.append(_Bucket(current))
                 current, nbytes = [], 0
             current.append(p)
@@ -61,7 +65,7 @@ class DistributedDataParallel:
             for p in b.params:
                 self._where[id(p)] = i
                 autodiff.GRAD_READY_HOOKS[id(p)] = self._grad_ready
-        self._next = 0          # the next bucket to launch: buckets launch in order on every rank
+        self._next = 0  # the next bucket to launch: buckets launch in order on every rank
         self._weight = 1.0
 
     # -- the wrapped model ----------------------------------------------------------------------
@@ -78,7 +82,9 @@ class DistributedDataParallel:
     def _grad_ready(self, p):
         bucket = self.buckets[self._where[id(p)]]
         bucket.ready.add(id(p))
-        while self._next < len(self.buckets) and len(self.buckets[self._next].ready) == len(self.buckets[self._next].params):
+        while self._next < len(self.buckets) and len(self.buckets[self._next].ready) == len(
+            self.buckets[self._next].params
+        ):
             self._launch(self.buckets[self._next])
             self._next += 1
 
@@ -87,9 +93,9 @@ class DistributedDataParallel:
         offset = 0
         for p, n in zip(bucket.params, bucket.sizes):
             if p.grad is None:
-                bucket.flat[offset:offset + n] = 0
+                bucket.flat[offset : offset + n] = 0
             else:
-                bucket.flat[offset:offset + n] = _host(p.grad)[0].reshape(-1)
+                bucket.flat[offset : offset + n] = _host(p.grad)[0].reshape(-1)
             offset += n
         if self._weight != 1.0:
             bucket.flat *= self._weight
@@ -98,7 +104,8 @@ class DistributedDataParallel:
     def sync_gradients(self) -> None:
         """Wait for every bucket's all-reduce and set each ``p.grad`` to the average over ranks."""
         from ..tensor import as_tensor
-        while self._next < len(self.buckets):      # unused parameters: their buckets go now
+
+        while self._next < len(self.buckets):  # unused parameters: their buckets go now
             self._launch(self.buckets[self._next])
             self._next += 1
         for bucket in self.buckets:
@@ -106,7 +113,7 @@ class DistributedDataParallel:
             bucket.flat /= self.size
             offset = 0
             for p, n in zip(bucket.params, bucket.sizes):
-                avg = as_tensor(bucket.flat[offset:offset + n].reshape(p.shape).copy(), backend=p.backend)
+                avg = as_tensor(bucket.flat[offset : offset + n].reshape(p.shape).copy(), backend=p.backend)
                 p.grad = avg
                 offset += n
             bucket.ready.clear()

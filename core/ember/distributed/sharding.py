@@ -5,6 +5,7 @@ rank r keeps rows ``[r*n//R, (r+1)*n//R)`` of each. So R ranks see exactly the b
 process would see with the same global batch size, and the loader's saved position is the
 same whatever R is: a run can resume on a different number of ranks.
 """
+
 from __future__ import annotations
 
 
@@ -36,7 +37,7 @@ class ShardedLoader:
         for batch in self.loader:
             n = batch[0].shape[0]
             if n < world:
-                continue        # a last batch with fewer rows than ranks is dropped on every rank
+                continue  # a last batch with fewer rows than ranks is dropped on every rank
             self.global_size = n
             lo, hi = r * n // world, (r + 1) * n // world
             yield tuple(b[lo:hi] for b in batch)

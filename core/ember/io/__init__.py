@@ -11,22 +11,39 @@ Two layers, in the order data flows to disk:
 Nothing here imports numpy; ``to_numpy`` / ``from_numpy`` import it when called.
 The on-disk format is described in docs/checkpoints.md.
 """
+
 from .checkpoint import (
-                         CheckpointInfo,
-                         checkpoint_path,
-                         latest_checkpoint,
-                         list_checkpoints,
-                         read_checkpoint,
-                         sweep,
-                         write_checkpoint,
+    CheckpointInfo,
+    checkpoint_path,
+    latest_checkpoint,
+    list_checkpoints,
+    read_checkpoint,
+    sweep,
+    write_checkpoint,
 )
 from .errors import CheckpointError, CheckpointWarning
 from .numpy_io import as_tensor_bytes, from_numpy, to_numpy
 from .safetensors import DTYPES, TensorBytes, dtype_info, dump, load_bytes, load_file, save_bytes, save_file
 
 __all__ = [
-    "CheckpointError", "CheckpointWarning", "TensorBytes", "DTYPES", "dtype_info",
-    "save_file", "load_file", "save_bytes", "load_bytes", "dump",
-    "write_checkpoint", "read_checkpoint", "latest_checkpoint", "list_checkpoints",
-    "checkpoint_path", "CheckpointInfo", "sweep", "to_numpy", "from_numpy", "as_tensor_bytes",
+    "CheckpointError",
+    "CheckpointWarning",
+    "TensorBytes",
+    "DTYPES",
+    "dtype_info",
+    "save_file",
+    "load_file",
+    "save_bytes",
+    "load_bytes",
+    "dump",
+    "write_checkpoint",
+    "read_checkpoint",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "checkpoint_path",
+    "CheckpointInfo",
+    "sweep",
+    "to_numpy",
+    "from_numpy",
+    "as_tensor_bytes",
 ]

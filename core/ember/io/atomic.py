@@ -6,6 +6,7 @@ one file system), flush and fsync it (so the data is on disk before the name poi
 power cut). Temporary names start with ``.`` and end with ``.tmp``; a crash can leave one
 behind, and the checkpoint layer sweeps them up on its next write.
 """
+
 from __future__ import annotations
 
 import contextlib

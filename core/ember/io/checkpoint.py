@@ -11,6 +11,7 @@ sidecar is an interrupted write, ignored by readers and deleted by the next writ
 are written atomically (``atomic.atomic_write``), so after a crash at any moment the newest
 complete checkpoint is intact. One writer per directory; see docs/checkpoints.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,19 +30,20 @@ from .numpy_io import as_tensor_bytes
 from .safetensors import MAX_HEADER_SIZE, _layout, dump, load_bytes
 
 FORMAT = "ember.checkpoint"
-FORMAT_VERSION = 2   # 2: the sidecar carries "sidecar_sha256", a checksum of its own content
+FORMAT_VERSION = 2  # 2: the sidecar carries "sidecar_sha256", a checksum of its own content
 _NAME = re.compile(r"ckpt-(\d{8,})\.(safetensors|json)")
 _CHUNK = 1 << 20
 
 
 class CheckpointInfo(NamedTuple):
     """One row of ``list_checkpoints``: what ``ember checkpoints inspect`` prints."""
+
     step: int
-    path: str               # the .safetensors file
-    time: float | None      # commit time, seconds since the epoch (None if never committed)
-    size: int | None        # bytes of the .safetensors file
+    path: str  # the .safetensors file
+    time: float | None  # commit time, seconds since the epoch (None if never committed)
+    size: int | None  # bytes of the .safetensors file
     num_tensors: int | None
-    status: str             # "ok", "incomplete", or what is wrong with it
+    status: str  # "ok", "incomplete", or what is wrong with it
 
 
 def checkpoint_path(directory, step: int) -> str:
@@ -101,9 +103,17 @@ def write_checkpoint(directory, step: int, tensors, meta=None, *, keep_last: int
 
     size, digest = atomic_write(data_path, lambda f: _dump_hashed(tensors, f))
     kill_point("checkpoint-commit")
-    sidecar = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "time": time.time(),
-               "tensors_file": os.path.basename(data_path), "size": size, "sha256": digest,
-               "num_tensors": len(tensors), "meta": meta}
+    sidecar = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "time": time.time(),
+        "tensors_file": os.path.basename(data_path),
+        "size": size,
+        "sha256": digest,
+        "num_tensors": len(tensors),
+        "meta": meta,
+    }
     sidecar["sidecar_sha256"] = _content_hash(sidecar)
     text = json.dumps(sidecar, indent=1, allow_nan=False) + "\n"
     try:
@@ -115,8 +125,9 @@ def write_checkpoint(directory, step: int, tensors, meta=None, *, keep_last: int
     try:
         _clean(directory, keep_last, step)
     except OSError as e:  # the checkpoint is committed; failing to tidy up must not hide that
-        warnings.warn(f"checkpoint {data_path} written, but cleaning up old files failed: {e}",
-                      CheckpointWarning, stacklevel=2)
+        warnings.warn(
+            f"checkpoint {data_path} written, but cleaning up old files failed: {e}", CheckpointWarning, stacklevel=2
+        )
     return data_path
 
 
@@ -130,7 +141,7 @@ def _dump_hashed(tensors, f):
             self.size += memoryview(b).nbytes
             written = f.write(b)
             self.writes += 1
-            if self.writes == 2:            # the header and one tensor are out: half a file
+            if self.writes == 2:  # the header and one tensor are out: half a file
                 kill_point("checkpoint-data")
             return written
 
@@ -216,7 +227,7 @@ def _scan(directory) -> dict[int, set[str]]:
     with os.scandir(directory) as entries:
         for entry in entries:
             m = _NAME.fullmatch(entry.name)
-            if m and entry.is_file():         # a directory named like a checkpoint is not one
+            if m and entry.is_file():  # a directory named like a checkpoint is not one
                 found.setdefault(int(m.group(1)), set()).add(m.group(2))
     return found
 
@@ -276,8 +287,9 @@ def read_checkpoint(path):
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size != sidecar["size"]:
-                raise CheckpointError(path, f"file is {size} bytes, sidecar says {sidecar['size']} "
-                                            "(truncated or replaced)")
+                raise CheckpointError(
+                    path, f"file is {size} bytes, sidecar says {sidecar['size']} (truncated or replaced)"
+                )
             data = f.read(size)
     except FileNotFoundError:
         raise CheckpointError(path, "tensors file is missing (its sidecar exists)") from None
@@ -315,7 +327,7 @@ def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]
         status = "ok"
         try:
             if verify:
-                read_checkpoint(path)      # what eval loads with: checksums, then a full parse
+                read_checkpoint(path)  # what eval loads with: checksums, then a full parse
             elif _size(path) is None:
                 status = "tensors file is missing (its sidecar exists)"
             elif _size(path) != sidecar["size"]:
@@ -333,8 +345,16 @@ def _size(path):
         return None
 
 
-_SIDECAR_FIELDS = {"format": str, "format_version": int, "step": int, "time": (int, float),
-                   "size": int, "sha256": str, "num_tensors": int, "meta": dict}
+_SIDECAR_FIELDS = {
+    "format": str,
+    "format_version": int,
+    "step": int,
+    "time": (int, float),
+    "size": int,
+    "sha256": str,
+    "num_tensors": int,
+    "meta": dict,
+}
 
 
 def _read_sidecar(data_path: str) -> dict:
@@ -344,8 +364,9 @@ def _read_sidecar(data_path: str) -> dict:
         with open(path, "rb") as f:
             raw = f.read(MAX_HEADER_SIZE + 1)
     except FileNotFoundError:
-        raise CheckpointError(data_path, f"sidecar {os.path.basename(path)} is missing: "
-                                         "the checkpoint is incomplete (interrupted write?)") from None
+        raise CheckpointError(
+            data_path, f"sidecar {os.path.basename(path)} is missing: the checkpoint is incomplete (interrupted write?)"
+        ) from None
     if len(raw) > MAX_HEADER_SIZE:
         raise CheckpointError(path, f"sidecar is over the {MAX_HEADER_SIZE}-byte limit")
     try:
@@ -353,21 +374,28 @@ def _read_sidecar(data_path: str) -> dict:
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError too
         raise CheckpointError(path, f"sidecar is not valid JSON ({str(e)[:120]})") from None
     if not isinstance(sidecar, dict) or sidecar.get("format") != FORMAT:
-        raise CheckpointError(path, f"not an ember checkpoint sidecar (no \"format\": \"{FORMAT}\")")
+        raise CheckpointError(path, f'not an ember checkpoint sidecar (no "format": "{FORMAT}")')
     for key, kind in _SIDECAR_FIELDS.items():
         if not isinstance(sidecar.get(key), kind) or isinstance(sidecar.get(key), bool):
             expected = getattr(kind, "__name__", "number")
             raise CheckpointError(path, f"sidecar field {key!r} is missing or is not of type {expected}")
     if sidecar["format_version"] > FORMAT_VERSION:
-        raise CheckpointError(path, f"written by a newer ember (format version {sidecar['format_version']}); "
-                                    f"this one reads up to version {FORMAT_VERSION}")
+        raise CheckpointError(
+            path,
+            f"written by a newer ember (format version {sidecar['format_version']}); "
+            f"this one reads up to version {FORMAT_VERSION}",
+        )
     # Format 1 sidecars predate the content checksum; from format 2 on it is required.
     if sidecar["format_version"] >= 2 and sidecar.get("sidecar_sha256") != _content_hash(sidecar):
-        raise CheckpointError(path, "sidecar checksum mismatch: the sidecar was edited or is corrupt "
-                                    "(its \"sidecar_sha256\" does not match its content)")
+        raise CheckpointError(
+            path,
+            "sidecar checksum mismatch: the sidecar was edited or is corrupt "
+            '(its "sidecar_sha256" does not match its content)',
+        )
     if sidecar["step"] < 0 or sidecar["meta"].get("step", sidecar["step"]) != sidecar["step"]:
-        raise CheckpointError(path, f"sidecar step {sidecar['step']!r} disagrees with meta step "
-                                    f"{sidecar['meta'].get('step')!r}")
+        raise CheckpointError(
+            path, f"sidecar step {sidecar['step']!r} disagrees with meta step {sidecar['meta'].get('step')!r}"
+        )
     return sidecar
 
 
@@ -382,7 +410,8 @@ def _verify(data_path: str, sidecar: dict) -> None:
     except FileNotFoundError:
         raise CheckpointError(data_path, "tensors file is missing (its sidecar exists)") from None
     if size != sidecar["size"]:
-        raise CheckpointError(data_path, f"file is {size} bytes, sidecar says {sidecar['size']} "
-                                         "(truncated or replaced)")
+        raise CheckpointError(
+            data_path, f"file is {size} bytes, sidecar says {sidecar['size']} (truncated or replaced)"
+        )
     if sha.hexdigest() != sidecar["sha256"]:
         raise CheckpointError(data_path, "sha256 checksum mismatch: the file is corrupt or was modified")

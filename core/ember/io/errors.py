@@ -3,6 +3,7 @@
 Every message names the file and the cause, so that ``ember checkpoints inspect`` and a
 training script's traceback both say which file is bad and why.
 """
+
 from __future__ import annotations
 
 from ..errors import EmberError

@@ -4,6 +4,7 @@
 SIGKILL itself when it reaches ``kill_point(NAME)``. Nothing else changes: without the variable
 a kill point is one dictionary lookup. The points ember has are listed in ``POINTS``.
 """
+
 from __future__ import annotations
 
 import os

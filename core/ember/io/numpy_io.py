@@ -2,6 +2,7 @@
 
 The rest of ``ember.io`` deals in bytes so that it runs where numpy does not (Pyodide).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,12 +21,13 @@ def to_numpy(tensor: TensorBytes) -> Any:
 
     name = dtype_info(tensor.dtype).ember
     if name == "bfloat16":
-        _ml_dtypes()                               # registers the name "bfloat16" with NumPy
+        _ml_dtypes()  # registers the name "bfloat16" with NumPy
     try:
         dtype = np.dtype(name).newbyteorder("<")  # the file is little-endian on every machine
     except TypeError:
-        raise ValueError(f"numpy has no dtype {name!r} (file dtype {tensor.dtype}); "
-                         "read its raw bytes from TensorBytes.data instead") from None
+        raise ValueError(
+            f"numpy has no dtype {name!r} (file dtype {tensor.dtype}); read its raw bytes from TensorBytes.data instead"
+        ) from None
     return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
 
 
@@ -33,8 +35,10 @@ def _ml_dtypes() -> Any:
     try:
         import ml_dtypes
     except ImportError:
-        raise ValueError("a bfloat16 NumPy array needs the ml_dtypes package: pip install ml_dtypes (or "
-                         "load the file as ember tensors, which store bfloat16 without it)") from None
+        raise ValueError(
+            "a bfloat16 NumPy array needs the ml_dtypes package: pip install ml_dtypes (or "
+            "load the file as ember tensors, which store bfloat16 without it)"
+        ) from None
     return ml_dtypes
 
 
@@ -52,8 +56,7 @@ def from_numpy(array: Any) -> TensorBytes:
     array = np.asarray(array)
     d = _BY_EMBER.get(array.dtype.name)
     if d is None:
-        raise ValueError(f"cannot store numpy dtype {array.dtype} in safetensors; "
-                         f"supported: {', '.join(_BY_EMBER)}")
+        raise ValueError(f"cannot store numpy dtype {array.dtype} in safetensors; supported: {', '.join(_BY_EMBER)}")
     # Not ascontiguousarray: it turns a 0-d array into a 1-d one.
     array = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
     return TensorBytes(d.code, tuple(int(s) for s in array.shape), array.reshape(-1).view(np.uint8).data)
@@ -93,7 +96,7 @@ def as_tensor_bytes(value: Any) -> TensorBytes:
     """
     if isinstance(value, TensorBytes):
         return value
-    if hasattr(value, "_backend") and hasattr(value, "_data"):     # an ember Tensor: no numpy needed
+    if hasattr(value, "_backend") and hasattr(value, "_data"):  # an ember Tensor: no numpy needed
         return tensor_bytes(value)
     if hasattr(value, "numpy") and not hasattr(value, "__array_interface__"):
         value = value.numpy()

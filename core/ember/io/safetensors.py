@@ -15,6 +15,7 @@ the reference's order is arbitrary. The reader trusts nothing: every way a file 
 be malformed or hostile ends in a ``CheckpointError`` naming the file and the cause, and no
 read is larger than the file itself.
 """
+
 from __future__ import annotations
 
 import io
@@ -30,7 +31,7 @@ from .numpy_io import as_tensor_bytes
 from .tensorbytes import _BY_EMBER, _RANK, DTYPES, DType, TensorBytes, dtype_info  # noqa: F401 (public here too)
 
 # The reference reader refuses larger headers too; it bounds what a hostile file can make us parse.
-MAX_NDIM = 64          # NumPy's limit on dimensions: a tensor beyond it could not be used
+MAX_NDIM = 64  # NumPy's limit on dimensions: a tensor beyond it could not be used
 MAX_HEADER_SIZE = 100_000_000
 
 
@@ -70,7 +71,9 @@ def save_bytes(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = 
     return buf.getvalue()
 
 
-def save_file(tensors: Mapping[str, Any], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None) -> None:
+def save_file(
+    tensors: Mapping[str, Any], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
+) -> None:
     """Write a safetensors file atomically: a crash leaves the old file or the new, never half.
 
     ``tensors`` maps names to ``TensorBytes``, ember tensors or NumPy arrays, so a model's
@@ -93,7 +96,7 @@ def _layout(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None) -> t
     for name, tensor in tensors.items():
         if not isinstance(name, str) or name == "__metadata__":
             raise ValueError(f"tensor name {name!r}: names must be strings other than '__metadata__'")
-        if not isinstance(tensor, TensorBytes):   # a state_dict's tensors, NumPy arrays
+        if not isinstance(tensor, TensorBytes):  # a state_dict's tensors, NumPy arrays
             tensor = as_tensor_bytes(tensor)
         dtype, shape, data = tensor
         d = dtype_info(dtype)
@@ -102,8 +105,10 @@ def _layout(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None) -> t
             raise ValueError(f"tensor {name!r}: shape {shape!r} must be at most {MAX_NDIM} non-negative integers")
         view = _byte_view(data, name)
         if view.nbytes != _numel(shape) * d.itemsize:
-            raise ValueError(f"tensor {name!r}: {d.code} of shape {shape} needs "
-                             f"{_numel(shape) * d.itemsize} bytes, data has {view.nbytes}")
+            raise ValueError(
+                f"tensor {name!r}: {d.code} of shape {shape} needs "
+                f"{_numel(shape) * d.itemsize} bytes, data has {view.nbytes}"
+            )
         entries.append((name, d.code, shape, view))
     entries.sort(key=lambda e: (-_RANK[e[1]], e[0]))
 
@@ -143,7 +148,9 @@ def _numel(shape: Iterable[int]) -> int:
 # Reading
 
 
-def load_bytes(buffer: bytes | bytearray | memoryview, *, source: str = "<bytes>") -> tuple[dict[str, TensorBytes], dict[str, str] | None]:
+def load_bytes(
+    buffer: bytes | bytearray | memoryview, *, source: str = "<bytes>"
+) -> tuple[dict[str, TensorBytes], dict[str, str] | None]:
     """Parse safetensors bytes into ``({name: TensorBytes}, metadata or None)``.
 
     Tensor data are read-only memoryviews into ``buffer`` (no copy). ``source`` names the
@@ -158,11 +165,13 @@ def load_bytes(buffer: bytes | bytearray | memoryview, *, source: str = "<bytes>
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     n = _header_length(bytes(view[:8]), len(view), source)
-    entries, metadata = _parse_header(bytes(view[8:8 + n]), len(view) - 8 - n, source)
-    return _slice(entries, view[8 + n:]), metadata
+    entries, metadata = _parse_header(bytes(view[8 : 8 + n]), len(view) - 8 - n, source)
+    return _slice(entries, view[8 + n :]), metadata
 
 
-def load_file(path: str | os.PathLike[str], *, mmap: bool = False) -> tuple[dict[str, TensorBytes], dict[str, str] | None]:
+def load_file(
+    path: str | os.PathLike[str], *, mmap: bool = False
+) -> tuple[dict[str, TensorBytes], dict[str, str] | None]:
     """Read a safetensors file into ``({name: TensorBytes}, metadata or None)``.
 
     The header is validated against the file size before anything else is read, so a
@@ -186,7 +195,8 @@ def load_file(path: str | os.PathLike[str], *, mmap: bool = False) -> tuple[dict
         entries, metadata = _parse_header(raw, size - 8 - n, path)
         if mmap:
             import mmap as _mmap  # lazily: not every platform (e.g. some WASM builds) has it
-            data = memoryview(_mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ))[8 + n:]
+
+            data = memoryview(_mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ))[8 + n :]
         else:
             data = memoryview(f.read(size - 8 - n)).toreadonly()
         if len(data) != size - 8 - n:
@@ -203,8 +213,10 @@ def _header_length(first8: bytes, size: int, source: str) -> int:
         raise CheckpointError(source, f"file is {size} bytes, too short to hold the 8-byte header length")
     (n,) = struct.unpack("<Q", first8)
     if n > size - 8:
-        raise CheckpointError(source, f"header length {n} exceeds the {size - 8} bytes that follow it "
-                                      "(truncated, or not a safetensors file)")
+        raise CheckpointError(
+            source,
+            f"header length {n} exceeds the {size - 8} bytes that follow it (truncated, or not a safetensors file)",
+        )
     if n > MAX_HEADER_SIZE:
         raise CheckpointError(source, f"header length {n} is over the {MAX_HEADER_SIZE}-byte limit")
     return n
@@ -238,8 +250,7 @@ def _parse_header(raw: bytes, data_len: int, source: str) -> tuple[list[tuple[An
         raise CheckpointError(source, f"header is a JSON {type(header).__name__}, not an object")
 
     metadata = header.pop("__metadata__", None)
-    if metadata is not None and not (isinstance(metadata, dict)
-                                     and all(isinstance(v, str) for v in metadata.values())):
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
         raise CheckpointError(source, "__metadata__ must map strings to strings")
 
     entries = [_parse_entry(name, info, data_len, source) for name, info in header.items()]
@@ -248,12 +259,16 @@ def _parse_header(raw: bytes, data_len: int, source: str) -> tuple[list[tuple[An
     for name, _, _, begin, end in sorted(entries, key=lambda e: (e[3], e[4])):
         if begin != expected:
             what = "overlaps the tensor before it" if begin < expected else "leaves a gap before it"
-            raise CheckpointError(source, f"tensor {_short(name)} starts at data byte {begin}, "
-                                          f"expected {expected}: it {what}")
+            raise CheckpointError(
+                source, f"tensor {_short(name)} starts at data byte {begin}, expected {expected}: it {what}"
+            )
         expected = end
     if expected != data_len:
-        raise CheckpointError(source, f"the tensors cover {expected} bytes but the data section holds "
-                                      f"{data_len}: {data_len - expected} unexplained trailing bytes")
+        raise CheckpointError(
+            source,
+            f"the tensors cover {expected} bytes but the data section holds "
+            f"{data_len}: {data_len - expected} unexplained trailing bytes",
+        )
     return entries, metadata
 
 
@@ -268,22 +283,30 @@ def _parse_entry(name: str, info: Any, data_len: int, source: str) -> tuple[Any,
     if not (isinstance(shape, list) and all(type(s) is int and s >= 0 for s in shape)):
         raise CheckpointError(source, f"{where}: shape {_short(shape)} is not a list of non-negative integers")
     if len(shape) > MAX_NDIM:
-        raise CheckpointError(source, f"{where}: shape has {len(shape)} dimensions; at most {MAX_NDIM} are "
-                                      "supported (NumPy's limit)")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-            and 0 <= offsets[0] <= offsets[1]):
-        raise CheckpointError(source, f"{where}: data_offsets {_short(offsets)} is not [begin, end] "
-                                      "with 0 <= begin <= end")
+        raise CheckpointError(
+            source, f"{where}: shape has {len(shape)} dimensions; at most {MAX_NDIM} are supported (NumPy's limit)"
+        )
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(type(o) is int for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    ):
+        raise CheckpointError(
+            source, f"{where}: data_offsets {_short(offsets)} is not [begin, end] with 0 <= begin <= end"
+        )
     begin, end = offsets
     if end > data_len:
-        raise CheckpointError(source, f"{where}: data_offsets {offsets} run past the {data_len}-byte data "
-                                      "section (truncated file?)")
+        raise CheckpointError(
+            source, f"{where}: data_offsets {offsets} run past the {data_len}-byte data section (truncated file?)"
+        )
     span = end - begin
     numel = _bounded_numel(shape, 2**64)
     if numel is None or numel * d.itemsize != span:
         needs = "over 2**64" if numel is None else f"{numel * d.itemsize}"
-        raise CheckpointError(source, f"{where}: {code} of shape {_short(shape)} needs {needs} bytes "
-                                      f"but data_offsets span {span}")
+        raise CheckpointError(
+            source, f"{where}: {code} of shape {_short(shape)} needs {needs} bytes but data_offsets span {span}"
+        )
     return name, code, tuple(shape), begin, end
 
 
@@ -302,4 +325,4 @@ def _bounded_numel(shape: list[int], limit: int) -> int | None:
 
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -20,6 +20,7 @@ The JSON tree, one rule per kind of value (``$``-keys mark what plain JSON canno
 
 A safetensors file written by anything else loads as ``{name: Tensor}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,11 @@ def save(obj: Any, f: str | os.PathLike[str] | IO[bytes]) -> None:
     """
     tensors: dict = {}
     structure = _encode(obj, (), tensors)
-    metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                "structure": json.dumps(structure, allow_nan=False, separators=(",", ":"))}
+    metadata = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "structure": json.dumps(structure, allow_nan=False, separators=(",", ":")),
+    }
     if hasattr(f, "write"):
         f.write(save_bytes(tensors, metadata))
     else:
@@ -95,16 +99,20 @@ def _encode(obj: Any, path: tuple[Any, ...], tensors: dict[str, Any]) -> Any:
     if isinstance(obj, (list, tuple)):
         items = [_encode(v, path + (i,), tensors) for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else {"$tuple": items}
-    raise TypeError(f"ember.save: cannot store {type(obj).__name__} at {_where(path)}; ember.save stores "
-                    "tensors, NumPy arrays, numbers, strings, None and dicts/lists/tuples of them "
-                    "(no pickle: save a module's state_dict(), not the module)")
+    raise TypeError(
+        f"ember.save: cannot store {type(obj).__name__} at {_where(path)}; ember.save stores "
+        "tensors, NumPy arrays, numbers, strings, None and dicts/lists/tuples of them "
+        "(no pickle: save a module's state_dict(), not the module)"
+    )
 
 
 def _encode_key(key: Any, path: tuple[Any, ...]) -> Any:
     if isinstance(key, (*_SCALARS, float)) or (isinstance(key, tuple) and all(isinstance(k, _SCALARS) for k in key)):
         return _encode(key, path, {})
-    raise TypeError(f"ember.save: the dict at {_where(path)} has a key of type {type(key).__name__}; keys "
-                    "must be strings, numbers, booleans, None or tuples of them")
+    raise TypeError(
+        f"ember.save: the dict at {_where(path)} has a key of type {type(key).__name__}; keys "
+        "must be strings, numbers, booleans, None or tuples of them"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,11 +143,14 @@ def load(f: str | os.PathLike[str] | IO[bytes], map_location: Any = None, *, wei
     except CheckpointError as e:
         raise _explained(e, f) from None
     backend = _target_backend(map_location)
-    if not metadata or metadata.get("format") != FORMAT:     # a plain safetensors file
+    if not metadata or metadata.get("format") != FORMAT:  # a plain safetensors file
         return {name: tensor_from_bytes(tb, backend) for name, tb in tensors.items()}
     if metadata.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(source, f"written by a newer ember (ember.save format "
-                                      f"{metadata.get('format_version')!r}; this ember reads {FORMAT_VERSION!r})")
+        raise CheckpointError(
+            source,
+            f"written by a newer ember (ember.save format "
+            f"{metadata.get('format_version')!r}; this ember reads {FORMAT_VERSION!r})",
+        )
     try:
         structure = json.loads(metadata.get("structure", "null"))
     except (ValueError, RecursionError) as e:
@@ -169,15 +180,19 @@ def _explained(error: CheckpointError, f: Any) -> CheckpointError:
         return error
     for magic, what in _FOREIGN.items():
         if head.startswith(magic):
-            return CheckpointError(error.path, f"this is {what}, not a safetensors file; ember never unpickles. "
-                                   "Load it where it was made (torch.load) and write its state_dict with "
-                                   "safetensors (safetensors.torch.save_file) or ember.save")
+            return CheckpointError(
+                error.path,
+                f"this is {what}, not a safetensors file; ember never unpickles. "
+                "Load it where it was made (torch.load) and write its state_dict with "
+                "safetensors (safetensors.torch.save_file) or ember.save",
+            )
     return error
 
 
 def _target_backend(map_location: Any) -> Any:
     from ..devices import backend_for
     from ..registry import get_backend
+
     return get_backend() if map_location is None else backend_for(map_location)
 
 

@@ -3,15 +3,16 @@
 Below both the format (``safetensors``) and the converters (``numpy_io``), so that the writer
 can convert ember tensors and arrays without an import cycle.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 
 class DType(NamedTuple):
-    code: str       # as written in the file: "F32"
-    ember: str      # ember's (and NumPy's) name: "float32"
-    itemsize: int   # bytes per element
+    code: str  # as written in the file: "F32"
+    ember: str  # ember's (and NumPy's) name: "float32"
+    itemsize: int  # bytes per element
 
 
 # In the reference implementation's order, smallest alignment first: the writer lays tensors
@@ -62,6 +63,7 @@ class TensorBytes(NamedTuple):
     >>> t.ember_dtype
     'float32'
     """
+
     dtype: str
     shape: tuple
     data: bytes | memoryview

@@ -18,6 +18,7 @@ effects) → passes.py (DCE, CSE, constant folding, simplification, fusion group
 runner from ``Backend.jit_runner()`` (running a graph) → api.py (the cache and the
 ``Jit`` object). ``EMBER_JIT=0`` turns every jitted function back into the plain function.
 """
+
 import sys as _sys
 import types as _types
 from typing import Any as _Any
@@ -27,9 +28,26 @@ from .graph import Graph, Var
 from .passes import Group, cse, dce, fold_constants, fusion_groups, optimize, plan_buffers, simplify
 from .trace import TraceBackend, TraceError, is_traced, is_tracing
 
-__all__ = ["jit", "Jit", "Compiled", "Graph", "Var", "Group", "fusion_groups", "TraceError",
-           "is_traced", "is_tracing", "enabled", "dce", "cse", "fold_constants",
-           "simplify", "optimize", "plan_buffers", "TraceBackend"]
+__all__ = [
+    "jit",
+    "Jit",
+    "Compiled",
+    "Graph",
+    "Var",
+    "Group",
+    "fusion_groups",
+    "TraceError",
+    "is_traced",
+    "is_tracing",
+    "enabled",
+    "dce",
+    "cse",
+    "fold_constants",
+    "simplify",
+    "optimize",
+    "plan_buffers",
+    "TraceBackend",
+]
 
 
 class _JitModule(_types.ModuleType):

@@ -9,6 +9,7 @@ a known key only runs the program. Guards checked at every call (captured tensor
 shape and dtype; ``.grad`` attributes the graph reads are still there) send a call back to
 tracing if broken.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def enabled() -> bool:
 class Compiled:
     """One traced signature: the optimized graph, its fusion groups and its program."""
 
-    one_shot = False        # a trace that leaked tensors into Python state: run once, then retrace
+    one_shot = False  # a trace that leaked tensors into Python state: run once, then retrace
 
     def __init__(self, traced: Any, backend: Any, optimize: bool = True) -> None:
         self.traced, self.backend = traced, backend
@@ -49,8 +50,11 @@ class Compiled:
         self.groups = passes.fusion_groups(graph)
         self.program = (backend.jit_runner() or Program)(graph, self.groups, backend)
         self.live_captures = [(slot, var) for slot, _, var in self.program.captures]
-        self.grad_flags = [(src.obj, var.params["requires_grad"]) for src, var in
-                           zip(graph.captures, traced.capture_vars) if src.kind == "tensor"]
+        self.grad_flags = [
+            (src.obj, var.params["requires_grad"])
+            for src, var in zip(graph.captures, traced.capture_vars)
+            if src.kind == "tensor"
+        ]
         # Two Python objects must not share a buffer unless eager mode would share it too:
         # after CSE two gradients (or two new optimizer buffers) may be one value, and
         # constants live in the program. Such outputs are copied; the first holder keeps it.
@@ -68,10 +72,15 @@ class Compiled:
         fusion ``groups`` (``fused``: those of several ops), ``kernels`` (groups that are not
         views: what a backend that compiles groups launches), ``calls`` (backend calls one run
         of this program makes: one per op where groups run op by op), reused ``buffers``."""
-        return {"primitives": self.traced.n_primitives, "nodes": len(self.graph.primitives),
-                "groups": len(self.groups), "fused": sum(g.fused and len(g.nodes) > 1 for g in self.groups),
-                "kernels": sum(g.kind != "view" for g in self.groups), "calls": self.program.calls,
-                "buffers": len(getattr(self.program, "buffers", ()))}
+        return {
+            "primitives": self.traced.n_primitives,
+            "nodes": len(self.graph.primitives),
+            "groups": len(self.groups),
+            "fused": sum(g.fused and len(g.nodes) > 1 for g in self.groups),
+            "kernels": sum(g.kind != "view" for g in self.groups),
+            "calls": self.program.calls,
+            "buffers": len(getattr(self.program, "buffers", ())),
+        }
 
     def format(self) -> str:
         return self.graph.format(self.groups)
@@ -95,7 +104,7 @@ class Compiled:
             buffers[slot] = buf
         for t, flag in self.grad_flags:
             if t.requires_grad is not flag:
-                return None          # a layer frozen or unfrozen: backward must see it
+                return None  # a layer frozen or unfrozen: backward must see it
         return buffers
 
     def run(self, tensors: list[Any], captures: list[Any], only_rebind: bool = False) -> Any:
@@ -115,7 +124,7 @@ class Compiled:
             elif kind == "grad":
                 _resolve(target, tensors)._grad = dispatch.wrap(buf, backend)
             elif kind == "assign":
-                if buf is not captures[target]:     # not computed in place (donated) already
+                if buf is not captures[target]:  # not computed in place (donated) already
                     backend.assign(captures[target], buf)
             elif kind == "arg_data":
                 backend.assign(tensors[target]._data, buf)
@@ -174,15 +183,23 @@ def static_key(x: Any) -> tuple[Any, ...]:
     if _is_module(x):
         # Train/eval flags change what forward does; the tensors' identities catch a layer
         # replaced by another (the graph would still read the old one's weights).
-        return ("module", x, tuple(m.training for m in x.modules()),
-                tuple(map(id, x.parameters())), tuple(map(id, x.buffers())))
+        return (
+            "module",
+            x,
+            tuple(m.training for m in x.modules()),
+            tuple(map(id, x.parameters())),
+            tuple(map(id, x.buffers())),
+        )
     if _is_optimizer(x):
         # The lr and the numbers in the state are read at each call (scalars.py): not keys. The
         # identities of the dicts and tensors the graph reads are: load_state_dict replaces them.
-        groups = tuple(tuple(sorted((k, _hyper(v)) for k, v in g.items() if k not in _NOT_KEYS))
-                       for g in x.param_groups)
-        state = tuple((id(s), tuple((k, id(v) if isinstance(v, Tensor) else type(v).__name__)
-                                    for k, v in s.items())) for s in x.state.values())
+        groups = tuple(
+            tuple(sorted((k, _hyper(v)) for k, v in g.items() if k not in _NOT_KEYS)) for g in x.param_groups
+        )
+        state = tuple(
+            (id(s), tuple((k, id(v) if isinstance(v, Tensor) else type(v).__name__) for k, v in s.items()))
+            for s in x.state.values()
+        )
         return ("optimizer", x, groups, tuple(map(id, x.param_groups)), id(x.state), state)
     try:
         hash(x)
@@ -205,7 +222,7 @@ def _nearby(fn: Any) -> list[Any]:
     for cell in getattr(code, "__closure__", None) or ():
         try:
             candidates.append(cell.cell_contents)
-        except ValueError:         # an empty cell
+        except ValueError:  # an empty cell
             pass
     candidates += list(getattr(code, "__defaults__", None) or ())
     for c in candidates:
@@ -241,10 +258,11 @@ class Jit:
     def __repr__(self) -> str:
         return f"<ember.jit of {self.__name__}: {self.trace_count} trace(s), {len(self._cache)} cached>"
 
-    def __get__(self, obj: Any, owner: Any = None) -> Any:          # @ember.jit on a method: one Jit per instance
+    def __get__(self, obj: Any, owner: Any = None) -> Any:  # @ember.jit on a method: one Jit per instance
         if obj is None:
             return self
         import types
+
         slot = f"_jit_{self.__name__}"
         bound = obj.__dict__.get(slot) if hasattr(obj, "__dict__") else None
         if bound is None:
@@ -255,7 +273,7 @@ class Jit:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if is_tracing() or not enabled():
-            return self.fn(*args, **kwargs)          # inside another trace: inline
+            return self.fn(*args, **kwargs)  # inside another trace: inline
         entry, key, tensors, captures = self._entry(args, kwargs)
         out = entry.run(tensors, captures)
         if getattr(entry, "one_shot", False):
@@ -293,9 +311,13 @@ class Jit:
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         leaves, _, desc = flatten((tuple(args), dict(kwargs)))
         tensors = [x for x in leaves if isinstance(x, Tensor)]
-        key = (desc, dispatch.is_grad_enabled(), D.default_float,
-               tuple(_tensor_key(x) if isinstance(x, Tensor) else static_key(x) for x in leaves),
-               tuple(static_key(x) for x in _nearby(self.fn)))
+        key = (
+            desc,
+            dispatch.is_grad_enabled(),
+            D.default_float,
+            tuple(_tensor_key(x) if isinstance(x, Tensor) else static_key(x) for x in leaves),
+            tuple(static_key(x) for x in _nearby(self.fn)),
+        )
         entry = self._cache.get(key)
         if entry is not None:
             self._cache.move_to_end(key)
@@ -315,16 +337,22 @@ class Jit:
             self._cache.popitem(last=False)
         captures = entry.read_captures(tensors)
         if captures is None:
-            raise located(BackendError, f"ember.jit: the guards of a fresh trace of {self.__name__} "
-                          f"fail at once (a captured tensor changes shape while tracing?)")
+            raise located(
+                BackendError,
+                f"ember.jit: the guards of a fresh trace of {self.__name__} "
+                f"fail at once (a captured tensor changes shape while tracing?)",
+            )
         return entry, key, tensors, captures
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[Any]) -> Compiled:
         backends = {id(t._backend): t._backend for t in tensors}
         if len(backends) > 1:
             names = sorted({b.name for b in backends.values()})
-            raise located(BackendError, f"ember.jit({self.__name__}): tensor arguments live on backends "
-                          f"{', '.join(names)}; move them to one with .to(name)")
+            raise located(
+                BackendError,
+                f"ember.jit({self.__name__}): tensor arguments live on backends "
+                f"{', '.join(names)}; move them to one with .to(name)",
+            )
         backend = next(iter(backends.values())) if backends else get_backend()
         optimizers = [x for x in flatten((tuple(args), dict(kwargs)))[0] if _is_optimizer(x)]
         optimizers += [x for x in _nearby(self.fn) if _is_optimizer(x) and x not in optimizers]
@@ -337,8 +365,9 @@ class Jit:
 def jit(fn: Callable[..., Any], *, optimize: bool = ..., cache_size: int = ...) -> Jit: ...
 @overload
 def jit(fn: None = None, *, optimize: bool = ..., cache_size: int = ...) -> Callable[[Callable[..., Any]], Jit]: ...
-def jit(fn: Callable[..., Any] | None = None, *, optimize: bool = True,
-        cache_size: int = CACHE_SIZE) -> Jit | Callable[[Callable[..., Any]], Jit]:
+def jit(
+    fn: Callable[..., Any] | None = None, *, optimize: bool = True, cache_size: int = CACHE_SIZE
+) -> Jit | Callable[[Callable[..., Any]], Jit]:
     """Compile ``fn``: trace it with abstract tensors, optimize the graph, run it fast.
 
     Usable as ``ember.jit(fn)`` or as a decorator (``@ember.jit``). See :class:`Jit`.

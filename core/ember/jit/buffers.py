@@ -7,6 +7,7 @@ tensor they overwrite: donation) and :func:`group_donations` (the same donation 
 groups, whose kernels write their outputs element by element, for backends that compile
 groups).
 """
+
 from __future__ import annotations
 
 from .graph import ELEMENTWISE, VIEWS, Graph, Var
@@ -63,8 +64,9 @@ def steps_of(order: list, together=()) -> dict:
     return steps
 
 
-def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place=ELEMENTWISE,
-                 key=None, donatable=None, together=()):
+def plan_buffers(
+    order: list, graph: Graph, writes_into, aliases=VIEWS, in_place=ELEMENTWISE, key=None, donatable=None, together=()
+):
     """A buffer plan: which nodes write into a reused buffer, and which into a donated one.
 
     ``writes_into(var)`` says whether the backend can compute ``var`` into a given buffer;
@@ -100,8 +102,13 @@ def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place
             continue
         reads = last.get(cap.id, -1)
         direct = [a for a in v.inputs if a is cap]
-        if reads < pos or (reads == pos and v.op in in_place and direct and cap.shape == v.shape
-                           and not any(root.get(a.id) == cap.id and a is not cap for a in v.inputs)):
+        if reads < pos or (
+            reads == pos
+            and v.op in in_place
+            and direct
+            and cap.shape == v.shape
+            and not any(root.get(a.id) == cap.id and a is not cap for a in v.inputs)
+        ):
             assignment[v.id] = ("donate", cap)
             donated.add(cap.id)
     dying: dict = {}
@@ -119,8 +126,8 @@ def plan_buffers(order: list, graph: Graph, writes_into, aliases=VIEWS, in_place
             assignment[v.id] = ("pool", k)
         pos = position[v.id]
         if i + 1 < len(order) and position[order[i + 1].id] == pos:
-            continue                         # the step goes on: its inputs are still being read
-        for r in dying.get(pos, ()):         # release after assigning: no op reads its own output
+            continue  # the step goes on: its inputs are still being read
+        for r in dying.get(pos, ()):  # release after assigning: no op reads its own output
             a = assignment.get(r)
             if a is not None and a[0] == "pool" and root.get(r, r) == r:
                 free.setdefault(buffers[a[1]], []).append(a[1])
@@ -168,9 +175,9 @@ def group_donations(groups: list, graph: Graph, aliases=VIEWS) -> dict:
         if v.shape != cap.shape or v.dtype != cap.dtype or tuple(g.shape) != v.shape:
             continue
         if last.get(cap.id, -1) > end[v.id]:
-            continue                     # a later group reads the old value
+            continue  # a later group reads the old value
         if any(a is not cap and root.get(a.id, a.id) == cap.id for a in g.inputs):
-            continue                     # the group reads it through a view: other elements
+            continue  # the group reads it through a view: other elements
         found[v.id] = cap
         taken.add(cap.id)
     return found

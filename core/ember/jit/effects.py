@@ -7,12 +7,15 @@ in Python objects (leaks.py). When the trace ends, :func:`finish` turns each of 
 output of the graph bound back at each call, or an effect replayed as is, and restores the
 state the trace touched; a trace that fails is undone by :func:`undo`.
 """
+
 from __future__ import annotations
 
 from .graph import Graph
 from .scalars import Scalar
 
-TENSOR = object()     # marks where a tensor goes among the Python values of a result
+TENSOR = object()  # marks where a tensor goes among the Python values of a result
+
+
 class Traced:
     """What one trace produced: the graph and how its outputs bind back at each call.
 
@@ -23,8 +26,7 @@ class Traced:
     made concrete). A target is ``("arg", k)`` or ``("tensor", t)``.
     """
 
-    def __init__(self, graph, bindings, rebuild, statics, grad_effects, grad_guards, generators,
-                 leaked, n_primitives):
+    def __init__(self, graph, bindings, rebuild, statics, grad_effects, grad_guards, generators, leaked, n_primitives):
         self.graph, self.bindings, self.rebuild, self.statics = graph, bindings, rebuild, statics
         self.grad_effects, self.grad_guards = grad_effects, grad_guards
         self.generators, self.leaked, self.n_primitives = generators, leaked, n_primitives
@@ -52,17 +54,16 @@ def finish(tracer, outputs, bindings, statics, rebuild_out) -> Traced:
         final = t._grad
         t._grad = before
         if t._backend is tracer.backend and id(t) not in placeholders:
-            continue                                  # a tensor local to the trace
-        if final is not None and final._backend is tracer.backend:      # computed by the trace
+            continue  # a tensor local to the trace
+        if final is not None and final._backend is tracer.backend:  # computed by the trace
             outputs.append(final._data)
             bindings.append(("grad", target(t)))
         else:
             grad_effects.append((target(t), final))
-    final = t = None        # hold no traced tensor while looking for leaks
+    final = t = None  # hold no traced tensor while looking for leaks
     for p in tracer.placeholders:
         p._grad = None
-    grad_guards = [(t, none) for t, none in tracer.grad_guards.values()
-                   if t._backend is not tracer.backend]
+    grad_guards = [(t, none) for t, none in tracer.grad_guards.values() if t._backend is not tracer.backend]
     for k, p in enumerate(tracer.placeholders):
         if p._data.op != "input" or p._data.params["index"] != k:
             outputs.append(p._data)
@@ -76,7 +77,7 @@ def finish(tracer, outputs, bindings, statics, rebuild_out) -> Traced:
     for container, key, before, s in tracer.python_numbers:
         now = container[key]
         container[key] = before
-        if isinstance(now, Scalar) and now is not s:        # e.g. step += 1: written at each call
+        if isinstance(now, Scalar) and now is not s:  # e.g. step += 1: written at each call
             outputs.append(now.t._data)
             bindings.append(("python", (container, key, type(now.value))))
         elif not isinstance(now, Scalar) and now is not before:
@@ -92,8 +93,9 @@ def finish(tracer, outputs, bindings, statics, rebuild_out) -> Traced:
         bindings.append(("rebind", t))
     n_primitives = sum(v.op not in ("input", "capture", "const") for v in tracer.nodes)
     graph = Graph(tracer.nodes, outputs, tracer.captures, donate, tracer.name)
-    traced = Traced(graph, bindings, rebuild_out, statics, grad_effects, grad_guards, generators,
-                    bool(leaked), n_primitives)
+    traced = Traced(
+        graph, bindings, rebuild_out, statics, grad_effects, grad_guards, generators, bool(leaked), n_primitives
+    )
     traced.python_effects, traced.python_guards = python_effects, tracer.python_guards
-    traced.capture_vars = [v for v in tracer.nodes if v.op == "capture"]      # by slot
+    traced.capture_vars = [v for v in tracer.nodes if v.op == "capture"]  # by slot
     return traced

@@ -18,6 +18,7 @@ picked by a ``fused_output`` node (``params["index"]``).
 A :class:`Graph` is the list of Vars in a valid execution order plus the Vars the caller
 needs (``outputs``). Passes (passes.py) are functions Graph -> Graph.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ import os
 from ..primitives import GROUPS
 
 LEAVES = ("input", "capture", "const")
-ELEMENTWISE = frozenset(GROUPS["unary"] + GROUPS["binary"] + GROUPS["compare"] + GROUPS["logical"]
-                        + GROUPS["select"] + GROUPS["cast"])
+ELEMENTWISE = frozenset(
+    GROUPS["unary"] + GROUPS["binary"] + GROUPS["compare"] + GROUPS["logical"] + GROUPS["select"] + GROUPS["cast"]
+)
 REDUCE = frozenset(("sum", "max", "min"))
 #: Movement ops that a strided backend does by changing metadata only (no kernel, no copy).
 VIEWS = frozenset(("reshape", "permute", "expand", "slice", "flip"))
@@ -61,7 +63,7 @@ class Var:
         return self.shape, self.dtype
 
     def type_str(self) -> str:
-        if self.dtype is None:               # a fused op's several results (see trace.Tracer.fused)
+        if self.dtype is None:  # a fused op's several results (see trace.Tracer.fused)
             return "tuple"
         return f"{_short(self.dtype)}[{','.join(map(str, self.shape))}]"
 
@@ -72,6 +74,7 @@ class Var:
         filename, lineno, line = self.where
         if line is None:
             import linecache
+
             line = linecache.getline(filename, lineno).strip()
         return f"{os.path.basename(filename)}:{lineno}" + (f": {line}" if line else "")
 
@@ -79,8 +82,16 @@ class Var:
         return f"%{self.id}"
 
 
-_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64",
-          "uint8": "u8", "uint32": "u32", "bool": "bool"}
+_SHORT = {
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint32": "u32",
+    "bool": "bool",
+}
 
 
 def _short(dtype) -> str:
@@ -132,8 +143,12 @@ class Graph:
         for v in self.nodes:
             group = f" g{gid[v.id]}" if v.id in gid else ""
             lines.append(f"  {_node_str(v):<64} {v.type_str():<18}{group}".rstrip())
-        lines.append("  return " + ", ".join(
-            f"{o!r}" + (f" -> {self.donate[i]!r}" if i in self.donate else "") for i, o in enumerate(self.outputs)))
+        lines.append(
+            "  return "
+            + ", ".join(
+                f"{o!r}" + (f" -> {self.donate[i]!r}" if i in self.donate else "") for i, o in enumerate(self.outputs)
+            )
+        )
         if groups:
             lines.append("groups:")
             for i, g in enumerate(groups):

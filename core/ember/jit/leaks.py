@@ -6,6 +6,7 @@ made concrete when the graph runs (jit/api.py binds it as an output, ``rebind``)
 notes, weakly, every traced tensor it builds (``Tracer.wrap``); when the trace ends,
 :func:`leaked` counts which of them something still refers to.
 """
+
 from __future__ import annotations
 
 import gc
@@ -40,6 +41,6 @@ def held(objs) -> list:
     >>> held([object(), x]) == [x]
     True
     """
-    base = [sys.getrefcount(o) for o in [object()]][0]          # what the list and this scan hold
+    base = [sys.getrefcount(o) for o in [object()]][0]  # what the list and this scan hold
     counts = [sys.getrefcount(o) for o in objs]
     return [o for o, n in zip(objs, counts) if n > base]

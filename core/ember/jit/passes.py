@@ -14,6 +14,7 @@ In the order :func:`optimize` runs them:
 then the runners plan memory with buffers.py (``liveness``, ``plan_buffers``,
 ``group_donations``; importable from here too).
 """
+
 from __future__ import annotations
 
 from ..dtypes import STORAGE
@@ -35,7 +36,7 @@ def _rewrite(graph: Graph, visit) -> Graph:
     nodes, emitted = [], set()
     known = {v.id for v in graph.nodes}
 
-    def emit_new(r):             # nodes a rewrite created (their ids are new): before their users
+    def emit_new(r):  # nodes a rewrite created (their ids are new): before their users
         for a in r.inputs:
             if a.id not in known and id(a) not in emitted:
                 emit_new(a)
@@ -44,8 +45,16 @@ def _rewrite(graph: Graph, visit) -> Graph:
 
     for v in graph.nodes:
         if any(isinstance(a, Var) and a.id in sub for a in v.args):
-            v2 = Var(v.id, v.op, [sub.get(a.id, a) if isinstance(a, Var) else a for a in v.args],
-                     v.params, v.shape, v.dtype, v.where, v.value)
+            v2 = Var(
+                v.id,
+                v.op,
+                [sub.get(a.id, a) if isinstance(a, Var) else a for a in v.args],
+                v.params,
+                v.shape,
+                v.dtype,
+                v.where,
+                v.value,
+            )
         else:
             v2 = v
         r = visit(v2)
@@ -102,12 +111,12 @@ def cse(graph: Graph) -> Graph:
     def visit(v):
         if v.op in LEAVES:
             return v
-        key = (v.op, tuple(("%", a.id) if isinstance(a, Var) else _frozen(a) for a in v.args),
-               _frozen(v.params))
+        key = (v.op, tuple(("%", a.id) if isinstance(a, Var) else _frozen(a) for a in v.args), _frozen(v.params))
         try:
             return seen.setdefault(key, v)
-        except TypeError:           # an unhashable parameter: leave the node alone
+        except TypeError:  # an unhashable parameter: leave the node alone
             return v
+
     return _rewrite(graph, visit)
 
 
@@ -115,14 +124,20 @@ def fold_constants(graph: Graph, impls) -> Graph:
     """Compute now, with ``impls`` (a backend's table), every node whose inputs are all
     constants — including creation ops such as ``full`` and ``arange`` — up to FOLD_LIMIT
     elements (views of constants have no limit: they cost no memory)."""
+
     def visit(v):
-        if v.op in LEAVES or v.op in STATEFUL or v.op in FUSED \
-                or any(isinstance(a, Var) and a.op != "const" for a in v.args):
+        if (
+            v.op in LEAVES
+            or v.op in STATEFUL
+            or v.op in FUSED
+            or any(isinstance(a, Var) and a.op != "const" for a in v.args)
+        ):
             return v
         if v.size > FOLD_LIMIT and v.op not in VIEWS:
             return v
         value = impls[v.op](*[a.value if isinstance(a, Var) else a for a in v.args], **v.params)
         return Var(v.id, "const", (), {"repr": f"{v.op}"}, v.shape, v.dtype, v.where, value)
+
     return _rewrite(graph, visit)
 
 
@@ -150,6 +165,7 @@ def simplify(graph: Graph, to_list=None) -> Graph:
     >>> simplify(g).outputs
     [%0]
     """
+
     def same(v, x):
         return isinstance(x, Var) and x.shape == v.shape and x.dtype == v.dtype
 
@@ -184,11 +200,23 @@ def simplify(graph: Graph, to_list=None) -> Graph:
                 return args[0].args[0]
             if axes == tuple(range(len(axes))):
                 return args[0]
-        elif op == "slice" and same(v, args[0]) and all(s == 1 for s in v.params["steps"]) or op == "pad" and not any(lo or hi for lo, hi in v.params["widths"]) or op in ("sum", "max", "min") and not v.params["axes"] and same(v, args[0]) or op == "flip" and not v.params["axes"]:
+        elif (
+            op == "slice"
+            and same(v, args[0])
+            and all(s == 1 for s in v.params["steps"])
+            or op == "pad"
+            and not any(lo or hi for lo, hi in v.params["widths"])
+            or op in ("sum", "max", "min")
+            and not v.params["axes"]
+            and same(v, args[0])
+            or op == "flip"
+            and not v.params["axes"]
+        ):
             return args[0]
         elif op == "where" and args[1] is args[2] and same(v, args[1]):
             return args[1]
         return v
+
     return _rewrite(graph, visit)
 
 
@@ -224,6 +252,7 @@ def elide_copies(graph: Graph) -> Graph:
             return v
         claimed[r] = claimed.pop(v.id, 0)
         return v.args[0]
+
     return _rewrite(graph, visit)
 
 
@@ -259,11 +288,11 @@ def transpose_matmuls(graph: Graph) -> Graph:
         if v.op != "permute" or v.args[0].op != "matmul":
             return v
         m, n = v.args[0], len(v.shape)
-        if v.params["axes"] != tuple(range(n - 2)) + (n - 1, n - 2) or len(users.get(m.id, ())) != 1 \
-                or m.id in outputs:
+        if v.params["axes"] != tuple(range(n - 2)) + (n - 1, n - 2) or len(users.get(m.id, ())) != 1 or m.id in outputs:
             return v
         a, b = m.args
         return Var(v.id, "matmul", (mT(b), mT(a)), {}, v.shape, v.dtype, v.where)
+
     return _rewrite(graph, visit)
 
 
@@ -305,8 +334,10 @@ class Group:
 
     def __repr__(self):
         ops = " ".join(v.op for v in self.nodes)
-        return (f"{self.kind}{tuple(self.shape)}: [{ops}] in ({', '.join(map(repr, self.inputs))}) "
-                f"out ({', '.join(map(repr, self.outputs))})")
+        return (
+            f"{self.kind}{tuple(self.shape)}: [{ops}] in ({', '.join(map(repr, self.inputs))}) "
+            f"out ({', '.join(map(repr, self.outputs))})"
+        )
 
 
 def fusion_groups(graph: Graph) -> list:
@@ -325,8 +356,8 @@ def fusion_groups(graph: Graph) -> list:
     ['reduce']
     """
     groups: list = []
-    group_of: dict = {}           # var id -> group index
-    deps: list = []               # group index -> set of group indices it depends on
+    group_of: dict = {}  # var id -> group index
+    deps: list = []  # group index -> set of group indices it depends on
     for v in graph.nodes:
         if v.op in LEAVES:
             continue
@@ -334,18 +365,23 @@ def fusion_groups(graph: Graph) -> list:
         chosen = None
         # a storage dtype (bfloat16) has no arithmetic in a kernel: its casts run alone
         fusible = (v.op in ELEMENTWISE or v.op in REDUCE) and not any(str(a.dtype) in _STORED for a in (v, *v.inputs))
-        if v.op == "fused_output":              # with the fused op it picks from: one opaque group
+        if v.op == "fused_output":  # with the fused op it picks from: one opaque group
             chosen = group_of[v.args[0].id]
         elif fusible:
             for gi in dict.fromkeys(producers):
                 if _fits(groups[gi], v) and not any(
-                        gi in deps[group_of[a.id]] for a in v.inputs
-                        if a.id in group_of and group_of[a.id] != gi):
+                    gi in deps[group_of[a.id]] for a in v.inputs if a.id in group_of and group_of[a.id] != gi
+                ):
                     chosen = gi
                     break
         if chosen is None:
-            kind = ("elementwise" if v.op in ELEMENTWISE else "reduce") if fusible else \
-                "view" if v.op in VIEWS else "opaque"
+            kind = (
+                ("elementwise" if v.op in ELEMENTWISE else "reduce")
+                if fusible
+                else "view"
+                if v.op in VIEWS
+                else "opaque"
+            )
             shape = v.args[0].shape if v.op in REDUCE else v.shape
             g = Group(kind, [], shape)
             groups.append(g)
@@ -369,8 +405,7 @@ def fusion_groups(graph: Graph) -> list:
                 if a.id not in members and a.id not in seen:
                     seen.add(a.id)
                     g.inputs.append(a)
-        g.outputs = [v for v in g.nodes if v.id in needed
-                     or any(group_of.get(u.id) != gi for u in users.get(v.id, ()))]
+        g.outputs = [v for v in g.nodes if v.id in needed or any(group_of.get(u.id) != gi for u in users.get(v.id, ()))]
     return _schedule(groups, group_of, graph)
 
 
@@ -404,6 +439,7 @@ def _add(g: Group, v: Var) -> None:
 def _schedule(groups, group_of, graph) -> list:
     """Groups in dependency order, ties broken by program order (Kahn's algorithm)."""
     import heapq
+
     first: dict = {}
     for pos, v in enumerate(graph.nodes):
         if v.id in group_of:

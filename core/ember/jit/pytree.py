@@ -6,6 +6,7 @@ returns a function that rebuilds the same structure from new leaves (the traced 
 the way in, the computed tensors on the way out), and a hashable description of the structure
 that is part of the cache key.
 """
+
 from __future__ import annotations
 
 
@@ -18,7 +19,7 @@ def flatten(obj):
     ([1, 2, 3], (4, [5, {'a': 6}]))
     """
     leaves = []
-    build, desc = _walk(obj, leaves)      # no closure over `leaves`: nothing keeps them alive
+    build, desc = _walk(obj, leaves)  # no closure over `leaves`: nothing keeps them alive
     return leaves, (lambda new: build(iter(new))), desc
 
 
@@ -32,14 +33,13 @@ def _walk(o, leaves):
         kind = type(o)
         builders = [b for b, _ in kids]
         desc = (kind.__name__, tuple(d for _, d in kids))
-        if hasattr(o, "_fields"):                       # a namedtuple
+        if hasattr(o, "_fields"):  # a namedtuple
             return (lambda it: kind(*[b(it) for b in builders])), desc
         return (lambda it: kind([b(it) for b in builders])), desc
     if isinstance(o, dict):
         keys = list(o)
         kids = [_walk(o[k], leaves) for k in keys]
         builders = [b for b, _ in kids]
-        return (lambda it: dict(zip(keys, [b(it) for b in builders]))), ("dict", tuple(keys),
-                                                                          tuple(d for _, d in kids))
+        return (lambda it: dict(zip(keys, [b(it) for b in builders]))), ("dict", tuple(keys), tuple(d for _, d in kids))
     leaves.append(o)
     return _next, "*"

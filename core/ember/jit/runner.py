@@ -15,6 +15,7 @@ Subclasses change how single nodes are lowered and give compiled groups more des
 the numpy backend's (backends/numpy/jit_runner.py) computes into planned, reused buffers with
 ``out=``.
 """
+
 from __future__ import annotations
 
 import operator
@@ -34,7 +35,7 @@ class Program:
         self.graph, self.groups, self.backend = graph, groups, backend
         self.impls = backend.impls
         self.order = [v for g in groups for v in g.nodes]
-        self.rng: list = []               # per generator: [seed, offset at the start of the call]
+        self.rng: list = []  # per generator: [seed, offset at the start of the call]
         self.donations = group_donations(groups, graph) if graph.donate else {}
         self.kernels = {id(g): backend.compile(g) if g.fused and len(g.nodes) > 1 else None for g in groups}
         self.build()
@@ -43,12 +44,12 @@ class Program:
         """(Re)lower the graph: slots, steps, and the frees after last uses."""
         self.slot: dict = {}
         self.template: list = []
-        self.inputs: list = []            # (input index, slot)
-        self.captures: list = []          # (capture slot, env slot, Var)
+        self.inputs: list = []  # (input index, slot)
+        self.captures: list = []  # (capture slot, env slot, Var)
         self.steps: list = []
-        self.origin: list = []            # step -> the Var it computes (for run-time errors)
-        self.compiled = 0                 # groups run by a backend kernel
-        self.calls = 0                    # backend calls per run (views excluded)
+        self.origin: list = []  # step -> the Var it computes (for run-time errors)
+        self.compiled = 0  # groups run by a backend kernel
+        self.calls = 0  # backend calls per run (views excluded)
         self._leaves()
         self._lower()
         self.out_slots = [self.slot[o.id] for o in self.graph.outputs]
@@ -115,8 +116,13 @@ class Program:
     def lower(self, v):
         """A function of the argument buffers computing node ``v`` (the backend's impl)."""
         if v.op == "random_bits":
-            impl, rng, k, rel, shape = self.impls["random_bits"], self.rng, v.params["generator"], \
-                v.params["offset"], v.params["shape"]
+            impl, rng, k, rel, shape = (
+                self.impls["random_bits"],
+                self.rng,
+                v.params["generator"],
+                v.params["offset"],
+                v.params["shape"],
+            )
             while len(rng) <= k:
                 rng.append([0, 0])
             return lambda: impl(shape=shape, seed=rng[k][0], offset=rng[k][1] + rel)
@@ -176,17 +182,21 @@ class Program:
         v = self.origin[i]
         if isinstance(exc, EmberError):
             raise exc
-        raise BackendError(f"ember.jit: {v.op} -> {v.type_str()} failed on backend {self.backend.name!r} "
-                           f"at run time: {type(exc).__name__}: {exc} (the op was made at {v.origin()})") from exc
+        raise BackendError(
+            f"ember.jit: {v.op} -> {v.type_str()} failed on backend {self.backend.name!r} "
+            f"at run time: {type(exc).__name__}: {exc} (the op was made at {v.origin()})"
+        ) from exc
 
 
 def _writing_into(kernel, n_in, fixed, slots):
     """``kernel`` given destinations: called on ``n_in`` input buffers followed by the
     destination buffers of outputs ``slots`` (positions among its outputs), it gets
     ``out=fixed`` with those filled in (``fixed``: per output, a buffer or None)."""
+
     def run(*buffers):
         out = list(fixed)
         for i, b in zip(slots, buffers[n_in:]):
             out[i] = b
         return kernel(*buffers[:n_in], out=out)
+
     return run

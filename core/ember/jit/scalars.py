@@ -13,6 +13,7 @@ Anything that needs the Python value itself (``if lr > 0.1``, ``float(lr)``, for
 gets the value seen while tracing, and adds a *guard*: the call re-traces when that number
 changes.
 """
+
 from __future__ import annotations
 
 import operator

@@ -28,6 +28,7 @@ effects.py; nested arguments and results are flattened by pytree.py.
 Other threads and contexts keep their own interpreter (eager): a data loader's thread runs
 its ops while a trace is active, and its tensors are not captured.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -131,9 +132,13 @@ class TraceBackend(Backend):
 
 def _outside(name):
     def refuse(*args, **params):
-        raise located(TraceError, f"{name}: a traced tensor was used outside its trace (kept after "
-                      f"ember.jit finished tracing, or used from another thread); return it from the "
-                      f"jitted function instead")
+        raise located(
+            TraceError,
+            f"{name}: a traced tensor was used outside its trace (kept after "
+            f"ember.jit finished tracing, or used from another thread); return it from the "
+            f"jitted function instead",
+        )
+
     return refuse
 
 
@@ -145,22 +150,22 @@ class Tracer(dispatch.Interpreter):
 
     def __init__(self, real, name="f"):
         self.real, self.name = real, name
-        self.real_impls = real.impls     # the real table, for values known at trace time
+        self.real_impls = real.impls  # the real table, for values known at trace time
         self.backend = TraceBackend(self)
         self.nodes: list = []
-        self.captures: list = []         # slot -> Source
-        self.capture_var: dict = {}      # id(buffer) -> the capture Var of that buffer
-        self.current: dict = {}          # id(buffer) -> the Var holding its value now (after writes)
-        self.keep: list = []             # lifted tensors, kept alive so that ids stay unique
-        self.grad_source: dict = {}      # id(concrete .grad tensor) -> Source
-        self.grad_before: dict = {}      # id(t) -> (t, .grad before the trace first wrote it)
-        self.grad_guards: dict = {}      # id(t) -> (t, was None): .grad read before written
-        self.assigns: dict = {}          # capture Var id -> (capture Var, new value Var)
-        self.generators: list = []       # [generator, offset when first drawn from]
-        self.placeholders: list = []     # traced stand-ins of the tensor arguments
-        self.python_numbers: list = []   # (container, key, value before, its Scalar)
-        self.python_guards: list = []    # (container, key, value): Python values the trace used
-        self.made: list = []             # weak references to the traced tensors made
+        self.captures: list = []  # slot -> Source
+        self.capture_var: dict = {}  # id(buffer) -> the capture Var of that buffer
+        self.current: dict = {}  # id(buffer) -> the Var holding its value now (after writes)
+        self.keep: list = []  # lifted tensors, kept alive so that ids stay unique
+        self.grad_source: dict = {}  # id(concrete .grad tensor) -> Source
+        self.grad_before: dict = {}  # id(t) -> (t, .grad before the trace first wrote it)
+        self.grad_guards: dict = {}  # id(t) -> (t, was None): .grad read before written
+        self.assigns: dict = {}  # capture Var id -> (capture Var, new value Var)
+        self.generators: list = []  # [generator, offset when first drawn from]
+        self.placeholders: list = []  # traced stand-ins of the tensor arguments
+        self.python_numbers: list = []  # (container, key, value before, its Scalar)
+        self.python_guards: list = []  # (container, key, value): Python values the trace used
+        self.made: list = []  # weak references to the traced tensors made
         self._next = 0
 
     # -- nodes --------------------------------------------------------------------------------------
@@ -180,8 +185,11 @@ class Tracer(dispatch.Interpreter):
             return self.apply(name, tuple(upcast), params)
         bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
         ctx = None
-        if dispatch.is_grad_enabled() and name not in dispatch.NO_GRAD \
-                and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        if (
+            dispatch.is_grad_enabled()
+            and name not in dispatch.NO_GRAD
+            and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ):
             ctx = (name, args, params)
         return self.wrap(self.record(name, bufs, params), self.backend, ctx)
 
@@ -252,6 +260,7 @@ class Tracer(dispatch.Interpreter):
         ember.fused or such a rule's backward op. Not the optimizer steps: elementwise work
         that the fusion groups compile, writing each parameter in its own buffer."""
         from .. import fused
+
         if name not in fused.declared(self.real):
             return False
         return name in fused.VJPS or any(name == bw for bw, _ in fused.VJPS.values())
@@ -268,8 +277,9 @@ class Tracer(dispatch.Interpreter):
         decomposition gives None)."""
         from ..autodiff import no_grad
         from ..fused import FUSED
+
         if any(isinstance(p, Scalar) for p in params.values()):
-            _, params = self._unscalar((), params)       # a kernel parameter: fixed now, guarded
+            _, params = self._unscalar((), params)  # a kernel parameter: fixed now, guarded
         mark = len(self.nodes)
         with no_grad():
             ref = FUSED[name](*args, **params)
@@ -277,11 +287,14 @@ class Tracer(dispatch.Interpreter):
         self.nodes[mark:] = [v for v in self.nodes[mark:] if v.op == "capture"]
         bufs = [self.lift(a) if isinstance(a, Tensor) else a for a in args]
         if isinstance(ref, Tensor):
-            return self.tensor(self.new_var("fused", bufs, {"name": name, "params": dict(params)}, ref.shape, ref.dtype))
+            return self.tensor(
+                self.new_var("fused", bufs, {"name": name, "params": dict(params)}, ref.shape, ref.dtype)
+            )
         node = self.new_var("fused", bufs, {"name": name, "params": dict(params)}, (), None)
-        return tuple(None if t is None else self.tensor(self.new_var("fused_output", (node,), {"index": i},
-                                                                     t.shape, t.dtype))
-                     for i, t in enumerate(ref))
+        return tuple(
+            None if t is None else self.tensor(self.new_var("fused_output", (node,), {"index": i}, t.shape, t.dtype))
+            for i, t in enumerate(ref)
+        )
 
     # -- concrete tensors met while tracing -----------------------------------------------------------
     def lift(self, t) -> Var:
@@ -289,8 +302,11 @@ class Tracer(dispatch.Interpreter):
         if t._backend is self.backend:
             return t._data
         if t._backend is not self.real:
-            raise located(BackendError, f"ember.jit traces on backend {self.real.name!r} but met a tensor "
-                          f"on backend {t._backend.name!r}; move it with .to({self.real.name!r})")
+            raise located(
+                BackendError,
+                f"ember.jit traces on backend {self.real.name!r} but met a tensor "
+                f"on backend {t._backend.name!r}; move it with .to({self.real.name!r})",
+            )
         key = id(t._data)
         v = self.current.get(key)
         if v is None:
@@ -298,15 +314,20 @@ class Tracer(dispatch.Interpreter):
             slot = len(self.captures)
             self.captures.append(source)
             self.keep.append(t)
-            v = self.new_var("capture", (), {"slot": slot, "label": repr(source), "requires_grad": t.requires_grad},
-                             self.real.shape(t._data), self.real.dtype(t._data))
+            v = self.new_var(
+                "capture",
+                (),
+                {"slot": slot, "label": repr(source), "requires_grad": t.requires_grad},
+                self.real.shape(t._data),
+                self.real.dtype(t._data),
+            )
             self.capture_var[key] = self.current[key] = v
         return v
 
     def assign(self, dst, src):
         """Tensor.copy_: ``dst`` now holds ``src`` (same shape and dtype)."""
         value = self.lift(src)
-        if dst._backend is self.backend:        # a traced tensor: just rebind it (SSA)
+        if dst._backend is self.backend:  # a traced tensor: just rebind it (SSA)
             dst._data = value
             return dst
         self.lift(dst)
@@ -325,8 +346,13 @@ class Tracer(dispatch.Interpreter):
         else:
             slot, start = len(self.generators), generator.offset
             self.generators.append([generator, start])
-        var = self.new_var("random_bits", (), {"shape": tuple(shape), "generator": slot,
-                                               "offset": generator.offset - start}, shape, uint32)
+        var = self.new_var(
+            "random_bits",
+            (),
+            {"shape": tuple(shape), "generator": slot, "offset": generator.offset - start},
+            shape,
+            uint32,
+        )
         return self.tensor(var)
 
     def concrete(self, var):
@@ -339,11 +365,14 @@ class Tracer(dispatch.Interpreter):
             v = stack.pop()
             if v.op in ("input", "capture", "random_bits"):
                 also = "" if v is var else f", which depends on {v.type_str()} {_made(v)}"
-                raise located(TraceError, f"ember.jit cannot give a Python value (item(), tolist(), numpy(), "
-                              f"bool(), an `if` on a tensor, print) for the traced tensor {var.type_str()} "
-                              f"{_made(var)}{also}: its value is known only when the graph runs. Keep it in "
-                              f"tensor ops (ember.where instead of if), move it out of the jitted function, "
-                              f"or turn jit off with EMBER_JIT=0")
+                raise located(
+                    TraceError,
+                    f"ember.jit cannot give a Python value (item(), tolist(), numpy(), "
+                    f"bool(), an `if` on a tensor, print) for the traced tensor {var.type_str()} "
+                    f"{_made(var)}{also}: its value is known only when the graph runs. Keep it in "
+                    f"tensor ops (ember.where instead of if), move it out of the jitted function, "
+                    f"or turn jit off with EMBER_JIT=0",
+                )
             if v.id not in seen and v.value is None:
                 seen.add(v.id)
                 stack.extend(v.inputs)
@@ -481,7 +510,7 @@ def trace(fn, args, kwargs, real, name="f", optimizers=()) -> Traced:
                 var = tracer.new_var("input", (), {"index": k}, t.shape, t.dtype, where=where)
                 p = tracer.tensor(var, t.requires_grad)
                 g = t._grad
-                if g is not None:            # the stand-in starts with the argument's gradient
+                if g is not None:  # the stand-in starts with the argument's gradient
                     tracer.grad_source[id(g)] = Source("arg_grad", key=k)
                 p._grad = g
                 tracer.placeholders.append(p)

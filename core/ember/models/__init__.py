@@ -5,6 +5,7 @@
 >>> type(model).__name__
 'LeNet'
 """
+
 from __future__ import annotations
 
 from ..errors import EmberError, located
@@ -17,7 +18,7 @@ from .transformer import CharTransformer
 class UnknownModelError(EmberError, KeyError):
     """``ember.models.get`` was asked for a name it does not know."""
 
-    def __str__(self):          # KeyError would quote the message
+    def __str__(self):  # KeyError would quote the message
         return str(self.args[0])
 
 
@@ -55,5 +56,16 @@ def get(name, **kwargs):
     return constructor(**kwargs)
 
 
-__all__ = ["MLP", "LeNet", "ResNet", "BasicBlock", "resnet18", "CharTransformer", "get", "names", "register",
-           "REGISTRY", "UnknownModelError"]
+__all__ = [
+    "MLP",
+    "LeNet",
+    "ResNet",
+    "BasicBlock",
+    "resnet18",
+    "CharTransformer",
+    "get",
+    "names",
+    "register",
+    "REGISTRY",
+    "UnknownModelError",
+]

@@ -1,4 +1,5 @@
 """LeNet: the small CNN for 1x28x28 digits (benchmark workload W2)."""
+
 from __future__ import annotations
 
 from .. import nn

@@ -1,4 +1,5 @@
 """MLP: the multi-layer perceptron for flattened images (benchmark workload W1)."""
+
 from __future__ import annotations
 
 from .. import nn

@@ -3,6 +3,7 @@
 Names follow torchvision (``layer1.0.conv1.weight``, ``layer2.0.downsample.0.weight``, ``fc``),
 so the parameter count (11,173,962 for 10 classes) and the state_dict line up with torch.
 """
+
 from __future__ import annotations
 
 from .. import nn
@@ -21,8 +22,9 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         if stride != 1 or in_planes != planes:
-            self.downsample = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False),
-                                            nn.BatchNorm2d(planes))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes)
+            )
         else:
             self.downsample = None
 

@@ -1,4 +1,5 @@
 """CharTransformer: a small causal (GPT-style) character-level language model."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,9 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model),
-                                 nn.Dropout(dropout))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout)
+        )
 
     def forward(self, x, mask):
         h = self.ln1(x)
@@ -39,8 +41,7 @@ class CharTransformer(nn.Module):
     (2, 16, 65)
     """
 
-    def __init__(self, vocab_size, d_model=128, n_heads=4, n_layers=2, max_len=128, dropout=0.0,
-                 tie_weights=True):
+    def __init__(self, vocab_size, d_model=128, n_heads=4, n_layers=2, max_len=128, dropout=0.0, tie_weights=True):
         super().__init__()
         self.vocab_size, self.max_len = vocab_size, max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
@@ -67,7 +68,7 @@ class CharTransformer(nn.Module):
             raise located(ShapeError, f"CharTransformer: sequence length {T} exceeds max_len {self.max_len}")
         pos = arange(T, backend=idx.backend)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        mask = pos.unsqueeze(1) < pos            # True above the diagonal: the future is hidden
+        mask = pos.unsqueeze(1) < pos  # True above the diagonal: the future is hidden
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.ln_f(x))

@@ -15,6 +15,7 @@ attention, transformer, loss) → container.py (Sequential, ModuleList, ModuleDi
 >>> model[0].weight.grad.shape
 (8, 4)
 """
+
 from . import functional, init
 from .activation import GELU, Dropout, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .attention import MultiheadAttention
@@ -30,15 +31,56 @@ from .transformer import TransformerDecoder, TransformerDecoderLayer, Transforme
 from .upsampling import Upsample
 
 __all__ = [
-    "functional", "init", "Module", "Parameter", "StateDictError", "IncompatibleKeys",
-    "Sequential", "ModuleList", "ModuleDict",
-    "Identity", "Linear", "Flatten", "Unflatten", "Embedding",
-    "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Upsample",
-    "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm", "Dropout",
-    "ReLU", "LeakyReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
-    "LSTM", "GRU", "GRUCell", "MultiheadAttention",
-    "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
-    "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss", "BCEWithLogitsLoss",
+    "functional",
+    "init",
+    "Module",
+    "Parameter",
+    "StateDictError",
+    "IncompatibleKeys",
+    "Sequential",
+    "ModuleList",
+    "ModuleDict",
+    "Identity",
+    "Linear",
+    "Flatten",
+    "Unflatten",
+    "Embedding",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
+    "Upsample",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+    "GroupNorm",
+    "RMSNorm",
+    "Dropout",
+    "ReLU",
+    "LeakyReLU",
+    "GELU",
+    "SiLU",
+    "Tanh",
+    "Sigmoid",
+    "Softmax",
+    "LogSoftmax",
+    "LSTM",
+    "GRU",
+    "GRUCell",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "CrossEntropyLoss",
+    "NLLLoss",
+    "MSELoss",
+    "L1Loss",
+    "HuberLoss",
+    "SmoothL1Loss",
+    "BCEWithLogitsLoss",
     "BCELoss",
 ]
 
@@ -48,5 +90,6 @@ def __getattr__(name):
     # ember.nn does not import ember.optim.
     if name == "utils":
         from importlib import import_module
+
         return import_module(f"{__name__}.utils")
     raise AttributeError(f"module 'ember.nn' has no attribute {name!r}")

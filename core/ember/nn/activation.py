@@ -1,4 +1,5 @@
 """Activation layers and Dropout: thin Module wrappers around ember.nn.functional."""
+
 from __future__ import annotations
 
 from ..errors import located

@@ -1,5 +1,6 @@
 """MultiheadAttention with PyTorch's parameters (``in_proj_weight``, ``in_proj_bias``,
 ``out_proj``) and masks, so a torch state_dict loads 1:1."""
+
 from __future__ import annotations
 
 import math
@@ -42,14 +43,25 @@ class MultiheadAttention(Module):
     ((2, 5, 16), (2, 5, 5))
     """
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
-                 kdim=None, vdim=None, batch_first=False):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        dropout=0.0,
+        bias=True,
+        add_bias_kv=False,
+        add_zero_attn=False,
+        kdim=None,
+        vdim=None,
+        batch_first=False,
+    ):
         super().__init__()
         if add_bias_kv or add_zero_attn:
             raise located(NotImplementedError, "MultiheadAttention: add_bias_kv and add_zero_attn are not supported")
         if embed_dim % num_heads:
-            raise located(ValueError, f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads "
-                          f"{num_heads}")
+            raise located(
+                ValueError, f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}"
+            )
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, float(dropout)
         self.head_dim = embed_dim // num_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
@@ -85,24 +97,38 @@ class MultiheadAttention(Module):
         bq, bk, bv = (None, None, None) if b is None else (b.narrow(0, 0, E), b.narrow(0, E, E), b.narrow(0, 2 * E, E))
         if self._qkv_same_embed_dim:
             w = self.in_proj_weight
-            if query is key and key is value:            # self-attention: one GEMM for q, k and v
+            if query is key and key is value:  # self-attention: one GEMM for q, k and v
                 return F.linear(query, w, b).chunk(3, -1)
             wq, wk, wv = w.narrow(0, 0, E), w.narrow(0, E, E), w.narrow(0, 2 * E, E)
         else:
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False):
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
         unbatched = query.ndim == 2
         if query.ndim not in (2, 3) or query.shape[-1] != self.embed_dim:
-            raise located(ShapeError, f"MultiheadAttention: expected query (L, N, {self.embed_dim}) "
-                          f"[(N, L, {self.embed_dim}) with batch_first] or (L, {self.embed_dim}), got {query.shape}")
+            raise located(
+                ShapeError,
+                f"MultiheadAttention: expected query (L, N, {self.embed_dim}) "
+                f"[(N, L, {self.embed_dim}) with batch_first] or (L, {self.embed_dim}), got {query.shape}",
+            )
         if key.ndim != query.ndim or value.ndim != query.ndim or key.shape[:-1] != value.shape[:-1]:
-            raise located(ShapeError, f"MultiheadAttention: query {query.shape}, key {key.shape} and value "
-                          f"{value.shape} do not fit together")
+            raise located(
+                ShapeError,
+                f"MultiheadAttention: query {query.shape}, key {key.shape} and value {value.shape} do not fit together",
+            )
         same = query is key and key is value
-        if unbatched:                                   # work batch-first: (N, L, E)
+        if unbatched:  # work batch-first: (N, L, E)
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
             key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
         elif not self.batch_first:
@@ -113,7 +139,7 @@ class MultiheadAttention(Module):
         S = key.shape[1]
         H, hd = self.num_heads, self.head_dim
         q, k, v = self._project(query, key, value)
-        q, k, v = (t.reshape(N, -1, H, hd).transpose(1, 2) for t in (q, k, v))    # (N, H, len, hd)
+        q, k, v = (t.reshape(N, -1, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, len, hd)
 
         mask = _additive(attn_mask, q.dtype, "attn_mask")
         if mask is not None:
@@ -122,16 +148,19 @@ class MultiheadAttention(Module):
             elif mask.shape == (N * H, L, S):
                 mask = mask.reshape(N, H, L, S)
             else:
-                raise located(ShapeError, f"MultiheadAttention: attn_mask must be ({L}, {S}) or ({N * H}, {L}, {S}), "
-                              f"got {attn_mask.shape}")
+                raise located(
+                    ShapeError,
+                    f"MultiheadAttention: attn_mask must be ({L}, {S}) or ({N * H}, {L}, {S}), got {attn_mask.shape}",
+                )
         if is_causal and attn_mask is None:
             causal = arange(L, backend=q.backend).unsqueeze(1) < arange(S, backend=q.backend)
             mask = where(causal, -math.inf, zeros((), dtype=q.dtype, backend=q.backend))
         kpm = _additive(key_padding_mask, q.dtype, "key_padding_mask")
         if kpm is not None:
             if kpm.shape != (N, S):
-                raise located(ShapeError, f"MultiheadAttention: key_padding_mask must be ({N}, {S}), got "
-                              f"{key_padding_mask.shape}")
+                raise located(
+                    ShapeError, f"MultiheadAttention: key_padding_mask must be ({N}, {S}), got {key_padding_mask.shape}"
+                )
             kpm = kpm.reshape(N, 1, 1, S)
             mask = kpm if mask is None else mask + kpm
 

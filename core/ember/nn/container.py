@@ -1,4 +1,5 @@
 """Containers: Sequential, ModuleList and ModuleDict (PyTorch's names and key scheme)."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -26,7 +27,7 @@ class Sequential(Module):
     (3, 'ReLU', (3, 2))
     """
 
-    def __init__(self, *modules: Any) -> None:    # modules, or one OrderedDict of them
+    def __init__(self, *modules: Any) -> None:  # modules, or one OrderedDict of them
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], OrderedDict):
             for name, m in modules[0].items():
@@ -52,7 +53,7 @@ class Sequential(Module):
 
     def __delitem__(self, idx: int | slice) -> None:
         keys = list(self._modules)
-        for k in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys), "Sequential")]]):
+        for k in keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys), "Sequential")]]:
             del self._modules[k]
         # Renumber, as PyTorch does, so that the keys stay 0..n-1.
         if all(k.isdigit() for k in keys):
@@ -153,7 +154,7 @@ class ModuleList(Module):
         reprs = [repr(m) for m in self]
         if not reprs:
             return "ModuleList()"
-        runs: list[Any] = []                       # [first index, last index, repr]
+        runs: list[Any] = []  # [first index, last index, repr]
         for i, r in enumerate(reprs):
             if runs and runs[-1][2] == r:
                 runs[-1][1] = i
@@ -207,7 +208,7 @@ class ModuleDict(Module):
         return self._modules.items()
 
     def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
-        for key, m in (modules.items() if hasattr(modules, "items") else modules):
+        for key, m in modules.items() if hasattr(modules, "items") else modules:
             self.add_module(key, m)
 
     def pop(self, key: str) -> Any:

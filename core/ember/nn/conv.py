@@ -1,4 +1,5 @@
 """Convolution and pooling layers: Conv1d, Conv2d, ConvTranspose2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d."""
+
 from __future__ import annotations
 
 import math
@@ -20,19 +21,36 @@ class _ConvNd(Module):
     _n = 2
     _transposed = False
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", output_padding=0):
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        padding_mode="zeros",
+        output_padding=0,
+    ):
         super().__init__()
         name = type(self).__name__
         if in_channels % groups or out_channels % groups:
-            raise located(ValueError, f"{name}: in_channels {in_channels} and out_channels {out_channels} must "
-                          f"both be divisible by groups {groups}")
+            raise located(
+                ValueError,
+                f"{name}: in_channels {in_channels} and out_channels {out_channels} must "
+                f"both be divisible by groups {groups}",
+            )
         modes = ("zeros",) if self._transposed else ("zeros", "reflect", "replicate", "circular")
         if padding_mode not in modes:
             raise located(ValueError, f"{name}: padding_mode must be {' or '.join(modes)}, got {padding_mode!r}")
         if isinstance(padding, str) and (padding not in ("valid", "same") or self._transposed):
-            raise located(ValueError, f"{name}: padding must be an int or a tuple"
-                          f"{'' if self._transposed else ', valid or same'}, got {padding!r}")
+            raise located(
+                ValueError,
+                f"{name}: padding must be an int or a tuple"
+                f"{'' if self._transposed else ', valid or same'}, got {padding!r}",
+            )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         tup = _tuple(self._n)
         self.kernel_size = tup(kernel_size, "kernel_size")
@@ -57,8 +75,11 @@ class _ConvNd(Module):
 
     def _check(self, x, dims):
         if x.ndim not in (self._n + 1, self._n + 2) or x.shape[-self._n - 1] != self.in_channels:
-            raise located(ShapeError, f"{self!r}: expected input (N, {self.in_channels}, {dims}) or "
-                          f"({self.in_channels}, {dims}), got {x.shape}")
+            raise located(
+                ShapeError,
+                f"{self!r}: expected input (N, {self.in_channels}, {dims}) or "
+                f"({self.in_channels}, {dims}), got {x.shape}",
+            )
 
     def _pad_mode(self, x):
         """Pad ``x`` by ``padding_mode`` (not zeros) and return it with the padding left to the conv."""
@@ -70,7 +91,7 @@ class _ConvNd(Module):
             widths = [(0, 0)] * self._n
         else:
             widths = [(p, p) for p in self.padding]
-        flat = [v for lo_hi in reversed(widths) for v in lo_hi]          # torch's order: last dim first
+        flat = [v for lo_hi in reversed(widths) for v in lo_hi]  # torch's order: last dim first
         return F.pad(x, flat, mode=self.padding_mode), 0
 
     def extra_repr(self):
@@ -92,6 +113,7 @@ class _ConvNd(Module):
 
 def _tuple(n):
     """The argument normaliser for ``n`` spatial dims: ``3`` -> ``(3,) * n``."""
+
     def tup(v, name):
         if isinstance(v, int):
             return (v,) * n
@@ -99,6 +121,7 @@ def _tuple(n):
         if len(v) != n:
             raise located(ValueError, f"{name} needs an int or {n} ints, got {v}")
         return v
+
     return tup
 
 
@@ -109,10 +132,19 @@ class _Conv(_ConvNd):
     _dims = "H, W"
     _conv = staticmethod(F.conv2d)
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros"):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode)
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        padding_mode="zeros",
+    ):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode)
 
     def forward(self, x):
         self._check(x, self._dims)
@@ -167,10 +199,31 @@ class ConvTranspose2d(_ConvNd):
 
     _transposed = True
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
-                 bias=True, dilation=1, padding_mode="zeros"):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, output_padding)
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups=1,
+        bias=True,
+        dilation=1,
+        padding_mode="zeros",
+    ):
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            output_padding,
+        )
 
     def _output_padding(self, x, output_size):
         """The output padding that gives ``output_size`` (H, W), or (N, C, H, W)."""
@@ -179,19 +232,31 @@ class ConvTranspose2d(_ConvNd):
         size = tuple(output_size)[-2:]
         pads = []
         for i in range(2):
-            least = F.transposed_size(x.shape[-2 + i], self.kernel_size[i], self.stride[i], self.padding[i], 0,
-                                      self.dilation[i])
+            least = F.transposed_size(
+                x.shape[-2 + i], self.kernel_size[i], self.stride[i], self.padding[i], 0, self.dilation[i]
+            )
             pad = size[i] - least
             if not 0 <= pad < max(self.stride[i], self.dilation[i]):
-                raise located(ValueError, f"ConvTranspose2d: output_size {tuple(output_size)} is out of reach: "
-                              f"dim {i} must lie in [{least}, {least + max(self.stride[i], self.dilation[i]) - 1}]")
+                raise located(
+                    ValueError,
+                    f"ConvTranspose2d: output_size {tuple(output_size)} is out of reach: "
+                    f"dim {i} must lie in [{least}, {least + max(self.stride[i], self.dilation[i]) - 1}]",
+                )
             pads.append(pad)
         return tuple(pads)
 
     def forward(self, x, output_size=None):
         self._check(x, "H, W")
-        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
-                                  self._output_padding(x, output_size), self.groups, self.dilation)
+        return F.conv_transpose2d(
+            x,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self._output_padding(x, output_size),
+            self.groups,
+            self.dilation,
+        )
 
 
 class MaxPool2d(Module):
@@ -212,23 +277,33 @@ class MaxPool2d(Module):
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 
     def extra_repr(self):
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
 
 
 class AvgPool2d(Module):
     """Mean over ``kernel_size`` windows; zero padding counts unless ``count_include_pad=False``."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-                 divisor_override=None):
+    def __init__(
+        self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+    ):
         super().__init__()
         self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
         self.padding, self.ceil_mode = padding, ceil_mode
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

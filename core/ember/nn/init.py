@@ -9,6 +9,7 @@ generator, so ``ember.manual_seed(s)`` before building a model makes it reproduc
 >>> bool((w.abs() <= (6 / 3) ** 0.5).all())
 True
 """
+
 from __future__ import annotations
 
 import math
@@ -18,13 +19,35 @@ from ..autodiff import no_grad
 from ..errors import ShapeError, located
 from ..tensor import where
 
-__all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "zeros_", "ones_", "xavier_uniform_",
-           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"]
+__all__ = [
+    "calculate_gain",
+    "uniform_",
+    "normal_",
+    "constant_",
+    "zeros_",
+    "ones_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "trunc_normal_",
+]
 
 # The gain table of torch.nn.init.calculate_gain.
-_GAINS = {"linear": 1.0, "identity": 1.0, "conv1d": 1.0, "conv2d": 1.0, "conv3d": 1.0,
-          "conv_transpose1d": 1.0, "conv_transpose2d": 1.0, "conv_transpose3d": 1.0,
-          "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0), "selu": 3.0 / 4}
+_GAINS = {
+    "linear": 1.0,
+    "identity": 1.0,
+    "conv1d": 1.0,
+    "conv2d": 1.0,
+    "conv3d": 1.0,
+    "conv_transpose1d": 1.0,
+    "conv_transpose2d": 1.0,
+    "conv_transpose3d": 1.0,
+    "sigmoid": 1.0,
+    "tanh": 5.0 / 3,
+    "relu": math.sqrt(2.0),
+    "selu": 3.0 / 4,
+}
 
 
 def calculate_gain(nonlinearity, param=None):
@@ -35,7 +58,7 @@ def calculate_gain(nonlinearity, param=None):
     """
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else param
-        return math.sqrt(2.0 / (1 + slope ** 2))
+        return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity not in _GAINS:
         raise located(ValueError, f"unknown nonlinearity {nonlinearity!r}; known: leaky_relu, {', '.join(_GAINS)}")
     return _GAINS[nonlinearity]
@@ -126,6 +149,6 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
                 break
             fresh = R.randn(tensor.shape, dtype=tensor.dtype, generator=generator, backend=tensor._backend) * std + mean
             draw = where(outside, fresh, draw)
-        else:   # a window far in the tail: fall back to clamping what is left
+        else:  # a window far in the tail: fall back to clamping what is left
             draw = draw.clamp(a, b)
         return tensor.copy_(draw)

@@ -1,4 +1,5 @@
 """Simple layers: Identity, Linear, Flatten, Unflatten, Embedding."""
+
 from __future__ import annotations
 
 import math
@@ -50,9 +51,12 @@ class Linear(Module):
 
     def forward(self, x):
         if x.shape[-1:] != (self.in_features,):
-            raise located(ShapeError, f"{self!r}: expected input of shape (..., {self.in_features}), "
-                          f"got {x.shape} (last dim {x.shape[-1] if x.ndim else 'missing'} != in_features "
-                          f"{self.in_features})")
+            raise located(
+                ShapeError,
+                f"{self!r}: expected input of shape (..., {self.in_features}), "
+                f"got {x.shape} (last dim {x.shape[-1] if x.ndim else 'missing'} != in_features "
+                f"{self.in_features})",
+            )
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self):
@@ -107,8 +111,11 @@ class Embedding(Module):
         self.padding_idx = padding_idx
         if _weight is not None:
             if tuple(_weight.shape) != (self.num_embeddings, self.embedding_dim):
-                raise located(ShapeError, f"Embedding: _weight has shape {tuple(_weight.shape)}, expected "
-                              f"{(self.num_embeddings, self.embedding_dim)}")
+                raise located(
+                    ShapeError,
+                    f"Embedding: _weight has shape {tuple(_weight.shape)}, expected "
+                    f"{(self.num_embeddings, self.embedding_dim)}",
+                )
             self.weight = Parameter(_weight)
         else:
             self.weight = Parameter(empty(self.num_embeddings, self.embedding_dim))
@@ -124,8 +131,9 @@ class Embedding(Module):
         return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}" + \
-            (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
+        return f"{self.num_embeddings}, {self.embedding_dim}" + (
+            f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        )
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, padding_idx=None):

@@ -3,6 +3,7 @@
 Class weights (``weight``, ``pos_weight``) are buffers, as in PyTorch, so they move with
 ``.to()`` and appear in ``state_dict()`` when given.
 """
+
 from __future__ import annotations
 
 from . import functional as F

@@ -10,6 +10,7 @@ A Module keeps three ordered tables, filled by plain attribute assignment:
 Everything else (``parameters()``, ``state_dict()``, ``to()``, ``train()``, the repr) walks those
 tables. There are no hooks.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
@@ -40,10 +41,11 @@ def _as_tensor(value: Any) -> Tensor:
     """A state_dict value as an ember Tensor (ember tensors, NumPy arrays, anything with __array__)."""
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, TensorBytes):      # what ember.io.load_file / read_checkpoint return
+    if isinstance(value, TensorBytes):  # what ember.io.load_file / read_checkpoint return
         return tensor_from_bytes(value)
     if hasattr(value, "__array__") and not isinstance(value, (list, tuple)):
         import numpy as np
+
         return tensor(np.asarray(value))
     return tensor(value)
 
@@ -86,8 +88,11 @@ class Module:
         try:
             return self.__dict__["_parameters"], self.__dict__["_buffers"], self.__dict__["_modules"]
         except KeyError:
-            raise located(AttributeError, f"{type(self).__name__}.__init__ must call super().__init__() "
-                          "before assigning parameters, buffers or submodules") from None
+            raise located(
+                AttributeError,
+                f"{type(self).__name__}.__init__ must call super().__init__() "
+                "before assigning parameters, buffers or submodules",
+            ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, Parameter):
@@ -102,13 +107,16 @@ class Module:
             modules[name] = value
         elif name in self.__dict__.get("_parameters", {}):
             if value is not None:
-                raise located(TypeError, f"cannot assign a {type(value).__name__} to parameter {name!r} "
-                              "(use nn.Parameter(...) or None)")
+                raise located(
+                    TypeError,
+                    f"cannot assign a {type(value).__name__} to parameter {name!r} (use nn.Parameter(...) or None)",
+                )
             self._parameters[name] = None
         elif name in self.__dict__.get("_buffers", {}):
             if value is not None and not isinstance(value, Tensor):
-                raise located(TypeError, f"cannot assign a {type(value).__name__} to buffer {name!r} "
-                              "(use a Tensor or None)")
+                raise located(
+                    TypeError, f"cannot assign a {type(value).__name__} to buffer {name!r} (use a Tensor or None)"
+                )
             self._buffers[name] = value
         elif name in self.__dict__.get("_modules", {}):
             if value is not None:
@@ -139,8 +147,9 @@ class Module:
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` (a Parameter or None) under ``name``."""
         if param is not None and not isinstance(param, Parameter):
-            raise located(TypeError, f"register_parameter({name!r}): expected a Parameter or None, "
-                          f"got {type(param).__name__}")
+            raise located(
+                TypeError, f"register_parameter({name!r}): expected a Parameter or None, got {type(param).__name__}"
+            )
         self._tables()
         self.__dict__.pop(name, None)
         self._parameters[name] = param
@@ -148,8 +157,9 @@ class Module:
     def register_buffer(self, name: str, value: Tensor | None, persistent: bool = True) -> None:
         """Register a non-trained tensor (saved in state_dict unless ``persistent=False``)."""
         if value is not None and not isinstance(value, Tensor):
-            raise located(TypeError, f"register_buffer({name!r}): expected a Tensor or None, "
-                          f"got {type(value).__name__}")
+            raise located(
+                TypeError, f"register_buffer({name!r}): expected a Tensor or None, got {type(value).__name__}"
+            )
         self._tables()
         self.__dict__.pop(name, None)
         self._buffers[name] = value
@@ -179,8 +189,9 @@ class Module:
         return mod._parameters[name]
 
     # ------------------------------------------------------------------------ traversal
-    def named_modules(self, memo: set[int] | None = None, prefix: str = "",
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+    def named_modules(
+        self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
         """(name, module) for this module and every descendant, depth first; '' is self."""
         memo = set() if memo is None else memo
         if remove_duplicate and id(self) in memo:
@@ -206,8 +217,9 @@ class Module:
         for _, child in self.named_children():
             yield child
 
-    def _named_members(self, table: str, prefix: str, recurse: bool,
-                       remove_duplicate: bool = True) -> Iterator[tuple[str, Any]]:
+    def _named_members(
+        self, table: str, prefix: str, recurse: bool, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]:
         seen = set()
         mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mod_prefix, mod in mods:
@@ -217,8 +229,9 @@ class Module:
                 seen.add(id(value))
                 yield (f"{mod_prefix}.{name}" if mod_prefix else name), value
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True,
-                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, Parameter) pairs; a parameter shared by two layers appears once.
 
         >>> from ember import nn
@@ -231,8 +244,9 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True,
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
@@ -260,6 +274,7 @@ class Module:
         """Print each layer's output shape and parameter count for inputs of ``input_shape``
         (no batch axis), and the totals, like Keras's ``model.summary()`` (nn/summary.py)."""
         from .summary import summary
+
         print(summary(self, input_shape, **kwargs))
 
     # ------------------------------------------------------------------------ modes and updates
@@ -284,7 +299,7 @@ class Module:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
-                p.grad = p.grad._full_like(0)    # a gradient may be a read-only broadcast view
+                p.grad = p.grad._full_like(0)  # a gradient may be a read-only broadcast view
 
     def apply(self, fn: Callable[[Module], Any]) -> Self:
         """Call ``fn`` on every submodule (children first) and on self; returns self.
@@ -318,6 +333,7 @@ class Module:
             t._data, t._backend = moved._data, moved._backend
             if t.grad is not None:
                 t.grad = t.grad.detach().to(target)
+
         with no_grad():
             for m in self.modules():
                 for p in m._parameters.values():
@@ -336,8 +352,9 @@ class Module:
         return self.to(D.float16)
 
     # ------------------------------------------------------------------------ state
-    def state_dict(self, destination: dict[str, Any] | None = None, prefix: str = "",
-                   keep_vars: bool = False) -> dict[str, Any]:
+    def state_dict(
+        self, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]:
         """Ordered {dotted name: tensor} of parameters and persistent buffers, in PyTorch's order
         (a module's own parameters, then its buffers, then its children's). Tensors are detached
         and share memory with the model.
@@ -378,14 +395,20 @@ class Module:
         if mismatched or (strict and (missing or unexpected)):
             lines = [f"state_dict does not fit {type(self).__name__}:"]
             if missing:
-                lines.append("  missing (in the model, not in the state_dict): "
-                             + ", ".join(f"{k} {slots[k].shape}" for k in missing))
+                lines.append(
+                    "  missing (in the model, not in the state_dict): "
+                    + ", ".join(f"{k} {slots[k].shape}" for k in missing)
+                )
             if unexpected:
-                lines.append("  unexpected (in the state_dict, not in the model): "
-                             + ", ".join(f"{k} {tuple(given[k].shape)}" for k in unexpected))
+                lines.append(
+                    "  unexpected (in the state_dict, not in the model): "
+                    + ", ".join(f"{k} {tuple(given[k].shape)}" for k in unexpected)
+                )
             if mismatched:
-                lines.append("  shape mismatch: " + ", ".join(
-                    f"{k} model {slots[k].shape} vs state_dict {tuple(given[k].shape)}" for k in mismatched))
+                lines.append(
+                    "  shape mismatch: "
+                    + ", ".join(f"{k} model {slots[k].shape} vs state_dict {tuple(given[k].shape)}" for k in mismatched)
+                )
             raise located(StateDictError, "\n".join(lines) + "\n")
         with no_grad():
             for k, t in slots.items():

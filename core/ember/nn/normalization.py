@@ -1,4 +1,5 @@
 """Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm, RMSNorm."""
+
 from __future__ import annotations
 
 from .. import dtypes as D
@@ -43,23 +44,34 @@ class _BatchNorm(Module):
 
     def forward(self, x):
         if x.ndim not in self._ranks or x.shape[1] != self.num_features:
-            raise located(ShapeError, f"{self!r}: expected input {self._expect.format(C=self.num_features)}, "
-                          f"got {x.shape}")
+            raise located(
+                ShapeError, f"{self!r}: expected input {self._expect.format(C=self.num_features)}, got {x.shape}"
+            )
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             with no_grad():
                 self.num_batches_tracked.add_(1)
-            if self.momentum is None:        # cumulative moving average
+            if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / self.num_batches_tracked.item()
         use_batch = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
-        return F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
-                            self.weight, self.bias, use_batch, factor, self.eps)
+        return F.batch_norm(
+            x,
+            self.running_mean if track else None,
+            self.running_var if track else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            factor,
+            self.eps,
+        )
 
     def extra_repr(self):
         bias = f", bias={self.has_bias}" if self.affine else ""
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}{bias}, "
-                f"track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}{bias}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm1d(_BatchNorm):
@@ -108,8 +120,10 @@ class LayerNorm(Module):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"bias={self.has_bias}")
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"bias={self.has_bias}"
+        )
 
 
 class GroupNorm(Module):
@@ -127,8 +141,9 @@ class GroupNorm(Module):
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, bias=True):
         super().__init__()
         if num_groups <= 0 or num_channels % num_groups:
-            raise located(ValueError, f"GroupNorm: num_channels {num_channels} must be divisible by num_groups "
-                          f"{num_groups}")
+            raise located(
+                ValueError, f"GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}"
+            )
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self.has_bias = affine and bias
         _affine(self, num_channels, affine, bias)

@@ -4,6 +4,7 @@ It is an ordinary :class:`ember.Tensor` (a subclass that adds no fields) whose `
 is on by default. Assigning one to a Module attribute registers it; operations on it give plain
 Tensors, so only the leaves are Parameters.
 """
+
 from __future__ import annotations
 
 from ..tensor import Tensor, tensor

@@ -4,6 +4,7 @@ GRU; parameters ``weight_ih_l0`` ...), so a torch state_dict loads 1:1.
 The input projection of a whole sequence is one GEMM per layer and direction; only the
 recurrent part ``h @ W_hh^T`` and the gate arithmetic loop, once per time step.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,10 +34,11 @@ class _RNNBase(Module):
     number of gates, the state's parts and the step (``_cell``)."""
 
     _gates = 1
-    _parts: tuple[str, ...] = ("h",)        # the state: h for the GRU, (h, c) for the LSTM
+    _parts: tuple[str, ...] = ("h",)  # the state: h for the GRU, (h, c) for the LSTM
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False):
+    def __init__(
+        self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0, bidirectional=False
+    ):
         super().__init__()
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
@@ -67,7 +69,7 @@ class _RNNBase(Module):
     def _direction(self, xs, layer, sfx, state, reverse):
         """Run one layer in one direction over the sequence; returns the outputs and last state."""
         w_ih, w_hh, b_ih, b_hh = self._weights(layer, sfx)
-        projected = _steps(F.linear(xs, w_ih, b_ih))             # one GEMM for the whole sequence
+        projected = _steps(F.linear(xs, w_ih, b_ih))  # one GEMM for the whole sequence
         w_hh_t = w_hh.T
         outs = [None] * len(projected)
         order = range(len(projected) - 1, -1, -1) if reverse else range(len(projected))
@@ -95,8 +97,11 @@ class _RNNBase(Module):
             if unbatched:
                 states = tuple(s.unsqueeze(1) for s in states)
             if any(s.shape != state_shape for s in states):
-                raise located(ShapeError, f"{type(self).__name__}: expected {' and '.join(p + '0' for p in self._parts)} "
-                              f"of shape {state_shape}, got {' and '.join(str(s.shape) for s in states)}")
+                raise located(
+                    ShapeError,
+                    f"{type(self).__name__}: expected {' and '.join(p + '0' for p in self._parts)} "
+                    f"of shape {state_shape}, got {' and '.join(str(s.shape) for s in states)}",
+                )
         finals = []
         for layer in range(self.num_layers):
             outs = []
@@ -173,8 +178,17 @@ class LSTM(_RNNBase):
 
     _gates, _parts = 4, ("h", "c")
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False, proj_size=0):
+    def __init__(
+        self,
+        input_size,
+        hidden_size,
+        num_layers=1,
+        bias=True,
+        batch_first=False,
+        dropout=0.0,
+        bidirectional=False,
+        proj_size=0,
+    ):
         if proj_size:
             raise located(NotImplementedError, "LSTM: proj_size is not supported")
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional)
@@ -240,8 +254,10 @@ class GRUCell(Module):
 
     def forward(self, input, hx=None):
         if input.ndim not in (1, 2) or input.shape[-1] != self.input_size:
-            raise located(ShapeError, f"{self!r}: expected input (N, {self.input_size}) or ({self.input_size},), "
-                          f"got {input.shape}")
+            raise located(
+                ShapeError,
+                f"{self!r}: expected input (N, {self.input_size}) or ({self.input_size},), got {input.shape}",
+            )
         x = input.unsqueeze(0) if input.ndim == 1 else input
         h = zeros((x.shape[0], self.hidden_size), dtype=x.dtype, backend=x.backend) if hx is None else hx
         h = h.unsqueeze(0) if input.ndim == 1 and hx is not None else h

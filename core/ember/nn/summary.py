@@ -6,6 +6,7 @@ that one call to note its output shape. A row is a module that holds parameters 
 has no children (a container is the sum of its rows), in the order the modules ran. Shapes
 show the batch axis as -1, as torchsummary does.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -14,14 +15,15 @@ from .. import dtypes as D
 
 
 class Row(NamedTuple):
-    name: str            # dotted path in the model ("features.0")
-    kind: str            # class name ("Conv2d")
+    name: str  # dotted path in the model ("features.0")
+    kind: str  # class name ("Conv2d")
     output_shape: tuple  # with -1 for the batch axis
-    params: int          # parameters this module holds itself
+    params: int  # parameters this module holds itself
 
 
 class ModelSummary(NamedTuple):
     """The rows and totals; ``str()`` is the table ``Module.summary`` prints."""
+
     model: str
     rows: list
     total_params: int
@@ -39,10 +41,18 @@ class ModelSummary(NamedTuple):
 
         def fmt(line):
             return f"{line[0]:<{widths[0]}}  {line[1]:<{widths[1]}}  {line[2]:>{widths[2]}}"
-        return "\n".join([self.model, rule, fmt(head), rule.replace("-", "=")] + [fmt(b) for b in body] + [
-            rule.replace("-", "="), f"Total params: {self.total_params:,}",
-            f"Trainable params: {self.trainable_params:,}",
-            f"Non-trainable params: {self.non_trainable_params:,}", rule])
+
+        return "\n".join(
+            [self.model, rule, fmt(head), rule.replace("-", "=")]
+            + [fmt(b) for b in body]
+            + [
+                rule.replace("-", "="),
+                f"Total params: {self.total_params:,}",
+                f"Trainable params: {self.trainable_params:,}",
+                f"Non-trainable params: {self.non_trainable_params:,}",
+                rule,
+            ]
+        )
 
 
 def summary(model, input_shape, *, batch_size=2, dtype=D.float32) -> ModelSummary:
@@ -83,14 +93,12 @@ def summary(model, input_shape, *, batch_size=2, dtype=D.float32) -> ModelSummar
         for module in wrapped:
             module.__dict__.pop("forward", None)
         model.train(was_training)
-    if not rows and not model._modules:     # a single layer: itself is the one row
+    if not rows and not model._modules:  # a single layer: itself is the one row
         with no_grad():
             out = model.eval()(zeros((batch_size, *input_shape), dtype=dtype))
         model.train(was_training)
-        rows.append(Row(type(model).__name__, type(model).__name__, _shape(out, batch_size),
-                        model.num_parameters()))
-    return ModelSummary(type(model).__name__, rows, model.num_parameters(),
-                        model.num_parameters(trainable_only=True))
+        rows.append(Row(type(model).__name__, type(model).__name__, _shape(out, batch_size), model.num_parameters()))
+    return ModelSummary(type(model).__name__, rows, model.num_parameters(), model.num_parameters(trainable_only=True))
 
 
 def _noting(module, name, own, rows, batch_size):
@@ -100,11 +108,12 @@ def _noting(module, name, own, rows, batch_size):
         out = forward(*args, **kwargs)
         rows.append(Row(name, type(module).__name__, _shape(out, batch_size), own))
         return out
+
     return noted
 
 
 def _shape(out, batch_size):
-    if isinstance(out, (tuple, list)):        # an RNN's (output, hidden): the output
+    if isinstance(out, (tuple, list)):  # an RNN's (output, hidden): the output
         out = out[0]
     shape = tuple(getattr(out, "shape", ()))
     return (-1,) + shape[1:] if shape and shape[0] == batch_size else shape

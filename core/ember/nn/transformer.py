@@ -6,6 +6,7 @@ A layer is attention and a two-layer feed-forward block, each inside a residual 
 with a LayerNorm after it (post-norm, the 2017 paper's order and torch's default) or before
 it (``norm_first=True``, which trains deep stacks more stably).
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,8 +46,9 @@ class _Layer(Module):
         self.activation = _activation(activation, type(self).__name__)
 
     def _attend(self, attn, x, mem, mask, key_padding_mask, is_causal):
-        return attn(x, mem, mem, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
-                    is_causal=is_causal)[0]
+        return attn(
+            x, mem, mem, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
+        )[0]
 
     def _ff_block(self, x):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -75,8 +77,18 @@ class TransformerEncoderLayer(_Layer):
     ['linear1.bias', 'linear1.weight', 'linear2.bias']
     """
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
-                 batch_first=False, norm_first=False, bias=True):
+    def __init__(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward=2048,
+        dropout=0.1,
+        activation="relu",
+        layer_norm_eps=1e-5,
+        batch_first=False,
+        norm_first=False,
+        bias=True,
+    ):
         super().__init__()
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
         self._feed_forward_init(d_model, dim_feedforward, dropout, activation, layer_norm_eps, bias, norms=2)
@@ -85,6 +97,7 @@ class TransformerEncoderLayer(_Layer):
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         def sa(x):
             return self._attend(self.self_attn, x, x, src_mask, src_key_padding_mask, is_causal)
+
         return self._residual(src, [(self.norm1, sa, self.dropout1), (self.norm2, self._ff_block, self.dropout2)])
 
 
@@ -103,24 +116,49 @@ class TransformerDecoderLayer(_Layer):
     (5, 2, 16)
     """
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
-                 batch_first=False, norm_first=False, bias=True):
+    def __init__(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward=2048,
+        dropout=0.1,
+        activation="relu",
+        layer_norm_eps=1e-5,
+        batch_first=False,
+        norm_first=False,
+        bias=True,
+    ):
         super().__init__()
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
         self._feed_forward_init(d_model, dim_feedforward, dropout, activation, layer_norm_eps, bias, norms=3)
         self.norm_first = norm_first
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=False,
+        memory_is_causal=False,
+    ):
         def sa(x):
             return self._attend(self.self_attn, x, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal)
 
         def mha(x):
-            return self._attend(self.multihead_attn, x, memory, memory_mask, memory_key_padding_mask,
-                                memory_is_causal)
-        return self._residual(tgt, [(self.norm1, sa, self.dropout1), (self.norm2, mha, self.dropout2),
-                                    (self.norm3, self._ff_block, self.dropout3)])
+            return self._attend(self.multihead_attn, x, memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+
+        return self._residual(
+            tgt,
+            [
+                (self.norm1, sa, self.dropout1),
+                (self.norm2, mha, self.dropout2),
+                (self.norm3, self._ff_block, self.dropout3),
+            ],
+        )
 
 
 class TransformerEncoder(Module):
@@ -161,10 +199,27 @@ class TransformerDecoder(Module):
         self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
         self.num_layers, self.norm = num_layers, norm
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+    ):
         x = tgt
         for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                      bool(tgt_is_causal), memory_is_causal)
+            x = layer(
+                x,
+                memory,
+                tgt_mask,
+                memory_mask,
+                tgt_key_padding_mask,
+                memory_key_padding_mask,
+                bool(tgt_is_causal),
+                memory_is_causal,
+            )
         return self.norm(x) if self.norm is not None else x

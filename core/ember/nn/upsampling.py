@@ -1,4 +1,5 @@
 """Upsample: ``F.interpolate`` as a layer, with torch's arguments."""
+
 from __future__ import annotations
 
 from . import functional as F
@@ -18,16 +19,16 @@ class Upsample(Module):
     (1, 3, 6, 7)
     """
 
-    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                 recompute_scale_factor=None):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
         super().__init__()
         self.size = size
         self.scale_factor = float(scale_factor) if isinstance(scale_factor, (int, float)) else scale_factor
         self.mode, self.align_corners, self.recompute_scale_factor = mode, align_corners, recompute_scale_factor
 
     def forward(self, input):
-        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
-                             self.recompute_scale_factor)
+        return F.interpolate(
+            input, self.size, self.scale_factor, self.mode, self.align_corners, self.recompute_scale_factor
+        )
 
     def extra_repr(self):
         info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"

@@ -7,6 +7,7 @@
 >>> clip_grad_norm_([w], 1.0).item()
 5.0
 """
+
 from ..optim.clip import clip_grad_norm_, clip_grad_value_
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]

@@ -8,6 +8,7 @@
 path)`` writes an ember model as ONNX through its ember.jit graph (docs/onnx.md). The ``onnx``
 package is imported only when a model is read, so ``import ember`` never imports it.
 """
+
 from __future__ import annotations
 
 from .export import export
@@ -18,6 +19,7 @@ from .reader import OnnxError
 def supported_operators() -> dict[str, tuple[int, int]]:
     """op_type → (first opset, last opset) that ember honours."""
     from .ops import OPS
+
     return {name: (first, last) for name, (_, first, last) in sorted(OPS.items())}
 
 

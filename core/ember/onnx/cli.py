@@ -1,8 +1,9 @@
 """``ember onnx run`` and ``ember onnx test``.
 
-    ember onnx run MODEL.onnx [--backend NAME] [--input FILE.npy ...] [--repeat N]
-    ember onnx test [--backend NAME] [--set node|models|all]
+ember onnx run MODEL.onnx [--backend NAME] [--input FILE.npy ...] [--repeat N]
+ember onnx test [--backend NAME] [--set node|models|all]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a model: print its outputs and timing")
     r.add_argument("model", help="an .onnx file")
     r.add_argument("--backend", default=None, help="ember backend (default: the current one)")
-    r.add_argument("--input", action="append", default=[], metavar="FILE.npy",
-                   help="one .npy per graph input, in order (default: random inputs of the declared shapes)")
+    r.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="FILE.npy",
+        help="one .npy per graph input, in order (default: random inputs of the declared shapes)",
+    )
     r.add_argument("--repeat", type=int, default=5, help="timed runs after the first (default 5)")
     t = sub.add_parser("test", help="run the official ONNX backend cases and print the pass table")
     t.add_argument("--backend", default="numpy")
@@ -31,13 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _inputs(model, files):
     import numpy as np
+
     declared = model.graph.input
     known = {i.name for i in model.graph.initializer}
     declared = [v for v in declared if v.name not in known]
     if files:
         if len(files) != len(declared):
-            raise OnnxError(f"the model takes {len(declared)} input(s) "
-                            f"({', '.join(v.name for v in declared)}), got {len(files)} --input file(s)")
+            raise OnnxError(
+                f"the model takes {len(declared)} input(s) "
+                f"({', '.join(v.name for v in declared)}), got {len(files)} --input file(s)"
+            )
         out = []
         for f in files:
             try:
@@ -46,6 +55,7 @@ def _inputs(model, files):
                 raise OnnxError(f"cannot read --input {f}: {e}") from None
         return out
     from onnx import helper
+
     rng = np.random.default_rng(0)
     out = []
     for v in declared:
@@ -62,6 +72,7 @@ def run(args) -> int:
 
     from .graph import OnnxModule
     from .reader import read_model
+
     if args.backend:
         ember.use(args.backend)
     model = read_model(args.model)
@@ -75,14 +86,16 @@ def run(args) -> int:
         with ember.no_grad():
             outs = m(*xs)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        values = [o.numpy() for o in outs]           # the host read ends the timed run
+        values = [o.numpy() for o in outs]  # the host read ends the timed run
         times.append(time.perf_counter() - t0)
     for name, v in zip(m.output_names, values):
         flat = v.reshape(-1)[:6].tolist()
         print(f"{name}: shape {tuple(v.shape)} {v.dtype} {flat}{' ...' if v.size > 6 else ''}")
     rest = times[1:] or times
-    print(f"backend {ember.get_backend().name}: load {loaded * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms, "
-          f"median of {len(rest)} {statistics.median(rest) * 1e3:.2f} ms")
+    print(
+        f"backend {ember.get_backend().name}: load {loaded * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms, "
+        f"median of {len(rest)} {statistics.median(rest) * 1e3:.2f} ms"
+    )
     return 0
 
 
@@ -90,9 +103,11 @@ def test(args) -> int:
     from . import suite
     from .known_failures import EXPECTED
     from .reader import onnx_module
-    onnx_module()                      # a clear error, not a traceback, without the onnx extra
+
+    onnx_module()  # a clear error, not a traceback, without the onnx extra
     from ..registry import get_backend
-    get_backend(args.backend)          # one line for a backend missing or without its device, not one per case
+
+    get_backend(args.backend)  # one line for a backend missing or without its device, not one per case
     sets = []
     if args.set in ("node", "all"):
         sets.append(("node cases", suite.node_cases()))

@@ -6,6 +6,7 @@ initializers named as in ``state_dict``; Python scalars and shape arguments beco
 initializers. Shapes are the example inputs' (static). NumPy and ``onnx`` are imported only
 while exporting, so ``import ember.onnx`` works where neither is (Pyodide, ember.onnx.portable).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -37,6 +38,7 @@ class Builder:
         initializer, so that a re-import keeps it a constant, not a trainable parameter."""
         import numpy as np
         from onnx import numpy_helper
+
         self._n += 1
         name = f"c{self._n}"
         tensor = numpy_helper.from_array(np.asarray(value, dtype=str(dtype)), name)
@@ -47,6 +49,7 @@ class Builder:
 
     def node(self, op, inputs, output, **attrs):
         from onnx import helper
+
         self._n += 1
         self.nodes.append(helper.make_node(op, inputs, [output], name=f"{op}_{self._n}", **attrs))
         return output
@@ -61,12 +64,38 @@ class Builder:
 
 
 # ---------------------------------------------------------------- emitters, one per family
-UNARY = {"neg": "Neg", "exp": "Exp", "log": "Log", "sin": "Sin", "cos": "Cos", "tanh": "Tanh",
-         "sqrt": "Sqrt", "reciprocal": "Reciprocal", "abs": "Abs", "sign": "Sign", "floor": "Floor",
-         "erf": "Erf", "logical_not": "Not"}
-BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow", "maximum": "Max",
-          "minimum": "Min", "eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater",
-          "ge": "GreaterOrEqual", "logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}
+UNARY = {
+    "neg": "Neg",
+    "exp": "Exp",
+    "log": "Log",
+    "sin": "Sin",
+    "cos": "Cos",
+    "tanh": "Tanh",
+    "sqrt": "Sqrt",
+    "reciprocal": "Reciprocal",
+    "abs": "Abs",
+    "sign": "Sign",
+    "floor": "Floor",
+    "erf": "Erf",
+    "logical_not": "Not",
+}
+BINARY = {
+    "add": "Add",
+    "sub": "Sub",
+    "mul": "Mul",
+    "div": "Div",
+    "pow": "Pow",
+    "maximum": "Max",
+    "minimum": "Min",
+    "eq": "Equal",
+    "lt": "Less",
+    "le": "LessOrEqual",
+    "gt": "Greater",
+    "ge": "GreaterOrEqual",
+    "logical_and": "And",
+    "logical_or": "Or",
+    "logical_xor": "Xor",
+}
 REDUCE = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
 
 
@@ -133,14 +162,24 @@ def pad(b, op, args, p, out, shape, dtype):
 
 def slice_(b, op, args, p, out, shape, dtype):
     n = len(p["starts"])
-    b.node("Slice", [b.name(args[0]), b.ints(p["starts"]), b.ints(p["stops"]), b.ints(range(n)),
-                     b.ints(p["steps"])], out)
+    b.node(
+        "Slice", [b.name(args[0]), b.ints(p["starts"]), b.ints(p["stops"]), b.ints(range(n)), b.ints(p["steps"])], out
+    )
 
 
 def flip(b, op, args, p, out, shape, dtype):
     axes = list(p["axes"])
-    b.node("Slice", [b.name(args[0]), b.ints([-1] * len(axes)), b.ints([-2 ** 63] * len(axes)),
-                     b.ints(axes), b.ints([-1] * len(axes))], out)
+    b.node(
+        "Slice",
+        [
+            b.name(args[0]),
+            b.ints([-1] * len(axes)),
+            b.ints([-(2**63)] * len(axes)),
+            b.ints(axes),
+            b.ints([-1] * len(axes)),
+        ],
+        out,
+    )
 
 
 def concatenate(b, op, args, p, out, shape, dtype):
@@ -172,17 +211,26 @@ def matmul(b, op, args, p, out, shape, dtype):
 
 def conv2d(b, op, args, p, out, shape, dtype):
     ph, pw = p.get("padding", (0, 0))
-    b.node("Conv", [b.name(args[0]), b.name(args[1])], out, strides=list(p.get("stride", (1, 1))),
-           pads=[ph, pw, ph, pw], dilations=list(p.get("dilation", (1, 1))), group=p.get("groups", 1))
+    b.node(
+        "Conv",
+        [b.name(args[0]), b.name(args[1])],
+        out,
+        strides=list(p.get("stride", (1, 1))),
+        pads=[ph, pw, ph, pw],
+        dilations=list(p.get("dilation", (1, 1))),
+        group=p.get("groups", 1),
+    )
 
 
 def full(b, op, args, p, out, shape, dtype):
     import numpy as np
+
     b.node("Identity", [b.const(np.full(shape, p["value"]), dtype)], out)
 
 
 def arange(b, op, args, p, out, shape, dtype):
     import numpy as np
+
     b.node("Identity", [b.const(np.arange(p["start"], p["stop"], p["step"]), dtype)], out)
 
 
@@ -195,8 +243,17 @@ def topk(b, op, args, p, out, shape, dtype):
     # ONNX TopK takes the lower index first among equal values, the primitives' rule
     k = p["k"] if op == "argtopk" else b.shapes[args[0]][p["axis"]]
     largest = p.get("largest", True) if op == "argtopk" else p.get("descending", False)
-    b.nodes.append(_helper().make_node("TopK", [b.name(args[0]), b.ints([k])], [b.tmp(), out],
-                                       name=f"TopK_{b.tmp()}", axis=p["axis"], largest=int(bool(largest)), sorted=1))
+    b.nodes.append(
+        _helper().make_node(
+            "TopK",
+            [b.name(args[0]), b.ints([k])],
+            [b.tmp(), out],
+            name=f"TopK_{b.tmp()}",
+            axis=p["axis"],
+            largest=int(bool(largest)),
+            sorted=1,
+        )
+    )
 
 
 def cumsum(b, op, args, p, out, shape, dtype):
@@ -212,11 +269,15 @@ def bitwise(b, op, args, p, out, shape, dtype):
         b.node("BitwiseNot", [b.name(args[0])], out)
     elif op in BITWISE:
         b.node(BITWISE[op], [b.arg(a, dtype) for a in args], out)
-    elif dtype.kind != "u":      # ONNX's BitShift is for unsigned integers
+    elif dtype.kind != "u":  # ONNX's BitShift is for unsigned integers
         raise OnnxError(f"export: {op} of {dtype} has no ONNX form (BitShift takes unsigned integers)")
     else:
-        b.node("BitShift", [b.arg(a, dtype) for a in args], out,
-               direction="LEFT" if op == "bitwise_left_shift" else "RIGHT")
+        b.node(
+            "BitShift",
+            [b.arg(a, dtype) for a in args],
+            out,
+            direction="LEFT" if op == "bitwise_left_shift" else "RIGHT",
+        )
 
 
 def bitcast(b, op, args, p, out, shape, dtype):
@@ -236,25 +297,51 @@ def remainder(b, op, args, p, out, shape, dtype):
 
 def _helper():
     from onnx import helper
+
     return helper
 
 
-EMIT = {**dict.fromkeys(UNARY, unary), **dict.fromkeys(list(BINARY) + ["ne"], binary),
-        **dict.fromkeys(REDUCE, reduce), "where": where, "cast": cast, "argmax": argmax,
-        "reshape": reshape, "permute": permute, "expand": expand, "pad": pad, "slice": slice_,
-        "flip": flip, "concatenate": concatenate, "take": take, "index_add": index_add,
-        "matmul": matmul, "conv2d": conv2d, "full": full, "arange": arange,
-        "argsort": topk, "argtopk": topk, "cumsum": cumsum, "bitcast": bitcast, "remainder": remainder,
-        **dict.fromkeys(("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"), bitwise)}
+EMIT = {
+    **dict.fromkeys(UNARY, unary),
+    **dict.fromkeys(list(BINARY) + ["ne"], binary),
+    **dict.fromkeys(REDUCE, reduce),
+    "where": where,
+    "cast": cast,
+    "argmax": argmax,
+    "reshape": reshape,
+    "permute": permute,
+    "expand": expand,
+    "pad": pad,
+    "slice": slice_,
+    "flip": flip,
+    "concatenate": concatenate,
+    "take": take,
+    "index_add": index_add,
+    "matmul": matmul,
+    "conv2d": conv2d,
+    "full": full,
+    "arange": arange,
+    "argsort": topk,
+    "argtopk": topk,
+    "cumsum": cumsum,
+    "bitcast": bitcast,
+    "remainder": remainder,
+    **dict.fromkeys(
+        ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"),
+        bitwise,
+    ),
+}
 
 
 def to_model(model, example_inputs, opset=DEFAULT_OPSET):
     """The ONNX ModelProto of ``model`` traced on ``example_inputs``."""
     onnx = onnx_module()
     from onnx import helper, numpy_helper
+
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
-        raise OnnxError(f"export: opset {opset} is not supported (ember writes {MIN_OPSET} to "
-                        f"{onnx.defs.onnx_opset_version()})")
+        raise OnnxError(
+            f"export: opset {opset} is not supported (ember writes {MIN_OPSET} to {onnx.defs.onnx_opset_version()})"
+        )
     t = trace(model, example_inputs)
     b = Builder(opset)
     b.shapes = {}
@@ -265,7 +352,7 @@ def to_model(model, example_inputs, opset=DEFAULT_OPSET):
     seen = {}
     for vid, name, tensor in t.params:
         b.dtypes[vid], b.shapes[vid] = tensor.dtype, tuple(tensor.shape)
-        if name in seen:          # one tensor captured twice (tied weights)
+        if name in seen:  # one tensor captured twice (tied weights)
             b.node("Identity", [seen[name]], b.name(vid))
             continue
         seen[name] = name
@@ -286,13 +373,17 @@ def to_model(model, example_inputs, opset=DEFAULT_OPSET):
         outputs.append(helper.make_tensor_value_info(name, ONNX_TYPES[b.dtypes[vid]], list(b.shapes[vid])))
     graph = helper.make_graph(b.nodes, type(model).__name__, inputs, outputs, b.inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="ember")
-    proto.ir_version = min(proto.ir_version, 10)      # what onnxruntime 1.32 reads
+    proto.ir_version = min(proto.ir_version, 10)  # what onnxruntime 1.32 reads
     onnx.checker.check_model(proto)
     return proto
 
 
-def export(model: Callable[..., Any], example_inputs: Tensor | tuple[Tensor, ...], path: str | PathLike[str] | None = None,
-           opset: int = DEFAULT_OPSET) -> bytes | None:
+def export(
+    model: Callable[..., Any],
+    example_inputs: Tensor | tuple[Tensor, ...],
+    path: str | PathLike[str] | None = None,
+    opset: int = DEFAULT_OPSET,
+) -> bytes | None:
     """Write ``model`` as ONNX to ``path`` (or return the bytes when path is None).
 
     ``example_inputs`` is a tensor or a tuple of tensors; the file's input shapes are theirs.
@@ -306,11 +397,13 @@ def export(model: Callable[..., Any], example_inputs: Tensor | tuple[Tensor, ...
     True
     """
     from ..tensor import Tensor
+
     inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else tuple(example_inputs)
     proto = to_model(model, inputs, opset)
     data = proto.SerializeToString()
     if path is None:
         return data
     from ..io.atomic import atomic_write
+
     atomic_write(path, lambda f: f.write(data))
     return None

@@ -6,6 +6,7 @@ reported at once. Float initializers become trainable parameters; other initiali
 ``Constant`` nodes are constants, and every node that depends only on constants is run once at
 load (constant folding), so ``forward`` runs only the part of the graph that depends on inputs.
 """
+
 from __future__ import annotations
 
 from os import PathLike
@@ -47,7 +48,7 @@ class Node:
         self.attrs = attributes(proto, self.where)
         self.graphs, self.scope, self.program = {}, None, None
         self.handler, self.version = lookup(self)
-        for key in DTYPE_ATTRIBUTES:       # a target dtype ember lacks fails at load, not mid-run
+        for key in DTYPE_ATTRIBUTES:  # a target dtype ember lacks fails at load, not mid-run
             if key in self.attrs and isinstance(self.attrs[key], int):
                 self.dtype(self.attrs[key])
 
@@ -74,8 +75,9 @@ class Program:
         self.graph = graph
         # A body graph (If/Loop/Scan, FlexAttention's mods) carries its own initializers as
         # constants; the main graph's become the module's parameters instead.
-        self.constants = {i.name: tensor(to_numpy(i, f"initializer {i.name!r}")) for i in graph.initializer} \
-            if body else {}
+        self.constants = (
+            {i.name: tensor(to_numpy(i, f"initializer {i.name!r}")) for i in graph.initializer} if body else {}
+        )
         self.inputs = [i.name for i in graph.input]
         self.outputs = [o.name for o in graph.output]
         self.nodes, bad = [], []
@@ -83,7 +85,7 @@ class Program:
             try:
                 node = Node(proto, i, domain_opsets)
                 node.program = self
-                for key, value in node.attrs.items():   # If/Loop/Scan bodies
+                for key, value in node.attrs.items():  # If/Loop/Scan bodies
                     if type(value).__name__ == "GraphProto":
                         node.graphs[key] = Program(value, domain_opsets, body=True)
                 self.nodes.append(node)
@@ -114,14 +116,14 @@ def run_node(node, env: dict) -> None:
     except KeyError as e:
         raise node.error(f"input {e} is not computed before this node") from None
     if node.graphs or node.op_type == "Gradient":
-        node.scope = env           # bodies (and Gradient) see the enclosing graph's values
+        node.scope = env  # bodies (and Gradient) see the enclosing graph's values
     try:
         out = node.handler(node, *args)
     except OnnxError:
         raise
     except Exception as e:
         raise node.error(f"{type(e).__name__}: {e}") from e
-    out = out if isinstance(out, tuple) else (out,)     # several outputs come as a tuple; a list is a sequence
+    out = out if isinstance(out, tuple) else (out,)  # several outputs come as a tuple; a list is a sequence
     for name, value in zip(node.outputs, out):
         if name:
             env[name] = value
@@ -147,8 +149,7 @@ class OnnxModule(Module):
         domain_opsets = opsets(model)
         program = Program(g, domain_opsets)
         program.nodes = _fold(program.nodes, constants)
-        self._assemble(parameters, constants, program, domain_opsets,
-                       [i.name for i in g.input if i.name not in known])
+        self._assemble(parameters, constants, program, domain_opsets, [i.name for i in g.input if i.name not in known])
 
     def _assemble(self, parameters, constants, program, domain_opsets, input_names):
         """Register the parameters and constants and keep the program: the last step of a load,
@@ -179,8 +180,9 @@ class OnnxModule(Module):
 
     def forward(self, *inputs):
         if len(inputs) != len(self.input_names):
-            raise OnnxError(f"the model takes {len(self.input_names)} input(s) "
-                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+            raise OnnxError(
+                f"the model takes {len(self.input_names)} input(s) ({', '.join(self.input_names)}), got {len(inputs)}"
+            )
         env = dict(self.named_parameters())
         env.update(self._buffers)
         for name, x in zip(self.input_names, inputs):
@@ -189,8 +191,10 @@ class OnnxModule(Module):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def extra_repr(self):
-        return (f"inputs={self.input_names}, outputs={self.output_names}, "
-                f"nodes={len(self.program.nodes)}, opset={self.opsets.get('')}")
+        return (
+            f"inputs={self.input_names}, outputs={self.output_names}, "
+            f"nodes={len(self.program.nodes)}, opset={self.opsets.get('')}"
+        )
 
 
 def _as_tensor(x):
@@ -203,13 +207,12 @@ def _fold(nodes, constants: dict) -> list:
     kept = []
     with autodiff.no_grad():
         for node in nodes:
-            if all(not n or n in constants for n in node.inputs) and node.op_type not in RANDOM \
-                    and not node.graphs:
+            if all(not n or n in constants for n in node.inputs) and node.op_type not in RANDOM and not node.graphs:
                 run_node(node, constants)
                 made = [n for n in node.outputs if n]
                 if all(isinstance(constants[n], Tensor) for n in made):
                     continue
-                for n in made:             # sequences stay computed at each call
+                for n in made:  # sequences stay computed at each call
                     del constants[n]
             kept.append(node)
     return kept
@@ -218,14 +221,16 @@ def _fold(nodes, constants: dict) -> list:
 def _check_value_type(vi):
     t = vi.type
     kind = t.WhichOneof("value")
-    if kind == "optional_type":                                  # the value, or None
+    if kind == "optional_type":  # the value, or None
         t = t.optional_type.elem_type
         kind = t.WhichOneof("value")
     if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
-        t, kind = t.sequence_type.elem_type, "tensor_type"       # a list of tensors
+        t, kind = t.sequence_type.elem_type, "tensor_type"  # a list of tensors
     if kind != "tensor_type":
-        raise OnnxError(f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors, "
-                        "sequences of tensors and optionals of them only")
+        raise OnnxError(
+            f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors, "
+            "sequences of tensors and optionals of them only"
+        )
     dtype_of(t.tensor_type.elem_type, f"graph value {vi.name!r}")
 
 

@@ -5,6 +5,7 @@ Only jit's public objects are used (``ember.jit(fn).lower(...)`` → ``Compiled.
 plain records: inputs, parameters (by their names in the model), constants, primitive nodes
 and outputs.
 """
+
 from __future__ import annotations
 
 from .. import autodiff
@@ -20,16 +21,17 @@ class Traced:
     :class:`Ref` ids or Python scalars; leaves are in ``inputs``, ``params`` and ``consts``."""
 
     def __init__(self):
-        self.inputs = []       # (id, shape, dtype)
-        self.params = []       # (id, name, tensor)
-        self.consts = []       # (id, numpy array)
+        self.inputs = []  # (id, shape, dtype)
+        self.params = []  # (id, name, tensor)
+        self.consts = []  # (id, numpy array)
         self.nodes = []
-        self.outputs = []      # ids
+        self.outputs = []  # ids
 
 
 def trace(model, example_inputs) -> Traced:
     """Trace ``model(*example_inputs)`` with ember.jit (no gradients) into a :class:`Traced`."""
     from .. import jit
+
     names = {id(t): n for n, t in list(model.named_parameters()) + list(model.named_buffers())}
     fn = jit.jit(lambda *xs: model(*xs))
     with autodiff.no_grad():
@@ -51,4 +53,3 @@ def trace(model, example_inputs) -> Traced:
             out.nodes.append((v.id, v.op, args, dict(v.params), v.shape, v.dtype, v.origin()))
     out.outputs = [v.id for v in graph.outputs]
     return out
-

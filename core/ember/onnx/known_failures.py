@@ -5,7 +5,7 @@ remove it then (`ember onnx test` names every case that now passes and every new
 """
 
 REASONS = {
-    'a dtype ember lacks (int8, int16, uint16, uint64, bfloat16, float8, float4, int4, uint4, int2, uint2, complex)': """
+    "a dtype ember lacks (int8, int16, uint16, uint64, bfloat16, float8, float4, int4, uint4, int2, uint2, complex)": """
     test_add_int16 test_add_int8 test_add_uint16 test_add_uint64 test_attention_3d_causal_bf16
     test_attention_3d_causal_bf16_expanded test_attention_4d_attn_mask_causal_bf16
     test_attention_4d_attn_mask_causal_bf16_expanded test_attention_4d_causal_bf16
@@ -132,7 +132,7 @@ REASONS = {
     test_sub_int16 test_sub_int8 test_sub_uint16 test_sub_uint64 test_top_k_uint64
     test_unique_bfloat16_sorted_without_axis
     """,
-    'string tensors (ember has no string dtype)': """
+    "string tensors (ember has no string dtype)": """
     test_ai_onnx_ml_label_encoder_string_int test_ai_onnx_ml_label_encoder_string_int_no_default
     test_ai_onnx_ml_label_encoder_tensor_mapping
     test_ai_onnx_ml_label_encoder_tensor_value_only_mapping test_equal_string
@@ -159,14 +159,14 @@ REASONS = {
     test_bernoulli_seed test_bernoulli_seed_expanded test_training_dropout
     test_training_dropout_default test_training_dropout_default_mask test_training_dropout_mask
     """,
-    'operator not implemented yet: ImageDecoder': """
+    "operator not implemented yet: ImageDecoder": """
     test_image_decoder_decode_bmp_rgb test_image_decoder_decode_jpeg2k_rgb
     test_image_decoder_decode_jpeg_bgr test_image_decoder_decode_jpeg_grayscale
     test_image_decoder_decode_jpeg_rgb test_image_decoder_decode_png_rgb
     test_image_decoder_decode_pnm_rgb test_image_decoder_decode_tiff_rgb
     test_image_decoder_decode_webp_rgb
     """,
-    'operator not implemented yet: DeformConv': """
+    "operator not implemented yet: DeformConv": """
     test_basic_deform_conv_with_padding test_basic_deform_conv_without_padding
     test_deform_conv_with_mask_bias test_deform_conv_with_multiple_offset_groups
     """,
@@ -176,22 +176,22 @@ REASONS = {
     "float16 rounding: ember's composition rounds differently from the reference by one ulp": """
     test_swiglu_float16 test_swiglu_float16_expanded
     """,
-    'operator not implemented yet: TreeEnsemble': """
+    "operator not implemented yet: TreeEnsemble": """
     test_ai_onnx_ml_tree_ensemble_set_membership test_ai_onnx_ml_tree_ensemble_single_tree
     """,
-    '3-d ConvTranspose not implemented yet': """
+    "3-d ConvTranspose not implemented yet": """
     test_convtranspose_3d
     """,
-    'ConvTranspose output_shape larger than the full output: placement of the extra rows differs': """
+    "ConvTranspose output_shape larger than the full output: placement of the extra rows differs": """
     test_convtranspose_output_shape
     """,
-    'operator not implemented yet: ArrayFeatureExtractor': """
+    "operator not implemented yet: ArrayFeatureExtractor": """
     test_ai_onnx_ml_array_feature_extractor
     """,
-    'operator not implemented yet: Binarizer': """
+    "operator not implemented yet: Binarizer": """
     test_ai_onnx_ml_binarizer
     """,
-    'operator not implemented yet: MelWeightMatrix': """
+    "operator not implemented yet: MelWeightMatrix": """
     test_melweightmatrix
     """,
 }

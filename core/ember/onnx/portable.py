@@ -21,6 +21,7 @@ standard library only (no ``onnx``, no numpy), on any backend.
 >>> restore(graph, blob, "python")(ember.tensor([[1.0, 2.0]], backend="python")).tolist()
 [[1.5, 1.5, 1.5]]
 """
+
 from __future__ import annotations
 
 from .. import autodiff
@@ -48,30 +49,47 @@ def save(source) -> tuple:
             raise OnnxError(f"{node.where}: ember's portable graph holds no subgraphs (If, Loop, Scan)")
         attrs, tensor_attrs = {}, {}
         for name, value in node.attrs.items():
-            if hasattr(value, "dtype") and hasattr(value, "shape"):        # a tensor attribute
+            if hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor attribute
                 key = f"attribute/{i}/{name}"
                 tensors[key] = tensor_bytes(_ember(value))
                 tensor_attrs[name] = key
             else:
                 attrs[name] = value
-        nodes.append({"op_type": node.op_type, "domain": node.domain, "name": node.name, "inputs": node.inputs,
-                      "outputs": node.outputs, "opset": node.opset, "version": node.version,
-                      "attrs": attrs, "tensor_attrs": tensor_attrs})
+        nodes.append(
+            {
+                "op_type": node.op_type,
+                "domain": node.domain,
+                "name": node.name,
+                "inputs": node.inputs,
+                "outputs": node.outputs,
+                "opset": node.opset,
+                "version": node.version,
+                "attrs": attrs,
+                "tensor_attrs": tensor_attrs,
+            }
+        )
     with autodiff.no_grad():
         params = dict(module.named_parameters())
         for name, t in params.items():
             tensors[f"parameter/{name}"] = tensor_bytes(t)
         for name, t in module._buffers.items():
             tensors[f"constant/{name}"] = tensor_bytes(t)
-    graph = {"format": FORMAT, "version": 1, "opsets": module.opsets,
-             "inputs": [_value_info(v) for v in proto.graph.input if v.name in module.input_names],
-             "outputs": module.output_names, "parameters": list(params), "constants": list(module._buffers),
-             "nodes": nodes}
+    graph = {
+        "format": FORMAT,
+        "version": 1,
+        "opsets": module.opsets,
+        "inputs": [_value_info(v) for v in proto.graph.input if v.name in module.input_names],
+        "outputs": module.output_names,
+        "parameters": list(params),
+        "constants": list(module._buffers),
+        "nodes": nodes,
+    }
     return graph, save_bytes(tensors, {"format": FORMAT})
 
 
 def _ember(array):
     from ..tensor import tensor
+
     return tensor(array)
 
 
@@ -103,9 +121,13 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
     program.nodes = [_node(record, get, program) for record in graph["nodes"]]
     module = OnnxModule.__new__(OnnxModule)
     super(OnnxModule, module).__init__()
-    module._assemble({n: get(f"parameter/{n}") for n in graph["parameters"]},
-                     {n: get(f"constant/{n}") for n in graph["constants"]},
-                     program, dict(graph["opsets"]), program.inputs)
+    module._assemble(
+        {n: get(f"parameter/{n}") for n in graph["parameters"]},
+        {n: get(f"constant/{n}") for n in graph["constants"]},
+        program,
+        dict(graph["opsets"]),
+        program.inputs,
+    )
     return module
 
 
@@ -116,7 +138,7 @@ def _node(record: dict, get, program) -> Node:
     node.opset, node.version = record["opset"], record["version"]
     node.attrs = dict(record["attrs"])
     for name, key in record["tensor_attrs"].items():
-        t = get(key)                       # handlers read tensor attributes as arrays where numpy is
+        t = get(key)  # handlers read tensor attributes as arrays where numpy is
         node.attrs[name] = _array(t)
     node.graphs, node.scope, node.program = {}, None, program
     entry = DOMAINS.get(node.domain, {}).get(node.op_type)
@@ -129,5 +151,5 @@ def _node(record: dict, get, program) -> Node:
 def _array(t):
     try:
         return t.numpy()
-    except ImportError:                    # no numpy (Pyodide): the tensor itself
+    except ImportError:  # no numpy (Pyodide): the tensor itself
         return t

@@ -4,6 +4,7 @@ Parsing is the ``onnx`` package's job (never by hand); this module only turns wh
 into ember's terms: element types into ember dtypes, initializers and attributes into ember
 tensors and Python values, and a malformed file into one :class:`OnnxError`.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,14 +14,37 @@ from ..errors import EmberError
 
 # ONNX TensorProto element type → ember dtype. Types ember lacks (int8, int16, uint16, uint64,
 # bfloat16, float8, int4, complex, string) are absent, so they fail with the node's name.
-DTYPES = {1: D.float32, 2: D.uint8, 6: D.int32, 7: D.int64, 9: D.bool_, 10: D.float16,
-          11: D.float64, 12: D.uint32}
+DTYPES = {1: D.float32, 2: D.uint8, 6: D.int32, 7: D.int64, 9: D.bool_, 10: D.float16, 11: D.float64, 12: D.uint32}
 ONNX_TYPES = {d: code for code, d in DTYPES.items()}
-TYPE_NAMES = {0: "undefined", 1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16",
-              6: "int32", 7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double",
-              12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16",
-              17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
-              21: "uint4", 22: "int4", 23: "float4e2m1", 24: "float8e8m0", 25: "uint2", 26: "int2"}
+TYPE_NAMES = {
+    0: "undefined",
+    1: "float",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    8: "string",
+    9: "bool",
+    10: "float16",
+    11: "double",
+    12: "uint32",
+    13: "uint64",
+    14: "complex64",
+    15: "complex128",
+    16: "bfloat16",
+    17: "float8e4m3fn",
+    18: "float8e4m3fnuz",
+    19: "float8e5m2",
+    20: "float8e5m2fnuz",
+    21: "uint4",
+    22: "int4",
+    23: "float4e2m1",
+    24: "float8e8m0",
+    25: "uint2",
+    26: "int2",
+}
 
 
 class OnnxError(EmberError, ValueError):
@@ -57,10 +81,11 @@ def read_model(source):
     if not model.HasField("graph") or not model.graph.node and not model.graph.output:
         raise OnnxError(f"{where} is not an ONNX model (no graph)")
     for f in model.graph.initializer:
-        if f.data_location == 1:   # EXTERNAL: weights in files beside the model
+        if f.data_location == 1:  # EXTERNAL: weights in files beside the model
             if where == "<bytes>":
                 raise OnnxError(f"initializer {f.name!r} is stored in an external file; load the model by path")
             from onnx.external_data_helper import load_external_data_for_model
+
             load_external_data_for_model(model, os.path.dirname(where))
             break
     return model
@@ -71,13 +96,16 @@ def dtype_of(code: int, what: str) -> D.DType:
     try:
         return DTYPES[code]
     except KeyError:
-        raise OnnxError(f"{what}: element type {TYPE_NAMES.get(code, code)} is not an ember dtype "
-                        f"(ember has {', '.join(TYPE_NAMES[c] for c in DTYPES)})") from None
+        raise OnnxError(
+            f"{what}: element type {TYPE_NAMES.get(code, code)} is not an ember dtype "
+            f"(ember has {', '.join(TYPE_NAMES[c] for c in DTYPES)})"
+        ) from None
 
 
 def to_numpy(proto, what: str):
     """A TensorProto's values as a NumPy array of an ember dtype."""
     from onnx import numpy_helper
+
     dtype_of(proto.data_type, what)
     return numpy_helper.to_array(proto)
 
@@ -85,10 +113,13 @@ def to_numpy(proto, what: str):
 def attributes(node, what: str) -> dict:
     """A node's attributes as Python values (tensors as NumPy arrays, graphs as GraphProtos)."""
     from onnx import helper
+
     out = {}
     for a in node.attribute:
         if a.ref_attr_name:
-            raise OnnxError(f"{what}: attribute {a.name!r} refers to a function attribute, which ember does not support")
+            raise OnnxError(
+                f"{what}: attribute {a.name!r} refers to a function attribute, which ember does not support"
+            )
         if a.type == a.TENSOR:
             out[a.name] = to_numpy(a.t, f"{what}, attribute {a.name!r}")
         else:

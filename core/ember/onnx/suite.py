@@ -6,6 +6,7 @@ The pinned ``onnx`` wheel builds its 1,884 single-node cases in memory
 :func:`ember.onnx.load` and is compared with ONNX's reference outputs at the case's own
 tolerances; the output dtype must match too.
 """
+
 from __future__ import annotations
 
 import glob
@@ -46,6 +47,7 @@ class Case:
         if len(ops) != 1 or self.name.endswith("_expanded"):
             return "expanded functions"
         from .ops import FAMILY
+
         return FAMILY.get(ops.pop(), "unsupported ops")
 
 
@@ -53,6 +55,7 @@ def node_cases() -> list:
     """The official single-node cases of the pinned onnx, built in memory."""
     import numpy as np
     from onnx.backend.test.case.node import collect_testcases
+
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         raw = collect_testcases(None)
@@ -62,13 +65,16 @@ def node_cases() -> list:
 def model_cases() -> list:
     """The model sets shipped in the onnx wheel, each model with its test_data_set_*."""
     import onnx
+
     root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     out = []
     for kind in MODEL_SETS:
         for d in sorted(glob.glob(os.path.join(root, kind, "test_*"))):
             model = onnx.load(os.path.join(d, "model.onnx"))
-            sets = [(_tensors(ds, "input_*.pb"), _tensors(ds, "output_*.pb"))
-                    for ds in sorted(glob.glob(os.path.join(d, "test_data_set_*")))]
+            sets = [
+                (_tensors(ds, "input_*.pb"), _tensors(ds, "output_*.pb"))
+                for ds in sorted(glob.glob(os.path.join(d, "test_data_set_*")))
+            ]
             out.append(Case(os.path.basename(d), model, sets, kind=kind))
     return out
 
@@ -76,8 +82,11 @@ def model_cases() -> list:
 def _tensors(directory, pattern):
     import onnx
     from onnx import numpy_helper
-    return [numpy_helper.to_array(onnx.load_tensor(p))
-            for p in sorted(glob.glob(os.path.join(directory, pattern)), key=_index)]
+
+    return [
+        numpy_helper.to_array(onnx.load_tensor(p))
+        for p in sorted(glob.glob(os.path.join(directory, pattern)), key=_index)
+    ]
 
 
 def _index(path):
@@ -90,6 +99,7 @@ def run_case(case, backend="numpy"):
 
     from .. import backend as using, tensor
     from .graph import OnnxModule
+
     try:
         with using(backend), np.errstate(all="ignore"):
             m = OnnxModule(case.model)
@@ -97,8 +107,14 @@ def run_case(case, backend="numpy"):
                 inputs, expected = _arrays(inputs), _arrays(expected)
                 if not all(_plain(a) for a in list(inputs) + list(expected)):
                     return "inputs or outputs are not tensors or lists of tensors"
-                args = [[tensor(np.asarray(t)) for t in a] if isinstance(a, list) else
-                        None if a is None else tensor(np.asarray(a)) for a in inputs]
+                args = [
+                    [tensor(np.asarray(t)) for t in a]
+                    if isinstance(a, list)
+                    else None
+                    if a is None
+                    else tensor(np.asarray(a))
+                    for a in inputs
+                ]
                 outs = m(*args)
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 for i, (want, got) in enumerate(zip(expected, outs)):
@@ -106,10 +122,16 @@ def run_case(case, backend="numpy"):
                         if want is not got:
                             return f"output {i}: {'an empty optional' if want is None else 'a value'} expected"
                         continue
-                    if isinstance(want, list) != isinstance(got, list) or \
-                            isinstance(want, list) and len(want) != len(got):
-                        return f"output {i}: a sequence of {len(want)}" if isinstance(want, list) \
+                    if (
+                        isinstance(want, list) != isinstance(got, list)
+                        or isinstance(want, list)
+                        and len(want) != len(got)
+                    ):
+                        return (
+                            f"output {i}: a sequence of {len(want)}"
+                            if isinstance(want, list)
                             else f"output {i}: not a tensor"
+                        )
                     pairs = zip(want, got) if isinstance(want, list) else [(want, got)]
                     for w, g in pairs:
                         reason = _compare(case, i, np.asarray(w), g.numpy())
@@ -124,7 +146,8 @@ def run_case(case, backend="numpy"):
 
 def _plain(a):
     import numpy as np
-    if a is None:                  # an empty optional
+
+    if a is None:  # an empty optional
         return True
     if isinstance(a, list):
         return all(isinstance(t, (np.ndarray, np.generic)) for t in a)
@@ -133,6 +156,7 @@ def _plain(a):
 
 def _compare(case, i, want, got):
     import numpy as np
+
     if got.dtype != want.dtype:
         return f"output {i}: dtype {got.dtype}, expected {want.dtype}"
     if got.shape != want.shape:
@@ -146,6 +170,7 @@ def _compare(case, i, want, got):
 
 def _arrays(values):
     from onnx import TensorProto, numpy_helper
+
     one = lambda v: numpy_helper.to_array(v) if isinstance(v, TensorProto) else v  # noqa: E731
     return [[one(t) for t in v] if isinstance(v, list) else one(v) for v in values]
 

@@ -27,6 +27,7 @@ True
 
 See docs/optim.md.
 """
+
 from . import functional, lr_scheduler
 from .adagrad import Adadelta, Adagrad
 from .adam import Adam, AdamW
@@ -36,6 +37,19 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 from .state import join_state_dict, split_state_dict
 
-__all__ = ["Optimizer", "OptimizerError", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "lr_scheduler",
-           "functional", "clip_grad_norm_", "clip_grad_value_", "split_state_dict",
-           "join_state_dict"]
+__all__ = [
+    "Optimizer",
+    "OptimizerError",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "RMSprop",
+    "Adagrad",
+    "Adadelta",
+    "lr_scheduler",
+    "functional",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "split_state_dict",
+    "join_state_dict",
+]

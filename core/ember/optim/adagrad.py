@@ -4,6 +4,7 @@ The update rules are plain functions of tensors (like functional.py's), written 
 operation as PyTorch's single-tensor CPU implementation, so the two agree to float rounding.
 They are not fused ops: no backend declares a kernel for them, so they run as Tensor ops.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,18 @@ from .functional import _with_decay
 from .optimizer import Optimizer, ParamsT, flag, nonnegative
 
 
-def adagrad_step(param: Tensor, grad: Tensor, state_sum: Tensor, *, lr: float, step: int, lr_decay: float = 0.0,
-                 weight_decay: float = 0.0, eps: float = 1e-10, maximize: bool = False) -> tuple[Tensor, Tensor]:
+def adagrad_step(
+    param: Tensor,
+    grad: Tensor,
+    state_sum: Tensor,
+    *,
+    lr: float,
+    step: int,
+    lr_decay: float = 0.0,
+    weight_decay: float = 0.0,
+    eps: float = 1e-10,
+    maximize: bool = False,
+) -> tuple[Tensor, Tensor]:
     """One Adagrad step (``step`` counts from 1). Returns ``(param, state_sum)``.
 
     >>> import ember
@@ -28,8 +39,18 @@ def adagrad_step(param: Tensor, grad: Tensor, state_sum: Tensor, *, lr: float, s
     return param + (grad * -clr) / (state_sum.sqrt() + eps), state_sum
 
 
-def adadelta_step(param: Tensor, grad: Tensor, square_avg: Tensor, acc_delta: Tensor, *, lr: float = 1.0,
-                  rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0, maximize: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def adadelta_step(
+    param: Tensor,
+    grad: Tensor,
+    square_avg: Tensor,
+    acc_delta: Tensor,
+    *,
+    lr: float = 1.0,
+    rho: float = 0.9,
+    eps: float = 1e-6,
+    weight_decay: float = 0.0,
+    maximize: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
     """One Adadelta step. Returns ``(param, square_avg, acc_delta)``.
 
     >>> import ember
@@ -56,23 +77,54 @@ class Adagrad(Optimizer):
     0.9
     """
 
-    rules = {"lr": nonnegative, "lr_decay": nonnegative, "weight_decay": nonnegative,
-             "initial_accumulator_value": nonnegative, "eps": nonnegative, "maximize": flag}
+    rules = {
+        "lr": nonnegative,
+        "lr_decay": nonnegative,
+        "weight_decay": nonnegative,
+        "initial_accumulator_value": nonnegative,
+        "eps": nonnegative,
+        "maximize": flag,
+    }
 
-    def __init__(self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
-                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False) -> None:
-        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps,
-                                      maximize=maximize))
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                lr_decay=lr_decay,
+                weight_decay=weight_decay,
+                initial_accumulator_value=initial_accumulator_value,
+                eps=eps,
+                maximize=maximize,
+            ),
+        )
 
     def _update(self, param: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         if not state:
             state["step"] = 0
             state["sum"] = full_like(param, group["initial_accumulator_value"])
         state["step"] += 1
-        new_param, state_sum = adagrad_step(param, grad, state["sum"], lr=group["lr"], step=state["step"],
-                                            lr_decay=group["lr_decay"], weight_decay=group["weight_decay"],
-                                            eps=group["eps"], maximize=group["maximize"])
+        new_param, state_sum = adagrad_step(
+            param,
+            grad,
+            state["sum"],
+            lr=group["lr"],
+            step=state["step"],
+            lr_decay=group["lr_decay"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=group["maximize"],
+        )
         self._assign(param, new_param)
         self._assign(state["sum"], state_sum)
 
@@ -89,11 +141,24 @@ class Adadelta(Optimizer):
     0.996838
     """
 
-    rules = {"lr": nonnegative, "rho": lambda v: None if nonnegative(v) is None and v <= 1 else "a number in [0, 1]",
-             "eps": nonnegative, "weight_decay": nonnegative, "maximize": flag}
+    rules = {
+        "lr": nonnegative,
+        "rho": lambda v: None if nonnegative(v) is None and v <= 1 else "a number in [0, 1]",
+        "eps": nonnegative,
+        "weight_decay": nonnegative,
+        "maximize": flag,
+    }
 
-    def __init__(self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0,
-                 *, maximize: bool = False) -> None:
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        *,
+        maximize: bool = False,
+    ) -> None:
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
 
     def _update(self, param: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
@@ -103,8 +168,16 @@ class Adadelta(Optimizer):
             state["acc_delta"] = zeros_like(param)
         state["step"] += 1
         new_param, square_avg, acc_delta = adadelta_step(
-            param, grad, state["square_avg"], state["acc_delta"], lr=group["lr"], rho=group["rho"],
-            eps=group["eps"], weight_decay=group["weight_decay"], maximize=group["maximize"])
+            param,
+            grad,
+            state["square_avg"],
+            state["acc_delta"],
+            lr=group["lr"],
+            rho=group["rho"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            maximize=group["maximize"],
+        )
         self._assign(param, new_param)
         self._assign(state["square_avg"], square_avg)
         self._assign(state["acc_delta"], acc_delta)

@@ -1,4 +1,5 @@
 """Adam and AdamW: adaptive moment estimation, with coupled or decoupled weight decay."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,15 +26,40 @@ class Adam(Optimizer):
     1
     """
 
-    rules = {"lr": nonnegative, "betas": beta_pair, "eps": nonnegative, "weight_decay": nonnegative,
-             "amsgrad": flag, "maximize": flag, "decoupled_weight_decay": flag}
+    rules = {
+        "lr": nonnegative,
+        "betas": beta_pair,
+        "eps": nonnegative,
+        "weight_decay": nonnegative,
+        "amsgrad": flag,
+        "maximize": flag,
+        "decoupled_weight_decay": flag,
+    }
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
-                 decoupled_weight_decay: bool = False) -> None:
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize,
-                                      decoupled_weight_decay=decoupled_weight_decay))
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=betas,
+                eps=eps,
+                weight_decay=weight_decay,
+                amsgrad=amsgrad,
+                maximize=maximize,
+                decoupled_weight_decay=decoupled_weight_decay,
+            ),
+        )
 
     rule = "adam_step"
 
@@ -47,10 +73,20 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = zeros_like(param)
         state["step"] += 1
         beta1, beta2 = group["betas"]
-        return ((state["exp_avg"], state["exp_avg_sq"], state["max_exp_avg_sq"] if amsgrad else None),
-                dict(step=state["step"], lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                     weight_decay=group["weight_decay"], amsgrad=amsgrad, maximize=group["maximize"],
-                     decoupled_weight_decay=group["decoupled_weight_decay"]))
+        return (
+            (state["exp_avg"], state["exp_avg_sq"], state["max_exp_avg_sq"] if amsgrad else None),
+            dict(
+                step=state["step"],
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                amsgrad=amsgrad,
+                maximize=group["maximize"],
+                decoupled_weight_decay=group["decoupled_weight_decay"],
+            ),
+        )
 
     def _store(self, param: Tensor, state: dict[str, Any], group: dict[str, Any], results: tuple[Any, ...]) -> None:
         new_param, exp_avg, exp_avg_sq, max_sq = results
@@ -72,8 +108,15 @@ class AdamW(Adam):
     [0.949999988079071]
     """
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
-                         decoupled_weight_decay=True)
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, decoupled_weight_decay=True)

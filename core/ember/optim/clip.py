@@ -5,6 +5,7 @@ place): a gradient tensor set by hand may be shared by two leaves, or be a read-
 view, and scaling such a buffer in place would clip it twice or fail. ``ember.nn.utils``
 re-exports both.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,9 @@ def _with_grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
     return [p for p in params if p.grad is not None]
 
 
-def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
-                    error_if_nonfinite: bool = False) -> Tensor:
+def clip_grad_norm_(
+    parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+) -> Tensor:
     """Scale all gradients together so that their global ``norm_type``-norm is at most
     ``max_norm``, as ``torch.nn.utils.clip_grad_norm_``. Returns the norm before clipping.
 
@@ -51,9 +53,12 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm
         else:
             total = stack([g.norm(norm_type) for g in grads]).norm(norm_type)
         if error_if_nonfinite and not bool(total.isfinite()):
-            raise located(OptimizerError, f"clip_grad_norm_: the total {norm_type:g}-norm of the gradients "
-                          f"is {total.item()}; a loss or gradient went non-finite. Pass "
-                          f"error_if_nonfinite=False to clip anyway")
+            raise located(
+                OptimizerError,
+                f"clip_grad_norm_: the total {norm_type:g}-norm of the gradients "
+                f"is {total.item()}; a loss or gradient went non-finite. Pass "
+                f"error_if_nonfinite=False to clip anyway",
+            )
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
         for p in params:
             p.grad = p.grad * coef.to(p.grad.dtype)
@@ -69,8 +74,7 @@ def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -
     [-1.0, 0.5, 1.0]
     """
     if not _real(clip_value) or clip_value < 0:
-        raise located(OptimizerError, f"clip_grad_value_: clip_value must be a finite number >= 0, "
-                      f"got {clip_value!r}")
+        raise located(OptimizerError, f"clip_grad_value_: clip_value must be a finite number >= 0, got {clip_value!r}")
     with no_grad():
         for p in _with_grads(parameters):
             p.grad = p.grad.clamp(-clip_value, clip_value)

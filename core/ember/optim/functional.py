@@ -25,6 +25,7 @@ into the buffers it was given and returning them (the optimizer then copies noth
 >>> [round(v, 6) for v in new_p.tolist()]
 [0.95, 2.05]
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,9 +48,18 @@ def _with_decay(param: Tensor, grad: Tensor, weight_decay: float, maximize: bool
 
 
 # --------------------------------------------------------------------------------------- rules
-def sgd_step(param: Tensor, grad: Tensor, momentum_buffer: Any, *, lr: float, momentum: float = 0.0,
-             dampening: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
-             maximize: bool = False) -> tuple[Tensor, Any]:
+def sgd_step(
+    param: Tensor,
+    grad: Tensor,
+    momentum_buffer: Any,
+    *,
+    lr: float,
+    momentum: float = 0.0,
+    dampening: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    maximize: bool = False,
+) -> tuple[Tensor, Any]:
     """One SGD step. ``momentum_buffer`` is None before the first step with momentum.
 
     Returns ``(param, momentum_buffer)``; the buffer stays None without momentum.
@@ -65,16 +75,28 @@ def sgd_step(param: Tensor, grad: Tensor, momentum_buffer: Any, *, lr: float, mo
             # A copy: the gradient's buffer may be shared with other leaves or read-only.
             momentum_buffer = d_p.clone()
         else:
-            momentum_buffer = momentum_buffer * momentum + (
-                d_p if dampening == 0 else d_p * (1 - dampening))
+            momentum_buffer = momentum_buffer * momentum + (d_p if dampening == 0 else d_p * (1 - dampening))
         d_p = d_p + momentum_buffer * momentum if nesterov else momentum_buffer
     return param + d_p * (-lr), momentum_buffer
 
 
-def adam_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, max_exp_avg_sq: Any, *,
-              step: int, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-              weight_decay: float = 0.0, amsgrad: bool = False, maximize: bool = False,
-              decoupled_weight_decay: bool = False) -> tuple[Tensor, Tensor, Tensor, Any]:
+def adam_step(
+    param: Tensor,
+    grad: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    max_exp_avg_sq: Any,
+    *,
+    step: int,
+    lr: float,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    amsgrad: bool = False,
+    maximize: bool = False,
+    decoupled_weight_decay: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Any]:
     """One Adam (or, with ``decoupled_weight_decay``, AdamW) step; ``step`` counts from 1.
 
     Returns ``(param, exp_avg, exp_avg_sq, max_exp_avg_sq)``; the last stays None unless
@@ -96,18 +118,29 @@ def adam_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, 
     exp_avg_sq = exp_avg_sq * beta2 + grad * (1 - beta2) * grad
     if amsgrad:
         max_exp_avg_sq = max_exp_avg_sq.maximum(exp_avg_sq)
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
     step_size = lr / bias_correction1
     second = max_exp_avg_sq if amsgrad else exp_avg_sq
     denom = second.sqrt() / bias_correction2_sqrt + eps
     return param + exp_avg * (-step_size) / denom, exp_avg, exp_avg_sq, max_exp_avg_sq
 
 
-def rmsprop_step(param: Tensor, grad: Tensor, square_avg: Tensor, grad_avg: Any,
-                 momentum_buffer: Any, *, lr: float, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
-                 maximize: bool = False) -> tuple[Tensor, Tensor, Any, Any]:
+def rmsprop_step(
+    param: Tensor,
+    grad: Tensor,
+    square_avg: Tensor,
+    grad_avg: Any,
+    momentum_buffer: Any,
+    *,
+    lr: float,
+    alpha: float = 0.99,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    centered: bool = False,
+    maximize: bool = False,
+) -> tuple[Tensor, Tensor, Any, Any]:
     """One RMSprop step. ``grad_avg`` is used only if ``centered``, ``momentum_buffer`` only
     with momentum (pass None otherwise; they come back None).
 
@@ -137,14 +170,17 @@ REFERENCE = {"sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmspr
 
 
 # --------------------------------------------------------------------------------------- multi-tensor rules
-def _each(rule: Any, params: list[Tensor], grads: list[Tensor], *states: list[Any], **hyper: Any) -> tuple[list[Any], ...]:
+def _each(
+    rule: Any, params: list[Tensor], grads: list[Tensor], *states: list[Any], **hyper: Any
+) -> tuple[list[Any], ...]:
     """``rule`` applied to each parameter in turn; its results transposed into lists."""
     outs = [rule(p, g, *s, **hyper) for p, g, *s in zip(params, grads, *states, strict=True)]
     return tuple(list(column) for column in zip(*outs)) if outs else tuple([] for _ in range(1 + len(states)))
 
 
-def sgd_step_foreach(params: list[Tensor], grads: list[Tensor], momentum_buffers: list[Any],
-                     **hyper: Any) -> tuple[list[Any], ...]:
+def sgd_step_foreach(
+    params: list[Tensor], grads: list[Tensor], momentum_buffers: list[Any], **hyper: Any
+) -> tuple[list[Any], ...]:
     """:func:`sgd_step` over lists, one entry per parameter (a buffer may be None: that
     parameter's first step); the keywords are sgd_step's, shared by all. Returns
     ``(params, momentum_buffers)`` as lists.
@@ -158,16 +194,28 @@ def sgd_step_foreach(params: list[Tensor], grads: list[Tensor], momentum_buffers
     return _each(sgd_step, params, grads, momentum_buffers, **hyper)
 
 
-def adam_step_foreach(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
-                      max_exp_avg_sqs: list[Any], **hyper: Any) -> tuple[list[Any], ...]:
+def adam_step_foreach(
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    max_exp_avg_sqs: list[Any],
+    **hyper: Any,
+) -> tuple[list[Any], ...]:
     """:func:`adam_step` over lists (``max_exp_avg_sqs`` holds None entries unless
     ``amsgrad``); one ``step`` for all, so the optimizer calls it once per step count.
     Returns ``(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)`` as lists."""
     return _each(adam_step, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **hyper)
 
 
-def rmsprop_step_foreach(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], grad_avgs: list[Any],
-                         momentum_buffers: list[Any], **hyper: Any) -> tuple[list[Any], ...]:
+def rmsprop_step_foreach(
+    params: list[Tensor],
+    grads: list[Tensor],
+    square_avgs: list[Tensor],
+    grad_avgs: list[Any],
+    momentum_buffers: list[Any],
+    **hyper: Any,
+) -> tuple[list[Any], ...]:
     """:func:`rmsprop_step` over lists. Returns ``(params, square_avgs, grad_avgs,
     momentum_buffers)`` as lists."""
     return _each(rmsprop_step, params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper)
@@ -175,8 +223,11 @@ def rmsprop_step_foreach(params: list[Tensor], grads: list[Tensor], square_avgs:
 
 #: Multi-tensor op -> its reference; the per-parameter rule it loops over is the name minus
 #: ``_foreach``.
-FOREACH = {"sgd_step_foreach": sgd_step_foreach, "adam_step_foreach": adam_step_foreach,
-           "rmsprop_step_foreach": rmsprop_step_foreach}
+FOREACH = {
+    "sgd_step_foreach": sgd_step_foreach,
+    "adam_step_foreach": adam_step_foreach,
+    "rmsprop_step_foreach": rmsprop_step_foreach,
+}
 
 
 # --------------------------------------------------------------------------------------- dispatch

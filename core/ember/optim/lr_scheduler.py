@@ -19,6 +19,7 @@ A scheduler's ``state_dict()`` is plain JSON data (numbers and lists).
 >>> lrs
 [1.0, 0.5, 0.5, 0.25, 0.25]
 """
+
 from __future__ import annotations
 
 import math
@@ -64,9 +65,12 @@ class LRScheduler:
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
-                    raise _fail(name, f"resuming at last_epoch={last_epoch}, but param group {i} has no "
-                                      f"'initial_lr'; load the optimizer's state_dict first, or start "
-                                      f"with last_epoch=-1")
+                    raise _fail(
+                        name,
+                        f"resuming at last_epoch={last_epoch}, but param group {i} has no "
+                        f"'initial_lr'; load the optimizer's state_dict first, or start "
+                        f"with last_epoch=-1",
+                    )
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self._step_count = 0
@@ -92,12 +96,12 @@ class LRScheduler:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything but the optimizer (and functions, which cannot be saved)."""
-        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()
-                if k not in self._not_saved}
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items() if k not in self._not_saved}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.__dict__.update({k: list(v) if isinstance(v, list) else v for k, v in state_dict.items()
-                              if k not in self._not_saved})
+        self.__dict__.update(
+            {k: list(v) if isinstance(v, list) else v for k, v in state_dict.items() if k not in self._not_saved}
+        )
 
     _not_saved: tuple[str, ...] = ("optimizer",)
 
@@ -114,8 +118,12 @@ class LambdaLR(LRScheduler):
 
     _not_saved = ("optimizer", "lr_lambdas")
 
-    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
-                 last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
+        last_epoch: int = -1,
+    ) -> None:
         groups = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != groups:
@@ -154,8 +162,9 @@ class MultiStepLR(LRScheduler):
     [1.0, 0.5, 0.5, 0.25, 0.25]
     """
 
-    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
-                 last_epoch: int = -1) -> None:
+    def __init__(
+        self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1
+    ) -> None:
         milestones = list(milestones)
         for m in milestones:
             if isinstance(m, bool) or not isinstance(m, int):
@@ -176,7 +185,7 @@ class ExponentialLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
-        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+        return [base * self.gamma**self.last_epoch for base in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -204,8 +213,14 @@ class LinearLR(LRScheduler):
     """Scale ``base_lr`` by a factor going linearly from ``start_factor`` to ``end_factor``
     over ``total_iters`` epochs, then holding (the usual warmup when ``end_factor=1``)."""
 
-    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
-                 total_iters: int = 5, last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ) -> None:
         if not _real(start_factor) or not 0 < start_factor <= 1:
             raise _fail("LinearLR", f"start_factor must be in (0, 1], got {start_factor!r}")
         if not _real(end_factor) or not 0 <= end_factor <= 1:
@@ -234,8 +249,9 @@ class SequentialLR(LRScheduler):
 
     _not_saved = ("optimizer", "_schedulers")
 
-    def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
-                 last_epoch: int = -1) -> None:
+    def __init__(
+        self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int], last_epoch: int = -1
+    ) -> None:
         schedulers, milestones = list(schedulers), list(milestones)
         if not schedulers:
             raise _fail("SequentialLR", "needs at least one scheduler")
@@ -243,8 +259,10 @@ class SequentialLR(LRScheduler):
             if not isinstance(s, LRScheduler) or s.optimizer is not optimizer:
                 raise _fail("SequentialLR", f"scheduler {i} ({type(s).__name__}) does not belong to this optimizer")
         if len(milestones) != len(schedulers) - 1:
-            raise _fail("SequentialLR", f"{len(schedulers)} schedulers need {len(schedulers) - 1} milestones, "
-                                        f"got {len(milestones)}")
+            raise _fail(
+                "SequentialLR",
+                f"{len(schedulers)} schedulers need {len(schedulers) - 1} milestones, got {len(milestones)}",
+            )
         if milestones != sorted(milestones) or any(not isinstance(m, int) or m <= 0 for m in milestones):
             raise _fail("SequentialLR", f"milestones must be increasing positive ints, got {milestones}")
         self._schedulers, self._milestones = schedulers, milestones
@@ -291,12 +309,23 @@ class OneCycleLR(LRScheduler):
     [0.04, 1.0, 0.5, 0.0]
     """
 
-    def __init__(self, optimizer: Optimizer, max_lr: float | Sequence[float], total_steps: int | None = None,
-                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
-                 anneal_strategy: str = "cos", cycle_momentum: bool = True,
-                 base_momentum: float | Sequence[float] = 0.85, max_momentum: float | Sequence[float] = 0.95,
-                 div_factor: float = 25.0, final_div_factor: float = 1e4, three_phase: bool = False,
-                 last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr: float | Sequence[float],
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum: float | Sequence[float] = 0.85,
+        max_momentum: float | Sequence[float] = 0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ) -> None:
         name = "OneCycleLR"
         if not isinstance(optimizer, Optimizer):
             raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
@@ -304,8 +333,9 @@ class OneCycleLR(LRScheduler):
         if total_steps is not None:
             self.total_steps = _positive_int(name, "total_steps", total_steps)
         elif epochs is not None and steps_per_epoch is not None:
-            self.total_steps = _positive_int(name, "epochs", epochs) * _positive_int(name, "steps_per_epoch",
-                                                                                      steps_per_epoch)
+            self.total_steps = _positive_int(name, "epochs", epochs) * _positive_int(
+                name, "steps_per_epoch", steps_per_epoch
+            )
         else:
             raise _fail(name, "give total_steps, or epochs and steps_per_epoch")
         if not _real(pct_start) or not 0 <= pct_start <= 1:
@@ -315,18 +345,27 @@ class OneCycleLR(LRScheduler):
         self._anneal = _anneal_cos if anneal_strategy == "cos" else _anneal_linear
         steps = float(pct_start * self.total_steps)
         # (end step, lr from, lr to, momentum from, momentum to), keys of each param group
-        self._phases: list[tuple[Any, ...]] = ([(steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                         (2 * steps - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
-                         (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
-                        if three_phase else
-                        [(steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                         (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")])
+        self._phases: list[tuple[Any, ...]] = (
+            [
+                (steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (2 * steps - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
+            ]
+            if three_phase
+            else [
+                (steps - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
+            ]
+        )
         max_lrs = _per_group(name, "max_lr", max_lr, len(groups))
         self.cycle_momentum = bool(cycle_momentum)
         if self.cycle_momentum:
             if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise _fail(name, f"cycle_momentum needs an optimizer with momentum or betas; "
-                                  f"{type(optimizer).__name__} has neither (pass cycle_momentum=False)")
+                raise _fail(
+                    name,
+                    f"cycle_momentum needs an optimizer with momentum or betas; "
+                    f"{type(optimizer).__name__} has neither (pass cycle_momentum=False)",
+                )
             self._beta1 = "betas" in optimizer.defaults
         base_ms = _per_group(name, "base_momentum", base_momentum, len(groups))
         max_ms = _per_group(name, "max_momentum", max_momentum, len(groups))
@@ -398,9 +437,18 @@ class ReduceLROnPlateau(LRScheduler):
     [1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
     """
 
-    def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
-                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
-                 min_lr: float | Sequence[float] = 0.0, eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr: float | Sequence[float] = 0.0,
+        eps: float = 1e-8,
+    ) -> None:
         name = "ReduceLROnPlateau"
         if not isinstance(optimizer, Optimizer):
             raise _fail(name, f"needs an ember.optim optimizer, got {type(optimizer).__name__}")
@@ -449,8 +497,14 @@ class ReduceLROnPlateau(LRScheduler):
         return a > (best * (1 + t) if self.threshold_mode == "rel" else best + t)
 
 
-def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, *, start_factor: float | None = None,
-                  eta_min: float = 0.0) -> LRScheduler:
+def warmup_cosine(
+    optimizer: Optimizer,
+    warmup_steps: int,
+    total_steps: int,
+    *,
+    start_factor: float | None = None,
+    eta_min: float = 0.0,
+) -> LRScheduler:
     """Linear warmup for ``warmup_steps``, then cosine decay to ``eta_min`` at ``total_steps``:
     ``SequentialLR([LinearLR, CosineAnnealingLR])``. The warmup starts at
     ``base_lr * start_factor`` (default ``1 / (warmup_steps + 1)``, so the lr climbs in equal
@@ -466,8 +520,7 @@ def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, *, 
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise _fail("warmup_cosine", f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
     if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= warmup_steps:
-        raise _fail("warmup_cosine", f"total_steps must be an int > warmup_steps ({warmup_steps}), "
-                                     f"got {total_steps!r}")
+        raise _fail("warmup_cosine", f"total_steps must be an int > warmup_steps ({warmup_steps}), got {total_steps!r}")
     if warmup_steps == 0:
         return CosineAnnealingLR(optimizer, total_steps, eta_min)
     start = 1.0 / (warmup_steps + 1) if start_factor is None else start_factor

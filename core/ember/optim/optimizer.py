@@ -13,6 +13,7 @@ implements ``_update(param, grad, state, group)``, or names its update rule (``r
 where the backend declares ``"adam_step_foreach"``, ``step()`` updates all of a param group's
 parameters with one call (one or two kernel launches) instead of one call per parameter.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -120,16 +121,22 @@ class Optimizer:
     def _fail(self, message: str) -> OptimizerError:
         return located(OptimizerError, f"{type(self).__name__}: {message}")
 
-    def _groups(self, params: Any) -> list[dict[str, Any]]:   # Any: it checks what it got
+    def _groups(self, params: Any) -> list[dict[str, Any]]:  # Any: it checks what it got
         if isinstance(params, Tensor):
-            raise self._fail(f"params must be an iterable of tensors or of param-group dicts, got a "
-                             f"single tensor of shape {params.shape}; wrap it in a list: "
-                             f"{type(self).__name__}([w], ...)")
+            raise self._fail(
+                f"params must be an iterable of tensors or of param-group dicts, got a "
+                f"single tensor of shape {params.shape}; wrap it in a list: "
+                f"{type(self).__name__}([w], ...)"
+            )
         if isinstance(params, (dict, set, frozenset, str)):
-            why = " (a set has no order, and the order numbers the state_dict)" \
-                if isinstance(params, (set, frozenset)) else ""
-            raise self._fail(f"params must be a list of tensors or of param-group dicts, got a "
-                             f"{type(params).__name__}{why}")
+            why = (
+                " (a set has no order, and the order numbers the state_dict)"
+                if isinstance(params, (set, frozenset))
+                else ""
+            )
+            raise self._fail(
+                f"params must be a list of tensors or of param-group dicts, got a {type(params).__name__}{why}"
+            )
         try:
             items = list(params)
         except TypeError:
@@ -165,11 +172,14 @@ class Optimizer:
         params = list(params)
         names = group.get("param_names")
         if params and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in params):
-            names, params = [n for n, _ in params], [p for _, p in params]   # from named_parameters()
+            names, params = [n for n, _ in params], [p for _, p in params]  # from named_parameters()
         self._check_params(params, index)
         self._check_keys(group, index)
-        new = {"params": params, **self.defaults,
-               **{k: _clean(v) for k, v in group.items() if k not in ("params", "param_names")}}
+        new = {
+            "params": params,
+            **self.defaults,
+            **{k: _clean(v) for k, v in group.items() if k not in ("params", "param_names")},
+        }
         if names is not None:
             new["param_names"] = list(names)
         self._check_values(new, index)
@@ -177,24 +187,29 @@ class Optimizer:
         for i, p in enumerate(params):
             if id(p) in seen:
                 where = "earlier in this group" if seen[id(p)][0] == index else f"in param group {seen[id(p)][0]}"
-                raise self._fail(f"parameter {i} of param group {index} ({_describe(p)}) appears twice "
-                                 f"(also {where}); pass each parameter once")
+                raise self._fail(
+                    f"parameter {i} of param group {index} ({_describe(p)}) appears twice "
+                    f"(also {where}); pass each parameter once"
+                )
             seen[id(p)] = (index, i)
         self.param_groups.append(new)
 
     def _check_params(self, params: Any, index: int) -> None:
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
-                raise self._fail(f"parameter {i} of param group {index} is a {type(p).__name__}, "
-                                 f"not a tensor")
+                raise self._fail(f"parameter {i} of param group {index} is a {type(p).__name__}, not a tensor")
             if not p.is_leaf:
-                raise self._fail(f"parameter {i} of param group {index} ({_describe(p)}) is not a leaf: "
-                                 f"it was computed by {p._ctx[0]!r}, so stepping it would not change anything "
-                                 f"the model reads. Optimize the tensor it was computed from, or make a leaf "
-                                 f"with .detach().requires_grad_()")
+                raise self._fail(
+                    f"parameter {i} of param group {index} ({_describe(p)}) is not a leaf: "
+                    f"it was computed by {p._ctx[0]!r}, so stepping it would not change anything "
+                    f"the model reads. Optimize the tensor it was computed from, or make a leaf "
+                    f"with .detach().requires_grad_()"
+                )
             if not p.dtype.is_floating_point:
-                raise self._fail(f"parameter {i} of param group {index} has dtype {p.dtype}; only "
-                                 f"floating-point tensors can be optimized")
+                raise self._fail(
+                    f"parameter {i} of param group {index} has dtype {p.dtype}; only "
+                    f"floating-point tensors can be optimized"
+                )
 
     def _check_keys(self, group: dict[str, Any], index: int) -> None:
         allowed = set(self.defaults) | set(BOOKKEEPING)
@@ -202,8 +217,10 @@ class Optimizer:
             if key not in allowed:
                 close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise self._fail(f"unknown key {key!r} in param group {index}; {hint}"
-                                 f"{type(self).__name__} knows {', '.join(sorted(self.defaults))}")
+                raise self._fail(
+                    f"unknown key {key!r} in param group {index}; {hint}"
+                    f"{type(self).__name__} knows {', '.join(sorted(self.defaults))}"
+                )
 
     def _check_values(self, group: dict[str, Any], index: int) -> None:
         for name, rule in self.rules.items():
@@ -228,6 +245,7 @@ class Optimizer:
         True
         """
         from ..tensor import zeros_like
+
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -256,8 +274,11 @@ class Optimizer:
                     if grad is None:
                         continue
                     if grad.shape != p.shape:
-                        raise located(ShapeError, f"{type(self).__name__}: parameter {i} of param group {gi} "
-                                                  f"has shape {p.shape} but its .grad has shape {grad.shape}")
+                        raise located(
+                            ShapeError,
+                            f"{type(self).__name__}: parameter {i} of param group {gi} "
+                            f"has shape {p.shape} but its .grad has shape {grad.shape}",
+                        )
                     todo.append((p, grad))
                 for p, grad in self._step_foreach(todo, group):
                     self._update(p, grad, self.state[p], group)
@@ -283,7 +304,7 @@ class Optimizer:
             key = (backend, tuple(sorted(hyper.items())))
             try:
                 calls.setdefault(key, []).append((p, grad, states))
-            except TypeError:       # an unhashable hyperparameter value: this parameter alone
+            except TypeError:  # an unhashable hyperparameter value: this parameter alone
                 self._store(p, self.state[p], group, run_step(self.rule, p, grad, *states, **hyper))  # type: ignore[arg-type]  # rule is set: name is
         for (_, hyper), members in calls.items():
             params, grads, states = zip(*members)
@@ -311,14 +332,16 @@ class Optimizer:
     def _assign(self, dst: Tensor, src: Tensor) -> None:
         """Write ``src`` into ``dst``'s own buffer: holders of ``dst`` (the model) see the values."""
         if src._data is dst._data:
-            return      # a fused op already updated it in place
+            return  # a fused op already updated it in place
         try:
             dst.copy_(src)
         except EmberError:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. a read-only NumPy buffer
-            raise self._fail(f"cannot update {_describe(dst)} in place: {type(exc).__name__}: {exc}. "
-                             f"Parameters must own writable buffers; make one with .clone()") from exc
+            raise self._fail(
+                f"cannot update {_describe(dst)} in place: {type(exc).__name__}: {exc}. "
+                f"Parameters must own writable buffers; make one with .clone()"
+            ) from exc
 
     def _keep(self, state: dict[str, Any], key: str, value: Any) -> None:
         """Store new state: in place if the slot exists, else the new tensor becomes the slot."""
@@ -355,8 +378,7 @@ class Optimizer:
             for p in group["params"]:
                 entries = self.state.get(p)
                 if entries:
-                    state[index[id(p)]] = {k: v.clone() if isinstance(v, Tensor) else v
-                                           for k, v in entries.items()}
+                    state[index[id(p)]] = {k: v.clone() if isinstance(v, Tensor) else v for k, v in entries.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -366,15 +388,16 @@ class Optimizer:
         parameter's dtype and moved to its backend.
         """
         if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= set(state_dict):
-            raise self._fail("load_state_dict needs a dict with 'state' and 'param_groups' "
-                             "(what state_dict() returns)")
+            raise self._fail("load_state_dict needs a dict with 'state' and 'param_groups' (what state_dict() returns)")
         saved = state_dict["param_groups"]
         mine = [len(g["params"]) for g in self.param_groups]
         theirs = [len(g.get("params", ())) for g in saved]
         if mine != theirs:
-            raise self._fail(f"the state_dict has {len(theirs)} param group(s) of sizes {theirs}, but this "
-                             f"optimizer has {len(mine)} of sizes {mine}; build the optimizer over the "
-                             f"same parameters, in the same order")
+            raise self._fail(
+                f"the state_dict has {len(theirs)} param group(s) of sizes {theirs}, but this "
+                f"optimizer has {len(mine)} of sizes {mine}; build the optimizer over the "
+                f"same parameters, in the same order"
+            )
         by_index: dict = {}
         for group, old in zip(self.param_groups, saved):
             by_index.update(zip(old["params"], group["params"]))
@@ -389,8 +412,11 @@ class Optimizer:
         for gi, (group, old) in enumerate(zip(self.param_groups, saved)):
             old = {k: v for k, v in old.items() if k not in TORCH_ONLY}
             self._check_keys(old, gi)
-            new = {"params": group["params"], **self.defaults,
-                   **{k: _clean(v) for k, v in old.items() if k not in ("params", "param_names")}}
+            new = {
+                "params": group["params"],
+                **self.defaults,
+                **{k: _clean(v) for k, v in old.items() if k not in ("params", "param_names")},
+            }
             if "param_names" in group:
                 new["param_names"] = group["param_names"]
             self._check_values(new, gi)
@@ -403,8 +429,11 @@ class Optimizer:
         if not isinstance(value, Tensor):
             return value
         if value.shape != p.shape:
-            raise located(ShapeError, f"{type(self).__name__}.load_state_dict: state {name!r} of parameter "
-                                      f"{key} has shape {value.shape}, but the parameter has shape {p.shape}")
+            raise located(
+                ShapeError,
+                f"{type(self).__name__}.load_state_dict: state {name!r} of parameter "
+                f"{key} has shape {value.shape}, but the parameter has shape {p.shape}",
+            )
         value = value.to(p._backend)
         if value.dtype.is_floating_point and value.dtype is not p.dtype:
             value = value.to(p.dtype)

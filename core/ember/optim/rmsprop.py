@@ -1,4 +1,5 @@
 """RMSprop: divide the gradient by a running root mean square of its recent values."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,14 +22,40 @@ class RMSprop(Optimizer):
     0.98
     """
 
-    rules = {"lr": nonnegative, "alpha": nonnegative, "eps": nonnegative, "weight_decay": nonnegative,
-             "momentum": nonnegative, "centered": flag, "maximize": flag}
+    rules = {
+        "lr": nonnegative,
+        "alpha": nonnegative,
+        "eps": nonnegative,
+        "weight_decay": nonnegative,
+        "momentum": nonnegative,
+        "centered": flag,
+        "maximize": flag,
+    }
 
-    def __init__(self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
-                 maximize: bool = False) -> None:
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered, maximize=maximize))
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                alpha=alpha,
+                eps=eps,
+                weight_decay=weight_decay,
+                momentum=momentum,
+                centered=centered,
+                maximize=maximize,
+            ),
+        )
 
     rule = "rmsprop_step"
 
@@ -42,10 +69,22 @@ class RMSprop(Optimizer):
         if centered and state.get("grad_avg") is None:
             state["grad_avg"] = zeros_like(param)
         state["step"] += 1
-        return ((state["square_avg"], state["grad_avg"] if centered else None,
-                 state["momentum_buffer"] if momentum > 0 else None),
-                dict(lr=group["lr"], alpha=group["alpha"], eps=group["eps"], weight_decay=group["weight_decay"],
-                     momentum=momentum, centered=centered, maximize=group["maximize"]))
+        return (
+            (
+                state["square_avg"],
+                state["grad_avg"] if centered else None,
+                state["momentum_buffer"] if momentum > 0 else None,
+            ),
+            dict(
+                lr=group["lr"],
+                alpha=group["alpha"],
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                momentum=momentum,
+                centered=centered,
+                maximize=group["maximize"],
+            ),
+        )
 
     def _store(self, param: Tensor, state: dict[str, Any], group: dict[str, Any], results: tuple[Any, ...]) -> None:
         new_param, square_avg, grad_avg, buf = results

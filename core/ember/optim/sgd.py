@@ -1,4 +1,5 @@
 """SGD: stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,27 +24,61 @@ class SGD(Optimizer):
     [0.46, -0.92]
     """
 
-    rules = {"lr": nonnegative, "momentum": nonnegative, "dampening": number,
-             "weight_decay": nonnegative, "nesterov": flag, "maximize": flag}
+    rules = {
+        "lr": nonnegative,
+        "momentum": nonnegative,
+        "dampening": number,
+        "weight_decay": nonnegative,
+        "nesterov": flag,
+        "maximize": flag,
+    }
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                dampening=dampening,
+                weight_decay=weight_decay,
+                nesterov=nesterov,
+                maximize=maximize,
+            ),
+        )
 
     def _check_group(self, group: dict[str, Any]) -> str | None:
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            return (f"nesterov=True needs momentum > 0 and dampening = 0, got momentum="
-                    f"{group['momentum']} and dampening={group['dampening']}")
+            return (
+                f"nesterov=True needs momentum > 0 and dampening = 0, got momentum="
+                f"{group['momentum']} and dampening={group['dampening']}"
+            )
         return None
 
     rule = "sgd_step"
 
     def _inputs(self, param: Tensor, state: dict[str, Any], group: dict[str, Any]) -> tuple[Any, ...]:
         momentum = group["momentum"]
-        return ((state.get("momentum_buffer") if momentum != 0 else None,),
-                dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
-                     nesterov=group["nesterov"], weight_decay=group["weight_decay"], maximize=group["maximize"]))
+        return (
+            (state.get("momentum_buffer") if momentum != 0 else None,),
+            dict(
+                lr=group["lr"],
+                momentum=momentum,
+                dampening=group["dampening"],
+                nesterov=group["nesterov"],
+                weight_decay=group["weight_decay"],
+                maximize=group["maximize"],
+            ),
+        )
 
     def _store(self, param: Tensor, state: dict[str, Any], group: dict[str, Any], results: tuple[Any, ...]) -> None:
         new_param, buf = results

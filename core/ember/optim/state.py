@@ -4,6 +4,7 @@
 ``{name: Tensor}`` (for safetensors), leaving a JSON-able dict (hyperparameters, step counts);
 ``join_state_dict`` puts them back together. Tensor names are ``state.<index>.<key>``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +13,7 @@ from ..errors import located
 from ..tensor import Tensor
 from .optimizer import OptimizerError
 
-_LISTS = ("params", "param_names")     # group entries that are lists; every other list was a tuple
+_LISTS = ("params", "param_names")  # group entries that are lists; every other list was a tuple
 
 
 def split_state_dict(state_dict: dict[str, Any], prefix: str = "") -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -39,8 +40,7 @@ def split_state_dict(state_dict: dict[str, Any], prefix: str = "") -> tuple[dict
             else:
                 kept[key] = value
         state[str(int(index))] = kept
-    groups = [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()}
-              for g in state_dict["param_groups"]]
+    groups = [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in state_dict["param_groups"]]
     return tensors, {"state": state, "param_groups": groups}
 
 
@@ -52,11 +52,14 @@ def join_state_dict(tensors: dict[str, Tensor], meta: dict[str, Any], prefix: st
     for name, value in tensors.items():
         if not name.startswith(head):
             continue
-        index, dot, key = name[len(head):].partition(".")
+        index, dot, key = name[len(head) :].partition(".")
         if not dot or not index.isdigit() or not key:
-            raise located(OptimizerError, f"join_state_dict: tensor name {name!r} is not of the form "
-                          f"'{head}<index>.<key>'")
+            raise located(
+                OptimizerError, f"join_state_dict: tensor name {name!r} is not of the form '{head}<index>.<key>'"
+            )
         state.setdefault(int(index), {})[key] = value
-    groups = [{k: tuple(v) if isinstance(v, list) and k not in _LISTS else v for k, v in g.items()}
-              for g in meta["param_groups"]]
+    groups = [
+        {k: tuple(v) if isinstance(v, list) and k not in _LISTS else v for k, v in g.items()}
+        for g in meta["param_groups"]
+    ]
     return {"state": state, "param_groups": groups}

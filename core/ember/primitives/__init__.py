@@ -14,10 +14,21 @@ attribute of this package, so core code names primitives as objects:
 A backend implements a primitive as ``impls[name](*buffers, **params) -> buffer`` (backend.py);
 ``python -m ember.primitives`` prints docs/primitives.md, generated from the records.
 """
+
 # isort: off
 from .. import dtypes as D  # noqa: F401 - for the examples above
-from .record import (ALL, FLOATS, GROUPS, NON_DIFFERENTIABLE, NUMERIC, PRIMITIVES,  # noqa: F401
-                     Primitive, abstract_eval, defprim, markdown)
+from .record import (
+    ALL,
+    FLOATS,
+    GROUPS,
+    NON_DIFFERENTIABLE,
+    NUMERIC,
+    PRIMITIVES,  # noqa: F401
+    Primitive,
+    abstract_eval,
+    defprim,
+    markdown,
+)
 from .shapes import broadcast_shapes, conv_out_size, normalize_axis  # noqa: F401
 
 # The groups, in the order of docs/primitives.md (the order their defprim calls register in);

@@ -1,4 +1,5 @@
 """Helpers the VJP rules share (written in Tensor ops, like the rules)."""
+
 from __future__ import annotations
 
 
@@ -22,9 +23,13 @@ def needs(x) -> bool:
 def binary_vjp(rule_a, rule_b):
     """A binary primitive's VJP from one rule per operand (as in HIPS autograd), each giving a
     full-shape cotangent that is then unbroadcast to its operand's shape."""
+
     def vjp(g, out, a, b):
-        return (unbroadcast(rule_a(g, out, a, b), a.shape) if needs(a) else None,
-                unbroadcast(rule_b(g, out, a, b), b.shape) if needs(b) else None)
+        return (
+            unbroadcast(rule_a(g, out, a, b), a.shape) if needs(a) else None,
+            unbroadcast(rule_b(g, out, a, b), b.shape) if needs(b) else None,
+        )
+
     return vjp
 
 

@@ -1,4 +1,5 @@
 """Creation primitives: constants, ranges and counter-based random bits. None is differentiable."""
+
 from __future__ import annotations
 
 from .. import dtypes as D
@@ -14,8 +15,11 @@ def _full(shape, dtype, **_):
 
 
 def _arange(start, stop, step, dtype):
-    n = max(0, -(-(stop - start) // step)) if isinstance(step, int) and isinstance(start, int) \
+    n = (
+        max(0, -(-(stop - start) // step))
+        if isinstance(step, int) and isinstance(start, int)
         else max(0, int(-(-(stop - start) // step)))
+    )
     return (n,), D.get(dtype)
 
 
@@ -41,17 +45,35 @@ def _arange_tier2(d, dt):
 
 def _random_bits_tier2(d, dt):
     # a 64-bit key (both words matter) and an offset at each position within a Philox block
-    offset = 4 * d.integers(0, 2 ** 34) + d.sampled_from((0, 1, 2, 3))
-    return d.case([], dict(shape=d.shape(max_side=5), seed=d.integers(0, 2 ** 64 - 1), offset=offset))
+    offset = 4 * d.integers(0, 2**34) + d.sampled_from((0, 1, 2, 3))
+    return d.case([], dict(shape=d.shape(max_side=5), seed=d.integers(0, 2**64 - 1), offset=offset))
 
 
 # ----------------------------------------------------------------------------- the records
-full = defprim("full", "creation", "full(shape, value, dtype): a new tensor of `shape` filled with `value`.",
-               _full, dtypes=ALL, cases=_full_tier2)
-arange = defprim("arange", "creation", "arange(start, stop, step, dtype): start, start+step, ... up to but excluding "
-                 "stop.", _arange, dtypes=NUMERIC, cases=_arange_tier2)
+full = defprim(
+    "full",
+    "creation",
+    "full(shape, value, dtype): a new tensor of `shape` filled with `value`.",
+    _full,
+    dtypes=ALL,
+    cases=_full_tier2,
+)
+arange = defprim(
+    "arange",
+    "creation",
+    "arange(start, stop, step, dtype): start, start+step, ... up to but excluding stop.",
+    _arange,
+    dtypes=NUMERIC,
+    cases=_arange_tier2,
+)
 # no dtype parameter: the column of the op x dtype matrix is its output, uint32
-random_bits = defprim("random_bits", "creation", "random_bits(shape, seed, offset): uint32 words of Philox-4x32-10. "
-                      "Element i (row-major) is word (offset+i) % 4 of the block for counter (offset+i) // 4 under "
-                      "key `seed` (64-bit: low word, high word). Every backend must produce the same bits.",
-                      _random_bits, dtypes=("uint32",), cases=_random_bits_tier2)
+random_bits = defprim(
+    "random_bits",
+    "creation",
+    "random_bits(shape, seed, offset): uint32 words of Philox-4x32-10. "
+    "Element i (row-major) is word (offset+i) % 4 of the block for counter (offset+i) // 4 under "
+    "key `seed` (64-bit: low word, high word). Every backend must produce the same bits.",
+    _random_bits,
+    dtypes=("uint32",),
+    cases=_random_bits_tier2,
+)

@@ -3,6 +3,7 @@
 Their VJP rules are movements too, so gradients of any order stay cheap and exact.
 (The ``slice`` record shadows the builtin here; this module does not use it.)
 """
+
 from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError
@@ -17,8 +18,7 @@ __all__ = ["reshape", "permute", "expand", "pad", "slice", "concatenate", "flip"
 # ----------------------------------------------------------------------------- abstract rules
 def _reshape(x, shape):
     if prod(shape) != prod(x[0]):
-        raise ShapeError(f"cannot reshape {x[0]} ({prod(x[0])} elements) into {tuple(shape)} "
-                         f"({prod(shape)} elements)")
+        raise ShapeError(f"cannot reshape {x[0]} ({prod(x[0])} elements) into {tuple(shape)} ({prod(shape)} elements)")
     return tuple(shape), x[1]
 
 
@@ -56,7 +56,9 @@ def _concatenate(*xs, axis):
         if x[1] is not first[1]:
             raise DTypeError(f"concatenate: dtypes {first[1]} and {x[1]} differ")
         if len(x[0]) != len(first[0]) or any(a != b for i, (a, b) in enumerate(zip(x[0], first[0])) if i != axis):
-            raise ShapeError(f"concatenate along dim {axis}: shapes {' and '.join(str(y[0]) for y in xs)} differ off that dim")
+            raise ShapeError(
+                f"concatenate along dim {axis}: shapes {' and '.join(str(y[0]) for y in xs)} differ off that dim"
+            )
     shape = list(first[0])
     shape[axis] = sum(x[0][axis] for x in xs)
     return tuple(shape), first[1]
@@ -91,7 +93,7 @@ def _expand_tier2(d, dt):
 
 
 def _pad_tier2(d, dt):
-    x = d.array(d.shape(min_dims=1), dt, special=True)     # the front end never pads a 0-d
+    x = d.array(d.shape(min_dims=1), dt, special=True)  # the front end never pads a 0-d
     widths = tuple((d.integers(0, 2), d.integers(0, 2)) for _ in x.shape)
     return d.case([x], dict(widths=widths, value=d.scalar(dt, special=True)))
 
@@ -107,8 +109,10 @@ def _slice_tier2(d, dt):
 def _concatenate_tier2(d, dt):
     s = d.shape(min_dims=1, max_side=3)
     axis = d.sampled_from(range(len(s)))
-    xs = [d.array(s[:axis] + (d.integers(0, 3),) + s[axis + 1:], dt, special=True)
-          for _ in range(d.sampled_from((2, 1, 3)))]
+    xs = [
+        d.array(s[:axis] + (d.integers(0, 3),) + s[axis + 1 :], dt, special=True)
+        for _ in range(d.sampled_from((2, 1, 3)))
+    ]
     return d.case(xs, dict(axis=axis))
 
 
@@ -121,6 +125,7 @@ def _flip_tier2(d, dt):
 def _moved(x_shape=(2, 3, 4), **params):
     def cases(r):
         return [r.case([r.normal(x_shape)], dict(params))]
+
     return cases
 
 
@@ -148,9 +153,12 @@ def _slice_vjp(g, out, x, starts, stops, steps):
             shape = g.shape
             g = g.unsqueeze(d + 1)
             g = g.pad([(0, 0)] * (d + 1) + [(0, step - 1)] + [(0, 0)] * (len(shape) - d - 1))
-            g = g.reshape(shape[:d] + (shape[d] * step,) + shape[d + 1:])
-            g = g._slice([0] * g.ndim, [min(s, (shape[d] - 1) * step + 1) if i == d else s
-                                        for i, s in enumerate(g.shape)], [1] * g.ndim)
+            g = g.reshape(shape[:d] + (shape[d] * step,) + shape[d + 1 :])
+            g = g._slice(
+                [0] * g.ndim,
+                [min(s, (shape[d] - 1) * step + 1) if i == d else s for i, s in enumerate(g.shape)],
+                [1] * g.ndim,
+            )
     widths = [(a, s - a - n) for a, s, n in zip(starts, x.shape, g.shape)]
     return (g.pad(widths),)
 
@@ -166,24 +174,68 @@ def _concatenate_vjp(g, out, *xs, axis):
 
 # ----------------------------------------------------------------------------- the records
 MOVEMENT = dict(group="movement", dtypes=ALL)
-reshape = defprim("reshape", **MOVEMENT, doc="reshape(x, shape): same elements in row-major order, new shape of "
-                  "equal size.", abstract=_reshape, cases=_reshape_tier2, grad_cases=_moved(shape=(4, 6)),
-                  vjp=lambda g, out, x, shape: (g.reshape(x.shape),))
-permute = defprim("permute", **MOVEMENT, doc="permute(x, axes): output dim i is input dim axes[i].",
-                  abstract=_permute, cases=_permute_tier2, grad_cases=_moved(axes=(2, 0, 1)), vjp=_permute_vjp)
-expand = defprim("expand", **MOVEMENT, doc="expand(x, shape): broadcast x to `shape` (NumPy rules), without copying "
-                 "where possible.", abstract=_expand, cases=_expand_tier2, grad_cases=_moved((3, 1), shape=(2, 3, 4)),
-                 vjp=lambda g, out, x, shape: (unbroadcast(g, x.shape),))
-pad = defprim("pad", **MOVEMENT, doc="pad(x, widths, value): widths is one (lo, hi) pair of non-negative ints per dim; "
-              "the new border holds `value` (may be -inf, for max pooling).", abstract=_pad, cases=_pad_tier2,
-              grad_cases=_moved(widths=((1, 0), (2, 1), (0, 2)), value=0.0), vjp=_pad_vjp)
-slice = defprim("slice", **MOVEMENT, doc="slice(x, starts, stops, steps): per dim, elements start, start+step, ... < "
-                "stop; steps > 0 and 0 <= start, stop <= size (the front end normalizes negative and reversed slices).",
-                abstract=_slice, cases=_slice_tier2,
-                grad_cases=_moved((6, 5), starts=(1, 0), stops=(6, 4), steps=(2, 3)), vjp=_slice_vjp)
-concatenate = defprim("concatenate", **MOVEMENT, doc="concatenate(*xs, axis): join along `axis`; all other dims and "
-                      "the dtype equal.", abstract=_concatenate, cases=_concatenate_tier2,
-                      grad_cases=_concatenate_tier3, vjp=_concatenate_vjp)
-flip = defprim("flip", **MOVEMENT, doc="flip(x, axes): reverse the order of elements along each of `axes`.",
-               abstract=_flip, cases=_flip_tier2, grad_cases=_moved(axes=(0, 2)),
-               vjp=lambda g, out, x, axes: (g.flip(axes),))
+reshape = defprim(
+    "reshape",
+    **MOVEMENT,
+    doc="reshape(x, shape): same elements in row-major order, new shape of equal size.",
+    abstract=_reshape,
+    cases=_reshape_tier2,
+    grad_cases=_moved(shape=(4, 6)),
+    vjp=lambda g, out, x, shape: (g.reshape(x.shape),),
+)
+permute = defprim(
+    "permute",
+    **MOVEMENT,
+    doc="permute(x, axes): output dim i is input dim axes[i].",
+    abstract=_permute,
+    cases=_permute_tier2,
+    grad_cases=_moved(axes=(2, 0, 1)),
+    vjp=_permute_vjp,
+)
+expand = defprim(
+    "expand",
+    **MOVEMENT,
+    doc="expand(x, shape): broadcast x to `shape` (NumPy rules), without copying where possible.",
+    abstract=_expand,
+    cases=_expand_tier2,
+    grad_cases=_moved((3, 1), shape=(2, 3, 4)),
+    vjp=lambda g, out, x, shape: (unbroadcast(g, x.shape),),
+)
+pad = defprim(
+    "pad",
+    **MOVEMENT,
+    doc="pad(x, widths, value): widths is one (lo, hi) pair of non-negative ints per dim; "
+    "the new border holds `value` (may be -inf, for max pooling).",
+    abstract=_pad,
+    cases=_pad_tier2,
+    grad_cases=_moved(widths=((1, 0), (2, 1), (0, 2)), value=0.0),
+    vjp=_pad_vjp,
+)
+slice = defprim(
+    "slice",
+    **MOVEMENT,
+    doc="slice(x, starts, stops, steps): per dim, elements start, start+step, ... < "
+    "stop; steps > 0 and 0 <= start, stop <= size (the front end normalizes negative and reversed slices).",
+    abstract=_slice,
+    cases=_slice_tier2,
+    grad_cases=_moved((6, 5), starts=(1, 0), stops=(6, 4), steps=(2, 3)),
+    vjp=_slice_vjp,
+)
+concatenate = defprim(
+    "concatenate",
+    **MOVEMENT,
+    doc="concatenate(*xs, axis): join along `axis`; all other dims and the dtype equal.",
+    abstract=_concatenate,
+    cases=_concatenate_tier2,
+    grad_cases=_concatenate_tier3,
+    vjp=_concatenate_vjp,
+)
+flip = defprim(
+    "flip",
+    **MOVEMENT,
+    doc="flip(x, axes): reverse the order of elements along each of `axes`.",
+    abstract=_flip,
+    cases=_flip_tier2,
+    grad_cases=_moved(axes=(0, 2)),
+    vjp=lambda g, out, x, axes: (g.flip(axes),),
+)

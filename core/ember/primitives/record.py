@@ -24,6 +24,7 @@ A primitive *is* its name: :class:`Primitive` subclasses ``str``, so backends' `
 keyed by name strings, graph records and JSON reports take it unchanged, while core code names
 it as an object (``P.add``), so a misspelt primitive fails where it is written.
 """
+
 from __future__ import annotations
 
 import sys
@@ -63,8 +64,19 @@ class Primitive(str):
     second_order: bool
     required: bool
 
-    def __new__(cls, name, group, doc, abstract, vjp=None, dtypes=FLOATS, cases=None,
-                grad_cases=None, second_order=False, required=True):
+    def __new__(
+        cls,
+        name,
+        group,
+        doc,
+        abstract,
+        vjp=None,
+        dtypes=FLOATS,
+        cases=None,
+        grad_cases=None,
+        second_order=False,
+        required=True,
+    ):
         self = super().__new__(cls, name)
         self.group, self.doc, self.abstract, self.vjp = group, doc, abstract, vjp
         self.dtypes, self.cases, self.grad_cases = tuple(dtypes), cases, grad_cases
@@ -85,10 +97,11 @@ class Primitive(str):
         for a in args:
             if hasattr(a, "_apply"):
                 return a._apply(self, *args, **params)
-        raise TypeError(f"primitive {self.name!r} needs a Tensor argument; creation primitives "
-                        f"run through ember.dispatch.create")
+        raise TypeError(
+            f"primitive {self.name!r} needs a Tensor argument; creation primitives run through ember.dispatch.create"
+        )
 
-    def __reduce__(self):                # a copy or unpickled graph names the one registered record
+    def __reduce__(self):  # a copy or unpickled graph names the one registered record
         return (_lookup, (str(self),))
 
 
@@ -96,8 +109,9 @@ def _lookup(name):
     return PRIMITIVES[name]
 
 
-def defprim(name, group, doc, abstract, *, cases, dtypes=FLOATS, vjp=None, grad_cases=None,
-            second_order=False, required=True) -> Primitive:
+def defprim(
+    name, group, doc, abstract, *, cases, dtypes=FLOATS, vjp=None, grad_cases=None, second_order=False, required=True
+) -> Primitive:
     """Define and register a primitive; returns its record (see the module doc for the fields).
 
     Incomplete records fail here, at import: a differentiable primitive needs gradient cases,
@@ -106,8 +120,10 @@ def defprim(name, group, doc, abstract, *, cases, dtypes=FLOATS, vjp=None, grad_
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is already defined (in group {PRIMITIVES[name].group!r})")
     if (vjp is None) != (grad_cases is None) or (second_order and vjp is None):
-        raise TypeError(f"defprim({name!r}): vjp and grad_cases go together (a differentiable primitive "
-                        f"is checked by tier 3; one without a vjp has nothing to check)")
+        raise TypeError(
+            f"defprim({name!r}): vjp and grad_cases go together (a differentiable primitive "
+            f"is checked by tier 3; one without a vjp has nothing to check)"
+        )
     if cases is None:
         raise TypeError(f"defprim({name!r}): give tier 2 a case generator, cases(d, dtype)")
     p = Primitive(name, group, doc, abstract, vjp, dtypes, cases, grad_cases, second_order, required)
@@ -136,20 +152,28 @@ def abstract_eval(name, *avals, **params):
 
 #: what holds for every primitive (docs/primitives.md's first section; tier 2 checks each)
 RULES = (
-    ("**Python scalars are weak** (NumPy 2's rule, NEP 50). A binary primitive or `where` takes a Python "
-     "`bool`, `int` or `float` on either side. The scalar takes the array's dtype when its kind is not higher "
-     "(bool < int < float); otherwise the result has the default dtype of the scalar's kind: "
-     "`add(int32[2], 0.5)` is float64, `add(uint8[2], 3)` is uint8, `mul(True, float16[2])` is float16, "
-     "`lt(int32[2], 0.5)` compares in float64. Two arrays always have the same dtype (the front end casts first)."),
-    ("**Inputs are read-only.** A primitive never writes into an input buffer. Its result may be a new buffer, "
-     "or the input itself or a view of it (the reference returns views from reshape, permute, expand, slice, "
-     "flip and windows), so whatever writes into a result in place must allow for that."),
-    ("**Deterministic.** The same inputs give the same bits on every call (random_bits included: it is a "
-     "function of shape, seed and offset)."),
-    ("**Special values.** Float inputs include NaN, +-inf and -0.0; the IEEE-754 result is required "
-     "(reciprocal(-0.0) = -inf). A NaN result must be NaN (its payload is not observable through any "
-     "primitive, so not specified); -0.0 and 0.0 compare equal in results. Subnormal inputs are not part of "
-     "the contract (GPUs may flush them to zero)."),
+    (
+        "**Python scalars are weak** (NumPy 2's rule, NEP 50). A binary primitive or `where` takes a Python "
+        "`bool`, `int` or `float` on either side. The scalar takes the array's dtype when its kind is not higher "
+        "(bool < int < float); otherwise the result has the default dtype of the scalar's kind: "
+        "`add(int32[2], 0.5)` is float64, `add(uint8[2], 3)` is uint8, `mul(True, float16[2])` is float16, "
+        "`lt(int32[2], 0.5)` compares in float64. Two arrays always have the same dtype (the front end casts first)."
+    ),
+    (
+        "**Inputs are read-only.** A primitive never writes into an input buffer. Its result may be a new buffer, "
+        "or the input itself or a view of it (the reference returns views from reshape, permute, expand, slice, "
+        "flip and windows), so whatever writes into a result in place must allow for that."
+    ),
+    (
+        "**Deterministic.** The same inputs give the same bits on every call (random_bits included: it is a "
+        "function of shape, seed and offset)."
+    ),
+    (
+        "**Special values.** Float inputs include NaN, +-inf and -0.0; the IEEE-754 result is required "
+        "(reciprocal(-0.0) = -inf). A NaN result must be NaN (its payload is not observable through any "
+        "primitive, so not specified); -0.0 and 0.0 compare equal in results. Subnormal inputs are not part of "
+        "the contract (GPUs may flush them to zero)."
+    ),
     ("**Layouts.** Inputs may be any view the backend's own primitives make (permuted, strided, offset)."),
 )
 
@@ -161,19 +185,38 @@ def markdown() -> str:
     >>> markdown().splitlines()[0]
     '# The primitive contract'
     """
-    lines = ["# The primitive contract", "",
-             "Generated from the primitive records (`ember.primitives`, one `defprim` per primitive) by",
-             "`python -m ember.primitives > docs/primitives.md`. A backend implements each primitive as",
-             "`impls[name](*buffers, **params) -> buffer` (see docs/writing-a-backend.md). Gradients are",
-             "ember's business: backends never write backward code. The last column lists the dtypes",
-             "conformance tier 2 checks.", "", "## Rules for every primitive", ""] + [f"- {r}" for r in RULES] + [""]
+    lines = (
+        [
+            "# The primitive contract",
+            "",
+            "Generated from the primitive records (`ember.primitives`, one `defprim` per primitive) by",
+            "`python -m ember.primitives > docs/primitives.md`. A backend implements each primitive as",
+            "`impls[name](*buffers, **params) -> buffer` (see docs/writing-a-backend.md). Gradients are",
+            "ember's business: backends never write backward code. The last column lists the dtypes",
+            "conformance tier 2 checks.",
+            "",
+            "## Rules for every primitive",
+            "",
+        ]
+        + [f"- {r}" for r in RULES]
+        + [""]
+    )
     for group, prims in GROUPS.items():
         lines += [f"## {group}", "", "| primitive | differentiable | spec | tier-2 dtypes |", "|---|---|---|---|"]
         for p in prims:
-            dtypes = "all" if p.dtypes == ALL else "all but bool" if p.dtypes == NUMERIC else \
-                "floats" if p.dtypes == FLOATS else ", ".join(p.dtypes)
+            dtypes = (
+                "all"
+                if p.dtypes == ALL
+                else "all but bool"
+                if p.dtypes == NUMERIC
+                else "floats"
+                if p.dtypes == FLOATS
+                else ", ".join(p.dtypes)
+            )
             optional = "" if p.required else "*Optional.* "
-            lines.append(f"| `{p.name}` | {'yes' if p.differentiable else 'no'} | {optional}{p.doc.replace('|', '/')} "
-                         f"| {dtypes} |")
+            lines.append(
+                f"| `{p.name}` | {'yes' if p.differentiable else 'no'} | {optional}{p.doc.replace('|', '/')} "
+                f"| {dtypes} |"
+            )
         lines.append("")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 (The records are named ``sum``, ``max`` and ``min``, so this module does not use those builtins.)
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,8 @@ def _argmax_tier2(d, dt):
     s = d.shape(min_dims=1)
     axis = d.axis(len(s))
     a = axis % len(s)
-    s = s[:a] + (s[a] or 1,) + s[a + 1:]
-    x = d.array(s, dt, ties=d.booleans())           # ties: the first maximum wins, floats and ints alike
+    s = s[:a] + (s[a] or 1,) + s[a + 1 :]
+    x = d.array(s, dt, ties=d.booleans())  # ties: the first maximum wins, floats and ints alike
     if dt in FLOATS and x.size and d.booleans():
         x.reshape(-1)[d.integers(0, x.size - 1)] = d.sampled_from((math.inf, -math.inf))
     return d.case([x], dict(axis=axis, keepdims=d.booleans()))
@@ -70,8 +71,11 @@ def _argmax_tier2(d, dt):
 # ----------------------------------------------------------------------------- tier-3 cases
 def _sum_tier3(r):
     x = r.normal((3, 4, 2))
-    return [r.case([x], dict(axes=(0, 2), keepdims=False)), r.case([x], dict(axes=(1,), keepdims=True)),
-            r.case([x], dict(axes=(), keepdims=False), label="no axes")]
+    return [
+        r.case([x], dict(axes=(0, 2), keepdims=False)),
+        r.case([x], dict(axes=(1,), keepdims=True)),
+        r.case([x], dict(axes=(), keepdims=False), label="no axes"),
+    ]
 
 
 def _extremum_tier3(r):
@@ -91,22 +95,42 @@ def _extremum_vjp(g, out, x, axes, keepdims=False):
     kshape = keepdims_shape(x.shape, axes)
     if not keepdims:
         g, out = g.reshape(kshape), out.reshape(kshape)
-    mask = (x == out).to(g.dtype)             # ties share the gradient evenly, as in torch.amax
+    mask = (x == out).to(g.dtype)  # ties share the gradient evenly, as in torch.amax
     return (g * mask / mask.sum(tuple(axes), keepdim=True),)
 
 
 # ----------------------------------------------------------------------------- the records
-sum = defprim("sum", "reduce", "sum(x, axes, keepdims): sum over `axes`, a tuple of distinct dims, each in "
-              "[-ndim, ndim) (negative counts from the end; () = identity, all dims = NumPy's axis=None); "
-              "keepdims keeps them as size 1. Same dtype as x (float16 accumulates in float32). Empty reductions give 0.",
-              _reduce, dtypes=NUMERIC, cases=_sum_tier2, grad_cases=_sum_tier3, vjp=_sum_vjp)
-EXTREMUM = dict(group="reduce", abstract=_reduce_nonempty, dtypes=NUMERIC, cases=_max_min_tier2,
-                grad_cases=_extremum_tier3, vjp=_extremum_vjp,
-                doc="max/min(x, axes, keepdims): over `axes` (as for sum); NaN propagates (any NaN gives NaN); "
-                    "an empty axis is an error.")
+sum = defprim(
+    "sum",
+    "reduce",
+    "sum(x, axes, keepdims): sum over `axes`, a tuple of distinct dims, each in "
+    "[-ndim, ndim) (negative counts from the end; () = identity, all dims = NumPy's axis=None); "
+    "keepdims keeps them as size 1. Same dtype as x (float16 accumulates in float32). Empty reductions give 0.",
+    _reduce,
+    dtypes=NUMERIC,
+    cases=_sum_tier2,
+    grad_cases=_sum_tier3,
+    vjp=_sum_vjp,
+)
+EXTREMUM = dict(
+    group="reduce",
+    abstract=_reduce_nonempty,
+    dtypes=NUMERIC,
+    cases=_max_min_tier2,
+    grad_cases=_extremum_tier3,
+    vjp=_extremum_vjp,
+    doc="max/min(x, axes, keepdims): over `axes` (as for sum); NaN propagates (any NaN gives NaN); "
+    "an empty axis is an error.",
+)
 max = defprim("max", **EXTREMUM, second_order=True)
 min = defprim("min", **EXTREMUM)
-argmax = defprim("argmax", "reduce", "argmax(x, axis, keepdims): index (int64) of the first maximum along one axis "
-                 "(in [-ndim, ndim)): of tied maxima the lowest index wins, for floats and integers alike. NaN inputs "
-                 "are not part of the contract (not generated).",
-                 _argmax, dtypes=NUMERIC, cases=_argmax_tier2)
+argmax = defprim(
+    "argmax",
+    "reduce",
+    "argmax(x, axis, keepdims): index (int64) of the first maximum along one axis "
+    "(in [-ndim, ndim)): of tied maxima the lowest index wins, for floats and integers alike. NaN inputs "
+    "are not part of the contract (not generated).",
+    _argmax,
+    dtypes=NUMERIC,
+    cases=_argmax_tier2,
+)

@@ -1,4 +1,5 @@
 """Shape arithmetic the abstract rules share: broadcasting, axes, convolution sizes."""
+
 from __future__ import annotations
 
 from ..errors import ShapeError
@@ -16,8 +17,10 @@ def broadcast_shapes(*shapes: tuple) -> tuple:
     for i in range(-ndim, 0):
         sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
         if len(sizes) > 1:
-            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast "
-                             f"(sizes {' vs '.join(map(str, sorted(sizes)))} at dim {i})")
+            raise ShapeError(
+                f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast "
+                f"(sizes {' vs '.join(map(str, sorted(sizes)))} at dim {i})"
+            )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
 
@@ -42,5 +45,3 @@ def prod(xs):
 
 def conv_out_size(size, k, stride, pad, dilation):
     return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
-
-

@@ -9,6 +9,7 @@ Order rules, one for every backend: NaN sorts as the largest value (last ascendi
 descending, as in torch); ties keep their order along the axis (stable), so ``argtopk`` takes
 the lower index first among equal values (ONNX TopK's rule); -0.0 equals 0.0.
 """
+
 from __future__ import annotations
 
 from .. import dtypes as D
@@ -29,9 +30,9 @@ def _argsort(x, axis, descending=False):
 def _argtopk(x, k, axis, largest=True):
     a = normalize_axis(axis, len(x[0]))
     n = x[0][a] if x[0] else 1
-    if not (0 <= k <= n if x[0] else k == 1):      # a 0-d tensor is its own top 1
+    if not (0 <= k <= n if x[0] else k == 1):  # a 0-d tensor is its own top 1
         raise ShapeError(f"topk: k={k} is out of range for dim {axis} of size {n} in shape {x[0]}")
-    return (x[0][:a] + (k,) + x[0][a + 1:]) if x[0] else (), D.int64
+    return (x[0][:a] + (k,) + x[0][a + 1 :]) if x[0] else (), D.int64
 
 
 def _cumsum(x, axis, reverse=False):
@@ -68,19 +69,44 @@ def _cumsum_tier2(d, dt):
 # ----------------------------------------------------------------------------- tier-3 cases
 def _cumsum_tier3(r):
     x = r.normal((3, 4, 2))
-    return [r.case([x], dict(axis=1)), r.case([x], dict(axis=0, reverse=True), label="reverse"),
-            r.case([r.normal((5,))], dict(axis=-1), label="1-d")]
+    return [
+        r.case([x], dict(axis=1)),
+        r.case([x], dict(axis=0, reverse=True), label="reverse"),
+        r.case([r.normal((5,))], dict(axis=-1), label="1-d"),
+    ]
 
 
 # ----------------------------------------------------------------------------- the records
-argsort = defprim("argsort", "sort", "argsort(x, axis, descending): int64 indices that sort x along `axis`, ascending "
-                  "or descending; stable (ties keep their order); NaN sorts as the largest value.",
-                  _argsort, dtypes=ALL, cases=_argsort_tier2, required=False)
-argtopk = defprim("argtopk", "sort", "argtopk(x, k, axis, largest): int64 indices of the k largest (largest=True) or "
-                  "smallest values along `axis`, in that order; ties take the lower index first; NaN is the largest.",
-                  _argtopk, dtypes=ALL, cases=_argtopk_tier2, required=False)
-cumsum = defprim("cumsum", "scan", "cumsum(x, axis, reverse): inclusive running sum along `axis`, from the end when "
-                 "`reverse`; same dtype (integers wrap; float16 accumulates in float32).",
-                 _cumsum, dtypes=NUMERIC, cases=_cumsum_tier2, grad_cases=_cumsum_tier3, second_order=True,
-                 vjp=lambda g, out, x, axis, reverse=False: (cumsum(g, axis=axis, reverse=not reverse),),
-                 required=False)
+argsort = defprim(
+    "argsort",
+    "sort",
+    "argsort(x, axis, descending): int64 indices that sort x along `axis`, ascending "
+    "or descending; stable (ties keep their order); NaN sorts as the largest value.",
+    _argsort,
+    dtypes=ALL,
+    cases=_argsort_tier2,
+    required=False,
+)
+argtopk = defprim(
+    "argtopk",
+    "sort",
+    "argtopk(x, k, axis, largest): int64 indices of the k largest (largest=True) or "
+    "smallest values along `axis`, in that order; ties take the lower index first; NaN is the largest.",
+    _argtopk,
+    dtypes=ALL,
+    cases=_argtopk_tier2,
+    required=False,
+)
+cumsum = defprim(
+    "cumsum",
+    "scan",
+    "cumsum(x, axis, reverse): inclusive running sum along `axis`, from the end when "
+    "`reverse`; same dtype (integers wrap; float16 accumulates in float32).",
+    _cumsum,
+    dtypes=NUMERIC,
+    cases=_cumsum_tier2,
+    grad_cases=_cumsum_tier3,
+    second_order=True,
+    vjp=lambda g, out, x, axis, reverse=False: (cumsum(g, axis=axis, reverse=not reverse),),
+    required=False,
+)

@@ -9,6 +9,7 @@ Modules, in the order a training run meets them: recipes.py (defaults per datase
 trainer.py (the loop), metrics.py (running numbers), progress.py (the bar), logbook.py (JSONL
 log and the PNG of curves), state.py (checkpoint save/resume), cli.py (``ember train``/``eval``).
 """
+
 from .metrics import Accuracy, Mean, RunningMean
 from .state import load_training_state, save_training_state
 from .trainer import Trainer

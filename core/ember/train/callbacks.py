@@ -16,6 +16,7 @@ The numbers a callback can watch are the epoch record's: ``eval_loss``, ``eval_a
 (with an eval loader), ``train_loss``, ``train_accuracy``. ``mode="auto"`` means "max" for an
 accuracy and "min" for anything else, as in Keras.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,11 +79,13 @@ class Monitor:
         """The watched number in ``record``; an error naming the numbers there are if absent."""
         value = record.get(self.monitor)
         if value is None:
-            if self.monitor in record:      # the epoch measured nothing (NaN is stored as None)
+            if self.monitor in record:  # the epoch measured nothing (NaN is stored as None)
                 return math.nan
             have = ", ".join(k for k, v in record.items() if isinstance(v, float))
-            raise EmberError(f"{type(self).__name__}: monitor {self.monitor!r} is not in the epoch's record "
-                             f"(it has {have}); an eval_* metric needs an eval_loader")
+            raise EmberError(
+                f"{type(self).__name__}: monitor {self.monitor!r} is not in the epoch's record "
+                f"(it has {have}); an eval_* metric needs an eval_loader"
+            )
         return float(value)
 
     def better(self, value: float, best: float | None, min_delta: float | None = None) -> bool:
@@ -115,7 +118,7 @@ class EarlyStopping(Callback):
         self.best, self.wait, self.stopped_epoch = None, 0, None
 
     def on_fit_start(self, trainer):
-        if self.stopped_epoch is not None:      # a resumed run that had already stopped stays stopped
+        if self.stopped_epoch is not None:  # a resumed run that had already stopped stays stopped
             trainer.should_stop = True
 
     def on_epoch_end(self, trainer, record):
@@ -130,8 +133,10 @@ class EarlyStopping(Callback):
 
     def reason(self) -> str:
         """Why the run stopped, for the user."""
-        return (f"stopped early after epoch {self.stopped_epoch}: {self.watch.monitor} did not improve on "
-                f"{self.best:.4g} for {self.patience} epoch{'s' if self.patience > 1 else ''}")
+        return (
+            f"stopped early after epoch {self.stopped_epoch}: {self.watch.monitor} did not improve on "
+            f"{self.best:.4g} for {self.patience} epoch{'s' if self.patience > 1 else ''}"
+        )
 
     def state_dict(self):
         return {"best": self.best, "wait": self.wait, "stopped_epoch": self.stopped_epoch}
@@ -153,7 +158,7 @@ class ModelCheckpoint(Callback):
             raise EmberError(f"ModelCheckpoint: save_top_k must be an int >= 1, got {save_top_k!r}")
         self.watch = Monitor(monitor, mode)
         self.save_top_k, self.dirpath = save_top_k, dirpath
-        self.kept: list[tuple[float, int]] = []       # (score, step), best first
+        self.kept: list[tuple[float, int]] = []  # (score, step), best first
 
     def setup(self, trainer):
         if self.dirpath is None and trainer.out_dir is not None:
@@ -167,20 +172,29 @@ class ModelCheckpoint(Callback):
         if not trainer.is_main:
             return
         from ..io.checkpoint import checkpoint_path, remove_checkpoint
+
         value = self.watch.value(record)
         if math.isnan(value):
             return
         ranked = sorted(self.kept + [(value, trainer.step)], key=self._order)
-        if (value, trainer.step) not in ranked[:self.save_top_k]:
+        if (value, trainer.step) not in ranked[: self.save_top_k]:
             return
         path = trainer.save(self.dirpath, keep_last=None, extra={"monitor": self.watch.monitor, "score": value})
-        for _, step in ranked[self.save_top_k:]:
+        for _, step in ranked[self.save_top_k :]:
             remove_checkpoint(checkpoint_path(self.dirpath, step))
-        self.kept = ranked[:self.save_top_k]
+        self.kept = ranked[: self.save_top_k]
         if trainer._log is not None:
             rank = self.kept.index((value, trainer.step)) + 1
-            trainer._log.write(split="best", step=trainer.step, epoch=record["epoch"], monitor=self.watch.monitor,
-                               score=value, rank=rank, path=path, best_path=self.best_model_path)
+            trainer._log.write(
+                split="best",
+                step=trainer.step,
+                epoch=record["epoch"],
+                monitor=self.watch.monitor,
+                score=value,
+                rank=rank,
+                path=path,
+                best_path=self.best_model_path,
+            )
 
     def _order(self, entry):
         score, step = entry
@@ -189,11 +203,13 @@ class ModelCheckpoint(Callback):
     @property
     def best_k_models(self) -> dict:
         from ..io.checkpoint import checkpoint_path
+
         return {checkpoint_path(self.dirpath, step): score for score, step in self.kept}
 
     @property
     def best_model_path(self) -> str | None:
         from ..io.checkpoint import checkpoint_path
+
         return checkpoint_path(self.dirpath, self.kept[0][1]) if self.kept else None
 
     @property
@@ -221,6 +237,7 @@ class ReduceLROnPlateau(Callback):
 
     def setup(self, trainer):
         from ..optim.lr_scheduler import ReduceLROnPlateau as Scheduler
+
         self.scheduler = Scheduler(trainer.optimizer, mode=self.watch.mode, **self.kwargs)
 
     def on_epoch_end(self, trainer, record):
@@ -230,7 +247,7 @@ class ReduceLROnPlateau(Callback):
 
     def state_dict(self):
         state = self.scheduler.state_dict()
-        if not math.isfinite(state["best"]):     # nothing seen yet: +-inf, which JSON cannot hold
+        if not math.isfinite(state["best"]):  # nothing seen yet: +-inf, which JSON cannot hold
             state["best"] = None
         return state
 

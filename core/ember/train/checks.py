@@ -5,6 +5,7 @@ One table says what each number must be; it checks the command line and, on ``ev
 not a crash). Paths are checked for what the run will do with them: the run directory must
 be creatable and writable, and hold a run exactly when ``--resume`` says it does.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,8 @@ def _int(least, most=2**63 - 1):
 
 def _number(least, strict):
     def ok(v):
-        return (type(v) in (int, float) and math.isfinite(v) and (v > least if strict else v >= least))
+        return type(v) in (int, float) and math.isfinite(v) and (v > least if strict else v >= least)
+
     return ok, f"a finite number {'>' if strict else '>='} {least}"
 
 
@@ -70,8 +72,19 @@ CONFIG = {
     "vocab":     ((lambda v: isinstance(v, str) and len(set(v)) == len(v) > 1), "a string of distinct characters"),
 }
 # fmt: on
-CONFIG_REQUIRED = ("dataset", "model", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
-                   "schedule", "augment", "seed")
+CONFIG_REQUIRED = (
+    "dataset",
+    "model",
+    "epochs",
+    "batch_size",
+    "lr",
+    "optimizer",
+    "momentum",
+    "weight_decay",
+    "schedule",
+    "augment",
+    "seed",
+)
 TEXT_REQUIRED = ("text_file", "seq_len", "vocab")
 
 
@@ -105,8 +118,9 @@ def check_config(path, cfg) -> dict:
         value = cfg.get(name)
         if value is not None and not ok(value):
             raise CheckpointError(path, f"config.{name} must be {what}, got {value!r:.60}")
-    missing = [k for k in CONFIG_REQUIRED + (TEXT_REQUIRED if cfg.get("dataset") == "text" else ())
-               if cfg.get(k) is None]
+    missing = [
+        k for k in CONFIG_REQUIRED + (TEXT_REQUIRED if cfg.get("dataset") == "text" else ()) if cfg.get(k) is None
+    ]
     if missing:
         raise CheckpointError(path, f"config lacks {', '.join(missing)} (not written by ember train?)")
     return cfg
@@ -115,6 +129,7 @@ def check_config(path, cfg) -> dict:
 def check_run_dir(out: str, resume: bool) -> None:
     """The run directory can be written, and ``--resume`` matches what is in it."""
     from ..io.checkpoint import latest_checkpoint, list_checkpoints
+
     if os.path.exists(out) and not os.path.isdir(out):
         raise EmberError(f"--out {out} is a file, not a directory")
     writable_dir(out, "--out")
@@ -123,11 +138,16 @@ def check_run_dir(out: str, resume: bool) -> None:
             raise EmberError(f"--resume: {out} does not exist (no run to resume); drop --resume to start one")
         if latest_checkpoint(out) is None:
             bad = [f"{os.path.basename(c.path)}: {c.status}" for c in list_checkpoints(out) if c.status != "ok"]
-            raise EmberError(f"--resume: {out} holds no complete checkpoint of a run"
-                             + (f" ({'; '.join(bad[:3])})" if bad else "") + "; drop --resume to start a new run")
+            raise EmberError(
+                f"--resume: {out} holds no complete checkpoint of a run"
+                + (f" ({'; '.join(bad[:3])})" if bad else "")
+                + "; drop --resume to start a new run"
+            )
     elif os.path.isdir(out) and list_checkpoints(out):
-        raise EmberError(f"{out} already holds checkpoints of a run; pass --resume to continue it or "
-                         f"--out to start a new one (nothing was changed)")
+        raise EmberError(
+            f"{out} already holds checkpoints of a run; pass --resume to continue it or "
+            f"--out to start a new one (nothing was changed)"
+        )
 
 
 def writable_dir(path: str, flag: str) -> None:

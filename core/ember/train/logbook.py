@@ -1,4 +1,5 @@
 """The run's record: one JSON object per line in ``metrics.jsonl``, and a PNG of the curves."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,12 @@ class Logbook:
         self.path = os.path.join(os.fspath(directory), "metrics.jsonl")
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         if resume_step is not None and os.path.exists(self.path):
-            kept = [r for r in read_log(self.path) if r.get("step", 0) <= resume_step
-                    and not (r.get("split") == "eval" and resume_epoch is not None
-                             and r.get("epoch", 0) > resume_epoch)]
+            kept = [
+                r
+                for r in read_log(self.path)
+                if r.get("step", 0) <= resume_step
+                and not (r.get("split") == "eval" and resume_epoch is not None and r.get("epoch", 0) > resume_epoch)
+            ]
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
@@ -46,7 +50,7 @@ def read_log(path) -> list[dict]:
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError:
-                    pass     # a line cut by a kill: the run went on from its last checkpoint
+                    pass  # a line cut by a kill: the run went on from its last checkpoint
     return records
 
 
@@ -55,10 +59,12 @@ def plot_curves(run_dir, out=None) -> str:
     (``pip install ember[plot]``)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         from ..errors import EmberError
+
         raise EmberError("plotting needs matplotlib: pip install 'ember[plot]'") from None
     records = read_log(run_dir)
     out = out or os.path.join(os.fspath(run_dir), "curves.png")

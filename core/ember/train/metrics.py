@@ -3,6 +3,7 @@
 Each meter's state is its instance dict of numbers, so a checkpoint can carry the epoch's
 accumulators and a resumed epoch reports the same means as an uninterrupted one.
 """
+
 from __future__ import annotations
 
 
@@ -88,7 +89,7 @@ class Accuracy:
     def add(self, logits, labels) -> int:
         correct = int((logits.argmax(-1) == labels).sum().item())
         self.correct += correct
-        self.count += labels.numel()       # every position of a sequence counts
+        self.count += labels.numel()  # every position of a sequence counts
         return correct
 
     @property
@@ -109,6 +110,7 @@ class ClassAccuracy:
 
     def add(self, logits, labels) -> None:
         import numpy as np
+
         n = len(self.count)
         pred, true = logits.argmax(-1).numpy().reshape(-1), labels.numpy().reshape(-1)
         hits = np.bincount(true[pred == true], minlength=n)[:n]

@@ -7,12 +7,13 @@ one at the end, so logs stay short and readable. No tqdm: with a terminal of unk
 
     epoch 1/3: 640/1875 (34%) 2,150 samples/s, ETA 0:00:18  loss=0.3012 acc=0.9137
 """
+
 from __future__ import annotations
 
 import sys
 import time
 
-TTY_EVERY_S = 0.1     # a terminal's line is redrawn at most this often
+TTY_EVERY_S = 0.1  # a terminal's line is redrawn at most this often
 
 
 class Progress:
@@ -29,8 +30,17 @@ class Progress:
     epoch 1/1: 4/4 (100%) 32 samples/s, 0:00:04  loss=0.25
     """
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, every_s: float = 5.0, *,
-                 batch_size: int | None = None, stream=None, clock=time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        enabled: bool = True,
+        every_s: float = 5.0,
+        *,
+        batch_size: int | None = None,
+        stream=None,
+        clock=time.monotonic,
+    ):
         self.total, self.desc, self.enabled, self.every_s = total, desc, enabled, every_s
         self.batch_size, self.stream, self.clock = batch_size, stream or sys.stderr, clock
         self.n, self.width = 0, 0
@@ -43,7 +53,7 @@ class Progress:
         if not self.enabled:
             return
         now = self.clock()
-        if self.first is None:       # the first update places the bar (a resumed epoch's offset)
+        if self.first is None:  # the first update places the bar (a resumed epoch's offset)
             self.first, self.start, self.last = self.n, now, now
             if self.n < self.total:
                 return
@@ -58,13 +68,13 @@ class Progress:
         pct = f" ({100 * self.n // self.total}%)" if self.total else ""
         speed = ""
         if rate is not None:
-            speed = (f" {rate * self.batch_size:,.0f} samples/s" if self.batch_size else f" {rate:,.1f} steps/s")
+            speed = f" {rate * self.batch_size:,.0f} samples/s" if self.batch_size else f" {rate:,.1f} steps/s"
             speed += f", ETA {_clock(self.total - self.n, rate)}" if self.n < self.total else f", {_clock(elapsed)}"
         text = "  ".join(f"{k}={_fmt(v)}" for k, v in fields.items())
         return f"{self.desc}: {self.n}/{self.total}{pct}{speed}" + (f"  {text}" if text else "")
 
     def _write(self, text: str) -> None:
-        if self.tty:      # rewrite the line in place; pad over a longer previous one
+        if self.tty:  # rewrite the line in place; pad over a longer previous one
             self.stream.write("\r" + text.ljust(self.width))
             self.width = len(text)
         else:
@@ -80,7 +90,7 @@ class Progress:
 def _isatty(stream) -> bool:
     try:
         return bool(stream.isatty())
-    except (AttributeError, ValueError):      # no isatty, or a closed stream
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
 
 

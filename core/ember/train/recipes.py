@@ -3,6 +3,7 @@
 Each recipe is a row: hyperparameters that reach the accuracy bars in docs/training.md on the
 NumPy backend. Command-line flags override any of them.
 """
+
 from __future__ import annotations
 
 from ..errors import EmberError
@@ -21,8 +22,9 @@ DATASETS = {
 # Which models train on which kind of data: images, or characters of a text.
 TEXT_MODELS = ("transformer",)
 
-BASE = dict(epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, weight_decay=0.0,
-            schedule="cosine", augment=False)
+BASE = dict(
+    epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, weight_decay=0.0, schedule="cosine", augment=False
+)
 
 # Measured: the MLP with Adam 1e-3 at batch 64 and a constant rate ends epoch 1 at ~96.7% on
 # MNIST (PyTorch too); batch 32 with the rate annealed to zero over the run (cosine, per step)
@@ -30,11 +32,12 @@ BASE = dict(epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, we
 RECIPES = {
     "mlp": dict(batch_size=32),
     "cnn": dict(epochs=2),
-    "resnet18": dict(epochs=30, batch_size=128, lr=0.1, optimizer="sgd", weight_decay=5e-4,
-                     schedule="cosine", augment=True),
+    "resnet18": dict(
+        epochs=30, batch_size=128, lr=0.1, optimizer="sgd", weight_decay=5e-4, schedule="cosine", augment=True
+    ),
     "transformer": dict(batch_size=32, lr=3e-3),
 }
-SEQ_LEN = 64        # characters per training sequence of a text run (--seq-len)
+SEQ_LEN = 64  # characters per training sequence of a text run (--seq-len)
 
 
 def default_help(key: str) -> str:
@@ -57,8 +60,10 @@ def recipe(dataset: str, model: str) -> dict:
     if model not in RECIPES:
         raise EmberError(f"unknown model {model!r}; ember train knows {', '.join(RECIPES)}")
     if (dataset == "text") != (model in TEXT_MODELS):
-        raise EmberError(f"--model {model} does not train on {dataset}: text trains "
-                         f"{', '.join(TEXT_MODELS)} (ember train text FILE), images the other models")
+        raise EmberError(
+            f"--model {model} does not train on {dataset}: text trains "
+            f"{', '.join(TEXT_MODELS)} (ember train text FILE), images the other models"
+        )
     return {**BASE, **RECIPES[model]}
 
 
@@ -69,6 +74,7 @@ def class_names(dataset: str) -> list[str]:
     ['airplane', 'automobile', 'bird']
     """
     from .. import data
+
     return list(getattr(getattr(data, DATASETS[dataset][0], None), "classes", []))
 
 
@@ -76,10 +82,12 @@ def build_datasets(name: str, root=None, limit_train=None, limit_test=None, text
     """(train, test) datasets, optionally the first N samples of each (quick runs and tests);
     ``text`` is the config's ``(file, seq_len, vocab)`` of a text run."""
     from .. import data
+
     cls_name, shape, _, _ = DATASETS[name]
     cls = getattr(data, cls_name, None)
     if name == "text":
         from ..data.text import TextFile
+
         path, seq_len, vocab = text
         train, test = TextFile(path, seq_len, True, vocab), TextFile(path, seq_len, False, vocab)
     elif cls_name == "SyntheticCIFAR10":
@@ -95,6 +103,7 @@ def build_datasets(name: str, root=None, limit_train=None, limit_test=None, text
 
 def transforms(name: str, augment: bool):
     from ..data import transforms as T
+
     if name == "text":
         return None
     _, (c, h, w), mean, std = DATASETS[name]
@@ -107,25 +116,32 @@ def transforms(name: str, augment: bool):
 
 def build_model(model: str, dataset: str, cfg=None):
     from .. import models
+
     if dataset == "text":
         return models.get(model, vocab_size=len(cfg["vocab"]), max_len=cfg["seq_len"])
     _, (c, h, w), _, _ = DATASETS[dataset]
-    shape_args = {"mlp": dict(in_features=c * h * w), "cnn": dict(in_channels=c, image_size=h),
-                  "resnet18": dict(in_channels=c)}
+    shape_args = {
+        "mlp": dict(in_features=c * h * w),
+        "cnn": dict(in_channels=c, image_size=h),
+        "resnet18": dict(in_channels=c),
+    }
     return models.get(model, num_classes=10, **shape_args[model])
 
 
 def loss_fn(dataset: str):
     """The training loss: cross-entropy over classes, or over every position of a sequence."""
     from ..nn import functional as F
+
     if dataset == "text":
         from .text import sequence_cross_entropy
+
         return sequence_cross_entropy
     return F.cross_entropy
 
 
 def build_optimizer(params, name: str, lr: float, momentum: float, weight_decay: float):
     from .. import optim
+
     table = {
         "sgd": lambda: optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay),
         "adam": lambda: optim.Adam(params, lr=lr, weight_decay=weight_decay),
@@ -140,6 +156,7 @@ def build_optimizer(params, name: str, lr: float, momentum: float, weight_decay:
 def build_scheduler(optimizer, schedule: str, total_steps: int):
     """The LR schedule, stepped once per optimizer step (the Trainer's ``scheduler_interval="step"``)."""
     from ..optim import lr_scheduler as S
+
     table = {
         "none": lambda: None,
         "cosine": lambda: S.CosineAnnealingLR(optimizer, T_max=total_steps),

@@ -11,6 +11,7 @@ checkpoint: one that a run left before its first checkpoint is used again.
 >>> next_run_dir(base) == base, newest_version(base)
 (True, None)
 """
+
 from __future__ import annotations
 
 import os
@@ -22,6 +23,7 @@ ROOT = "runs"
 def holds_run(path) -> bool:
     """True if ``path`` is a directory with at least one checkpoint file (complete or not)."""
     from ..io.checkpoint import list_checkpoints
+
     return os.path.isdir(path) and bool(list_checkpoints(path))
 
 
@@ -57,6 +59,7 @@ def newest_version(base) -> str | None:
 def newest_run(root=ROOT) -> str | None:
     """The run directory under ``root`` whose newest checkpoint was committed last, or None."""
     from ..io.checkpoint import list_checkpoints
+
     best, when = None, None
     if not os.path.isdir(root):
         return None

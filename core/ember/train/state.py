@@ -5,6 +5,7 @@ What a run is: model parameters and buffers, optimizer state, LR schedule, the r
 the checkpoint's safetensors file; everything else into its JSON sidecar (ember.io.checkpoint
 writes both atomically). No pickle anywhere.
 """
+
 from __future__ import annotations
 
 from ..errors import EmberError
@@ -38,11 +39,12 @@ def _join(obj, tensors, backend):
 
 
 def _key(k):
-    return int(k) if k.isdigit() else k       # optimizer state is keyed by parameter index
+    return int(k) if k.isdigit() else k  # optimizer state is keyed by parameter index
 
 
-def save_training_state(directory, step, model, optimizer=None, scheduler=None, loader=None,
-                        config=None, extra=None, keep_last=3) -> str:
+def save_training_state(
+    directory, step, model, optimizer=None, scheduler=None, loader=None, config=None, extra=None, keep_last=3
+) -> str:
     """Write checkpoint ``step`` of a run into ``directory``; returns its path."""
     tensors = {f"model/{k}": tensor_bytes(v) for k, v in model.state_dict().items()}
     meta = {"config": config or {}, "rng": default_generator.get_state(), "extra": extra or {}}
@@ -58,13 +60,22 @@ def save_training_state(directory, step, model, optimizer=None, scheduler=None, 
 # The sidecar's schema: each field, the JSON type it must have, and for numbers the least value.
 # A checkpoint that breaks a row is refused before anything is restored.
 SCHEMA = {
-    "config": (dict, None), "rng": (dict, None), "extra": (dict, None),
-    "optimizer": (dict, None), "scheduler": (dict, None), "loader": (dict, None),
+    "config": (dict, None),
+    "rng": (dict, None),
+    "extra": (dict, None),
+    "optimizer": (dict, None),
+    "scheduler": (dict, None),
+    "loader": (dict, None),
 }
 RNG_SCHEMA = {"seed": (int, 0), "offset": (int, 0)}
 LOADER_SCHEMA = {"epoch": (int, 0), "batch": (int, 0)}
-TRAINER_SCHEMA = {"epoch": (int, 0), "batch": (int, 0), "skipped_steps": (int, 0), "history": (list, None),
-                  "meters": (dict, None)}
+TRAINER_SCHEMA = {
+    "epoch": (int, 0),
+    "batch": (int, 0),
+    "skipped_steps": (int, 0),
+    "history": (list, None),
+    "meters": (dict, None),
+}
 
 
 def check_fields(path, where: str, record, schema: dict, required=None) -> None:
@@ -78,10 +89,11 @@ def check_fields(path, where: str, record, schema: dict, required=None) -> None:
     """
     if not isinstance(record, dict):
         raise CheckpointError(path, f"sidecar field {where} must be an object, got {record!r:.60}")
-    for key in (schema if required is None else required):
+    for key in schema if required is None else required:
         if key not in record:
-            raise CheckpointError(path, f"sidecar field {where}.{key} is missing (the checkpoint would "
-                                        f"restart that state silently)")
+            raise CheckpointError(
+                path, f"sidecar field {where}.{key} is missing (the checkpoint would restart that state silently)"
+            )
     for key, value in record.items():
         if key not in schema:
             continue
@@ -89,8 +101,11 @@ def check_fields(path, where: str, record, schema: dict, required=None) -> None:
         ok = isinstance(value, kind) and not isinstance(value, bool) and (least is None or value >= least)
         if not ok:
             bound = "" if least is None else f" >= {least}"
-            raise CheckpointError(path, f"sidecar field {where}.{key} must be a{'n' if kind is int else ''} "
-                                        f"{_JSON_NAMES[kind]}{bound}, got {value!r:.60}")
+            raise CheckpointError(
+                path,
+                f"sidecar field {where}.{key} must be a{'n' if kind is int else ''} "
+                f"{_JSON_NAMES[kind]}{bound}, got {value!r:.60}",
+            )
 
 
 _JSON_NAMES = {dict: "object", list: "list", int: "int"}
@@ -105,20 +120,23 @@ def load_training_state(path, model, optimizer=None, scheduler=None, loader=None
     scheduler or loader that was passed is an error, not a silent restart.
     """
     tensors, meta = read_checkpoint(path)
-    wanted = ["rng"] + [k for k, v in (("optimizer", optimizer), ("scheduler", scheduler),
-                                         ("loader", loader)) if v is not None]
+    wanted = ["rng"] + [
+        k for k, v in (("optimizer", optimizer), ("scheduler", scheduler), ("loader", loader)) if v is not None
+    ]
     check_fields(path, "meta", meta, SCHEMA, required=wanted)
     check_fields(path, "rng", meta["rng"], RNG_SCHEMA)
     if loader is not None:
         check_fields(path, "loader", meta["loader"], LOADER_SCHEMA)
     backend = next(iter(model.parameters())).backend
-    state = {k[len("model/"):]: tensor_from_bytes(v, backend) for k, v in tensors.items() if k.startswith("model/")}
+    state = {k[len("model/") :]: tensor_from_bytes(v, backend) for k, v in tensors.items() if k.startswith("model/")}
     if not state:
         raise EmberError(f"{path}: this checkpoint holds no model tensors (not written by ember train?)")
     model.load_state_dict(state)
-    steps = [("optimizer", lambda: optimizer.load_state_dict(_join(meta["optimizer"], tensors, backend))),
-             ("scheduler", lambda: scheduler.load_state_dict(meta["scheduler"])),
-             ("loader", lambda: loader.load_state_dict(meta["loader"]))]
+    steps = [
+        ("optimizer", lambda: optimizer.load_state_dict(_join(meta["optimizer"], tensors, backend))),
+        ("scheduler", lambda: scheduler.load_state_dict(meta["scheduler"])),
+        ("loader", lambda: loader.load_state_dict(meta["loader"])),
+    ]
     for name, restore in steps:
         if name in wanted:
             try:

@@ -3,6 +3,7 @@
 The loss is cross-entropy at every position of every sequence; at the end of a run the model
 writes a sample, one character at a time, each drawn from its predicted distribution.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +20,7 @@ def sequence_cross_entropy(logits, targets):
     1.3863
     """
     from ..nn import functional as F
+
     v = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1))
 
@@ -35,15 +37,16 @@ def generate(model, prompt, length: int, *, temperature: float = 0.8, seed: int 
     (10,)
     """
     from ..tensor import tensor
+
     rng = np.random.default_rng(seed)
     ids = [int(i) for i in prompt]
     was_training = model.training
     model.eval()
     with no_grad():
         for _ in range(length):
-            window = ids[-model.max_len:]
+            window = ids[-model.max_len :]
             logits = model(tensor([window])).numpy()[0, -1].astype(np.float64) / temperature
             p = np.exp(logits - logits.max())
             ids.append(int(rng.choice(len(p), p=p / p.sum())))
     model.train(was_training)
-    return np.array(ids[len(prompt):], dtype=np.int64)
+    return np.array(ids[len(prompt) :], dtype=np.int64)

@@ -9,6 +9,7 @@ Where the run is (step, finished epochs, batches of the current epoch, that epoc
 accumulators) goes into every checkpoint with the rest of the state, so ``resume`` continues
 exactly, whether the run was killed, paused by ``max_steps``, or stopped during evaluation.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,12 +45,31 @@ class Trainer:
     True
     """
 
-    def __init__(self, model, optimizer, train_loader, *, loss_fn=None, eval_loader=None,
-                 scheduler=None, scheduler_interval="epoch", out_dir=None, checkpoint_every=None,
-                 keep_last=3, log_every=50, progress=True, clip_grad_norm=None, config=None, is_main=True,
-                 jit=True, on_nonfinite="stop", callbacks=None):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        train_loader,
+        *,
+        loss_fn=None,
+        eval_loader=None,
+        scheduler=None,
+        scheduler_interval="epoch",
+        out_dir=None,
+        checkpoint_every=None,
+        keep_last=3,
+        log_every=50,
+        progress=True,
+        clip_grad_norm=None,
+        config=None,
+        is_main=True,
+        jit=True,
+        on_nonfinite="stop",
+        callbacks=None,
+    ):
         if loss_fn is None:
             from ..nn import functional as F
+
             loss_fn = F.cross_entropy
         if scheduler_interval not in ("epoch", "step"):
             raise EmberError(f"scheduler_interval must be 'epoch' or 'step', got {scheduler_interval!r}")
@@ -91,9 +111,11 @@ class Trainer:
     # ------------------------------------------------------------------------------- hooks
     def every(self, n_steps: int):
         """Decorator: call ``fn(trainer)`` after every ``n_steps`` optimizer steps."""
+
         def register(fn):
             self._step_hooks.append((n_steps, fn))
             return fn
+
         return register
 
     def at_epoch_end(self, fn):
@@ -107,6 +129,7 @@ class Trainer:
         when ``on_nonfinite="skip"`` skipped the update (the loss or a gradient was NaN/inf)."""
         if self.jit and getattr(self.model, "sync_gradients", None) is None:
             from ..jit import jit
+
             if self.on_nonfinite == "stop":
                 # One graph for the whole step; it cannot stop half-way, so a non-finite step
                 # is reported after its update (and no checkpoint is written after it).
@@ -128,7 +151,7 @@ class Trainer:
         logits = self.model(x)
         loss = self.loss_fn(logits, y)
         self.optimizer.zero_grad()
-        sync = getattr(self.model, "sync_gradients", None)     # data-parallel: average over ranks
+        sync = getattr(self.model, "sync_gradients", None)  # data-parallel: average over ranks
         if sync is not None:
             shard = getattr(self.train_loader, "global_size", 0)
             self.model.set_weight(y.shape[0] * self.model.size / shard if shard else 1.0)
@@ -154,6 +177,7 @@ class Trainer:
         """Clipping and the optimizer's update."""
         if self.clip_grad_norm:
             from ..optim import clip_grad_norm_
+
             clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
         self.optimizer.step()
 
@@ -166,6 +190,7 @@ class Trainer:
     def _grad_norm(self):
         """The global 2-norm of the gradients, one scalar: NaN/inf in any gradient shows in it."""
         from ..tensor import stack
+
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if not grads:
             return None
@@ -186,14 +211,16 @@ class Trainer:
                 print(f"ember: {what} {where}; update skipped (--on-nonfinite skip)", file=sys.stderr, flush=True)
             return False
         after = "The parameters hold that step's update; " if applied else "The update was not applied; "
-        raise NonFiniteError(f"{what} {where}. {after}no checkpoint was written after it; the last good one "
-                             f"is in {self.out_dir or '(no out_dir)'}. Check that batch's data, lower the "
-                             f"learning rate, set --clip-grad-norm, or pass --on-nonfinite skip")
+        raise NonFiniteError(
+            f"{what} {where}. {after}no checkpoint was written after it; the last good one "
+            f"is in {self.out_dir or '(no out_dir)'}. Check that batch's data, lower the "
+            f"learning rate, set --clip-grad-norm, or pass --on-nonfinite skip"
+        )
 
     def _skipped(self):
         self.optimizer.zero_grad()
         if self.scheduler is not None and self.scheduler_interval == "step":
-            self.scheduler.step()       # the step is counted, as a skipped AMP step is
+            self.scheduler.step()  # the step is counted, as a skipped AMP step is
 
     # ------------------------------------------------------------------------------- the loop
     def fit(self, epochs: int, max_steps: int | None = None) -> list[dict]:
@@ -204,13 +231,13 @@ class Trainer:
         continue exactly where it stopped. A pause inside an epoch does not finish the epoch.
         """
         if self.out_dir is not None:
-            sweep(self.out_dir)              # what a killed writer left behind
+            sweep(self.out_dir)  # what a killed writer left behind
             if self._log is None:
                 self._log = Logbook(self.out_dir, resume_step=self._resumed_step, resume_epoch=self.epoch)
         start = time.monotonic()
         self.paused = self.should_stop = False
         for cb in self.callbacks:
-            cb.on_fit_start(self)            # (an EarlyStopping that has stopped the run sets it again)
+            cb.on_fit_start(self)  # (an EarlyStopping that has stopped the run sets it again)
         while self.epoch < epochs and not self.should_stop:
             if self._batch < len(self.train_loader):
                 if max_steps is not None and self.step >= max_steps:
@@ -229,7 +256,7 @@ class Trainer:
             try:
                 plot_curves(self.out_dir)
             except EmberError:
-                pass      # matplotlib is optional; the JSONL log has everything
+                pass  # matplotlib is optional; the JSONL log has everything
         for cb in self.callbacks:
             cb.on_fit_end(self)
         return self.history
@@ -238,14 +265,18 @@ class Trainer:
         self._meters = _new_meters()
         set_epoch = getattr(self.train_loader, "set_epoch", None)
         if set_epoch is not None:
-            set_epoch(self.epoch)            # the loader's epoch is the trainer's, also after a resume
+            set_epoch(self.epoch)  # the loader's epoch is the trainer's, also after a resume
 
     def _train_epoch(self, epochs, max_steps, start) -> bool:
         """The rest of the current epoch's batches; False if ``max_steps`` paused it."""
         self.model.train()
         m = self._meters
-        bar = Progress(len(self.train_loader), f"epoch {self.epoch + 1}/{epochs}", self.progress,
-                       batch_size=getattr(self.train_loader, "batch_size", None))
+        bar = Progress(
+            len(self.train_loader),
+            f"epoch {self.epoch + 1}/{epochs}",
+            self.progress,
+            batch_size=getattr(self.train_loader, "batch_size", None),
+        )
         bar.update(self._batch)
         for x, y in self.train_loader:
             out = self.train_step(x, y)
@@ -261,8 +292,15 @@ class Trainer:
                     m["acc_avg"].add(correct / y.numel())
             bar.update(1, loss=m["loss_avg"].value, acc=m["acc_avg"].value)
             if self._log and self.step % self.log_every == 0:
-                self._log.write(split="train", step=self.step, epoch=self.epoch, loss=m["loss_avg"].value,
-                                accuracy=m["acc_avg"].value, lr=self._lr(), time=time.monotonic() - start)
+                self._log.write(
+                    split="train",
+                    step=self.step,
+                    epoch=self.epoch,
+                    loss=m["loss_avg"].value,
+                    accuracy=m["acc_avg"].value,
+                    lr=self._lr(),
+                    time=time.monotonic() - start,
+                )
             for n, hook in self._step_hooks:
                 if self.step % n == 0:
                     hook(self)
@@ -277,8 +315,12 @@ class Trainer:
     def _finish_epoch(self):
         """Evaluate, record, advance the epoch, and checkpoint: the epoch's end."""
         m = self._meters
-        record = {"epoch": self.epoch + 1, "step": self.step, "train_loss": _number(m["loss"].value),
-                  "train_accuracy": _number(m["acc"].value)}
+        record = {
+            "epoch": self.epoch + 1,
+            "step": self.step,
+            "train_loss": _number(m["loss"].value),
+            "train_accuracy": _number(m["acc"].value),
+        }
         if self.skipped_steps:
             record["skipped_steps"] = self.skipped_steps
         if self.eval_loader is not None:
@@ -299,13 +341,14 @@ class Trainer:
         if self.out_dir is not None:
             self.save()
         if self.progress:
-            print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in record.items()), flush=True)
+            print(
+                " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()), flush=True
+            )
 
     def _pause(self):
         self.paused = True
         if self.out_dir is not None and self._saved_step != self.step:
-            self.save()                      # a paused run can be resumed
+            self.save()  # a paused run can be resumed
 
     def evaluate(self, loader=None, *, per_class: int | None = None, _kill_point=False) -> dict:
         """Mean loss and accuracy over ``loader`` (default: the eval loader), in eval mode;
@@ -326,10 +369,12 @@ class Trainer:
                 if _kill_point:
                     kill_point("eval")
         self.model.train(was_training)
-        if getattr(self.model, "sync_gradients", None) is not None:   # data-parallel: sum over ranks
+        if getattr(self.model, "sync_gradients", None) is not None:  # data-parallel: sum over ranks
             from ..distributed.comm import allreduce_scalars
+
             loss.total, loss.count, acc.correct, acc.count = allreduce_scalars(
-                [loss.total, loss.count, acc.correct, acc.count])
+                [loss.total, loss.count, acc.correct, acc.count]
+            )
         result = {"loss": loss.value, "accuracy": acc.value}
         if classes is not None:
             result["per_class"] = classes.value
@@ -345,17 +390,34 @@ class Trainer:
             return None
         if self.out_dir is None and directory is None:
             raise EmberError("Trainer.save() needs out_dir")
-        bad = [name for name, p in self.model.state_dict().items()
-               if p.dtype.kind == "f" and not bool(p.isfinite().all())]
+        bad = [
+            name for name, p in self.model.state_dict().items() if p.dtype.kind == "f" and not bool(p.isfinite().all())
+        ]
         if bad:
-            raise NonFiniteError(f"not saving step {self.step}: {', '.join(bad[:5])} hold NaN/inf values; "
-                                 f"the last good checkpoint is in {self.out_dir}")
-        fields = {**(extra or {}), "epoch": self.epoch, "batch": self._batch, "meters": meter_state(self._meters),
-                  "skipped_steps": self.skipped_steps, "history": self.history,
-                  "callbacks": dict(zip(callback_keys(self.callbacks), (cb.state_dict() for cb in self.callbacks)))}
-        path = save_training_state(directory or self.out_dir, self.step, self.model, self.optimizer, self.scheduler,
-                                   self.train_loader, config=self.config, extra=fields,
-                                   keep_last=self.keep_last if keep_last == "default" else keep_last)
+            raise NonFiniteError(
+                f"not saving step {self.step}: {', '.join(bad[:5])} hold NaN/inf values; "
+                f"the last good checkpoint is in {self.out_dir}"
+            )
+        fields = {
+            **(extra or {}),
+            "epoch": self.epoch,
+            "batch": self._batch,
+            "meters": meter_state(self._meters),
+            "skipped_steps": self.skipped_steps,
+            "history": self.history,
+            "callbacks": dict(zip(callback_keys(self.callbacks), (cb.state_dict() for cb in self.callbacks))),
+        }
+        path = save_training_state(
+            directory or self.out_dir,
+            self.step,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.train_loader,
+            config=self.config,
+            extra=fields,
+            keep_last=self.keep_last if keep_last == "default" else keep_last,
+        )
         if directory is None:
             self._saved_step = self.step
         return path
@@ -363,6 +425,7 @@ class Trainer:
     def resume(self, path=None) -> bool:
         """Continue from the newest checkpoint in ``path`` (default out_dir); False if none."""
         from ..io.checkpoint import latest_checkpoint
+
         path = os.fspath(path or self.out_dir)
         if os.path.isdir(path):
             path = latest_checkpoint(path)
@@ -372,8 +435,10 @@ class Trainer:
         extra = meta.get("extra")
         check_fields(path, "extra", extra, TRAINER_SCHEMA)
         if extra["batch"] > len(self.train_loader):
-            raise CheckpointError(path, f"sidecar field extra.batch is {extra['batch']}, but an epoch has "
-                                        f"{len(self.train_loader)} batches")
+            raise CheckpointError(
+                path,
+                f"sidecar field extra.batch is {extra['batch']}, but an epoch has {len(self.train_loader)} batches",
+            )
         self.step, self.epoch, self._batch = meta["step"], extra["epoch"], extra["batch"]
         self.history, self.skipped_steps = extra["history"], extra["skipped_steps"]
         self._meters = _new_meters()
@@ -393,8 +458,11 @@ class Trainer:
         for key, cb in zip(callback_keys(self.callbacks), self.callbacks):
             if key not in states:
                 if cb.state_dict():
-                    raise CheckpointError(path, f"sidecar holds no state for callback {key} (saved by a run "
-                                                f"without it); start a new run to use it")
+                    raise CheckpointError(
+                        path,
+                        f"sidecar holds no state for callback {key} (saved by a run "
+                        f"without it); start a new run to use it",
+                    )
                 continue
             try:
                 cb.load_state_dict(states[key])

@@ -9,6 +9,7 @@ The same objects as :mod:`ember.data`, under the names a PyTorch script imports:
 >>> [y.tolist() for x, y in DataLoader(train, batch_size=2)]
 [[0, 0], [1]]
 """
+
 from ..data.dataset import ConcatDataset, Dataset, Subset, TensorDataset, random_split
 from ..data.loader import DataLoader, default_collate
 

@@ -21,6 +21,7 @@ docs/browser.md is the user's guide.
 >>> runtime.in_pyodide()
 False
 """
+
 from __future__ import annotations
 
 from .build import MICROPIP_VERSION, PYODIDE_VERSION, build_site

@@ -23,6 +23,7 @@ The lock file is Pyodide's own, with entries for the bundled wheels replaced by 
 their real sha256, so ``loadPyodide({lockFileURL, packages: ["ember"]})`` installs them with
 integrity checks on. ember's entry does not depend on numpy: the page runs without it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,11 +37,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-PYODIDE_VERSION = "314.0.7"       # the npm package the site is built from
-MICROPIP_VERSION = "0.11.1"       # PyPI wheel; the npm package ships none
+PYODIDE_VERSION = "314.0.7"  # the npm package the site is built from
+MICROPIP_VERSION = "0.11.1"  # PyPI wheel; the npm package ships none
 SITE_FILES = ("index.html", "app.js", "style.css")
 PYODIDE_SKIP = re.compile(r".*\.(map|d\.ts|html|md)$|^package\.json$")
-BUNDLED = ("pluggy", "micropip")           # wheels the site carries besides ember's
+BUNDLED = ("pluggy", "micropip")  # wheels the site carries besides ember's
 
 
 class BuildError(RuntimeError):
@@ -59,12 +60,16 @@ def find_pyodide(pyodide_dir=None, fetch=False) -> Path:
         if c and (Path(c) / "pyodide.asm.wasm").is_file():
             return _checked_pyodide(Path(c))
     if fetch:
-        _run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache_dir()),
-              f"pyodide@{PYODIDE_VERSION}"], "npm")
+        _run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache_dir()), f"pyodide@{PYODIDE_VERSION}"],
+            "npm",
+        )
         return _checked_pyodide(cache_dir() / "node_modules" / "pyodide")
-    raise BuildError(f"Pyodide {PYODIDE_VERSION} not found; pass --pyodide DIR (the npm package folder), set "
-                     f"EMBER_PYODIDE_DIR, or run with --fetch (npm install pyodide@{PYODIDE_VERSION} into "
-                     f"{cache_dir()})")
+    raise BuildError(
+        f"Pyodide {PYODIDE_VERSION} not found; pass --pyodide DIR (the npm package folder), set "
+        f"EMBER_PYODIDE_DIR, or run with --fetch (npm install pyodide@{PYODIDE_VERSION} into "
+        f"{cache_dir()})"
+    )
 
 
 def _checked_pyodide(path: Path) -> Path:
@@ -84,14 +89,31 @@ def find_wheels(wheels_dir=None, fetch=False) -> dict:
     missing = [n for n in BUNDLED if n not in found]
     if missing and fetch:
         pins = {"micropip": f"micropip=={MICROPIP_VERSION}", "pluggy": "pluggy"}
-        _run([sys.executable, "-m", "pip", "download", "-q", "--python-version", "3.14", "--only-binary=:all:",
-              "--no-deps", "-d", str(cache_dir() / "wheels"), *(pins[n] for n in missing)], "pip download")
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--python-version",
+                "3.14",
+                "--only-binary=:all:",
+                "--no-deps",
+                "-d",
+                str(cache_dir() / "wheels"),
+                *(pins[n] for n in missing),
+            ],
+            "pip download",
+        )
         found = _scan_wheels(dirs + [cache_dir() / "wheels"])
         missing = [n for n in BUNDLED if n not in found]
     if missing:
-        raise BuildError(f"no wheel for {', '.join(missing)}; pass --wheels DIR holding them, or --fetch "
-                         f"(pip download --python-version 3.14 --only-binary=:all: --no-deps "
-                         f"micropip=={MICROPIP_VERSION} pluggy)")
+        raise BuildError(
+            f"no wheel for {', '.join(missing)}; pass --wheels DIR holding them, or --fetch "
+            f"(pip download --python-version 3.14 --only-binary=:all: --no-deps "
+            f"micropip=={MICROPIP_VERSION} pluggy)"
+        )
     return found
 
 
@@ -117,6 +139,7 @@ def _wheel_name(path: Path) -> tuple:
 def source_root() -> Path | None:
     """The source tree ember was installed from (editable installs), or None."""
     import ember
+
     root = Path(ember.__file__).resolve().parents[2]
     pyproject = root / "pyproject.toml"
     if pyproject.is_file() and 'name = "ember"' in pyproject.read_text():
@@ -141,8 +164,7 @@ def build_ember_wheel(dest: Path) -> Path:
                 shutil.copy2(root / name, src / name)
         for name in ("core", "backends"):
             shutil.copytree(root / name, src / name, ignore=ignore)
-        _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest),
-              str(src)], "pip wheel")
+        _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(src)], "pip wheel")
     wheels = sorted(dest.glob("ember-*-py3-none-any.whl"))
     if not wheels:
         raise BuildError(f"pip wheel wrote no ember wheel into {dest}")
@@ -166,14 +188,20 @@ def export_model(checkpoint, dest: Path) -> dict:
     from ember.train import recipes
 
     from .runtime import SPEC_FORMAT
+
     tensors, meta = read_checkpoint(checkpoint)
     config = meta.get("config") or {}
     model, dataset = config.get("model"), config.get("dataset")
     if model is None or dataset not in recipes.DATASETS:
-        raise BuildError(f"{checkpoint}: the checkpoint's config names no known model/dataset "
-                         f"(model={model!r}, dataset={dataset!r}); was it written by `ember train`?")
-    weights = {k[len("model/"):]: TensorBytes(v.dtype, tuple(v.shape), bytes(v.data))
-               for k, v in tensors.items() if k.startswith("model/")}
+        raise BuildError(
+            f"{checkpoint}: the checkpoint's config names no known model/dataset "
+            f"(model={model!r}, dataset={dataset!r}); was it written by `ember train`?"
+        )
+    weights = {
+        k[len("model/") :]: TensorBytes(v.dtype, tuple(v.shape), bytes(v.data))
+        for k, v in tensors.items()
+        if k.startswith("model/")
+    }
     if not weights:
         raise BuildError(f"{checkpoint}: no model/ tensors in this checkpoint")
     blob = save_bytes(weights, {"model": model, "dataset": dataset})
@@ -183,12 +211,23 @@ def export_model(checkpoint, dest: Path) -> dict:
     if shape is None or mean is None or std is None:
         raise BuildError(f"{checkpoint}: a {dataset} model reads text; the page classifies drawn images")
     history = (meta.get("extra") or {}).get("history") or [{}]
-    spec = {"format": SPEC_FORMAT, "version": 1, "model": model, "dataset": dataset,
-            "input_shape": list(shape), "mean": list(mean), "std": list(std),
-            "classes": [str(i) for i in range(10)], "weights": "model.safetensors",
-            "weights_sha256": hashlib.sha256(blob).hexdigest(), "weights_bytes": len(blob),
-            "checkpoint": {"step": meta.get("step", history[-1].get("step")),
-                           "eval_accuracy": history[-1].get("eval_accuracy")}}
+    spec = {
+        "format": SPEC_FORMAT,
+        "version": 1,
+        "model": model,
+        "dataset": dataset,
+        "input_shape": list(shape),
+        "mean": list(mean),
+        "std": list(std),
+        "classes": [str(i) for i in range(10)],
+        "weights": "model.safetensors",
+        "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        "weights_bytes": len(blob),
+        "checkpoint": {
+            "step": meta.get("step", history[-1].get("step")),
+            "eval_accuracy": history[-1].get("eval_accuracy"),
+        },
+    }
     (dest / "model.json").write_text(json.dumps(spec, indent=1) + "\n")
     return spec
 
@@ -202,6 +241,7 @@ def export_onnx_model(path, dest: Path, mean=None, std=None) -> dict:
     from ember.onnx import OnnxError, portable
 
     from .runtime import SPEC_FORMAT
+
     try:
         graph, blob = portable.save(path)
     except OnnxError as exc:
@@ -209,17 +249,31 @@ def export_onnx_model(path, dest: Path, mean=None, std=None) -> dict:
     inputs = graph["inputs"]
     shape = inputs[0]["shape"] if len(inputs) == 1 else None
     if shape is None or len(shape) != 4 or None in shape[1:] or inputs[0]["dtype"] != "float32":
-        raise BuildError(f"{path}: the page feeds one batch of float32 images (N, C, H, W) with C, H, W fixed; "
-                         f"the model takes {', '.join(_describe(v) for v in inputs)}")
+        raise BuildError(
+            f"{path}: the page feeds one batch of float32 images (N, C, H, W) with C, H, W fixed; "
+            f"the model takes {', '.join(_describe(v) for v in inputs)}"
+        )
     c, h, w = shape[1:]
     mean, std = _per_channel(mean, c, 0.0, "--mean"), _per_channel(std, c, 1.0, "--std")
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "model.safetensors").write_bytes(blob)
-    spec = {"format": SPEC_FORMAT, "version": 1, "kind": "onnx", "model": Path(path).name, "dataset": "ONNX",
-            "input_shape": [c, h, w], "batch": shape[0], "mean": mean, "std": std,
-            "classes": None, "weights": "model.safetensors",
-            "weights_sha256": hashlib.sha256(blob).hexdigest(), "weights_bytes": len(blob),
-            "checkpoint": {}, "graph": graph}
+    spec = {
+        "format": SPEC_FORMAT,
+        "version": 1,
+        "kind": "onnx",
+        "model": Path(path).name,
+        "dataset": "ONNX",
+        "input_shape": [c, h, w],
+        "batch": shape[0],
+        "mean": mean,
+        "std": std,
+        "classes": None,
+        "weights": "model.safetensors",
+        "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        "weights_bytes": len(blob),
+        "checkpoint": {},
+        "graph": graph,
+    }
     (dest / "model.json").write_text(json.dumps(spec) + "\n")
     return spec
 
@@ -241,8 +295,11 @@ def _per_channel(values, c, default, flag) -> list:
 def _top_level(wheel: Path) -> list:
     with zipfile.ZipFile(wheel) as z:
         names = {n.split("/")[0] for n in z.namelist()}
-    return sorted(n[:-3] if n.endswith(".py") else n for n in names
-                  if not n.endswith((".dist-info", ".data")) and (n.endswith(".py") or "." not in n))
+    return sorted(
+        n[:-3] if n.endswith(".py") else n
+        for n in names
+        if not n.endswith((".dist-info", ".data")) and (n.endswith(".py") or "." not in n)
+    )
 
 
 def _requires(wheel: Path) -> list:
@@ -260,10 +317,18 @@ def lock_entry(wheel: Path, bundled: set) -> dict:
     """A pyodide-lock.json package entry for a pure wheel; it depends on the bundled wheels it
     requires (so ember's entry lists pluggy, not numpy)."""
     name, version = _wheel_name(wheel)
-    return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
-            "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "package_type": "package",
-            "imports": _top_level(wheel), "depends": [r for r in _requires(wheel) if r in bundled],
-            "unvendored_tests": False, "tool": {}}
+    return {
+        "name": name,
+        "version": version,
+        "file_name": wheel.name,
+        "install_dir": "site",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "package_type": "package",
+        "imports": _top_level(wheel),
+        "depends": [r for r in _requires(wheel) if r in bundled],
+        "unvendored_tests": False,
+        "tool": {},
+    }
 
 
 def patch_lock(lock: dict, wheels: list) -> dict:
@@ -276,8 +341,20 @@ def patch_lock(lock: dict, wheels: list) -> dict:
 
 
 # ----------------------------------------------------------------------------- the site
-def build_site(out, checkpoint=None, *, onnx=None, mean=None, std=None, pyodide_dir=None, wheels_dir=None,
-               ember_wheel=None, extra_wheels=(), fetch=False, check=True) -> dict:
+def build_site(
+    out,
+    checkpoint=None,
+    *,
+    onnx=None,
+    mean=None,
+    std=None,
+    pyodide_dir=None,
+    wheels_dir=None,
+    ember_wheel=None,
+    extra_wheels=(),
+    fetch=False,
+    check=True,
+) -> dict:
     """Assemble the site in ``out`` (created or refreshed) and return its ``ember-site.json``.
     The model is an ``ember train`` ``checkpoint`` or an ``onnx`` image classifier (``mean`` and
     ``std``: its input normalization per channel, see :func:`export_onnx_model`).
@@ -313,17 +390,27 @@ def build_site(out, checkpoint=None, *, onnx=None, mean=None, std=None, pyodide_
         spec = export_model(checkpoint, out / "model")
     if check:
         from .runtime import Classifier
+
         c, h, w = spec["input_shape"]
         Classifier.from_files(out / "model", "python").predict(bytes(c * h * w), 1)
     site_dir = Path(__file__).parent / "site"
     for name in SITE_FILES:
         shutil.copy2(site_dir / name, out / name)
     numpy_entry = lock["packages"].get("numpy", {})
-    site = {"pyodide": PYODIDE_VERSION, "indexURL": "pyodide/", "lockFileURL": "pyodide/pyodide-lock.json",
-            "packages": ["ember"], "ember_wheel": ember_wheel.name,
-            "bundled": {_wheel_name(w)[0]: w.name for w in bundle},
-            "numpy": {"file_name": numpy_entry.get("file_name"),
-                      "bundled": bool(numpy_entry) and (pdir / numpy_entry["file_name"]).is_file()},
-            "model": "model/model.json", "model_name": spec["model"], "dataset": spec["dataset"]}
+    site = {
+        "pyodide": PYODIDE_VERSION,
+        "indexURL": "pyodide/",
+        "lockFileURL": "pyodide/pyodide-lock.json",
+        "packages": ["ember"],
+        "ember_wheel": ember_wheel.name,
+        "bundled": {_wheel_name(w)[0]: w.name for w in bundle},
+        "numpy": {
+            "file_name": numpy_entry.get("file_name"),
+            "bundled": bool(numpy_entry) and (pdir / numpy_entry["file_name"]).is_file(),
+        },
+        "model": "model/model.json",
+        "model_name": spec["model"],
+        "dataset": spec["dataset"],
+    }
     (out / "ember-site.json").write_text(json.dumps(site, indent=1) + "\n")
     return site

@@ -11,6 +11,7 @@ pipeline's NumPy ``Normalize``.
 >>> digits.predict(bytes(784), 1)["classes"]                       # doctest: +SKIP
 [1]
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +55,7 @@ async def choose_backend(preference: str = "auto") -> tuple:
     """
     if preference not in ("auto",) + PREFERENCE:
         raise ValueError(f"unknown backend preference {preference!r}; use auto, {', '.join(PREFERENCE)}")
-    order = PREFERENCE if preference == "auto" else PREFERENCE[PREFERENCE.index(preference):]
+    order = PREFERENCE if preference == "auto" else PREFERENCE[PREFERENCE.index(preference) :]
     reasons: list = []
     for name in order:
         if name == "webgpu":
@@ -85,6 +86,7 @@ def _skipping_init():
     replace every one of them (``load_state_dict`` is strict), and drawing 670k Philox numbers
     in pure Python costs seconds in the browser. All of ember.nn.init fills through these two."""
     from ember import random as R
+
     saved = R.uniform_, R.normal_
     R.uniform_ = R.normal_ = lambda t, *args, **kwargs: t
     try:
@@ -99,8 +101,10 @@ def build_model(spec: dict, weights: bytes | None = None):
     imported graph with its ``weights`` (ember.onnx.portable: no ``onnx`` package needed)."""
     if spec.get("kind") == "onnx":
         from ember.onnx import portable
+
         return portable.restore(spec["graph"], weights, "python")
     from ember.train import recipes
+
     with _skipping_init(), ember.backend("python"):
         return recipes.build_model(spec["model"], spec["dataset"])
 
@@ -123,16 +127,16 @@ class Classifier:
         self.timings["build_ms"] = 1000 * (time.perf_counter() - t0)
         t0 = time.perf_counter()
         if backend != "python":
-            model.to(backend)                  # the one upload of the weights
+            model.to(backend)  # the one upload of the weights
         model.eval()
         self.model = model
         self.timings["move_ms"] = 1000 * (time.perf_counter() - t0)
         c, h, w = spec["input_shape"]
         self.input_shape = (c, h, w)
-        self.batch = spec.get("batch")           # a fixed batch size (an ONNX export's), or None
+        self.batch = spec.get("batch")  # a fixed batch size (an ONNX export's), or None
         mean = ember.tensor(spec["mean"], dtype=D.float32, backend="python").reshape(-1, 1, 1)
         scale = 1 / ember.tensor(spec["std"], dtype=D.float32, backend="python").reshape(-1, 1, 1)
-        self._mean, self._scale = mean.to(backend), scale.to(backend)    # as the pipeline's Normalize
+        self._mean, self._scale = mean.to(backend), scale.to(backend)  # as the pipeline's Normalize
 
     @classmethod
     def from_text(cls, spec_text: str, weights, backend: str = "python"):
@@ -149,7 +153,7 @@ class Classifier:
         root = os.path.realpath(directory)
         path = os.path.realpath(os.path.join(root, name)) if isinstance(name, str) else None
         if path is None or os.path.commonpath([root, path]) != root or path == root:
-            raise ValueError(f"model.json: \"weights\" must name a file inside {directory}, got {name!r}")
+            raise ValueError(f'model.json: "weights" must name a file inside {directory}, got {name!r}')
         with open(path, "rb") as f:
             return cls(spec, f.read(), backend)
 
@@ -161,7 +165,7 @@ class Classifier:
         pixels = as_bytes(pixels)
         if len(pixels) != n * c * h * w:
             raise ValueError(f"{len(pixels)} bytes are not {n} images of {c}x{h}x{w}")
-        values = array("f", array("B", pixels))    # 0..255, exact in float32
+        values = array("f", array("B", pixels))  # 0..255, exact in float32
         if sys.byteorder != "little":
             values.byteswap()
         x = tensor_from_bytes(TensorBytes("F32", (n, c, h, w), values.tobytes()), ember.get_backend(self.backend))
@@ -173,7 +177,7 @@ class Classifier:
         x = self.normalize(pixels, n)
         with ember.no_grad():
             if self.batch not in (None, n):
-                return [row for i in range(n) for row in self.model(x[i:i + 1]).tolist()]
+                return [row for i in range(n) for row in self.model(x[i : i + 1]).tolist()]
             return self.model(x).tolist()
 
     def predict(self, pixels, n: int = 1) -> dict:
@@ -183,8 +187,14 @@ class Classifier:
         logits = self.logits(pixels, n)
         ms = 1000 * (time.perf_counter() - t0)
         classes = [row.index(max(row)) for row in logits]
-        return {"classes": classes, "probs": [softmax(row) for row in logits], "logits": logits,
-                "ms": ms, "backend": self.backend, "labels": self.spec.get("classes")}
+        return {
+            "classes": classes,
+            "probs": [softmax(row) for row in logits],
+            "logits": logits,
+            "ms": ms,
+            "backend": self.backend,
+            "labels": self.spec.get("classes"),
+        }
 
     def predict_drawing(self, gray, width: int, height: int):
         """Classify a drawing (see :func:`mnist_like`); the result also holds ``input``, the
@@ -228,11 +238,11 @@ def mnist_like(gray, width: int, height: int, box: int = 20, side: int = 28):
     gray = as_bytes(gray)
     if len(gray) != width * height:
         raise ValueError(f"{len(gray)} bytes are not a {width}x{height} image")
-    rows = [gray[y * width:(y + 1) * width] for y in range(height)]
+    rows = [gray[y * width : (y + 1) * width] for y in range(height)]
     ink_rows = [y for y, r in enumerate(rows) if any(r)]
     if not ink_rows:
         return None
-    ink_cols = [x for x in range(width) if any(r[x] for r in rows[ink_rows[0]:ink_rows[-1] + 1])]
+    ink_cols = [x for x in range(width) if any(r[x] for r in rows[ink_rows[0] : ink_rows[-1] + 1])]
     y0, y1, x0, x1 = ink_rows[0], ink_rows[-1] + 1, ink_cols[0], ink_cols[-1] + 1
     scale = box / max(y1 - y0, x1 - x0)
     th, tw = max(1, round((y1 - y0) * scale)), max(1, round((x1 - x0) * scale))
@@ -255,15 +265,15 @@ def resample(pixels, h: int, w: int, th: int, tw: int) -> bytes:
     >>> list(resample(bytes([0, 255, 255, 0]), 2, 2, 1, 1))
     [128]
     """
-    small = _area_resample([pixels[y * w:(y + 1) * w] for y in range(h)], th, tw)
+    small = _area_resample([pixels[y * w : (y + 1) * w] for y in range(h)], th, tw)
     return bytes(min(255, max(0, round(v))) for r in small for v in r)
 
 
 def _area_resample(rows, th: int, tw: int) -> list:
     """Rows of pixel values resampled to ``th x tw`` by area averaging (float rows)."""
     wx, wy = _area_weights(len(rows[0]), tw), _area_weights(len(rows), th)
-    half = [[sum(r[i] * f for i, f in ws) for ws in wx] for r in rows]                  # (h, tw)
-    return [[sum(half[i][x] * f for i, f in ws) for x in range(tw)] for ws in wy]        # (th, tw)
+    half = [[sum(r[i] * f for i, f in ws) for ws in wx] for r in rows]  # (h, tw)
+    return [[sum(half[i][x] * f for i, f in ws) for x in range(tw)] for ws in wy]  # (th, tw)
 
 
 def _area_weights(n: int, m: int) -> list:

@@ -11,6 +11,7 @@ Run it from the page (``await emberDemo.selfcheck()``) or from Python in Pyodide
     await ember.registry.prepare("webgpu")
     ember.wasm.selfcheck.run()    # [{"case": ..., "ok": ..., "max_err": ..., "gpu": [...]}, ...]
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,8 @@ from ember import nn
 
 RTOL, ATOL = 2e-5, 2e-5
 # WGSL promises sin and cos only to an absolute 2**-11 on [-pi, pi] (its accuracy table).
-CASE_ATOL = {"sin": 2 ** -11, "cos": 2 ** -11}
-HOST_OK = {"full", "arange"}          # constants are made on the host and uploaded once
+CASE_ATOL = {"sin": 2**-11, "cos": 2**-11}
+HOST_OK = {"full", "arange"}  # constants are made on the host and uploaded once
 
 
 def _inputs(seed):
@@ -32,6 +33,7 @@ def _inputs(seed):
 
     def randint(lo, hi, *shape, dtype=ember.int32):
         return ember.randint(lo, hi, shape, generator=gen, backend="python").to(dtype)
+
     return randn, randint
 
 
@@ -47,34 +49,62 @@ def _cases():
     for op in ("exp", "log", "sqrt", "tanh", "sin", "cos", "neg", "abs", "floor", "reciprocal", "sign"):
         x = a.tanh() * 3.1 if op in ("sin", "cos") else a.abs() + 0.5 if op in ("log", "sqrt") else a * 3
         yield op, {op}, (x,), lambda x, op=op: getattr(x, op)()
-    yield "compare/where", {"gt", "le", "eq", "where"}, (a, b), \
-        lambda a, b: ember.where(a > b, a, b) + ember.where(a <= 0, 1.0, 0.0) + (a == a).float()
-    yield "logical", {"logical_and", "logical_or", "logical_not"}, (a, b), \
-        lambda a, b: (((a > 0) & (b > 0)) | ~(a > b)).float()
+    yield (
+        "compare/where",
+        {"gt", "le", "eq", "where"},
+        (a, b),
+        lambda a, b: ember.where(a > b, a, b) + ember.where(a <= 0, 1.0, 0.0) + (a == a).float(),
+    )
+    yield (
+        "logical",
+        {"logical_and", "logical_or", "logical_not"},
+        (a, b),
+        lambda a, b: (((a > 0) & (b > 0)) | ~(a > b)).float(),
+    )
     yield "int32 arithmetic", {"add", "mul", "maximum"}, (ints, ints2), lambda x, y: ember.maximum(x * y + 7, y)
     yield "cast", {"cast"}, (a,), lambda a: ((a * 10).int() + (a > 0).int()).float() * 0.5
     yield "relu (gt + where)", {"gt", "where"}, (x4,), lambda x: x.relu()
-    yield "views: permute/slice/flip/expand", {"add"}, (x4,), \
-        lambda x: x.permute(0, 2, 1, 3)[:, 1:4, ::2, 1::3] + x.flip(1).permute(0, 2, 1, 3)[:, 1:4, ::2, 1::3]
+    yield (
+        "views: permute/slice/flip/expand",
+        {"add"},
+        (x4,),
+        lambda x: x.permute(0, 2, 1, 3)[:, 1:4, ::2, 1::3] + x.flip(1).permute(0, 2, 1, 3)[:, 1:4, ::2, 1::3],
+    )
     yield "sum", {"sum"}, (x4,), lambda x: x.sum((1, 3)) + x.sum(0).sum((0, 1, 2))
     yield "max/min keepdim", {"max", "min"}, (x4,), lambda x: x.amax(2, keepdim=True) - x.amin(-1, keepdim=True)
-    yield "argmax", {"argmax"}, (x4,), \
-        lambda x: x.argmax(1).float() + x.permute(0, 3, 2, 1).argmax(-1).permute(0, 2, 1).float()
+    yield (
+        "argmax",
+        {"argmax"},
+        (x4,),
+        lambda x: x.argmax(1).float() + x.permute(0, 3, 2, 1).argmax(-1).permute(0, 2, 1).float(),
+    )
     yield "softmax", {"exp", "sum", "max"}, (a,), lambda a: a.softmax(-1)
     yield "matmul", {"matmul"}, (randn(33, 40), randn(40, 17)), lambda a, b: a @ b
     yield "matmul x @ w.T", {"matmul"}, (randn(5, 24), randn(12, 24)), lambda x, w: x @ w.T
     yield "matmul batched", {"matmul"}, (randn(2, 1, 4, 5), randn(3, 5, 6)), lambda a, b: a @ b
     yield "conv2d", {"conv2d"}, (randn(2, 3, 9, 8), randn(4, 3, 3, 3)), lambda x, w: nn.functional.conv2d(x, w)
-    yield "conv2d stride/pad/dilation", {"conv2d"}, (randn(1, 2, 11, 10), randn(3, 2, 3, 2)), \
-        lambda x, w: nn.functional.conv2d(x, w, stride=2, padding=(1, 2), dilation=(2, 1))
-    yield "conv2d groups", {"conv2d"}, (randn(2, 4, 7, 7), randn(6, 2, 3, 3)), \
-        lambda x, w: nn.functional.conv2d(x, w, padding=1, groups=2)
+    yield (
+        "conv2d stride/pad/dilation",
+        {"conv2d"},
+        (randn(1, 2, 11, 10), randn(3, 2, 3, 2)),
+        lambda x, w: nn.functional.conv2d(x, w, stride=2, padding=(1, 2), dilation=(2, 1)),
+    )
+    yield (
+        "conv2d groups",
+        {"conv2d"},
+        (randn(2, 4, 7, 7), randn(6, 2, 3, 3)),
+        lambda x, w: nn.functional.conv2d(x, w, padding=1, groups=2),
+    )
     yield "max_pool2d 3/2", {"maximum", "slice"}, (x4,), lambda x: nn.functional.max_pool2d(x, 3, 2)
     yield "avg_pool2d", {"add", "slice"}, (x4,), lambda x: nn.functional.avg_pool2d(x, 2)
     yield "pad", {"pad"}, (x4,), lambda x: nn.functional.pad(x, (1, 2, 0, 1), value=-1.5)
     yield "concatenate", {"concatenate"}, (a, b), lambda a, b: ember.cat([a, b.T.contiguous().T, a[:, :1]], 1)
-    yield "linear + bias", {"matmul", "add"}, (randn(7, 10), randn(4, 10), randn(4)), \
-        lambda x, w, b: nn.functional.linear(x, w, b)
+    yield (
+        "linear + bias",
+        {"matmul", "add"},
+        (randn(7, 10), randn(4, 10), randn(4)),
+        lambda x, w, b: nn.functional.linear(x, w, b),
+    )
 
 
 def _models():
@@ -117,8 +147,16 @@ def run() -> list:
             ran = set(gpu.stats["gpu"])
             missing = sorted(must - ran)
             host = set(gpu.stats["host"]) - HOST_OK
-            results.append({"case": name, "ok": err <= 1 and not missing and not host, "max_err": err,
-                            "gpu": sorted(ran), "host": sorted(gpu.stats["host"]), "missing_on_gpu": missing})
+            results.append(
+                {
+                    "case": name,
+                    "ok": err <= 1 and not missing and not host,
+                    "max_err": err,
+                    "gpu": sorted(ran),
+                    "host": sorted(gpu.stats["host"]),
+                    "missing_on_gpu": missing,
+                }
+            )
         except Exception as exc:  # noqa: BLE001 - report, keep checking the rest
             results.append({"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
 
@@ -128,12 +166,17 @@ def run() -> list:
         model.eval()
         x = ember.randn(*shape, generator=ember.Generator(1), backend="python")
         gpu_model = _copy_to(model, "webgpu")
-        record(f"model {name}", {"matmul"}, lambda inp, m=model, g=gpu_model: (g if inp.backend.name == "webgpu"
-                                                                            else m)(inp), (x,))
+        record(
+            f"model {name}",
+            {"matmul"},
+            lambda inp, m=model, g=gpu_model: (g if inp.backend.name == "webgpu" else m)(inp),
+            (x,),
+        )
     return results
 
 
 def _copy_to(model, backend):
     import copy
+
     clone = copy.deepcopy(model)
     return clone.to(backend)

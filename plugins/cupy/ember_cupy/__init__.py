@@ -12,6 +12,7 @@ with torch and other CUDA libraries), :func:`transfers` (host/device copies coun
 ``Optimizer.step()`` updates every parameter of a group in one launch by itself (the
 ``*_foreach`` fused ops, multi_tensor.py).
 """
+
 from ember import BackendInfo, hookimpl
 
 __version__ = "0.1.0"
@@ -19,18 +20,26 @@ __version__ = "0.1.0"
 
 def _load():
     from .backend import CupyBackend
+
     return CupyBackend()
 
 
 @hookimpl
 def ember_backends():
     """The backends this plugin offers: ``cupy``, preferred over numpy where a GPU is present."""
-    return [BackendInfo("cupy", _load, priority=20,
-                        description="CUDA on CuPy: cuBLAS matmul/conv, fused kernels, ember.jit groups as CUDA C")]
+    return [
+        BackendInfo(
+            "cupy",
+            _load,
+            priority=20,
+            description="CUDA on CuPy: cuBLAS matmul/conv, fused kernels, ember.jit groups as CUDA C",
+        )
+    ]
 
 
 def _backend(name="cupy"):
     import ember
+
     return ember.get_backend(name)
 
 
@@ -41,6 +50,7 @@ def from_dlpack(obj, backend="cupy"):
     >>> # t = ember_cupy.from_dlpack(torch.ones(3, device="cuda"))
     """
     from ember import dispatch
+
     b = _backend(backend)
     return dispatch.wrap(b.from_dlpack(obj), b)
 
@@ -55,6 +65,7 @@ def multi_tensor_step(optimizer, closure=None):
     """``optimizer.step(closure)``, which now runs the multi-tensor kernels by itself (kept for
     scripts written before it did)."""
     from .multi_tensor import step
+
     return step(optimizer, closure)
 
 

@@ -10,6 +10,7 @@ each of them is counted in ``transfers``, so a test can prove a step makes none.
 >>> ok or "CUDA" in why or "CuPy" in why
 True
 """
+
 from __future__ import annotations
 
 import ember.dtypes as D
@@ -19,11 +20,31 @@ from ember.primitives import PRIMITIVES
 from . import device, fusion
 
 #: Fused ops this backend provides (ember.fused's names).
-FUSED = frozenset(("softmax", "log_softmax", "cross_entropy", "layer_norm", "gelu",
-                   "scaled_dot_product_attention", "sgd_step", "adam_step", "rmsprop_step",
-                   "softmax_backward", "log_softmax_backward", "cross_entropy_backward", "layer_norm_backward",
-                   "gelu_backward", "max_pool2d", "max_pool2d_backward", "batch_norm", "batch_norm_backward",
-                   "sgd_step_foreach", "adam_step_foreach", "rmsprop_step_foreach"))   # multi_tensor.py
+FUSED = frozenset(
+    (
+        "softmax",
+        "log_softmax",
+        "cross_entropy",
+        "layer_norm",
+        "gelu",
+        "scaled_dot_product_attention",
+        "sgd_step",
+        "adam_step",
+        "rmsprop_step",
+        "softmax_backward",
+        "log_softmax_backward",
+        "cross_entropy_backward",
+        "layer_norm_backward",
+        "gelu_backward",
+        "max_pool2d",
+        "max_pool2d_backward",
+        "batch_norm",
+        "batch_norm_backward",
+        "sgd_step_foreach",
+        "adam_step_foreach",
+        "rmsprop_step_foreach",
+    )
+)  # multi_tensor.py
 
 
 class CupyBackend(Backend):
@@ -54,30 +75,43 @@ class CupyBackend(Backend):
         from .fused_ops import make_fused
         from .impls import make_impls
         from .multi_tensor import make_foreach
+
         if self._runtime is None:
             from .runtime import DeviceRuntime
+
             self._runtime = DeviceRuntime()
             self.device = f"cuda:{self._runtime.xp.cuda.Device().id}"
         self.rt = self._runtime
         self.xp = self.rt.xp
         import numpy
+
         self.np = numpy
         self.impls = make_impls(self.rt)
         self.fused_impls = make_fused(self.rt)
-        self.fused_impls.update(make_foreach(self.rt, self.fused_impls))     # multi-tensor optimizer steps
+        self.fused_impls.update(make_foreach(self.rt, self.fused_impls))  # multi-tensor optimizer steps
 
     def capabilities(self):
-        notes = {"blas": "cuBLAS (cupy.matmul)", "conv": "im2col + cuBLAS GEMM, col2im kernel",
-                 "memory": "CuPy memory pool", "fusion": "CUDA C per ember.jit group, NVRTC"}
+        notes = {
+            "blas": "cuBLAS (cupy.matmul)",
+            "conv": "im2col + cuBLAS GEMM, col2im kernel",
+            "memory": "CuPy memory pool",
+            "fusion": "CUDA C per ember.jit group, NVRTC",
+        }
         if self.rt is not None and self._runtime.name == "host":
             notes.update(blas="numpy (host harness)", fusion="CUDA C built for the host by nvcc")
         else:
             notes.update(device.describe() if self.rt is not None else {})
-        return Capabilities(ops=frozenset(PRIMITIVES), dtypes=frozenset(D.ALL), devices=(self.device,),
-                            fused=FUSED, compiles_groups=True, notes=notes,
-                            # value checks wait for the next host read (ember.deferred); the host
-                            # harness declares it too, so it runs the GPU's code paths
-                            on_device=True)
+        return Capabilities(
+            ops=frozenset(PRIMITIVES),
+            dtypes=frozenset(D.ALL),
+            devices=(self.device,),
+            fused=FUSED,
+            compiles_groups=True,
+            notes=notes,
+            # value checks wait for the next host read (ember.deferred); the host
+            # harness declares it too, so it runs the GPU's code paths
+            on_device=True,
+        )
 
     # -- buffers ------------------------------------------------------------------------------------
     def shape(self, buf):

@@ -9,6 +9,7 @@ they launched, with the strides they really had. ``check()`` compiles kernels wi
 
     python -m ember_cupy.catalog --arch sm_90 [--models] [--exhaustive]
 """
+
 from __future__ import annotations
 
 import itertools
@@ -38,13 +39,24 @@ def _optimizer_flags(exhaustive: bool) -> list:
             out.append(("sgd_step", f))
         return out
     from ember.conformance.optimizers import CASES
+
     for hyper in CASES["adam_step"]:
-        h = dict(dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
-                      decoupled_weight_decay=False), **hyper)
+        h = dict(
+            dict(
+                beta1=0.9,
+                beta2=0.999,
+                eps=1e-8,
+                weight_decay=0.0,
+                amsgrad=False,
+                maximize=False,
+                decoupled_weight_decay=False,
+            ),
+            **hyper,
+        )
         out.append(("adam_step", adam_constants(step=1, **h)[0]))
     for hyper in CASES["sgd_step"]:
         h = dict(dict(momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False), **hyper)
-        for first in ((False, True) if h["momentum"] else (False,)):
+        for first in (False, True) if h["momentum"] else (False,):
             out.append(("sgd_step", sgd_constants(first=first, **h)[0]))
     for hyper in CASES["rmsprop_step"]:
         h = dict(dict(alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False), **hyper)
@@ -71,15 +83,57 @@ def library_kernels(exhaustive: bool = False) -> list:
         ks += [kernels.batch_norm_backward_kernel(dt, w) for w in (False, True)]
         for rule, flags in _optimizer_flags(exhaustive):
             ks.append(kernels.step_kernel(rule, dt, **flags))
-        ks.append(kernels.multi_step_kernel("adam_step", dt, [3, 1000, 7, 1 << 20], amsgrad=False, maximize=False,
-                                            weight_decay=0.0, decoupled=False, big_lerp=False))
-        ks.append(kernels.multi_step_kernel("sgd_step", dt, [5] * 62, maximize=False, weight_decay=0.0,
-                                            momentum=0.9, dampening=0.0, nesterov=False, first=False))
+        ks.append(
+            kernels.multi_step_kernel(
+                "adam_step",
+                dt,
+                [3, 1000, 7, 1 << 20],
+                amsgrad=False,
+                maximize=False,
+                weight_decay=0.0,
+                decoupled=False,
+                big_lerp=False,
+            )
+        )
+        ks.append(
+            kernels.multi_step_kernel(
+                "sgd_step",
+                dt,
+                [5] * 62,
+                maximize=False,
+                weight_decay=0.0,
+                momentum=0.9,
+                dampening=0.0,
+                nesterov=False,
+                first=False,
+            )
+        )
         # the other multi-tensor forms Optimizer.step launches: SGD's first momentum step, RMSprop
-        ks.append(kernels.multi_step_kernel("sgd_step", dt, [5, 7], maximize=False, weight_decay=0.0,
-                                            momentum=0.9, dampening=0.0, nesterov=False, first=True))
-        ks.append(kernels.multi_step_kernel("rmsprop_step", dt, [5, 7, 1 << 16], maximize=False, weight_decay=0.0,
-                                            momentum=True, centered=True, big_lerp=False))
+        ks.append(
+            kernels.multi_step_kernel(
+                "sgd_step",
+                dt,
+                [5, 7],
+                maximize=False,
+                weight_decay=0.0,
+                momentum=0.9,
+                dampening=0.0,
+                nesterov=False,
+                first=True,
+            )
+        )
+        ks.append(
+            kernels.multi_step_kernel(
+                "rmsprop_step",
+                dt,
+                [5, 7, 1 << 16],
+                maximize=False,
+                weight_decay=0.0,
+                momentum=True,
+                centered=True,
+                big_lerp=False,
+            )
+        )
     for dt in ("float32", "float64", "int32", "int64"):
         ks.append(kernels.col2im_kernel(dt))
     return list({k.key: k for k in ks}.values())
@@ -88,6 +142,7 @@ def library_kernels(exhaustive: bool = False) -> list:
 # ----------------------------------------------------------------------------- model steps
 def _mlp(nn):
     from ember.models import MLP
+
     return MLP(784, (128, 128), 10)
 
 
@@ -100,13 +155,15 @@ def _cnn(nn):
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-                                      nn.MaxPool2d(2))
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2)
+            )
             self.block = BasicBlock(8, 16, 2)
             self.fc = nn.Linear(16, 10)
 
         def forward(self, x):
             return self.fc(self.block(self.stem(x)).mean((2, 3)))
+
     return Net()
 
 
@@ -122,6 +179,7 @@ def training_step(model, opt):
         loss.backward()
         opt.step()
         return loss
+
     return step
 
 
@@ -132,12 +190,16 @@ def run_model(name: str, backend: str, steps: int = 2, seed: int = 0):
 
     import ember
     import ember.nn as nn
+
     with ember.backend(backend):
         ember.manual_seed(seed)
         model = _mlp(nn) if name == "mlp" else _cnn(nn)
         model.train()
-        opt = ember.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if name == "mlp" else \
-            ember.optim.Adam(model.parameters(), lr=1e-3)
+        opt = (
+            ember.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            if name == "mlp"
+            else ember.optim.Adam(model.parameters(), lr=1e-3)
+        )
         rng = np.random.default_rng(seed)
         shape = (32, 784) if name == "mlp" else (4, 3, 16, 16)
         x = ember.tensor(rng.standard_normal(shape).astype(np.float32))
@@ -151,16 +213,21 @@ def model_kernels(backend: str = "cupy-host") -> list:
     """The fusion-group kernels that jitted MLP and CNN training steps launch on ``backend``
     (registered first if it is the host harness)."""
     import ember
+
     if backend == "cupy-host":
         from .host import ember_backends
+
         if "cupy-host" not in ember.registry.REGISTRY.infos:
             ember.register_backend(ember_backends()[0])
     b = ember.get_backend(backend)
     before = dict(b.rt.calls)
     for name in ("mlp", "cnn"):
         run_model(name, backend)
-    return [k for key, k in b.rt.seen.items()
-            if b.rt.calls.get(key, 0) > before.get(key, 0) and k.name.startswith("ember_fused_")]
+    return [
+        k
+        for key, k in b.rt.seen.items()
+        if b.rt.calls.get(key, 0) > before.get(key, 0) and k.name.startswith("ember_fused_")
+    ]
 
 
 # ----------------------------------------------------------------------------- nvcc
@@ -191,13 +258,16 @@ def compile_for_device(kernel_list, arch: str = "sm_90") -> list:
     unit; on failure, one by one to name the culprits). Cached by source hash. Returns one
     {name, ok, registers, spill_bytes, log} per kernel."""
     from .host import BuildError, build, combined
+
     flags = (*DEVICE_FLAGS, f"-arch={arch}")
     source, key, unique = combined(kernel_list)
     try:
         out = build(source, key, flags=flags, suffix=f".{arch}.cubin")
         stats = _stats(Path(out + ".log").read_text())
-        return [{"name": k.name, "ok": True, "log": "", **stats.get(k.name, {"registers": None, "spill_bytes": None})}
-                for k in unique]
+        return [
+            {"name": k.name, "ok": True, "log": "", **stats.get(k.name, {"registers": None, "spill_bytes": None})}
+            for k in unique
+        ]
     except BuildError:
         pass
     results = []
@@ -205,8 +275,15 @@ def compile_for_device(kernel_list, arch: str = "sm_90") -> list:
         try:
             out = build(k.source, k.key, flags=flags, suffix=f".{arch}.cubin")
             st = _stats(Path(out + ".log").read_text()).get(k.name, {})
-            results.append({"name": k.name, "ok": True, "log": "", "registers": st.get("registers"),
-                            "spill_bytes": st.get("spill_bytes")})
+            results.append(
+                {
+                    "name": k.name,
+                    "ok": True,
+                    "log": "",
+                    "registers": st.get("registers"),
+                    "spill_bytes": st.get("spill_bytes"),
+                }
+            )
         except BuildError as exc:
             results.append({"name": k.name, "ok": False, "log": str(exc), "registers": None, "spill_bytes": None})
     return results
@@ -217,6 +294,7 @@ def nvrtc_available() -> tuple:
     CUDA toolkit or the ``cuda-toolkit[nvrtc]`` wheel), else (False, why)."""
     try:
         from cupy_backends.cuda.libs import nvrtc
+
         nvrtc.getVersion()
     except Exception as exc:  # noqa: BLE001 - no CuPy, or no libnvrtc
         return False, f"NVRTC not loadable: {type(exc).__name__}: {exc}"
@@ -254,6 +332,7 @@ def check(kernel_list, arch: str = "sm_90") -> list:
 
 def main(argv=None) -> int:
     import argparse
+
     p = argparse.ArgumentParser(prog="python -m ember_cupy.catalog", description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="sm_90")
     p.add_argument("--models", action="store_true", help="also the fusion groups of jitted model steps (slow)")

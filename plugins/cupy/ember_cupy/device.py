@@ -5,6 +5,7 @@ decided by asking the CUDA runtime for its devices and making one tiny allocatio
 CuPy raises (``cudaErrorInsufficientDriver``, ``cudaErrorNoDevice``, ...) becomes the reason
 ``ember backends`` shows and GPU tests skip with.
 """
+
 from __future__ import annotations
 
 INSTALL = "pip install './plugins/cupy[cuda12]' from ember's repository (or [cuda13], matching your driver's CUDA)"
@@ -39,6 +40,7 @@ def probe() -> tuple:
 def probe_host() -> tuple:
     """Availability of the host harness (host.py): it needs nvcc and NumPy."""
     from .host import nvcc
+
     if nvcc() is None:
         return False, "nvcc not found on PATH: the host harness builds kernels with the CUDA toolkit's compiler"
     return True, ""
@@ -47,10 +49,15 @@ def probe_host() -> tuple:
 def describe() -> dict:
     """Name, compute capability and memory of the current device, and the CUDA versions."""
     import cupy
+
     dev = cupy.cuda.Device()
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return {"device": name, "compute_capability": dev.compute_capability,
-            "memory_bytes": str(props.get("totalGlobalMem", "?")),
-            "cuda_runtime": str(cupy.cuda.runtime.runtimeGetVersion()),
-            "cuda_driver": str(cupy.cuda.runtime.driverGetVersion()), "cupy": cupy.__version__}
+    return {
+        "device": name,
+        "compute_capability": dev.compute_capability,
+        "memory_bytes": str(props.get("totalGlobalMem", "?")),
+        "cuda_runtime": str(cupy.cuda.runtime.runtimeGetVersion()),
+        "cuda_driver": str(cupy.cuda.runtime.driverGetVersion()),
+        "cupy": cupy.__version__,
+    }

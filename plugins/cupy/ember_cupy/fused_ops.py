@@ -23,6 +23,7 @@ computes what it computes, in the same order of operations where rounding can te
 
 float16 runs the float32 kernels on upcast copies (kernels/ has no half type).
 """
+
 from __future__ import annotations
 
 import math
@@ -76,7 +77,7 @@ def make_fused(rt) -> dict:
         return dx if dx.dtype == out_dtype else dx.astype(out_dtype)
 
     def softmax_backward(grad, out, *, dim=-1):
-        if out.ndim == 0:                     # softmax of a scalar is 1 whatever the input
+        if out.ndim == 0:  # softmax of a scalar is 1 whatever the input
             return xp.zeros_like(out)
         return rows_op2(out, grad, dim, lambda dt: kernels.softmax_backward_kernel(dt, log=False))
 
@@ -96,8 +97,7 @@ def make_fused(rt) -> dict:
         n, c = x.shape
         target = class_targets(target)
         picked = xp.empty((n,), dtype=x.dtype)
-        rt.launch(kernels.cross_entropy_kernel(x.dtype.name, target.dtype.name), n, x, target, picked, c,
-                  ignore_index)
+        rt.launch(kernels.cross_entropy_kernel(x.dtype.name, target.dtype.name), n, x, target, picked, c, ignore_index)
         counted = (target != ignore_index).sum().astype(picked.dtype)
         loss = xp.negative(xp.asarray(picked.sum(dtype=picked.dtype) / counted, dtype=picked.dtype))
         return xp.asarray(loss, dtype=out_dtype)
@@ -108,10 +108,18 @@ def make_fused(rt) -> dict:
         n, c = x.shape
         target = class_targets(target)
         counted = xp.maximum((target != ignore_index).sum(), 1).astype(x.dtype)
-        scale = contiguous(xp.asarray(grad, dtype=x.dtype).reshape(1) / counted)     # stays on the device
+        scale = contiguous(xp.asarray(grad, dtype=x.dtype).reshape(1) / counted)  # stays on the device
         dx = xp.empty(x.shape, dtype=x.dtype)
-        rt.launch(kernels.cross_entropy_backward_kernel(x.dtype.name, target.dtype.name), n, x, target, scale, dx,
-                  c, ignore_index)
+        rt.launch(
+            kernels.cross_entropy_backward_kernel(x.dtype.name, target.dtype.name),
+            n,
+            x,
+            target,
+            scale,
+            dx,
+            c,
+            ignore_index,
+        )
         return dx if dx.dtype == out_dtype else dx.astype(out_dtype)
 
     def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
@@ -125,8 +133,13 @@ def make_fused(rt) -> dict:
         if bias is not None:
             args.append(contiguous(bias.astype(x.dtype, copy=False)).reshape(-1))
         if x.size:
-            rt.launch(kernels.layer_norm_kernel(x.dtype.name, weight is not None, bias is not None),
-                      x.size // d, *args, d, eps)
+            rt.launch(
+                kernels.layer_norm_kernel(x.dtype.name, weight is not None, bias is not None),
+                x.size // d,
+                *args,
+                d,
+                eps,
+            )
         return y if y.dtype == out_dtype else y.astype(out_dtype)
 
     def gelu(x, *, approximate="none"):
@@ -146,8 +159,16 @@ def make_fused(rt) -> dict:
         mean, rstd = xp.empty((rows,), dtype=xp.float64), xp.empty((rows,), dtype=xp.float64)
         args = [x, g] + ([contiguous(weight.astype(x.dtype, copy=False)).reshape(-1)] if weight is not None else [])
         if x.size:
-            rt.launch(kernels.layer_norm_backward_kernel(x.dtype.name, weight is not None), rows,
-                      *args, dx, mean, rstd, d, eps)
+            rt.launch(
+                kernels.layer_norm_backward_kernel(x.dtype.name, weight is not None),
+                rows,
+                *args,
+                dx,
+                mean,
+                rstd,
+                d,
+                eps,
+            )
         dw = db = None
         if weight is not None or bias is not None:
             dw, db = xp.zeros((d,), dtype=x.dtype), xp.zeros((d,), dtype=x.dtype)
@@ -156,6 +177,7 @@ def make_fused(rt) -> dict:
 
         def back(b, like):
             return None if like is None else b.reshape(like.shape).astype(out_dtype, copy=False)
+
         return dx.astype(out_dtype, copy=False), back(dw, weight), back(db, bias)
 
     def gelu_backward(grad, x, *, approximate="none"):
@@ -183,6 +205,7 @@ def make_fused(rt) -> dict:
 
         def pair(v):
             return (int(v), int(v)) if isinstance(v, int) else tuple(int(a) for a in v)
+
         k, p, d = pair(kernel_size), pair(padding), pair(dilation)
         s = k if stride is None or stride == () else pair(stride)
         h, w = x.shape[-2:]
@@ -210,8 +233,13 @@ def make_fused(rt) -> dict:
         """x contiguous (N, C, L) in a kernel dtype, its channel parameters too (None kept)."""
         n, c = x.shape[:2]
         xs = contiguous(wide(x))
-        return xs, n, c, xs.size // (n * c) if n * c else 0, \
-            [None if q is None else contiguous(wide(q).astype(xs.dtype, copy=False)) for q in params]
+        return (
+            xs,
+            n,
+            c,
+            xs.size // (n * c) if n * c else 0,
+            [None if q is None else contiguous(wide(q).astype(xs.dtype, copy=False)) for q in params],
+        )
 
     def batch_norm(x, weight, bias, *, eps=1e-5):
         out_dtype = x.dtype
@@ -219,8 +247,18 @@ def make_fused(rt) -> dict:
         y = xp.empty(xs.shape, dtype=xs.dtype)
         mean, var = xp.empty((c,), dtype=xs.dtype), xp.empty((c,), dtype=xs.dtype)
         if xs.size:
-            rt.launch(kernels.batch_norm_kernel(xs.dtype.name, w is not None, b is not None), c, xs, y, mean, var,
-                      *[q for q in (w, b) if q is not None], n, length, float(eps))
+            rt.launch(
+                kernels.batch_norm_kernel(xs.dtype.name, w is not None, b is not None),
+                c,
+                xs,
+                y,
+                mean,
+                var,
+                *[q for q in (w, b) if q is not None],
+                n,
+                length,
+                float(eps),
+            )
         return tuple(a if a.dtype == out_dtype else a.astype(out_dtype) for a in (y, mean, var))
 
     def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
@@ -229,11 +267,25 @@ def make_fused(rt) -> dict:
         dx = xp.empty(xs.shape, dtype=xs.dtype)
         dw, db = xp.empty((c,), dtype=xs.dtype), xp.empty((c,), dtype=xs.dtype)
         if xs.size:
-            rt.launch(kernels.batch_norm_backward_kernel(xs.dtype.name, w is not None), c, xs, g, m, v,
-                      *([w] if w is not None else []), dx, dw, db, n, length, float(eps))
+            rt.launch(
+                kernels.batch_norm_backward_kernel(xs.dtype.name, w is not None),
+                c,
+                xs,
+                g,
+                m,
+                v,
+                *([w] if w is not None else []),
+                dx,
+                dw,
+                db,
+                n,
+                length,
+                float(eps),
+            )
 
         def back(a):
             return a if a.dtype == out_dtype else a.astype(out_dtype)
+
         return back(dx), None if weight is None else back(dw), None if bias is None else back(db)
 
     # -- optimizer steps ----------------------------------------------------------------------------
@@ -243,9 +295,12 @@ def make_fused(rt) -> dict:
         dtype = tensors[0].dtype
         writable = [i for i in range(len(tensors)) if i != 1]
         targets = [tensors[i] for i in writable]
-        in_place = dtype.name in KERNEL_DTYPES and all(
-            t.dtype == dtype and t.flags.c_contiguous and t.shape == tensors[0].shape for t in tensors) and \
-            len({id(t) for t in targets}) == len(targets) and not _overlap(xp, targets)
+        in_place = (
+            dtype.name in KERNEL_DTYPES
+            and all(t.dtype == dtype and t.flags.c_contiguous and t.shape == tensors[0].shape for t in tensors)
+            and len({id(t) for t in targets}) == len(targets)
+            and not _overlap(xp, targets)
+        )
         if in_place:
             work = list(tensors)
         else:
@@ -258,33 +313,93 @@ def make_fused(rt) -> dict:
             return work
         return [w.astype(dtype) for w in work]
 
-    def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
-                 weight_decay=0.0, maximize=False):
+    def sgd_step(
+        param,
+        grad,
+        momentum_buffer,
+        *,
+        lr,
+        momentum=0.0,
+        dampening=0.0,
+        nesterov=False,
+        weight_decay=0.0,
+        maximize=False,
+    ):
         first = momentum != 0 and momentum_buffer is None
         tensors = [param, grad]
         if momentum != 0:
             tensors.append(xp.empty_like(param, order="C") if first else momentum_buffer)
-        flags, scalars = sgd_constants(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
-                                       weight_decay=weight_decay, maximize=maximize, first=first)
+        flags, scalars = sgd_constants(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            nesterov=nesterov,
+            weight_decay=weight_decay,
+            maximize=maximize,
+            first=first,
+        )
         out = run_step("sgd_step", flags, scalars, tensors)
         return out[0], (out[2] if momentum != 0 else None)
 
-    def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, beta1=0.9,
-                  beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
-                  decoupled_weight_decay=False):
-        flags, scalars = adam_constants(step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-                                        weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                                        decoupled_weight_decay=decoupled_weight_decay)
+    def adam_step(
+        param,
+        grad,
+        exp_avg,
+        exp_avg_sq,
+        max_exp_avg_sq,
+        *,
+        step,
+        lr,
+        beta1=0.9,
+        beta2=0.999,
+        eps=1e-8,
+        weight_decay=0.0,
+        amsgrad=False,
+        maximize=False,
+        decoupled_weight_decay=False,
+    ):
+        flags, scalars = adam_constants(
+            step=step,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
         tensors = [param, grad, exp_avg, exp_avg_sq] + ([max_exp_avg_sq] if amsgrad else [])
         out = run_step("adam_step", flags, scalars, tensors)
         return out[0], out[2], out[3], (out[4] if amsgrad else None)
 
-    def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alpha=0.99, eps=1e-8,
-                     weight_decay=0.0, momentum=0.0, centered=False, maximize=False):
-        flags, scalars = rmsprop_constants(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                           momentum=momentum, centered=centered, maximize=maximize)
-        tensors = [param, grad, square_avg] + ([grad_avg] if centered else []) + \
-            ([momentum_buffer] if momentum > 0 else [])
+    def rmsprop_step(
+        param,
+        grad,
+        square_avg,
+        grad_avg,
+        momentum_buffer,
+        *,
+        lr,
+        alpha=0.99,
+        eps=1e-8,
+        weight_decay=0.0,
+        momentum=0.0,
+        centered=False,
+        maximize=False,
+    ):
+        flags, scalars = rmsprop_constants(
+            lr=lr,
+            alpha=alpha,
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            centered=centered,
+            maximize=maximize,
+        )
+        tensors = (
+            [param, grad, square_avg] + ([grad_avg] if centered else []) + ([momentum_buffer] if momentum > 0 else [])
+        )
         out = run_step("rmsprop_step", flags, scalars, tensors)
         k = 3
         ga = bf = None
@@ -294,14 +409,26 @@ def make_fused(rt) -> dict:
             bf = out[k]
         return out[0], out[2], ga if centered else grad_avg, bf if momentum > 0 else momentum_buffer
 
-    return {"softmax": softmax, "log_softmax": log_softmax, "cross_entropy": cross_entropy,
-            "layer_norm": layer_norm, "gelu": gelu, "scaled_dot_product_attention": attention,
-            "softmax_backward": softmax_backward, "log_softmax_backward": log_softmax_backward,
-            "cross_entropy_backward": cross_entropy_backward, "layer_norm_backward": layer_norm_backward,
-            "gelu_backward": gelu_backward,
-            "max_pool2d": max_pool2d, "max_pool2d_backward": max_pool2d_backward,
-            "batch_norm": batch_norm, "batch_norm_backward": batch_norm_backward,
-            "sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
+    return {
+        "softmax": softmax,
+        "log_softmax": log_softmax,
+        "cross_entropy": cross_entropy,
+        "layer_norm": layer_norm,
+        "gelu": gelu,
+        "scaled_dot_product_attention": attention,
+        "softmax_backward": softmax_backward,
+        "log_softmax_backward": log_softmax_backward,
+        "cross_entropy_backward": cross_entropy_backward,
+        "layer_norm_backward": layer_norm_backward,
+        "gelu_backward": gelu_backward,
+        "max_pool2d": max_pool2d,
+        "max_pool2d_backward": max_pool2d_backward,
+        "batch_norm": batch_norm,
+        "batch_norm_backward": batch_norm_backward,
+        "sgd_step": sgd_step,
+        "adam_step": adam_step,
+        "rmsprop_step": rmsprop_step,
+    }
 
 
 def adam_constants(*, step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay):
@@ -309,27 +436,47 @@ def adam_constants(*, step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximi
     doubles exactly as ember.optim.functional.adam_step computes them."""
     weight = 1 - beta1
     big = abs(weight) >= 0.5
-    flags = dict(amsgrad=amsgrad, maximize=maximize, weight_decay=weight_decay,
-                 decoupled=decoupled_weight_decay, big_lerp=big)
-    scalars = dict(decay=1 - lr * weight_decay, wd=weight_decay, w1=(1 - weight) if big else weight,
-                   c2=1 - beta2, beta2=beta2, neg_step=-(lr / (1 - beta1 ** step)),
-                   bc2=(1 - beta2 ** step) ** 0.5, eps=eps)
+    flags = dict(
+        amsgrad=amsgrad, maximize=maximize, weight_decay=weight_decay, decoupled=decoupled_weight_decay, big_lerp=big
+    )
+    scalars = dict(
+        decay=1 - lr * weight_decay,
+        wd=weight_decay,
+        w1=(1 - weight) if big else weight,
+        c2=1 - beta2,
+        beta2=beta2,
+        neg_step=-(lr / (1 - beta1**step)),
+        bc2=(1 - beta2**step) ** 0.5,
+        eps=eps,
+    )
     return flags, scalars
 
 
 def sgd_constants(*, lr, momentum, dampening, nesterov, weight_decay, maximize, first):
-    flags = dict(maximize=maximize, weight_decay=weight_decay, momentum=momentum,
-                 dampening=dampening, nesterov=nesterov, first=first)
+    flags = dict(
+        maximize=maximize,
+        weight_decay=weight_decay,
+        momentum=momentum,
+        dampening=dampening,
+        nesterov=nesterov,
+        first=first,
+    )
     return flags, dict(wd=weight_decay, mom=momentum, damp=1 - dampening, neg_lr=-lr)
 
 
 def rmsprop_constants(*, lr, alpha, eps, weight_decay, momentum, centered, maximize):
     weight = 1 - alpha
     big = abs(weight) >= 0.5
-    flags = dict(maximize=maximize, weight_decay=weight_decay, momentum=momentum > 0,
-                 centered=centered, big_lerp=big)
-    scalars = dict(wd=weight_decay, alpha=alpha, c1=1 - alpha, w1=(1 - weight) if big else weight,
-                   eps=eps, mom=momentum, neg_lr=-lr)
+    flags = dict(maximize=maximize, weight_decay=weight_decay, momentum=momentum > 0, centered=centered, big_lerp=big)
+    scalars = dict(
+        wd=weight_decay,
+        alpha=alpha,
+        c1=1 - alpha,
+        w1=(1 - weight) if big else weight,
+        eps=eps,
+        mom=momentum,
+        neg_lr=-lr,
+    )
     return flags, scalars
 
 

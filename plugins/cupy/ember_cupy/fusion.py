@@ -24,6 +24,7 @@ exact arithmetic of every group on the CPU.
 >>> k.launch, k.meta["n"], "expf" in k.source
 ('threads', 12, True)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -74,8 +75,9 @@ def _index_code(names, dims, linear, prefix) -> list:
 def _offset(in_shape, in_strides, domain, prefix) -> str:
     """The element offset of a (broadcast) input at the current index of ``domain``."""
     lead = len(domain) - len(in_shape)
-    terms = [f"{prefix}{lead + k} * {st}LL" for k, (s, st) in enumerate(zip(in_shape, in_strides))
-             if s != 1 and st != 0]
+    terms = [
+        f"{prefix}{lead + k} * {st}LL" for k, (s, st) in enumerate(zip(in_shape, in_strides)) if s != 1 and st != 0
+    ]
     return " + ".join(terms) or "0"
 
 
@@ -83,10 +85,10 @@ class _Emitter:
     """Writes the C statements of one stage (pre: the group's shape; post: the reduction's)."""
 
     def __init__(self, layouts, inputs):
-        self.layouts = layouts                    # input position -> (shape, strides, dtype)
+        self.layouts = layouts  # input position -> (shape, strides, dtype)
         self.position = {v.id: k for k, v in enumerate(inputs)}
         self.lines: list = []
-        self.names: dict = {}                     # var id -> C name in this stage
+        self.names: dict = {}  # var id -> C name in this stage
         self.loaded: dict = {}
 
     def operand(self, a, stage, domain, linear, prefix):
@@ -101,7 +103,8 @@ class _Emitter:
         if key not in self.loaded:
             shape, strides, dtype = self.layouts[k]
             contiguous = tuple(shape) == tuple(domain) and all(
-                s == 1 or a == b for s, a, b in zip(shape, strides, contiguous_strides(domain)))
+                s == 1 or a == b for s, a, b in zip(shape, strides, contiguous_strides(domain))
+            )
             off = linear if contiguous else _offset(shape, strides, domain, prefix)
             name = f"x{k}{stage}"
             self.lines.append(f"  const {ctype(dtype)} {name} = in{k}[{off}];")
@@ -130,23 +133,23 @@ def _scalars(v, args, dts):
         floaty = any(isinstance(a, float) for a in v.args if not _is_var(a))
         if floaty and other not in render.FLOATS:
             # an int tensor against 0.5 compares as float64, as in NumPy
-            return ([f"(double){n}" if n is not None else literal(a, "float64") for n, a in zip(args, v.args)],
-                    ["float64"] * len(args))
-        return ([n if n is not None else literal(a, other) for n, a in zip(args, v.args)],
-                [d or other for d in dts])
+            return (
+                [f"(double){n}" if n is not None else literal(a, "float64") for n, a in zip(args, v.args)],
+                ["float64"] * len(args),
+            )
+        return ([n if n is not None else literal(a, other) for n, a in zip(args, v.args)], [d or other for d in dts])
     if v.op in LOGICAL:
         return [n if n is not None else literal(a, "bool") for n, a in zip(args, v.args)], ["bool"] * len(args)
     if v.op == "where":
         out = [args[0] if args[0] is not None else literal(v.args[0], "bool")]
         out += [n if n is not None else literal(a, v.dtype) for n, a in zip(args[1:], v.args[1:])]
         return out, ["bool", str(v.dtype), str(v.dtype)]
-    return [n if n is not None else literal(a, v.dtype) for n, a in zip(args, v.args)], \
-        [d or str(v.dtype) for d in dts]
+    return [n if n is not None else literal(a, v.dtype) for n, a in zip(args, v.args)], [d or str(v.dtype) for d in dts]
 
 
 def _check(group):
     for v in list(group.nodes) + list(group.inputs):
-        ctype(v.dtype)                             # raises Unsupported for float16
+        ctype(v.dtype)  # raises Unsupported for float16
     if group.kind not in ("elementwise", "reduce"):
         raise Unsupported(f"group kind {group.kind}")
     if any(v.size == 0 for v in group.nodes):
@@ -190,6 +193,7 @@ def _elementwise(group, layouts, decls, out_index):
 
     def body(name):
         return f"__host__ __device__ inline void {name}_thread(long long t, {sig}) {{\n{code}\n}}\n"
+
     return _finish(body, decls, group, "threads", math.prod(shape), {"strategy": "elementwise"})
 
 
@@ -222,8 +226,9 @@ def _reduction(group, layouts, decls, out_index):
         em.node(v, "", shape, "lin", "i")
         if v.id in out_index:
             em.lines.append(f"  out{out_index[v.id]}[lin] = v{v.id};")
-    operand = em.operand(red.args[0], "", shape, "lin", "i") if red.args[0].id not in em.names \
-        else em.names[red.args[0].id]
+    operand = (
+        em.operand(red.args[0], "", shape, "lin", "i") if red.args[0].id not in em.names else em.names[red.args[0].id]
+    )
     em.lines.append(f"  return ({acc_t}){operand};")
     pre_code = "\n".join(em.lines)
 
@@ -245,15 +250,25 @@ def _reduction(group, layouts, decls, out_index):
     blocks = n_red >= BLOCK_TERMS or n_out < FEW_OUTPUTS
 
     def body(name):
-        common = (f"__host__ __device__ inline {acc_t} {name}_pre(long long o, long long r, {sig}) {{\n{pre_code}\n}}\n"
-                  f"__host__ __device__ inline void {name}_post(long long o, {acc_t} acc, {sig}) {{\n{post_code}\n}}\n")
-        serial = (f"  {acc_t} acc = {ident};\n"
-                  f"  for (long long r = 0; r < {n_red}LL; ++r) acc = {combine}()(acc, {name}_pre(o, r, {call}));\n"
-                  f"  {name}_post(o, acc, {call});\n")
+        common = (
+            f"__host__ __device__ inline {acc_t} {name}_pre(long long o, long long r, {sig}) {{\n{pre_code}\n}}\n"
+            f"__host__ __device__ inline void {name}_post(long long o, {acc_t} acc, {sig}) {{\n{post_code}\n}}\n"
+        )
+        serial = (
+            f"  {acc_t} acc = {ident};\n"
+            f"  for (long long r = 0; r < {n_red}LL; ++r) acc = {combine}()(acc, {name}_pre(o, r, {call}));\n"
+            f"  {name}_post(o, acc, {call});\n"
+        )
         if not blocks:
-            return source._reducers() + common + \
-                f"__host__ __device__ inline void {name}_thread(long long o, {sig}) {{\n{serial}}}\n"
-        return source._reducers() + common + f"""extern "C" __global__ void {name}(long long n, {sig}) {{
+            return (
+                source._reducers()
+                + common
+                + f"__host__ __device__ inline void {name}_thread(long long o, {sig}) {{\n{serial}}}\n"
+            )
+        return (
+            source._reducers()
+            + common
+            + f"""extern "C" __global__ void {name}(long long n, {sig}) {{
   __shared__ {acc_t} shm[{kernels.BLOCK}];
   for (long long o = blockIdx.x; o < n; o += gridDim.x) {{
     {acc_t} acc = {ident};
@@ -269,8 +284,16 @@ extern "C" void {name}_host(long long n, {sig}) {{
 }}
 #endif
 """
-    return _finish(body, decls, group, "blocks" if blocks else "threads", n_out,
-                   {"strategy": "block-reduce" if blocks else "thread-reduce", "terms": n_red})
+        )
+
+    return _finish(
+        body,
+        decls,
+        group,
+        "blocks" if blocks else "threads",
+        n_out,
+        {"strategy": "block-reduce" if blocks else "thread-reduce", "terms": n_red},
+    )
 
 
 def _post_ids(group) -> set:
@@ -319,15 +342,20 @@ class FusedGroup:
         k = self.kernel_for(bufs)
         xp = self.runtime.xp
         try:
-            self.runtime.function(k)          # builds (or finds) the kernel
+            self.runtime.function(k)  # builds (or finds) the kernel
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             if self.impls is None:
                 raise
             import warnings
+
             self.broken = f"{type(exc).__name__}: {exc}"
             FALLBACKS.append((k.name, self.broken))
-            warnings.warn(f"ember-cupy: fused kernel {k.name} failed to build ({self.broken}); running its "
-                          f"{len(self.group.nodes)} ops one by one. Please report this.", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"ember-cupy: fused kernel {k.name} failed to build ({self.broken}); running its "
+                f"{len(self.group.nodes)} ops one by one. Please report this.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return self.run_nodes(bufs)
         outs = [xp.empty(shape, dtype=dtype) for shape, dtype in self.outputs]
         self.runtime.launch(k, k.meta["n"], *bufs, *outs)

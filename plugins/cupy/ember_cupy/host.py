@@ -13,6 +13,7 @@ It is registered only by that option (or by tests), never through the entry poin
 needs ``nvcc`` on the PATH. What it cannot check: CuPy's own kernels, the block-cooperative
 reductions (the host loops are serial), and anything about speed. That is gpu_check.sh's job.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,9 +27,16 @@ from ember import BackendInfo, hookimpl
 
 from .runtime import Runtime
 
-CTYPES = {"ptr": ctypes.c_void_p, "long long": ctypes.c_longlong, "unsigned long long": ctypes.c_ulonglong,
-          "int": ctypes.c_int, "unsigned int": ctypes.c_uint, "float": ctypes.c_float,
-          "double": ctypes.c_double, "bool": ctypes.c_bool}
+CTYPES = {
+    "ptr": ctypes.c_void_p,
+    "long long": ctypes.c_longlong,
+    "unsigned long long": ctypes.c_ulonglong,
+    "int": ctypes.c_int,
+    "unsigned int": ctypes.c_uint,
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+    "bool": ctypes.c_bool,
+}
 
 
 def nvcc() -> str | None:
@@ -43,8 +51,9 @@ def nvcc() -> str | None:
 def cache_dir() -> str:
     """Where built kernels are kept between runs ($EMBER_CUPY_HOST_CACHE, else a per-user folder
     in the system's temporary directory)."""
-    path = os.environ.get("EMBER_CUPY_HOST_CACHE") or os.path.join(tempfile.gettempdir(),
-                                                                   f"ember-cupy-host-{os.getuid()}")
+    path = os.environ.get("EMBER_CUPY_HOST_CACHE") or os.path.join(
+        tempfile.gettempdir(), f"ember-cupy-host-{os.getuid()}"
+    )
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -96,6 +105,7 @@ class HostRuntime(Runtime):
     def __init__(self):
         super().__init__()
         import numpy
+
         self.xp = numpy
         self.libs: dict = {}
 
@@ -135,11 +145,18 @@ class HostRuntime(Runtime):
 
 def _load():
     from .backend import CupyBackend
+
     return CupyBackend(HostRuntime(), name="cupy-host")
 
 
 @hookimpl
 def ember_backends():
     """``cupy-host``: the cupy plugin on NumPy + host-built kernels (for checks without a GPU)."""
-    return [BackendInfo("cupy-host", _load, priority=-10,
-                        description="ember-cupy's code on the CPU: NumPy arrays, kernels built by nvcc for the host")]
+    return [
+        BackendInfo(
+            "cupy-host",
+            _load,
+            priority=-10,
+            description="ember-cupy's code on the CPU: NumPy arrays, kernels built by nvcc for the host",
+        )
+    ]

@@ -14,6 +14,7 @@ host synchronisation. The exceptions, each for a reason:
 ``make_impls(rt)`` builds the table for a runtime (runtime.py), so the same code runs on NumPy
 arrays in the host harness.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,6 +42,7 @@ def make_impls(rt) -> dict:
         def run(*args, **kwargs):
             with xp.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 return f(*args, **kwargs)
+
         run.__name__ = getattr(f, "__name__", "quiet")
         return run
 
@@ -52,6 +54,7 @@ def make_impls(rt) -> dict:
         def run(*args, **kwargs):
             out = f(*args, **kwargs)
             return out if type(out) is xp.ndarray else xp.asarray(out)
+
         run.__name__ = getattr(f, "__name__", "array")
         return run
 
@@ -64,10 +67,12 @@ def make_impls(rt) -> dict:
     def weak(f):
         """A binary op with a Python scalar keeps the array's dtype (the spec), whatever the
         library's own scalar rules."""
+
         def run(*args):
             out = f(*args)
             want = dtype_of(*args) if f is not xp.where else dtype_of(*args[1:])
             return out if want is None or out.dtype == want else out.astype(want)
+
         run.__name__ = getattr(f, "__name__", "weak")
         return run
 
@@ -119,13 +124,27 @@ def make_impls(rt) -> dict:
         *lead, h, w = input_shape
         name = g.dtype.name
         if name not in ("float32", "float64", "int32", "int64"):
-            wide = xp.float32 if name == "float16" else xp.int64     # bool/uint8 sum and wrap like NumPy
+            wide = xp.float32 if name == "float16" else xp.int64  # bool/uint8 sum and wrap like NumPy
             return windows_grad(g.astype(wide), input_shape, kernel, stride, dilation).astype(g.dtype)
         g = contiguous(g)
         out = xp.empty(tuple(input_shape), dtype=g.dtype)
         oh, ow = g.shape[-4], g.shape[-3]
-        rt.launch(kernels.col2im_kernel(name), out.size, g, out, h, w, oh, ow, kernel[0], kernel[1],
-                  stride[0], stride[1], dilation[0], dilation[1])
+        rt.launch(
+            kernels.col2im_kernel(name),
+            out.size,
+            g,
+            out,
+            h,
+            w,
+            oh,
+            ow,
+            kernel[0],
+            kernel[1],
+            stride[0],
+            stride[1],
+            dilation[0],
+            dilation[1],
+        )
         return out
 
     def slice_(x, starts, stops, steps):
@@ -136,6 +155,7 @@ def make_impls(rt) -> dict:
         return xp.take(x, indices, axis=axis)
 
     if on_numpy:
+
         def add_at(out, index, values):
             xp.add.at(out, index, values)
     else:
@@ -160,7 +180,7 @@ def make_impls(rt) -> dict:
         ph, pw = padding
         if ph or pw:
             x = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        win = windows(x, (kh, kw), stride, dilation)           # N, C, OH, OW, KH, KW: a view
+        win = windows(x, (kh, kw), stride, dilation)  # N, C, OH, OW, KH, KW: a view
         n, c, oh, ow = win.shape[:4]
         return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw), (oh, ow)
 
@@ -170,8 +190,8 @@ def make_impls(rt) -> dict:
         cg, og = x.shape[1] // groups, o // groups
         outs = []
         for gi in range(groups):
-            cols, (oh, ow) = im2col(x[:, gi * cg:(gi + 1) * cg], kh, kw, stride, padding, dilation)
-            outs.append(cols @ w[gi * og:(gi + 1) * og].reshape(og, -1).T)
+            cols, (oh, ow) = im2col(x[:, gi * cg : (gi + 1) * cg], kh, kw, stride, padding, dilation)
+            outs.append(cols @ w[gi * og : (gi + 1) * og].reshape(og, -1).T)
         out = outs[0] if groups == 1 else xp.concatenate(outs, axis=1)
         return contiguous(out.reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
 
@@ -180,8 +200,8 @@ def make_impls(rt) -> dict:
         og = o // groups
         outs = []
         for gi in range(groups):
-            cols, _ = im2col(x[:, gi * cg:(gi + 1) * cg], kh, kw, stride, padding, dilation)
-            gg = g[:, gi * og:(gi + 1) * og].transpose(1, 0, 2, 3).reshape(og, -1)
+            cols, _ = im2col(x[:, gi * cg : (gi + 1) * cg], kh, kw, stride, padding, dilation)
+            gg = g[:, gi * og : (gi + 1) * og].transpose(1, 0, 2, 3).reshape(og, -1)
             outs.append((gg @ cols).reshape(og, cg, kh, kw))
         return outs[0] if groups == 1 else xp.concatenate(outs, axis=0)
 
@@ -193,26 +213,47 @@ def make_impls(rt) -> dict:
         oh, ow = g.shape[2:]
         outs = []
         for gi in range(groups):
-            gg = g[:, gi * og:(gi + 1) * og].transpose(0, 2, 3, 1).reshape(n * oh * ow, og)
-            cols = gg @ w[gi * og:(gi + 1) * og].reshape(og, -1)                  # cuBLAS GEMM
+            gg = g[:, gi * og : (gi + 1) * og].transpose(0, 2, 3, 1).reshape(n * oh * ow, og)
+            cols = gg @ w[gi * og : (gi + 1) * og].reshape(og, -1)  # cuBLAS GEMM
             cols = cols.reshape(n, oh, ow, cg, kh, kw).transpose(0, 3, 1, 2, 4, 5)
             outs.append(windows_grad(cols, (n, cg, h + 2 * ph, wd + 2 * pw), (kh, kw), stride, dilation))
         out = outs[0] if groups == 1 else xp.concatenate(outs, axis=1)
-        return contiguous(out[:, :, ph:ph + h, pw:pw + wd])
+        return contiguous(out[:, :, ph : ph + h, pw : pw + wd])
 
     table = {
         "full": lambda shape, value, dtype: xp.full(tuple(shape), value, dtype=NP[dtype]),
         "arange": lambda start, stop, step, dtype: xp.arange(start, stop, step, dtype=NP[dtype]),
         "random_bits": random_bits,
-        "neg": xp.negative, "exp": xp.exp, "log": quiet(xp.log), "sin": xp.sin, "cos": xp.cos,
-        "tanh": xp.tanh, "sqrt": quiet(xp.sqrt), "abs": xp.abs, "sign": xp.sign, "floor": xp.floor,
-        "reciprocal": quiet(xp.reciprocal), "erf": erf, "logical_not": xp.logical_not,
-        "add": weak(xp.add), "sub": weak(xp.subtract), "mul": weak(xp.multiply), "div": quiet(div),
-        "pow": quiet(weak(xp.power)), "maximum": weak(xp.maximum), "minimum": weak(xp.minimum),
+        "neg": xp.negative,
+        "exp": xp.exp,
+        "log": quiet(xp.log),
+        "sin": xp.sin,
+        "cos": xp.cos,
+        "tanh": xp.tanh,
+        "sqrt": quiet(xp.sqrt),
+        "abs": xp.abs,
+        "sign": xp.sign,
+        "floor": xp.floor,
+        "reciprocal": quiet(xp.reciprocal),
+        "erf": erf,
+        "logical_not": xp.logical_not,
+        "add": weak(xp.add),
+        "sub": weak(xp.subtract),
+        "mul": weak(xp.multiply),
+        "div": quiet(div),
+        "pow": quiet(weak(xp.power)),
+        "maximum": weak(xp.maximum),
+        "minimum": weak(xp.minimum),
         "remainder": quiet(weak(xp.remainder)),
-        "eq": xp.equal, "ne": xp.not_equal, "lt": xp.less, "le": xp.less_equal,
-        "gt": xp.greater, "ge": xp.greater_equal,
-        "logical_and": xp.logical_and, "logical_or": xp.logical_or, "logical_xor": xp.logical_xor,
+        "eq": xp.equal,
+        "ne": xp.not_equal,
+        "lt": xp.less,
+        "le": xp.less_equal,
+        "gt": xp.greater,
+        "ge": xp.greater_equal,
+        "logical_and": xp.logical_and,
+        "logical_or": xp.logical_or,
+        "logical_xor": xp.logical_xor,
         "where": weak(xp.where),
         "cast": lambda x, dtype: x.astype(NP[dtype]),
         "sum": sum_,

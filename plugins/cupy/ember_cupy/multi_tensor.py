@@ -19,6 +19,7 @@ per-parameter op (fused_ops.py).
 >>> k.meta["total"], k.params[:4]
 (8, ('ptr', 'ptr', 'ptr', 'ptr'))
 """
+
 from __future__ import annotations
 
 from . import kernels
@@ -50,10 +51,14 @@ def make_foreach(rt, single: dict) -> dict:
         """``members``: one list of buffers per tensor, in the kernel's pointer order."""
         dtype = members[0][0].dtype.name
         for i in range(0, len(members), PER_LAUNCH):
-            chunk = members[i:i + PER_LAUNCH]
+            chunk = members[i : i + PER_LAUNCH]
             kernel = _kernel(rule, dtype, tuple(m[0].size for m in chunk), flags)
-            rt.launch(kernel, kernel.meta["total"], *[b for m in chunk for b in m],
-                      *[scalars[s] for s in kernel.meta["scalars"]])
+            rt.launch(
+                kernel,
+                kernel.meta["total"],
+                *[b for m in chunk for b in m],
+                *[scalars[s] for s in kernel.meta["scalars"]],
+            )
 
     def split(params, grads, states):
         """(entries by dtype, the other entries): an entry goes to the kernel when its param
@@ -61,9 +66,13 @@ def make_foreach(rt, single: dict) -> dict:
         float dtype and shape, and nothing written overlaps anything else written."""
         groups, rest, written = {}, [], []
         for k, (p, g) in enumerate(zip(params, grads)):
-            ok = p.dtype.name in KERNEL_DTYPES and p.size > 0 and g.dtype == p.dtype and g.shape == p.shape \
-                and all(s.dtype == p.dtype and s.shape == p.shape and s.flags.c_contiguous
-                        for s in [p] + states[k])
+            ok = (
+                p.dtype.name in KERNEL_DTYPES
+                and p.size > 0
+                and g.dtype == p.dtype
+                and g.shape == p.shape
+                and all(s.dtype == p.dtype and s.shape == p.shape and s.flags.c_contiguous for s in [p] + states[k])
+            )
             if ok:
                 groups.setdefault(p.dtype.name, []).append(k)
                 written += [p] + states[k]
@@ -92,8 +101,12 @@ def make_foreach(rt, single: dict) -> dict:
                     if first:
                         bufs[k] = xp.empty_like(params[k], order="C")
                 flags, scalars = sgd_constants(first=first, **_defaults(SGD, hyper))
-                launch("sgd_step", flags, scalars,
-                       [[params[k], contiguous(grads[k])] + ([bufs[k]] if momentum else []) for k in sel])
+                launch(
+                    "sgd_step",
+                    flags,
+                    scalars,
+                    [[params[k], contiguous(grads[k])] + ([bufs[k]] if momentum else []) for k in sel],
+                )
         results = (list(params), bufs)
         per_parameter("sgd_step", results, rest, (params, grads, momentum_buffers), hyper)
         return results
@@ -115,8 +128,10 @@ def make_foreach(rt, single: dict) -> dict:
     def rmsprop_step_foreach(params, grads, square_avgs, grad_avgs, momentum_buffers, **hyper):
         centered = bool(hyper.get("centered", False))
         momentum = hyper.get("momentum", 0.0) > 0
-        states = [[s] + ([a] if centered else []) + ([b] if momentum else [])
-                  for s, a, b in zip(square_avgs, grad_avgs, momentum_buffers)]
+        states = [
+            [s] + ([a] if centered else []) + ([b] if momentum else [])
+            for s, a, b in zip(square_avgs, grad_avgs, momentum_buffers)
+        ]
         if any(x is None for st in states for x in st):
             groups, rest = {}, list(range(len(params)))
         else:
@@ -125,18 +140,21 @@ def make_foreach(rt, single: dict) -> dict:
         for ks in groups.values():
             launch("rmsprop_step", flags, scalars, [[params[k], contiguous(grads[k])] + states[k] for k in ks])
         results = (list(params), list(square_avgs), list(grad_avgs), list(momentum_buffers))
-        per_parameter("rmsprop_step", results, rest, (params, grads, square_avgs, grad_avgs, momentum_buffers),
-                      hyper)
+        per_parameter("rmsprop_step", results, rest, (params, grads, square_avgs, grad_avgs, momentum_buffers), hyper)
         return results
 
-    return {"sgd_step_foreach": sgd_step_foreach, "adam_step_foreach": adam_step_foreach,
-            "rmsprop_step_foreach": rmsprop_step_foreach}
+    return {
+        "sgd_step_foreach": sgd_step_foreach,
+        "adam_step_foreach": adam_step_foreach,
+        "rmsprop_step_foreach": rmsprop_step_foreach,
+    }
 
 
 #: The rules' keyword defaults (ember.optim.functional), for the *_constants helpers.
 SGD = dict(momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False)
-ADAM = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
-            decoupled_weight_decay=False)
+ADAM = dict(
+    beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False
+)
 RMSPROP = dict(alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False)
 
 

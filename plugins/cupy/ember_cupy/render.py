@@ -12,6 +12,7 @@ the fusion code then leaves that group to run op by op.
 >>> literal(0.1, "float32")
 '(float)0x1.99999a0000000p-4f'
 """
+
 from __future__ import annotations
 
 import math
@@ -24,14 +25,27 @@ class Unsupported(Exception):
 
 #: ember dtype name -> C type. float16 has none: it needs cuda_fp16.h, which NVRTC may not
 #: find on every install, so float16 groups run op by op (CuPy's own kernels) instead.
-CTYPE = {"bool": "bool", "uint8": "unsigned char", "uint32": "unsigned int", "int32": "int",
-         "int64": "long long", "float32": "float", "float64": "double"}
+CTYPE = {
+    "bool": "bool",
+    "uint8": "unsigned char",
+    "uint32": "unsigned int",
+    "int32": "int",
+    "int64": "long long",
+    "float32": "float",
+    "float64": "double",
+}
 FLOATS = ("float32", "float64")
 INTS = ("uint8", "uint32", "int32", "int64")
 #: The type a float32 sum accumulates in: double costs nothing on a memory-bound reduction
 #: and keeps a 100k-term sum as accurate as NumPy's pairwise one.
-ACCUMULATOR = {"float32": "double", "float64": "double", "int32": "int", "int64": "long long",
-               "uint8": "unsigned char", "uint32": "unsigned int"}
+ACCUMULATOR = {
+    "float32": "double",
+    "float64": "double",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "uint32": "unsigned int",
+}
 
 
 def ctype(dtype) -> str:
@@ -63,11 +77,11 @@ def literal(value, dtype) -> str:
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise Unsupported(f"cannot write {value} as {name}")
-            value = int(value)                       # truncation toward zero, like a C cast
+            value = int(value)  # truncation toward zero, like a C cast
         bits = {"uint8": 8, "uint32": 32, "int32": 32, "int64": 64}[name]
         value = int(value) % (1 << bits)
         if name.startswith("int") and value >= 1 << (bits - 1):
-            value -= 1 << bits                       # wrap like NumPy's conversion
+            value -= 1 << bits  # wrap like NumPy's conversion
         if value == -(1 << 63):
             return "((long long)(-9223372036854775807LL - 1))"
         return f"(({CTYPE[name]}){value}LL)"
@@ -90,9 +104,17 @@ def _f(fn32, fn64):
 
 
 #: unary float functions: name -> (float32 call, float64 call)
-FLOAT_UNARY = {"exp": _f("expf", "exp"), "log": _f("logf", "log"), "sin": _f("sinf", "sin"),
-               "cos": _f("cosf", "cos"), "tanh": _f("tanhf", "tanh"), "sqrt": _f("sqrtf", "sqrt"),
-               "erf": _f("erff", "erf"), "floor": _f("floorf", "floor"), "abs": _f("fabsf", "fabs")}
+FLOAT_UNARY = {
+    "exp": _f("expf", "exp"),
+    "log": _f("logf", "log"),
+    "sin": _f("sinf", "sin"),
+    "cos": _f("cosf", "cos"),
+    "tanh": _f("tanhf", "tanh"),
+    "sqrt": _f("sqrtf", "sqrt"),
+    "erf": _f("erff", "erf"),
+    "floor": _f("floorf", "floor"),
+    "abs": _f("fabsf", "fabs"),
+}
 
 
 def expr(op: str, dtype, args: list, arg_dtypes=None, params=None) -> str:
@@ -182,10 +204,22 @@ def reduce_identity(op: str, dtype) -> str:
     name = str(dtype)
     if op == "sum":
         return literal(0, name) if name not in ACCUMULATOR or name in INTS else "0.0"
-    lowest = {"float32": "ember_f32_bits(0xff800000u)", "float64": "ember_f64_bits(0xfff0000000000000ULL)",
-              "int32": "(-2147483647 - 1)", "int64": "(-9223372036854775807LL - 1)", "uint8": "0", "uint32": "0u"}
-    highest = {"float32": "ember_f32_bits(0x7f800000u)", "float64": "ember_f64_bits(0x7ff0000000000000ULL)",
-               "int32": "2147483647", "int64": "9223372036854775807LL", "uint8": "255", "uint32": "4294967295u"}
+    lowest = {
+        "float32": "ember_f32_bits(0xff800000u)",
+        "float64": "ember_f64_bits(0xfff0000000000000ULL)",
+        "int32": "(-2147483647 - 1)",
+        "int64": "(-9223372036854775807LL - 1)",
+        "uint8": "0",
+        "uint32": "0u",
+    }
+    highest = {
+        "float32": "ember_f32_bits(0x7f800000u)",
+        "float64": "ember_f64_bits(0x7ff0000000000000ULL)",
+        "int32": "2147483647",
+        "int64": "9223372036854775807LL",
+        "uint8": "255",
+        "uint32": "4294967295u",
+    }
     table = lowest if op == "max" else highest
     if name not in table:
         raise Unsupported(f"{op} of {name}")

@@ -13,14 +13,22 @@ against this pair only, so one implementation serves two runtimes:
 Every runtime remembers each kernel it launched (``seen``), so a test can compile all of them
 for the GPU architecture with nvcc.
 """
+
 from __future__ import annotations
 
 from .kernels import BLOCK
 
 #: C scalar type -> NumPy scalar type that passes it to a kernel by value.
-SCALAR_TYPES = {"long long": "int64", "unsigned long long": "uint64", "int": "int32",
-                "unsigned int": "uint32", "float": "float32", "double": "float64", "bool": "bool_"}
-MAX_GRID = 1 << 20      # grid-stride loops make any grid size correct; this one fills any GPU
+SCALAR_TYPES = {
+    "long long": "int64",
+    "unsigned long long": "uint64",
+    "int": "int32",
+    "unsigned int": "uint32",
+    "float": "float32",
+    "double": "float64",
+    "bool": "bool_",
+}
+MAX_GRID = 1 << 20  # grid-stride loops make any grid size correct; this one fills any GPU
 
 
 class Runtime:
@@ -30,8 +38,8 @@ class Runtime:
     xp = None
 
     def __init__(self):
-        self.seen: dict = {}           # kernel key -> Kernel, every kernel launched
-        self.calls: dict = {}          # kernel key -> how many times it was launched
+        self.seen: dict = {}  # kernel key -> Kernel, every kernel launched
+        self.calls: dict = {}  # kernel key -> how many times it was launched
         self.launches = 0
 
     def function(self, kernel):
@@ -74,6 +82,7 @@ class DeviceRuntime(Runtime):
         super().__init__()
         import cupy
         import numpy
+
         self.xp, self.np = cupy, numpy
         self.compiled: dict = {}
         self.scalars = {k: getattr(numpy, v) for k, v in SCALAR_TYPES.items()}

@@ -14,4 +14,5 @@ many threads) → cache.py (source to cached module) → blas.py (matrix product
 (hand-written kernels) → fused/ (fused ops, one module per family) → jit.py (``compile(group)``). docs/numba.md
 describes them.
 """
+
 __version__ = "0.1.0"

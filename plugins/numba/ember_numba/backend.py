@@ -13,6 +13,7 @@ the bit; reductions and convolutions add in another order (docs/numba.md).
 >>> (ember.ones(3, backend="numba") * 2).tolist(), b.name
 ([2.0, 2.0, 2.0], 'numba')
 """
+
 from __future__ import annotations
 
 import os
@@ -86,23 +87,30 @@ def elementwise(op):
         return ref(*args) if out is None else out[0]
 
     if where:
+
         def impl(c, a, b):
             m = MIN_SIZE_WHERE
-            if (type(a) is not ndarray or a.size < m) and (type(b) is not ndarray or b.size < m) \
-                    and (type(c) is not ndarray or c.size < m):
+            if (
+                (type(a) is not ndarray or a.size < m)
+                and (type(b) is not ndarray or b.size < m)
+                and (type(c) is not ndarray or c.size < m)
+            ):
                 return ref(c, a, b)
             return general((c, a, b))
     elif op in UNARY:
+
         def impl(x):
             if type(x) is not ndarray or x.size < MIN_SIZE:
                 return ref(x)
             return general((x,))
     else:
+
         def impl(a, b):
             m = MIN_SIZE
             if (type(a) is not ndarray or a.size < m) and (type(b) is not ndarray or b.size < m):
                 return ref(a, b)
             return general((a, b))
+
     impl.__name__ = f"numba_{op}"
     return impl
 
@@ -111,8 +119,21 @@ def elementwise(op):
 #: erf, pow): NumPy evaluates those with SIMD polynomials, numba calls the scalar C library
 #: once per element (4-10x slower), more than two threads can win back. Fused kernels still
 #: use them, where saving memory passes pays for it.
-ELEMENTWISE = ["neg", "abs", "sqrt", "reciprocal", "floor", "add", "sub", "mul", "div", "maximum", "minimum",
-               *sorted(COMPARE), "where"]
+ELEMENTWISE = [
+    "neg",
+    "abs",
+    "sqrt",
+    "reciprocal",
+    "floor",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "maximum",
+    "minimum",
+    *sorted(COMPARE),
+    "where",
+]
 
 IMPLS = dict(nb.IMPLS)
 IMPLS.update({op: elementwise(op) for op in ELEMENTWISE})
@@ -128,7 +149,7 @@ class NumbaBackend(NumpyBackend):
     version = __version__
     device = "cpu"
     impls = IMPLS
-    fused_impls = {**fused_ops.IMPLS, **foreach.IMPLS}      # foreach: multi-tensor optimizer steps
+    fused_impls = {**fused_ops.IMPLS, **foreach.IMPLS}  # foreach: multi-tensor optimizer steps
     #: Primitives whose kernels here compute what NumPy's own function does, to the bit:
     #: ember.jit's NumPy-array runner may compute them with NumPy into its planned buffers
     #: (``out=``). Not matmul (NumPy's call would run on one BLAS thread; blas.matmul splits
@@ -138,12 +159,23 @@ class NumbaBackend(NumpyBackend):
 
     def capabilities(self):
         import numba
-        return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
-                            fused=frozenset(self.fused_impls), compiles_groups=True,
-                            notes={"numba": numba.__version__, "blas": "numpy", "blas_threads": threads.STATE["blas_threads"],
-                                   "threads": threads.get_num_threads(), "malloc": host_memory.STATE["malloc"],
-                                   "threading_layer": threads.STATE["layer"],
-                                   "min_size": MIN_SIZE})
+
+        return Capabilities(
+            ops=frozenset(IMPLS),
+            dtypes=frozenset(D.ALL),
+            devices=("cpu",),
+            fused=frozenset(self.fused_impls),
+            compiles_groups=True,
+            notes={
+                "numba": numba.__version__,
+                "blas": "numpy",
+                "blas_threads": threads.STATE["blas_threads"],
+                "threads": threads.get_num_threads(),
+                "malloc": host_memory.STATE["malloc"],
+                "threading_layer": threads.STATE["layer"],
+                "min_size": MIN_SIZE,
+            },
+        )
 
     def set_num_threads(self, n: int) -> int:
         """Threads for numba kernels (and BLAS, with threadpoolctl). Returns the count used."""
@@ -151,4 +183,5 @@ class NumbaBackend(NumpyBackend):
 
     def compile(self, group):
         from . import jit
+
         return jit.compile_group(group)

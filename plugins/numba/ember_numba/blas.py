@@ -27,6 +27,7 @@ their chunks on the plugin's threads, so they set BLAS to one thread while they 
 Measured with both on the development machine: W1 steps 1.45-1.55 ms ("blas") against
 1.85-1.98 ms ("split"), W2 13.2-13.5 against 13.6-13.9 ms, W3 the same.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,8 @@ from ember.backends.numpy import backend as nb
 
 from .launch import ThreadChoice, threads
 
-MIN_FLOPS = 1 << 24          # ~0.1 ms on one core: below it a second thread cannot pay
-BLOCK = 128                  # rows or columns per block at least (narrower ones starve the GEMM kernel)
+MIN_FLOPS = 1 << 24  # ~0.1 ms on one core: below it a second thread cannot pay
+BLOCK = 128  # rows or columns per block at least (narrower ones starve the GEMM kernel)
 #: How long OpenBLAS's idle workers spin before they sleep, as ``OPENBLAS_THREAD_TIMEOUT``
 #: (2**SPIN cycles, ~0.1 ms): enough to bridge the kernels between the products of one
 #: backward pass, short enough not to take a core from the work that follows.
@@ -98,7 +99,7 @@ def _shorten_spin(handles):
     try:
         for _, read_env, stop, _ in handles:
             read_env()
-            stop()           # what OpenBLAS's own fork handler does; threads restart on demand
+            stop()  # what OpenBLAS's own fork handler does; threads restart on demand
     finally:
         del os.environ["OPENBLAS_THREAD_TIMEOUT"]
     return str(SPIN)
@@ -145,7 +146,7 @@ def single_threaded() -> str:
         import threadpoolctl
     except ImportError:
         return "unchanged (threadpoolctl not installed): BLAS may run its own threads"
-    global _LIMIT        # kept alive: the limiter restores the old limits when collected
+    global _LIMIT  # kept alive: the limiter restores the old limits when collected
     _LIMIT = threadpoolctl.threadpool_limits(1, user_api="blas")
     return "1 (products are split across the plugin's threads)"
 
@@ -153,6 +154,7 @@ def single_threaded() -> str:
 def _pool(helpers):
     """A pool of ``helpers`` daemon threads, made once."""
     from concurrent.futures import ThreadPoolExecutor
+
     if not _POOL or _POOL[0][0] < helpers:
         _POOL[:] = [(helpers, ThreadPoolExecutor(helpers, thread_name_prefix="ember-numba"))]
     return _POOL[0][1]
@@ -225,10 +227,10 @@ def shared_matmul(a, b, threads):
     out = np.empty((m, n), np.result_type(a, b))
     if n >= m or n >= threads * BLOCK:
         e = _edges(n, threads)
-        on_demand(len(e) - 1, threads, lambda i: np.matmul(a, b[:, e[i]:e[i + 1]], out=out[:, e[i]:e[i + 1]]))
+        on_demand(len(e) - 1, threads, lambda i: np.matmul(a, b[:, e[i] : e[i + 1]], out=out[:, e[i] : e[i + 1]]))
     else:
         e = _edges(m, threads)
-        on_demand(len(e) - 1, threads, lambda i: np.matmul(a[e[i]:e[i + 1]], b, out=out[e[i]:e[i + 1]]))
+        on_demand(len(e) - 1, threads, lambda i: np.matmul(a[e[i] : e[i + 1]], b, out=out[e[i] : e[i + 1]]))
     return out
 
 
@@ -252,8 +254,11 @@ def matmul(a, b):
     a3, b3 = (np.broadcast_to(x, out.shape[:-2] + x.shape[-2:]).reshape((-1,) + x.shape[-2:]) for x in (a, b))
     o3 = out.reshape((-1, m, cols))
     edges = [o3.shape[0] * i // n for i in range(n + 1)]
-    on_demand(n, n, lambda i: np.matmul(a3[edges[i]:edges[i + 1]], b3[edges[i]:edges[i + 1]],
-                                        out=o3[edges[i]:edges[i + 1]]))
+    on_demand(
+        n,
+        n,
+        lambda i: np.matmul(a3[edges[i] : edges[i + 1]], b3[edges[i] : edges[i + 1]], out=o3[edges[i] : edges[i + 1]]),
+    )
     return out
 
 

@@ -13,6 +13,7 @@ The directory is ``$EMBER_CACHE/numba`` when ``EMBER_CACHE`` is set, else
 and Python version (the compiled code is specific to both). Where it cannot be written, a
 per-process temporary directory is used and nothing survives the process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,8 @@ import tempfile
 from pathlib import Path
 
 PREFIX = "ember_numba_kernel_"
-_DIR: list = []                    # the directory, resolved once per process
-_MODULES: dict = {}                # digest -> module (also in sys.modules)
+_DIR: list = []  # the directory, resolved once per process
+_MODULES: dict = {}  # digest -> module (also in sys.modules)
 
 
 def base_dir() -> Path:
@@ -41,6 +42,7 @@ def cache_dir() -> Path:
     if _DIR:
         return _DIR[0]
     import numba
+
     tag = f"numba-{numba.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
     path = base_dir() / "numba" / tag
     try:
@@ -78,7 +80,7 @@ def load(source: str):
         os.replace(tmp, path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module          # numba's cache locator looks the module up by name
+    sys.modules[name] = module  # numba's cache locator looks the module up by name
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -91,5 +93,6 @@ def load(source: str):
 def files() -> list:
     """The generated modules and numba cache files now on disk (tests count these)."""
     d = cache_dir()
-    return sorted(p.name for p in d.glob(PREFIX + "*.py")) + \
-        sorted(p.name for p in (d / "__pycache__").glob(PREFIX + "*.nb*"))
+    return sorted(p.name for p in d.glob(PREFIX + "*.py")) + sorted(
+        p.name for p in (d / "__pycache__").glob(PREFIX + "*.nb*")
+    )

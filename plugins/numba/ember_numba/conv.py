@@ -26,6 +26,7 @@ At stride 1 the input gradient is itself a forward convolution of the output gra
 the kernel flipped and its channels swapped; that is taken when its columns are not much
 larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 """
+
 from __future__ import annotations
 
 import functools
@@ -96,7 +97,7 @@ def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, cols):
             src = (src_plane + y) * W + x0
             for ow in range(lo):
                 cols[row + uint64(ow)] = 0
-            if sw == 1:         # a straight copy, which LLVM vectorizes (a strided read it cannot)
+            if sw == 1:  # a straight copy, which LLVM vectorizes (a strided read it cannot)
                 s0 = uint64(src)
                 for ow in range(uint64(lo), uint64(hi)):
                     cols[row + ow] = x[s0 + ow]
@@ -227,7 +228,7 @@ class Chunks:
         self.threads = threads()
         per_sample = max(self.ckk * self.p * self.dtype.itemsize, 1)
         by_cache = max(1, CHUNK_BYTES // per_sample)
-        by_threads = -(-n // (CHUNKS_PER_THREAD * self.threads))    # enough chunks to share out evenly
+        by_threads = -(-n // (CHUNKS_PER_THREAD * self.threads))  # enough chunks to share out evenly
         by_gemm = min(-(-MIN_COLUMNS // max(self.p, 1)), -(-n // self.threads))  # but every thread gets one
         self.m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
         self.count = -(-n // self.m)
@@ -235,10 +236,12 @@ class Chunks:
 
     def run(self, work):
         """``work(n0, m)`` for each chunk (first sample, samples), on all threads."""
+
         def chunk(i):
             n0 = i * self.m
             work(n0, min(self.m, self.n - n0))
-        with one_thread():          # each chunk makes its own one-thread BLAS calls
+
+        with one_thread():  # each chunk makes its own one-thread BLAS calls
             on_demand(self.count, self.threads, chunk)
 
     def cols(self, m):
@@ -250,10 +253,11 @@ class Chunks:
         cols = self.cols(m)
         g = self.geo
         if self.taps is not None:
-            _im2col_taps(x[n0:n0 + m].reshape(-1), m, g[1], g[2], g[3], g[4] * g[5], self.taps, self.p,
-                         cols.reshape(-1))
+            _im2col_taps(
+                x[n0 : n0 + m].reshape(-1), m, g[1], g[2], g[3], g[4] * g[5], self.taps, self.p, cols.reshape(-1)
+            )
         else:
-            _im2col(x[n0:n0 + m].reshape(-1), m, *g[1:], cols.reshape(-1))
+            _im2col(x[n0 : n0 + m].reshape(-1), m, *g[1:], cols.reshape(-1))
         return cols
 
     def per_sample(self, m):
@@ -268,7 +272,7 @@ class Chunks:
         if m == 1:
             return g[n0].reshape(self.o, self.p)
         out = scratch("o_major", self.o * m * self.p, self.dtype)
-        _swap01(g[n0:n0 + m].reshape(-1), m, self.o, self.p, out)
+        _swap01(g[n0 : n0 + m].reshape(-1), m, self.o, self.p, out)
         return out.reshape(self.o, m * self.p)
 
 
@@ -283,14 +287,15 @@ def conv2d_cols(x, w, stride, padding, dilation):
     def work(n0, m):
         cols = ch.im2col(x, n0, m)
         if m == 1:
-            np.matmul(wm, cols, out=out[n0].reshape(o, p))                   # BLAS GEMM, straight into NCHW
+            np.matmul(wm, cols, out=out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW
             return
-        if ch.per_sample(m):                                                 # a GEMM a sample, into NCHW
-            np.matmul(wm, cols.reshape(ch.ckk, m, p).transpose(1, 0, 2), out=out[n0:n0 + m].reshape(m, o, p))
+        if ch.per_sample(m):  # a GEMM a sample, into NCHW
+            np.matmul(wm, cols.reshape(ch.ckk, m, p).transpose(1, 0, 2), out=out[n0 : n0 + m].reshape(m, o, p))
             return
         out_o = scratch("out_o", o * m * p, x.dtype)
-        np.matmul(wm, cols, out=out_o.reshape(o, m * p))                     # BLAS GEMM: (O, m*P)
-        _swap01(out_o, o, m, p, out[n0:n0 + m].reshape(-1))
+        np.matmul(wm, cols, out=out_o.reshape(o, m * p))  # BLAS GEMM: (O, m*P)
+        _swap01(out_o, o, m, p, out[n0 : n0 + m].reshape(-1))
+
     ch.run(work)
     return out
 
@@ -299,20 +304,22 @@ def conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation):
     """``conv2d_grad_weight``: the sum over chunks of ``g_o @ cols.T``, one partial sum per thread."""
     x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
     ch = Chunks(x.shape, weight_shape, stride, padding, dilation, x.dtype)
-    sums = {}                               # thread id -> its partial dW
+    sums = {}  # thread id -> its partial dW
 
     def work(n0, m):
         cols = ch.im2col(x, n0, m)
-        if ch.per_sample(m) and ch.ckk <= PER_SAMPLE_CKK:                    # a GEMM a sample, then their sum
-            part = np.matmul(g[n0:n0 + m].reshape(m, ch.o, ch.p),
-                             cols.reshape(ch.ckk, m, ch.p).transpose(1, 2, 0)).sum(0)
+        if ch.per_sample(m) and ch.ckk <= PER_SAMPLE_CKK:  # a GEMM a sample, then their sum
+            part = np.matmul(
+                g[n0 : n0 + m].reshape(m, ch.o, ch.p), cols.reshape(ch.ckk, m, ch.p).transpose(1, 2, 0)
+            ).sum(0)
         else:
-            part = np.matmul(ch.o_major(g, n0, m), cols.T)                   # BLAS GEMM, K = m*P
+            part = np.matmul(ch.o_major(g, n0, m), cols.T)  # BLAS GEMM, K = m*P
         mine = sums.get(threading.get_ident())
         if mine is None:
             sums[threading.get_ident()] = part
         else:
             mine += part
+
     ch.run(work)
     parts = list(sums.values())
     dw = parts[0]
@@ -330,11 +337,12 @@ def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):
 
     def work(n0, m):
         cols = ch.cols(m)
-        if ch.per_sample(m):                                                 # a GEMM a sample, no swap
-            np.matmul(wt, g[n0:n0 + m].reshape(m, ch.o, ch.p), out=cols.reshape(ch.ckk, m, ch.p).transpose(1, 0, 2))
+        if ch.per_sample(m):  # a GEMM a sample, no swap
+            np.matmul(wt, g[n0 : n0 + m].reshape(m, ch.o, ch.p), out=cols.reshape(ch.ckk, m, ch.p).transpose(1, 0, 2))
         else:
-            np.matmul(wt, ch.o_major(g, n0, m), out=cols)                    # BLAS GEMM: (CKK, m*P)
-        _col2im(cols.reshape(-1), m, *ch.geo[1:], dx[n0:n0 + m].reshape(-1))
+            np.matmul(wt, ch.o_major(g, n0, m), out=cols)  # BLAS GEMM: (CKK, m*P)
+        _col2im(cols.reshape(-1), m, *ch.geo[1:], dx[n0 : n0 + m].reshape(-1))
+
     ch.run(work)
     return dx
 
@@ -342,14 +350,22 @@ def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):
 # ----------------------------------------------------------------------------- the primitives
 def _conv_ok(name, a, b, groups, macs):
     """Can the kernels take this convolution (``macs``: its multiply-adds, for the hotness rule)?"""
-    if not (groups == 1 and a.dtype in FLOATS and a.dtype == b.dtype and a.size > 0 and b.size > 0
-            and max(a.size, b.size) >= MIN_SIZE):
+    if not (
+        groups == 1
+        and a.dtype in FLOATS
+        and a.dtype == b.dtype
+        and a.size > 0
+        and b.size > 0
+        and max(a.size, b.size) >= MIN_SIZE
+    ):
         return False
     return hot((name, a.shape, b.shape, a.dtype.num), 2 * macs)
 
 
 def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    if not _conv_ok("conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)):
+    if not _conv_ok(
+        "conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)
+    ):
         return nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
     return conv2d_cols(x, w, stride, padding, dilation)
 

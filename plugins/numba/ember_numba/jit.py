@@ -22,6 +22,7 @@ collapsed dim.
 >>> f(a, a).tolist(), f.stats(a, a)["fused"]
 ([6.0, 6.0, 6.0, 6.0], 1)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from . import launch
 from .render import EXPR, Program, element_strides, render_reduce
 
-_KERNELS: dict = {}            # rendered source -> module (one per distinct group structure)
+_KERNELS: dict = {}  # rendered source -> module (one per distinct group structure)
 
 
 class Unsupported(Exception):
@@ -102,9 +103,14 @@ def _elementwise(group):
             # Destinations (a parameter's buffer for its new value, see ember.jit's
             # group_donations) that the flat kernel can write: C-contiguous, of the output's
             # shape and dtype. Others are allocated; the caller sees which from what it gets.
-            out = [o if o is not None and o.shape == shape and o.dtype == dt and o.flags.c_contiguous
-                   and o.flags.writeable else np.empty(shape, dt) for o, dt in zip(out, dtypes)]
+            out = [
+                o
+                if o is not None and o.shape == shape and o.dtype == dt and o.flags.c_contiguous and o.flags.writeable
+                else np.empty(shape, dt)
+                for o, dt in zip(out, dtypes)
+            ]
         return kernel(*ins, out=out, force=True)
+
     run.accepts_out = True
     return run
 
@@ -186,7 +192,7 @@ def _reduce(group):
     labels = _groups_of_dims(shape, axes)
     size = {k: int(np.prod([shape[d] for d in labels if labels[d] == k])) for k in "abc"}
     if 0 in size.values():
-        raise Unsupported("an empty reduction")          # the reference knows sum() == 0
+        raise Unsupported("an empty reduction")  # the reference knows sum() == 0
 
     post_ids, names = set(), {}
     for i, v in enumerate(group.nodes):
@@ -222,11 +228,11 @@ def _reduce(group):
     # The loop order follows the layout (render.render_reduce): with reduced dims after the
     # kept ones the reduced run is innermost ("rows"); without, the kept run is ("columns").
     layout = "rows" if size["c"] > 1 or size["b"] == 1 else "columns"
-    walk = 2 if layout == "rows" else 1         # the run the inner loop walks: C or B
+    walk = 2 if layout == "rows" else 1  # the run the inner loop walks: C or B
     stride_args, inner, expand = [], [], set()
     full = element_strides(shape, shape)
     for k, a in enumerate(group.inputs):
-        sa = sb = sc = 0                # inputs read only after the reduction have no pre strides
+        sa = sb = sc = 0  # inputs read only after the reduction have no pre strides
         if f"x{k}" in pre_reads:
             try:
                 st = element_strides(tuple(a.shape), shape)
@@ -254,12 +260,23 @@ def _reduce(group):
         if int(np.prod(o.shape)) != size["b"]:
             raise Unsupported("a post-reduction output of another size")
     acc = ("float64" if dt[0] == "f" else "int64") if red.op == "sum" else dt
-    source = render_reduce(pre, red.op, red_arg, post, post_inputs, [names[o.id] for o in pre_outs],
-                           [names[o.id] for o in post_outs], tuple(inner), acc, layout,
-                           size["b"] if layout == "columns" and size["b"] <= NARROW else 0)
+    source = render_reduce(
+        pre,
+        red.op,
+        red_arg,
+        post,
+        post_inputs,
+        [names[o.id] for o in pre_outs],
+        [names[o.id] for o in post_outs],
+        tuple(inner),
+        acc,
+        layout,
+        size["b"] if layout == "columns" and size["b"] <= NARROW else 0,
+    )
     module = _KERNELS.get(source)
     if module is None:
         from . import cache
+
         module = _KERNELS[source] = cache.load(source)
     A, B, C = size["a"], size["b"], size["c"]
     AT, BT = tiles(A, B, C, layout)
@@ -267,7 +284,7 @@ def _reduce(group):
     out_specs = [(tuple(o.shape), np.dtype(str(o.dtype))) for o in pre_outs + post_outs]
     order = [(pre_outs + post_outs).index(o) for o in group.outputs]
     tasks = -(-A // AT) * -(-B // BT)
-    work = A * B * C if tasks >= 2 else 0       # one task: no threads to share it
+    work = A * B * C if tasks >= 2 else 0  # one task: no threads to share it
 
     def run(*bufs, out=None):
         outs = [None] * len(out_specs)
@@ -275,13 +292,21 @@ def _reduce(group):
             # Destinations (ember.jit's planned buffers, never one of the inputs) that the
             # kernel can write: C-contiguous, of the output's shape and dtype.
             for i, o in zip(order, out):
-                if o is not None and o.shape == out_specs[i][0] and o.dtype == out_specs[i][1] \
-                        and o.flags.c_contiguous and o.flags.writeable:
+                if (
+                    o is not None
+                    and o.shape == out_specs[i][0]
+                    and o.dtype == out_specs[i][1]
+                    and o.flags.c_contiguous
+                    and o.flags.writeable
+                ):
                     outs[i] = o
         outs = [np.empty(s, d) if o is None else o for o, (s, d) in zip(outs, out_specs)]
-        ins = [np.ascontiguousarray(np.broadcast_to(b, shape) if k in expand else b).reshape(-1)
-               for k, b in enumerate(bufs)]
+        ins = [
+            np.ascontiguousarray(np.broadcast_to(b, shape) if k in expand else b).reshape(-1)
+            for k, b in enumerate(bufs)
+        ]
         launch.run(module.kernel, work, *prefix, *ins, *[o.reshape(-1) for o in outs])
         return tuple(outs[i] for i in order)
+
     run.accepts_out = True
     return run

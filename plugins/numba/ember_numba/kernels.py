@@ -14,6 +14,7 @@ address memory: with signed ones numba checks for negative (wrap-around) indices
 check stops LLVM from vectorizing the loop (10x slower). Calls go through launch.run, which
 picks the thread count.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: Elements from which these kernels run instead of the reference (``EMBER_NUMBA_MIN_SIZE``
 #: lowers it for tests). Below it NumPy's call is as cheap as a kernel launch.
 MIN_SIZE = int(os.environ.get("EMBER_NUMBA_MIN_SIZE", 4096))
-REASSOC = {"reassoc"}        # lets LLVM vectorize a sum (it reorders the additions)
+REASSOC = {"reassoc"}  # lets LLVM vectorize a sum (it reorders the additions)
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
@@ -110,7 +111,7 @@ def _extreme_keep(x, A, B, C, out, want_max):
 def _pattern(shape, axes):
     """Collapse ``shape`` reduced over ``axes`` to (A, B, C): reduce A and C, keep B. None if
     the reduced and kept dims do not form that pattern (e.g. keep, reduce, keep)."""
-    groups = []                     # [reduced?, size]
+    groups = []  # [reduced?, size]
     for d, n in enumerate(shape):
         if n == 1:
             continue
@@ -180,6 +181,7 @@ def _extreme(name, want_max):
         out = np.empty(B, x.dtype)
         run(_extreme_keep, x.size, x.reshape(-1), A, B, C, out, want_max)
         return out.reshape(_reduce_shape(x.shape, axes, keepdims))
+
     impl.__name__ = f"numba_{name}"
     return impl
 
@@ -227,10 +229,18 @@ def _pad(x, widths, value=0):
         return nb.IMPLS["pad"](x, widths, value)
     out = np.empty(shape, x.dtype)
     if x.size >= MIN_SIZE and _contiguous_float(x) and x.ndim <= 8 and hot(("pad", x.shape, x.dtype.num)):
-        run(_pad_rows, out.size, x.reshape(-1), np.array(x.shape, np.int64), np.array(shape, np.int64),
-                  np.array([lo for lo, _ in widths], np.int64), x.dtype.type(value), out.reshape(-1))
+        run(
+            _pad_rows,
+            out.size,
+            x.reshape(-1),
+            np.array(x.shape, np.int64),
+            np.array(shape, np.int64),
+            np.array([lo for lo, _ in widths], np.int64),
+            x.dtype.type(value),
+            out.reshape(-1),
+        )
         return out
-    for d, (lo, hi) in enumerate(widths):     # the border, one slab per side per dim
+    for d, (lo, hi) in enumerate(widths):  # the border, one slab per side per dim
         pre = (slice(None),) * d
         if lo:
             out[pre + (slice(0, lo),)] = value
@@ -263,8 +273,23 @@ def _windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
     *lead, h, w = input_shape
     oh, ow = g.shape[-4], g.shape[-3]
     out = np.empty(input_shape, g.dtype)
-    run(_windows_grad_kernel, g.size, g.reshape(-1), math.prod(lead), h, w, oh, ow, kernel[0], kernel[1],
-                         stride[0], stride[1], dilation[0], dilation[1], out.reshape(-1))
+    run(
+        _windows_grad_kernel,
+        g.size,
+        g.reshape(-1),
+        math.prod(lead),
+        h,
+        w,
+        oh,
+        ow,
+        kernel[0],
+        kernel[1],
+        stride[0],
+        stride[1],
+        dilation[0],
+        dilation[1],
+        out.reshape(-1),
+    )
     return out
 
 
@@ -286,15 +311,21 @@ def _index_add_kernel(out, idx, values, outer, n, m, inner):
 
 def _index_add(x, indices, values, axis):
     axis %= max(x.ndim, 1)
-    if values.size < MIN_SIZE or x.dtype != values.dtype or x.ndim == 0 or indices.dtype.kind not in "iu" \
-            or x.dtype.kind not in "fiu" or x.dtype == np.float16 \
-            or not hot(("index_add", x.shape, values.shape, x.dtype.num, axis)):
+    if (
+        values.size < MIN_SIZE
+        or x.dtype != values.dtype
+        or x.ndim == 0
+        or indices.dtype.kind not in "iu"
+        or x.dtype.kind not in "fiu"
+        or x.dtype == np.float16
+        or not hot(("index_add", x.shape, values.shape, x.dtype.num, axis))
+    ):
         return nb.IMPLS["index_add"](x, indices, values, axis)
     n = x.shape[axis]
-    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
     idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
     if idx.size and (idx.max() >= n or idx.min() < -n):
-        return nb.IMPLS["index_add"](x, indices, values, axis)       # NumPy's IndexError names it
+        return nb.IMPLS["index_add"](x, indices, values, axis)  # NumPy's IndexError names it
     out = np.array(x, order="C", copy=True)
     _index_add_kernel(out.reshape(-1), idx, np.ascontiguousarray(values).reshape(-1), outer, n, idx.size, inner)
     return out
@@ -311,8 +342,12 @@ def _philox(first, blocks, k0, k1, out):
         for _ in range(10):
             p0 = uint64(0xD2511F53) * uint64(c0)
             p1 = uint64(0xCD9E8D57) * uint64(c2)
-            c0, c1, c2, c3 = (uint32(p1 >> 32) ^ c1 ^ a0, uint32(p1 & 0xFFFFFFFF),
-                              uint32(p0 >> 32) ^ c3 ^ a1, uint32(p0 & 0xFFFFFFFF))
+            c0, c1, c2, c3 = (
+                uint32(p1 >> 32) ^ c1 ^ a0,
+                uint32(p1 & 0xFFFFFFFF),
+                uint32(p0 >> 32) ^ c3 ^ a1,
+                uint32(p0 & 0xFFFFFFFF),
+            )
             a0 = uint32((uint64(a0) + uint64(0x9E3779B9)) & 0xFFFFFFFF)
             a1 = uint32((uint64(a1) + uint64(0xBB67AE85)) & 0xFFFFFFFF)
         o = uint64(b) * uint64(4)
@@ -327,7 +362,7 @@ def _random_bits(shape, seed, offset):
     words = np.empty(4 * (last - first), np.uint32)
     run(_philox, 16 * words.size, first, last - first, seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, words)
     start = offset - 4 * first
-    return words[start:start + n].reshape(shape)
+    return words[start : start + n].reshape(shape)
 
 
 IMPLS = {

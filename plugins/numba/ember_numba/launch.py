@@ -7,6 +7,7 @@ operand shapes into everything a call needs — the kernel variant and its size 
 arguments — and remembers it per shapes, so a training loop that calls the same op on the
 same shapes pays one dictionary lookup before the kernel runs.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,7 @@ def hot(key, work=0) -> bool:
     n = _SEEN.get(key, 0)
     if n >= HOT - 1 or work >= HOT_WORK:
         return True
-    if len(_SEEN) > 100_000:          # shapes that never repeat: forget them rather than grow
+    if len(_SEEN) > 100_000:  # shapes that never repeat: forget them rather than grow
         _SEEN.clear()
     _SEEN[key] = n + 1
     return False
@@ -80,7 +81,7 @@ class ThreadChoice:
     """
 
     EXPLORE, MAX_PERIOD, SMOOTH, STREAK, STALL = 16, 4096, 0.3, 3, 2.5
-    streak = [0]                # shared by every ThreadChoice: tries in a row that threads lost
+    streak = [0]  # shared by every ThreadChoice: tries in a row that threads lost
 
     def __init__(self):
         self.stats: dict = {}
@@ -100,7 +101,7 @@ class ThreadChoice:
             if st[0] < st[3]:
                 return True, False, st
             if self.streak[0] >= self.STREAK and st[4] == self.EXPLORE:
-                st[3], st[4] = st[0] + self.EXPLORE, 2 * self.EXPLORE    # busy: try later, once
+                st[3], st[4] = st[0] + self.EXPLORE, 2 * self.EXPLORE  # busy: try later, once
                 return True, False, st
             return False, True, st
         one = st[1] <= st[2]
@@ -113,7 +114,7 @@ class ThreadChoice:
         if not explore:
             st[slot] = seconds if st[slot] is None else st[slot] + self.SMOOTH * (seconds - st[slot])
             if st[3] == 0:
-                st[3] = st[0] + 1           # the first try of all threads: at the next call
+                st[3] = st[0] + 1  # the first try of all threads: at the next call
             return
         # The fresh time of the road not taken replaces its estimate. If it wins it is taken
         # from now on; if it still loses, the next try waits twice as long, and at least long
@@ -150,10 +151,12 @@ def thread_count_calls():
     if not _COUNT:
         import numba
         from numba.np.ufunc import parallel
+
         parallel._launch_threads()
         get, set_ = getattr(parallel, "_get_num_threads", None), getattr(parallel, "_set_num_threads", None)
-        _COUNT.append((get, set_) if get is not None and set_ is not None
-                      else (numba.get_num_threads, numba.set_num_threads))
+        _COUNT.append(
+            (get, set_) if get is not None and set_ is not None else (numba.get_num_threads, numba.set_num_threads)
+        )
     return _COUNT[0]
 
 
@@ -221,7 +224,7 @@ class Kernel:
             inner = tuple(st[-1] == 1 for st in cstrides)
             outer = tuple(st[d] for st in cstrides for d in range(len(cshape) - 1))
             p = Plan(self.module(len(cshape), inner), tuple(cshape) + outer, tuple(out_shape))
-        if len(self.plans) > 1000:        # shapes that never repeat: forget rather than grow
+        if len(self.plans) > 1000:  # shapes that never repeat: forget rather than grow
             self.plans.clear()
         self.plans[shapes] = p
         return p

@@ -11,6 +11,7 @@ its sums are the same to the bit.
 They run for float32/float64 inputs of at least MIN_SIZE elements, and fall back to the
 reference otherwise (kernels.py explains the thresholds).
 """
+
 from __future__ import annotations
 
 import math
@@ -71,7 +72,7 @@ def _argsort_rows(x, outer, n, inner, descending, out):
         o, c = line // inner, line % inner
         base = o * n * inner + c
         row = np.empty(n, x.dtype)
-        for i in range(n):          # descending: the reversed line, so ties stay in order
+        for i in range(n):  # descending: the reversed line, so ties stay in order
             row[i] = x[base + (n - 1 - i if descending else i) * inner]
         order = np.argsort(row, kind="mergesort")
         for j in range(n):
@@ -92,19 +93,24 @@ def _cumsum_rows(x, outer, n, inner, reverse, out):
 
 def _lines(x, axis):
     axis %= x.ndim
-    return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+    return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
 
 
 def _covered(name, x) -> bool:
-    return x.ndim > 0 and x.size >= kernels.MIN_SIZE and x.dtype in FLOATS and x.flags.c_contiguous \
+    return (
+        x.ndim > 0
+        and x.size >= kernels.MIN_SIZE
+        and x.dtype in FLOATS
+        and x.flags.c_contiguous
         and launch.hot((name, x.shape, x.dtype.num))
+    )
 
 
 def argtopk(x, k, axis, largest=True):
     if not _covered("argtopk", x) or k > SELECT_MAX_K or k == 0:
         return nb.IMPLS["argtopk"](x, k, axis, largest)
     outer, n, inner = _lines(x, axis)
-    out = np.empty(x.shape[:axis % x.ndim] + (k,) + x.shape[axis % x.ndim + 1:], np.int64)
+    out = np.empty(x.shape[: axis % x.ndim] + (k,) + x.shape[axis % x.ndim + 1 :], np.int64)
     launch.run(_topk_rows, x.size, x.reshape(-1), outer, n, inner, k, bool(largest), out.reshape(-1))
     return out
 

@@ -17,14 +17,14 @@ The variables are set only while numba starts its threads and removed again afte
 (:data:`STATE` records what was set): a process this one starts — a benchmark's PyTorch, a
 user's subprocess — does not inherit them.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 
 #: What :func:`configure` did, for ``capabilities().notes`` and the docs.
-STATE = {"layer": None, "threads": None, "blas_threads": None, "configured_before_import": None,
-         "environment": {}}
+STATE = {"layer": None, "threads": None, "blas_threads": None, "configured_before_import": None, "environment": {}}
 
 
 def _env_threads() -> int | None:
@@ -56,8 +56,9 @@ def configure() -> dict:
             wanted["NUMBA_NUM_THREADS"] = str(n)
     import numba
     from numba.np.ufunc import parallel
+
     if imported and parallel._is_initialized:
-        wanted = {}                    # too late: the threads already run as they were told
+        wanted = {}  # too late: the threads already run as they were told
     ours = {k: v for k, v in wanted.items() if k not in os.environ}
     os.environ.update(ours)
     try:
@@ -82,15 +83,18 @@ def set_num_threads(n: int, blas: bool = True) -> int:
     set it, which is also what a training loop does.
     """
     import numba
+
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
     STATE["threads"] = n
     if blas:
         from .blas import configure
-        STATE["blas_threads"] = configure(n)          # blas.py: BLAS's threads or its own split
+
+        STATE["blas_threads"] = configure(n)  # blas.py: BLAS's threads or its own split
     return n
 
 
 def get_num_threads() -> int:
     import numba
+
     return numba.get_num_threads()

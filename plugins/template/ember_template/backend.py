@@ -10,6 +10,7 @@ This is written independently of ember's NumPy reference (convolution is a loop 
 positions instead of im2col, windows are slices instead of stride tricks, Philox is spelled
 out), so certifying it compares two implementations for real.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,7 @@ def random_bits(shape, seed, offset):
     for block in range(offset // 4, (offset + n + 3) // 4):
         words += philox_block(block, seed)
     start = offset % 4
-    return np.array(words[start:start + n], dtype=np.uint32).reshape(shape)
+    return np.array(words[start : start + n], dtype=np.uint32).reshape(shape)
 
 
 # ----------------------------------------------------------------------------- elementwise
@@ -77,7 +78,7 @@ def cast(x, dtype):
 
 # ----------------------------------------------------------------------------- reductions
 def sum_(x, axes, keepdims=False):
-    acc = np.float32 if x.dtype == np.float16 else x.dtype       # the spec: float16 adds in float32
+    acc = np.float32 if x.dtype == np.float16 else x.dtype  # the spec: float16 adds in float32
     return np.sum(x, axis=tuple(axes), keepdims=keepdims, dtype=acc).astype(x.dtype)
 
 
@@ -131,7 +132,7 @@ def take(x, indices, axis):
 
 def index_add(x, indices, values, axis):
     out = x.copy()
-    np.add.at(out, (slice(None),) * axis + (indices,), values)   # repeated indices accumulate
+    np.add.at(out, (slice(None),) * axis + (indices,), values)  # repeated indices accumulate
     return out
 
 
@@ -176,7 +177,7 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
         xs, os_ = slice(grp * cg, (grp + 1) * cg), slice(grp * og, (grp + 1) * og)
         for i, j, (rows, cols) in _taps(kh, kw, stride, dilation, oh, ow):
             gx[:, xs, rows, cols] += np.einsum("nohw,oc->nchw", g[:, os_], w[os_, :, i, j])
-    return gx[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd].copy()
+    return gx[:, :, padding[0] : padding[0] + h, padding[1] : padding[1] + wd].copy()
 
 
 def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
@@ -205,25 +206,64 @@ def windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
     out = np.zeros(input_shape, dtype=g.dtype)
     oh, ow = g.shape[-4], g.shape[-3]
     for i, j, (rows, cols) in _taps(*kernel, stride, dilation, oh, ow):
-        out[..., rows, cols] += g[..., i, j]           # overlapping windows accumulate
+        out[..., rows, cols] += g[..., i, j]  # overlapping windows accumulate
     return out
 
 
 IMPLS = {
-    "full": full, "arange": arange, "random_bits": random_bits,
-    "neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-    "sqrt": np.sqrt, "reciprocal": np.reciprocal, "abs": np.abs, "sign": np.sign, "floor": np.floor,
-    "erf": erf, "logical_not": np.logical_not,
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": div, "pow": np.power,
-    "maximum": np.maximum, "minimum": np.minimum,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-    "ge": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
-    "logical_xor": np.logical_xor, "where": where, "cast": cast,
-    "sum": sum_, "max": max_, "min": min_, "argmax": argmax,
-    "reshape": reshape, "permute": permute, "expand": expand, "pad": pad, "slice": slice_,
-    "concatenate": concatenate, "flip": flip, "take": take, "index_add": index_add,
-    "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
-    "conv2d_grad_weight": conv2d_grad_weight, "windows": windows, "windows_grad": windows_grad,
+    "full": full,
+    "arange": arange,
+    "random_bits": random_bits,
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+    "sqrt": np.sqrt,
+    "reciprocal": np.reciprocal,
+    "abs": np.abs,
+    "sign": np.sign,
+    "floor": np.floor,
+    "erf": erf,
+    "logical_not": np.logical_not,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": div,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+    "where": where,
+    "cast": cast,
+    "sum": sum_,
+    "max": max_,
+    "min": min_,
+    "argmax": argmax,
+    "reshape": reshape,
+    "permute": permute,
+    "expand": expand,
+    "pad": pad,
+    "slice": slice_,
+    "concatenate": concatenate,
+    "flip": flip,
+    "take": take,
+    "index_add": index_add,
+    "matmul": matmul,
+    "conv2d": conv2d,
+    "conv2d_grad_input": conv2d_grad_input,
+    "conv2d_grad_weight": conv2d_grad_weight,
+    "windows": windows,
+    "windows_grad": windows_grad,
 }
 
 
@@ -231,6 +271,7 @@ def _array_result(fn):
     # NumPy returns a bare scalar for 0-d results; ember wants a buffer it can write into.
     def impl(*args, **params):
         return np.asarray(fn(*args, **params))
+
     impl.__name__ = getattr(fn, "__name__", "impl")
     return impl
 
@@ -252,11 +293,12 @@ class TemplateBackend(Backend):
     fused_impls = {"softmax": softmax}
 
     def available(self):
-        return True, ""                    # e.g. (False, "no CUDA device: install the driver") elsewhere
+        return True, ""  # e.g. (False, "no CUDA device: install the driver") elsewhere
 
     def capabilities(self):
-        return Capabilities(ops=frozenset(self.impls), dtypes=frozenset(D.ALL), devices=("cpu",),
-                            fused=frozenset(self.fused_impls))
+        return Capabilities(
+            ops=frozenset(self.impls), dtypes=frozenset(D.ALL), devices=("cpu",), fused=frozenset(self.fused_impls)
+        )
 
     # -- host transfer -----------------------------------------------------------------------
     def shape(self, buf):
@@ -278,7 +320,7 @@ class TemplateBackend(Backend):
         return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
 
     def from_numpy(self, array):
-        return np.array(array)             # a copy: tensors on this backend own their memory
+        return np.array(array)  # a copy: tensors on this backend own their memory
 
     def to_numpy(self, buf):
         return np.array(buf)

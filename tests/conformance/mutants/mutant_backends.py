@@ -7,6 +7,7 @@ registers what ``ember_backends()`` returns, exactly as an installed plugin woul
 test_mutants.py certifies each one and checks that tier 2 catches it and names only its
 primitive; docs/conformance.md's mutation table is :func:`table`, checked by a test.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,14 @@ from ember.backends.numpy.backend import (
 )
 
 #: failure kind -> the words tier 2's message carries for it
-KINDS = {"values": "elements differ", "shape": "backend.shape() says", "dtype": "backend.dtype() says",
-         "nondeterministic": "nondeterministic:", "input write": "wrote into its input", "raised": " raised "}
+KINDS = {
+    "values": "elements differ",
+    "shape": "backend.shape() says",
+    "dtype": "backend.dtype() says",
+    "nondeterministic": "nondeterministic:",
+    "input write": "wrote into its input",
+    "raised": " raised ",
+}
 
 
 @dataclass(frozen=True)
@@ -36,8 +43,8 @@ class Mutant:
     primitive: str
     bug: str
     impl: object
-    caught_by: str          # a key of KINDS
-    case: str               # which cases find it
+    caught_by: str  # a key of KINDS
+    case: str  # which cases find it
 
 
 def _arrays(*xs):
@@ -54,13 +61,13 @@ def _as_packed(x):
 # ----------------------------------------------------------------------------- broadcasting
 def tiled_add(a, b):
     out = np.broadcast_shapes(np.shape(a), np.shape(b))
-    if _arrays(a, b) and a.shape != out and b.shape != out:      # both broadcast: repeat the flat data
+    if _arrays(a, b) and a.shape != out and b.shape != out:  # both broadcast: repeat the flat data
         return np.add(np.resize(a, out), np.resize(b, out))
     return IMPLS["add"](a, b)
 
 
 def mul_left_aligned(a, b):
-    if _arrays(a, b) and a.ndim != b.ndim:                       # pads the shorter shape on the right
+    if _arrays(a, b) and a.ndim != b.ndim:  # pads the shorter shape on the right
         n = max(a.ndim, b.ndim)
         a, b = (x.reshape(x.shape + (1,) * (n - x.ndim)) for x in (a, b))
     return IMPLS["mul"](a, b)
@@ -68,7 +75,7 @@ def mul_left_aligned(a, b):
 
 def where_cond_not_broadcast(c, a, b):
     out = np.broadcast_shapes(np.shape(c), np.shape(a), np.shape(b))
-    if c.shape != out and c.size:                                  # repeats cond's flat data
+    if c.shape != out and c.size:  # repeats cond's flat data
         c = np.resize(c, out)
     return np.where(c, a, b)
 
@@ -79,7 +86,7 @@ def maximum_ignores_strides(a, b):
 
 
 def reshape_memory_order(x, shape):
-    return np.reshape(x, shape, order="A")        # a transposed input is read in memory order
+    return np.reshape(x, shape, order="A")  # a transposed input is read in memory order
 
 
 # ----------------------------------------------------------------------------- dtypes and scalars
@@ -90,12 +97,12 @@ def exp_float64(x):
 def add_scalar_takes_array_dtype(a, b):
     out = np.asarray(np.add(a, b))
     arr = a if isinstance(a, np.ndarray) else b
-    return out.astype(arr.dtype)                  # int32 + 0.5 stays int32 (the old, wrong spec)
+    return out.astype(arr.dtype)  # int32 + 0.5 stays int32 (the old, wrong spec)
 
 
 def sub_scalar_left_swapped(a, b):
     if not isinstance(a, np.ndarray):
-        return IMPLS["sub"](b, a)                 # s - x computed as x - s
+        return IMPLS["sub"](b, a)  # s - x computed as x - s
     return IMPLS["sub"](a, b)
 
 
@@ -105,8 +112,12 @@ def where_scalar_takes_array_dtype(c, a, b):
 
 
 def eq_truncates_float_scalar(a, b):
-    a, b = (int(x) if isinstance(x, float) and math.isfinite(x) and isinstance(y, np.ndarray) and y.dtype.kind in "iub"
-            else x for x, y in ((a, b), (b, a)))
+    a, b = (
+        int(x)
+        if isinstance(x, float) and math.isfinite(x) and isinstance(y, np.ndarray) and y.dtype.kind in "iub"
+        else x
+        for x, y in ((a, b), (b, a))
+    )
     return IMPLS["eq"](a, b)
 
 
@@ -140,7 +151,7 @@ def argmax_negative_axis_off_by_one(x, axis, keepdims=False):
 def sum_empty_not_zero(x, axes, keepdims=False):
     out = _sum(x, axes, keepdims)
     if any(x.shape[a] == 0 for a in axes):
-        out = np.full_like(out, 1)                 # the accumulator starts at 1 where nothing is added
+        out = np.full_like(out, 1)  # the accumulator starts at 1 where nothing is added
     return out
 
 
@@ -180,7 +191,7 @@ def reciprocal_loses_zero_sign(x):
 def tanh_by_exp(x):
     with np.errstate(all="ignore"):
         e = np.exp(2 * x)
-        return np.asarray((e - 1) / (e + 1)).astype(x.dtype)      # inf / inf = nan at x = inf
+        return np.asarray((e - 1) / (e + 1)).astype(x.dtype)  # inf / inf = nan at x = inf
 
 
 def floor_truncates(x):
@@ -198,7 +209,7 @@ _calls = {"matmul": 0}
 def matmul_nondeterministic(a, b):
     out = np.array(np.matmul(a, b))
     _calls["matmul"] += 1
-    if _calls["matmul"] % 50 == 0 and out.size:           # one call in 50: one element off by 1e-3
+    if _calls["matmul"] % 50 == 0 and out.size:  # one call in 50: one element off by 1e-3
         out.reshape(-1)[_calls["matmul"] % out.size] += 1e-3 if out.dtype.kind == "f" else 1
     return out
 
@@ -219,8 +230,7 @@ def conv2d_stride_swapped(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), 
     return _conv2d(x, w, stride[::-1], padding, dilation, groups)
 
 
-def conv2d_grad_weight_ignores_dilation(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                                        groups=1):
+def conv2d_grad_weight_ignores_dilation(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     return _conv2d_grad_weight(x, g, weight_shape, stride, padding, (1, 1), groups)
 
 
@@ -245,8 +255,8 @@ def windows_grad_overwrites(g, input_shape, kernel, stride, dilation=(1, 1)):
     oh, ow = g.shape[-4], g.shape[-3]
     (sh, sw), (dh, dw) = stride, dilation
     for i in range(kernel[0]):
-        for j in range(kernel[1]):        # = instead of +=: overlapping windows do not accumulate
-            out[..., i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] = g[..., i, j]
+        for j in range(kernel[1]):  # = instead of +=: overlapping windows do not accumulate
+            out[..., i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw] = g[..., i, j]
     return out
 
 
@@ -269,7 +279,7 @@ def take_clips_negative(x, indices, axis):
 def index_add_no_accumulate(x, indices, values, axis):
     out = x.copy()
     idx = (slice(None),) * (axis % x.ndim) + (indices,)
-    out[idx] += values                     # buffered: a repeated index keeps only one value
+    out[idx] += values  # buffered: a repeated index keeps only one value
     return out
 
 
@@ -279,9 +289,13 @@ def exp_in_place(x):
 
 
 def add_in_place(a, b):
-    if _arrays(a) and a.flags.writeable and a.shape == np.broadcast_shapes(a.shape, np.shape(b)) \
-            and np.result_type(a, b) == a.dtype:
-        return np.add(a, b, out=a)         # accumulates into its first operand
+    if (
+        _arrays(a)
+        and a.flags.writeable
+        and a.shape == np.broadcast_shapes(a.shape, np.shape(b))
+        and np.result_type(a, b) == a.dtype
+    ):
+        return np.add(a, b, out=a)  # accumulates into its first operand
     return IMPLS["add"](a, b)
 
 
@@ -293,114 +307,242 @@ def random_bits_ignores_key_high(shape, seed, offset):
 def random_bits_ignores_word_offset(shape, seed, offset):
     n = math.prod(shape)
     words = random_bits((n + offset % 4,), seed, offset - offset % 4)
-    return words[:n].reshape(shape)            # starts at the block's first word
+    return words[:n].reshape(shape)  # starts at the block's first word
 
 
 _draws = {"n": 0}
 
 
 def random_bits_stateful(shape, seed, offset):
-    _draws["n"] += 1                           # a generator that advances on every call
+    _draws["n"] += 1  # a generator that advances on every call
     return random_bits(shape, seed, offset + _draws["n"])
 
 
 M = Mutant
 MUTANTS = [
     # the six of issue 19
-    M("tiled_add", "add", "tiles (repeats the flat data) instead of broadcasting when both operands broadcast",
-      tiled_add, "values", "broadcast (3, 1) + (1, 4)"),
+    M(
+        "tiled_add",
+        "add",
+        "tiles (repeats the flat data) instead of broadcasting when both operands broadcast",
+        tiled_add,
+        "values",
+        "broadcast (3, 1) + (1, 4)",
+    ),
     M("sum_keepdims", "sum", "ignores keepdims", sum_ignores_keepdims, "shape", "keepdims=True"),
-    M("conv2d_padding", "conv2d", "padding off by one (one more row and column before, one fewer after)",
-      conv2d_padding_off_by_one, "values", "padded geometry"),
+    M(
+        "conv2d_padding",
+        "conv2d",
+        "padding off by one (one more row and column before, one fewer after)",
+        conv2d_padding_off_by_one,
+        "values",
+        "padded geometry",
+    ),
     M("argmax_last_tie", "argmax", "returns the last of tied maxima", argmax_last_of_ties, "values", "ties"),
-    M("argmax_last_float_tie", "argmax", "returns the last of tied maxima, floats only",
-      argmax_last_of_float_ties, "values", "float ties"),
+    M(
+        "argmax_last_float_tie",
+        "argmax",
+        "returns the last of tied maxima, floats only",
+        argmax_last_of_float_ties,
+        "values",
+        "float ties",
+    ),
     M("exp_float64", "exp", "returns float64 for float32 and float16", exp_float64, "dtype", "any float32 case"),
-    M("matmul_flaky", "matmul", "adds 1e-3 to one element in one call of 50", matmul_nondeterministic,
-      "nondeterministic", "every case run twice"),
+    M(
+        "matmul_flaky",
+        "matmul",
+        "adds 1e-3 to one element in one call of 50",
+        matmul_nondeterministic,
+        "nondeterministic",
+        "every case run twice",
+    ),
     # broadcasting
-    M("mul_left_aligned", "mul", "aligns operands of different rank from the left", mul_left_aligned, "raised",
-      "rank mismatch (4,) * (2, 3, 4)"),
-    M("where_cond_tiled", "where", "repeats the condition's flat data instead of broadcasting it",
-      where_cond_not_broadcast, "values", "broadcast condition"),
+    M(
+        "mul_left_aligned",
+        "mul",
+        "aligns operands of different rank from the left",
+        mul_left_aligned,
+        "raised",
+        "rank mismatch (4,) * (2, 3, 4)",
+    ),
+    M(
+        "where_cond_tiled",
+        "where",
+        "repeats the condition's flat data instead of broadcasting it",
+        where_cond_not_broadcast,
+        "values",
+        "broadcast condition",
+    ),
     # strides and layouts
-    M("maximum_strides", "maximum", "reads a strided view as if it were packed", maximum_ignores_strides,
-      "values", "permuted / sliced / offset inputs"),
-    M("reshape_memory_order", "reshape", "reads a transposed input in memory order", reshape_memory_order,
-      "values", "permuted input"),
+    M(
+        "maximum_strides",
+        "maximum",
+        "reads a strided view as if it were packed",
+        maximum_ignores_strides,
+        "values",
+        "permuted / sliced / offset inputs",
+    ),
+    M(
+        "reshape_memory_order",
+        "reshape",
+        "reads a transposed input in memory order",
+        reshape_memory_order,
+        "values",
+        "permuted input",
+    ),
     # dtypes and Python scalars
-    M("add_scalar_dtype", "add", "a Python float keeps an int array's dtype (int32 + 0.5 is int32)",
-      add_scalar_takes_array_dtype, "dtype", "weak float scalar, int array"),
-    M("sub_scalar_left", "sub", "a Python scalar on the left computes x - s", sub_scalar_left_swapped,
-      "values", "scalar on the left"),
-    M("where_scalar_dtype", "where", "a Python float keeps an int array's dtype", where_scalar_takes_array_dtype,
-      "dtype", "weak float scalar, int array"),
-    M("eq_scalar_truncated", "eq", "an int array compared with a Python float truncates the float",
-      eq_truncates_float_scalar, "values", "weak float scalar, int array"),
+    M(
+        "add_scalar_dtype",
+        "add",
+        "a Python float keeps an int array's dtype (int32 + 0.5 is int32)",
+        add_scalar_takes_array_dtype,
+        "dtype",
+        "weak float scalar, int array",
+    ),
+    M(
+        "sub_scalar_left",
+        "sub",
+        "a Python scalar on the left computes x - s",
+        sub_scalar_left_swapped,
+        "values",
+        "scalar on the left",
+    ),
+    M(
+        "where_scalar_dtype",
+        "where",
+        "a Python float keeps an int array's dtype",
+        where_scalar_takes_array_dtype,
+        "dtype",
+        "weak float scalar, int array",
+    ),
+    M(
+        "eq_scalar_truncated",
+        "eq",
+        "an int array compared with a Python float truncates the float",
+        eq_truncates_float_scalar,
+        "values",
+        "weak float scalar, int array",
+    ),
     M("cast_rounds", "cast", "float to int rounds instead of truncating", cast_rounds, "values", "float -> int"),
-    M("cast_bool_positive", "cast", "to bool is x > 0 instead of x != 0", cast_bool_positive, "values",
-      "negative values -> bool"),
+    M(
+        "cast_bool_positive",
+        "cast",
+        "to bool is x > 0 instead of x != 0",
+        cast_bool_positive,
+        "values",
+        "negative values -> bool",
+    ),
     # reductions and axes
     M("max_axes_mirrored", "max", "counts reduction axes from the end", max_axes_mirrored, "shape", "axes"),
     M("min_negative_axes", "min", "drops negative axes", min_drops_negative_axes, "shape", "negative axes"),
-    M("argmax_negative_axis", "argmax", "negative axis off by one", argmax_negative_axis_off_by_one, "shape",
-      "negative axis"),
+    M(
+        "argmax_negative_axis",
+        "argmax",
+        "negative axis off by one",
+        argmax_negative_axis_off_by_one,
+        "shape",
+        "negative axis",
+    ),
     M("sum_empty", "sum", "sum over an empty dim gives 1, not 0", sum_empty_not_zero, "values", "size-0 dims"),
-    M("matmul_empty_k", "matmul", "an empty inner dim (k = 0) gives NaN, not 0", matmul_empty_k_nan, "values",
-      "k = 0"),
+    M("matmul_empty_k", "matmul", "an empty inner dim (k = 0) gives NaN, not 0", matmul_empty_k_nan, "values", "k = 0"),
     # NaN, infinities, signed zeros
     M("max_ignores_nan", "max", "ignores NaN (fmax) instead of propagating it", max_ignores_nan, "values", "NaN"),
     M("minimum_ignores_nan", "minimum", "ignores NaN (fmin)", minimum_ignores_nan, "values", "NaN"),
     M("sign_nan", "sign", "sign(NaN) is 0, not NaN", sign_nan_is_zero, "values", "NaN"),
-    M("reciprocal_zero_sign", "reciprocal", "reciprocal(-0.0) is +inf", reciprocal_loses_zero_sign, "values",
-      "-0.0"),
+    M("reciprocal_zero_sign", "reciprocal", "reciprocal(-0.0) is +inf", reciprocal_loses_zero_sign, "values", "-0.0"),
     M("tanh_inf", "tanh", "computed as (e^2x - 1) / (e^2x + 1): tanh(inf) is NaN", tanh_by_exp, "values", "inf"),
     M("floor_truncates", "floor", "rounds toward zero", floor_truncates, "values", "negative values"),
     M("logical_xor_or", "logical_xor", "computes or", logical_xor_is_or, "values", "any case"),
     # padding, stride, dilation
-    M("conv2d_stride_swapped", "conv2d", "swaps the two strides", conv2d_stride_swapped, "shape",
-      "strided geometry (2, 3)"),
-    M("conv2d_grad_weight_dilation", "conv2d_grad_weight", "ignores dilation",
-      conv2d_grad_weight_ignores_dilation, "raised", "dilated geometry"),
+    M(
+        "conv2d_stride_swapped",
+        "conv2d",
+        "swaps the two strides",
+        conv2d_stride_swapped,
+        "shape",
+        "strided geometry (2, 3)",
+    ),
+    M(
+        "conv2d_grad_weight_dilation",
+        "conv2d_grad_weight",
+        "ignores dilation",
+        conv2d_grad_weight_ignores_dilation,
+        "raised",
+        "dilated geometry",
+    ),
     M("pad_value", "pad", "pads with 0 whatever the value", pad_ignores_value, "values", "any case"),
     M("pad_sides", "pad", "swaps the low and high widths", pad_swaps_sides, "values", "uneven widths"),
     M("slice_step", "slice", "ignores the last dim's step", slice_ignores_last_step, "shape", "steps > 1"),
     M("windows_dilation", "windows", "ignores dilation", windows_ignores_dilation, "shape", "dilation > 1"),
-    M("windows_grad_overlap", "windows_grad", "overlapping windows overwrite instead of adding",
-      windows_grad_overwrites, "values", "stride < kernel"),
+    M(
+        "windows_grad_overlap",
+        "windows_grad",
+        "overlapping windows overwrite instead of adding",
+        windows_grad_overwrites,
+        "values",
+        "stride < kernel",
+    ),
     # movement and indexing
     M("permute_inverse", "permute", "applies the inverse permutation", permute_inverse, "shape", "3-cycles"),
     M("flip_one_axis", "flip", "flips only the last of its axes", flip_last_axis_only, "values", "two axes"),
     M("take_negative", "take", "clips negative indices to 0", take_clips_negative, "values", "negative indices"),
-    M("index_add_repeats", "index_add", "repeated indices keep one value instead of accumulating",
-      index_add_no_accumulate, "values", "repeated indices"),
+    M(
+        "index_add_repeats",
+        "index_add",
+        "repeated indices keep one value instead of accumulating",
+        index_add_no_accumulate,
+        "values",
+        "repeated indices",
+    ),
     # aliasing
     M("exp_in_place", "exp", "writes its result into its input", exp_in_place, "input write", "any case"),
     M("add_in_place", "add", "accumulates into its first operand", add_in_place, "input write", "any case"),
     # random bits
-    M("random_bits_key_high", "random_bits", "ignores the key's high word", random_bits_ignores_key_high,
-      "values", "64-bit keys"),
-    M("random_bits_word_offset", "random_bits", "starts at the block's first word whatever the offset",
-      random_bits_ignores_word_offset, "values", "offsets within a block"),
-    M("random_bits_stateful", "random_bits", "the same key and offset give different bits on each call",
-      random_bits_stateful, "nondeterministic", "every case run twice"),
+    M(
+        "random_bits_key_high",
+        "random_bits",
+        "ignores the key's high word",
+        random_bits_ignores_key_high,
+        "values",
+        "64-bit keys",
+    ),
+    M(
+        "random_bits_word_offset",
+        "random_bits",
+        "starts at the block's first word whatever the offset",
+        random_bits_ignores_word_offset,
+        "values",
+        "offsets within a block",
+    ),
+    M(
+        "random_bits_stateful",
+        "random_bits",
+        "the same key and offset give different bits on each call",
+        random_bits_stateful,
+        "nondeterministic",
+        "every case run twice",
+    ),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 
 
 def backend_class(m: Mutant):
-    return type(f"Mutant_{m.name}", (NumpyBackend,), {"name": f"mutant_{m.name}", "impls": {**IMPLS, m.primitive: m.impl},
-                                                      "__doc__": f"{m.primitive} {m.bug}"})
+    return type(
+        f"Mutant_{m.name}",
+        (NumpyBackend,),
+        {"name": f"mutant_{m.name}", "impls": {**IMPLS, m.primitive: m.impl}, "__doc__": f"{m.primitive} {m.bug}"},
+    )
 
 
 def ember_backends():
-    return [BackendInfo(f"mutant_{m.name}", backend_class(m), description=f"mutant: {m.primitive} {m.bug}")
-            for m in MUTANTS]
+    return [
+        BackendInfo(f"mutant_{m.name}", backend_class(m), description=f"mutant: {m.primitive} {m.bug}") for m in MUTANTS
+    ]
 
 
 def table() -> str:
     """docs/conformance.md's mutation table (a test keeps the page equal to it)."""
     lines = ["| mutant | primitive | planted bug | caught at | how |", "|---|---|---|---|---|"]
     for m in MUTANTS:
-        lines.append(f"| `{m.name}` | `{m.primitive}` | {m.bug} | tier 2 | {m.case}: \"{KINDS[m.caught_by]}\" |")
+        lines.append(f'| `{m.name}` | `{m.primitive}` | {m.bug} | tier 2 | {m.case}: "{KINDS[m.caught_by]}" |')
     return "\n".join(lines)

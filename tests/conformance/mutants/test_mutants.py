@@ -3,6 +3,7 @@ planted bug) is caught by tier 2, its failures name only the mutated primitive, 
 failure message is of the kind the mutant declares (so docs/conformance.md's table, made from
 those declarations, says what was measured). Each mutant is a real ``ember certify`` of tiers
 0-2 in a child process."""
+
 import json
 import os
 import pathlib
@@ -25,6 +26,7 @@ def certify_mutant(name, tmp_path, *args):
 
 def test_there_are_at_least_30_mutants_each_breaking_a_primitive():
     from ember.primitives import PRIMITIVES
+
     assert len(mb.MUTANTS) >= 30 and len(mb.BY_NAME) == len(mb.MUTANTS)
     assert all(m.primitive in PRIMITIVES and m.caught_by in mb.KINDS for m in mb.MUTANTS)
     assert {"add", "sum", "conv2d", "argmax", "exp", "matmul"} <= {m.primitive for m in mb.MUTANTS}
@@ -39,8 +41,15 @@ def test_a_tiled_add_fails_at_the_default_example_count(tmp_path):
     rc, cert = certify_mutant("tiled_add", tmp_path, "--tiers", "2", "--ops", "add,sub")
     assert rc == 1 and cert["run"]["max_examples"] == certify.DEFAULT_MAX_EXAMPLES
     assert {f["op"] for f in cert["failures"]} == {"add"}
-    assert {f["dtype"] for f in cert["failures"]} == {"uint8", "uint32", "int32", "int64", "float16", "float32",
-                                                       "float64"}
+    assert {f["dtype"] for f in cert["failures"]} == {
+        "uint8",
+        "uint32",
+        "int32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    }
 
 
 @pytest.mark.slow

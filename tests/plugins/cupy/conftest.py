@@ -4,6 +4,7 @@
 nvcc), registered as ``cupy-host`` for the session and removed after it. ``gpu``: the real
 ``cupy`` backend, or a skip that quotes the driver's reason (on machines without a GPU).
 """
+
 import pytest
 
 pytest.importorskip("ember_cupy", reason="ember-cupy is not installed: pip install -e plugins/cupy")
@@ -25,7 +26,7 @@ def host():
     if added:
         ember.register_backend(host_module.ember_backends()[0])
     backend = ember.get_backend("cupy-host")
-    backend.rt.prebuild(catalog.library_kernels())       # one nvcc run for every library kernel
+    backend.rt.prebuild(catalog.library_kernels())  # one nvcc run for every library kernel
     yield backend
     if added:
         REGISTRY.infos.pop("cupy-host", None)
@@ -44,4 +45,5 @@ def gpu():
 @pytest.fixture
 def rng():
     import numpy as np
+
     return np.random.default_rng(0)

@@ -1,11 +1,11 @@
 """The runnable examples in ember-cupy's docstrings run and print what they say (none needs a GPU)."""
+
 import doctest
 import importlib
 
 import pytest
 
-MODULES = ["ember_cupy.render", "ember_cupy.kernels", "ember_cupy.fusion", "ember_cupy.device",
-           "ember_cupy.backend"]
+MODULES = ["ember_cupy.render", "ember_cupy.kernels", "ember_cupy.fusion", "ember_cupy.device", "ember_cupy.backend"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -3,6 +3,7 @@ checked on the host harness against the per-parameter kernels (bit for bit: the 
 ``__host__ __device__`` update functions), compiled for sm_90 with nvcc, and — on a GPU —
 run without a host synchronisation. Without a GPU the ``gpu`` tests skip with the driver's
 reason."""
+
 import numpy as np
 import pytest
 from foreach_helpers import FOREACH, assert_matches, group, launches_expected
@@ -13,8 +14,11 @@ from ember_cupy import catalog, kernels, multi_tensor
 from ember_cupy.fused_ops import adam_constants, rmsprop_constants, sgd_constants
 
 SHAPES = [(30, 17), (17,), (4, 5, 6), (1,)]
-CONSTANTS = {"sgd_step": (sgd_constants, multi_tensor.SGD), "adam_step": (adam_constants, multi_tensor.ADAM),
-             "rmsprop_step": (rmsprop_constants, multi_tensor.RMSPROP)}
+CONSTANTS = {
+    "sgd_step": (sgd_constants, multi_tensor.SGD),
+    "adam_step": (adam_constants, multi_tensor.ADAM),
+    "rmsprop_step": (rmsprop_constants, multi_tensor.RMSPROP),
+}
 
 
 def _flags(rule, hyper, first=False):
@@ -70,8 +74,12 @@ def test_more_tensors_than_one_launch_takes(host, rng):
     params = [rng.standard_normal(3).astype(np.float32) for _ in range(n)]
     grads = [rng.standard_normal(3).astype(np.float32) for _ in range(n)]
     want = [p - np.float32(0.5) * g for p, g in zip(params, grads)]
-    host.rt.prebuild([multi_tensor._kernel("sgd_step", "float32", (3,) * size, _flags("sgd_step", {}))
-                      for size in (multi_tensor.PER_LAUNCH, 6)])
+    host.rt.prebuild(
+        [
+            multi_tensor._kernel("sgd_step", "float32", (3,) * size, _flags("sgd_step", {}))
+            for size in (multi_tensor.PER_LAUNCH, 6)
+        ]
+    )
     before = host.rt.launches
     out, bufs = host.fused_impls["sgd_step_foreach"](params, grads, [None] * n, lr=0.5)
     assert host.rt.launches - before == 2 and bufs == [None] * n
@@ -82,9 +90,13 @@ def test_more_tensors_than_one_launch_takes(host, rng):
 def test_entries_the_kernel_cannot_take_use_the_per_parameter_op(built, rng):
     host = built
     from ember.optim.functional import sgd_step
+
     base = rng.standard_normal((30, 17)).astype(np.float32)
-    params = [base, rng.standard_normal((17, 30)).astype(np.float32).T,          # not contiguous
-              rng.standard_normal(5).astype(np.float16)]
+    params = [
+        base,
+        rng.standard_normal((17, 30)).astype(np.float32).T,  # not contiguous
+        rng.standard_normal(5).astype(np.float16),
+    ]
     grads = [rng.standard_normal(p.shape).astype(p.dtype) for p in params]
     bufs = [rng.standard_normal(p.shape).astype(p.dtype) for p in params]
     inputs = [(p.copy(), g, b.copy()) for p, g, b in zip(params, grads, bufs)]
@@ -101,8 +113,9 @@ def test_entries_the_kernel_cannot_take_use_the_per_parameter_op(built, rng):
     # two parameters over one array would race in one launch: all of them go one by one
     shared = np.zeros(8, np.float32)
     before = host.rt.launches
-    out, _ = host.fused_impls["sgd_step_foreach"]([shared[:4], shared[2:6]], [np.ones(4, np.float32)] * 2,
-                                                  [None, None], lr=1.0)
+    out, _ = host.fused_impls["sgd_step_foreach"](
+        [shared[:4], shared[2:6]], [np.ones(4, np.float32)] * 2, [None, None], lr=1.0
+    )
     assert host.rt.launches - before == 2
     np.testing.assert_array_equal(shared, [-1, -1, -2, -2, -1, -1, 0, 0])
 
@@ -110,6 +123,7 @@ def test_entries_the_kernel_cannot_take_use_the_per_parameter_op(built, rng):
 def test_optimizer_step_is_one_launch_per_group(host, rng):
     import ember.nn as nn
     import ember.nn.functional as F
+
     with ember.backend("cupy-host"):
         ember.manual_seed(0)
         model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
@@ -120,8 +134,9 @@ def test_optimizer_step_is_one_launch_per_group(host, rng):
         step_kernels = [k for k in host.rt.seen.values() if "_multi" in k.name]
         calls = {k.key: host.rt.calls.get(k.key, 0) for k in step_kernels}
         opt.step()
-        multi = [k for k in host.rt.seen.values() if "_multi" in k.name and
-                 host.rt.calls.get(k.key, 0) > calls.get(k.key, 0)]
+        multi = [
+            k for k in host.rt.seen.values() if "_multi" in k.name and host.rt.calls.get(k.key, 0) > calls.get(k.key, 0)
+        ]
         assert len(multi) == 1 and multi[0].name.startswith("ember_adam_float32")
         assert host.rt.calls[multi[0].key] - calls.get(multi[0].key, 0) == 1
 
@@ -129,10 +144,12 @@ def test_optimizer_step_is_one_launch_per_group(host, rng):
 def test_every_multi_tensor_kernel_here_compiles_for_sm90(built):
     """The kernels these tests launched, built for the H200 by nvcc (no GPU needed)."""
     from ember_cupy import host as host_module
+
     if host_module.nvcc() is None:
         pytest.skip("nvcc not found on PATH")
-    ks = list({k.key: k for k in _kernels_of_the_cases() +
-               [k for k in built.rt.seen.values() if "_multi" in k.name]}.values())
+    ks = list(
+        {k.key: k for k in _kernels_of_the_cases() + [k for k in built.rt.seen.values() if "_multi" in k.name]}.values()
+    )
     assert len(ks) >= 20
     results = catalog.check(ks, "sm_90")
     assert all(r["ok"] for r in results), [r["log"] for r in results if not r["ok"]]
@@ -156,6 +173,7 @@ def test_an_eager_training_step_never_synchronizes_on_the_gpu(gpu, rng):
 
     import ember.nn as nn
     import ember.nn.functional as F
+
     with ember.backend("cupy"):
         ember.manual_seed(0)
         model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
@@ -169,6 +187,7 @@ def test_an_eager_training_step_never_synchronizes_on_the_gpu(gpu, rng):
             loss.backward()
             opt.step()
             return loss
+
         step()
         before = gpu.rt.launches
         with cupyx.allow_synchronize(False):
@@ -177,7 +196,7 @@ def test_an_eager_training_step_never_synchronizes_on_the_gpu(gpu, rng):
         assert np.isfinite(loss.item())
         bad = ember.tensor(rng.integers(10, 12, 16))
         with cupyx.allow_synchronize(False):
-            loss = F.cross_entropy(model(x), bad)            # no sync here either: the check waits
+            loss = F.cross_entropy(model(x), bad)  # no sync here either: the check waits
         with pytest.raises(ValueError, match="out of range for 10 classes"):
             loss.item()
         assert gpu.rt.launches > before
@@ -189,5 +208,6 @@ def test_foreach_steps_match_the_rules_on_the_gpu(gpu):
 
 def test_doctests():
     import doctest
+
     result = doctest.testmod(multi_tensor, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

@@ -1,5 +1,6 @@
 """ember.jit fusion groups compiled to CUDA C (fusion.py), run on the host harness and compared
 with the same functions run eagerly on the NumPy reference."""
+
 import numpy as np
 import pytest
 
@@ -19,7 +20,7 @@ def _compare(host, fn, *arrays, rtol=1e-6, atol=1e-6, min_fused=1):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
-    assert jitted.lower(*args).program.compiled >= min_fused       # groups ran as our kernels
+    assert jitted.lower(*args).program.compiled >= min_fused  # groups ran as our kernels
     return jitted.groups(*args)
 
 
@@ -59,8 +60,11 @@ def test_reduction_kernels_pick_their_strategy(host, rng):
         x = ember.tensor(rng.standard_normal(shape).astype(np.float32), backend="cupy-host")
         for g in ember.jit(lambda x: (x * 2).exp().sum(1)).groups(x):
             if g.kind == "reduce":
-                kinds.add(fusion.group_kernel(g, [(tuple(v.shape), fusion.contiguous_strides(v.shape),
-                                                   str(v.dtype)) for v in g.inputs]).meta["strategy"])
+                kinds.add(
+                    fusion.group_kernel(
+                        g, [(tuple(v.shape), fusion.contiguous_strides(v.shape), str(v.dtype)) for v in g.inputs]
+                    ).meta["strategy"]
+                )
     assert kinds == {"thread-reduce", "block-reduce"}
 
 
@@ -81,6 +85,7 @@ def test_values_before_the_reduction_are_materialized(host, rng):
     def f(x):
         y = (x * 2 + 1).exp()
         return y, y.sum(1), (y.sum(1) + 1).log()
+
     _compare(host, f, x, rtol=1e-12)
 
 
@@ -135,6 +140,7 @@ def test_jitted_cnn_training_step_matches_numpy(host):
 def _training_step(rng, optimizer):
     import ember.nn as nn
     import ember.nn.functional as F
+
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
     opt = optimizer(model.parameters())
@@ -147,12 +153,13 @@ def _training_step(rng, optimizer):
         loss.backward()
         opt.step()
         return loss
+
     return step
 
 
 def _transfers_of(host, run):
     run()
-    run()                          # the first calls trace and allocate optimizer state
+    run()  # the first calls trace and allocate optimizer state
     before = dict(host.transfers)
     for _ in range(3):
         run()
@@ -163,7 +170,7 @@ def test_a_jitted_training_step_never_waits_for_the_device(host, rng):
     with ember.backend("cupy-host"):
         step = ember.jit(_training_step(rng, lambda ps: ember.optim.SGD(ps, lr=0.1)))
         moved = _transfers_of(host, step)
-    assert moved["to_host"] == 0 and moved["bytes_to_host"] == 0       # nothing read back: no sync
+    assert moved["to_host"] == 0 and moved["bytes_to_host"] == 0  # nothing read back: no sync
     # ember.jit uploads the optimizer's Python hyperparameters (lr, ...) as 0-d buffers each
     # call: a few bytes, asynchronous; no tensor data crosses
     assert moved["bytes_to_device"] <= 3 * 64
@@ -184,6 +191,7 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_ops(host, rng):
     class Broken(HostRuntime):
         def function(self, kernel):
             raise BuildError("simulated NVRTC rejection")
+
     x = Var(0, "input", (), {"index": 0}, (3, 4), ember.float32)
     y = Var(1, "exp", (x,), {}, (3, 4), ember.float32)
     z = Var(2, "mul", (y, 2.0), {}, (3, 4), ember.float32)
@@ -201,6 +209,7 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_ops(host, rng):
 
 def test_batch_norm_is_one_fused_node_and_relu_one_kernel(host, rng):
     import ember.nn as nn
+
     x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
     outs = []
     for backend in ("numpy", "cupy-host"):

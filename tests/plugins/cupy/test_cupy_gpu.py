@@ -1,5 +1,6 @@
 """ember-cupy on a real GPU. Without one every test here skips with the driver's own reason
 (the ``gpu`` fixture); plugins/cupy/gpu_check.sh runs them on the GPU machine."""
+
 import subprocess
 import sys
 
@@ -14,12 +15,13 @@ from ember_cupy import catalog, fusion, multi_tensor
 
 def test_every_library_kernel_compiles_and_loads(gpu):
     for k in catalog.library_kernels():
-        gpu.rt.function(k)                  # NVRTC through cupy.RawModule, then cuModuleLoad
+        gpu.rt.function(k)  # NVRTC through cupy.RawModule, then cuModuleLoad
 
 
 def test_random_bits_match_the_reference(gpu):
     from ember.backends.numpy import backend as nb
-    for shape, seed, offset in [((3, 5), 123, 7), ((1000,), 2 ** 40 + 5, 2 ** 33 + 3), ((), 1, 2)]:
+
+    for shape, seed, offset in [((3, 5), 123, 7), ((1000,), 2**40 + 5, 2**33 + 3), ((), 1, 2)]:
         got = gpu.to_numpy(gpu.impls["random_bits"](shape, seed, offset))
         np.testing.assert_array_equal(got, nb.random_bits(shape, seed, offset))
 
@@ -33,12 +35,13 @@ def test_fusion_groups_run_on_the_device(gpu, rng):
 
     def fn(x):
         return ((x * 2 + 1).relu().sum(1, keepdim=True) + x).tanh().amax(0)
+
     f = ember.jit(fn)
     got = f(ember.tensor(x, backend="cupy"))
     want = fn(ember.tensor(x, backend="numpy"))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
     assert f.lower(ember.tensor(x, backend="cupy")).program.compiled >= 1
-    assert fusion.FALLBACKS == []           # every fused kernel built with NVRTC
+    assert fusion.FALLBACKS == []  # every fused kernel built with NVRTC
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn"])
@@ -56,6 +59,7 @@ def test_a_training_step_never_synchronizes(gpu, rng):
 
     import ember.nn as nn
     import ember.nn.functional as F
+
     with ember.backend("cupy"):
         ember.manual_seed(0)
         model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
@@ -70,10 +74,11 @@ def test_a_training_step_never_synchronizes(gpu, rng):
             loss.backward()
             opt.step()
             return loss
+
         step()
         step()
         before = dict(gpu.transfers)
-        with cupyx.allow_synchronize(False):        # CuPy raises DeviceSynchronized on any sync
+        with cupyx.allow_synchronize(False):  # CuPy raises DeviceSynchronized on any sync
             for _ in range(3):
                 loss = step()
         assert gpu.transfers["to_host"] == before["to_host"]
@@ -83,6 +88,7 @@ def test_a_training_step_never_synchronizes(gpu, rng):
 def test_multi_tensor_step_is_one_launch(gpu, rng):
     import ember.nn as nn
     import ember.nn.functional as F
+
     x = rng.standard_normal((8, 6)).astype(np.float32)
     y = rng.integers(0, 3, 8)
     finals = []
@@ -115,14 +121,14 @@ def test_dlpack_round_trip_with_torch(gpu):
     before = dict(gpu.transfers)
     e = ember_cupy.from_dlpack(t)
     assert e.shape == (6,) and e.backend is gpu
-    t.add_(1)                                   # shared memory: ember sees torch's write
+    t.add_(1)  # shared memory: ember sees torch's write
     torch.cuda.synchronize()
     back = torch.from_dlpack(ember_cupy.to_dlpack(e * 2))
     assert back.device.type == "cuda"
     torch.testing.assert_close(back, (torch.arange(6, dtype=torch.float32, device="cuda") + 1) * 2)
-    assert gpu.transfers == before              # no host copy anywhere
+    assert gpu.transfers == before  # no host copy anywhere
     np.testing.assert_array_equal(e.numpy(), np.arange(6, dtype=np.float32) + 1)
-    assert gpu.transfers["to_host"] == before["to_host"] + 1      # .numpy() is an explicit, counted copy
+    assert gpu.transfers["to_host"] == before["to_host"] + 1  # .numpy() is an explicit, counted copy
 
 
 def test_memory_comes_from_cupys_pool(gpu):
@@ -134,15 +140,31 @@ def test_memory_comes_from_cupys_pool(gpu):
 
 @pytest.mark.slow
 def test_conformance_suite_on_the_gpu(gpu, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ember.cli", "certify", "cupy", "--require-available",
-                          "--max-examples", "5", "--out", str(tmp_path), "--quiet"],
-                         capture_output=True, text=True, timeout=1200)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ember.cli",
+            "certify",
+            "cupy",
+            "--require-available",
+            "--max-examples",
+            "5",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
 
 
 def test_pool_and_batch_norm_kernels_match_the_reference(gpu, rng):
     """The block-cooperative batch-norm sums and the max-pool gather on the device."""
     from ember.conformance import fused_ops
+
     FUSED = fused_ops()
 
     def ref(name, *args, **params):
@@ -153,14 +175,16 @@ def test_pool_and_batch_norm_kernels_match_the_reference(gpu, rng):
     def run(name, *args, **params):
         out = gpu.fused_impls[name](*(None if a is None else gpu.xp.asarray(a) for a in args), **params)
         return [gpu.to_numpy(o) for o in out] if isinstance(out, tuple) else [gpu.to_numpy(out)]
+
     x = np.maximum(rng.integers(-2, 3, (64, 32, 26, 26)), 0).astype(np.float32)
     x[0, 0, 1, 1] = np.nan
     params = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True)
     out = run("max_pool2d", x, **params)
     np.testing.assert_array_equal(out[0], ref("max_pool2d", x, **params)[0])
     g = rng.standard_normal(out[0].shape).astype(np.float32)
-    np.testing.assert_array_equal(run("max_pool2d_backward", g, x, **params)[0],
-                                  ref("max_pool2d_backward", g, x, **params)[0])
+    np.testing.assert_array_equal(
+        run("max_pool2d_backward", g, x, **params)[0], ref("max_pool2d_backward", g, x, **params)[0]
+    )
     x = (rng.standard_normal((128, 64, 16, 16)) * 2 + 1).astype(np.float32)
     w, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
     got, want = run("batch_norm", x, w, b), ref("batch_norm", x, w, b)

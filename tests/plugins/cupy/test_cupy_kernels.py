@@ -1,6 +1,7 @@
 """The hand-written kernels on the CPU (host harness) against NumPy and ember's references:
 Philox, GELU, the softmax / cross-entropy / layer-norm rows and their backward kernels, the
 optimizer steps (single- and multi-tensor) and the col2im gather."""
+
 import math
 
 import numpy as np
@@ -18,23 +19,35 @@ NUMPY = ember.get_backend("numpy")
 
 # Random123's known-answer vectors (philox4x32, 10 rounds): counter words, key words, output.
 KAT = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x00000000, 0x00000000),
-     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF),
-     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x00000000, 0x00000000, 0x00000000, 0x00000000),
+        (0x00000000, 0x00000000),
+        (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+    ),
+    (
+        (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+        (0xFFFFFFFF, 0xFFFFFFFF),
+        (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+    ),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
 def test_philox_device_function_known_answers(host):
-    body = kernels.guarded("ember_philox", kernels.PHILOX) + r"""
+    body = (
+        kernels.guarded("ember_philox", kernels.PHILOX)
+        + r"""
 __host__ __device__ inline void kat_thread(long long t, const unsigned int* in, unsigned int* out) {
   unsigned int c[4] = {in[6 * t], in[6 * t + 1], in[6 * t + 2], in[6 * t + 3]};
   ember_philox4x32_10(c, in[6 * t + 4], in[6 * t + 5]);
   for (int w = 0; w < 4; ++w) out[4 * t + w] = c[w];
 }
 """
+    )
     k = kernels.threads_kernel("kat", [("const unsigned int*", "in"), ("unsigned int*", "out")], body)
     words = np.array([w for c, key, _ in KAT for w in (*c, *key)], dtype=np.uint32)
     out = np.zeros(4 * len(KAT), dtype=np.uint32)
@@ -42,9 +55,18 @@ __host__ __device__ inline void kat_thread(long long t, const unsigned int* in, 
     assert out.reshape(-1, 4).tolist() == [list(e) for _, _, e in KAT]
 
 
-@pytest.mark.parametrize("shape,seed,offset", [
-    ((7,), 0, 0), ((3, 5), 123, 7), ((2, 3, 4), 2 ** 40 + 5, 2 ** 33 + 3), ((1,), 2 ** 64 - 1, 2 ** 63 + 1),
-    ((), 9, 2), ((0,), 1, 1), ((1000,), 42, 4 * 10 ** 9 + 2)])
+@pytest.mark.parametrize(
+    "shape,seed,offset",
+    [
+        ((7,), 0, 0),
+        ((3, 5), 123, 7),
+        ((2, 3, 4), 2**40 + 5, 2**33 + 3),
+        ((1,), 2**64 - 1, 2**63 + 1),
+        ((), 9, 2),
+        ((0,), 1, 1),
+        ((1000,), 42, 4 * 10**9 + 2),
+    ],
+)
 def test_random_bits_match_the_reference_bit_for_bit(host, shape, seed, offset):
     got = host.impls["random_bits"](shape, seed, offset)
     want = nb.random_bits(shape, seed, offset)
@@ -77,7 +99,7 @@ def test_gelu_body(host, rng, dtype, approximate):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_softmax_rows(host, rng, dtype):
     x = (rng.standard_normal((5, 33)) * 5).astype(dtype)
-    x[0] += 1000.0                    # an unshifted exp would overflow
+    x[0] += 1000.0  # an unshifted exp would overflow
     x[1, 3] = -np.inf
     tol = 2e-6 if dtype == "float32" else 1e-13
     for name in ("softmax", "log_softmax"):
@@ -110,8 +132,12 @@ def test_layer_norm_rows(host, rng, dtype):
     w, b = rng.standard_normal(5).astype(dtype), rng.standard_normal(5).astype(dtype)
     w2 = rng.standard_normal((4, 5)).astype(dtype)
     tol = 2e-6 if dtype == "float32" else 1e-13
-    for args, params in [((x, w, b), dict(normalized_shape=(5,))), ((x, None, None), dict(normalized_shape=(4, 5), eps=1e-3)),
-                         ((x, w2, None), dict(normalized_shape=(4, 5))), ((x, None, b), dict(normalized_shape=(5,)))]:
+    for args, params in [
+        ((x, w, b), dict(normalized_shape=(5,))),
+        ((x, None, None), dict(normalized_shape=(4, 5), eps=1e-3)),
+        ((x, w2, None), dict(normalized_shape=(4, 5))),
+        ((x, None, b), dict(normalized_shape=(5,))),
+    ]:
         got = host.fused_impls["layer_norm"](*args, **params)
         want = _fused("layer_norm", "numpy", *args, **params).numpy()
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
@@ -144,14 +170,15 @@ def test_cross_entropy_with_ignored_rows_and_its_backward(host, rng, dtype, targ
     for ignore_index in (-100, 4):
         target = rng.integers(0, 7, 9).astype(target_dtype)
         target[[2, 5]] = ignore_index
-        for tgt in (target, np.full(9, ignore_index, target_dtype)):       # the second: nothing counts
+        for tgt in (target, np.full(9, ignore_index, target_dtype)):  # the second: nothing counts
             want = _fused("cross_entropy", "numpy", logits, tgt.astype(np.int64), ignore_index=ignore_index).numpy()
             with np.errstate(invalid="ignore"):
                 got = host.fused_impls["cross_entropy"](logits, tgt, ignore_index=ignore_index)
             np.testing.assert_allclose(got, want, rtol=tol)
             got = host.fused_impls["cross_entropy_backward"](g, logits, tgt, ignore_index=ignore_index)
-            want = _fused("cross_entropy_backward", "numpy", g, logits, tgt.astype(np.int64),
-                          ignore_index=ignore_index).numpy()
+            want = _fused(
+                "cross_entropy_backward", "numpy", g, logits, tgt.astype(np.int64), ignore_index=ignore_index
+            ).numpy()
             assert got.dtype == np.dtype(dtype)
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
@@ -163,10 +190,12 @@ def test_layer_norm_backward_rows(host, rng, dtype):
     w, b = rng.standard_normal(5).astype(dtype), rng.standard_normal(5).astype(dtype)
     w2 = rng.standard_normal((4, 5)).astype(dtype)
     tol = 1e-5 if dtype == "float32" else 1e-13
-    for args, params in [((g, x, w, b), dict(normalized_shape=(5,))),
-                         ((g, x, None, None), dict(normalized_shape=(4, 5), eps=1e-3)),
-                         ((g, x, w2, None), dict(normalized_shape=(4, 5))),
-                         ((g, x, None, b), dict(normalized_shape=(5,)))]:
+    for args, params in [
+        ((g, x, w, b), dict(normalized_shape=(5,))),
+        ((g, x, None, None), dict(normalized_shape=(4, 5), eps=1e-3)),
+        ((g, x, w2, None), dict(normalized_shape=(4, 5))),
+        ((g, x, None, b), dict(normalized_shape=(5,))),
+    ]:
         got = host.fused_impls["layer_norm_backward"](*args, **params)
         want = _fused("layer_norm_backward", "numpy", *args, **params)
         for gv, wv in zip(got, want):
@@ -179,6 +208,7 @@ def test_eager_training_runs_the_cross_entropy_kernels(host, rng):
     """F.cross_entropy in an eager step launches the fused kernels forward and backward, and
     the gradients are the NumPy reference's."""
     import ember.nn.functional as F
+
     x = rng.standard_normal((8, 6)).astype(np.float32)
     y = rng.integers(0, 3, 8)
     grads = {}
@@ -214,7 +244,7 @@ def test_optimizer_step_updates_in_place(host, rng):
     m, v = np.zeros(10, np.float32), np.zeros(10, np.float32)
     out = host.fused_impls["adam_step"](p, g, m, v, None, step=1, lr=0.1)
     assert out[0] is p and out[1] is m and out[2] is v and out[3] is None
-    transposed = rng.standard_normal((3, 4)).astype(np.float32).T            # not contiguous: copies
+    transposed = rng.standard_normal((3, 4)).astype(np.float32).T  # not contiguous: copies
     out = host.fused_impls["sgd_step"](transposed, np.ones((4, 3), np.float32), None, lr=0.5)
     assert out[0] is not transposed
     np.testing.assert_allclose(out[0], transposed - 0.5)
@@ -222,20 +252,26 @@ def test_optimizer_step_updates_in_place(host, rng):
 
 def _twin_models(backend):
     import ember.nn as nn
+
     with ember.backend(backend):
         ember.manual_seed(1)
         return nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3))
 
 
-@pytest.mark.parametrize("make", [
-    lambda ps: ember.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
-    lambda ps: ember.optim.SGD(ps, lr=0.1),
-    lambda ps: ember.optim.Adam(ps, lr=0.01, amsgrad=True),
-    lambda ps: ember.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
-    lambda ps: ember.optim.RMSprop(ps, lr=0.01, centered=True, momentum=0.5),
-], ids=["sgd-nesterov", "sgd", "adam-amsgrad", "adamw", "rmsprop"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: ember.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        lambda ps: ember.optim.SGD(ps, lr=0.1),
+        lambda ps: ember.optim.Adam(ps, lr=0.01, amsgrad=True),
+        lambda ps: ember.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+        lambda ps: ember.optim.RMSprop(ps, lr=0.01, centered=True, momentum=0.5),
+    ],
+    ids=["sgd-nesterov", "sgd", "adam-amsgrad", "adamw", "rmsprop"],
+)
 def test_multi_tensor_step_matches_per_parameter_steps(host, rng, make):
     import ember.nn.functional as F
+
     x = rng.standard_normal((8, 6)).astype(np.float32)
     y = rng.integers(0, 3, 8)
     results = []
@@ -259,7 +295,7 @@ def test_multi_tensor_step_matches_per_parameter_steps(host, rng, make):
                 opt.step()
         results.append(([p.numpy() for p in model.parameters()], launches, opt))
     (want, _, ref_opt), (got, launches, opt) = results
-    assert launches == [1, 1, 1]                  # six tensors, one launch per step
+    assert launches == [1, 1, 1]  # six tensors, one launch per step
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-7)
     for p_ref, p in zip(ref_opt.param_groups[0]["params"], opt.param_groups[0]["params"]):
@@ -272,8 +308,10 @@ def test_multi_tensor_step_matches_per_parameter_steps(host, rng, make):
                 assert s[k] == s_ref[k]
 
 
-@pytest.mark.parametrize("kernel,stride,dilation", [((3, 3), (1, 1), (1, 1)), ((3, 2), (2, 1), (1, 2)),
-                                                     ((2, 2), (2, 2), (1, 1)), ((1, 1), (3, 2), (1, 1))])
+@pytest.mark.parametrize(
+    "kernel,stride,dilation",
+    [((3, 3), (1, 1), (1, 1)), ((3, 2), (2, 1), (1, 2)), ((2, 2), (2, 2), (1, 1)), ((1, 1), (3, 2), (1, 1))],
+)
 def test_col2im_is_the_adjoint_of_windows(host, rng, kernel, stride, dilation):
     x_shape = (2, 3, 9, 8)
     win = NUMPY.impls["windows"](np.zeros(x_shape, np.float32), kernel, stride, dilation)
@@ -281,9 +319,11 @@ def test_col2im_is_the_adjoint_of_windows(host, rng, kernel, stride, dilation):
     got = host.impls["windows_grad"](g, x_shape, kernel, stride, dilation)
     want = NUMPY.impls["windows_grad"](g, x_shape, kernel, stride, dilation)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-    gi = rng.integers(-5, 5, win.shape).astype(np.uint8)             # integers wrap like NumPy's
-    np.testing.assert_array_equal(host.impls["windows_grad"](gi, x_shape, kernel, stride, dilation),
-                                  NUMPY.impls["windows_grad"](gi, x_shape, kernel, stride, dilation))
+    gi = rng.integers(-5, 5, win.shape).astype(np.uint8)  # integers wrap like NumPy's
+    np.testing.assert_array_equal(
+        host.impls["windows_grad"](gi, x_shape, kernel, stride, dilation),
+        NUMPY.impls["windows_grad"](gi, x_shape, kernel, stride, dilation),
+    )
 
 
 def test_transfers_are_counted(host):
@@ -296,10 +336,12 @@ def test_transfers_are_counted(host):
     assert math.isclose(float((t * 3).sum().numpy()), 48.0)
 
 
-POOLS = [dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
-         dict(kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), ceil_mode=False),
-         dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True),
-         dict(kernel_size=3, stride=None, padding=1, dilation=1, ceil_mode=True)]
+POOLS = [
+    dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+    dict(kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), ceil_mode=False),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), ceil_mode=True),
+    dict(kernel_size=3, stride=None, padding=1, dilation=1, ceil_mode=True),
+]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -309,7 +351,7 @@ def test_max_pool_kernels(host, rng, dtype, params):
     backward gather adds overlapping windows' gradients in the reference's order."""
     x = np.maximum(rng.integers(-2, 3, (2, 3, 9, 8)), 0).astype(dtype)
     x[0, 0, 1, 1] = x[1, 2, 4, 4] = x[1, 2, 4, 5] = np.nan
-    neg = (-np.abs(rng.standard_normal((3, 7, 7))) - 10).astype(dtype)            # (C, H, W)
+    neg = (-np.abs(rng.standard_normal((3, 7, 7))) - 10).astype(dtype)  # (C, H, W)
     for xx in (x, neg):
         got = host.fused_impls["max_pool2d"](xx, **params)
         want = _fused("max_pool2d", "numpy", xx, **params).numpy()
@@ -347,21 +389,35 @@ def test_eager_cnn_training_runs_the_pool_and_batch_norm_kernels(host, rng):
     kernel each, and the gradients and running statistics are the NumPy reference's."""
     import ember.nn as nn
     import ember.nn.functional as F
+
     x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
     y = rng.integers(0, 5, 4)
-    launched = [kernels.batch_norm_kernel("float32", True, True), kernels.batch_norm_backward_kernel("float32", True),
-                kernels.max_pool_kernel("float32"), kernels.max_pool_backward_kernel("float32")]
+    launched = [
+        kernels.batch_norm_kernel("float32", True, True),
+        kernels.batch_norm_backward_kernel("float32", True),
+        kernels.max_pool_kernel("float32"),
+        kernels.max_pool_backward_kernel("float32"),
+    ]
     results = {}
     for backend in ("numpy", "cupy-host"):
         with ember.backend(backend):
             ember.manual_seed(2)
-            model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                                  nn.Flatten(), nn.Linear(64, 5))
+            model = nn.Sequential(
+                nn.Conv2d(3, 4, 3, padding=1),
+                nn.BatchNorm2d(4),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Flatten(),
+                nn.Linear(64, 5),
+            )
         before = [host.rt.calls.get(k.key, 0) for k in launched]
         F.cross_entropy(model(ember.tensor(x, backend=backend)), ember.tensor(y, backend=backend)).backward()
         after = [host.rt.calls.get(k.key, 0) for k in launched]
-        results[backend] = ([p.grad.numpy() for p in model.parameters()], model[1].running_var.numpy(),
-                            [a - b for a, b in zip(after, before)])
+        results[backend] = (
+            [p.grad.numpy() for p in model.parameters()],
+            model[1].running_var.numpy(),
+            [a - b for a, b in zip(after, before)],
+        )
     assert results["cupy-host"][2] == [1, 1, 1, 1]
     (got_g, got_var, _), (want_g, want_var, _) = results["cupy-host"], results["numpy"]
     for got, want in zip(got_g + [got_var], want_g + [want_var]):

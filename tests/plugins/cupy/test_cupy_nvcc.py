@@ -1,6 +1,7 @@
 """Every kernel the plugin can emit compiles for the GPU it targets (sm_90, the H200), with
 nvcc and no device: the hand-written kernels in every variant, and the fusion groups of jitted
 MLP and CNN training steps (with the strides they really had on the host harness)."""
+
 import pytest
 
 from ember_cupy import catalog, host as host_module
@@ -43,6 +44,7 @@ def test_fusion_kernels_seen_so_far_compile_for_sm90(host):
     import numpy as np
 
     import ember
+
     x = ember.tensor(np.ones((4, 300), np.float32), backend="cupy-host")
     ember.jit(lambda x: (x * 2).exp().sum(1).log())(x)
     ks = [k for k in host.rt.seen.values() if k.name.startswith("ember_fused_")]

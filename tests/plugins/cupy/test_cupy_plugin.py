@@ -1,5 +1,6 @@
 """ember-cupy as a plugin: found through its entry point, cheap to import, honest about the
 device. These hold on every machine; where there is no GPU the backend must say why."""
+
 import importlib.metadata
 import pathlib
 import subprocess
@@ -24,7 +25,7 @@ PLUGIN = pathlib.Path(__file__).resolve().parents[3] / "plugins" / "cupy"
 def test_entry_point_names_the_plugin_module():
     eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="ember")}
     assert eps.get("cupy") == "ember_cupy"
-    assert "cupy-host" not in eps          # the host harness is a checking tool, never auto-registered
+    assert "cupy-host" not in eps  # the host harness is a checking tool, never auto-registered
 
 
 def test_distribution_offers_cuda_extras():
@@ -32,13 +33,15 @@ def test_distribution_offers_cuda_extras():
     extras = meta["project"]["optional-dependencies"]
     assert any(r.startswith("cupy-cuda12x") for r in extras["cuda12"])
     assert any(r.startswith("cupy-cuda13x") for r in extras["cuda13"])
-    assert not any("cupy" in r for r in meta["project"]["dependencies"])   # installs without CUDA
+    assert not any("cupy" in r for r in meta["project"]["dependencies"])  # installs without CUDA
     assert meta["project"]["entry-points"]["ember"] == {"cupy": "ember_cupy"}
 
 
 def test_discovery_does_not_import_cupy():
-    code = ("import sys, ember; ember.ones(2) * 2; from ember.registry import REGISTRY; "
-            "assert 'cupy' in REGISTRY.infos; print('cupy' in sys.modules)")
+    code = (
+        "import sys, ember; ember.ones(2) * 2; from ember.registry import REGISTRY; "
+        "assert 'cupy' in REGISTRY.infos; print('cupy' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -56,8 +59,7 @@ def test_backends_lists_cupy_with_its_status():
 
 
 def test_cli_shows_the_reason():
-    out = subprocess.run([sys.executable, "-m", "ember.cli", "backends"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "ember.cli", "backends"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     line = next(l for l in out.stdout.splitlines() if l.startswith("cupy "))
     ok, why = device.probe()

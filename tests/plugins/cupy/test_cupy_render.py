@@ -1,5 +1,6 @@
 """render.py: C types, exact literals, and the elementwise templates against NumPy (one fused
 kernel per dtype holding every op, run on the host harness)."""
+
 import math
 import struct
 
@@ -20,23 +21,23 @@ def test_float32_literals_are_exact(value):
     text = literal(value, "float32")
     assert text.startswith("(float)") and text.endswith("f")
     want = struct.unpack("<f", struct.pack("<f", value))[0]
-    assert float.fromhex(text[len("(float)"):-1]) == want
-    assert math.copysign(1, float.fromhex(text[len("(float)"):-1])) == math.copysign(1, want)
+    assert float.fromhex(text[len("(float)") : -1]) == want
+    assert math.copysign(1, float.fromhex(text[len("(float)") : -1])) == math.copysign(1, want)
 
 
-@pytest.mark.parametrize("value", [0.1, 1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -0.0])
+@pytest.mark.parametrize("value", [0.1, 1 / 3, 2.0**-1074, 1.7976931348623157e308, -0.0])
 def test_float64_literals_are_exact(value):
     text = literal(value, "float64")
-    assert float.fromhex(text[len("(double)"):]) == value
+    assert float.fromhex(text[len("(double)") :]) == value
 
 
 def test_specials_and_integer_wrapping():
     assert literal(math.inf, "float32") == "ember_f32_bits(0x7f800000u)"
     assert literal(-math.inf, "float64") == "ember_f64_bits(0xfff0000000000000ULL)"
     assert "0x7fc00000" in literal(math.nan, "float32")
-    assert literal(-1, "uint8") == "((unsigned char)255LL)"                 # NumPy's wrap
-    assert literal(2 ** 31, "int32") == "((int)-2147483648LL)"
-    assert literal(2.9, "int64") == "((long long)2LL)"                      # truncation
+    assert literal(-1, "uint8") == "((unsigned char)255LL)"  # NumPy's wrap
+    assert literal(2**31, "int32") == "((int)-2147483648LL)"
+    assert literal(2.9, "int64") == "((long long)2LL)"  # truncation
     assert literal(True, "bool") == "true"
     with pytest.raises(Unsupported):
         literal(1.0, "float16")
@@ -75,14 +76,17 @@ def _table(dtype):
         rows += [("add", {}, ("x", 3)), ("sub", {}, (1, "y"))]
     rows += [(op, {}, ("x", "y")) for op in COMPARE]
     rows += [("lt", {}, ("x", 2)), ("ge", {}, ("x", 0.5))]
-    rows += [("cast", {"dtype": ember.dtypes.get(t)}, ("x",))
-             for t in ("bool", "int32", "int64", "float32", "float64") if t != dtype]
+    rows += [
+        ("cast", {"dtype": ember.dtypes.get(t)}, ("x",))
+        for t in ("bool", "int32", "int64", "float32", "float64")
+        if t != dtype
+    ]
     return rows
 
 
 def _run_table(host, dtype):
     x, y = _values(dtype)
-    if dtype.startswith("float"):           # casts to int: only values every C compiler agrees on
+    if dtype.startswith("float"):  # casts to int: only values every C compiler agrees on
         xc = np.where(np.isfinite(x), x, 1.0).astype(dtype)
     else:
         xc = x
@@ -114,8 +118,18 @@ def test_templates_match_numpy(host, dtype):
     for (op, params, args), got, want in _run_table(host, dtype):
         label = f"{op}{args} {params} on {dtype}"
         assert got.dtype == want.dtype, label
-        if got.dtype.kind == "f" and op not in ("cast", "neg", "abs", "add", "sub", "mul", "maximum", "minimum",
-                                                 "floor", "sign"):
+        if got.dtype.kind == "f" and op not in (
+            "cast",
+            "neg",
+            "abs",
+            "add",
+            "sub",
+            "mul",
+            "maximum",
+            "minimum",
+            "floor",
+            "sign",
+        ):
             tol = {"float32": 4e-7, "float64": 4e-15}[str(got.dtype)]
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol if op == "erf" else 0, err_msg=label)
         else:
@@ -127,8 +141,14 @@ def test_logical_and_where_on_bool(host):
     b = np.array([True, True, False, False])
     va = Var(0, "input", (), {"index": 0}, (4,), ember.bool_)
     vb = Var(1, "input", (), {"index": 1}, (4,), ember.bool_)
-    ops = [("logical_and", (va, vb)), ("logical_or", (va, vb)), ("logical_xor", (va, vb)),
-           ("logical_not", (va,)), ("where", (va, 1.5, -2.0)), ("cast", (va,))]
+    ops = [
+        ("logical_and", (va, vb)),
+        ("logical_or", (va, vb)),
+        ("logical_xor", (va, vb)),
+        ("logical_not", (va,)),
+        ("where", (va, 1.5, -2.0)),
+        ("cast", (va,)),
+    ]
     nodes = []
     for i, (op, args) in enumerate(ops):
         params = {"dtype": ember.float32} if op == "cast" else {}

@@ -11,6 +11,7 @@ skip the folder when pytest reaches it from ``tests/``, but stop pytest with a t
 the folder or one of its files is named on the command line (its conftest then loads before
 collection, where a skip is not caught).
 """
+
 import pytest
 
 import ember
@@ -26,6 +27,7 @@ def compile_at_once(monkeypatch):
     """Kernels from the first call (the backend otherwise waits for a shape to repeat), on all
     threads however small the work (so the parallel loops run parallel)."""
     from ember_numba import launch
+
     monkeypatch.setattr(launch, "HOT", 1)
     monkeypatch.setattr(launch, "PAR_MIN", 0)
 
@@ -34,6 +36,7 @@ def compile_at_once(monkeypatch):
 def kernels_always(monkeypatch, backend):
     """Send everything the kernels cover to them, however small."""
     from ember_numba import backend as numba_backend, kernels
+
     monkeypatch.setattr(numba_backend, "MIN_SIZE", 0)
     monkeypatch.setattr(numba_backend, "MIN_SIZE_WHERE", 0)
     monkeypatch.setattr(kernels, "MIN_SIZE", 0)
@@ -43,11 +46,13 @@ def kernels_always(monkeypatch, backend):
 def launches(monkeypatch):
     """The kernels ``launch.run`` is given from here on, in order."""
     from ember_numba import launch
+
     ran = []
     real = launch.run
 
     def counting(fn, work, *args):
         ran.append(fn)
         return real(fn, work, *args)
+
     monkeypatch.setattr(launch, "run", counting)
     return ran

@@ -1,5 +1,6 @@
 """The comparisons the ember-numba kernel tests share: a kernel's array against NumPy's, and
 ember.fused's reference decomposition of a fused op run on the NumPy backend."""
+
 import numpy as np
 
 import ember
@@ -10,8 +11,13 @@ FUSED = fused_ops()
 
 def close(got, want, rtol=1e-5, atol=1e-6):
     """``got`` is an array of ``want``'s dtype and shape, and close to it (NaNs where it has them)."""
-    assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape, \
-        (type(got), getattr(got, "dtype", None), getattr(got, "shape", None), want.dtype, want.shape)
+    assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape, (
+        type(got),
+        getattr(got, "dtype", None),
+        getattr(got, "shape", None),
+        want.dtype,
+        want.shape,
+    )
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
 
 

@@ -6,6 +6,7 @@ themselves are driven: thresholds lowered to 0 and shapes above the parallel thr
 both the serial and the parallel build of each kernel run. Skipped when numba or the plugin
 is not installed (``pip install -e plugins/numba``).
 """
+
 import doctest
 import importlib
 import pathlib
@@ -28,10 +29,18 @@ pytestmark = pytest.mark.usefixtures("compile_at_once")
 # Each op once or twice, each broadcast pattern of the kernels at least once (every kernel
 # variant is compiled on first use, so the list is kept short): same shape, a row (bias), a
 # column (softmax's max), NCHW with a per-channel operand, a Python scalar, a 0-d array.
-BINARY = [("add", (300, 257), (300, 257)), ("add", (300, 257), (257,)), ("sub", (8, 16, 30, 30), (1, 16, 1, 1)),
-          ("mul", (300, 257), (300, 1)), ("div", (70000,), ()), ("maximum", (300, 257), (300, 257)),
-          ("minimum", (257,), (300, 257)), ("gt", (300, 257), None), ("eq", (300, 257), (300, 257)),
-          ("div", (300, 257), None)]
+BINARY = [
+    ("add", (300, 257), (300, 257)),
+    ("add", (300, 257), (257,)),
+    ("sub", (8, 16, 30, 30), (1, 16, 1, 1)),
+    ("mul", (300, 257), (300, 1)),
+    ("div", (70000,), ()),
+    ("maximum", (300, 257), (300, 257)),
+    ("minimum", (257,), (300, 257)),
+    ("gt", (300, 257), None),
+    ("eq", (300, 257), (300, 257)),
+    ("div", (300, 257), None),
+]
 
 
 @pytest.mark.parametrize("op,sa,sb", BINARY, ids=str)
@@ -60,7 +69,7 @@ def test_where_and_unary_kernels(backend, kernels_always, rng):
 
 def test_views_and_other_dtypes_take_the_reference(backend, kernels_always, rng):
     x = rng.standard_normal((300, 400)).astype(np.float32)
-    close(backend.impls["add"](x.T, x.T), x.T + x.T)                           # a permuted view
+    close(backend.impls["add"](x.T, x.T), x.T + x.T)  # a permuted view
     h = x.astype(np.float16)
     close(backend.impls["mul"](h, h), nb.IMPLS["mul"](h, h))
     i = rng.integers(-5, 5, (300, 400))
@@ -68,8 +77,11 @@ def test_views_and_other_dtypes_take_the_reference(backend, kernels_always, rng)
 
 
 # ----------------------------------------------------------------------------- reductions, layout
-@pytest.mark.parametrize("shape,axes", [((512, 300), (0,)), ((300, 512), (1,)), ((64, 32, 7, 7), (0, 2, 3)),
-                                        ((100, 1000), (0, 1)), ((6, 50, 40), (1,))], ids=str)
+@pytest.mark.parametrize(
+    "shape,axes",
+    [((512, 300), (0,)), ((300, 512), (1,)), ((64, 32, 7, 7), (0, 2, 3)), ((100, 1000), (0, 1)), ((6, 50, 40), (1,))],
+    ids=str,
+)
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 def test_reductions(op, shape, axes, backend, kernels_always, rng):
     x = rng.standard_normal(shape)
@@ -87,19 +99,27 @@ def test_reductions(op, shape, axes, backend, kernels_always, rng):
     close(backend.impls[op](y, axes, False), nb.IMPLS[op](y, axes, False))
 
 
-@pytest.mark.parametrize("widths,value", [(((0, 0), (0, 0), (1, 1), (2, 0)), 0.0),
-                                          (((1, 0), (0, 2), (0, 0), (0, 0)), -np.inf),
-                                          (((0, 0), (0, 0), (0, 0), (0, 1)), 3.0)], ids=str)
+@pytest.mark.parametrize(
+    "widths,value",
+    [
+        (((0, 0), (0, 0), (1, 1), (2, 0)), 0.0),
+        (((1, 0), (0, 2), (0, 0), (0, 0)), -np.inf),
+        (((0, 0), (0, 0), (0, 0), (0, 1)), 3.0),
+    ],
+    ids=str,
+)
 def test_pad(widths, value, backend, kernels_always, rng):
     x = rng.standard_normal((16, 8, 30, 20)).astype(np.float32)
     close(backend.impls["pad"](x, widths, value), nb.IMPLS["pad"](x, widths, value))
 
 
-CONVS = [((16, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
-         ((8, 16, 12, 12), (16, 16, 3, 3), (1, 1), (1, 1), (1, 2)),   # input gradient as a flipped convolution
-         ((8, 16, 15, 13), (32, 16, 3, 3), (2, 2), (1, 1), (1, 1)),
-         ((4, 4, 20, 20), (8, 4, 3, 2), (2, 1), (0, 2), (2, 1)),
-         ((32, 1, 28, 28), (32, 1, 3, 3), (1, 1), (0, 0), (1, 1))]
+CONVS = [
+    ((16, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
+    ((8, 16, 12, 12), (16, 16, 3, 3), (1, 1), (1, 1), (1, 2)),  # input gradient as a flipped convolution
+    ((8, 16, 15, 13), (32, 16, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((4, 4, 20, 20), (8, 4, 3, 2), (2, 1), (0, 2), (2, 1)),
+    ((32, 1, 28, 28), (32, 1, 3, 3), (1, 1), (0, 0), (1, 1)),
+]
 
 
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation", CONVS, ids=str)
@@ -109,10 +129,18 @@ def test_convolutions(xs, ws, stride, padding, dilation, backend, kernels_always
     y = nb.IMPLS["conv2d"](x, w, **p)
     g = rng.standard_normal(y.shape)
     close(backend.impls["conv2d"](x, w, **p), y, rtol=1e-10, atol=1e-10)
-    close(backend.impls["conv2d_grad_input"](g, w, input_shape=xs, **p),
-          nb.IMPLS["conv2d_grad_input"](g, w, input_shape=xs, **p), rtol=1e-10, atol=1e-10)
-    close(backend.impls["conv2d_grad_weight"](x, g, weight_shape=ws, **p),
-          nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape=ws, **p), rtol=1e-10, atol=1e-9)
+    close(
+        backend.impls["conv2d_grad_input"](g, w, input_shape=xs, **p),
+        nb.IMPLS["conv2d_grad_input"](g, w, input_shape=xs, **p),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    close(
+        backend.impls["conv2d_grad_weight"](x, g, weight_shape=ws, **p),
+        nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape=ws, **p),
+        rtol=1e-10,
+        atol=1e-9,
+    )
     x32, w32 = x.astype(np.float32), w.astype(np.float32)
     close(backend.impls["conv2d"](x32, w32, **p), nb.IMPLS["conv2d"](x32, w32, **p), rtol=1e-4, atol=1e-4)
 
@@ -122,12 +150,13 @@ def test_windows_grad_index_add_and_random_bits(backend, kernels_always, rng):
     args = dict(input_shape=(4, 8, 20, 20), kernel=(2, 3), stride=(2, 2), dilation=(1, 2))
     close(backend.impls["windows_grad"](g, **args), nb.IMPLS["windows_grad"](g, **args))
     x = rng.standard_normal((30, 1000))
-    idx = rng.integers(-30, 30, 500)                      # repeats accumulate, negatives count from the end
+    idx = rng.integers(-30, 30, 500)  # repeats accumulate, negatives count from the end
     v = rng.standard_normal((500, 1000))
     close(backend.impls["index_add"](x, idx, v, 0), nb.IMPLS["index_add"](x, idx, v, 0), rtol=1e-12, atol=1e-12)
-    for shape, seed, offset in [((300, 301), 7, 3), ((100000,), 2 ** 64 - 1, 2 ** 40 + 1)]:
-        np.testing.assert_array_equal(backend.impls["random_bits"](shape, seed, offset),
-                                      nb.IMPLS["random_bits"](shape, seed, offset))
+    for shape, seed, offset in [((300, 301), 7, 3), ((100000,), 2**64 - 1, 2**40 + 1)]:
+        np.testing.assert_array_equal(
+            backend.impls["random_bits"](shape, seed, offset), nb.IMPLS["random_bits"](shape, seed, offset)
+        )
 
 
 # ----------------------------------------------------------------------------- fused ops
@@ -143,11 +172,17 @@ def test_fused_row_ops_on_large_inputs(dtype, backend, rng):
     t = rng.integers(0, 130, 600)
     close(backend.fused_impls["cross_entropy"](x, t), reference("cross_entropy", x, t), **tol)
     w, b = rng.standard_normal(130).astype(dtype), rng.standard_normal(130).astype(dtype)
-    close(backend.fused_impls["layer_norm"](x, w, b, normalized_shape=(130,)),
-          reference("layer_norm", x, w, b, normalized_shape=(130,)), **tol)
+    close(
+        backend.fused_impls["layer_norm"](x, w, b, normalized_shape=(130,)),
+        reference("layer_norm", x, w, b, normalized_shape=(130,)),
+        **tol,
+    )
     for approximate in ("none", "tanh"):
-        close(backend.fused_impls["gelu"](x, approximate=approximate),
-              reference("gelu", x, approximate=approximate), **tol)
+        close(
+            backend.fused_impls["gelu"](x, approximate=approximate),
+            reference("gelu", x, approximate=approximate),
+            **tol,
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -159,19 +194,31 @@ def test_fused_backward_ops_on_large_inputs(dtype, backend, rng):
     for name in ("softmax", "log_softmax"):
         for dim in (-1, 0):
             y = reference(name, x, dim=dim)
-            close(backend.fused_impls[name + "_backward"](g, y, dim=dim),
-                  reference(name + "_backward", g, y, dim=dim), **tol)
+            close(
+                backend.fused_impls[name + "_backward"](g, y, dim=dim),
+                reference(name + "_backward", g, y, dim=dim),
+                **tol,
+            )
     t = rng.integers(0, 130, 600)
     t[::7] = 5
     for ignore_index in (-100, 5):
         args = (np.array(0.7, dtype), x, t)
-        close(backend.fused_impls["cross_entropy_backward"](*args, ignore_index=ignore_index),
-              reference("cross_entropy_backward", *args, ignore_index=ignore_index), **tol)
-        close(backend.fused_impls["cross_entropy"](x, t, ignore_index=ignore_index),
-              reference("cross_entropy", x, t, ignore_index=ignore_index), **tol)
+        close(
+            backend.fused_impls["cross_entropy_backward"](*args, ignore_index=ignore_index),
+            reference("cross_entropy_backward", *args, ignore_index=ignore_index),
+            **tol,
+        )
+        close(
+            backend.fused_impls["cross_entropy"](x, t, ignore_index=ignore_index),
+            reference("cross_entropy", x, t, ignore_index=ignore_index),
+            **tol,
+        )
     for approximate in ("none", "tanh"):
-        close(backend.fused_impls["gelu_backward"](g, x, approximate=approximate),
-              reference("gelu_backward", g, x, approximate=approximate), **tol)
+        close(
+            backend.fused_impls["gelu_backward"](g, x, approximate=approximate),
+            reference("gelu_backward", g, x, approximate=approximate),
+            **tol,
+        )
     w, b = rng.standard_normal(130).astype(dtype), rng.standard_normal(130).astype(dtype)
     # float32: the parameters' gradients add 600 rows (the kernel in float64, NumPy pairwise)
     ptol = dict(rtol=1e-4, atol=1e-3) if dtype == "float32" else tol
@@ -190,6 +237,7 @@ def test_eager_training_runs_the_fused_kernels(launches, rng):
     from ember import models, optim
     from ember.nn import functional as F
     from ember_numba.fused import rows
+
     x = rng.standard_normal((64, 30)).astype(np.float32)
     y = rng.integers(0, 10, 64)
     losses, grads = {}, {}
@@ -218,6 +266,7 @@ def test_second_derivatives_through_the_fused_ops(rng):
     """grad of grad through ops that train on the fused kernels: the inner gradient is recorded
     through the backward ops' decompositions, and the result is the reference's."""
     from ember.nn import functional as F
+
     x = rng.standard_normal((7, 5))
     y = rng.integers(0, 5, 7)
 
@@ -227,6 +276,7 @@ def test_second_derivatives_through_the_fused_ops(rng):
 
     def curvature(x):
         return (ember.grad(f)(x) ** 2).sum()
+
     got = ember.grad(curvature)(ember.tensor(x, backend="numba")).numpy()
     want = ember.grad(curvature)(ember.tensor(x, backend="numpy")).numpy()
     close(got, want, rtol=1e-10, atol=1e-12)
@@ -236,24 +286,33 @@ def test_second_derivatives_through_the_fused_ops(rng):
 def test_fused_optimizer_steps_update_in_place(name, backend, rng):
     from ember.conformance.optimizers import CASES
     from ember.optim.functional import REFERENCE
+
     shape = (300, 257)
-    for hyper in (CASES[name][0], CASES[name][-1]):      # the plainest and the most involved options
+    for hyper in (CASES[name][0], CASES[name][-1]):  # the plainest and the most involved options
         p, g = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
         if name == "sgd_step":
             state = [rng.standard_normal(shape).astype(np.float32) if hyper.get("momentum") else None]
             extra = {}
         elif name == "adam_step":
-            state = [rng.standard_normal(shape).astype(np.float32), rng.uniform(1, 2, shape).astype(np.float32),
-                     rng.uniform(2, 3, shape).astype(np.float32) if hyper.get("amsgrad") else None]
+            state = [
+                rng.standard_normal(shape).astype(np.float32),
+                rng.uniform(1, 2, shape).astype(np.float32),
+                rng.uniform(2, 3, shape).astype(np.float32) if hyper.get("amsgrad") else None,
+            ]
             extra = {"step": 4}
         else:
-            state = [rng.uniform(1, 2, shape).astype(np.float32),
-                     (rng.standard_normal(shape) * 0.1).astype(np.float32) if hyper.get("centered") else None,
-                     rng.standard_normal(shape).astype(np.float32) if hyper.get("momentum") else None]
+            state = [
+                rng.uniform(1, 2, shape).astype(np.float32),
+                (rng.standard_normal(shape) * 0.1).astype(np.float32) if hyper.get("centered") else None,
+                rng.standard_normal(shape).astype(np.float32) if hyper.get("momentum") else None,
+            ]
             extra = {}
         with ember.no_grad():
-            want = REFERENCE[name](*(None if a is None else ember.tensor(a.copy(), backend="numpy") for a in [p, g] + state),
-                                   **hyper, **extra)
+            want = REFERENCE[name](
+                *(None if a is None else ember.tensor(a.copy(), backend="numpy") for a in [p, g] + state),
+                **hyper,
+                **extra,
+            )
         bufs = [None if a is None else a.copy() for a in [p, g] + state]
         got = backend.fused_impls[name](*bufs, **hyper, **extra)
         assert got[0] is bufs[0], "the parameter is updated in its own buffer"
@@ -288,6 +347,7 @@ def test_jit_fusion_groups_run_as_numba_kernels(backend, rng):
 def test_training_steps_match_numpy(use_jit, rng):
     from ember import models, optim
     from ember.nn import functional as F
+
     x = rng.standard_normal((128, 100)).astype(np.float32)
     y = rng.integers(0, 10, 128)
     losses = {}
@@ -303,6 +363,7 @@ def test_training_steps_match_numpy(use_jit, rng):
             loss.backward()
             opt.step()
             return loss
+
         run = ember.jit(step) if use_jit else step
         xt, yt = ember.tensor(x, backend=name), ember.tensor(y, backend=name)
         losses[name] = [run(xt, yt).item() for _ in range(4)]
@@ -314,6 +375,7 @@ def test_training_steps_match_numpy(use_jit, rng):
 def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
     """Simulated times: all threads 10x slower, then (the machine quiets down) 2x faster."""
     from ember_numba.launch import ThreadChoice
+
     choice = ThreadChoice()
     monkeypatch.setattr(ThreadChoice, "streak", [0])
     slow_tries = []
@@ -322,14 +384,14 @@ def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
         if not one:
             slow_tries.append(call)
         choice.record(st, one, explore, 1.0 if one else 10.0)
-    assert slow_tries[0] == 1 and len(slow_tries) <= 4       # tried, then ever more rarely
+    assert slow_tries[0] == 1 and len(slow_tries) <= 4  # tried, then ever more rarely
     assert all(b - a >= 16 for a, b in zip(slow_tries, slow_tries[1:]))
     uses = []
-    for _call in range(2000):                      # the next try comes within MAX_PERIOD calls
+    for _call in range(2000):  # the next try comes within MAX_PERIOD calls
         one, explore, st = choice.choose("k")
         uses.append(one)
         choice.record(st, one, explore, 1.0 if one else 0.5)
-    assert sum(uses[-500:]) <= 5                  # now all threads, re-checking one now and then
+    assert sum(uses[-500:]) <= 5  # now all threads, re-checking one now and then
 
 
 # ----------------------------------------------------------------------------- examples
@@ -343,8 +405,8 @@ def test_docstring_examples(name):
 def test_docs_examples(doc, heading):
     """The examples of docs/numba.md and of the numba section of docs/backends.md."""
     text = (pathlib.Path(__file__).resolve().parents[3] / "docs" / doc).read_text()
-    section = text[text.index(heading):]
-    section = section[:section.find("\n## ", 1)] if doc == "backends.md" and "\n## " in section[1:] else section
+    section = text[text.index(heading) :]
+    section = section[: section.find("\n## ", 1)] if doc == "backends.md" and "\n## " in section[1:] else section
     test = doctest.DocTestParser().get_doctest(section, {}, doc, doc, 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)

@@ -1,6 +1,7 @@
 """ember-numba's matrix products (blas.py): both ways of threading them give NumPy's results,
 "blas" mode really shortens OpenBLAS's spinning, convolutions get one-thread BLAS, and
 ``EMBER_NUMBA_BLAS=split`` takes the other way."""
+
 import json
 import os
 import subprocess
@@ -12,7 +13,9 @@ import pytest
 
 pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
-threadpoolctl = pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed: pip install ./plugins/numba")
+threadpoolctl = pytest.importorskip(
+    "threadpoolctl", reason="threadpoolctl is not installed: pip install ./plugins/numba"
+)
 
 from numba_helpers import close  # noqa: E402
 
@@ -21,17 +24,22 @@ import ember  # noqa: E402
 
 @pytest.fixture(scope="module")
 def blas():
-    ember.get_backend("numba")              # loading the plugin configures BLAS
+    ember.get_backend("numba")  # loading the plugin configures BLAS
     from ember_numba import blas
+
     return blas
 
 
 def blas_threads():
     """Thread counts of the BLAS libraries the plugin configured (a test may load another)."""
     from ember_numba import blas
+
     mine = blas.STATE["libraries"]
-    return [p["num_threads"] for p in threadpoolctl.threadpool_info()
-            if p["user_api"] == "blas" and (not mine or p["filepath"] in mine)]
+    return [
+        p["num_threads"]
+        for p in threadpoolctl.threadpool_info()
+        if p["user_api"] == "blas" and (not mine or p["filepath"] in mine)
+    ]
 
 
 def needs_blas_mode(blas):
@@ -45,23 +53,28 @@ def test_the_mode_and_thread_count_are_reported(blas):
     assert notes["blas_threads"].startswith(str(blas.STATE["threads"] if blas.STATE["mode"] == "blas" else 1))
 
 
-@pytest.mark.parametrize("sa,sb", [((128, 784), (784, 512)), ((300, 70), (70, 2000)), ((4, 96, 200), (200, 160))],
-                         ids=str)
+@pytest.mark.parametrize(
+    "sa,sb", [((128, 784), (784, 512)), ((300, 70), (70, 2000)), ((4, 96, 200), (200, 160))], ids=str
+)
 def test_products_above_the_threshold_match_numpy(blas, rng, sa, sb):
     a = rng.standard_normal(sa).astype(np.float32)
     b = rng.standard_normal(sb).astype(np.float32)
     assert 2 * a.size * sb[-1] >= blas.MIN_FLOPS
-    for _ in range(3):                          # the first calls try one thread, then all
+    for _ in range(3):  # the first calls try one thread, then all
         close(blas.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
-    close(blas.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)), b.swapaxes(-1, -2) @ a.swapaxes(-1, -2),
-          rtol=1e-4, atol=1e-4)
+    close(
+        blas.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)),
+        b.swapaxes(-1, -2) @ a.swapaxes(-1, -2),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_shared_gemm_matches_numpy(blas, rng):
     a = rng.standard_normal((70, 300)).astype(np.float32)
     b = rng.standard_normal((300, 2000)).astype(np.float32)
     close(blas.shared_matmul(a, b, 3), a @ b, rtol=1e-4, atol=1e-4)
-    close(blas.shared_matmul(b.T, a.T, 2), b.T @ a.T, rtol=1e-4, atol=1e-4)    # transposed views
+    close(blas.shared_matmul(b.T, a.T, 2), b.T @ a.T, rtol=1e-4, atol=1e-4)  # transposed views
 
 
 def test_one_thread_sets_blas_to_one_thread_and_back(blas):
@@ -84,7 +97,7 @@ def test_openblas_workers_stop_spinning_soon_after_a_product(blas):
     a = np.ones((600, 600), np.float32)
     burnt = []
     for _ in range(3):
-        a @ a                                   # on BLAS's threads
+        a @ a  # on BLAS's threads
         cpu = time.process_time()
         time.sleep(0.25)
         burnt.append(time.process_time() - cpu)
@@ -96,17 +109,23 @@ def test_convolution_chunks_run_with_one_blas_thread(blas, rng, monkeypatch):
     must be off meanwhile (else two threads each start two), and the result is the reference's."""
     from ember.backends.numpy import backend as nb
     from ember_numba import conv
+
     seen = []
     real = conv.on_demand
 
     def watching(count, threads, work):
         seen.append(blas_threads())
         return real(count, threads, work)
+
     monkeypatch.setattr(conv, "on_demand", watching)
     x = rng.standard_normal((16, 8, 20, 20)).astype(np.float32)
     w = rng.standard_normal((12, 8, 3, 3)).astype(np.float32)
-    close(conv.conv2d_cols(x, w, (1, 1), (1, 1), (1, 1)), nb.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1),
-          rtol=1e-4, atol=1e-4)
+    close(
+        conv.conv2d_cols(x, w, (1, 1), (1, 1), (1, 1)),
+        nb.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     assert seen and all(set(s) == {1} for s in seen)
 
 

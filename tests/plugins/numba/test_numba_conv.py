@@ -5,6 +5,7 @@ Every split of the batch must give the reference's numbers: one chunk, chunks of
 chunks whose GEMMs go sample by sample. The thresholds are lowered here so that small shapes
 take each path.
 """
+
 import numpy as np
 import pytest
 
@@ -23,9 +24,16 @@ CASES = [  # x shape, w shape, stride, padding, dilation
 ]
 
 
-@pytest.fixture(params=[(1, 10**9), (700, 10**9), (700, 1), (1 << 22, 10**9), (1 << 22, 1)],
-                ids=["one-sample-chunks", "few-sample-chunks", "few-sample-chunks-per-sample-gemms",
-                     "whole-batch", "whole-batch-per-sample-gemms"])
+@pytest.fixture(
+    params=[(1, 10**9), (700, 10**9), (700, 1), (1 << 22, 10**9), (1 << 22, 1)],
+    ids=[
+        "one-sample-chunks",
+        "few-sample-chunks",
+        "few-sample-chunks-per-sample-gemms",
+        "whole-batch",
+        "whole-batch-per-sample-gemms",
+    ],
+)
 def chunk_bytes(request, monkeypatch):
     size, per_sample_p = request.param
     monkeypatch.setattr(conv, "CHUNK_BYTES", size)
@@ -44,10 +52,18 @@ def test_every_split_of_the_batch_gives_the_reference(xs, ws, s, p, d, dtype, to
     y = nb.IMPLS["conv2d"](x, w, groups=1, **geo)
     np.testing.assert_allclose(conv.conv2d_cols(x, w, *geo.values()), y, rtol=tol, atol=tol)
     g = rng.standard_normal(y.shape).astype(dtype)
-    np.testing.assert_allclose(conv.conv2d_grad_weight_cols(x, g, ws, *geo.values()),
-                               nb.IMPLS["conv2d_grad_weight"](x, g, ws, groups=1, **geo), rtol=tol, atol=10 * tol)
-    np.testing.assert_allclose(conv.conv2d_grad_input_cols(g, w, xs, *geo.values()),
-                               nb.IMPLS["conv2d_grad_input"](g, w, xs, groups=1, **geo), rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        conv.conv2d_grad_weight_cols(x, g, ws, *geo.values()),
+        nb.IMPLS["conv2d_grad_weight"](x, g, ws, groups=1, **geo),
+        rtol=tol,
+        atol=10 * tol,
+    )
+    np.testing.assert_allclose(
+        conv.conv2d_grad_input_cols(g, w, xs, *geo.values()),
+        nb.IMPLS["conv2d_grad_input"](g, w, xs, groups=1, **geo),
+        rtol=tol,
+        atol=tol,
+    )
 
 
 def test_chunks_share_out_the_batch():
@@ -82,8 +98,11 @@ def test_scratch_buffers_do_not_leak_between_calls():
     big = rng.standard_normal((6, 3, 12, 12)), rng.standard_normal((4, 3, 3, 3))
     small = rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))
     conv.conv2d_cols(*big, (1, 1), (1, 1), (1, 1))
-    np.testing.assert_allclose(conv.conv2d_cols(*small, (1, 1), (1, 1), (1, 1)),
-                               nb.IMPLS["conv2d"](*small, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10)
+    np.testing.assert_allclose(
+        conv.conv2d_cols(*small, (1, 1), (1, 1), (1, 1)),
+        nb.IMPLS["conv2d"](*small, (1, 1), (1, 1), (1, 1), 1),
+        rtol=1e-10,
+    )
 
 
 @pytest.mark.parametrize("xs,ws,s,p,d", CASES + [((2, 3, 12, 33), (2, 3, 3, 5), 2, 1, 2)])

@@ -1,6 +1,7 @@
 """ember-numba's multi-tensor optimizer steps (foreach.py): one parallel kernel for a whole
 param group, bit for bit what the per-parameter kernels compute, in the parameters' own
 buffers; entries the kernel does not cover go through the per-parameter op."""
+
 import numpy as np
 import pytest
 
@@ -30,7 +31,7 @@ def test_bit_for_bit_the_per_parameter_kernels_in_place(backend, rng, rule, dtyp
         params, grads, states, extra, want = group(backend.fused_impls, rule, hyper, SHAPES, dtype, rng)
         del launches[:]
         got = backend.fused_impls[rule + "_foreach"](params, grads, *map(list, zip(*states)), **hyper, **extra)
-        assert len(launches) == launches_expected(rule, hyper), hyper          # not one per parameter
+        assert len(launches) == launches_expected(rule, hyper), hyper  # not one per parameter
         assert_matches(got, want, params, states, f"{rule} {hyper}")
 
 
@@ -40,31 +41,39 @@ def test_conformance_helper_finds_no_mismatch(backend):
 
 def test_entries_the_kernel_cannot_take_use_the_per_parameter_op(backend, rng, launches):
     from ember.optim.functional import sgd_step
+
     plain = rng.standard_normal((40, 30)).astype(np.float32)
     frozen = rng.standard_normal(64).astype(np.float32)
     frozen.flags.writeable = False
-    params = [plain, rng.standard_normal((30, 40)).astype(np.float32).T,      # not contiguous
-              rng.standard_normal(64).astype(np.float16), frozen, np.zeros((0, 3), np.float32)]
+    params = [
+        plain,
+        rng.standard_normal((30, 40)).astype(np.float32).T,  # not contiguous
+        rng.standard_normal(64).astype(np.float16),
+        frozen,
+        np.zeros((0, 3), np.float32),
+    ]
     grads = [rng.standard_normal(p.shape).astype(p.dtype) for p in params]
     bufs = [rng.standard_normal(p.shape).astype(p.dtype) for p in params]
     inputs = [(p.copy(), g, b.copy()) for p, g, b in zip(params, grads, bufs)]
     del launches[:]
     new_params, new_bufs = backend.fused_impls["sgd_step_foreach"](params, grads, bufs, lr=0.1, momentum=0.9)
     from ember_numba import foreach
+
     assert new_params[0] is plain and new_bufs[0] is bufs[0]
-    assert [fn for fn in launches if fn in foreach._MODULES.values()] == launches[:1]   # one multi-tensor launch
+    assert [fn for fn in launches if fn in foreach._MODULES.values()] == launches[:1]  # one multi-tensor launch
     for k, (p, g, b) in enumerate(inputs):
         with ember.no_grad():
             want = sgd_step(*(ember.tensor(a, backend="numpy") for a in (p, g, b)), lr=0.1, momentum=0.9)
         tol = 1e-3 if p.dtype == np.float16 else 1e-6
         np.testing.assert_allclose(new_params[k], want[0].numpy(), rtol=tol, atol=tol)
         np.testing.assert_allclose(new_bufs[k], want[1].numpy(), rtol=tol, atol=tol)
-    assert not frozen.flags.writeable and np.array_equal(frozen, inputs[3][0])    # a copy was updated
+    assert not frozen.flags.writeable and np.array_equal(frozen, inputs[3][0])  # a copy was updated
 
 
 def _train(name, make, foreach, steps=4):
     """A few steps of a small MLP on the numba backend, with or without the foreach ops."""
     from ember import models
+
     backend = ember.get_backend("numba")
     declared = fused.declared(backend)
     fused._DECLARED[backend] = declared if foreach else declared - set(FOREACH)
@@ -86,21 +95,26 @@ def _train(name, make, foreach, steps=4):
         fused._DECLARED[backend] = declared
 
 
-@pytest.mark.parametrize("make", [
-    lambda ps: ember.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
-    lambda ps: ember.optim.Adam(ps, lr=0.01),
-    lambda ps: ember.optim.AdamW(ps, lr=0.01, amsgrad=True),
-    lambda ps: ember.optim.RMSprop(ps, lr=0.01, centered=True, momentum=0.5),
-], ids=["sgd-nesterov", "adam", "adamw-amsgrad", "rmsprop"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: ember.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+        lambda ps: ember.optim.Adam(ps, lr=0.01),
+        lambda ps: ember.optim.AdamW(ps, lr=0.01, amsgrad=True),
+        lambda ps: ember.optim.RMSprop(ps, lr=0.01, centered=True, momentum=0.5),
+    ],
+    ids=["sgd-nesterov", "adam", "adamw-amsgrad", "rmsprop"],
+)
 def test_training_with_the_foreach_op_matches_the_per_parameter_path(make, monkeypatch):
     calls = []
     backend = ember.get_backend("numba")
     for name in FOREACH:
         real = backend.fused_impls[name]
-        monkeypatch.setitem(backend.fused_impls, name, lambda *a, _real=real, _name=name, **k: calls.append(_name)
-                            or _real(*a, **k))
+        monkeypatch.setitem(
+            backend.fused_impls, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k)
+        )
     got = _train("numba", make, foreach=True)
-    assert len(calls) == 4                      # one call per step for the six tensors
+    assert len(calls) == 4  # one call per step for the six tensors
     want = _train("numba", make, foreach=False)
     assert len(calls) == 4
     for g, w in zip(got, want):
@@ -111,5 +125,6 @@ def test_doctests():
     import doctest
 
     from ember_numba import foreach
+
     result = doctest.testmod(foreach, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

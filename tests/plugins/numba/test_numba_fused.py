@@ -2,6 +2,7 @@
 decompositions on shapes large enough for the parallel loops, in an eager CNN training step
 (the kernels run forward and backward, the step computes what NumPy computes), and under a
 second derivative (the decompositions take over)."""
+
 import numpy as np
 import pytest
 
@@ -16,10 +17,12 @@ import ember.nn.functional as F  # noqa: E402
 pytestmark = pytest.mark.usefixtures("compile_at_once")
 
 
-POOLS = [dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
-         dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True),
-         dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), dilation=(2, 1), ceil_mode=False),
-         dict(kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=True)]
+POOLS = [
+    dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
+    dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True),
+    dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), dilation=(2, 1), ceil_mode=False),
+    dict(kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=True),
+]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -33,8 +36,9 @@ def test_max_pool_kernels_match_the_reference(backend, rng, dtype, params):
         out = backend.fused_impls["max_pool2d"](x, **params)
         close(out, reference("max_pool2d", x, **params), rtol=0, atol=0)
         g = rng.standard_normal(out.shape).astype(dtype)
-        close(backend.fused_impls["max_pool2d_backward"](g, x, **params),
-              reference("max_pool2d_backward", g, x, **params))
+        close(
+            backend.fused_impls["max_pool2d_backward"](g, x, **params), reference("max_pool2d_backward", g, x, **params)
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -46,7 +50,7 @@ def test_batch_norm_kernels_match_the_reference(backend, rng, dtype, shape):
     w, b = rng.standard_normal(shape[1]).astype(dtype), rng.standard_normal(shape[1]).astype(dtype)
     n = x.size // shape[1]
     # float32: sums over n values (the kernel in float64, NumPy pairwise in float32)
-    tol = dict(rtol=1e-4, atol=2e-6 * n ** 0.5 * 10) if dtype == "float32" else dict(rtol=1e-10, atol=1e-11)
+    tol = dict(rtol=1e-4, atol=2e-6 * n**0.5 * 10) if dtype == "float32" else dict(rtol=1e-10, atol=1e-11)
     for weight, bias in ((w, b), (None, None), (None, b)):
         got = backend.fused_impls["batch_norm"](x, weight, bias, eps=1e-5)
         want = reference("batch_norm", x, weight, bias, eps=1e-5)
@@ -64,14 +68,27 @@ def test_batch_norm_kernels_match_the_reference(backend, rng, dtype, shape):
 def test_other_dtypes_take_the_reference(backend):
     x = np.arange(2 * 3 * 4 * 4).reshape(2, 3, 4, 4).astype(np.float16)
     close(backend.fused_impls["max_pool2d"](x, kernel_size=2), reference("max_pool2d", x, kernel_size=2))
-    close(backend.fused_impls["batch_norm"](x, None, None)[0], reference("batch_norm", x, None, None)[0],
-          rtol=2e-3, atol=2e-3)
+    close(
+        backend.fused_impls["batch_norm"](x, None, None)[0],
+        reference("batch_norm", x, None, None)[0],
+        rtol=2e-3,
+        atol=2e-3,
+    )
 
 
 def _cnn(nn):
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1, ceil_mode=True),
-                         nn.Flatten(), nn.Linear(8 * 3 * 3, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+        nn.Flatten(),
+        nn.Linear(8 * 3 * 3, 10),
+    )
 
 
 def test_eager_cnn_training_runs_the_kernels(launches, rng):
@@ -81,6 +98,7 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
     import ember.nn as nn
     from ember import optim
     from ember_numba.fused import channels as bn_kernels, pooling as pool_kernels
+
     x = rng.standard_normal((16, 3, 12, 12)).astype(np.float32)
     y = rng.integers(0, 10, 16)
     results = {}
@@ -97,12 +115,19 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        results[name] = (losses, [p.grad.numpy() for p in model.parameters()],
-                         [b.numpy() for b in model.buffers() if b.dtype.is_floating_point])
+        results[name] = (
+            losses,
+            [p.grad.numpy() for p in model.parameters()],
+            [b.numpy() for b in model.buffers() if b.dtype.is_floating_point],
+        )
     for kernel in (bn_kernels.batch_norm_channels, bn_kernels.batch_norm_backward_channels):
         assert launches.count(kernel) == 6, kernel
-    for kernel in (pool_kernels.max_pool_2x2_planes, pool_kernels.max_pool_2x2_backward_planes,    # MaxPool2d(2)
-                   pool_kernels.max_pool_planes, pool_kernels.max_pool_backward_planes):         # the other
+    for kernel in (
+        pool_kernels.max_pool_2x2_planes,
+        pool_kernels.max_pool_2x2_backward_planes,  # MaxPool2d(2)
+        pool_kernels.max_pool_planes,
+        pool_kernels.max_pool_backward_planes,
+    ):  # the other
         assert launches.count(kernel) == 3, kernel
     (want_l, want_g, want_b), (got_l, got_g, got_b) = results["numpy"], results["numba"]
     np.testing.assert_allclose(got_l, want_l, rtol=1e-5)
@@ -119,7 +144,8 @@ def test_second_derivatives_through_batch_norm_and_pooling(rng):
 
     def curvature(x, w):
         gx, gw = ember.grad(f, argnums=(0, 1))(x, w)
-        return (gx ** 2).sum() + (gw ** 2).sum()
+        return (gx**2).sum() + (gw**2).sum()
+
     got = ember.grad(curvature, argnums=(0, 1))(*(ember.tensor(a, backend="numba") for a in (x, w)))
     want = ember.grad(curvature, argnums=(0, 1))(*(ember.tensor(a, backend="numpy") for a in (x, w)))
     for g, r in zip(got, want):

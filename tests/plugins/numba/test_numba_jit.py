@@ -7,6 +7,7 @@ same function run eagerly on the NumPy reference. Thresholds are lowered (every 
 compiles at once; threads and split reductions however small the work) so the code paths
 taken on large inputs run here on small ones.
 """
+
 import numpy as np
 import pytest
 
@@ -40,45 +41,45 @@ def _nan(x, *where):
     return x
 
 
-def relu_backward_and_bias_grad(g, mask):        # W1's fused backward: columns, a pre output
+def relu_backward_and_bias_grad(g, mask):  # W1's fused backward: columns, a pre output
     t = ember.where(mask, g, g * 0)
     return t, t.sum(0)
 
 
-def col_max_plus_one(x):                          # columns, max, a post op
+def col_max_plus_one(x):  # columns, max, a post op
     return x.amax(0) * 2 + 1
 
 
-def narrow_sum(x, b):                             # 5 columns: the fixed-width kernel, split rows
+def narrow_sum(x, b):  # 5 columns: the fixed-width kernel, split rows
     return (x + b).sum(0, keepdim=True)
 
 
-def col_min_of_a_column_broadcast(x, c):          # an input broadcast along the kept dim
+def col_min_of_a_column_broadcast(x, c):  # an input broadcast along the kept dim
     return (x - c).amin(0)
 
 
-def expanded(x, y):                               # y broadcast over two kept dims: a full copy
+def expanded(x, y):  # y broadcast over two kept dims: a full copy
     return (x * y).sum(0)
 
 
-def logsumexp(x, m):                              # rows, sum, post op reading an input at b
+def logsumexp(x, m):  # rows, sum, post op reading an input at b
     return (x - m).exp().sum(1, keepdim=True).log() + m
 
 
-def row_min(x):                                   # rows, min (NaN rows, -inf), a post op
+def row_min(x):  # rows, min (NaN rows, -inf), a post op
     return (x * 2).amin(1) - 1
 
 
-def row_max_plus(x, y):                           # rows, max of a sum, a pre output
+def row_max_plus(x, y):  # rows, max of a sum, a pre output
     s = x + y
     return s, s.amax(1)
 
 
-def channel_sum(x, w):                            # (A, B, C) = (N, channels, H*W), split rows
+def channel_sum(x, w):  # (A, B, C) = (N, channels, H*W), split rows
     return (x * w).sum((0, 2, 3))
 
 
-def total(x):                                     # everything: rows of the last dim
+def total(x):  # everything: rows of the last dim
     return (x * x).sum()
 
 
@@ -86,7 +87,7 @@ def total_max(x):
     return x.abs().amax()
 
 
-def positive_count(x):                            # a bool sum: int64 accumulators
+def positive_count(x):  # a bool sum: int64 accumulators
     return (x > 0).sum(0)
 
 
@@ -122,7 +123,7 @@ CASES = [
 @pytest.mark.parametrize("f,arrays", CASES, ids=[c[0].__name__ for c in CASES])
 def test_reduce_groups_match_the_reference(f, arrays):
     groups, compiled = _reduce_groups(f, arrays)
-    assert groups and compiled >= len(groups)          # the reduce group ran as a numba kernel
+    assert groups and compiled >= len(groups)  # the reduce group ran as a numba kernel
     got, want = _run_both(f, arrays)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -134,6 +135,7 @@ def test_reduce_groups_match_the_reference(f, arrays):
 def test_unsplit_reductions_match_the_reference(f, arrays, monkeypatch):
     """Work below the threads' threshold: one chunk of rows, each task finishing its results."""
     from ember_numba import launch
+
     monkeypatch.setattr(launch, "PAR_MIN", 1 << 40)
     got, want = _run_both(f, arrays)
     for g, w in zip(got, want):
@@ -143,15 +145,16 @@ def test_unsplit_reductions_match_the_reference(f, arrays, monkeypatch):
 def test_the_loop_order_follows_the_layout(monkeypatch):
     """A column reduction walks the kept columns in its inner loop, a row reduction its rows."""
     from ember_numba import jit, render as rendering
+
     sources = []
 
     def render(*args, **kwargs):
         sources.append(rendering.render_reduce(*args, **kwargs))
         return sources[-1]
+
     monkeypatch.setattr(jit, "render_reduce", render)
     x = ember.tensor(normal(128, 512), backend="numba")
-    for f, inner in ((lambda x: (x * 2).sum(0), "j"), (lambda x: (x * 2).sum(1), "c"),
-                     (lambda x: (x * 2).sum(), "c")):
+    for f, inner in ((lambda x: (x * 2).sum(0), "j"), (lambda x: (x * 2).sum(1), "c"), (lambda x: (x * 2).sum(), "c")):
         (group,) = [g for g in ember.jit(f).groups(x) if g.kind == "reduce"]
         assert jit.compile_group(group) is not None
         assert f"x0 = a0[b0 + {inner}]" in sources[-1]
@@ -161,6 +164,7 @@ def test_the_loop_order_follows_the_layout(monkeypatch):
 def _sgd_mlp(backend, momentum):
     from ember import models, optim
     from ember.nn import functional as F
+
     ember.manual_seed(0)
     with ember.backend(backend):
         model = models.MLP(20, (32,), 4)
@@ -172,6 +176,7 @@ def _sgd_mlp(backend, momentum):
         loss.backward()
         opt.step()
         return loss
+
     return model, opt, step
 
 
@@ -200,8 +205,8 @@ def test_parameters_are_updated_in_place_without_copies(momentum, monkeypatch):
     monkeypatch.setattr(type(backend), "assign", lambda self, dst, src: copies.append(dst) or np.copyto(dst, src))
     loss = jstep(xt, yt).item()
     program = jstep.lower(xt, yt).program
-    assert len(program.donations) >= len(buffers)          # parameters (and momentum buffers)
-    assert copies == []                                    # no copy after the kernels
+    assert len(program.donations) >= len(buffers)  # parameters (and momentum buffers)
+    assert copies == []  # no copy after the kernels
     assert all(p._data is b for p, b in zip(model.parameters(), buffers))
     _same_as_four_reference_steps(loss, model, x, y, momentum)
 
@@ -209,11 +214,12 @@ def test_parameters_are_updated_in_place_without_copies(momentum, monkeypatch):
 def test_a_destination_the_kernel_cannot_write_is_copied_into_instead():
     """A parameter that is a transposed (non-contiguous) view: the kernel computes its new
     value into a fresh buffer and ember.jit copies it into the parameter."""
-    w = ember.tensor(normal(6, 4), backend="numba").T        # (4, 6), Fortran-ordered
+    w = ember.tensor(normal(6, 4), backend="numba").T  # (4, 6), Fortran-ordered
     g = ember.tensor(normal(4, 6), backend="numba")
 
     def update(g):
         w.sub_(g * 0.5)
+
     before = w.numpy().copy()
     jf = ember.jit(update)
     for k in range(1, 3):
@@ -225,6 +231,7 @@ def test_a_destination_the_kernel_cannot_write_is_copied_into_instead():
 # ----------------------------------------------------------------------------- planned buffers
 def test_compiled_groups_write_into_planned_buffers():
     from ember.backends.numpy.jit_runner import NumpyProgram
+
     x, y = normal(16, 20), R.integers(0, 4, 16)
     model, opt, step = _sgd_mlp("numba", 0.9)
     jstep = ember.jit(step)
@@ -234,24 +241,27 @@ def test_compiled_groups_write_into_planned_buffers():
     program = jstep.lower(xt, yt).program
     assert isinstance(program, NumpyProgram) and program.planned and program.compiled
     written = []
-    for g in program.groups:                    # note what each kernel is given and returns
+    for g in program.groups:  # note what each kernel is given and returns
         kernel = program.kernels[id(g)]
         if kernel is not None:
+
             def noting(*bufs, out=None, kernel=kernel):
                 got = kernel(*bufs, out=out)
                 written.extend(o for o, r in zip(out or (), got) if o is r)
                 return got
+
             noting.accepts_out = True
             program.kernels[id(g)] = noting
     program.build()
     loss = jstep(xt, yt).item()
-    assert any(any(w is b for b in program.buffers) for w in written)       # pooled
+    assert any(any(w is b for b in program.buffers) for w in written)  # pooled
     assert any(any(w is p._data for p in model.parameters()) for w in written)  # donated
     _same_as_four_reference_steps(loss, model, x, y, 0.9)
 
 
 def test_a_reduce_kernel_writes_into_a_destination_it_can_use():
     from ember_numba import jit
+
     g, mask = normal(64, 300), normal(64, 300) > 0
     f = ember.jit(relu_backward_and_bias_grad)
     args = [ember.tensor(a, backend="numba") for a in (g, mask)]
@@ -261,7 +271,7 @@ def test_a_reduce_kernel_writes_into_a_destination_it_can_use():
     into = [np.empty(s, np.float32) for s in shapes]
     got = kernel(g, mask, out=into)
     assert all(r is o for r, o in zip(got, into))
-    fresh = kernel(g, mask, out=[np.empty(shapes[0], np.float64), None])      # unusable: allocated
+    fresh = kernel(g, mask, out=[np.empty(shapes[0], np.float64), None])  # unusable: allocated
     assert fresh[0] is not into[0] and fresh[0].dtype == np.float32
     for r in (got, fresh):
         np.testing.assert_allclose(r[0], np.where(mask, g, 0), rtol=1e-6)
@@ -271,12 +281,14 @@ def test_a_reduce_kernel_writes_into_a_destination_it_can_use():
 # ----------------------------------------------------------------------------- fused ops
 def _lenet():
     from ember import nn
+
     return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
 
 
 def test_a_cnn_training_step_runs_the_fused_ops_as_single_nodes():
     from ember import fused, optim
     from ember.nn import functional as F
+
     ember.manual_seed(0)
     ref = _lenet()
     model = _lenet().to("numba")
@@ -300,7 +312,10 @@ def test_a_cnn_training_step_runs_the_fused_ops_as_single_nodes():
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-5)
     nodes = [v.params["name"] for v in jstep.lower(model, opts[1], xb, yb).graph.nodes if v.op == "fused"]
     declared = fused.declared(ember.get_backend("numba"))
-    expect = [n for n in ("max_pool2d", "cross_entropy", "cross_entropy_backward", "max_pool2d_backward")
-              if n in declared and (not n.startswith("max_pool2d") or "max_pool2d_backward" in declared)]
+    expect = [
+        n
+        for n in ("max_pool2d", "cross_entropy", "cross_entropy_backward", "max_pool2d_backward")
+        if n in declared and (not n.startswith("max_pool2d") or "max_pool2d_backward" in declared)
+    ]
     assert {"cross_entropy", "cross_entropy_backward"} <= set(expect)
     assert sorted(nodes) == sorted(expect)

@@ -4,6 +4,7 @@ kernels cached on disk for the next process, certified, and training MNIST to th
 Each check that depends on a process's start runs in a fresh interpreter. Skipped when numba or
 the plugin is not installed (``pip install -e plugins/numba``).
 """
+
 import json
 import os
 import subprocess
@@ -15,15 +16,25 @@ import pytest
 pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
-CLEAN = ("NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY", "NUMBA_NUM_THREADS", "OMP_WAIT_POLICY",
-         "EMBER_NUM_THREADS", "EMBER_NUMBA_MIN_SIZE", "EMBER_NUMBA_HOT", "EMBER_BACKEND", "NUMBA_CACHE_DIR")
+CLEAN = (
+    "NUMBA_THREADING_LAYER",
+    "NUMBA_THREADING_LAYER_PRIORITY",
+    "NUMBA_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "EMBER_NUM_THREADS",
+    "EMBER_NUMBA_MIN_SIZE",
+    "EMBER_NUMBA_HOT",
+    "EMBER_BACKEND",
+    "NUMBA_CACHE_DIR",
+)
 
 
 def run(code, timeout=600, **env):
     environ = {k: v for k, v in os.environ.items() if k not in CLEAN}
     environ.update(env)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         timeout=timeout, env=environ)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=environ
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -53,14 +64,15 @@ PARALLEL_CALL = """
 def test_loading_picks_a_threading_layer_that_does_not_spin():
     layer, threads, noted, used, left = run(PARALLEL_CALL)
     assert layer in ("omp", "workqueue")
-    assert used["OMP_WAIT_POLICY"] == "passive"     # idle OpenMP workers sleep instead of spinning
-    assert left is None                             # ... and child processes do not inherit it
+    assert used["OMP_WAIT_POLICY"] == "passive"  # idle OpenMP workers sleep instead of spinning
+    assert left is None  # ... and child processes do not inherit it
     assert threads == noted >= 1
 
 
 def test_the_users_thread_settings_win():
-    layer, threads, noted, used, left = run(PARALLEL_CALL, NUMBA_THREADING_LAYER="workqueue",
-                                            EMBER_NUM_THREADS="1", OMP_WAIT_POLICY="active")
+    layer, threads, noted, used, left = run(
+        PARALLEL_CALL, NUMBA_THREADING_LAYER="workqueue", EMBER_NUM_THREADS="1", OMP_WAIT_POLICY="active"
+    )
     assert (layer, threads, noted, used, left) == ("workqueue", 1, 1, {}, "active")
 
 
@@ -112,8 +124,23 @@ def test_certify_numba_passes_every_tier_with_the_kernels_forced(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in CLEAN}
     env["EMBER_NUMBA_MIN_SIZE"] = "0"
     env["EMBER_NUMBA_HOT"] = "1"
-    out = subprocess.run([sys.executable, "-m", "ember.cli", "certify", "numba", "--require-available", "--quiet",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=3600, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ember.cli",
+            "certify",
+            "numba",
+            "--require-available",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cert = json.loads((tmp_path / "certificate.json").read_text())
     assert cert["verdict"] == "pass" and not cert["declared_but_failing"]
@@ -126,14 +153,32 @@ def test_cnn_on_mnist_reaches_the_numpy_bar(tmp_path):
     """``EMBER_BACKEND=numba ember train mnist --model cnn --epochs 2`` >= 98.8% (as on numpy)."""
     try:
         from ember.data.mnist import MNIST
+
         MNIST(train=False, download=False)
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"MNIST is not available offline: {exc}")
     env = {k: v for k, v in os.environ.items() if k not in CLEAN}
     env["EMBER_BACKEND"] = "numba"
-    out = subprocess.run([sys.executable, "-m", "ember.cli", "train", "mnist", "--model", "cnn", "--epochs", "2",
-                          "--out", str(tmp_path / "run"), "--no-progress"], capture_output=True, text=True,
-                         timeout=7200, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ember.cli",
+            "train",
+            "mnist",
+            "--model",
+            "cnn",
+            "--epochs",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=7200,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["epoch"] == 2 and result["eval_accuracy"] >= 0.988, result

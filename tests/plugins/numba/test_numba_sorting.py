@@ -1,5 +1,6 @@
 """ember-numba's ordering kernels (sorting.py) against the NumPy reference: the same indices
 (ties and NaN included) and the same running sums, to the bit."""
+
 import numpy as np
 import pytest
 
@@ -26,16 +27,19 @@ SHAPES = [((40, 257), -1), ((40, 257), 0), ((6, 50, 9), 1), ((3000,), 0)]
 
 @pytest.mark.parametrize("shape,axis", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_argtopk_and_argsort_kernels_give_the_reference_indices(shape, axis, dtype, backend, kernels_always,
-                                                                launches, rng):
+def test_argtopk_and_argsort_kernels_give_the_reference_indices(
+    shape, axis, dtype, backend, kernels_always, launches, rng
+):
     x = _ties(rng, shape, dtype)
     for k in (1, 5, shape[axis]):
         for largest in (True, False):
-            np.testing.assert_array_equal(backend.impls["argtopk"](x, k, axis, largest),
-                                          nb.IMPLS["argtopk"](x, k, axis, largest))
+            np.testing.assert_array_equal(
+                backend.impls["argtopk"](x, k, axis, largest), nb.IMPLS["argtopk"](x, k, axis, largest)
+            )
     for descending in (False, True):
-        np.testing.assert_array_equal(backend.impls["argsort"](x, axis, descending),
-                                      nb.IMPLS["argsort"](x, axis, descending))
+        np.testing.assert_array_equal(
+            backend.impls["argsort"](x, axis, descending), nb.IMPLS["argsort"](x, axis, descending)
+        )
     names = {f.__name__ for f in launches}
     assert {"_argsort_rows", "_topk_rows"} <= names, names
 
@@ -51,6 +55,7 @@ def test_cumsum_kernel_adds_in_the_reference_order(shape, axis, backend, kernels
 def test_views_and_integers_take_the_reference(backend, kernels_always, launches, rng):
     x = rng.integers(-5, 5, (50, 60))
     np.testing.assert_array_equal(backend.impls["argtopk"](x, 3, 1, True), nb.IMPLS["argtopk"](x, 3, 1, True))
-    np.testing.assert_array_equal(backend.impls["cumsum"](x.T.astype(np.float32), 0),
-                                  nb.IMPLS["cumsum"](x.T.astype(np.float32), 0))
+    np.testing.assert_array_equal(
+        backend.impls["cumsum"](x.T.astype(np.float32), 0), nb.IMPLS["cumsum"](x.T.astype(np.float32), 0)
+    )
     assert not launches

@@ -5,6 +5,7 @@ reference decompositions and backward ops are registered at the end of this modu
 >>> [round(v, 4) for v in softmax(ember.tensor([[1.0, 2.0, 3.0]]))[0].tolist()]
 [0.09, 0.2447, 0.6652]
 """
+
 from __future__ import annotations
 
 import math

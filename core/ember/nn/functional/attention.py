@@ -1,4 +1,5 @@
 """Scaled dot-product attention (its fused op's reference is registered at the end)."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,9 @@ from ...tensor import arange, where
 from .activation import dropout
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 generator=None, need_weights=False):
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, generator=None, need_weights=False
+):
     """softmax(q k^T * scale + mask) v over the last two dims (..., L, E) x (..., S, E).
 
     A bool ``attn_mask`` is True where attention is *allowed* (PyTorch's convention for this

@@ -1,4 +1,5 @@
 """Linear maps and convolution; the argument helpers the layers share (``_pair``, ``_batched``)."""
+
 from __future__ import annotations
 
 from ...dispatch import apply
@@ -24,7 +25,6 @@ def _batched(x, name, ndim=4):
     raise located(ShapeError, f"{name} needs input (N, C, H, W) or (C, H, W), got shape {x.shape}")
 
 
-
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias`` over the last dim; weight is (out_features, in_features).
 
@@ -33,9 +33,12 @@ def linear(input, weight, bias=None):
     (2, 4)
     """
     if input.shape[-1:] != weight.shape[1:]:
-        raise located(ShapeError, f"linear: input of shape {input.shape} has {input.shape[-1:] or 'no'} "
-                      f"features in its last dim, but the weight {weight.shape} expects {weight.shape[1]}: "
-                      f"expected input shape (..., {weight.shape[1]})")
+        raise located(
+            ShapeError,
+            f"linear: input of shape {input.shape} has {input.shape[-1:] or 'no'} "
+            f"features in its last dim, but the weight {weight.shape} expects {weight.shape[1]}: "
+            f"expected input shape (..., {weight.shape[1]})",
+        )
     lead = input.shape[:-1]
     # One GEMM over all leading dims: the weight gradient is then one GEMM too, not a batch of them.
     out = input.reshape(-1, weight.shape[1]) @ weight.T if len(lead) != 1 else input @ weight.T
@@ -66,8 +69,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if weight.ndim != 4:
         raise located(ShapeError, f"conv2d: weight must be (out, in/groups, kh, kw), got shape {weight.shape}")
     if x.shape[1] != weight.shape[1] * groups:
-        raise located(ShapeError, f"conv2d: input of shape {tuple(input.shape)} has {x.shape[1]} channels, but "
-                      f"the weight {weight.shape} with groups={groups} expects {weight.shape[1] * groups}")
+        raise located(
+            ShapeError,
+            f"conv2d: input of shape {tuple(input.shape)} has {x.shape[1]} channels, but "
+            f"the weight {weight.shape} with groups={groups} expects {weight.shape[1] * groups}",
+        )
     if isinstance(padding, str):
         if padding == "valid":
             padding = (0, 0)
@@ -82,8 +88,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                 padding = (t, l)
         else:
             raise located(ValueError, f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
-    out = apply("conv2d", x, weight, stride=stride, padding=_pair(padding, "padding"),
-                dilation=dilation, groups=groups)
+    out = apply("conv2d", x, weight, stride=stride, padding=_pair(padding, "padding"), dilation=dilation, groups=groups)
     if bias is not None:
         out = out + bias.reshape(1, -1, 1, 1)
     return undo(out)

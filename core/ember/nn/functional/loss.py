@@ -1,5 +1,6 @@
 """Losses. The common cross_entropy (2-d logits, class indices, mean) is a fused op
 (ember.fused): its decomposition and backward op are registered at the end."""
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,11 @@ def _check_targets(input, target, name):
     else:
         expected = (input.shape[0],) + input.shape[2:]
     if target.shape != expected:
-        raise located(ShapeError, f"{name}: input {input.shape} (N, C, ...) needs class-index targets of shape "
-                      f"{expected}, got {target.shape}")
+        raise located(
+            ShapeError,
+            f"{name}: input {input.shape} (N, C, ...) needs class-index targets of shape "
+            f"{expected}, got {target.shape}",
+        )
 
 
 def _range_error(lo, hi, c):
@@ -65,8 +69,12 @@ def _check_class_range(targets, c):
         if text is not None:
             raise located(ValueError, text)
         return targets
-    deferred.defer(("nll_loss", c), (targets.amin(), targets.amax()), (Tensor.minimum, Tensor.maximum),
-                   lambda lo, hi: _range_error(lo, hi, c))
+    deferred.defer(
+        ("nll_loss", c),
+        (targets.amin(), targets.amax()),
+        (Tensor.minimum, Tensor.maximum),
+        lambda lo, hi: _range_error(lo, hi, c),
+    )
     return where((targets >= 0) & (targets < c), targets, 0)
 
 
@@ -105,11 +113,21 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise located(ValueError, f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
-    if input.ndim == 2 and weight is None and label_smoothing == 0 and reduction == "mean" \
-            and target.dtype.kind in "iu" and target.shape == input.shape[:1]:
+    if (
+        input.ndim == 2
+        and weight is None
+        and label_smoothing == 0
+        and reduction == "mean"
+        and target.dtype.kind in "iu"
+        and target.shape == input.shape[:1]
+    ):
         # The common case is a fused op: a backend may run it (and its gradient) as one kernel.
-        if deferred.on_device(input._backend) and dispatch.interpreter().evaluates and target.numel() \
-                and "cross_entropy" in fused.declared(input._backend):
+        if (
+            deferred.on_device(input._backend)
+            and dispatch.interpreter().evaluates
+            and target.numel()
+            and "cross_entropy" in fused.declared(input._backend)
+        ):
             # A device kernel cannot raise: the range check waits for the next host read.
             _check_class_range(where(target != ignore_index, target, 0), input.shape[1])
         return fused.run("cross_entropy", input, target, ignore_index=ignore_index)
@@ -118,7 +136,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     c = input.shape[class_dim]
     wshape = [1] * input.ndim
     wshape[class_dim] = c
-    if target.dtype.is_floating_point:                       # probability targets
+    if target.dtype.is_floating_point:  # probability targets
         _check_same_shape(input, target, "cross_entropy")
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / c
@@ -182,7 +200,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     0.6931
     """
     _check_same_shape(input, target, "binary_cross_entropy_with_logits")
-    softplus_neg = (-input.abs()).exp().log1p() + (-input).relu()       # log(1 + e^-x), stably
+    softplus_neg = (-input.abs()).exp().log1p() + (-input).relu()  # log(1 + e^-x), stably
     if pos_weight is None:
         loss = (1 - target) * input + softplus_neg
     else:
@@ -214,7 +232,7 @@ def _cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
     PyTorch, though the loss is then NaN)."""
     valid = target != ignore_index
     w = valid.to(logits.dtype)
-    one_hot = (where(valid, target, 0).reshape(-1, 1) == arange(logits.shape[-1], backend=logits.backend))
+    one_hot = where(valid, target, 0).reshape(-1, 1) == arange(logits.shape[-1], backend=logits.backend)
     return (logits.softmax(-1) - one_hot.to(logits.dtype)) * (w * (grad / w.sum().maximum(1))).reshape(-1, 1)
 
 

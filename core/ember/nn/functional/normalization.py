@@ -1,5 +1,6 @@
 """Batch, layer, group and RMS normalization. Training-mode batch_norm and layer_norm are fused ops
 (ember.fused): their decompositions and backward ops are registered at the end."""
+
 from __future__ import annotations
 
 from ... import dispatch, dtypes as D, fused
@@ -11,8 +12,7 @@ def _channel_shape(x):
     return (1, -1) + (1,) * (x.ndim - 2)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
-               eps=1e-5):
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalize over every dim but the channel dim 1. In training use the batch statistics and
     update the running ones in place (``momentum`` is the weight of the new value; the running
     variance takes the unbiased batch variance, as in PyTorch); otherwise use the running ones.
@@ -29,8 +29,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training:
         n = input.numel() // input.shape[1]
         if n <= 1:
-            raise located(ValueError, f"batch_norm: expected more than 1 value per channel when training, "
-                          f"got input of shape {input.shape}")
+            raise located(
+                ValueError,
+                f"batch_norm: expected more than 1 value per channel when training, got input of shape {input.shape}",
+            )
         out, mean, var = fused.run("batch_norm", input, weight, bias, eps=eps)
         if running_mean is not None:
             with no_grad():
@@ -51,9 +53,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 def _norm_axes(input, normalized_shape, name):
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(normalized_shape)
-    if k > input.ndim or input.shape[input.ndim - k:] != normalized_shape:
-        raise located(ShapeError, f"{name}: input of shape {input.shape} does not end with normalized_shape "
-                      f"{normalized_shape}")
+    if k > input.ndim or input.shape[input.ndim - k :] != normalized_shape:
+        raise located(
+            ShapeError, f"{name}: input of shape {input.shape} does not end with normalized_shape {normalized_shape}"
+        )
     return tuple(range(input.ndim - k, input.ndim))
 
 
@@ -65,8 +68,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     [-1.0, 1.0]
     """
     axes = _norm_axes(input, normalized_shape, "layer_norm")
-    return fused.run("layer_norm", input, weight, bias, normalized_shape=input.shape[input.ndim - len(axes):],
-                     eps=eps)
+    return fused.run("layer_norm", input, weight, bias, normalized_shape=input.shape[input.ndim - len(axes) :], eps=eps)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
@@ -83,8 +85,10 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
         raise located(ShapeError, f"group_norm needs input (N, C, ...), got shape {input.shape}")
     n, c = input.shape[:2]
     if num_groups <= 0 or c % num_groups:
-        raise located(ValueError, f"group_norm: {c} channels (dim 1 of input {input.shape}) do not split into "
-                      f"num_groups={num_groups} groups")
+        raise located(
+            ValueError,
+            f"group_norm: {c} channels (dim 1 of input {input.shape}) do not split into num_groups={num_groups} groups",
+        )
     rows = input.reshape(n, num_groups, -1)
     out = fused.run("layer_norm", rows, None, None, normalized_shape=rows.shape[2:], eps=eps).reshape(input.shape)
     shape = _channel_shape(input)
@@ -100,7 +104,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     machine epsilon, as in PyTorch."""
     axes = _norm_axes(input, normalized_shape, "rms_norm")
     if eps is None:
-        eps = {D.float16: 2.0 ** -10, D.float32: 2.0 ** -23, D.float64: 2.0 ** -52}.get(input.dtype, 2.0 ** -23)
+        eps = {D.float16: 2.0**-10, D.float32: 2.0**-23, D.float64: 2.0**-52}.get(input.dtype, 2.0**-23)
     out = input * ((input * input).mean(axes, keepdim=True) + eps).rsqrt()
     return out * weight if weight is not None else out
 
@@ -123,14 +127,18 @@ def _layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
     """The gradients of layer_norm for ``(x, weight, bias)`` (None for an absent parameter):
     ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` with ``gw = grad * weight``."""
     from ...autodiff import unbroadcast
+
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     centered = x - x.mean(axes, keepdim=True)
     rstd = ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
     xhat = centered * rstd
     gw = grad if weight is None else grad * weight
     dx = (gw - gw.mean(axes, keepdim=True) - xhat * (gw * xhat).mean(axes, keepdim=True)) * rstd
-    return (dx, None if weight is None else unbroadcast(grad * xhat, weight.shape),
-            None if bias is None else unbroadcast(grad, bias.shape))
+    return (
+        dx,
+        None if weight is None else unbroadcast(grad * xhat, weight.shape),
+        None if bias is None else unbroadcast(grad, bias.shape),
+    )
 
 
 def _batch_stats(x):
@@ -179,8 +187,10 @@ def _batch_norm_vjp(g, out, x, weight, bias, mean, var, *, eps=1e-5):
     # dependence on x counts: recompute them in Tensor ops, which run() then differentiates.
     if dispatch.is_grad_enabled() and x.requires_grad:
         mean, _, var = _batch_stats(x)
-    return fused.run("batch_norm_backward", g, x, weight, bias, mean.reshape(-1), var.reshape(-1),
-                     eps=eps) + (None, None)
+    return fused.run("batch_norm_backward", g, x, weight, bias, mean.reshape(-1), var.reshape(-1), eps=eps) + (
+        None,
+        None,
+    )
 
 
 fused.defop("layer_norm_backward", _layer_norm_backward)

@@ -1,6 +1,7 @@
 """Pooling: a k x k pool is the elementwise max (or sum) of its k*k strided kernel-position
 slices. max_pool2d is a fused op (ember.fused): its decomposition and backward op are
 registered at the end."""
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,10 @@ def _pool_params(x, kernel_size, stride, padding, dilation, ceil_mode, name):
         raise located(ShapeError, f"{name} needs input (N, C, H, W) or (C, H, W), got shape {x.shape}")
     geo = [pool_geometry(x.shape[-2 + i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(2)]
     if any(o <= 0 for o, _ in geo):
-        raise located(ShapeError, f"{name}: kernel {k} (dilation {d}, padding {p}) is larger than the "
-                      f"input's spatial size {x.shape[-2:]}")
+        raise located(
+            ShapeError,
+            f"{name}: kernel {k} (dilation {d}, padding {p}) is larger than the input's spatial size {x.shape[-2:]}",
+        )
     return k, s, p, d, geo
 
 
@@ -92,8 +95,9 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return fused.run("max_pool2d", input, kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=bool(ceil_mode))
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
+def avg_pool2d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     """Mean over sliding windows; zero padding counts in the divisor unless
     ``count_include_pad=False`` (PyTorch's default is True).
 
@@ -101,8 +105,9 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     >>> avg_pool2d(ember.ones(1, 1, 4, 4), 2, padding=1).tolist()[0][0][0]
     [0.25, 0.5, 0.25]
     """
-    padded, k, s, d, out_size, widths = _pool_input(input, kernel_size, stride, padding, 1, ceil_mode, 0.0,
-                                                    "avg_pool2d")
+    padded, k, s, d, out_size, widths = _pool_input(
+        input, kernel_size, stride, padding, 1, ceil_mode, 0.0, "avg_pool2d"
+    )
     total = _total(_kernel_slices(padded, k, s, d, out_size), Tensor.__add__)
     if divisor_override:
         return total / divisor_override
@@ -110,7 +115,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     h, w = input.shape[-2:]
     if not count_include_pad:
         counted = (pt, pt + h), (pl, pl + w)
-    else:              # the padding counts, the extra cells ceil_mode adds do not
+    else:  # the padding counts, the extra cells ceil_mode adds do not
         counted = (0, h + 2 * pt), (0, w + 2 * pl)
     if counted == ((0, h + pt + pb), (0, w + pl + pr)):
         return total / (k[0] * k[1])
@@ -154,8 +159,9 @@ def _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode):
     """``(padded, index, widths)``: ``x`` padded with -inf (ceil_mode's extra cells included);
     per output element, the flat index into ``padded`` of its window's first maximum (a later
     NaN replaces the choice, as in PyTorch); the pad widths. Computed without recording a graph."""
-    padded, k, s, d, (oh, ow), widths = _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode,
-                                                    -math.inf, "max_pool2d")
+    padded, k, s, d, (oh, ow), widths = _pool_input(
+        x, kernel_size, stride, padding, dilation, ceil_mode, -math.inf, "max_pool2d"
+    )
     *lead, hp, wp = padded.shape
     with no_grad():
         slices = _kernel_slices(padded.detach(), k, s, d, (oh, ow))
@@ -181,8 +187,9 @@ def _max_pool2d_reference(x, *, kernel_size, stride=None, padding=0, dilation=1,
     the backward pass is one scatter-add instead of k*k tie-splitting rules.
     """
     if not (x.requires_grad and is_grad_enabled()):
-        padded, k, s, d, out_size, _ = _pool_input(x, kernel_size, stride, padding, dilation, ceil_mode,
-                                                   -math.inf, "max_pool2d")
+        padded, k, s, d, out_size, _ = _pool_input(
+            x, kernel_size, stride, padding, dilation, ceil_mode, -math.inf, "max_pool2d"
+        )
         return _total(_kernel_slices(padded, k, s, d, out_size), Tensor.maximum)
     padded, index, _ = _max_pool_index(x, kernel_size, stride, padding, dilation, ceil_mode)
     return padded.reshape(-1).take(index, 0)

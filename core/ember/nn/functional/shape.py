@@ -1,4 +1,5 @@
 """Lookup and shape: embedding, pad, one_hot."""
+
 from __future__ import annotations
 
 from ...errors import DTypeError, located
@@ -29,7 +30,7 @@ def _reflect_index(n, lo, hi, mode):
             out.append(min(max(i, 0), n - 1))
         elif mode == "circular":
             out.append(i % n)
-        else:      # reflect: mirror without repeating the edge
+        else:  # reflect: mirror without repeating the edge
             period = 2 * (n - 1)
             j = i % period if period else 0
             out.append(j if j < n else period - j)
@@ -50,7 +51,7 @@ def pad(input, pad, mode="constant", value=0.0):
     pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
     widths = [(0, 0)] * (input.ndim - len(pairs)) + pairs[::-1]
     if mode == "constant":
-        if any(lo < 0 or hi < 0 for lo, hi in widths):   # negative padding crops, as in torch
+        if any(lo < 0 or hi < 0 for lo, hi in widths):  # negative padding crops, as in torch
             starts = [max(-lo, 0) for lo, _ in widths]
             stops = [s - max(-hi, 0) for s, (_, hi) in zip(input.shape, widths)]
             input = input._slice(starts, stops, [1] * input.ndim)

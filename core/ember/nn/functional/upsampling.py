@@ -5,6 +5,7 @@ rows (a ``take``), linear blends two picked rows with weights computed on the ho
 source coordinates follow torch's kernels exactly, in float32 where torch computes in float32
 (nearest), so the picked rows agree with torch's at every size.
 """
+
 from __future__ import annotations
 
 import math
@@ -72,13 +73,13 @@ def _sizes(x, size, scale_factor, n):
         return out, (None,) * n
     scales = (float(scale_factor),) * n if isinstance(scale_factor, (int, float)) else tuple(map(float, scale_factor))
     if len(scales) != n:
-        raise located(ValueError, f"interpolate: scale_factor {scale_factor} needs {n} values for input of "
-                      f"shape {x.shape}")
+        raise located(
+            ValueError, f"interpolate: scale_factor {scale_factor} needs {n} values for input of shape {x.shape}"
+        )
     return tuple(int(math.floor(s * f)) for s, f in zip(x.shape[2:], scales)), scales
 
 
-def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                recompute_scale_factor=None):
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
     """Resize (N, C, L) or (N, C, H, W) to ``size`` or by ``scale_factor``, as torch does.
 
     Modes: ``'nearest'`` (3-d and 4-d), ``'linear'`` (3-d), ``'bilinear'`` (4-d), with
@@ -92,14 +93,17 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     [[[1.0, 1.5, 2.0]]]
     """
     if mode not in MODES:
-        raise located(NotImplementedError, f"interpolate: mode {mode!r} is not supported; ember has "
-                      f"{', '.join(MODES)}")
+        raise located(NotImplementedError, f"interpolate: mode {mode!r} is not supported; ember has {', '.join(MODES)}")
     if input.ndim not in MODES[mode]:
-        raise located(ShapeError, f"interpolate: mode {mode!r} needs input of {' or '.join(map(str, MODES[mode]))} "
-                      f"dims (N, C, ...), got shape {input.shape}")
+        raise located(
+            ShapeError,
+            f"interpolate: mode {mode!r} needs input of {' or '.join(map(str, MODES[mode]))} "
+            f"dims (N, C, ...), got shape {input.shape}",
+        )
     if mode != "nearest" and not input.dtype.is_floating_point:
-        raise located(DTypeError, f"interpolate: mode {mode!r} blends values, so it needs a float input, got "
-                      f"{input.dtype}")
+        raise located(
+            DTypeError, f"interpolate: mode {mode!r} blends values, so it needs a float input, got {input.dtype}"
+        )
     if mode == "nearest" and align_corners is not None:
         raise located(ValueError, "interpolate: align_corners only goes with the linear modes, not 'nearest'")
     n = input.ndim - 2

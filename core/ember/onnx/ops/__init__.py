@@ -6,6 +6,7 @@ inputs are ember tensors (``None`` for an omitted optional input), attributes ar
 ``node.attr(name, default)``, and ``node.version`` is the operator's schema version at the
 model's opset, for handlers whose semantics changed between versions.
 """
+
 from __future__ import annotations
 
 from ..reader import OnnxError
@@ -26,7 +27,7 @@ from . import (
 )
 from .common import LATEST
 
-FAMILY: dict = {}      # op_type → family module name (the pass table's categories)
+FAMILY: dict = {}  # op_type → family module name (the pass table's categories)
 
 
 def _table(*families, attribute="OPS") -> dict:
@@ -39,24 +40,34 @@ def _table(*families, attribute="OPS") -> dict:
     return out
 
 
-OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional,
-             misc)
+OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional, misc)
 # Each domain has its own table: the default one, the preview domain (FlexAttention) and the
 # training domain's optimizer steps.
-DOMAINS = {"": OPS, "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),
-           "ai.onnx.preview.training": _table(training)}
+DOMAINS = {
+    "": OPS,
+    "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),
+    "ai.onnx.preview.training": _table(training),
+}
 
 # Nodes that draw random numbers: never folded at load.
-RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-          "Multinomial", "Dropout"}
+RANDOM = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Bernoulli",
+    "Multinomial",
+    "Dropout",
+}
 
 
 def lookup(node):
     """``(handler, schema version)`` for a node, or an OnnxError naming what is unsupported."""
     table = DOMAINS.get(node.domain)
     if table is None:
-        raise node.error(f"operator domain {node.domain!r} is not supported (ember runs "
-                         f"{', '.join(repr(d) for d in DOMAINS)})")
+        raise node.error(
+            f"operator domain {node.domain!r} is not supported (ember runs {', '.join(repr(d) for d in DOMAINS)})"
+        )
     if node.opset is None:
         raise node.error(f"the model imports no opset for the domain {node.domain!r}")
     entry = table.get(node.op_type)
@@ -64,12 +75,14 @@ def lookup(node):
         raise node.error("operator not supported by ember")
     fn, first, last = entry
     if not first <= node.opset <= last:
-        raise node.error(f"opset {node.opset} is outside the range ember honours for "
-                         f"{node.op_type} ({first} to {last})")
+        raise node.error(
+            f"opset {node.opset} is outside the range ember honours for {node.op_type} ({first} to {last})"
+        )
     from onnx import defs
+
     try:
         version = defs.get_schema(node.op_type, node.opset, node.domain).since_version
-    except defs.SchemaError:       # an op ember knows that the pinned onnx does not
+    except defs.SchemaError:  # an op ember knows that the pinned onnx does not
         version = node.opset
     return fn, version
 

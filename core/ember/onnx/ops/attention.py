@@ -5,6 +5,7 @@ appended, one additive bias built from the mask, causal frontier, sliding window
 grouped-query heads repeated, then softmax(q k^T * scale + bias) v, with rows that may attend
 nothing giving zeros.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,7 @@ def attention(node, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
         bias = bias + _allowed_bias(_frontier(lq, lkv, offset, q) <= 0, q)
     left, right = node.attr("left_window_size", -1), node.attr("right_window_size", -1)
     if left >= 0 or right >= 0:
-        diff = -_frontier(lq, lkv, offset, q)        # i + offset - j
+        diff = -_frontier(lq, lkv, offset, q)  # i + offset - j
         allowed = (diff <= left) if left >= 0 else None
         if right >= 0:
             allowed = (-diff <= right) if allowed is None else allowed & (-diff <= right)
@@ -110,8 +111,9 @@ def linear_attention(node, q, k, v, past=None, decay=None, beta=None):
     q4, k4, v4 = (_heads(x, h).to(D.float32) for x, h in ((q, hq), (k, hk), (v, hk)))
     dk, dv = q4.shape[3], v4.shape[3]
     if decay is not None:
-        decay = (decay.reshape(b, t, hk, 1).permute(0, 2, 1, 3) if decay.shape[-1] == hk
-                 else _heads(decay, hk)).to(D.float32)
+        decay = (decay.reshape(b, t, hk, 1).permute(0, 2, 1, 3) if decay.shape[-1] == hk else _heads(decay, hk)).to(
+            D.float32
+        )
     if beta is not None:
         beta = beta.reshape(b, t, beta.shape[-1], 1).permute(0, 2, 1, 3).to(D.float32)
     state = past.to(D.float32) if past is not None else filled((b, hk, dk, dv), 0.0, q4)
@@ -140,12 +142,14 @@ def _repeat_heads(x, reps):
 def causal_conv_with_state(node, x, w, bias=None, past=None):
     """Depthwise causal 1-d convolution whose left context is carried as state."""
     from ...dispatch import apply
+
     b, c, _ = x.shape
     k = w.shape[2]
     pad = past if past is not None else filled((b, c, k - 1), 0.0, x)
     padded = cat([pad, x], 2)
-    y = apply("conv2d", padded.unsqueeze(2), w.unsqueeze(2), stride=(1, 1), padding=(0, 0),
-              dilation=(1, 1), groups=c).squeeze(2)
+    y = apply(
+        "conv2d", padded.unsqueeze(2), w.unsqueeze(2), stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=c
+    ).squeeze(2)
     if bias is not None:
         y = y + bias.reshape(1, -1, 1)
     if node.attr("activation", "none") in ("silu", "swish"):
@@ -190,5 +194,9 @@ def flex_attention(node, q, k, v):
 
 
 PREVIEW_OPS = {"FlexAttention": (flex_attention, 1)}
-OPS = {"Attention": (attention, 23), "LinearAttention": (linear_attention, 27),
-       "CausalConvWithState": (causal_conv_with_state, 27), "TensorScatter": (tensor_scatter, 24)}
+OPS = {
+    "Attention": (attention, 23),
+    "LinearAttention": (linear_attention, 27),
+    "CausalConvWithState": (causal_conv_with_state, 27),
+    "TensorScatter": (tensor_scatter, 24),
+}

@@ -1,10 +1,11 @@
 """Helpers every operator family uses: host integers from shape tensors, constants on the
 inputs' backend, axis normalisation."""
+
 from __future__ import annotations
 
 from ...tensor import Tensor, full, tensor
 
-LATEST = 28    # the newest default-domain opset of the pinned onnx (1.23.2)
+LATEST = 28  # the newest default-domain opset of the pinned onnx (1.23.2)
 
 
 def ints(t) -> list:

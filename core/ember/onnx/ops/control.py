@@ -4,6 +4,7 @@ A body is a :class:`~ember.onnx.graph.Program` built at load (its unsupported no
 reported with the rest); it sees the enclosing graph's values (``node.scope``) as ONNX's
 lexical scoping says, plus its own inputs.
 """
+
 from __future__ import annotations
 
 from ... import dtypes as D
@@ -28,10 +29,10 @@ def loop(node, trip=None, cond=None, *carried):
         it = const(i, like, D.int64)
         c = const(go, like, D.bool_)
         outs = body(node, "body", [it, c, *carried])
-        go, carried = bool(scalar(outs[0])), tuple(outs[1:1 + k])
+        go, carried = bool(scalar(outs[0])), tuple(outs[1 : 1 + k])
         if scans is None:
-            scans = [[] for _ in outs[1 + k:]]
-        for s, v in zip(scans, outs[1 + k:]):
+            scans = [[] for _ in outs[1 + k :]]
+        for s, v in zip(scans, outs[1 + k :]):
             s.append(v)
         i += 1
     if scans is None:
@@ -48,10 +49,10 @@ def scan(node, *args):
         lens, args = args[0], args[1:]
         if lens is not None:
             raise node.error("Scan-8 with sequence_lens is not supported")
-        states, xs = args[:len(args) - m], args[len(args) - m:]
+        states, xs = args[: len(args) - m], args[len(args) - m :]
         per = [_scan(node, [s[b] for s in states], [x[b] for x in xs], m) for b in range(xs[0].shape[0])]
         return tuple(stack([p[i] for p in per], 0) for i in range(len(per[0])))
-    states, xs = list(args[:len(args) - m]), args[len(args) - m:]
+    states, xs = list(args[: len(args) - m]), args[len(args) - m :]
     return _scan(node, states, xs, m)
 
 

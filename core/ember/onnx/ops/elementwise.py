@@ -4,6 +4,7 @@ All are compositions of ember's elementwise primitives. Functions ember has no p
 (atan, asin, ...) are short compositions (Newton's method on tan for atan; the rest follow
 from it and from exp/log identities).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ def _trunc(x):
 def div(node, a, b):
     if a.dtype.is_floating_point:
         return a / b
-    return _trunc(a.to(D.float64) / b.to(D.float64)).to(a.dtype)    # C's integer division
+    return _trunc(a.to(D.float64) / b.to(D.float64)).to(a.dtype)  # C's integer division
 
 
 def mod(node, a, b):
@@ -30,7 +31,7 @@ def mod(node, a, b):
             return a - _trunc(a / b) * b
         q = _trunc(a.to(D.float64) / b.to(D.float64)).to(a.dtype)
         return a - q * b
-    return a % b     # the remainder primitive: the sign of the divisor, like Python
+    return a % b  # the remainder primitive: the sign of the divisor, like Python
 
 
 def pow_(node, a, b):
@@ -45,6 +46,7 @@ def _fold(fn):
         for x in xs[1:]:
             out = fn(out, x)
         return out
+
     return run
 
 
@@ -81,26 +83,59 @@ def _round_half_even(x):
 
 
 UNARY = {
-    "Neg": lambda x: -x, "Abs": lambda x: x.abs(), "Sign": lambda x: x.sign(),
-    "Exp": lambda x: x.exp(), "Log": lambda x: x.log(), "Sqrt": lambda x: x.sqrt(),
-    "Reciprocal": lambda x: x.reciprocal(), "Floor": lambda x: x.floor(), "Ceil": lambda x: x.ceil(),
-    "Round": _round_half_even, "Erf": lambda x: x.erf(),
-    "Sin": lambda x: x.sin(), "Cos": lambda x: x.cos(), "Tan": lambda x: x.sin() / x.cos(),
-    "Tanh": lambda x: x.tanh(), "Sigmoid": lambda x: x.sigmoid(),
-    "Atan": _atan, "Asin": _asin, "Acos": lambda x: math.pi / 2 - _asin(x),
-    "Sinh": lambda x: (x.exp() - (-x).exp()) / 2, "Cosh": lambda x: (x.exp() + (-x).exp()) / 2,
-    "Asinh": lambda x: (x + (x * x + 1).sqrt()).log(), "Acosh": lambda x: (x + (x * x - 1).sqrt()).log(),
+    "Neg": lambda x: -x,
+    "Abs": lambda x: x.abs(),
+    "Sign": lambda x: x.sign(),
+    "Exp": lambda x: x.exp(),
+    "Log": lambda x: x.log(),
+    "Sqrt": lambda x: x.sqrt(),
+    "Reciprocal": lambda x: x.reciprocal(),
+    "Floor": lambda x: x.floor(),
+    "Ceil": lambda x: x.ceil(),
+    "Round": _round_half_even,
+    "Erf": lambda x: x.erf(),
+    "Sin": lambda x: x.sin(),
+    "Cos": lambda x: x.cos(),
+    "Tan": lambda x: x.sin() / x.cos(),
+    "Tanh": lambda x: x.tanh(),
+    "Sigmoid": lambda x: x.sigmoid(),
+    "Atan": _atan,
+    "Asin": _asin,
+    "Acos": lambda x: math.pi / 2 - _asin(x),
+    "Sinh": lambda x: (x.exp() - (-x).exp()) / 2,
+    "Cosh": lambda x: (x.exp() + (-x).exp()) / 2,
+    "Asinh": lambda x: (x + (x * x + 1).sqrt()).log(),
+    "Acosh": lambda x: (x + (x * x - 1).sqrt()).log(),
     "Atanh": lambda x: ((1 + x) / (1 - x)).log() / 2,
-    "Relu": lambda x: x.relu(), "Softsign": lambda x: x / (1 + x.abs()),
+    "Relu": lambda x: x.relu(),
+    "Softsign": lambda x: x / (1 + x.abs()),
     "Softplus": lambda x: x.relu() + (-x.abs()).exp().log1p(),
     "Mish": lambda x: x * (x.relu() + (-x.abs()).exp().log1p()).tanh(),
-    "IsNaN": lambda x: x.isnan(), "Not": lambda x: ~x, "Identity": lambda x: x,
+    "IsNaN": lambda x: x.isnan(),
+    "Not": lambda x: ~x,
+    "Identity": lambda x: x,
 }
 
 
 # The opset each unary operator first appeared in (the rest of UNARY date from opset 1).
-SINCE = {"Sin": 7, "Cos": 7, "Tan": 7, "Asin": 7, "Acos": 7, "Atan": 7, "Sinh": 9, "Cosh": 9,
-         "Asinh": 9, "Acosh": 9, "Atanh": 9, "Erf": 9, "IsNaN": 9, "Sign": 9, "Round": 11, "Mish": 18}
+SINCE = {
+    "Sin": 7,
+    "Cos": 7,
+    "Tan": 7,
+    "Asin": 7,
+    "Acos": 7,
+    "Atan": 7,
+    "Sinh": 9,
+    "Cosh": 9,
+    "Asinh": 9,
+    "Acosh": 9,
+    "Atanh": 9,
+    "Erf": 9,
+    "IsNaN": 9,
+    "Sign": 9,
+    "Round": 11,
+    "Mish": 18,
+}
 
 
 def _unary(fn):
@@ -141,7 +176,7 @@ def thresholded_relu(node, x):
 
 def prelu(node, x, slope):
     if node.version < 7 and slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
-        slope = slope.reshape([-1] + [1] * (x.ndim - 2))     # opset 6: slope per channel
+        slope = slope.reshape([-1] + [1] * (x.ndim - 2))  # opset 6: slope per channel
     return where(x < 0, slope * x, x)
 
 
@@ -202,24 +237,47 @@ def dropout(node, x, ratio=None, training=None):
         return x, filled(x.shape, True, x, D.bool_)
     # ember's own random numbers (ember.manual_seed): not the ones ONNX's reference draws.
     from ...random import rand
+
     keep = rand(*x.shape, backend=x.backend) >= p
     return where(keep, x / (1 - p), 0.0), keep
 
 
 OPS = {
-    "Add": (_fold(lambda a, b: a + b), 1), "Sub": (_fold(lambda a, b: a - b), 1),
-    "Mul": (_fold(lambda a, b: a * b), 1), "Div": (div, 1), "Mod": (mod, 10), "Pow": (pow_, 1),
-    "Max": (_fold(lambda a, b: a.maximum(b)), 1), "Min": (_fold(lambda a, b: a.minimum(b)), 1),
-    "Sum": (_fold(lambda a, b: a + b), 1), "Mean": (mean, 1),
-    "Equal": (lambda n, a, b: a == b, 1), "Less": (lambda n, a, b: a < b, 1),
-    "LessOrEqual": (lambda n, a, b: a <= b, 12), "Greater": (lambda n, a, b: a > b, 1),
+    "Add": (_fold(lambda a, b: a + b), 1),
+    "Sub": (_fold(lambda a, b: a - b), 1),
+    "Mul": (_fold(lambda a, b: a * b), 1),
+    "Div": (div, 1),
+    "Mod": (mod, 10),
+    "Pow": (pow_, 1),
+    "Max": (_fold(lambda a, b: a.maximum(b)), 1),
+    "Min": (_fold(lambda a, b: a.minimum(b)), 1),
+    "Sum": (_fold(lambda a, b: a + b), 1),
+    "Mean": (mean, 1),
+    "Equal": (lambda n, a, b: a == b, 1),
+    "Less": (lambda n, a, b: a < b, 1),
+    "LessOrEqual": (lambda n, a, b: a <= b, 12),
+    "Greater": (lambda n, a, b: a > b, 1),
     "GreaterOrEqual": (lambda n, a, b: a >= b, 12),
-    "And": (lambda n, a, b: a & b, 1), "Or": (lambda n, a, b: a | b, 1), "Xor": (lambda n, a, b: a ^ b, 1),
+    "And": (lambda n, a, b: a & b, 1),
+    "Or": (lambda n, a, b: a | b, 1),
+    "Xor": (lambda n, a, b: a ^ b, 1),
     "BitShift": (bit_shift, 11),
     **{name: (_unary(fn), SINCE.get(name, 1)) for name, fn in UNARY.items()},
-    "LeakyRelu": (leaky_relu, 1), "Elu": (elu, 1), "Selu": (selu, 1), "Celu": (celu, 12),
-    "HardSigmoid": (hard_sigmoid, 1), "HardSwish": (hard_swish, 14),
-    "ThresholdedRelu": (thresholded_relu, 10), "PRelu": (prelu, 1), "Gelu": (gelu, 20),
-    "Swish": (swish, 24), "Shrink": (shrink, 9), "IsInf": (is_inf, 10), "Clip": (clip, 1),
-    "Where": (where_, 9), "Cast": (cast, 1), "CastLike": (cast_like, 15), "Dropout": (dropout, 1),
+    "LeakyRelu": (leaky_relu, 1),
+    "Elu": (elu, 1),
+    "Selu": (selu, 1),
+    "Celu": (celu, 12),
+    "HardSigmoid": (hard_sigmoid, 1),
+    "HardSwish": (hard_swish, 14),
+    "ThresholdedRelu": (thresholded_relu, 10),
+    "PRelu": (prelu, 1),
+    "Gelu": (gelu, 20),
+    "Swish": (swish, 24),
+    "Shrink": (shrink, 9),
+    "IsInf": (is_inf, 10),
+    "Clip": (clip, 1),
+    "Where": (where_, 9),
+    "Cast": (cast, 1),
+    "CastLike": (cast_like, 15),
+    "Dropout": (dropout, 1),
 }

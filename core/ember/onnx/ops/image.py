@@ -5,6 +5,7 @@ Resizing is separable and linear in the data: along each resized axis the output
 and attributes, so they are computed on the host (as ONNX's reference computes them) and the
 data moves through one ember matmul per axis — nearest, linear and cubic alike.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,9 @@ def _nearest(mode):
     def coeffs(ratio, scale):
         if float(ratio).is_integer():
             return [0.0, 1.0]
-        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
-              "floor": False, "ceil": True}[mode]
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": False, "ceil": True}[mode]
         return [0.0, 1.0] if up else [1.0, 0.0]
+
     return coeffs
 
 
@@ -38,10 +39,13 @@ def _linear_antialias(ratio, scale):
 def _cubic(a):
     def coeffs(ratio, scale):
         r, s = ratio, 1 - ratio
-        return [((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
-                ((a + 2) * r - (a + 3)) * r * r + 1,
-                ((a + 2) * s - (a + 3)) * s * s + 1,
-                ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a]
+        return [
+            ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+            ((a + 2) * r - (a + 3)) * r * r + 1,
+            ((a + 2) * s - (a + 3)) * s * s + 1,
+            ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a,
+        ]
+
     return coeffs
 
 
@@ -52,11 +56,13 @@ def _cubic_antialias(a):
         def k(x):
             x = abs(x)
             if x <= 1:
-                return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
-            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+                return (a + 2) * x**3 - (a + 3) * x**2 + 1
+            return a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a if x < 2 else 0.0
+
         start = int(math.floor(-2 / scale) + 1)
         c = [k(scale * (i - ratio)) for i in range(start, 2 - start)]
         return [v / sum(c) for v in c]
+
     return coeffs
 
 
@@ -68,15 +74,16 @@ def _source(mode, y, scale, n_in, n_out, roi):
     if mode == "asymmetric":
         return y / scale, False
     if mode == "tf_crop_and_resize":
-        x = ((roi[1] - roi[0]) * (n_in - 1) / 2 if out_w == 1
-             else y * (roi[1] - roi[0]) * (n_in - 1) / (out_w - 1)) + roi[0] * (n_in - 1)
+        x = (
+            (roi[1] - roi[0]) * (n_in - 1) / 2 if out_w == 1 else y * (roi[1] - roi[0]) * (n_in - 1) / (out_w - 1)
+        ) + roi[0] * (n_in - 1)
         return x, x < 0 or x > n_in - 1
     if mode == "pytorch_half_pixel":
         return (-0.5 if out_w == 1 else (y + 0.5) / scale - 0.5), False
     if mode == "half_pixel_symmetric":
         offset = n_in / 2 * (1 - n_out / out_w)
         return offset + (y + 0.5) / scale - 0.5, False
-    return (y + 0.5) / scale - 0.5, False          # half_pixel
+    return (y + 0.5) / scale - 0.5, False  # half_pixel
 
 
 def weights(n_in, n_out, scale, coeffs, mode, roi, exclude_outside):
@@ -160,17 +167,20 @@ def resize_to(node, x, scale, out, roi, axes):
     r = x.ndim
     for d in axes:
         axis_roi = [roi[d], roi[d + r]] if roi else None
-        if math.isclose(scale[d], 1.0) and out[d] == x.shape[d] and (
-                axis_roi is None or (math.isclose(axis_roi[0], 0) and math.isclose(axis_roi[1], 1))):
+        if (
+            math.isclose(scale[d], 1.0)
+            and out[d] == x.shape[d]
+            and (axis_roi is None or (math.isclose(axis_roi[0], 0) and math.isclose(axis_roi[1], 1)))
+        ):
             continue
-        rows, outside = weights(x.shape[d], out[d], scale[d], coeffs, mode, axis_roi,
-                                node.attr("exclude_outside", 0))
+        rows, outside = weights(x.shape[d], out[d], scale[d], coeffs, mode, axis_roi, node.attr("exclude_outside", 0))
         y = _along(y, d, const(rows, y, D.float64))
         if any(outside):
             shape = [1] * r
             shape[d] = out[d]
             mask = const(outside, y).reshape(shape)
             from ...tensor import where
+
             y = where(mask, float(extrap), y)
     if x.dtype.is_floating_point:
         return y.to(x.dtype)
@@ -178,7 +188,7 @@ def resize_to(node, x, scale, out, roi, axes):
 
 
 def resize(node, x, roi=None, scales=None, sizes=None):
-    if node.version < 11:                             # Resize-10: (X, scales), Upsample's coordinates
+    if node.version < 11:  # Resize-10: (X, scales), Upsample's coordinates
         roi, scales, sizes, node = None, roi, None, _Legacy(node)
     roi_v = [float(v) for v in roi.reshape(-1).tolist()] if roi is not None and roi.numel() else None
     scales_v = [float(v) for v in scales.reshape(-1).tolist()] if scales is not None and scales.numel() else None
@@ -211,11 +221,13 @@ def upsample(node, x, scales=None):
 def _reflect(x, lo, hi):
     """Fold coordinates outside [lo, hi] back in by reflecting at the borders."""
     from ...tensor import where
+
     rng = hi - lo
 
-    def laps(dx):        # (whole widths travelled is even, the remainder)
+    def laps(dx):  # (whole widths travelled is even, the remainder)
         n = (dx / rng).floor()
         return (n - 2 * (n / 2).floor()) == 0, dx - n * rng
+
     even_b, rb = laps(lo - x)
     even_a, ra = laps(x - hi)
     below = where(even_b, lo + rb, hi - rb)
@@ -225,14 +237,17 @@ def _reflect(x, lo, hi):
 
 def _cubic_w(t):
     a = -0.75
-    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
-            ((a + 2) * t - (a + 3)) * t * t + 1,
-            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
-            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+    return [
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+        ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+    ]
 
 
 def grid_sample(node, x, grid):
     from ...tensor import where
+
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(node.attr("mode", "linear"), node.attr("mode", "linear"))
     padding, align = node.attr("padding_mode", "zeros"), node.attr("align_corners", 0)
     n, c = x.shape[:2]
@@ -248,6 +263,7 @@ def grid_sample(node, x, grid):
         v = (v + 1) / 2 * (d - 1) if align else ((v + 1) * d - 1) / 2
         if mode == "nearest":
             from .elementwise import _round_half_even
+
             v = _round_half_even(v)
         if padding == "border":
             v = where((v < lo[i]) | (v > hi[i]), v.clamp(0, d - 1), v)
@@ -305,6 +321,7 @@ def _combos(taps):
 
 def affine_grid(node, theta, size):
     from ...tensor import arange, stack
+
     shape = ints(size)
     n, sp = shape[0], shape[2:]
     align = node.attr("align_corners", 0)
@@ -343,6 +360,7 @@ def _suppression(boxes, centered, threshold):
     union = area.unsqueeze(1) + area.unsqueeze(0) - inter
     ok = (iw > 0) & (ih > 0) & (area.unsqueeze(1) > 0) & (area.unsqueeze(0) > 0) & (union > 0)
     from ...tensor import where
+
     return ok & (inter / where(ok, union, 1.0) > threshold)
 
 
@@ -351,6 +369,7 @@ def non_max_suppression(node, boxes, scores, max_out=None, iou=None, score_min=N
     # Each step reads one index to the host: the output's length depends on the values.
     from ...tensor import arange, where
     from .common import scalar
+
     limit = max(int(scalar(max_out, 0)), 0)
     threshold = float(scalar(iou, 0.0))
     floor_ = scalar(score_min)
@@ -398,8 +417,12 @@ def _roi_samples(h, w, ph, pw, gh, gw, start_h, start_w, bin_h, bin_w):
                             x0 = x1 = w - 1
                             x = float(x0)
                         ly, lx = y - y0, x - x0
-                        corners = [(y0 * w + x0, (1 - ly) * (1 - lx)), (y0 * w + x1, (1 - ly) * lx),
-                                   (y1 * w + x0, ly * (1 - lx)), (y1 * w + x1, ly * lx)]
+                        corners = [
+                            (y0 * w + x0, (1 - ly) * (1 - lx)),
+                            (y0 * w + x1, (1 - ly) * lx),
+                            (y1 * w + x0, ly * (1 - lx)),
+                            (y1 * w + x1, ly * lx),
+                        ]
                     for k, (p, wt) in enumerate(corners):
                         pos[k].append(p)
                         wts[k].append(wt)
@@ -410,6 +433,7 @@ def roi_align(node, x, rois, batch):
     # The ROIs fix the sampling grid (its size too, with sampling_ratio 0), so they are read to
     # the host; the feature map is gathered on the backend.
     from ...tensor import stack
+
     ph, pw = node.attr("output_height", 1), node.attr("output_width", 1)
     ratio, scale = node.attr("sampling_ratio", 0), node.attr("spatial_scale", 1.0)
     half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
@@ -435,5 +459,11 @@ def roi_align(node, x, rois, batch):
     return stack(out, 0).to(x.dtype)
 
 
-OPS = {"Resize": (resize, 10), "NonMaxSuppression": (non_max_suppression, 10), "Upsample": (upsample, 7, 9), "GridSample": (grid_sample, 16),
-       "AffineGrid": (affine_grid, 20), "RoiAlign": (roi_align, 10)}
+OPS = {
+    "Resize": (resize, 10),
+    "NonMaxSuppression": (non_max_suppression, 10),
+    "Upsample": (upsample, 7, 9),
+    "GridSample": (grid_sample, 16),
+    "AffineGrid": (affine_grid, 20),
+    "RoiAlign": (roi_align, 10),
+}

@@ -3,6 +3,7 @@ embeddings, Einsum, crops, sequence reversal, gated units, bitwise operators and
 DFT and STFT (host-computed cos/sin matrices times ember matmuls), Col2Im, MaxUnpool, Det and
 TfIdfVectorizer.
 """
+
 from __future__ import annotations
 
 import math
@@ -145,9 +146,9 @@ def _diagonal(x, term):
         n = x.shape[i]
         x = movedim(x, j, i + 1)
         shape = list(x.shape)
-        flat = x.reshape(shape[:i] + [n * n] + shape[i + 2:])
+        flat = x.reshape(shape[:i] + [n * n] + shape[i + 2 :])
         x = flat.take(arange(n, backend=x.backend) * (n + 1), i)
-        term = term[:j] + term[j + 1:]
+        term = term[:j] + term[j + 1 :]
     return x
 
 
@@ -158,11 +159,13 @@ def swiglu(node, a, b=None):
     return a * (node.attr("alpha", 1.0) * a).sigmoid() * b
 
 
-
-
 # ---------------------------------------------------------------- bitwise
-BITWISE = {"BitwiseAnd": lambda a, b: a & b, "BitwiseOr": lambda a, b: a | b,
-           "BitwiseXor": lambda a, b: a ^ b, "BitwiseNot": lambda a, b: ~a}
+BITWISE = {
+    "BitwiseAnd": lambda a, b: a & b,
+    "BitwiseOr": lambda a, b: a | b,
+    "BitwiseXor": lambda a, b: a ^ b,
+    "BitwiseNot": lambda a, b: ~a,
+}
 
 
 def bitwise(node, a, b=None):
@@ -199,7 +202,7 @@ def dft(node, x, length=None, ax=None):
     f = x.to(D.float64)
     re = f.narrow(x.ndim - 1, 0, 1).squeeze(-1)
     im = f.narrow(x.ndim - 1, 1, 1).squeeze(-1) if x.shape[-1] == 2 else None
-    ax2 = a                                 # the axis in re/im (the last dim is gone)
+    ax2 = a  # the axis in re/im (the last dim is gone)
     size = re.shape[ax2]
     keep = n if not (inverse and onesided) else n // 2 + 1
     if size > keep:
@@ -214,8 +217,12 @@ def dft(node, x, length=None, ax=None):
     cols = keep
     if inverse and onesided:
         w = [1.0 if (k == 0 or (n % 2 == 0 and k == n // 2)) else 2.0 for k in range(cols)]
-        c = const([[w[k] * math.cos(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64)
-        s = const([[w[k] * math.sin(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64)
+        c = const(
+            [[w[k] * math.cos(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64
+        )
+        s = const(
+            [[w[k] * math.sin(2 * math.pi * j * k / n) / n for k in range(cols)] for j in range(n)], re, D.float64
+        )
         out = _dft_apply(re, c, ax2) - (_dft_apply(im, s, ax2) if im is not None else 0.0)
         return out.unsqueeze(-1).to(x.dtype)
     real, imag = _spectrum(re, im, ax2, n, rows, cols, inverse)
@@ -244,7 +251,7 @@ def stft(node, x, step, window=None, length=None):
     frames = 1 + (size - n) // hop
     f = x.to(D.float64)
     parts = [f.narrow(1, k * hop, n) for k in range(frames)]
-    framed = stack(parts, 1)                               # (batch, frames, n, 1 or 2)
+    framed = stack(parts, 1)  # (batch, frames, n, 1 or 2)
     if window is not None:
         framed = framed * window.to(D.float64).reshape(1, 1, -1, 1)
     re = framed.narrow(3, 0, 1).squeeze(3)
@@ -297,8 +304,9 @@ def max_unpool(node, x, idx, shape=None):
     nd = len(kernel)
     strides = list(node.attr("strides") or [1] * nd)
     pads = list(node.attr("pads") or [0] * (2 * nd))
-    default = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + nd]
-                                   for i in range(nd)]
+    default = list(x.shape[:2]) + [
+        (x.shape[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + nd] for i in range(nd)
+    ]
     out = ints(shape) if shape is not None else default
     flat = idx.reshape(-1).to(D.int64)
     if out != default:
@@ -307,7 +315,7 @@ def max_unpool(node, x, idx, shape=None):
         for d in range(len(default) - 1, -1, -1):
             coord = rest % default[d]
             rest = rest // default[d]
-            term = coord * math.prod(out[d + 1:])
+            term = coord * math.prod(out[d + 1 :])
             pos = term if pos is None else pos + term
         flat = pos
     values = filled((math.prod(out),), 0.0, x).index_add(0, flat, x.reshape(-1))
@@ -341,7 +349,7 @@ def _ngrams(node):
     for n, start in enumerate(starts, 1):
         end = starts[n] if n < len(starts) else len(pool)
         for at in range(start, end, n):
-            out.append((next(index), pool[at:at + n]))
+            out.append((next(index), pool[at : at + n]))
     return out
 
 
@@ -382,11 +390,24 @@ def tfidf(node, x):
 
 
 OPS = {
-    "CumProd": (cumprod, 26), "HannWindow": (window, 17), "HammingWindow": (window, 17),
-    "BlackmanWindow": (window, 17), "RotaryEmbedding": (rotary_embedding, 23),
-    "CenterCropPad": (center_crop_pad, 18), "ReverseSequence": (reverse_sequence, 10),
-    "Einsum": (einsum, 12), "SwiGLU": (swiglu, 28),
-    "BitwiseAnd": (bitwise, 18), "BitwiseOr": (bitwise, 18), "BitwiseXor": (bitwise, 18),
-    "BitwiseNot": (bitwise, 18), "BitCast": (bitcast, 26), "DFT": (dft, 17), "STFT": (stft, 17), "Col2Im": (col2im, 18),
-    "MaxUnpool": (max_unpool, 9), "Det": (det, 11), "TfIdfVectorizer": (tfidf, 9),
+    "CumProd": (cumprod, 26),
+    "HannWindow": (window, 17),
+    "HammingWindow": (window, 17),
+    "BlackmanWindow": (window, 17),
+    "RotaryEmbedding": (rotary_embedding, 23),
+    "CenterCropPad": (center_crop_pad, 18),
+    "ReverseSequence": (reverse_sequence, 10),
+    "Einsum": (einsum, 12),
+    "SwiGLU": (swiglu, 28),
+    "BitwiseAnd": (bitwise, 18),
+    "BitwiseOr": (bitwise, 18),
+    "BitwiseXor": (bitwise, 18),
+    "BitwiseNot": (bitwise, 18),
+    "BitCast": (bitcast, 26),
+    "DFT": (dft, 17),
+    "STFT": (stft, 17),
+    "Col2Im": (col2im, 18),
+    "MaxUnpool": (max_unpool, 9),
+    "Det": (det, 11),
+    "TfIdfVectorizer": (tfidf, 9),
 }

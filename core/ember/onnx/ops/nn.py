@@ -5,6 +5,7 @@ Convolutions run on ember's ``conv2d`` primitive (1-d as a 2-d with height 1, 3-
 any rank is an elementwise max/sum over the kernel's strided slices of the padded input, as
 ``ember.nn.functional`` pools.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,9 @@ def _conv3d(x, w, strides, dil, group):
     out = None
     for t in range(kd):
         start = t * dil[0]
-        xs = x._slice([0, 0, start, 0, 0], [n, c, start + (od - 1) * strides[0] + 1] + list(x.shape[3:]),
-                      [1, 1, strides[0], 1, 1])
+        xs = x._slice(
+            [0, 0, start, 0, 0], [n, c, start + (od - 1) * strides[0] + 1] + list(x.shape[3:]), [1, 1, strides[0], 1, 1]
+        )
         xs = xs.permute(0, 2, 1, 3, 4).reshape(n * od, c, *x.shape[3:])
         y = _conv2d(xs, w.narrow(2, t, 1).squeeze(2), strides[1:], dil[1:], group)
         out = y if out is None else out + y
@@ -100,13 +102,21 @@ def conv_transpose(node, x, w, b=None):
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         strides, dil, base = [1] + strides, [1] + dil, [1] + base
     n, m = x.shape[0], w.shape[1] * group
-    y = apply("conv2d_grad_input", x, w, input_shape=(n, m, *base), stride=tuple(strides),
-              padding=(0, 0), dilation=tuple(dil), groups=group)
+    y = apply(
+        "conv2d_grad_input",
+        x,
+        w,
+        input_shape=(n, m, *base),
+        stride=tuple(strides),
+        padding=(0, 0),
+        dilation=tuple(dil),
+        groups=group,
+    )
     if nd == 1:
         y = y.squeeze(2)
     if any(outpad):
         y = y.pad([(0, 0), (0, 0)] + [(0, p) for p in outpad])
-    if any(p < 0 for p in pads):       # an output_shape beyond the full result: zeros
+    if any(p < 0 for p in pads):  # an output_shape beyond the full result: zeros
         y = y.pad([(0, 0), (0, 0)] + [(max(-pads[i], 0), max(-pads[i + nd], 0)) for i in range(nd)])
         full = [full[i] + max(-pads[i], 0) + max(-pads[i + nd], 0) for i in range(nd)]
         pads = [max(p, 0) for p in pads]
@@ -131,8 +141,10 @@ def _windows(node, x, kernel, fill):
         if ceil and (o - 1) * strides[i] >= x.shape[2 + i] + pads[i][0]:
             o -= 1
         outs.append(o)
-    extra = [max((outs[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - (x.shape[2 + i] + sum(pads[i])), 0)
-             for i in range(len(kernel))]
+    extra = [
+        max((outs[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - (x.shape[2 + i] + sum(pads[i])), 0)
+        for i in range(len(kernel))
+    ]
     widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
     padded = x.pad(widths, fill) if any(a or b for a, b in widths) else x
     return padded, (strides, dil, pads, extra, outs)
@@ -153,7 +165,7 @@ def _product(ranges):
 
 
 # The padding value of max pooling per integer dtype: its smallest value.
-LOWEST = {D.uint8: 0, D.uint32: 0, D.int32: -2 ** 31, D.int64: -2 ** 63, D.bool_: False}
+LOWEST = {D.uint8: 0, D.uint32: 0, D.int32: -(2**31), D.int64: -(2**63), D.bool_: False}
 
 
 def max_pool(node, x):
@@ -266,7 +278,7 @@ def group_norm(node, x, scale, bias):
     g = node.attr("num_groups")
     xg = x.reshape(x.shape[0], g, -1)
     y, _, _ = _normalize(xg, (2,), node.attr("epsilon", 1e-5))
-    if node.version < 21:       # scale and bias per group
+    if node.version < 21:  # scale and bias per group
         y = y * scale.reshape(1, g, 1) + bias.reshape(1, g, 1)
         return y.reshape(x.shape)
     return y.reshape(x.shape) * _channel(scale, x.ndim) + _channel(bias, x.ndim)
@@ -305,8 +317,6 @@ def mvn(node, x):
     return (x - m) / (v.sqrt() + 1e-9)
 
 
-
-
 # ---------------------------------------------------------------- losses
 def nll_loss(node, logp, target, weight=None):
     ignore = node.attr("ignore_index")
@@ -331,12 +341,22 @@ def softmax_cross_entropy(node, scores, labels, weight=None):
 
 
 OPS = {
-    "Conv": (conv, 1), "ConvTranspose": (conv_transpose, 1),
-    "MaxPool": (max_pool, 1), "AveragePool": (average_pool, 1), "LpPool": (lp_pool, 2),
-    "GlobalAveragePool": (global_pool, 1), "GlobalMaxPool": (global_pool, 1), "GlobalLpPool": (global_pool, 2),
-    "BatchNormalization": (batch_norm, 6), "InstanceNormalization": (instance_norm, 1),
-    "LayerNormalization": (layer_norm, 17), "GroupNormalization": (group_norm, 18),
-    "RMSNormalization": (rms_norm, 23), "LRN": (lrn, 1), "LpNormalization": (lp_norm, 1),
+    "Conv": (conv, 1),
+    "ConvTranspose": (conv_transpose, 1),
+    "MaxPool": (max_pool, 1),
+    "AveragePool": (average_pool, 1),
+    "LpPool": (lp_pool, 2),
+    "GlobalAveragePool": (global_pool, 1),
+    "GlobalMaxPool": (global_pool, 1),
+    "GlobalLpPool": (global_pool, 2),
+    "BatchNormalization": (batch_norm, 6),
+    "InstanceNormalization": (instance_norm, 1),
+    "LayerNormalization": (layer_norm, 17),
+    "GroupNormalization": (group_norm, 18),
+    "RMSNormalization": (rms_norm, 23),
+    "LRN": (lrn, 1),
+    "LpNormalization": (lp_norm, 1),
     "MeanVarianceNormalization": (mvn, 9),
-    "NegativeLogLikelihoodLoss": (nll_loss, 12), "SoftmaxCrossEntropyLoss": (softmax_cross_entropy, 12),
+    "NegativeLogLikelihoodLoss": (nll_loss, 12),
+    "SoftmaxCrossEntropyLoss": (softmax_cross_entropy, 12),
 }

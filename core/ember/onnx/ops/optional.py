@@ -1,4 +1,5 @@
 """Optional values: an optional is its value (a tensor or a sequence) or None when empty."""
+
 from __future__ import annotations
 
 from ... import dtypes as D
@@ -25,5 +26,4 @@ def _backend(x):
     return x.backend if x is not None else None
 
 
-OPS = {"Optional": (optional, 15), "OptionalHasElement": (has_element, 15),
-       "OptionalGetElement": (get_element, 15)}
+OPS = {"Optional": (optional, 15), "OptionalHasElement": (has_element, 15), "OptionalGetElement": (get_element, 15)}

@@ -4,6 +4,7 @@ DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatM
 Integer products are computed in float64 (exact for 8-bit operands and the sums ONNX's cases
 make) and cast back; rounding is half to even, as ONNX specifies.
 """
+
 from __future__ import annotations
 
 from ... import dtypes as D
@@ -11,7 +12,7 @@ from ...tensor import where
 from .elementwise import _round_half_even
 from .nn import conv
 
-RANGES = {D.uint8: (0, 255), D.int32: (-2 ** 31, 2 ** 31 - 1), D.uint32: (0, 2 ** 32 - 1)}
+RANGES = {D.uint8: (0, 255), D.int32: (-(2**31), 2**31 - 1), D.uint32: (0, 2**32 - 1)}
 
 
 def _along(node, s, x):
@@ -22,8 +23,8 @@ def _along(node, s, x):
     a = a + x.ndim if a < 0 else a
     block = node.attr("block_size", 0)
     if block:
-        s = s.unsqueeze(a + 1).expand(*s.shape[:a + 1], block, *s.shape[a + 1:])
-        s = s.reshape(*s.shape[:a], s.shape[a] * block, *s.shape[a + 2:]).narrow(a, 0, x.shape[a])
+        s = s.unsqueeze(a + 1).expand(*s.shape[: a + 1], block, *s.shape[a + 1 :])
+        s = s.reshape(*s.shape[:a], s.shape[a] * block, *s.shape[a + 2 :]).narrow(a, 0, x.shape[a])
         return s
     shape = [1] * x.ndim
     shape[a] = -1
@@ -67,8 +68,11 @@ def _centered(x, zp, axis_len=None):
 
 
 def matmul_integer(node, a, b, azp=None, bzp=None):
-    a64 = a.to(D.float64) - (azp.to(D.float64).reshape(-1, 1) if azp is not None and azp.ndim == 1 and azp.numel() > 1
-                             else (azp.to(D.float64) if azp is not None else 0.0))
+    a64 = a.to(D.float64) - (
+        azp.to(D.float64).reshape(-1, 1)
+        if azp is not None and azp.ndim == 1 and azp.numel() > 1
+        else (azp.to(D.float64) if azp is not None else 0.0)
+    )
     b64 = b.to(D.float64) - (bzp.to(D.float64) if bzp is not None else 0.0)
     return (a64 @ b64).to(D.int32)
 
@@ -83,8 +87,9 @@ def conv_integer(node, x, w, xzp=None, wzp=None):
 
 
 def qlinear_matmul(node, a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):
-    real = ((a.to(D.float64) - a_zp.to(D.float64)) * a_s.to(D.float64)) @ \
-           ((b.to(D.float64) - b_zp.to(D.float64)) * b_s.to(D.float64))
+    real = ((a.to(D.float64) - a_zp.to(D.float64)) * a_s.to(D.float64)) @ (
+        (b.to(D.float64) - b_zp.to(D.float64)) * b_s.to(D.float64)
+    )
     y = _round_half_even(real / y_s.to(D.float64)) + y_zp.to(D.float64)
     return _saturate(y, y_zp.dtype)
 
@@ -106,8 +111,11 @@ def qlinear_conv(node, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, b=None):
 
 
 OPS = {
-    "QuantizeLinear": (quantize, 10), "DequantizeLinear": (dequantize, 10),
-    "DynamicQuantizeLinear": (dynamic_quantize, 11), "MatMulInteger": (matmul_integer, 10),
-    "ConvInteger": (conv_integer, 10), "QLinearMatMul": (qlinear_matmul, 10),
+    "QuantizeLinear": (quantize, 10),
+    "DequantizeLinear": (dequantize, 10),
+    "DynamicQuantizeLinear": (dynamic_quantize, 11),
+    "MatMulInteger": (matmul_integer, 10),
+    "ConvInteger": (conv_integer, 10),
+    "QLinearMatMul": (qlinear_matmul, 10),
     "QLinearConv": (qlinear_conv, 10),
 }

@@ -3,6 +3,7 @@
 The Reduce* operators differ only in what they apply before and after a sum or max, so they
 are one table of (pre, reduce, post) rules and one handler.
 """
+
 from __future__ import annotations
 
 from ... import dtypes as D, primitives as P
@@ -11,9 +12,12 @@ from .common import axes as norm_axes, axis, filled, ints, scalar
 
 # name → (before, reduction, after, value of an empty reduction)
 RULES = {
-    "ReduceSum": (None, "sum", None, 0), "ReduceMean": (None, "mean", None, float("nan")),
-    "ReduceMax": (None, "amax", None, float("-inf")), "ReduceMin": (None, "amin", None, float("inf")),
-    "ReduceProd": (None, "prod", None, 1), "ReduceL1": (lambda x: x.abs(), "sum", None, 0),
+    "ReduceSum": (None, "sum", None, 0),
+    "ReduceMean": (None, "mean", None, float("nan")),
+    "ReduceMax": (None, "amax", None, float("-inf")),
+    "ReduceMin": (None, "amin", None, float("inf")),
+    "ReduceProd": (None, "prod", None, 1),
+    "ReduceL1": (lambda x: x.abs(), "sum", None, 0),
     "ReduceL2": (lambda x: x * x, "sum", lambda x: x.sqrt(), 0),
     "ReduceSumSquare": (lambda x: x * x, "sum", None, 0),
     "ReduceLogSum": (None, "sum", lambda x: x.log(), float("-inf")),
@@ -65,8 +69,9 @@ def reduce(node, x, axes_in=None):
     elif how == "logsumexp":
         out = _logsumexp(y, dims, keep)
     elif how == "mean":
-        out = y.mean(dims, keepdim=keep) if y.dtype.is_floating_point else \
-            (y.sum(dims, keepdim=keep) // _count(y, dims))
+        out = (
+            y.mean(dims, keepdim=keep) if y.dtype.is_floating_point else (y.sum(dims, keepdim=keep) // _count(y, dims))
+        )
     else:
         out = getattr(y, how)(dims, keepdim=keep)
     out = after(out) if after else out
@@ -115,6 +120,7 @@ def _hardmax(x, a):
     shape = [1] * x.ndim
     shape[a] = n
     from ...tensor import arange
+
     pos = arange(n, backend=x.backend).reshape(shape)
     return (pos == idx).to(x.dtype)
 
@@ -134,7 +140,7 @@ def hardmax(node, x):
 def cumsum(node, x, ax):
     a = axis(int(scalar(ax)), x.ndim)
     reverse = bool(node.attr("reverse", 0))
-    out = P.cumsum(x, axis=a, reverse=reverse)          # the input's dtype (torch's would be int64)
+    out = P.cumsum(x, axis=a, reverse=reverse)  # the input's dtype (torch's would be int64)
     if node.attr("exclusive", 0):
         # shift by one along the axis, a zero coming in: exact, unlike out - x in floats
         n = x.shape[a]
@@ -155,7 +161,11 @@ def topk(node, x, k):
 
 OPS = {
     **dict.fromkeys(RULES, (reduce, 1)),
-    "ArgMax": (arg_reduce, 1), "ArgMin": (arg_reduce, 1),
-    "Softmax": (softmax, 1), "LogSoftmax": (log_softmax, 1), "Hardmax": (hardmax, 1),
-    "CumSum": (cumsum, 11), "TopK": (topk, 1),
+    "ArgMax": (arg_reduce, 1),
+    "ArgMin": (arg_reduce, 1),
+    "Softmax": (softmax, 1),
+    "LogSoftmax": (log_softmax, 1),
+    "Hardmax": (hardmax, 1),
+    "CumSum": (cumsum, 11),
+    "TopK": (topk, 1),
 }

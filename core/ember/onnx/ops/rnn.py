@@ -4,16 +4,21 @@ One cell function per operator; ``recurrent`` handles what they share (direction
 initial states, outputs). Sequence lengths shorter than the input and ``clip`` are not
 supported yet and raise an error naming the node.
 """
+
 from __future__ import annotations
 
 from ...tensor import stack
 from .common import filled
 
 ACTIVATIONS = {
-    "Tanh": lambda x, a, b: x.tanh(), "Sigmoid": lambda x, a, b: x.sigmoid(),
-    "Relu": lambda x, a, b: x.relu(), "HardSigmoid": lambda x, a, b: (a * x + b).clamp(0, 1),
-    "LeakyRelu": lambda x, a, b: x.relu() - a * (-x).relu(), "Affine": lambda x, a, b: a * x + b,
-    "ScaledTanh": lambda x, a, b: a * (b * x).tanh(), "Softsign": lambda x, a, b: x / (1 + x.abs()),
+    "Tanh": lambda x, a, b: x.tanh(),
+    "Sigmoid": lambda x, a, b: x.sigmoid(),
+    "Relu": lambda x, a, b: x.relu(),
+    "HardSigmoid": lambda x, a, b: (a * x + b).clamp(0, 1),
+    "LeakyRelu": lambda x, a, b: x.relu() - a * (-x).relu(),
+    "Affine": lambda x, a, b: a * x + b,
+    "ScaledTanh": lambda x, a, b: a * (b * x).tanh(),
+    "Softsign": lambda x, a, b: x / (1 + x.abs()),
     "Softplus": lambda x, a, b: x.relu() + (-x.abs()).exp().log1p(),
 }
 DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
@@ -23,7 +28,7 @@ GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 def _activations(node, d):
     names = node.attr("activations") or DEFAULTS[node.op_type] * 2
     k = len(DEFAULTS[node.op_type])
-    names = list(names)[d * k:(d + 1) * k] if len(names) >= (d + 1) * k else list(names)[:k]
+    names = list(names)[d * k : (d + 1) * k] if len(names) >= (d + 1) * k else list(names)[:k]
     alphas, betas = list(node.attr("activation_alpha") or []), list(node.attr("activation_beta") or [])
     out = []
     for i, name in enumerate(names):

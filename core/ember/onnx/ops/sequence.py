@@ -3,6 +3,7 @@
 The interpreter's value table holds lists as happily as tensors, so sequences cost nothing
 beyond these handlers; positions are host integers (negative counts from the end).
 """
+
 from __future__ import annotations
 
 from ... import dtypes as D
@@ -34,7 +35,7 @@ def sequence_insert(node, seq, x, pos=None):
 
 def sequence_erase(node, seq, pos=None):
     p = _position(node, seq, pos, len(seq) - 1)
-    return seq[:p] + seq[p + 1:]
+    return seq[:p] + seq[p + 1 :]
 
 
 def sequence_at(node, seq, pos):
@@ -78,9 +79,13 @@ def sequence_map(node, *args):
 
 
 OPS = {
-    "SequenceEmpty": (sequence_empty, 11), "SequenceConstruct": (sequence_construct, 11),
-    "SequenceInsert": (sequence_insert, 11), "SequenceErase": (sequence_erase, 11),
-    "SequenceAt": (sequence_at, 11), "SequenceLength": (sequence_length, 11),
-    "SplitToSequence": (split_to_sequence, 11), "ConcatFromSequence": (concat_from_sequence, 11),
+    "SequenceEmpty": (sequence_empty, 11),
+    "SequenceConstruct": (sequence_construct, 11),
+    "SequenceInsert": (sequence_insert, 11),
+    "SequenceErase": (sequence_erase, 11),
+    "SequenceAt": (sequence_at, 11),
+    "SequenceLength": (sequence_length, 11),
+    "SplitToSequence": (split_to_sequence, 11),
+    "ConcatFromSequence": (concat_from_sequence, 11),
     "SequenceMap": (sequence_map, 17),
 }

@@ -5,6 +5,7 @@ Shape-valued inputs (``shape``, ``axes``, ``pads``, ``starts``...) are read to t
 Python ints, as every framework that runs ONNX eagerly does; the data itself stays on the
 backend and moves through ember's movement and indexing primitives.
 """
+
 from __future__ import annotations
 
 import math
@@ -138,14 +139,18 @@ def _pad_index(mode, i, n):
         return min(max(i, 0), n - 1)
     if mode == "wrap":
         return i % n
-    period = 2 * (n - 1) or 1     # reflect without repeating the edge
+    period = 2 * (n - 1) or 1  # reflect without repeating the edge
     i = i % period
     return i if i < n else period - i
 
 
 def pad(node, x, pads=None, value=None, dims=None):
     if node.version < 11:
-        pads, value, mode = node.attr("pads") or node.attr("paddings"), node.attr("value", 0.0), node.attr("mode", "constant")
+        pads, value, mode = (
+            node.attr("pads") or node.attr("paddings"),
+            node.attr("value", 0.0),
+            node.attr("mode", "constant"),
+        )
     else:
         pads, value, mode = ints(pads), scalar(value, 0), node.attr("mode", "constant")
     dims = norm_axes(ints(dims), x.ndim) if dims is not None else list(range(x.ndim))
@@ -189,6 +194,7 @@ def constant(node):
         if key in node.attrs:
             v = node.attrs[key]
             from ...tensor import tensor
+
             if key == "value":
                 return tensor(v)
             return tensor(v, dtype=D.float32 if "float" in key else D.int64)
@@ -279,6 +285,7 @@ def _scatter(node, data, pos, updates, reduction):
     f, u = flat.to(D.float64), upd.to(D.float64).reshape(-1, 1)
     if reduction == "mul":
         from .reduce import _prod
+
         out = f * _prod(where(match, u, 1.0), (0,), False)
     elif reduction in ("max", "min"):
         fill = float("-inf") if reduction == "max" else float("inf")
@@ -299,7 +306,7 @@ def scatter_elements(node, data, idx, updates):
 def _nd_positions(shape, idx, batch_dims=0):
     """Flat row numbers of GatherND/ScatterND index tuples (last dim of idx) into shape."""
     k = idx.shape[-1]
-    dims = shape[batch_dims:batch_dims + k]
+    dims = shape[batch_dims : batch_dims + k]
     pos = None
     stride = 1
     for j in range(k - 1, -1, -1):
@@ -317,7 +324,7 @@ def _nd_positions(shape, idx, batch_dims=0):
 def gather_nd(node, x, idx):
     b = node.attr("batch_dims", 0)
     pos, k = _nd_positions(x.shape, idx, b)
-    rest = list(x.shape[b + k:])
+    rest = list(x.shape[b + k :])
     rows = x.reshape([-1] + rest)
     return rows.take(pos.reshape(-1), 0).reshape(list(idx.shape[:-1]) + rest)
 
@@ -337,9 +344,9 @@ def _true_at(mask) -> list:
 
 def nonzero(node, x):
     # The output's shape depends on the values, so the mask is read to the host.
-    shape = x.shape or (1,)                    # a 0-d input counts as 1-d, as in NumPy
+    shape = x.shape or (1,)  # a 0-d input counts as 1-d, as in NumPy
     flat = _true_at(x != 0)
-    coords = [[(i // math.prod(shape[d + 1:])) % shape[d] for i in flat] for d in range(len(shape))]
+    coords = [[(i // math.prod(shape[d + 1 :])) % shape[d] for i in flat] for d in range(len(shape))]
     return const(coords, x, D.int64).reshape(len(shape), len(flat))
 
 
@@ -368,11 +375,11 @@ def unique(node, x):
     ordered = rows.take(perm, 0)
     new = (ordered[1:] != ordered[:-1]).any(1) if n > 1 else filled((max(n - 1, 0),), False, x, D.bool_)
     starts = [0] + [i + 1 for i, v in enumerate(new.tolist()) if v] if n else []
-    group = cat([filled((min(n, 1),), 0, x, D.int64), new.long()]).cumsum(0)   # each sorted slice's group
-    first = perm.take(const(starts, x, D.int64), 0)          # the lowest index of each group
+    group = cat([filled((min(n, 1),), 0, x, D.int64), new.long()]).cumsum(0)  # each sorted slice's group
+    first = perm.take(const(starts, x, D.int64), 0)  # the lowest index of each group
     counts = const([b - e for b, e in zip(starts[1:] + [n], starts)], x, D.int64)
     inverse = filled((n,), 0, x, D.int64).index_add(0, perm, group)
-    if not node.attr("sorted", 1):                       # groups in order of first occurrence
+    if not node.attr("sorted", 1):  # groups in order of first occurrence
         by_first = first.argsort(0)
         first, counts = first.take(by_first, 0), counts.take(by_first, 0)
         inverse = by_first.argsort(0).take(inverse, 0)
@@ -403,15 +410,36 @@ def gemm(node, a, b, c=None):
 
 
 OPS = {
-    "Reshape": (reshape, 1), "Flatten": (flatten, 1), "Squeeze": (squeeze, 1),
-    "Unsqueeze": (unsqueeze, 1), "Transpose": (transpose, 1), "Concat": (concat, 1),
-    "Split": (split, 1), "Expand": (expand, 8), "Tile": (tile, 6),
-    "DepthToSpace": (depth_to_space, 1), "SpaceToDepth": (space_to_depth, 1),
-    "Slice": (slice_, 1), "Pad": (pad, 1), "Shape": (shape, 1), "Size": (size, 1),
-    "ConstantOfShape": (constant_of_shape, 9), "Constant": (constant, 1), "Range": (range_, 11),
-    "EyeLike": (eye_like, 9), "Trilu": (trilu, 14), "OneHot": (one_hot, 9),
-    "Gather": (gather, 1), "GatherElements": (gather_elements, 11), "GatherND": (gather_nd, 11),
-    "ScatterElements": (scatter_elements, 11), "Scatter": (scatter_elements, 9, 10),
-    "ScatterND": (scatter_nd, 11), "NonZero": (nonzero, 9), "Unique": (unique, 11), "Compress": (compress, 9),
-    "MatMul": (matmul, 1), "Gemm": (gemm, 1),
+    "Reshape": (reshape, 1),
+    "Flatten": (flatten, 1),
+    "Squeeze": (squeeze, 1),
+    "Unsqueeze": (unsqueeze, 1),
+    "Transpose": (transpose, 1),
+    "Concat": (concat, 1),
+    "Split": (split, 1),
+    "Expand": (expand, 8),
+    "Tile": (tile, 6),
+    "DepthToSpace": (depth_to_space, 1),
+    "SpaceToDepth": (space_to_depth, 1),
+    "Slice": (slice_, 1),
+    "Pad": (pad, 1),
+    "Shape": (shape, 1),
+    "Size": (size, 1),
+    "ConstantOfShape": (constant_of_shape, 9),
+    "Constant": (constant, 1),
+    "Range": (range_, 11),
+    "EyeLike": (eye_like, 9),
+    "Trilu": (trilu, 14),
+    "OneHot": (one_hot, 9),
+    "Gather": (gather, 1),
+    "GatherElements": (gather_elements, 11),
+    "GatherND": (gather_nd, 11),
+    "ScatterElements": (scatter_elements, 11),
+    "Scatter": (scatter_elements, 9, 10),
+    "ScatterND": (scatter_nd, 11),
+    "NonZero": (nonzero, 9),
+    "Unique": (unique, 11),
+    "Compress": (compress, 9),
+    "MatMul": (matmul, 1),
+    "Gemm": (gemm, 1),
 }

@@ -3,6 +3,7 @@
 Each takes a learning rate R, a step count T and one or more groups of tensors (X, G, state);
 the update rules are those of ONNX's specification, in ember tensor ops.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,12 @@ def adagrad(node, r, t, *args):
 def adam(node, r, t, *args):
     r, t = float(scalar(r)), int(scalar(t))
     alpha, beta = node.attr("alpha", 0.9), node.attr("beta", 0.999)
-    eps, norm, post = node.attr("epsilon", 0.0), node.attr("norm_coefficient", 0.0), node.attr("norm_coefficient_post", 0.0)
-    rate = r * math.sqrt(1 - beta ** t) / (1 - alpha ** t) if t > 0 else r
+    eps, norm, post = (
+        node.attr("epsilon", 0.0),
+        node.attr("norm_coefficient", 0.0),
+        node.attr("norm_coefficient_post", 0.0),
+    )
+    rate = r * math.sqrt(1 - beta**t) / (1 - alpha**t) if t > 0 else r
     xs, vs, hs = [], [], []
     for x, g, v, h in _groups(args, 4):
         g = norm * x + g
@@ -63,6 +68,7 @@ def gradient(node, *_):
     """d y / d x for each x in the attribute `xs` (the sum of y's elements when y is not a
     scalar): the nodes before this one run again with the xs as fresh leaves, under autodiff."""
     from ... import autodiff
+
     xs, y = list(node.attr("xs")), node.attr("y")
     env = dict(node.scope)
     leaves = [env[x].detach().requires_grad_() for x in xs]

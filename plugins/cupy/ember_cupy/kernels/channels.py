@@ -1,4 +1,5 @@
 """Batch norm (training) and its backward op: one block per channel."""
+
 from __future__ import annotations
 
 from .source import BLOCK, Kernel, _reducers, _sig, _t, blocks_kernel
@@ -12,10 +13,15 @@ def _per_channel_kernel(name, decls, channel) -> Kernel:
     threads, ``first`` holds in one thread. The device shares the loops among a block's
     threads; the host harness runs them in one."""
     sig = _sig(decls)
-    device = channel("long long j = threadIdx.x; j < N * L; j += blockDim.x",
-                     lambda v: f"ember_block_reduce({v}, shm_d, ember_add())", "threadIdx.x == 0")
+    device = channel(
+        "long long j = threadIdx.x; j < N * L; j += blockDim.x",
+        lambda v: f"ember_block_reduce({v}, shm_d, ember_add())",
+        "threadIdx.x == 0",
+    )
     host = channel("long long j = 0; j < N * L; ++j", lambda v: v, "true")
-    body = _reducers() + f"""
+    body = (
+        _reducers()
+        + f"""
 #define IDX(j) (((j) / L * C + c) * L + (j) % L)
 extern "C" __global__ void {name}(long long C, {sig}) {{
   __shared__ double shm_d[{BLOCK}];
@@ -30,6 +36,7 @@ extern "C" void {name}_host(long long C, {sig}) {{
 #endif
 #undef IDX
 """
+    )
     return blocks_kernel(name, decls, body)
 
 
@@ -50,14 +57,15 @@ def batch_norm_kernel(dtype, has_weight: bool, has_bias: bool) -> Kernel:
     def channel(par, reduce_d, first):
         return f"""    double s = 0.0;
     for ({par}) s += (double)x[IDX(j)];
-    {t} m = ({t})({reduce_d('s')} / (double)(N * L));
+    {t} m = ({t})({reduce_d("s")} / (double)(N * L));
     double q = 0.0;
     for ({par}) {{ double d = (double)x[IDX(j)] - (double)m; q += d * d; }}
-    double v = {reduce_d('q')} / (double)(N * L);
+    double v = {reduce_d("q")} / (double)(N * L);
     double scale = {scale}, shift = {shift};
     for ({par}) y[IDX(j)] = ({t})(((double)x[IDX(j)] - (double)m) * scale + shift);
     if ({first}) {{ mean[c] = m; var[c] = ({t})v; }}
 """
+
     return _per_channel_kernel(name, decls, channel)
 
 
@@ -69,19 +77,26 @@ def batch_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
     name = f"ember_batch_norm_backward_{dtype}_{int(has_weight)}"
     decls = [(f"const {t}*", "x"), (f"const {t}*", "g"), (f"const {t}*", "mean"), (f"const {t}*", "var")]
     decls += [(f"const {t}*", "w")] if has_weight else []
-    decls += [(f"{t}*", "dx"), (f"{t}*", "dw"), (f"{t}*", "db"), ("long long", "N"), ("long long", "L"),
-              ("double", "eps")]
+    decls += [
+        (f"{t}*", "dx"),
+        (f"{t}*", "dw"),
+        (f"{t}*", "db"),
+        ("long long", "N"),
+        ("long long", "L"),
+        ("double", "eps"),
+    ]
     wc = "(double)w[c]" if has_weight else "1.0"
 
     def channel(par, reduce_d, first):
         return f"""    double m = (double)mean[c], rs = 1.0 / sqrt((double)var[c] + eps);
     double sg = 0.0, sgx = 0.0;
     for ({par}) {{ double gj = (double)g[IDX(j)]; sg += gj; sgx += gj * ((double)x[IDX(j)] - m); }}
-    sg = {reduce_d('sg')};
-    sgx = {reduce_d('sgx')} * rs;                       // sum(g * xhat)
+    sg = {reduce_d("sg")};
+    sgx = {reduce_d("sgx")} * rs;                       // sum(g * xhat)
     double count = (double)(N * L), wc = {wc};
     double k_g = wc * rs, k_x = wc * sgx / count * rs * rs, k_0 = wc * sg / count * rs;
     for ({par}) dx[IDX(j)] = ({t})((double)g[IDX(j)] * k_g - ((double)x[IDX(j)] - m) * k_x - k_0);
     if ({first}) {{ dw[c] = ({t})sgx; db[c] = ({t})sg; }}
 """
+
     return _per_channel_kernel(name, decls, channel)

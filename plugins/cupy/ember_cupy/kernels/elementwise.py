@@ -1,4 +1,5 @@
 """Elementwise kernels: Philox random bits, a unary op, and GELU with its backward op."""
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,9 @@ __host__ __device__ inline void ember_philox4x32_10(unsigned int c[4], unsigned 
 def random_bits_kernel() -> Kernel:
     """``random_bits``: logical thread ``t`` computes Philox block ``offset // 4 + t`` and writes
     the words of it that fall in ``[offset, offset + count)`` (the spec in ember.primitives)."""
-    body = guarded("ember_philox", PHILOX) + r"""
+    body = (
+        guarded("ember_philox", PHILOX)
+        + r"""
 __host__ __device__ inline void ember_random_bits_thread(long long t, unsigned int* out, long long count,
                                                          unsigned long long seed, unsigned long long offset) {
   unsigned long long block = offset / 4 + (unsigned long long)t;
@@ -39,8 +42,13 @@ __host__ __device__ inline void ember_random_bits_thread(long long t, unsigned i
   }
 }
 """
-    decls = [("unsigned int*", "out"), ("long long", "count"), ("unsigned long long", "seed"),
-             ("unsigned long long", "offset")]
+    )
+    decls = [
+        ("unsigned int*", "out"),
+        ("long long", "count"),
+        ("unsigned long long", "seed"),
+        ("unsigned long long", "offset"),
+    ]
     return threads_kernel("ember_random_bits", decls, body)
 
 
@@ -66,12 +74,18 @@ def gelu_body(dtype, approximate: str) -> str:
     if approximate == "tanh":
         c, k = literal(0.7978845608028654, dtype), literal(0.044715, dtype)
         half, one = literal(0.5, dtype), literal(1, dtype)
-        return guarded(name, f"__host__ __device__ inline {t} {name}({t} x) {{\n"
-                             f"  {t} inner = (x + x * x * x * {k}) * {c};\n"
-                             f"  return x * {half} * ({_fn('tanhf', dtype)}(inner) + {one});\n}}\n")
+        return guarded(
+            name,
+            f"__host__ __device__ inline {t} {name}({t} x) {{\n"
+            f"  {t} inner = (x + x * x * x * {k}) * {c};\n"
+            f"  return x * {half} * ({_fn('tanhf', dtype)}(inner) + {one});\n}}\n",
+        )
     c, half, one = literal(0.7071067811865476, dtype), literal(0.5, dtype), literal(1, dtype)
-    return guarded(name, f"__host__ __device__ inline {t} {name}({t} x) {{\n"
-                         f"  return x * {half} * ({_fn('erff', dtype)}(x * {c}) + {one});\n}}\n")
+    return guarded(
+        name,
+        f"__host__ __device__ inline {t} {name}({t} x) {{\n"
+        f"  return x * {half} * ({_fn('erff', dtype)}(x * {c}) + {one});\n}}\n",
+    )
 
 
 def gelu_backward_body(dtype, approximate: str) -> str:
@@ -80,28 +94,37 @@ def gelu_backward_body(dtype, approximate: str) -> str:
     half, one = literal(0.5, dtype), literal(1, dtype)
     if approximate == "tanh":
         k, c, c3 = literal(0.7978845608028654, dtype), literal(0.044715, dtype), literal(3 * 0.044715, dtype)
-        return guarded(name, f"__host__ __device__ inline {t} {name}({t} g, {t} x) {{\n"
-                             f"  {t} th = {_fn('tanhf', dtype)}((x + x * x * x * {c}) * {k});\n"
-                             f"  {t} slope = (x * x * {c3} + {one}) * {k};\n"
-                             f"  return g * ((th + {one}) * {half} + x * {half} * ({one} - th * th) * slope);\n}}\n")
+        return guarded(
+            name,
+            f"__host__ __device__ inline {t} {name}({t} g, {t} x) {{\n"
+            f"  {t} th = {_fn('tanhf', dtype)}((x + x * x * x * {c}) * {k});\n"
+            f"  {t} slope = (x * x * {c3} + {one}) * {k};\n"
+            f"  return g * ((th + {one}) * {half} + x * {half} * ({one} - th * th) * slope);\n}}\n",
+        )
     c, mhalf = literal(0.7071067811865476, dtype), literal(-0.5, dtype)
     inv = literal(1 / math.sqrt(2 * math.pi), dtype)
-    return guarded(name, f"__host__ __device__ inline {t} {name}({t} g, {t} x) {{\n"
-                         f"  {t} cdf = ({_fn('erff', dtype)}(x * {c}) + {one}) * {half};\n"
-                         f"  {t} pdf = {_fn('expf', dtype)}(x * x * {mhalf}) * {inv};\n"
-                         f"  return g * (cdf + x * pdf);\n}}\n")
+    return guarded(
+        name,
+        f"__host__ __device__ inline {t} {name}({t} g, {t} x) {{\n"
+        f"  {t} cdf = ({_fn('erff', dtype)}(x * {c}) + {one}) * {half};\n"
+        f"  {t} pdf = {_fn('expf', dtype)}(x * x * {mhalf}) * {inv};\n"
+        f"  return g * (cdf + x * pdf);\n}}\n",
+    )
 
 
 def gelu_backward_kernel(dtype, approximate="none") -> Kernel:
     t, name = _t(dtype), f"ember_gelu_backward_{dtype}_{approximate}"
-    body = gelu_backward_body(dtype, approximate) + \
-        (f"__host__ __device__ inline void {name}_k_thread(long long i, const {t}* g, const {t}* x, {t}* y) "
-         f"{{ y[i] = {name}(g[i], x[i]); }}\n")
+    body = gelu_backward_body(dtype, approximate) + (
+        f"__host__ __device__ inline void {name}_k_thread(long long i, const {t}* g, const {t}* x, {t}* y) "
+        f"{{ y[i] = {name}(g[i], x[i]); }}\n"
+    )
     return threads_kernel(f"{name}_k", [(f"const {t}*", "g"), (f"const {t}*", "x"), (f"{t}*", "y")], body)
 
 
 def gelu_kernel(dtype, approximate="none") -> Kernel:
     t, name = _t(dtype), f"ember_gelu_{dtype}_{approximate}"
-    body = gelu_body(dtype, approximate) + \
-        f"__host__ __device__ inline void {name}_k_thread(long long i, const {t}* x, {t}* y) {{ y[i] = {name}(x[i]); }}\n"
+    body = (
+        gelu_body(dtype, approximate)
+        + f"__host__ __device__ inline void {name}_k_thread(long long i, const {t}* x, {t}* y) {{ y[i] = {name}(x[i]); }}\n"
+    )
     return threads_kernel(f"{name}_k", [(f"const {t}*", "x"), (f"{t}*", "y")], body)

@@ -1,5 +1,6 @@
 """The optimizer steps (SGD, Adam, RMSprop) as elementwise kernels over one tensor, and the
 multi-tensor form that steps a whole parameter group in one launch."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,10 +20,13 @@ def _lerp(t, start, end, weight_name, big) -> str:
 def _step_function(name, t, ptrs, scalars, lines) -> tuple:
     """(name, source, pointer names, scalar names) of an optimizer's per-element device
     function ``name(i, ...)`` with body ``lines``; the gradient ``g`` is the one read-only pointer."""
-    args = ", ".join([f"{t}* __restrict__ {n}" if n != "g" else f"const {t}* __restrict__ g" for n in ptrs]
-                     + [f"{t} {s}" for s in scalars])
-    src = guarded(name, f"__host__ __device__ inline void {name}(long long i, {args}) {{\n"
-                        + "\n".join(lines) + "\n}\n")
+    args = ", ".join(
+        [f"{t}* __restrict__ {n}" if n != "g" else f"const {t}* __restrict__ g" for n in ptrs]
+        + [f"{t} {s}" for s in scalars]
+    )
+    src = guarded(
+        name, f"__host__ __device__ inline void {name}(long long i, {args}) {{\n" + "\n".join(lines) + "\n}\n"
+    )
     return name, src, ptrs, scalars
 
 
@@ -113,8 +117,10 @@ def step_kernel(rule: str, dtype, **flags) -> Kernel:
     fname, src, ptrs, scalars = BODIES[rule](dtype, **flags)
     t = _t(dtype)
     decls = [(f"{t}*" if p != "g" else f"const {t}*", p) for p in ptrs] + [(t, s) for s in scalars]
-    body = src + (f"__host__ __device__ inline void {fname}_k_thread(long long i, {_sig(decls)}) "
-                  f"{{ {fname}(i, {_call(decls)}); }}\n")
+    body = src + (
+        f"__host__ __device__ inline void {fname}_k_thread(long long i, {_sig(decls)}) "
+        f"{{ {fname}(i, {_call(decls)}); }}\n"
+    )
     return threads_kernel(f"{fname}_k", decls, body, meta={"ptrs": ptrs, "scalars": scalars})
 
 
@@ -137,10 +143,13 @@ def multi_step_kernel(rule: str, dtype, sizes, **flags) -> Kernel:
             call = ", ".join(f"{p}{lo}" for p in ptrs)
             return f"{pad}{fname}(t - {starts[lo]}LL, {call}, {scalar_call});\n"
         mid = (lo + hi) // 2
-        return (f"{pad}if (t < {starts[mid]}LL) {{\n{tree(lo, mid, indent + 1)}{pad}}} else {{\n"
-                f"{tree(mid, hi, indent + 1)}{pad}}}\n")
+        return (
+            f"{pad}if (t < {starts[mid]}LL) {{\n{tree(lo, mid, indent + 1)}{pad}}} else {{\n"
+            f"{tree(mid, hi, indent + 1)}{pad}}}\n"
+        )
 
     name = f"{fname}_multi{len(sizes)}_{hashlib.sha256(repr(tuple(sizes)).encode()).hexdigest()[:8]}"
-    body = src + (f"__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{\n"
-                  f"{tree(0, len(sizes), 1)}}}\n")
+    body = src + (
+        f"__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{\n{tree(0, len(sizes), 1)}}}\n"
+    )
     return threads_kernel(name, decls, body, meta={"ptrs": ptrs, "scalars": scalars, "total": starts[-1]})

@@ -1,5 +1,6 @@
 """Row kernels, one block per row: softmax, log-softmax, cross-entropy, layer norm, their backward
 ops, and layer norm's weight and bias gradients."""
+
 from __future__ import annotations
 
 from .. import render
@@ -18,7 +19,7 @@ from .source import (
 
 def _row_max_sum(t: str) -> str:
     """Device code: ``m`` = NaN-propagating max of row ``xr``, ``s`` = sum of exp(x - m) in double."""
-    return f"""    {t} m = {render.reduce_identity('max', 'float32' if t == 'float' else 'float64')};
+    return f"""    {t} m = {render.reduce_identity("max", "float32" if t == "float" else "float64")};
     for (long long j = threadIdx.x; j < C; j += blockDim.x) m = ember_maxnan()(m, xr[j]);
     m = ember_block_reduce(m, shm_t, ember_maxnan());
     double s = 0.0;
@@ -28,7 +29,7 @@ def _row_max_sum(t: str) -> str:
 
 
 def _row_max_sum_host(t: str) -> str:
-    return f"""    {t} m = {render.reduce_identity('max', 'float32' if t == 'float' else 'float64')};
+    return f"""    {t} m = {render.reduce_identity("max", "float32" if t == "float" else "float64")};
     for (long long j = 0; j < C; ++j) m = ember_maxnan()(m, xr[j]);
     double s = 0.0;
     for (long long j = 0; j < C; ++j) s += (double)EXP(xr[j] - m);
@@ -41,8 +42,10 @@ def softmax_kernel(dtype, log: bool) -> Kernel:
     t = _t(dtype)
     name = f"ember_{'log_' if log else ''}softmax_{dtype}"
     out = f"(xr[j] - m) - {_fn('logf', dtype)}(({t})s)" if log else f"EXP(xr[j] - m) / ({t})s"
-    body = _reducers() + f"""
-#define EXP {_fn('expf', dtype)}
+    body = (
+        _reducers()
+        + f"""
+#define EXP {_fn("expf", dtype)}
 extern "C" __global__ void {name}(long long rows, const {t}* x, {t}* y, long long C) {{
   __shared__ {t} shm_t[{BLOCK}];
   __shared__ double shm_d[{BLOCK}];
@@ -63,6 +66,7 @@ extern "C" void {name}_host(long long rows, const {t}* x, {t}* y, long long C) {
 #endif
 #undef EXP
 """
+    )
     return blocks_kernel(name, [(f"const {t}*", "x"), (f"{t}*", "y"), ("long long", "C")], body)
 
 
@@ -74,9 +78,11 @@ def cross_entropy_kernel(dtype, target_dtype="int64") -> Kernel:
     name = f"ember_cross_entropy_{dtype}_{target_dtype}"
     nan, zero = literal(float("nan"), dtype), literal(0, dtype)
     pick = f"""long long k = (long long)target[r];
-      picked[r] = k == ignore ? {zero} : (k < 0 || k >= C) ? {nan} : (xr[k] - m) - {_fn('logf', dtype)}(({t})s);"""
-    body = _reducers() + f"""
-#define EXP {_fn('expf', dtype)}
+      picked[r] = k == ignore ? {zero} : (k < 0 || k >= C) ? {nan} : (xr[k] - m) - {_fn("logf", dtype)}(({t})s);"""
+    body = (
+        _reducers()
+        + f"""
+#define EXP {_fn("expf", dtype)}
 extern "C" __global__ void {name}(long long rows, const {t}* x, const {it}* target, {t}* picked, long long C,
                                   long long ignore) {{
   __shared__ {t} shm_t[{BLOCK}];
@@ -101,8 +107,14 @@ extern "C" void {name}_host(long long rows, const {t}* x, const {it}* target, {t
 #endif
 #undef EXP
 """
-    decls = [(f"const {t}*", "x"), (f"const {it}*", "target"), (f"{t}*", "picked"), ("long long", "C"),
-             ("long long", "ignore")]
+    )
+    decls = [
+        (f"const {t}*", "x"),
+        (f"const {it}*", "target"),
+        (f"{t}*", "picked"),
+        ("long long", "C"),
+        ("long long", "ignore"),
+    ]
     return blocks_kernel(name, decls, body)
 
 
@@ -115,8 +127,10 @@ def cross_entropy_backward_kernel(dtype, target_dtype="int64") -> Kernel:
     one, zero = literal(1, dtype), literal(0, dtype)
     write = f"dr[j] = (EXP(xr[j] - m) / ({t})s - (j == k ? {one} : {zero})) * sc"
     sig = f"long long rows, const {t}* x, const {it}* target, const {t}* scale, {t}* dx, long long C, long long ignore"
-    body = _reducers() + f"""
-#define EXP {_fn('expf', dtype)}
+    body = (
+        _reducers()
+        + f"""
+#define EXP {_fn("expf", dtype)}
 extern "C" __global__ void {name}({sig}) {{
   __shared__ {t} shm_t[{BLOCK}];
   __shared__ double shm_d[{BLOCK}];
@@ -149,8 +163,15 @@ extern "C" void {name}_host({sig}) {{
 #endif
 #undef EXP
 """
-    decls = [(f"const {t}*", "x"), (f"const {it}*", "target"), (f"const {t}*", "scale"), (f"{t}*", "dx"),
-             ("long long", "C"), ("long long", "ignore")]
+    )
+    decls = [
+        (f"const {t}*", "x"),
+        (f"const {it}*", "target"),
+        (f"const {t}*", "scale"),
+        (f"{t}*", "dx"),
+        ("long long", "C"),
+        ("long long", "ignore"),
+    ]
     return blocks_kernel(name, decls, body)
 
 
@@ -163,7 +184,9 @@ def softmax_backward_kernel(dtype, log: bool) -> Kernel:
     term = "(double)gr[j]" if log else "(double)gr[j] * (double)yr[j]"
     write = f"dr[j] = gr[j] - {_fn('expf', dtype)}(yr[j]) * ({t})s" if log else f"dr[j] = yr[j] * (gr[j] - ({t})s)"
     sig = f"long long rows, const {t}* y, const {t}* g, {t}* dx, long long C"
-    body = _reducers() + f"""
+    body = (
+        _reducers()
+        + f"""
 extern "C" __global__ void {name}({sig}) {{
   __shared__ double shm_d[{BLOCK}];
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {{
@@ -189,6 +212,7 @@ extern "C" void {name}_host({sig}) {{
 }}
 #endif
 """
+    )
     decls = [(f"const {t}*", "y"), (f"const {t}*", "g"), (f"{t}*", "dx"), ("long long", "C")]
     return blocks_kernel(name, decls, body)
 
@@ -208,7 +232,9 @@ def layer_norm_kernel(dtype, has_weight: bool, has_bias: bool) -> Kernel:
     sqrt = _fn("sqrtf", dtype)
     val = "c * rstd" + (" * w[j]" if has_weight else "") + (" + b[j]" if has_bias else "")
     sig = _sig(decls)
-    body = _reducers() + f"""
+    body = (
+        _reducers()
+        + f"""
 __host__ __device__ inline {t} {name}_rstd(double sq, long long D, {t} eps) {{
   {t} var = ({t})(sq / (double)D);
   return {one} / {sqrt}(var + eps);
@@ -243,6 +269,7 @@ extern "C" void {name}_host(long long rows, {sig}) {{
 }}
 #endif
 """
+    )
     return blocks_kernel(name, decls, body)
 
 
@@ -253,8 +280,11 @@ def layer_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
     mean and 1/std are kept (double) for :func:`layer_norm_params_kernel`."""
     t = _t(dtype)
     name = f"ember_layer_norm_backward_{dtype}_{int(has_weight)}"
-    decls = [(f"const {t}*", "x"), (f"const {t}*", "g")] + ([(f"const {t}*", "w")] if has_weight else []) + \
-        [(f"{t}*", "dx"), ("double*", "mean_out"), ("double*", "rstd_out"), ("long long", "D"), (t, "eps")]
+    decls = (
+        [(f"const {t}*", "x"), (f"const {t}*", "g")]
+        + ([(f"const {t}*", "w")] if has_weight else [])
+        + [(f"{t}*", "dx"), ("double*", "mean_out"), ("double*", "rstd_out"), ("long long", "D"), (t, "eps")]
+    )
     one, sqrt = literal(1, dtype), _fn("sqrtf", dtype)
     gw = "g_[j] * w[j]" if has_weight else "g_[j]"
     sig = _sig(decls)
@@ -266,20 +296,24 @@ def layer_norm_backward_kernel(dtype, has_weight: bool) -> Kernel:
     {t}* dr = dx + r * D;
     double s = 0.0;
     for ({par}) s += (double)xr[j];
-    {t} mean = ({t})({reduce_d('s')} / (double)D);
+    {t} mean = ({t})({reduce_d("s")} / (double)D);
     double sq = 0.0;
     for ({par}) {{ double c = (double)(xr[j] - mean); sq += c * c; }}
-    {t} var = ({t})({reduce_d('sq')} / (double)D);
+    {t} var = ({t})({reduce_d("sq")} / (double)D);
     {t} rstd = {one} / {sqrt}(var + eps);
     double a = 0.0, b = 0.0;
     for ({par}) {{ {t} gwj = {gw}; a += (double)gwj; b += (double)gwj * (double)((xr[j] - mean) * rstd); }}
-    {t} ma = ({t})({reduce_d('a')} / (double)D), mb = ({t})({reduce_d('b')} / (double)D);
+    {t} ma = ({t})({reduce_d("a")} / (double)D), mb = ({t})({reduce_d("b")} / (double)D);
     for ({par}) {{ {t} gwj = {gw}; dr[j] = (gwj - ma - (xr[j] - mean) * rstd * mb) * rstd; }}
 """
-    device = row("long long j = threadIdx.x; j < D; j += blockDim.x",
-                 lambda v: f"ember_block_reduce({v}, shm_d, ember_add())")
+
+    device = row(
+        "long long j = threadIdx.x; j < D; j += blockDim.x", lambda v: f"ember_block_reduce({v}, shm_d, ember_add())"
+    )
     host = row("long long j = 0; j < D; ++j", lambda v: v)
-    body = _reducers() + f"""
+    body = (
+        _reducers()
+        + f"""
 extern "C" __global__ void {name}(long long rows, {sig}) {{
   __shared__ double shm_d[{BLOCK}];
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {{
@@ -294,6 +328,7 @@ extern "C" void {name}_host(long long rows, {sig}) {{
 }}
 #endif
 """
+    )
     return blocks_kernel(name, decls, body)
 
 
@@ -303,8 +338,16 @@ def layer_norm_params_kernel(dtype) -> Kernel:
     :func:`layer_norm_backward_kernel` kept)."""
     t = _t(dtype)
     name = f"ember_layer_norm_params_{dtype}"
-    decls = [(f"const {t}*", "x"), (f"const {t}*", "g"), ("const double*", "mean"), ("const double*", "rstd"),
-             (f"{t}*", "dw"), (f"{t}*", "db"), ("long long", "rows"), ("long long", "D")]
+    decls = [
+        (f"const {t}*", "x"),
+        (f"const {t}*", "g"),
+        ("const double*", "mean"),
+        ("const double*", "rstd"),
+        (f"{t}*", "dw"),
+        (f"{t}*", "db"),
+        ("long long", "rows"),
+        ("long long", "D"),
+    ]
     body = f"""__host__ __device__ inline void {name}_thread(long long j, {_sig(decls)}) {{
   double a = 0.0, b = 0.0;
   for (long long r = 0; r < rows; ++r) {{

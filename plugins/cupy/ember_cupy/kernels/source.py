@@ -1,6 +1,7 @@
 """A kernel as a translation unit: the :class:`Kernel` record, the two shapes every kernel has
 (``threads``, ``blocks``; see the package's doc) and what their sources share: the block
 reduction, C type names and math function spellings."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,6 +20,7 @@ class Kernel:
     ``params`` are the kinds of the arguments after the leading ``long long n`` ("ptr" or a C
     scalar type); ``launch`` is ``"threads"`` (``n`` logical threads) or ``"blocks"`` (``n``
     logical blocks of ``BLOCK`` threads)."""
+
     name: str
     source: str
     params: tuple

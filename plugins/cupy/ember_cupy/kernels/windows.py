@@ -1,5 +1,6 @@
 """Sliding-window kernels: max-pool and its backward op, and col2im (the windows view's adjoint,
 ``windows_grad``, as a gather)."""
+
 from __future__ import annotations
 
 from .. import render
@@ -15,7 +16,9 @@ def _window_argmax(dtype) -> str:
     first maximum wins and a later NaN replaces it (ember.fused.FUSED["max_pool2d"]'s choice)."""
     t, name = _t(dtype), f"ember_window_argmax_{dtype}"
     lowest = render.reduce_identity("max", dtype)
-    return guarded(name, f"""__host__ __device__ inline long long {name}(const {t}* xp, long long H, long long W,
+    return guarded(
+        name,
+        f"""__host__ __device__ inline long long {name}(const {t}* xp, long long H, long long W,
     long long top, long long left, long long KH, long long KW, long long DH, long long DW, {t}* best_out) {{
   {t} best = {lowest};
   long long arg = -1;
@@ -31,7 +34,8 @@ def _window_argmax(dtype) -> str:
   *best_out = best;
   return arg;
 }}
-""")
+""",
+    )
 
 
 def max_pool_kernel(dtype) -> Kernel:
@@ -40,13 +44,16 @@ def max_pool_kernel(dtype) -> Kernel:
     t = _t(dtype)
     name = f"ember_max_pool_{dtype}"
     decls = [(f"const {t}*", "x"), (f"{t}*", "y")] + [("long long", n) for n in POOL_PARAMS]
-    body = _window_argmax(dtype) + f"""__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{
+    body = (
+        _window_argmax(dtype)
+        + f"""__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{
   long long j = t % OW, i = (t / OW) % OH, p = t / (OW * OH);
   {t} best;
   ember_window_argmax_{dtype}(x + p * H * W, H, W, i * SH - PH, j * SW - PW, KH, KW, DH, DW, &best);
   y[t] = best;
 }}
 """
+    )
     return threads_kernel(name, decls, body)
 
 
@@ -57,7 +64,9 @@ def max_pool_backward_kernel(dtype) -> Kernel:
     t = _t(dtype)
     name = f"ember_max_pool_backward_{dtype}"
     decls = [(f"const {t}*", "x"), (f"const {t}*", "g"), (f"{t}*", "dx")] + [("long long", n) for n in POOL_PARAMS]
-    body = _window_argmax(dtype) + f"""__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{
+    body = (
+        _window_argmax(dtype)
+        + f"""__host__ __device__ inline void {name}_thread(long long t, {_sig(decls)}) {{
   long long c = t % W, r = (t / W) % H, p = t / (W * H);
   const {t}* xp = x + p * H * W;
   {t} acc = 0, best;
@@ -78,6 +87,7 @@ def max_pool_backward_kernel(dtype) -> Kernel:
   dx[t] = acc;
 }}
 """
+    )
     return threads_kernel(name, decls, body)
 
 
@@ -110,6 +120,7 @@ __host__ __device__ inline void {name}_thread(long long t, const {t}* g, {t}* ou
   out[t] = ({t})acc;
 }}
 """
-    decls = [(f"const {t}*", "g"), (f"{t}*", "out")] + [("long long", n) for n in
-                                                       ("H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")]
+    decls = [(f"const {t}*", "g"), (f"{t}*", "out")] + [
+        ("long long", n) for n in ("H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW")
+    ]
     return threads_kernel(name, decls, body)

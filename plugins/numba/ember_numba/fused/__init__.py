@@ -18,6 +18,7 @@ each step, so they agree with them to the last bit or so.
 Each forward op is declared with its backward op, so ember.fused runs both in eager training
 (one autodiff node per op); inference, evaluation and optimizer updates use the rest.
 """
+
 from __future__ import annotations
 
 from .activations import gelu, gelu_backward

@@ -2,6 +2,7 @@
 neighbouring channels when a channel's runs are short), reading its N runs of H*W values;
 statistics and gradient sums in float64, the output and the input gradient one multiply-add
 per element."""
+
 from __future__ import annotations
 
 import math
@@ -84,7 +85,7 @@ def batch_norm_backward_channels(x, g, w, mean, var, N, C, L, G, eps, has_w, dx,
                 sgx[c - c0] += bb
         for c in range(c0, c1):
             rs = 1.0 / math.sqrt(var[c] + eps)
-            dw[c] = sgx[c - c0] * rs                          # sum(g * xhat)
+            dw[c] = sgx[c - c0] * rs  # sum(g * xhat)
             db[c] = sg[c - c0]
         for n in range(N):
             for c in range(c0, c1):
@@ -109,28 +110,69 @@ def _channel_params_ok(x, *params):
 
 
 def batch_norm(x, weight, bias, *, eps=1e-5):
-    if x.dtype not in FLOATS or x.ndim < 2 or x.size == 0 or not _channel_params_ok(x, weight, bias) \
-            or not launch.hot(("batch_norm", x.shape, x.dtype.num)):
+    if (
+        x.dtype not in FLOATS
+        or x.ndim < 2
+        or x.size == 0
+        or not _channel_params_ok(x, weight, bias)
+        or not launch.hot(("batch_norm", x.shape, x.dtype.num))
+    ):
         return _reference("batch_norm", x, weight, bias, eps=eps)
     N, C = x.shape[:2]
     w, b = (np.zeros(1, x.dtype) if p is None else np.ascontiguousarray(p) for p in (weight, bias))
     out, mean, var = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
     L = x.size // (N * C)
-    launch.run(batch_norm_channels, x.size, np.ascontiguousarray(x).reshape(-1), w, b, N, C, L, _channel_group(C, L),
-               float(eps), weight is not None, bias is not None, out.reshape(-1), mean, var)
+    launch.run(
+        batch_norm_channels,
+        x.size,
+        np.ascontiguousarray(x).reshape(-1),
+        w,
+        b,
+        N,
+        C,
+        L,
+        _channel_group(C, L),
+        float(eps),
+        weight is not None,
+        bias is not None,
+        out.reshape(-1),
+        mean,
+        var,
+    )
     return out, mean, var
 
 
 def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
-    if x.dtype not in FLOATS or x.ndim < 2 or x.size == 0 or grad.dtype != x.dtype or grad.shape != x.shape \
-            or not _channel_params_ok(x, weight, bias, mean, var) \
-            or not launch.hot(("batch_norm_backward", x.shape, x.dtype.num)):
+    if (
+        x.dtype not in FLOATS
+        or x.ndim < 2
+        or x.size == 0
+        or grad.dtype != x.dtype
+        or grad.shape != x.shape
+        or not _channel_params_ok(x, weight, bias, mean, var)
+        or not launch.hot(("batch_norm_backward", x.shape, x.dtype.num))
+    ):
         return _reference("batch_norm_backward", grad, x, weight, bias, mean, var, eps=eps)
     N, C = x.shape[:2]
     L = x.size // (N * C)
     dx, dw, db = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
     w = np.zeros(1, x.dtype) if weight is None else np.ascontiguousarray(weight)
-    launch.run(batch_norm_backward_channels, x.size, np.ascontiguousarray(x).reshape(-1),
-               np.ascontiguousarray(grad).reshape(-1), w, np.ascontiguousarray(mean), np.ascontiguousarray(var),
-               N, C, L, _channel_group(C, L), float(eps), weight is not None, dx.reshape(-1), dw, db)
+    launch.run(
+        batch_norm_backward_channels,
+        x.size,
+        np.ascontiguousarray(x).reshape(-1),
+        np.ascontiguousarray(grad).reshape(-1),
+        w,
+        np.ascontiguousarray(mean),
+        np.ascontiguousarray(var),
+        N,
+        C,
+        L,
+        _channel_group(C, L),
+        float(eps),
+        weight is not None,
+        dx.reshape(-1),
+        dw,
+        db,
+    )
     return dx, None if weight is None else dw, None if bias is None else db

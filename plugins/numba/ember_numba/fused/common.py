@@ -1,5 +1,6 @@
 """What the fused kernels share: the dtypes they cover, numba's options, the fallback to the
 reference decomposition, and the elementwise programs' builder and cache (render.py runs them)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ from ..render import Program
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-REASSOC = {"reassoc"}        # lets LLVM vectorize a float64 sum of float32 values (it reorders the additions)
+REASSOC = {"reassoc"}  # lets LLVM vectorize a float64 sum of float32 values (it reorders the additions)
 
 
 def _reference(name, *args, **params):
@@ -17,6 +18,7 @@ def _reference(name, *args, **params):
     import ember
     from ember import dispatch
     from ember.conformance import fused_ops
+
     backend = ember.get_backend("numba")
     wrapped = [dispatch.wrap(a, backend) if isinstance(a, np.ndarray) else a for a in args]
     with ember.no_grad():

@@ -4,6 +4,7 @@ agree with them to the last bit or so. The kernels write the new parameter and s
 buffers they were given (when those are writable and contiguous), which saves the optimizer's
 copy-back; hyperparameters are kernel arguments, so a learning-rate schedule compiles nothing
 new. foreach.py runs the same programs over a whole parameter group."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,9 +27,12 @@ def _run_step(key, build, arrays, scalars, outputs):
 
 def _step_ok(name, *bufs):
     first = bufs[0]
-    return first.dtype in FLOATS and first.size > 0 and all(
-        b is None or (b.dtype == first.dtype and b.shape == first.shape) for b in bufs) \
+    return (
+        first.dtype in FLOATS
+        and first.size > 0
+        and all(b is None or (b.dtype == first.dtype and b.shape == first.shape) for b in bufs)
         and launch.hot((name, first.shape, first.dtype.num))
+    )
 
 
 # The optimizer programs, one per option set: what sgd_step / adam_step / rmsprop_step run on
@@ -87,9 +91,18 @@ def adam_program(dtype, *, weight_decay, decoupled, amsgrad, maximize, small_wei
 
 
 def adam_scalars(*, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, **_):
-    bc1 = 1 - beta1 ** step
-    return [1 - lr * weight_decay, weight_decay, 1 - beta1, 1 - (1 - beta1), beta2, 1 - beta2,
-            (1 - beta2 ** step) ** 0.5, eps, -(lr / bc1)]
+    bc1 = 1 - beta1**step
+    return [
+        1 - lr * weight_decay,
+        weight_decay,
+        1 - beta1,
+        1 - (1 - beta1),
+        beta2,
+        1 - beta2,
+        (1 - beta2**step) ** 0.5,
+        eps,
+        -(lr / bc1),
+    ]
 
 
 def rmsprop_program(dtype, *, weight_decay, momentum, centered, maximize, small_weight):
@@ -125,33 +138,50 @@ def rmsprop_scalars(*, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
     return [weight_decay, alpha, 1 - alpha, 1 - alpha, 1 - (1 - alpha), eps, momentum, -lr]
 
 
-def sgd_flags(first, *, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False,
-              **_) -> dict:
+def sgd_flags(first, *, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False, **_) -> dict:
     """sgd_program's flags for these hyperparameters; ``first``: no momentum buffer yet."""
-    return dict(momentum=momentum != 0, first=momentum != 0 and first,
-                dampening=dampening != 0, nesterov=bool(nesterov), weight_decay=weight_decay != 0,
-                maximize=bool(maximize))
+    return dict(
+        momentum=momentum != 0,
+        first=momentum != 0 and first,
+        dampening=dampening != 0,
+        nesterov=bool(nesterov),
+        weight_decay=weight_decay != 0,
+        maximize=bool(maximize),
+    )
 
 
-def adam_flags(*, beta1=0.9, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False,
-               **_) -> dict:
-    return dict(weight_decay=weight_decay != 0, decoupled=bool(decoupled_weight_decay), amsgrad=bool(amsgrad),
-                maximize=bool(maximize), small_weight=abs(1 - beta1) < 0.5)
+def adam_flags(
+    *, beta1=0.9, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False, **_
+) -> dict:
+    return dict(
+        weight_decay=weight_decay != 0,
+        decoupled=bool(decoupled_weight_decay),
+        amsgrad=bool(amsgrad),
+        maximize=bool(maximize),
+        small_weight=abs(1 - beta1) < 0.5,
+    )
 
 
 def rmsprop_flags(*, alpha=0.99, weight_decay=0.0, momentum=0.0, centered=False, maximize=False, **_) -> dict:
-    return dict(weight_decay=weight_decay != 0, momentum=momentum > 0, centered=bool(centered),
-                maximize=bool(maximize), small_weight=abs(1 - alpha) < 0.5)
+    return dict(
+        weight_decay=weight_decay != 0,
+        momentum=momentum > 0,
+        centered=bool(centered),
+        maximize=bool(maximize),
+        small_weight=abs(1 - alpha) < 0.5,
+    )
 
 
 def _flag_key(rule, flags, dtype):
     return (rule,) + tuple(sorted(flags.items())) + (dtype,)
 
 
-def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
-             weight_decay=0.0, maximize=False):
-    hyper = dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=weight_decay,
-                 maximize=maximize)
+def sgd_step(
+    param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False
+):
+    hyper = dict(
+        lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=weight_decay, maximize=maximize
+    )
     if not _step_ok("sgd_step", param, grad, momentum_buffer):
         return _reference("sgd_step", param, grad, momentum_buffer, **hyper)
     flags = sgd_flags(momentum_buffer is None, **hyper)
@@ -164,32 +194,73 @@ def sgd_step(param, grad, momentum_buffer, *, lr, momentum=0.0, dampening=0.0, n
     else:
         outputs = [param, momentum_buffer] if _writable(param, momentum_buffer) else None
     dt = param.dtype.name
-    out = _run_step(_flag_key("sgd", flags, dt), lambda: sgd_program(dt, **flags), arrays, sgd_scalars(**hyper),
-                    outputs)
+    out = _run_step(
+        _flag_key("sgd", flags, dt), lambda: sgd_program(dt, **flags), arrays, sgd_scalars(**hyper), outputs
+    )
     return out[0], (out[1] if momentum != 0 else None)
 
 
-def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, step, lr, beta1=0.9, beta2=0.999,
-              eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False):
-    hyper = dict(step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                 maximize=maximize, decoupled_weight_decay=decoupled_weight_decay)
-    if not _step_ok("adam_step", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else None) or \
-            (amsgrad and max_exp_avg_sq is None):
+def adam_step(
+    param,
+    grad,
+    exp_avg,
+    exp_avg_sq,
+    max_exp_avg_sq,
+    *,
+    step,
+    lr,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-8,
+    weight_decay=0.0,
+    amsgrad=False,
+    maximize=False,
+    decoupled_weight_decay=False,
+):
+    hyper = dict(
+        step=step,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+        weight_decay=weight_decay,
+        amsgrad=amsgrad,
+        maximize=maximize,
+        decoupled_weight_decay=decoupled_weight_decay,
+    )
+    if not _step_ok("adam_step", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else None) or (
+        amsgrad and max_exp_avg_sq is None
+    ):
         return _reference("adam_step", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, **hyper)
     flags = adam_flags(**hyper)
     arrays = [param, grad, exp_avg, exp_avg_sq] + ([max_exp_avg_sq] if amsgrad else [])
     state = [param, exp_avg, exp_avg_sq] + ([max_exp_avg_sq] if amsgrad else [])
     outputs = state if _writable(*state) else None
     dt = param.dtype.name
-    out = _run_step(_flag_key("adam", flags, dt), lambda: adam_program(dt, **flags), arrays, adam_scalars(**hyper),
-                    outputs)
+    out = _run_step(
+        _flag_key("adam", flags, dt), lambda: adam_program(dt, **flags), arrays, adam_scalars(**hyper), outputs
+    )
     return out[0], out[1], out[2], (out[3] if amsgrad else max_exp_avg_sq)
 
 
-def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alpha=0.99, eps=1e-8,
-                 weight_decay=0.0, momentum=0.0, centered=False, maximize=False):
-    hyper = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered,
-                 maximize=maximize)
+def rmsprop_step(
+    param,
+    grad,
+    square_avg,
+    grad_avg,
+    momentum_buffer,
+    *,
+    lr,
+    alpha=0.99,
+    eps=1e-8,
+    weight_decay=0.0,
+    momentum=0.0,
+    centered=False,
+    maximize=False,
+):
+    hyper = dict(
+        lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, maximize=maximize
+    )
     needs = [param, grad, square_avg] + ([grad_avg] if centered else []) + ([momentum_buffer] if momentum > 0 else [])
     if any(x is None for x in needs) or not _step_ok("rmsprop_step", *needs):
         return _reference("rmsprop_step", param, grad, square_avg, grad_avg, momentum_buffer, **hyper)
@@ -197,8 +268,15 @@ def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, *, lr, alph
     state = [param, square_avg] + ([grad_avg] if centered else []) + ([momentum_buffer] if momentum > 0 else [])
     outputs = state if _writable(*state) else None
     dt = param.dtype.name
-    out = list(_run_step(_flag_key("rmsprop", flags, dt), lambda: rmsprop_program(dt, **flags), needs,
-                         rmsprop_scalars(**hyper), outputs))
+    out = list(
+        _run_step(
+            _flag_key("rmsprop", flags, dt),
+            lambda: rmsprop_program(dt, **flags),
+            needs,
+            rmsprop_scalars(**hyper),
+            outputs,
+        )
+    )
     new_p, new_sq = out[0], out[1]
     new_ga = out[2] if centered else grad_avg
     new_mb = out[-1] if momentum > 0 else momentum_buffer

@@ -4,6 +4,7 @@ each window's first maximum (reading x again costs what reading saved indices wo
 every cell of the input gradient once. Other geometries build each output row kernel position
 by kernel position, so neighbouring windows are independent work instead of a chain of
 compares; their backward zeroes the plane and adds each gradient at its window's first maximum."""
+
 from __future__ import annotations
 
 import numba
@@ -42,7 +43,7 @@ def _pool_row(x, base, H, W, top, OW, KH, KW, SW, PW, DH, DW, lo, hi, best, bo, 
         inside = 0 <= r < H
         for b in range(KW):
             rb = base + r * W + b * DW - PW
-            if a == 0 and b == 0:              # the first position sets every output
+            if a == 0 and b == 0:  # the first position sets every output
                 for j in range(OW):
                     best[uint64(bo + j)] = x[uint64(rb + j * SW)] if inside and lo[0] <= j < hi[0] else -np.inf
                     if track:
@@ -68,8 +69,26 @@ def max_pool_planes(x, P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, out):
     lo, hi = _column_ranges(W, OW, KW, SW, PW, DW)
     for p in prange(P):
         for i in range(OH):
-            _pool_row(x, p * H * W, H, W, i * SH - PH, OW, KH, KW, SW, PW, DH, DW, lo, hi, out, (p * OH + i) * OW,
-                      no_arg, False)
+            _pool_row(
+                x,
+                p * H * W,
+                H,
+                W,
+                i * SH - PH,
+                OW,
+                KH,
+                KW,
+                SW,
+                PW,
+                DH,
+                DW,
+                lo,
+                hi,
+                out,
+                (p * OH + i) * OW,
+                no_arg,
+                False,
+            )
 
 
 @numba.njit(parallel=True, **JIT)
@@ -77,7 +96,7 @@ def max_pool_backward_planes(x, g, P, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, 
     """dx[p] = each g[p, i, j] added at the first maximum of window (i, j) of plane p, in
     order (the reference's scatter-add; a maximum in the padding takes nothing); one task per
     plane, so no two tasks write one cell."""
-    rows, cols = np.empty(KH * KW, np.int64), np.empty(KH * KW, np.int64)     # kernel position -> offsets
+    rows, cols = np.empty(KH * KW, np.int64), np.empty(KH * KW, np.int64)  # kernel position -> offsets
     for n in range(KH * KW):
         rows[n], cols[n] = (n // KW) * DH, (n % KW) * DW
     lo, hi = _column_ranges(W, OW, KW, SW, PW, DW)
@@ -147,9 +166,10 @@ def _prefetch(context, builder, arr_type, arr, index, n):
     byte = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     fn = builder.module.globals.get("llvm.prefetch") or ir.Function(
-        builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]), name="llvm.prefetch")
+        builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]), name="llvm.prefetch"
+    )
     read, all_levels, data_cache = (ir.Constant(i32, v) for v in (0, 3, 1))
-    lanes = 64 // (arr_type.dtype.bitwidth // 8)            # values a cache line
+    lanes = 64 // (arr_type.dtype.bitwidth // 8)  # values a cache line
     for k in list(range(0, n, lanes)) + [n - 1]:
         at = builder.gep(data, [builder.add(index, ir.Constant(index.type, k))])
         builder.call(fn, [builder.bitcast(at, byte), read, all_levels, data_cache])
@@ -167,8 +187,12 @@ def _corners(context, builder, x_type, x, q0, q1, ahead, n):
             _prefetch(context, builder, x_type, x, builder.add(q, ahead), 2 * n)
     even, odd = list(range(0, 2 * n, 2)), list(range(1, 2 * n, 2))
     top, bottom = (_load(context, builder, x_type, x, q, 2 * n) for q in (q0, q1))
-    return (_shuffle(builder, top, top, even), _shuffle(builder, top, top, odd),
-            _shuffle(builder, bottom, bottom, even), _shuffle(builder, bottom, bottom, odd))
+    return (
+        _shuffle(builder, top, top, even),
+        _shuffle(builder, top, top, odd),
+        _shuffle(builder, bottom, bottom, even),
+        _shuffle(builder, bottom, bottom, odd),
+    )
 
 
 def _block_size(L):
@@ -187,9 +211,16 @@ def _pool_2x2_block(typingctx, x, q0, q1, ahead, out, o, L):
     def codegen(context, builder, signature, args):
         a, b, c, d = _corners(context, builder, signature.args[0], args[0], args[1], args[2], args[3], n)
         top, bottom = builder.select(_wins(builder, b, a), b, a), builder.select(_wins(builder, d, c), d, c)
-        _store(context, builder, signature.args[4], args[4], args[5],
-               builder.select(_wins(builder, bottom, top), bottom, top))
+        _store(
+            context,
+            builder,
+            signature.args[4],
+            args[4],
+            args[5],
+            builder.select(_wins(builder, bottom, top), bottom, top),
+        )
         return context.get_dummy_value()
+
     return types.void(x, q0, q1, ahead, out, o, L), codegen
 
 
@@ -208,14 +239,17 @@ def _pool_2x2_backward_block(typingctx, x, g, o, q0, q1, ahead, dx, L):
         zero = ir.Constant(a.type, None)
         # 0 + g, not g: the reference adds the gradient into zeros (a -0.0 becomes +0.0)
         grad = builder.fadd(_load(context, builder, g_type, args[1], args[2], n), zero)
-        cells = (builder.select(builder.or_(below, right), zero, grad),
-                 builder.select(right, builder.select(below, zero, grad), zero),
-                 builder.select(below, builder.select(right_below, zero, grad), zero),
-                 builder.select(builder.and_(below, right_below), grad, zero))
+        cells = (
+            builder.select(builder.or_(below, right), zero, grad),
+            builder.select(right, builder.select(below, zero, grad), zero),
+            builder.select(below, builder.select(right_below, zero, grad), zero),
+            builder.select(builder.and_(below, right_below), grad, zero),
+        )
         interleave = [k for j in range(n) for k in (j, n + j)]
         _store(context, builder, dx_type, args[6], args[3], _shuffle(builder, cells[0], cells[1], interleave))
         _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[2], cells[3], interleave))
         return context.get_dummy_value()
+
     return types.void(x, g, o, q0, q1, ahead, dx, L), codegen
 
 
@@ -243,10 +277,10 @@ def _pool_2x2_kernels(L):
             base, ob = uint64(p * H * W), uint64(p * OH * OW)
             for i in range(OH):
                 r0, o = base + uint64(2 * i) * w, ob + uint64(i * OW)
-                for j0 in range(0, OW, L):        # one block, unless the row is wider than BLOCK
+                for j0 in range(0, OW, L):  # one block, unless the row is wider than BLOCK
                     j = min(uint64(j0), last)
                     q = r0 + uint64(2) * j
-                    if L == 1:                    # one-lane vectors compile to 4x slower code
+                    if L == 1:  # one-lane vectors compile to 4x slower code
                         one = uint64(1)
                         out[o + j] = _later(_later(_later(x[q], x[q + one]), x[q + w]), x[q + w + one])
                     else:
@@ -264,10 +298,10 @@ def _pool_2x2_kernels(L):
                     j = min(uint64(j0), last)
                     q = r0 + uint64(2) * j
                     _pool_2x2_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
-                for c in range(uint64(2 * OW), w):         # an odd width's last column
+                for c in range(uint64(2 * OW), w):  # an odd width's last column
                     dx[r0 + c] = zero
                     dx[r0 + w + c] = zero
-            for k in range(uint64(2 * OH) * w, uint64(H) * w):   # an odd height's last row
+            for k in range(uint64(2 * OH) * w, uint64(H) * w):  # an odd height's last row
                 dx[base + k] = zero
 
     kernels = _POOL_2X2[L] = (forward, backward)
@@ -299,13 +333,21 @@ def _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode):
 
     def pair(v):
         return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(a) for a in v)
+
     try:
         k, p, d = pair(kernel_size), pair(padding), pair(dilation)
         s = k if stride is None or stride == () else pair(stride)
     except (TypeError, ValueError):
         return None
-    if x.dtype not in FLOATS or x.ndim < 3 or x.size == 0 or any(len(v) != 2 for v in (k, s, p, d)) \
-            or min(k + s + d) < 1 or min(p) < 0 or any(2 * pi > ki for pi, ki in zip(p, k)):
+    if (
+        x.dtype not in FLOATS
+        or x.ndim < 3
+        or x.size == 0
+        or any(len(v) != 2 for v in (k, s, p, d))
+        or min(k + s + d) < 1
+        or min(p) < 0
+        or any(2 * pi > ki for pi, ki in zip(p, k))
+    ):
         return None
     H, W = x.shape[-2:]
     (OH, _), (OW, _) = (pool_geometry(n, k[i], s[i], p[i], d[i], bool(ceil_mode)) for i, n in enumerate((H, W)))
@@ -330,8 +372,12 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
 def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     params = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
     args = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
-    if args is None or grad.dtype != x.dtype or grad.shape != x.shape[:-2] + args[3:5] \
-            or not launch.hot(("max_pool2d_backward", x.shape, x.dtype.num) + args):
+    if (
+        args is None
+        or grad.dtype != x.dtype
+        or grad.shape != x.shape[:-2] + args[3:5]
+        or not launch.hot(("max_pool2d_backward", x.shape, x.dtype.num) + args)
+    ):
         return _reference("max_pool2d_backward", grad, x, **params)
     dx = np.empty(x.shape, x.dtype)
     xs, gs = np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(grad).reshape(-1)

@@ -1,6 +1,7 @@
 """Row kernels: ``softmax``, ``log_softmax``, ``cross_entropy``, ``layer_norm`` and their backward
 ops, one task per row (the normalized dims flattened), reading the row two or three times while
 it is in cache, sums in float64; layer norm's weight and bias gradients one task per column."""
+
 from __future__ import annotations
 
 import math
@@ -120,7 +121,7 @@ def cross_entropy_backward_rows(x, target, R, C, ignore, scale, out):
         m, s = _row_max_sumexp(x, base, c_n)
         for c in range(c_n):
             out[base + c] = math.exp(x[base + c] - m) / s * scale
-        if 0 <= t < C:               # the reference's one-hot has no 1 for a target out of range
+        if 0 <= t < C:  # the reference's one-hot has no 1 for a target out of range
             k = base + uint64(t)
             out[k] = (math.exp(x[k] - m) / s - 1.0) * scale
 
@@ -173,6 +174,7 @@ def _rows(x, dim):
     def back(flat):
         y = flat.reshape(shape)
         return np.ascontiguousarray(np.moveaxis(y, -1, dim)) if x.ndim else y.reshape(())
+
     return rows.reshape(-1, C) if C else rows.reshape(0, 0), back
 
 
@@ -182,36 +184,62 @@ def _dim_ok(dim, ndim):
 
 def _softmax_like(name, log):
     def impl(x, *, dim=-1):
-        if x.dtype not in FLOATS or x.size == 0 or not _dim_ok(dim, x.ndim) \
-                or not launch.hot((name, x.shape, x.dtype.num, dim)):
+        if (
+            x.dtype not in FLOATS
+            or x.size == 0
+            or not _dim_ok(dim, x.ndim)
+            or not launch.hot((name, x.shape, x.dtype.num, dim))
+        ):
             return _reference(name, x, dim=dim)
         rows, back = _rows(x, dim)
         out = np.empty_like(rows)
         launch.run(softmax_rows, rows.size, rows.reshape(-1), rows.shape[0], rows.shape[1], log, out.reshape(-1))
         return back(out)
+
     impl.__name__ = f"numba_{name}"
     return impl
 
 
 def _softmax_backward_like(name, log):
     def impl(grad, out, *, dim=-1):
-        if out.dtype not in FLOATS or grad.dtype != out.dtype or grad.shape != out.shape or out.size == 0 \
-                or not _dim_ok(dim, out.ndim) or not launch.hot((name, out.shape, out.dtype.num, dim)):
+        if (
+            out.dtype not in FLOATS
+            or grad.dtype != out.dtype
+            or grad.shape != out.shape
+            or out.size == 0
+            or not _dim_ok(dim, out.ndim)
+            or not launch.hot((name, out.shape, out.dtype.num, dim))
+        ):
             return _reference(name, grad, out, dim=dim)
         ys, back = _rows(out, dim)
         gs, _ = _rows(grad, dim)
         res = np.empty_like(ys)
-        launch.run(softmax_backward_rows, ys.size, ys.reshape(-1), gs.reshape(-1), ys.shape[0], ys.shape[1], log,
-                   res.reshape(-1))
+        launch.run(
+            softmax_backward_rows,
+            ys.size,
+            ys.reshape(-1),
+            gs.reshape(-1),
+            ys.shape[0],
+            ys.shape[1],
+            log,
+            res.reshape(-1),
+        )
         return back(res)
+
     impl.__name__ = f"numba_{name}"
     return impl
 
 
 def _ce_ok(name, logits, target):
-    return logits.dtype in FLOATS and logits.ndim == 2 and target.shape == logits.shape[:1] \
-        and target.dtype.kind in "iu" and logits.shape[0] > 0 and logits.shape[1] > 0 \
+    return (
+        logits.dtype in FLOATS
+        and logits.ndim == 2
+        and target.shape == logits.shape[:1]
+        and target.dtype.kind in "iu"
+        and logits.shape[0] > 0
+        and logits.shape[1] > 0
         and launch.hot((name, logits.shape, logits.dtype.num))
+    )
 
 
 def cross_entropy(logits, target, *, ignore_index=-100):
@@ -222,10 +250,9 @@ def cross_entropy(logits, target, *, ignore_index=-100):
     counted = t != ignore_index
     n = int(counted.sum())
     if n and (t.min(where=counted, initial=0) < 0 or t.max(where=counted, initial=0) >= C):
-        return _reference("cross_entropy", logits, target, ignore_index=ignore_index)   # its error names it
+        return _reference("cross_entropy", logits, target, ignore_index=ignore_index)  # its error names it
     losses = np.empty(R, np.float64)
-    launch.run(cross_entropy_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C, ignore_index,
-               losses)
+    launch.run(cross_entropy_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C, ignore_index, losses)
     return np.asarray(losses.sum() / n if n else np.nan, dtype=logits.dtype)
 
 
@@ -236,16 +263,30 @@ def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
     t = np.ascontiguousarray(target, dtype=np.int64)
     scale = float(grad.reshape(())) / max(int((t != ignore_index).sum()), 1)
     out = np.empty((R, C), logits.dtype)
-    launch.run(cross_entropy_backward_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C,
-               ignore_index, scale, out.reshape(-1))
+    launch.run(
+        cross_entropy_backward_rows,
+        logits.size,
+        np.ascontiguousarray(logits).reshape(-1),
+        t,
+        R,
+        C,
+        ignore_index,
+        scale,
+        out.reshape(-1),
+    )
     return out
 
 
 def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
     normalized_shape = tuple(normalized_shape)
     k = len(normalized_shape)
-    ok = x.dtype in FLOATS and x.size > 0 and k <= x.ndim and tuple(x.shape[x.ndim - k:]) == normalized_shape \
+    ok = (
+        x.dtype in FLOATS
+        and x.size > 0
+        and k <= x.ndim
+        and tuple(x.shape[x.ndim - k :]) == normalized_shape
         and all(p is None or (p.dtype == x.dtype and tuple(p.shape) == normalized_shape) for p in (weight, bias))
+    )
     if not ok or not launch.hot(("layer_norm", x.shape, x.dtype.num, normalized_shape)):
         return _reference("layer_norm", x, weight, bias, normalized_shape=normalized_shape, eps=eps)
     C = math.prod(normalized_shape)
@@ -254,17 +295,34 @@ def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
     dummy = np.zeros(1, x.dtype)
     w = dummy if weight is None else np.ascontiguousarray(weight).reshape(-1)
     b = dummy if bias is None else np.ascontiguousarray(bias).reshape(-1)
-    launch.run(layer_norm_rows, rows.size, rows.reshape(-1), w, b, rows.shape[0], C, float(eps),
-               weight is not None, bias is not None, out.reshape(-1))
+    launch.run(
+        layer_norm_rows,
+        rows.size,
+        rows.reshape(-1),
+        w,
+        b,
+        rows.shape[0],
+        C,
+        float(eps),
+        weight is not None,
+        bias is not None,
+        out.reshape(-1),
+    )
     return out.reshape(x.shape)
 
 
 def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
     normalized_shape = tuple(normalized_shape)
     k = len(normalized_shape)
-    ok = x.dtype in FLOATS and x.size > 0 and k <= x.ndim and tuple(x.shape[x.ndim - k:]) == normalized_shape \
-        and grad.dtype == x.dtype and grad.shape == x.shape \
+    ok = (
+        x.dtype in FLOATS
+        and x.size > 0
+        and k <= x.ndim
+        and tuple(x.shape[x.ndim - k :]) == normalized_shape
+        and grad.dtype == x.dtype
+        and grad.shape == x.shape
         and all(p is None or (p.dtype == x.dtype and tuple(p.shape) == normalized_shape) for p in (weight, bias))
+    )
     if not ok or not launch.hot(("layer_norm_backward", x.shape, x.dtype.num, normalized_shape)):
         return _reference("layer_norm_backward", grad, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
     C = math.prod(normalized_shape)
@@ -274,11 +332,26 @@ def layer_norm_backward(grad, x, weight, bias, *, normalized_shape, eps=1e-5):
     w = np.zeros(1, x.dtype) if weight is None else np.ascontiguousarray(weight).reshape(-1)
     dx = np.empty(x.shape, x.dtype)
     mean, rstd = np.empty(R), np.empty(R)
-    launch.run(layer_norm_backward_rows, rows.size, rows, w, g, R, C, float(eps), weight is not None,
-               dx.reshape(-1), mean, rstd)
+    launch.run(
+        layer_norm_backward_rows,
+        rows.size,
+        rows,
+        w,
+        g,
+        R,
+        C,
+        float(eps),
+        weight is not None,
+        dx.reshape(-1),
+        mean,
+        rstd,
+    )
     if weight is None and bias is None:
         return dx, None, None
     dw, db = np.empty(C, x.dtype), np.empty(C, x.dtype)
     launch.run(layer_norm_param_grads, rows.size, rows, g, R, C, mean, rstd, dw, db)
-    return (dx, None if weight is None else dw.reshape(normalized_shape),
-            None if bias is None else db.reshape(normalized_shape))
+    return (
+        dx,
+        None if weight is None else dw.reshape(normalized_shape),
+        None if bias is None else db.reshape(normalized_shape),
+    )
