@@ -198,7 +198,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
         dispatch.set_grad_enabled(prev)
 
 
-def backward(tensor, gradient=None, create_graph=False):
+def backward(tensor: Any, gradient: Any = None, create_graph: bool = False) -> None:
     """``tensor.backward()``: accumulate d tensor / d leaf into each leaf's ``.grad``."""
     if not tensor.requires_grad:
         raise located(

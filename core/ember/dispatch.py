@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+from typing import Any, TypeVar
 
 from . import primitives
 from .dtypes import KEEPS, storage_upcast
@@ -39,13 +40,16 @@ from .errors import BackendError, EmberError, NotImplementedByBackend, located
 # hold no graph alive and backward never meets them.
 NO_GRAD = primitives.NON_DIFFERENTIABLE
 
+#: a Tensor: the door's result is of its input's class (tensor.py's, which this module cannot name)
+T = TypeVar("T")
+
 # ----------------------------------------------------------------------------- building tensors
 #: The Tensor class, registered by tensor.py with :func:`register_tensor_class` (tensor.py
 #: imports this module, so this module cannot import it).
-Tensor = None
+Tensor: Any = None
 
 
-def register_tensor_class(cls):
+def register_tensor_class(cls: type[T]) -> type[T]:
     """Make ``cls`` the class of the tensors dispatch builds (tensor.py's ``Tensor`` registers
     itself when it is defined); returns ``cls``."""
     global Tensor
@@ -66,7 +70,7 @@ def _new(data, backend, ctx):
     return t
 
 
-def wrap(data, backend, ctx=None):
+def wrap(data: Any, backend: Any, ctx: Any = None) -> Any:
     """The Tensor holding buffer ``data`` of ``backend``: how code outside dispatch (a backend
     plugin's kernels, autodiff's custom rules, checkpoint loading) turns buffers into tensors.
     ``ctx`` — ``(name, inputs, params)`` — makes it an autodiff node.
@@ -116,39 +120,40 @@ class Interpreter:
 
     evaluates = True
 
-    def apply1(self, name, x, params):
+    # Tensors are Any here: their class is tensor.py's, which this module cannot import.
+    def apply1(self, name: str, x: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def apply2(self, name, a, b):
+    def apply2(self, name: str, a: Any, b: Any) -> Any:
         raise NotImplementedError
 
-    def apply(self, name, args, params):
+    def apply(self, name: str, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def create(self, name, backend, params):
+    def create(self, name: str, backend: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def wrap(self, data, backend, ctx):
+    def wrap(self, data: Any, backend: Any, ctx: Any) -> Any:
         return _new(data, backend, ctx)
 
-    def assign(self, dst, src):
+    def assign(self, dst: Any, src: Any) -> Any:
         raise NotImplementedError
 
-    def random_bits(self, generator, shape, backend):
+    def random_bits(self, generator: Any, shape: tuple[int, ...], backend: Any) -> Any:
         raise NotImplementedError
 
-    def read_grad(self, t):
+    def read_grad(self, t: Any) -> Any:
         return t._grad
 
-    def write_grad(self, t, value):
+    def write_grad(self, t: Any, value: Any) -> None:
         t._grad = value
 
-    def fused_backend(self, name, backend):
+    def fused_backend(self, name: str, backend: Any) -> Any:
         """The backend whose kernel for fused op ``name`` would run, or None for the op's
         reference decomposition."""
         return backend
 
-    def fused(self, name, backend, args, params):
+    def fused(self, name: str, backend: Any, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
 
@@ -226,7 +231,7 @@ def interpreting(interp: Interpreter):
 # Each function hands the primitive to the current interpreter unless that is Eager, whose
 # rule it then runs inline (see Eager). They are the hot path of every eager program, so
 # they read attributes once and look nothing up twice.
-def apply1(name, x, **params):
+def apply1(name: str, x: T, **params: Any) -> T:
     """Apply a primitive of one tensor argument (unary ops, reductions, movement)."""
     if _open:
         interp = _current()
@@ -242,7 +247,7 @@ def apply1(name, x, **params):
     return _new(data, backend, None)
 
 
-def apply2(name, a, b):
+def apply2(name: str, a: T, b: Any) -> T:
     """Apply a binary primitive; ``b`` may be a Python scalar."""
     if _open:
         interp = _current()
@@ -265,7 +270,7 @@ def apply2(name, a, b):
     return _new(data, backend, None)
 
 
-def apply(name, *args, **params):
+def apply(name: str, *args: Any, **params: Any) -> Any:
     """Apply any primitive; tensors among ``args`` must share one backend."""
     if _open:
         interp = _current()
@@ -294,7 +299,7 @@ def apply(name, *args, **params):
     return _new(data, backend, None)
 
 
-def create(name, backend, **params):
+def create(name: str, backend: Any, **params: Any) -> Any:
     """Run a creation primitive (full, arange, random_bits) on ``backend``."""
     if _open:
         interp = _current()

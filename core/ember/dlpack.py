@@ -23,13 +23,15 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import dispatch
 
 #: DLPack's device-type codes that ember routes (``__dlpack_device__()[0]``).
 KDL_CPU, KDL_CUDA = 1, 2
 
 
-def capsule(t, **kwargs):
+def capsule(t: Any, **kwargs: Any) -> Any:
     """``t.__dlpack__(**kwargs)``: the backend buffer's own capsule, else a NumPy copy's."""
     buf = t._data
     if hasattr(buf, "__dlpack__"):
@@ -37,7 +39,7 @@ def capsule(t, **kwargs):
     return t.numpy().__dlpack__(**kwargs)
 
 
-def device(t) -> tuple:
+def device(t: Any) -> tuple[int, int]:
     """``t.__dlpack_device__()``: ``(device type, index)`` of the memory."""
     buf = t._data
     if hasattr(buf, "__dlpack_device__"):

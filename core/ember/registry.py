@@ -41,7 +41,7 @@ class _Registry:
             raise BackendError(f"plugin {name!r}: {message} (EMBER_STRICT_PLUGINS=1 makes this an error)") from exc
         warnings.warn(f"ember: plugin {name!r} disabled: {message}", PluginWarning, stacklevel=4)
 
-    def discover(self):
+    def discover(self) -> None:
         if self.discovered:
             return
         self.discovered = True

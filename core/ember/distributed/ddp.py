@@ -103,7 +103,7 @@ class DistributedDataParallel:
 
     def sync_gradients(self) -> None:
         """Wait for every bucket's all-reduce and set each ``p.grad`` to the average over ranks."""
-        from ..tensor import as_tensor
+        from ..creation import as_tensor
 
         while self._next < len(self.buckets):  # unused parameters: their buckets go now
             self._launch(self.buckets[self._next])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from ..creation import empty
 from ..errors import ShapeError, located
-from ..tensor import arange, empty, where
+from ..tensor import arange, where
 from . import functional as F, init
 from .module import Module
 from .parameter import Parameter

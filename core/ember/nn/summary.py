@@ -76,7 +76,7 @@ def summary(model, input_shape, *, batch_size=2, dtype=D.float32) -> ModelSummar
     -----------------------------------
     """
     from ..autodiff import no_grad
-    from ..tensor import zeros
+    from ..creation import zeros
 
     rows, wrapped = [], []
     for name, module in model.named_modules():

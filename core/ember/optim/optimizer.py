@@ -198,7 +198,7 @@ class Optimizer:
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise self._fail(f"parameter {i} of param group {index} is a {type(p).__name__}, not a tensor")
-            if not p.is_leaf:
+            if p._ctx is not None:  # not a leaf
                 raise self._fail(
                     f"parameter {i} of param group {index} ({_describe(p)}) is not a leaf: "
                     f"it was computed by {p._ctx[0]!r}, so stepping it would not change anything "
@@ -244,7 +244,7 @@ class Optimizer:
         >>> opt = ember.optim.SGD([w], lr=0.1); opt.zero_grad(); w.grad is None
         True
         """
-        from ..tensor import zeros_like
+        from ..creation import zeros_like
 
         for group in self.param_groups:
             for p in group["params"]:

@@ -3,7 +3,8 @@ inputs' backend, axis normalisation."""
 
 from __future__ import annotations
 
-from ...tensor import Tensor, full, tensor
+from ...creation import full
+from ...tensor import Tensor, tensor
 
 LATEST = 28  # the newest default-domain opset of the pinned onnx (1.23.2)
 
