@@ -30,7 +30,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any, Protocol, TypeVar
 
 from . import primitives
 from .dtypes import KEEPS, storage_upcast
@@ -40,8 +41,17 @@ from .errors import BackendError, EmberError, NotImplementedByBackend, located
 # hold no graph alive and backward never meets them.
 NO_GRAD = primitives.NON_DIFFERENTIABLE
 
+
 #: a Tensor: the door's result is of its input's class (tensor.py's, which this module cannot name)
-T = TypeVar("T")
+class _Buffered(Protocol):
+    """What the door reads of a tensor."""
+
+    _data: Any
+    _backend: Any
+    requires_grad: bool
+
+
+T = TypeVar("T", bound=_Buffered)
 
 # ----------------------------------------------------------------------------- building tensors
 #: The Tensor class, registered by tensor.py with :func:`register_tensor_class` (tensor.py
@@ -57,7 +67,7 @@ def register_tensor_class(cls: type[T]) -> type[T]:
     return cls
 
 
-def _new(data, backend, ctx):
+def _new(data: Any, backend: Any, ctx: Any) -> Any:
     """A Tensor over ``data`` (a ``backend`` buffer), recording ``ctx`` for backward if given."""
     # ``Tensor()``, not ``Tensor.__new__(Tensor)``: the class has no __init__, and a call of the
     # class skips the checks ``__new__`` makes (~40 ns, 4% of a small eager add).
@@ -165,28 +175,28 @@ class Eager(Interpreter):
     a small eager ``add``. The methods below complete the protocol by calling those functions,
     which is what they mean while Eager is current."""
 
-    def apply1(self, name, x, params):
+    def apply1(self, name: str, x: Any, params: dict[str, Any]) -> Any:
         return apply1(name, x, **params)
 
-    def apply2(self, name, a, b):
+    def apply2(self, name: str, a: Any, b: Any) -> Any:
         return apply2(name, a, b)
 
-    def apply(self, name, args, params):
+    def apply(self, name: str, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         return apply(name, *args, **params)
 
-    def create(self, name, backend, params):
+    def create(self, name: str, backend: Any, params: dict[str, Any]) -> Any:
         return create(name, backend, **params)
 
-    def assign(self, dst, src):
+    def assign(self, dst: Any, src: Any) -> Any:
         if src._backend is not dst._backend:
             src = src.to(dst._backend)
         dst._backend.assign(dst._data, src._data)
         return dst
 
-    def random_bits(self, generator, shape, backend):
+    def random_bits(self, generator: Any, shape: tuple[int, ...], backend: Any) -> Any:
         return self.create("random_bits", backend, {"shape": shape, "seed": generator.seed, "offset": generator.offset})
 
-    def fused(self, name, backend, args, params):
+    def fused(self, name: str, backend: Any, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         out = backend.fused_impls[name](*(a._data if isinstance(a, Tensor) else a for a in args), **params)
         if isinstance(out, tuple):
             return tuple(None if b is None else _new(b, backend, None) for b in out)
@@ -194,7 +204,7 @@ class Eager(Interpreter):
 
 
 EAGER = Eager()
-_INTERPRETER = contextvars.ContextVar("ember.interpreter", default=EAGER)
+_INTERPRETER: contextvars.ContextVar[Interpreter] = contextvars.ContextVar("ember.interpreter", default=EAGER)
 _current = _INTERPRETER.get  # bound once: every op asks it
 
 # How many ``interpreting`` blocks are open, in all threads together. While it is 0 every
@@ -212,7 +222,7 @@ def interpreter() -> Interpreter:
 
 
 @contextlib.contextmanager
-def interpreting(interp: Interpreter):
+def interpreting(interp: Interpreter) -> Iterator[Interpreter]:
     """Make ``interp`` the current interpreter of this context for the ``with`` block; the one
     before it is current again afterwards (the stack is the chain of these blocks)."""
     global _open
@@ -276,7 +286,7 @@ def apply(name: str, *args: Any, **params: Any) -> Any:
         interp = _current()
         if interp is not EAGER:
             return interp.apply(name, args, params)
-    backend = None
+    backend: Any = None
     grad = False
     for a in args:
         if isinstance(a, Tensor):
@@ -312,7 +322,7 @@ def create(name: str, backend: Any, **params: Any) -> Any:
     return _new(data, backend, None)
 
 
-def explain(name, backend, args, params, exc):
+def explain(name: str, backend: Any, args: tuple[Any, ...], params: dict[str, Any], exc: BaseException) -> Any:
     """Raise an ember error for a failure of ``backend`` on primitive ``name``, naming shapes,
     dtypes and the user's line; or, where an operand has a storage dtype the backend cannot
     compute on (bfloat16), apply ``name`` again to the operands cast to float32 and return that."""

@@ -43,11 +43,12 @@ def device(t: Any) -> tuple[int, int]:
     """``t.__dlpack_device__()``: ``(device type, index)`` of the memory."""
     buf = t._data
     if hasattr(buf, "__dlpack_device__"):
-        return buf.__dlpack_device__()
+        kind, index = buf.__dlpack_device__()
+        return int(kind), int(index)
     return (KDL_CPU, 0)
 
 
-def from_dlpack(obj, backend=None):
+def from_dlpack(obj: Any, backend: Any = None) -> Any:
     """A tensor sharing memory with ``obj``, any DLPack producer (module table).
 
     ``backend`` chooses where a CPU producer's memory goes (default: the current backend, if it
@@ -63,7 +64,7 @@ def from_dlpack(obj, backend=None):
         )
     kind = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else KDL_CPU
     if kind == KDL_CUDA:
-        target = backend_for(backend or "cuda")
+        target: Any = backend_for(backend or "cuda")  # a CUDA backend has from_dlpack
         return dispatch.wrap(target.from_dlpack(obj), target)
     if kind != KDL_CPU:
         raise located(

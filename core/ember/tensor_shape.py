@@ -7,6 +7,7 @@ Movement is reshape/permute/expand/pad/slice/flip, indexing is take/index_add an
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeAlias
@@ -57,6 +58,7 @@ class TensorShape:
     if TYPE_CHECKING:  # Tensor's core (tensor.py), which its mixins use but cannot import
         _data: Any
         _backend: Backend
+        requires_grad: builtins.bool  # the class's own bool() below shadows the builtin
 
         @property
         def shape(self) -> tuple[int, ...]: ...
