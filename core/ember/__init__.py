@@ -18,6 +18,19 @@ from . import autograd, dtypes
 from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, value_and_grad
 from .autograd import inference_mode
 from .backend import API_VERSION, Backend, BackendInfo, Capabilities
+from .creation import (
+    as_tensor,
+    empty,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
+)
 from .devices import cuda, device
 from .dtypes import (
     DType,
@@ -46,24 +59,13 @@ from .tensor import (
     FUNCTIONS as _FUNCTIONS,
     Tensor,
     arange,
-    as_tensor,
     broadcast_tensors,
     cat,
     concatenate,
-    empty,
-    eye,
-    from_numpy,
-    full,
-    full_like,
-    linspace,
     matmul,
-    ones,
-    ones_like,
     stack,
     tensor,
     where,
-    zeros,
-    zeros_like,
 )
 
 globals().update(_FUNCTIONS)  # ember.exp(x), ember.sum(x, dim), ... (see tensor.FUNCTIONS)

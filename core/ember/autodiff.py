@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from . import dispatch
 from .errors import GradError, located
@@ -21,18 +21,18 @@ from .primitives.adjoint import unbroadcast  # noqa: F401 - rules outside the re
 
 #: node name -> VJP rule, for nodes that are not primitives (custom_vjp, ember.fused); it is
 #: consulted first, so a rule registered here for a primitive's name overrides the record's.
-VJP: dict = {}
+VJP: dict[str, Callable[..., Any]] = {}
 
 # id(leaf) -> callback(leaf), called the moment a leaf's .grad is final during backward().
 # Leaves are visited once, after every path into them, so "final" is exact. Data-parallel
 # training uses it to start each bucket's all-reduce while the rest of backward still runs.
-GRAD_READY_HOOKS: dict = {}
+GRAD_READY_HOOKS: dict[int, Callable[[Any], None]] = {}
 
 
-def defvjp(name):
+def defvjp(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the VJP rule of node ``name`` (decorator); primitives carry theirs in their record."""
 
-    def register(rule):
+    def register(rule: Callable[..., Any]) -> Callable[..., Any]:
         VJP[name] = rule
         return rule
 
@@ -66,7 +66,7 @@ def custom_vjp(fn: Callable[..., Any], vjp: Callable[..., Any], name: str | None
         raise ValueError(f"custom_vjp: {name!r} is a primitive; give the function a name of its own")
     VJP[name] = vjp
 
-    def wrapped(*args, **params):
+    def wrapped(*args: Any, **params: Any) -> Any:
         prev = dispatch.set_grad_enabled(False)
         try:
             out = fn(*args, **params)
@@ -119,9 +119,10 @@ is_grad_enabled = dispatch.is_grad_enabled
 
 
 # ----------------------------------------------------------------------------- the walk
-def _topo_order(roots):
+def _topo_order(roots: list[Any]) -> list[Any]:
     """Tensors reachable from ``roots`` through recorded ops, each after everything it feeds."""
-    order, seen = [], set()
+    order: list[Any] = []
+    seen: set[int] = set()
     stack = [(r, False) for r in roots]
     while stack:  # iterative: a 10,000-op chain must not hit recursion limits
         node, done = stack.pop()
@@ -140,7 +141,7 @@ def _topo_order(roots):
     return order
 
 
-def _rule(name):
+def _rule(name: str) -> Callable[..., Any] | None:
     """The VJP rule of node ``name``: the one registered in ``VJP`` for it, else its record's."""
     if isinstance(name, Primitive) and name not in VJP:
         return name.vjp
@@ -150,19 +151,25 @@ def _rule(name):
     return rule
 
 
-def _accumulate(grads, t, g):
+def _accumulate(grads: dict[int, Any], t: Any, g: Any) -> None:
     key = id(t)
     prev = grads.get(key)
     grads[key] = g if prev is None else prev + g
 
 
-def backprop(outputs, cotangents, inputs=None, create_graph=False):
+@overload
+def backprop(outputs: list[Any], cotangents: list[Any], inputs: None = None, create_graph: bool = False) -> None: ...
+@overload
+def backprop(outputs: list[Any], cotangents: list[Any], inputs: list[Any], create_graph: bool = False) -> list[Any]: ...
+def backprop(
+    outputs: list[Any], cotangents: list[Any], inputs: list[Any] | None = None, create_graph: bool = False
+) -> list[Any] | None:
     """Push ``cotangents`` back from ``outputs``. With ``inputs`` return their gradients;
     without, accumulate into the ``.grad`` of every leaf that requires one."""
     prev = dispatch.set_grad_enabled(create_graph)
     try:
-        grads: dict = {}
-        rules: dict = {}  # node name -> its rule, looked up once per walk
+        grads: dict[int, Any] = {}
+        rules: dict[str, Any] = {}  # node name -> its rule, looked up once per walk
         for o, c in zip(outputs, cotangents):
             _accumulate(grads, o, c)
         wanted = None if inputs is None else {id(t) for t in inputs}
@@ -198,7 +205,7 @@ def backprop(outputs, cotangents, inputs=None, create_graph=False):
         dispatch.set_grad_enabled(prev)
 
 
-def backward(tensor, gradient=None, create_graph=False):
+def backward(tensor: Any, gradient: Any = None, create_graph: bool = False) -> None:
     """``tensor.backward()``: accumulate d tensor / d leaf into each leaf's ``.grad``."""
     if not tensor.requires_grad:
         raise located(
@@ -217,7 +224,9 @@ def backward(tensor, gradient=None, create_graph=False):
     backprop([tensor], [gradient], create_graph=create_graph)
 
 
-def grad_of(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False):
+def grad_of(
+    outputs: Any, inputs: Any, grad_outputs: Any = None, create_graph: bool = False, allow_unused: bool = False
+) -> Any:
     """Gradients of ``outputs`` with respect to ``inputs`` (like ``torch.autograd.grad``)."""
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     single = not isinstance(inputs, (list, tuple))
@@ -240,10 +249,10 @@ def grad_of(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused
 
 
 # ----------------------------------------------------------------------------- functional API
-def _prepare(args, argnums):
+def _prepare(given: tuple[Any, ...], argnums: tuple[int, ...]) -> tuple[list[Any], bool]:
     """Mark the differentiated arguments. Inside an outer differentiation they stay connected
     to its graph (that is what makes grad(grad(f)) work); otherwise they become fresh leaves."""
-    args = list(args)
+    args = list(given)
     nested = False
     for i in argnums:
         a = args[i]
@@ -266,8 +275,8 @@ def value_and_grad(
     """
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
-    def wrapped(*args, **kwargs):
-        args, nested = _prepare(args, nums)
+    def wrapped(*given: Any, **kwargs: Any) -> tuple[Any, Any]:
+        args, nested = _prepare(given, nums)
         with enable_grad():
             out = f(*args, **kwargs)
         value, aux = out if has_aux else (out, None)
@@ -296,7 +305,7 @@ def grad(f: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool 
     """
     vg = value_and_grad(f, argnums, has_aux)
 
-    def wrapped(*args, **kwargs):
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         (value, g) = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 

@@ -16,10 +16,17 @@ docs/backends.md tells the same story for users.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
+
 from .errors import BackendError, located
 
 #: Device types ember knows; a backend declares one of them as its ``device``.
 TYPES = ("cpu", "cuda", "webgpu")
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .registry import _Registry as Registry
 
 
 class device:  # noqa: N801 - torch.device's name
@@ -37,56 +44,59 @@ class device:  # noqa: N801 - torch.device's name
     """
 
     __slots__ = ("type", "index")
+    type: str  # noqa: A003 - torch's attribute names
+    index: int | None
 
-    def __init__(self, type, index=None):  # noqa: A002 - torch's parameter name
-        if isinstance(type, device):
-            type, index = type.type, type.index if index is None else index
-        elif isinstance(type, str) and ":" in type:
+    def __init__(self, type: str | device, index: int | None = None) -> None:  # noqa: A002 - torch's name
+        kind, number = (
+            (type.type, type.index if index is None else index) if isinstance(type, device) else (type, index)
+        )
+        if isinstance(kind, str) and ":" in kind:
             if index is not None:
                 raise located(ValueError, f"ember.device({type!r}, {index!r}): the index is given twice")
-            type, _, number = type.partition(":")
-            if not number.isdigit():
+            kind, _, digits = kind.partition(":")
+            if not digits.isdigit():
                 raise located(
-                    ValueError, f"ember.device: invalid index {number!r} in {type}:{number}; expected e.g. 'cuda:0'"
+                    ValueError, f"ember.device: invalid index {digits!r} in {kind}:{digits}; expected e.g. 'cuda:0'"
                 )
-            index = int(number)
-        if type not in TYPES:
+            number = int(digits)
+        if kind not in TYPES:
             raise located(
                 ValueError,
-                f"ember.device: unknown device type {type!r}; expected one of "
+                f"ember.device: unknown device type {kind!r}; expected one of "
                 f"{', '.join(TYPES)} (a backend name such as 'numba' goes to x.to() directly)",
             )
-        if index is not None and (not isinstance(index, int) or index < 0):
-            raise located(ValueError, f"ember.device: index must be a non-negative int, got {index!r}")
-        object.__setattr__(self, "type", type)
-        object.__setattr__(self, "index", index)
+        if number is not None and (not isinstance(number, int) or number < 0):
+            raise located(ValueError, f"ember.device: index must be a non-negative int, got {number!r}")
+        object.__setattr__(self, "type", kind)
+        object.__setattr__(self, "index", number)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ember.device is immutable")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"device(type={self.type!r})" if self.index is None else f"device(type={self.type!r}, index={self.index})"
         )
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
             return str(self) == other
         if isinstance(other, device):
             return (self.type, self.index) == (other.type, other.index)
         return NotImplemented
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(str(self))  # equal to its string, so hashed like it
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[str, int | None]]:
         return device, (self.type, self.index)
 
 
-def is_device(target) -> bool:
+def is_device(target: object) -> bool:
     """True for a ``device`` or a string naming one (``"cpu"``, ``"cuda:0"``); False for backend names.
 
     >>> is_device("cuda:0"), is_device("numba")
@@ -97,17 +107,17 @@ def is_device(target) -> bool:
     return isinstance(target, str) and target.partition(":")[0] in TYPES
 
 
-def of_backend(backend) -> device:
+def of_backend(backend: Backend) -> device:
     """The device a backend computes on."""
     return device(getattr(backend, "device", "cpu") or "cpu")
 
 
-def _on(backend, dev: device) -> bool:
+def _on(backend: Backend, dev: device) -> bool:
     mine = of_backend(backend)
     return mine.type == dev.type and (dev.index is None or mine.index in (None, dev.index))
 
 
-def backend_for(target, current=None):
+def backend_for(target: str | device | Backend, current: Backend | None = None) -> Backend:
     """The backend ``x.to(target)`` moves to, where ``current`` is ``x``'s backend (module table).
 
     >>> backend_for("cpu").device
@@ -121,7 +131,7 @@ def backend_for(target, current=None):
     if isinstance(target, Backend):
         return target
     if not is_device(target):
-        return get_backend(target)
+        return get_backend(cast(str, target))  # not a device: a backend's name
     dev = device(target)
     if current is not None and _on(current, dev):
         return current
@@ -154,7 +164,7 @@ def _cpu_default() -> str:
         return "python"
 
 
-def _usable(registry):
+def _usable(registry: Registry) -> Iterator[Backend]:
     """Available backends, highest priority first; one that fails to load is passed over."""
     registry.discover()
     for name, _ in sorted(registry.infos.items(), key=lambda kv: -kv[1].priority):

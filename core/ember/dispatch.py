@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+from collections.abc import Iterator
+from typing import Any, Protocol, TypeVar
 
 from . import primitives
 from .dtypes import KEEPS, storage_upcast
@@ -39,13 +41,25 @@ from .errors import BackendError, EmberError, NotImplementedByBackend, located
 # hold no graph alive and backward never meets them.
 NO_GRAD = primitives.NON_DIFFERENTIABLE
 
+
+#: a Tensor: the door's result is of its input's class (tensor.py's, which this module cannot name)
+class _Buffered(Protocol):
+    """What the door reads of a tensor."""
+
+    _data: Any
+    _backend: Any
+    requires_grad: bool
+
+
+T = TypeVar("T", bound=_Buffered)
+
 # ----------------------------------------------------------------------------- building tensors
 #: The Tensor class, registered by tensor.py with :func:`register_tensor_class` (tensor.py
 #: imports this module, so this module cannot import it).
-Tensor = None
+Tensor: Any = None
 
 
-def register_tensor_class(cls):
+def register_tensor_class(cls: type[T]) -> type[T]:
     """Make ``cls`` the class of the tensors dispatch builds (tensor.py's ``Tensor`` registers
     itself when it is defined); returns ``cls``."""
     global Tensor
@@ -53,7 +67,7 @@ def register_tensor_class(cls):
     return cls
 
 
-def _new(data, backend, ctx):
+def _new(data: Any, backend: Any, ctx: Any) -> Any:
     """A Tensor over ``data`` (a ``backend`` buffer), recording ``ctx`` for backward if given."""
     # ``Tensor()``, not ``Tensor.__new__(Tensor)``: the class has no __init__, and a call of the
     # class skips the checks ``__new__`` makes (~40 ns, 4% of a small eager add).
@@ -66,7 +80,7 @@ def _new(data, backend, ctx):
     return t
 
 
-def wrap(data, backend, ctx=None):
+def wrap(data: Any, backend: Any, ctx: Any = None) -> Any:
     """The Tensor holding buffer ``data`` of ``backend``: how code outside dispatch (a backend
     plugin's kernels, autodiff's custom rules, checkpoint loading) turns buffers into tensors.
     ``ctx`` — ``(name, inputs, params)`` — makes it an autodiff node.
@@ -116,39 +130,40 @@ class Interpreter:
 
     evaluates = True
 
-    def apply1(self, name, x, params):
+    # Tensors are Any here: their class is tensor.py's, which this module cannot import.
+    def apply1(self, name: str, x: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def apply2(self, name, a, b):
+    def apply2(self, name: str, a: Any, b: Any) -> Any:
         raise NotImplementedError
 
-    def apply(self, name, args, params):
+    def apply(self, name: str, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def create(self, name, backend, params):
+    def create(self, name: str, backend: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def wrap(self, data, backend, ctx):
+    def wrap(self, data: Any, backend: Any, ctx: Any) -> Any:
         return _new(data, backend, ctx)
 
-    def assign(self, dst, src):
+    def assign(self, dst: Any, src: Any) -> Any:
         raise NotImplementedError
 
-    def random_bits(self, generator, shape, backend):
+    def random_bits(self, generator: Any, shape: tuple[int, ...], backend: Any) -> Any:
         raise NotImplementedError
 
-    def read_grad(self, t):
+    def read_grad(self, t: Any) -> Any:
         return t._grad
 
-    def write_grad(self, t, value):
+    def write_grad(self, t: Any, value: Any) -> None:
         t._grad = value
 
-    def fused_backend(self, name, backend):
+    def fused_backend(self, name: str, backend: Any) -> Any:
         """The backend whose kernel for fused op ``name`` would run, or None for the op's
         reference decomposition."""
         return backend
 
-    def fused(self, name, backend, args, params):
+    def fused(self, name: str, backend: Any, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
 
@@ -160,28 +175,28 @@ class Eager(Interpreter):
     a small eager ``add``. The methods below complete the protocol by calling those functions,
     which is what they mean while Eager is current."""
 
-    def apply1(self, name, x, params):
+    def apply1(self, name: str, x: Any, params: dict[str, Any]) -> Any:
         return apply1(name, x, **params)
 
-    def apply2(self, name, a, b):
+    def apply2(self, name: str, a: Any, b: Any) -> Any:
         return apply2(name, a, b)
 
-    def apply(self, name, args, params):
+    def apply(self, name: str, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         return apply(name, *args, **params)
 
-    def create(self, name, backend, params):
+    def create(self, name: str, backend: Any, params: dict[str, Any]) -> Any:
         return create(name, backend, **params)
 
-    def assign(self, dst, src):
+    def assign(self, dst: Any, src: Any) -> Any:
         if src._backend is not dst._backend:
             src = src.to(dst._backend)
         dst._backend.assign(dst._data, src._data)
         return dst
 
-    def random_bits(self, generator, shape, backend):
+    def random_bits(self, generator: Any, shape: tuple[int, ...], backend: Any) -> Any:
         return self.create("random_bits", backend, {"shape": shape, "seed": generator.seed, "offset": generator.offset})
 
-    def fused(self, name, backend, args, params):
+    def fused(self, name: str, backend: Any, args: tuple[Any, ...], params: dict[str, Any]) -> Any:
         out = backend.fused_impls[name](*(a._data if isinstance(a, Tensor) else a for a in args), **params)
         if isinstance(out, tuple):
             return tuple(None if b is None else _new(b, backend, None) for b in out)
@@ -189,7 +204,7 @@ class Eager(Interpreter):
 
 
 EAGER = Eager()
-_INTERPRETER = contextvars.ContextVar("ember.interpreter", default=EAGER)
+_INTERPRETER: contextvars.ContextVar[Interpreter] = contextvars.ContextVar("ember.interpreter", default=EAGER)
 _current = _INTERPRETER.get  # bound once: every op asks it
 
 # How many ``interpreting`` blocks are open, in all threads together. While it is 0 every
@@ -207,7 +222,7 @@ def interpreter() -> Interpreter:
 
 
 @contextlib.contextmanager
-def interpreting(interp: Interpreter):
+def interpreting(interp: Interpreter) -> Iterator[Interpreter]:
     """Make ``interp`` the current interpreter of this context for the ``with`` block; the one
     before it is current again afterwards (the stack is the chain of these blocks)."""
     global _open
@@ -226,7 +241,7 @@ def interpreting(interp: Interpreter):
 # Each function hands the primitive to the current interpreter unless that is Eager, whose
 # rule it then runs inline (see Eager). They are the hot path of every eager program, so
 # they read attributes once and look nothing up twice.
-def apply1(name, x, **params):
+def apply1(name: str, x: T, **params: Any) -> T:
     """Apply a primitive of one tensor argument (unary ops, reductions, movement)."""
     if _open:
         interp = _current()
@@ -242,7 +257,7 @@ def apply1(name, x, **params):
     return _new(data, backend, None)
 
 
-def apply2(name, a, b):
+def apply2(name: str, a: T, b: Any) -> T:
     """Apply a binary primitive; ``b`` may be a Python scalar."""
     if _open:
         interp = _current()
@@ -265,13 +280,13 @@ def apply2(name, a, b):
     return _new(data, backend, None)
 
 
-def apply(name, *args, **params):
+def apply(name: str, *args: Any, **params: Any) -> Any:
     """Apply any primitive; tensors among ``args`` must share one backend."""
     if _open:
         interp = _current()
         if interp is not EAGER:
             return interp.apply(name, args, params)
-    backend = None
+    backend: Any = None
     grad = False
     for a in args:
         if isinstance(a, Tensor):
@@ -294,7 +309,7 @@ def apply(name, *args, **params):
     return _new(data, backend, None)
 
 
-def create(name, backend, **params):
+def create(name: str, backend: Any, **params: Any) -> Any:
     """Run a creation primitive (full, arange, random_bits) on ``backend``."""
     if _open:
         interp = _current()
@@ -307,7 +322,7 @@ def create(name, backend, **params):
     return _new(data, backend, None)
 
 
-def explain(name, backend, args, params, exc):
+def explain(name: str, backend: Any, args: tuple[Any, ...], params: dict[str, Any], exc: BaseException) -> Any:
     """Raise an ember error for a failure of ``backend`` on primitive ``name``, naming shapes,
     dtypes and the user's line; or, where an operand has a storage dtype the backend cannot
     compute on (bfloat16), apply ``name`` again to the operands cast to float32 and return that."""

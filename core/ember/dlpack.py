@@ -23,13 +23,15 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import dispatch
 
 #: DLPack's device-type codes that ember routes (``__dlpack_device__()[0]``).
 KDL_CPU, KDL_CUDA = 1, 2
 
 
-def capsule(t, **kwargs):
+def capsule(t: Any, **kwargs: Any) -> Any:
     """``t.__dlpack__(**kwargs)``: the backend buffer's own capsule, else a NumPy copy's."""
     buf = t._data
     if hasattr(buf, "__dlpack__"):
@@ -37,15 +39,16 @@ def capsule(t, **kwargs):
     return t.numpy().__dlpack__(**kwargs)
 
 
-def device(t) -> tuple:
+def device(t: Any) -> tuple[int, int]:
     """``t.__dlpack_device__()``: ``(device type, index)`` of the memory."""
     buf = t._data
     if hasattr(buf, "__dlpack_device__"):
-        return buf.__dlpack_device__()
+        kind, index = buf.__dlpack_device__()
+        return int(kind), int(index)
     return (KDL_CPU, 0)
 
 
-def from_dlpack(obj, backend=None):
+def from_dlpack(obj: Any, backend: Any = None) -> Any:
     """A tensor sharing memory with ``obj``, any DLPack producer (module table).
 
     ``backend`` chooses where a CPU producer's memory goes (default: the current backend, if it
@@ -61,7 +64,7 @@ def from_dlpack(obj, backend=None):
         )
     kind = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else KDL_CPU
     if kind == KDL_CUDA:
-        target = backend_for(backend or "cuda")
+        target: Any = backend_for(backend or "cuda")  # a CUDA backend has from_dlpack
         return dispatch.wrap(target.from_dlpack(obj), target)
     if kind != KDL_CPU:
         raise located(

@@ -7,6 +7,8 @@ storage dtype (``STORAGE``): tensors hold it, arithmetic on it runs in float32.
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 
 class DType:
     """One element type. Compare with ``is`` or ``==``; ``str(dtype)`` is its NumPy name."""
@@ -20,12 +22,13 @@ class DType:
     def is_floating_point(self) -> bool:
         return self.kind == "f"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ember.{self.name}"
 
-    __str__ = lambda self: self.name  # noqa: E731
+    def __str__(self) -> str:
+        return self.name
 
-    def __reduce__(self):  # dtypes are singletons, also across copy/deepcopy
+    def __reduce__(self) -> tuple[Any, tuple[str]]:  # dtypes are singletons, also across copy/deepcopy
         return (get, (self.name,))
 
 
@@ -60,8 +63,11 @@ BY_NAME.update({"bool_": bool_, "float": float32, "half": float16, "double": flo
 default_float = float32
 default_int = int64
 
+#: what a ``dtype=`` argument accepts: a DType, its name ("float32"), a NumPy dtype or type
+DTypeLike: TypeAlias = "DType | str | type | Any"
 
-def get(d) -> DType:
+
+def get(d: DTypeLike) -> DType:
     """Turn a dtype-like (DType, name, NumPy dtype or type) into an ember DType.
 
     >>> get("float32") is float32
@@ -102,7 +108,7 @@ def promote(a: DType, b: DType) -> DType:
     return a if a.rank >= b.rank else b
 
 
-def storage_upcast(args):
+def storage_upcast(args: tuple[Any, ...]) -> list[Any] | None:
     """``args`` with each tensor of a storage dtype cast to its compute dtype, or None when
     there is none: what a computing primitive runs on (see STORAGE).
 
@@ -115,7 +121,7 @@ def storage_upcast(args):
     return [a.to(STORAGE[a.dtype]) if getattr(a, "dtype", None) in STORAGE else a for a in args]
 
 
-def scalar_dtype(value) -> DType:
+def scalar_dtype(value: bool | int | float) -> DType:
     """The dtype a Python scalar takes when it stands alone (``ember.tensor(3)`` is int64)."""
     if isinstance(value, bool):
         return bool_
@@ -124,7 +130,7 @@ def scalar_dtype(value) -> DType:
     return default_float
 
 
-def result_with_scalar(d: DType, value) -> DType:
+def result_with_scalar(d: DType, value: bool | int | float) -> DType:
     """Dtype of ``tensor OP scalar``: the tensor's, unless the scalar is of a higher kind
     (int tensor * 0.5 → default float, bool tensor + 1 → int64), as in PyTorch."""
     kind = scalar_dtype(value)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
+from typing import TypeVar
 
 # Frames in these directories are ember's own; plugins append theirs (see internal_root).
 _INTERNAL_ROOTS: list[str] = [os.path.dirname(os.path.abspath(__file__))]
@@ -30,9 +32,9 @@ def _internal(filename: str) -> bool:
     return filename.startswith("<frozen") or any(filename.startswith(r) for r in _INTERNAL_ROOTS)
 
 
-def user_frame(skip: int = 1):
+def user_frame(skip: int = 1) -> tuple[str, int, str] | None:
     """The innermost stack frame outside ember, as ``(filename, lineno, source line)``."""
-    f = sys._getframe(skip)
+    f: FrameType | None = sys._getframe(skip)
     while f is not None and _internal(os.path.abspath(f.f_code.co_filename)):
         f = f.f_back
     if f is None:
@@ -42,7 +44,7 @@ def user_frame(skip: int = 1):
     return f.f_code.co_filename, f.f_lineno, linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
 
 
-def where(frame=None) -> str:
+def where(frame: tuple[str, int, str] | None = None) -> str:
     """``" (at file.py:12: y = a @ b)"`` for the user's frame, or ``""`` if there is none."""
     frame = frame or user_frame(2)
     if frame is None:
@@ -83,6 +85,9 @@ class GradError(EmberError, RuntimeError):
     """backward() or grad() asked for something that has no gradient."""
 
 
-def located(cls, message: str):
+E = TypeVar("E", bound=BaseException)
+
+
+def located(cls: type[E], message: str) -> E:
     """An error of class ``cls`` whose message ends with the user's source location."""
     return cls(message + where(user_frame(2)))

@@ -38,6 +38,8 @@ Multi-tensor ops (``adam_step_foreach``) take lists, one entry per parameter, an
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from . import dispatch
 from .autodiff import VJP, custom_vjp, no_grad
@@ -62,7 +64,15 @@ _DECLARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 # ----------------------------------------------------------------------------- the registry
-def defop(name, reference, backward=None, vjp=None, *, saves=False, each=None):
+def defop(
+    name: str,
+    reference: Callable[..., Any],
+    backward: str | None = None,
+    vjp: Callable[..., Any] | None = None,
+    *,
+    saves: bool = False,
+    each: str | None = None,
+) -> Callable[..., Any]:
     """Register fused op ``name`` with its ``reference`` decomposition (a function of Tensors)
     and return the reference. ``backward`` names the fused op that ``vjp`` (autodiff's rule
     signature) runs, so training can use a backend's kernels for both; ``saves``: the op
@@ -83,7 +93,7 @@ def defop(name, reference, backward=None, vjp=None, *, saves=False, each=None):
     if (backward is None) != (vjp is None):
         raise ValueError(f"fused op {name!r}: give both backward= and vjp=, or neither")
     FUSED[name] = reference
-    if backward is not None:
+    if backward is not None and vjp is not None:  # both or neither, checked above
         VJPS[name] = (backward, vjp)
         if saves:
             SAVES.add(name)
@@ -117,7 +127,7 @@ def declared(backend) -> frozenset:
 
 
 # ----------------------------------------------------------------------------- dispatch
-def run(name, *args, **params):
+def run(name: str, *args: Any, **params: Any) -> Any:
     """Run fused op ``name``: the backend's kernel if it declares one, else the reference
     decomposition. When an input needs a gradient, the kernel runs only if the backend also
     declares the op's backward op (:data:`VJPS`); the result is then one autodiff node.
@@ -144,7 +154,7 @@ def run(name, *args, **params):
     return _kernel(name, backend, args, params)
 
 
-def run_foreach(name, params, grads, *states, **hyper):
+def run_foreach(name: str, params: list[Any], grads: list[Any], *states: Any, **hyper: Any) -> Any:
     """Run multi-tensor op ``name`` (``"sgd_step_foreach"``) over lists of tensors on one
     backend: the backend's kernel if it declares one (and ember.jit is not tracing), else
     :func:`run` of the per-parameter op for each parameter. An output the kernel wrote in

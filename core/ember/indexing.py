@@ -8,6 +8,7 @@ indexed dims. So indexing is differentiable with no rule of its own.
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 from . import dispatch, dtypes as D
 from .errors import DTypeError, ShapeError, located
@@ -105,7 +106,7 @@ def _int(e):
         ) from None
 
 
-def getitem(t, key):
+def getitem(t: Any, key: Any) -> Any:
     Tensor = dispatch.Tensor
     entries = _normalize(t, key)
     # None: insert the new unit dims first, then index them with a full slice.
@@ -122,7 +123,12 @@ def getitem(t, key):
         # whether the advanced indices are adjacent, and so where the result's dims go.
         entries = [e if isinstance(e, (slice, Tensor)) else _to_index_tensor(t, _int(e)) for e in entries]
     shape = t.shape
-    starts, stops, steps, flips, labels, adv = [], [], [], [], [], []
+    starts: list[int] = []
+    stops: list[int] = []
+    steps: list[int] = []
+    flips: list[int] = []
+    labels: list[str] = []
+    adv: list[tuple[int, Any]] = []
     for d, (e, size) in enumerate(zip(entries, shape)):
         if isinstance(e, slice):
             a, b, c = e.indices(size)
@@ -135,7 +141,9 @@ def getitem(t, key):
             steps.append(c)
             labels.append("k")
         elif isinstance(e, Tensor):
-            starts.append(0), stops.append(size), steps.append(1)
+            starts.append(0)
+            stops.append(size)
+            steps.append(1)
             labels.append("a")
             adv.append((d, e))
         else:
@@ -143,7 +151,9 @@ def getitem(t, key):
             if not -size <= i < size:
                 raise located(IndexError, f"index {i} is out of bounds for dim {d} with size {size}")
             i %= size
-            starts.append(i), stops.append(i + 1), steps.append(1)
+            starts.append(i)
+            stops.append(i + 1)
+            steps.append(1)
             labels.append("i")
     if any(a or b != s or c != 1 for a, b, c, s in zip(starts, stops, steps, shape)):
         t = t._slice(starts, stops, steps)
@@ -190,7 +200,7 @@ def _advanced(t, labels, adv):
     return out, labels
 
 
-def setitem(t, key, value):
+def setitem(t: Any, key: Any, value: Any) -> None:
     """In-place assignment through NumPy indexing (no gradient flows through it)."""
     Tensor = dispatch.Tensor
     if t.requires_grad and dispatch.is_grad_enabled():

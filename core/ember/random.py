@@ -35,17 +35,17 @@ class Generator:
         self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
         self.offset = 0
 
-    def get_state(self) -> dict:
+    def get_state(self) -> dict[str, int]:
         return {"seed": self.seed, "offset": self.offset}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict[str, int]) -> None:
         self.seed, self.offset = int(state["seed"]), int(state["offset"])
 
     def bits(self, shape: Sequence[int], backend: Any = None) -> Tensor:
         """A uint32 tensor of fresh random words."""
         shape = tuple(shape)
         # Under ember.jit the draw is recorded relative to this generator's state at each call.
-        out = dispatch.interpreter().random_bits(self, shape, get_backend(backend))
+        out: Tensor = dispatch.interpreter().random_bits(self, shape, get_backend(backend))
         self.offset += math.prod(shape)
         return out
 
@@ -68,7 +68,7 @@ def _uniform(shape: tuple[int, ...], dtype: Any, generator: Generator | None, ba
         lo = (g.bits(shape, backend).to(D.float64) / 64).floor()
         return (hi * 67108864.0 + lo) * (1.0 / 9007199254740992.0)
     bits = 11 if dtype is D.float16 else 24
-    u = (g.bits(shape, backend).to(D.float64) / 2 ** (32 - bits)).floor() * (1.0 / 2**bits)
+    u: Tensor = (g.bits(shape, backend).to(D.float64) / 2 ** (32 - bits)).floor() * (1.0 / 2**bits)
     return u.to(dtype)
 
 
@@ -81,7 +81,7 @@ def rand(
     >>> _ = ember.manual_seed(0); x = ember.rand(2, 3); x.shape
     (2, 3)
     """
-    from .tensor import _shape_arg
+    from .tensor_shape import _shape_arg
 
     out = _uniform(_shape_arg(shape), D.get(dtype or D.default_float), generator, backend)
     return out.requires_grad_() if requires_grad else out
@@ -91,7 +91,7 @@ def randn(
     *shape: Any, dtype: Any = None, generator: Generator | None = None, backend: Any = None, requires_grad: bool = False
 ) -> Tensor:
     """Standard normal samples (Box-Muller on two uniform draws, computed in float64)."""
-    from .tensor import _shape_arg
+    from .tensor_shape import _shape_arg
 
     shape = _shape_arg(shape)
     u1 = _uniform(shape, D.float64, generator, backend)

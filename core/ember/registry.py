@@ -13,11 +13,16 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from . import hooks
 from .backend import API_VERSION, Backend, BackendInfo
+
+if TYPE_CHECKING:  # importlib.metadata loads on first discovery, not with ember
+    from importlib.metadata import EntryPoint
 from .errors import BackendError, located
 
 
@@ -26,22 +31,22 @@ class PluginWarning(UserWarning):
 
 
 class _Registry:
-    def __init__(self):
+    def __init__(self) -> None:
         self.infos: dict[str, BackendInfo] = {}
         self.origin: dict[str, str] = {}  # backend name -> plugin it came from
         self.problems: dict[str, str] = {}  # plugin or backend name -> why it is disabled
         self.loaded: dict[str, Backend] = {}
         self.discovered = False
-        self.pm = None
+        self.pm: pluggy.PluginManager | None = None
 
     # -- discovery ------------------------------------------------------------------------------
-    def _problem(self, name: str, message: str, exc: BaseException | None = None):
+    def _problem(self, name: str, message: str, exc: BaseException | None = None) -> None:
         self.problems[name] = message
         if os.environ.get("EMBER_STRICT_PLUGINS") == "1":
             raise BackendError(f"plugin {name!r}: {message} (EMBER_STRICT_PLUGINS=1 makes this an error)") from exc
         warnings.warn(f"ember: plugin {name!r} disabled: {message}", PluginWarning, stacklevel=4)
 
-    def discover(self):
+    def discover(self) -> None:
         if self.discovered:
             return
         self.discovered = True
@@ -75,7 +80,7 @@ class _Registry:
             for info in infos:
                 self._add(info, plugin_name)
 
-    def _add(self, info: BackendInfo, origin: str):
+    def _add(self, info: BackendInfo, origin: str) -> None:
         major = str(info.api_version).split(".")[0]
         if major != API_VERSION.split(".")[0]:
             self._problem(
@@ -92,7 +97,7 @@ class _Registry:
         self.infos[info.name] = info
         self.origin[info.name] = origin
 
-    def register(self, info: BackendInfo, origin: str = "ember.register_backend"):
+    def register(self, info: BackendInfo, origin: str = "ember.register_backend") -> None:
         self.discover()
         self.problems.pop(info.name, None)
         self.infos.pop(info.name, None)
@@ -119,12 +124,12 @@ class _Registry:
         self.loaded[name] = backend
         return backend
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[dict[str, Any]]:
         """One record per known backend or disabled plugin, for ``ember backends``."""
         self.discover()
         rows = []
         for name, info in sorted(self.infos.items(), key=lambda kv: -kv[1].priority):
-            row = {"name": name, "origin": self.origin[name], "description": info.description}
+            row: dict[str, Any] = {"name": name, "origin": self.origin[name], "description": info.description}
             try:
                 backend = info.load() if name not in self.loaded else self.loaded[name]
                 ok, reason = backend.available()
@@ -169,7 +174,7 @@ def install_hint(name: str) -> str:
     )
 
 
-def _entry_points():
+def _entry_points() -> list[EntryPoint]:
     from importlib.metadata import entry_points
 
     return list(entry_points(group="ember"))
@@ -222,7 +227,7 @@ def use(name: str) -> Backend:
 
 
 @contextlib.contextmanager
-def backend(name: str):
+def backend(name: str) -> Iterator[Backend]:
     """Use ``name`` for new tensors inside a ``with`` block only.
 
     >>> import ember
@@ -259,5 +264,5 @@ def register_backend(info: BackendInfo) -> None:
     REGISTRY.register(info)
 
 
-def backends() -> list[dict]:
+def backends() -> list[dict[str, Any]]:
     return REGISTRY.status()

@@ -10,16 +10,28 @@ math and reductions are in tensor_math.py, movement and indexing in tensor_shape
 
 from __future__ import annotations
 
+import builtins
 import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NoReturn, Self, TypeAlias, cast, overload
 
 from . import deferred, devices as _devices, dispatch, dtypes as D, primitives as P
 from .backend import Backend
 from .dispatch import apply, apply1, apply2
 from .errors import DTypeError, GradError, ShapeError, located
-from .primitives import broadcast_shapes
+from .primitives.shapes import broadcast_shapes
 from .registry import get_backend
-from .tensor_math import MaxMin, TensorMath  # noqa: F401 - MaxMin: x.max(dim)'s result type
-from .tensor_shape import TensorShape, _axis, _dims, _shape_arg  # noqa: F401 - random.py uses _shape_arg
+from .tensor_math import MaxMin, Operand, Sorted, TensorMath, TopK  # noqa: F401 - x.max(dim), sort, topk's types
+from .tensor_shape import Scalar, ShapeArg, TensorShape, _axis, _dims, _shape_arg  # noqa: F401
+
+# The class below defines methods named bool, int and float (torch's casts), which shadow the
+# builtins in its own annotations; these names are the builtins.
+_bool: TypeAlias = builtins.bool
+_int: TypeAlias = builtins.int
+_float: TypeAlias = builtins.float
+
+#: what a ``backend=`` argument accepts: a name ("numpy"), a Backend, or None for the current one
+BackendLike: TypeAlias = "str | Backend | None"
 
 
 class Tensor(TensorMath, TensorShape):
@@ -34,21 +46,27 @@ class Tensor(TensorMath, TensorShape):
     """
 
     __slots__ = ("_data", "_backend", "_ctx", "requires_grad", "_grad", "__weakref__")
+    _data: Any  # the backend's buffer (a NumPy array, a Python array, a CuPy array, ...)
+    _backend: Backend
+    _ctx: tuple[str, tuple[Any, ...], dict[str, Any]] | None  # (primitive, inputs, params) for backward
+    requires_grad: _bool
+    _grad: Tensor | None  # what the eager interpreter's read_grad returns as .grad
     __array_priority__ = 1000  # numpy scalars/arrays defer to our operators
 
     @property
-    def grad(self):
+    def grad(self) -> Tensor | None:
         """The gradient ``backward()`` accumulated here, or None. Read and written through the
         current interpreter: ember.jit notes what a traced function does with ``.grad``."""
-        return dispatch.interpreter().read_grad(self)
+        grad: Tensor | None = dispatch.interpreter().read_grad(self)
+        return grad
 
     @grad.setter
-    def grad(self, value):
+    def grad(self, value: Tensor | None) -> None:
         dispatch.interpreter().write_grad(self, value)
 
     # ------------------------------------------------------------------------ basic properties
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> tuple[_int, ...]:
         return tuple(self._backend.shape(self._data))
 
     @property
@@ -56,62 +74,67 @@ class Tensor(TensorMath, TensorShape):
         return self._backend.dtype(self._data)
 
     @property
-    def ndim(self) -> int:
+    def ndim(self) -> _int:
         return len(self._backend.shape(self._data))
 
-    dim = lambda self: self.ndim  # noqa: E731 - torch spells it as a method
+    def dim(self) -> _int:  # torch spells it as a method
+        return self.ndim
 
     @property
-    def backend(self):
+    def backend(self) -> Backend:
         return self._backend
 
     @property
-    def device(self):
+    def device(self) -> _devices.device:
         return _devices.of_backend(self._backend)
 
     @property
-    def is_leaf(self) -> bool:
+    def is_leaf(self) -> _bool:
         return self._ctx is None
 
     @property
     def data(self) -> Tensor:
         return self.detach()
 
-    def size(self, dim=None):
+    @overload
+    def size(self, dim: None = None) -> tuple[_int, ...]: ...
+    @overload
+    def size(self, dim: _int) -> _int: ...
+    def size(self, dim: _int | None = None) -> tuple[_int, ...] | _int:
         shape = self.shape
         return shape if dim is None else shape[_axis(dim, len(shape))]
 
-    def numel(self) -> int:
+    def numel(self) -> _int:
         return math.prod(self.shape)
 
-    def __len__(self):
+    def __len__(self) -> _int:
         shape = self.shape
         if not shape:
             raise located(TypeError, "len() of a 0-d tensor")
         return shape[0]
 
     # ------------------------------------------------------------------------ host exchange
-    def numpy(self):
+    def numpy(self) -> Any:
         """The values as a NumPy array (shares memory on the numpy backend). Detached."""
         if deferred.PENDING:  # a host read: device-side checks surface here
             deferred.raise_pending(self._backend)
-        return self._backend.to_numpy(self._data)
+        return self._backend.to_numpy(self._data)  # Any: numpy is optional, so not named here
 
-    def __dlpack__(self, **kwargs):  # zero-copy exchange with NumPy, torch, CuPy (dlpack.py)
+    def __dlpack__(self, **kwargs: Any) -> Any:  # zero-copy exchange with NumPy, torch, CuPy (dlpack.py)
         from .dlpack import capsule
 
         return capsule(self, **kwargs)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[_int, _int]:
         from .dlpack import device
 
         return device(self)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: _bool | None = None) -> Any:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
-    def tolist(self):
+    def tolist(self) -> Any:
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
         flat = self._backend.to_list(self._data)
@@ -119,7 +142,7 @@ class Tensor(TensorMath, TensorShape):
         if not shape:
             return flat[0]
 
-        def nest(offset, dims):
+        def nest(offset: _int, dims: tuple[_int, ...]) -> list[Any]:
             if len(dims) == 1:
                 return flat[offset : offset + dims[0]]
             step = math.prod(dims[1:])
@@ -127,31 +150,39 @@ class Tensor(TensorMath, TensorShape):
 
         return nest(0, shape)
 
-    def item(self):
+    def item(self) -> _bool | _int | _float:
         if self.numel() != 1:
             raise located(ShapeError, f"item() needs exactly one element, tensor has shape {self.shape}")
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
-        return self._backend.to_list(self._data)[0]
+        value: _bool | _int | _float = self._backend.to_list(self._data)[0]
+        return value
 
-    __float__ = lambda self: float(self.item())  # noqa: E731
-    __int__ = lambda self: int(self.item())  # noqa: E731
-    __index__ = lambda self: int(self.item()) if self.dtype.kind in "iu" else self._no_index()  # noqa: E731
-    # torch's rule: a 0-d tensor formats as its number (f"{loss:.4f}"); others as their repr.
-    __format__ = lambda self, spec: format(self.item(), spec) if self.ndim == 0 else object.__format__(self, spec)  # noqa: E731
+    def __float__(self) -> _float:
+        return _float(self.item())
 
-    def _no_index(self):
+    def __int__(self) -> _int:
+        return _int(self.item())
+
+    def __index__(self) -> _int:
+        return _int(self.item()) if self.dtype.kind in "iu" else self._no_index()
+
+    def __format__(self, spec: str) -> str:
+        # torch's rule: a 0-d tensor formats as its number (f"{loss:.4f}"); others as their repr.
+        return format(self.item(), spec) if self.ndim == 0 else object.__format__(self, spec)
+
+    def _no_index(self) -> NoReturn:
         raise located(TypeError, f"only integer tensors can be used as an index, got {self.dtype}")
 
-    def __bool__(self):
+    def __bool__(self) -> _bool:
         if self.numel() != 1:
             raise located(
                 ShapeError,
                 f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()",
             )
-        return bool(self.item())
+        return _bool(self.item())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         try:
             import numpy as np
 
@@ -173,22 +204,23 @@ class Tensor(TensorMath, TensorShape):
 
     __hash__ = object.__hash__
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tensor]:
         for i in range(len(self)):
             yield self[i]
 
     # ------------------------------------------------------------------------ autodiff
-    def backward(self, gradient=None, create_graph=False):
+    def backward(self, gradient: Tensor | None = None, create_graph: _bool = False) -> None:
         """Accumulate the gradient of this (scalar) tensor into every leaf's ``.grad``."""
         from .autodiff import backward
 
         backward(self, gradient, create_graph)
 
-    def detach(self) -> Tensor:
+    def detach(self) -> Self:
         """The same values, cut from the graph (shares the buffer)."""
-        return dispatch.wrap(self._data, self._backend)
+        out: Self = dispatch.wrap(self._data, self._backend)  # the class dispatch builds: Tensor
+        return out
 
-    def requires_grad_(self, requires_grad=True) -> Tensor:
+    def requires_grad_(self, requires_grad: _bool = True) -> Self:
         if requires_grad and not self.dtype.is_floating_point:
             raise located(GradError, f"only floating-point tensors can require grad, got {self.dtype}")
         if not requires_grad and self._ctx is not None:
@@ -196,46 +228,47 @@ class Tensor(TensorMath, TensorShape):
         self.requires_grad = requires_grad
         return self
 
-    def clone(self) -> Tensor:
+    def clone(self) -> Self:
         # Through dispatch even without grad, so that ember.jit records the copy when it traces.
         return apply1(P.cast, self, dtype=self.dtype)
 
     # ------------------------------------------------------------------------ in-place updates
-    def copy_(self, src) -> Tensor:
+    def copy_(self, src: Tensor | Scalar | Sequence[Any]) -> Self:
         """Overwrite the values in place (no graph). Used by optimizers and load_state_dict."""
-        src = src if isinstance(src, Tensor) else self._like(src)
-        if src.shape != self.shape:
-            src = src.expand(self.shape)
-        if src.dtype is not self.dtype:
-            src = src.to(self.dtype)
-        return dispatch.interpreter().assign(self, src)  # under ember.jit: part of the graph
+        value = src if isinstance(src, Tensor) else self._like(src)
+        if value.shape != self.shape:
+            value = value.expand(self.shape)
+        if value.dtype is not self.dtype:
+            value = value.to(self.dtype)
+        out: Self = dispatch.interpreter().assign(self, value)  # under ember.jit: part of the graph
+        return out
 
-    def zero_(self) -> Tensor:
+    def zero_(self) -> Self:
         return self.copy_(self._full_like(0))
 
-    def fill_(self, value) -> Tensor:
+    def fill_(self, value: Scalar) -> Self:
         return self.copy_(self._full_like(value))
 
-    def add_(self, other, alpha=1) -> Tensor:
+    def add_(self, other: Operand, alpha: Scalar = 1) -> Self:
         from .autodiff import no_grad
 
         with no_grad():
             return self.copy_(self + (other * alpha if alpha != 1 else other))
 
-    def sub_(self, other, alpha=1) -> Tensor:
+    def sub_(self, other: Operand, alpha: Scalar = 1) -> Self:
         from .autodiff import no_grad
 
         with no_grad():  # not add_(other, -alpha): that costs a pass over `other` to negate it
             return self.copy_(self - (other * alpha if alpha != 1 else other))
 
-    def mul_(self, other) -> Tensor:
+    def mul_(self, other: Operand) -> Self:
         from .autodiff import no_grad
 
         with no_grad():
             return self.copy_(self * other)
 
     # ------------------------------------------------------------------------ conversion
-    def to(self, target, non_blocking=False) -> Tensor:
+    def to(self, target: Any, non_blocking: _bool = False) -> Self:
         """``x.to(ember.float64)`` casts; ``x.to("numba")`` or ``x.to("cpu")`` moves (devices.py).
         ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
         if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:  # a dtype
@@ -247,78 +280,79 @@ class Tensor(TensorMath, TensorShape):
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
         data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
-        out = dispatch.wrap(data, backend)
+        out: Self = dispatch.wrap(data, backend)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
 
-    def cpu(self):
+    def cpu(self) -> Self:
         return self.to("cpu")
 
-    def cuda(self, device=None):
+    def cuda(self, device: str | _devices.device | None = None) -> Self:
         return self.to(device if device is not None else "cuda")
 
-    def float(self):
+    def float(self) -> Self:
         return self.to(D.float32)
 
-    def double(self):
+    def double(self) -> Self:
         return self.to(D.float64)
 
-    def half(self):
+    def half(self) -> Self:
         return self.to(D.float16)
 
-    def long(self):
+    def long(self) -> Self:
         return self.to(D.int64)
 
-    def int(self):
+    def int(self) -> Self:
         return self.to(D.int32)
 
-    def bool(self):
+    def bool(self) -> Self:
         return self.to(D.bool_)
 
-    def type_as(self, other):
+    def type_as(self, other: Tensor) -> Self:
         return self.to(other.dtype)
 
     astype = to
 
-    def contiguous(self):
+    def contiguous(self) -> Self:
         return self
 
     # ------------------------------------------------------------------------ helpers
-    def _like(self, value, dtype=None):
+    def _like(self, value: Any, dtype: D.DType | None = None) -> Self:
         """A tensor on this backend from a Python value or a tensor."""
         if isinstance(value, Tensor):
-            return value
-        return tensor(value, dtype=dtype or self.dtype, backend=self._backend)
+            return cast(Self, value)
+        return cast(Self, tensor(value, dtype=dtype or self.dtype, backend=self._backend))
 
-    def _full_like(self, value, shape=None, dtype=None):
-        return dispatch.create(
+    def _full_like(self, value: Scalar, shape: tuple[_int, ...] | None = None, dtype: Any = None) -> Self:
+        out: Self = dispatch.create(
             P.full, self._backend, shape=self.shape if shape is None else shape, value=value, dtype=dtype or self.dtype
         )
+        return out
 
     @staticmethod
-    def _ones_like(t):
+    def _ones_like(t: Tensor) -> Tensor:
         return t._full_like(1)
 
     @staticmethod
-    def _zeros_like(t):
+    def _zeros_like(t: Tensor) -> Tensor:
         return t._full_like(0)
 
     @staticmethod
-    def _where(cond, a, b):
+    def _where(cond: Any, a: Any, b: Any) -> Any:
         return where(cond, a, b)
 
-    def _arange(self, n):
+    def _arange(self, n: _int) -> Tensor:
         return arange(n, backend=self._backend)
 
-    def _tensor(self, value, dtype=None):
-        return tensor(value, dtype=dtype, backend=self._backend)
+    def _tensor(self, value: Any, dtype: Any = None) -> Self:
+        return cast(Self, tensor(value, dtype=dtype, backend=self._backend))
 
     # a primitive applied to tensors; the records' __call__ comes here (``P.conv2d(x, w)``)
     _apply = staticmethod(apply)
 
-    def __matmul__(self, o):
+    def __matmul__(self, o: Tensor) -> Tensor:
         return matmul(self, o)
 
-    def __rmatmul__(self, o):
+    def __rmatmul__(self, o: Tensor) -> Tensor:
         return matmul(self._like(o), self)
 
     matmul = __matmul__
@@ -328,18 +362,18 @@ dispatch.register_tensor_class(Tensor)
 
 
 # ============================================================================== functions
-def _infer_from_python(data):
+def _infer_from_python(data: Any) -> tuple[list[Any], tuple[_int, ...], D.DType]:
     """Flatten nested lists/tuples of Python numbers; return (flat, shape, dtype)."""
-    shape = []
+    shape: list[_int] = []
     probe = data
     while isinstance(probe, (list, tuple)):
         shape.append(len(probe))
         if not probe:
             break
         probe = probe[0]
-    flat = []
+    flat: list[Any] = []
 
-    def walk(x, depth):
+    def walk(x: Any, depth: _int) -> None:
         if isinstance(x, (list, tuple)):
             if depth >= len(shape) or len(x) != shape[depth]:
                 raise located(
@@ -369,7 +403,9 @@ def _infer_from_python(data):
     return flat, tuple(shape), dtype
 
 
-def tensor(data, dtype=None, backend=None, requires_grad=False) -> Tensor:
+def tensor(
+    data: Any, dtype: D.DTypeLike | None = None, backend: BackendLike = None, requires_grad: _bool = False
+) -> Tensor:
     """A new tensor from nested lists, a scalar, a NumPy array or another tensor (copied).
 
     >>> import ember
@@ -403,73 +439,13 @@ def tensor(data, dtype=None, backend=None, requires_grad=False) -> Tensor:
     return out
 
 
-def as_tensor(data, dtype=None, backend=None) -> Tensor:
-    """Like :func:`tensor` but shares memory with a NumPy array on the numpy backend.
-
-    >>> import numpy as np, ember
-    >>> ember.as_tensor(np.zeros(3, dtype=np.float32)).shape
-    (3,)
-    """
-    be = get_backend(backend)
-    if isinstance(data, Tensor):
-        out = data.to(be)
-        return out.to(D.get(dtype)) if dtype is not None else out
-    if hasattr(data, "__array_interface__"):
-        import numpy as np
-
-        arr = np.asarray(data)
-        if dtype is not None:
-            arr = arr.astype(D.get(dtype).name, copy=False)
-        return dispatch.wrap(be.from_numpy(arr), be)
-    return tensor(data, dtype, be)
-
-
-from_numpy = as_tensor
-
-
-def full(shape, fill_value, dtype=None, backend=None, requires_grad=False) -> Tensor:
-    """A tensor of ``shape`` filled with ``fill_value``.
-
-    >>> import ember
-    >>> ember.full((2,), 7.0).tolist()
-    [7.0, 7.0]
-    """
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
-    out = dispatch.create(P.full, get_backend(backend), shape=shape, value=fill_value, dtype=dt)
-    return out.requires_grad_() if requires_grad else out
-
-
-def zeros(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
-    """A tensor of zeros (float32 unless ``dtype`` says otherwise).
-
-    >>> import ember; ember.zeros(2, 3).shape
-    (2, 3)
-    """
-    return full(_shape_arg(shape), 0.0, dtype or D.default_float, backend, requires_grad)
-
-
-def ones(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
-    return full(_shape_arg(shape), 1.0, dtype or D.default_float, backend, requires_grad)
-
-
-def empty(*shape, dtype=None, backend=None, requires_grad=False) -> Tensor:
-    return zeros(*shape, dtype=dtype, backend=backend, requires_grad=requires_grad)
-
-
-def zeros_like(t, dtype=None, requires_grad=False) -> Tensor:
-    return full(t.shape, 0, dtype or t.dtype, t._backend, requires_grad)
-
-
-def ones_like(t, dtype=None, requires_grad=False) -> Tensor:
-    return full(t.shape, 1, dtype or t.dtype, t._backend, requires_grad)
-
-
-def full_like(t, fill_value, dtype=None) -> Tensor:
-    return full(t.shape, fill_value, dtype or t.dtype, t._backend)
-
-
-def arange(start, end=None, step=1, dtype=None, backend=None) -> Tensor:
+def arange(
+    start: _int | _float,
+    end: _int | _float | None = None,
+    step: _int | _float = 1,
+    dtype: D.DTypeLike | None = None,
+    backend: BackendLike = None,
+) -> Tensor:
     """``arange(5)`` is 0..4; float arguments give float32 like PyTorch.
 
     >>> import ember
@@ -482,22 +458,11 @@ def arange(start, end=None, step=1, dtype=None, backend=None) -> Tensor:
         dtype = D.default_int if all(isinstance(v, int) for v in (start, end, step)) else D.default_float
     if step == 0:
         raise located(ValueError, "arange step must not be zero")
-    return dispatch.create(P.arange, get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
+    out: Tensor = dispatch.create(P.arange, get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
+    return out
 
 
-def linspace(start, end, steps, dtype=None, backend=None) -> Tensor:
-    if steps == 1:
-        return full((1,), float(start), dtype or D.default_float, backend)
-    idx = arange(steps, dtype=D.float64, backend=backend)
-    return (idx * ((end - start) / (steps - 1)) + start).to(dtype or D.default_float)
-
-
-def eye(n, m=None, dtype=None, backend=None) -> Tensor:
-    m = n if m is None else m
-    return (arange(n, backend=backend).unsqueeze(1) == arange(m, backend=backend)).to(dtype or D.default_float)
-
-
-def where(condition, x, y) -> Tensor:
+def where(condition: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
     """Elementwise ``x if condition else y``; x and y may be scalars.
 
     >>> import ember
@@ -515,24 +480,23 @@ def where(condition, x, y) -> Tensor:
             f"where: condition must be a bool tensor, got {got}; compare first (x != 0) or cast with .bool()",
         )
     cond = condition
-    tx, ty = isinstance(x, Tensor), isinstance(y, Tensor)
-    if tx and ty:
-        if x.dtype is not y.dtype:
-            common = D.promote(x.dtype, y.dtype)
-            x, y = x.to(common), y.to(common)
-    elif tx:
-        dt = D.result_with_scalar(x.dtype, y)
-        x = x.to(dt)
-    elif ty:
-        dt = D.result_with_scalar(y.dtype, x)
-        y = y.to(dt)
+    if isinstance(x, Tensor):
+        if isinstance(y, Tensor):
+            if x.dtype is not y.dtype:
+                common = D.promote(x.dtype, y.dtype)
+                x, y = x.to(common), y.to(common)
+        else:
+            x = x.to(D.result_with_scalar(x.dtype, y))
+    elif isinstance(y, Tensor):
+        y = y.to(D.result_with_scalar(y.dtype, x))
     else:
         dt = D.promote(D.scalar_dtype(x), D.scalar_dtype(y))
         x = cond._full_like(x, (), dt)
-    return apply(P.where, cond, x, y)
+    out: Tensor = apply(P.where, cond, x, y)
+    return out
 
 
-def matmul(a, b) -> Tensor:
+def matmul(a: Tensor, b: Tensor) -> Tensor:
     """Matrix product with NumPy's rules for 1-d operands and broadcast batch dims.
 
     >>> import ember
@@ -562,52 +526,53 @@ def matmul(a, b) -> Tensor:
     return out
 
 
-def cat(tensors, dim=0) -> Tensor:
+def cat(tensors: Iterable[Tensor], dim: _int = 0) -> Tensor:
     """Join tensors along an existing dim.
 
     >>> import ember
     >>> ember.cat([ember.zeros(1, 2), ember.ones(2, 2)]).shape
     (3, 2)
     """
-    tensors = list(tensors)
-    if not tensors:
+    given = list(tensors)
+    if not given:
         raise located(ValueError, "cat() needs at least one tensor")
-    common = tensors[0].dtype
-    for t in tensors[1:]:
+    common = given[0].dtype
+    for t in given[1:]:
         common = D.promote(common, t.dtype)
-    tensors = [t.to(common) for t in tensors]
-    if len(tensors) == 1:
-        return tensors[0]
-    return apply(P.concatenate, *tensors, axis=_axis(dim, tensors[0].ndim))
+    same = [t.to(common) for t in given]
+    if len(same) == 1:
+        return same[0]
+    out: Tensor = apply(P.concatenate, *same, axis=_axis(dim, same[0].ndim))
+    return out
 
 
 concatenate = cat
 
 
-def stack(tensors, dim=0) -> Tensor:
+def stack(tensors: Iterable[Tensor], dim: _int = 0) -> Tensor:
     """Join tensors along a new dim.
 
     >>> import ember
     >>> ember.stack([ember.zeros(2), ember.ones(2)]).shape
     (2, 2)
     """
-    tensors = list(tensors)
-    shapes = {t.shape for t in tensors}
+    given = list(tensors)
+    shapes = {t.shape for t in given}
     if len(shapes) > 1:
         raise located(ShapeError, f"stack needs equal shapes, got {sorted(shapes)}")
-    dim = _axis(dim, tensors[0].ndim + 1)
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
+    axis = _axis(dim, given[0].ndim + 1)
+    return cat([t.unsqueeze(axis) for t in given], axis)
 
 
-def broadcast_tensors(*tensors):
+def broadcast_tensors(*tensors: Tensor) -> tuple[Tensor, ...]:
     shape = broadcast_shapes(*(t.shape for t in tensors))
     return tuple(t.expand(shape) for t in tensors)
 
 
 # Module-level spellings of the methods users expect (ember.exp(x), ember.sum(x, 1), ...),
 # kept in a table rather than in this module's globals, where they would shadow sum/max/all.
-def _method(name):
-    def f(x, *args, **kwargs):
+def _method(name: str) -> Callable[..., Any]:
+    def f(x: Tensor, *args: Any, **kwargs: Any) -> Any:
         return getattr(x, name)(*args, **kwargs)
 
     f.__name__ = name
@@ -615,73 +580,15 @@ def _method(name):
     return f
 
 
-FUNCTIONS = {}
-for _name in [
-    "exp",
-    "log",
-    "sin",
-    "cos",
-    "tanh",
-    "sqrt",
-    "rsqrt",
-    "abs",
-    "sign",
-    "floor",
-    "ceil",
-    "round",
-    "erf",
-    "sigmoid",
-    "relu",
-    "clamp",
-    "clip",
-    "sum",
-    "mean",
-    "var",
-    "std",
-    "amax",
-    "amin",
-    "max",
-    "min",
-    "argmax",
-    "argmin",
-    "all",
-    "any",
-    "logsumexp",
-    "softmax",
-    "log_softmax",
-    "reshape",
-    "flatten",
-    "permute",
-    "transpose",
-    "squeeze",
-    "unsqueeze",
-    "flip",
-    "narrow",
-    "chunk",
-    "split",
-    "maximum",
-    "minimum",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "square",
-    "log1p",
-    "expm1",
-    "norm",
-    "cumsum",
-    "gather",
-    "masked_fill",
-    "index_add",
-    "take",
-    "sort",
-    "argsort",
-    "topk",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "bitwise_not",
-    "bitwise_left_shift",
-    "bitwise_right_shift",
-    "remainder",
-]:
-    FUNCTIONS[_name] = _method(_name)
+# fmt: off
+_NAMES = (
+    "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "abs", "sign", "floor", "ceil", "round", "erf",
+    "sigmoid", "relu", "clamp", "clip", "sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax",
+    "argmin", "all", "any", "logsumexp", "softmax", "log_softmax", "reshape", "flatten", "permute",
+    "transpose", "squeeze", "unsqueeze", "flip", "narrow", "chunk", "split", "maximum", "minimum", "isnan",
+    "isinf", "isfinite", "square", "log1p", "expm1", "norm", "cumsum", "gather", "masked_fill", "index_add",
+    "take", "sort", "argsort", "topk", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "bitwise_left_shift", "bitwise_right_shift", "remainder",
+)
+# fmt: on
+FUNCTIONS: dict[str, Callable[..., Any]] = {name: _method(name) for name in _NAMES}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from hypothesis import strategies as st
@@ -60,7 +61,7 @@ def elements(dtype: str, lo=None, hi=None):
         return st.booleans()
     if dtype not in FLOATS:
         return st.integers(*int_bounds(dtype, lo, hi))
-    width = {"float16": 16, "float32": 32, "float64": 64}[dtype]
+    width: Literal[16, 32, 64] = 16 if dtype == "float16" else 32 if dtype == "float32" else 64
     return st.floats(-10.0 if lo is None else lo, 10.0 if hi is None else hi, width=width, allow_subnormal=False)
 
 

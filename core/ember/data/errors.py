@@ -9,7 +9,7 @@ from __future__ import annotations
 try:
     from ..errors import EmberError
 except ImportError:  # pragma: no cover - a core without the shared error base
-    EmberError = Exception
+    EmberError = Exception  # type: ignore[misc,assignment]  # the fallback base of the same name
 
 
 class DataError(EmberError, RuntimeError):

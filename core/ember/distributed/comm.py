@@ -208,7 +208,7 @@ def all_reduce(t, op: str = "sum"):
 
 
 def _from_host(t, array):
-    from ..tensor import as_tensor
+    from ..creation import as_tensor
 
     return as_tensor(array, backend=t.backend)
 

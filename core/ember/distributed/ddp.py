@@ -11,6 +11,8 @@ same sequence. ``sync_gradients()`` waits for them and writes the averages back.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import autodiff
 from .comm import _host, _mpi, broadcast, init, wait
 
@@ -49,7 +51,8 @@ class DistributedDataParallel:
         self.size = self.comm.Get_size()
         broadcast_parameters(model, root)
         params = [p for _, p in model.named_parameters() if p.requires_grad]
-        self.buckets, current, nbytes = [], [], 0
+        current: list[Any] = []
+        self.buckets, nbytes = [], 0
         for p in reversed(params):
             if current and (
                 nbytes + p.numel() * p.dtype.itemsize > bucket_mb * 2**20 or p.dtype is not current[0].dtype
@@ -103,7 +106,7 @@ class DistributedDataParallel:
 
     def sync_gradients(self) -> None:
         """Wait for every bucket's all-reduce and set each ``p.grad`` to the average over ranks."""
-        from ..tensor import as_tensor
+        from ..creation import as_tensor
 
         while self._next < len(self.buckets):  # unused parameters: their buckets go now
             self._launch(self.buckets[self._next])

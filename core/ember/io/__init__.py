@@ -23,7 +23,8 @@ from .checkpoint import (
 )
 from .errors import CheckpointError, CheckpointWarning
 from .numpy_io import as_tensor_bytes, from_numpy, to_numpy
-from .safetensors import DTYPES, TensorBytes, dtype_info, dump, load_bytes, load_file, save_bytes, save_file
+from .safetensors import dump, load_bytes, load_file, save_bytes, save_file
+from .tensorbytes import DTYPES, TensorBytes, dtype_info
 
 __all__ = [
     "CheckpointError",

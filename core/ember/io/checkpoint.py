@@ -21,7 +21,8 @@ import os
 import re
 import time
 import warnings
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import IO, Any, NamedTuple, cast
 
 from .atomic import TMP_SUFFIX, atomic_write, fsync_directory
 from .errors import CheckpointError, CheckpointWarning
@@ -46,7 +47,7 @@ class CheckpointInfo(NamedTuple):
     status: str  # "ok", "incomplete", or what is wrong with it
 
 
-def checkpoint_path(directory, step: int) -> str:
+def checkpoint_path(directory: str | os.PathLike[str], step: int) -> str:
     """The ``.safetensors`` path of ``step`` in ``directory``.
 
     >>> checkpoint_path("run", 1200)
@@ -63,7 +64,14 @@ def _sidecar(data_path: str) -> str:
 # Writing
 
 
-def write_checkpoint(directory, step: int, tensors, meta=None, *, keep_last: int | None = 3) -> str:
+def write_checkpoint(
+    directory: str | os.PathLike[str],
+    step: int,
+    tensors: Mapping[str, Any],
+    meta: Mapping[str, Any] | None = None,
+    *,
+    keep_last: int | None = 3,
+) -> str:
     """Atomically write checkpoint ``step``; keep the newest ``keep_last`` (None: keep all).
 
     ``tensors`` maps names to ``TensorBytes`` (or NumPy arrays). ``meta`` is a JSON-serializable
@@ -131,12 +139,12 @@ def write_checkpoint(directory, step: int, tensors, meta=None, *, keep_last: int
     return data_path
 
 
-def _dump_hashed(tensors, f):
+def _dump_hashed(tensors: Mapping[str, Any], f: IO[bytes]) -> tuple[int, str]:
     class HashingFile:  # hash on the way out: one pass over the data, not a re-read
-        def __init__(self):
+        def __init__(self) -> None:
             self.sha, self.size, self.writes = hashlib.sha256(), 0, 0
 
-        def write(self, b):
+        def write(self, b: bytes | memoryview) -> int:
             self.sha.update(b)
             self.size += memoryview(b).nbytes
             written = f.write(b)
@@ -146,11 +154,11 @@ def _dump_hashed(tensors, f):
             return written
 
     out = HashingFile()
-    dump(tensors, out)
+    dump(tensors, cast(IO[bytes], out))  # dump calls write() only
     return out.size, out.sha.hexdigest()
 
 
-def _content_hash(sidecar: dict) -> str:
+def _content_hash(sidecar: dict[str, Any]) -> str:
     """sha256 of the sidecar's content without its own checksum, in canonical JSON (sorted keys,
     no spaces), so that a value edited by hand or by a bad disk is caught on load."""
     body = {k: v for k, v in sidecar.items() if k != "sidecar_sha256"}
@@ -158,7 +166,7 @@ def _content_hash(sidecar: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def sweep(directory) -> list[str]:
+def sweep(directory: str | os.PathLike[str]) -> list[str]:
     """Remove what crashed writes left in ``directory``: temporary files and tensors files
     without a sidecar. Call it when a writer starts (one writer per directory); returns the
     names removed.
@@ -184,7 +192,7 @@ def sweep(directory) -> list[str]:
     return removed
 
 
-def _clean(directory, keep_last, current):
+def _clean(directory: str | os.PathLike[str], keep_last: int | None, current: int) -> None:
     """After a commit: drop old complete checkpoints, interrupted writes and stray temp files."""
     files = _scan(directory)
     complete = sorted((s for s, kinds in files.items() if kinds == {"safetensors", "json"}), reverse=True)
@@ -198,7 +206,7 @@ def _clean(directory, keep_last, current):
             _remove(os.path.join(directory, name))
 
 
-def remove_checkpoint(path) -> None:
+def remove_checkpoint(path: str | os.PathLike[str]) -> None:
     """Delete checkpoint ``path`` (its ``.safetensors`` file), if there.
 
     The sidecar goes first: that un-commits the checkpoint, so a crash between the two
@@ -216,12 +224,12 @@ def remove_checkpoint(path) -> None:
     _remove(path)
 
 
-def _remove(path):
+def _remove(path: str | os.PathLike[str]) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
 
-def _scan(directory) -> dict[int, set[str]]:
+def _scan(directory: str | os.PathLike[str]) -> dict[int, set[str]]:
     """{step: {"safetensors", "json"} or a subset} for the checkpoint files in ``directory``."""
     found: dict[int, set[str]] = {}
     with os.scandir(directory) as entries:
@@ -236,7 +244,7 @@ def _scan(directory) -> dict[int, set[str]]:
 # Reading
 
 
-def latest_checkpoint(directory):
+def latest_checkpoint(directory: str | os.PathLike[str]) -> str | None:
     """The ``.safetensors`` path of the newest complete, checksum-valid checkpoint, or None.
 
     A corrupt newer checkpoint is skipped with a ``CheckpointWarning``; an interrupted write
@@ -261,7 +269,7 @@ def latest_checkpoint(directory):
     return None
 
 
-def read_checkpoint(path):
+def read_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Load a checkpoint, verifying its checksum: ``({name: TensorBytes}, meta)``.
 
     ``path`` is a checkpoint directory (its latest checkpoint), a ``.safetensors`` file or its
@@ -300,7 +308,7 @@ def read_checkpoint(path):
     return tensors, sidecar["meta"]
 
 
-def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]:
+def list_checkpoints(directory: str | os.PathLike[str], *, verify: bool = False) -> list[CheckpointInfo]:
     """Every checkpoint in ``directory``, oldest first, with its status; reads only sidecars
     unless ``verify=True``, which also loads every file as ``read_checkpoint`` (and so
     ``ember eval``) does: checksums, then a full parse of the safetensors header.
@@ -338,14 +346,14 @@ def list_checkpoints(directory, *, verify: bool = False) -> list[CheckpointInfo]
     return infos
 
 
-def _size(path):
+def _size(path: str | os.PathLike[str]) -> int | None:
     try:
         return os.path.getsize(path)
     except OSError:
         return None
 
 
-_SIDECAR_FIELDS = {
+_SIDECAR_FIELDS: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "format_version": int,
     "step": int,
@@ -357,7 +365,7 @@ _SIDECAR_FIELDS = {
 }
 
 
-def _read_sidecar(data_path: str) -> dict:
+def _read_sidecar(data_path: str) -> dict[str, Any]:
     """Read and validate the sidecar of ``data_path``."""
     path = _sidecar(data_path)
     try:
@@ -399,7 +407,7 @@ def _read_sidecar(data_path: str) -> dict:
     return sidecar
 
 
-def _verify(data_path: str, sidecar: dict) -> None:
+def _verify(data_path: str, sidecar: dict[str, Any]) -> None:
     """Check size and sha256 of ``data_path`` against its sidecar, reading in chunks."""
     sha, size = hashlib.sha256(), 0
     try:

@@ -211,7 +211,7 @@ def _slice(entries: list[tuple[Any, ...]], data: Any) -> dict[str, TensorBytes]:
 def _header_length(first8: bytes, size: int, source: str) -> int:
     if len(first8) < 8:
         raise CheckpointError(source, f"file is {size} bytes, too short to hold the 8-byte header length")
-    (n,) = struct.unpack("<Q", first8)
+    n: int = struct.unpack("<Q", first8)[0]
     if n > size - 8:
         raise CheckpointError(
             source,

@@ -55,7 +55,7 @@ def save(obj: Any, f: str | os.PathLike[str] | IO[bytes]) -> None:
     >>> loaded["epoch"], sorted(loaded["model"])
     (3, ['bias', 'weight'])
     """
-    tensors: dict = {}
+    tensors: dict[str, Any] = {}
     structure = _encode(obj, (), tensors)
     metadata = {
         "format": FORMAT,

@@ -65,7 +65,7 @@ class TensorBytes(NamedTuple):
     """
 
     dtype: str
-    shape: tuple
+    shape: tuple[int, ...]
     data: bytes | memoryview
 
     @property

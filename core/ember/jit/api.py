@@ -83,7 +83,8 @@ class Compiled:
         }
 
     def format(self) -> str:
-        return self.graph.format(self.groups)
+        text: str = self.graph.format(self.groups)
+        return text
 
     # -- a call -------------------------------------------------------------------------------------
     def read_captures(self, tensors: list[Any]) -> list[Any] | None:
@@ -252,8 +253,8 @@ class Jit:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         self.trace_count = 0
-        self._cache: OrderedDict = OrderedDict()
-        self._leaky: set = set()
+        self._cache: OrderedDict[Any, Any] = OrderedDict()
+        self._leaky: set[Any] = set()
 
     def __repr__(self) -> str:
         return f"<ember.jit of {self.__name__}: {self.trace_count} trace(s), {len(self._cache)} cached>"
@@ -288,7 +289,8 @@ class Jit:
         if getattr(entry, "one_shot", False):
             entry.run(tensors, captures, only_rebind=True)
             self._cache.pop(key, None)
-        return entry
+        compiled: Compiled = entry
+        return compiled
 
     def graph(self, *args: Any, **kwargs: Any) -> str:
         """A text dump of the optimized graph for these arguments: one line per node with its
@@ -305,7 +307,7 @@ class Jit:
 
     def kernel_count(self, *args: Any, **kwargs: Any) -> int:
         """Kernels one run needs: fusion groups that are not views (see Compiled.stats)."""
-        return self.stats(*args, **kwargs)["kernels"]
+        return int(self.stats(*args, **kwargs)["kernels"])
 
     # -- the cache ------------------------------------------------------------------------------------
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

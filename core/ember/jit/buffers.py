@@ -10,6 +10,8 @@ groups).
 
 from __future__ import annotations
 
+from typing import Any
+
 from .graph import ELEMENTWISE, VIEWS, Graph, Var
 
 
@@ -89,7 +91,9 @@ def plan_buffers(
     out_count: dict = {}
     for o in graph.outputs:
         out_count[o.id] = out_count.get(o.id, 0) + 1
-    assignment, buffers, free = {}, [], {}
+    assignment: dict[Any, Any] = {}
+    buffers: list[Any] = []
+    free: dict[Any, Any] = {}
     donated = set()
     for i, cap in graph.donate.items():
         v = graph.outputs[i]

@@ -10,6 +10,8 @@ state the trace touched; a trace that fails is undone by :func:`undo`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .graph import Graph
 from .scalars import Scalar
 
@@ -25,6 +27,12 @@ class Traced:
     of a captured tensor) or ``("rebind", tensor)`` (a traced tensor left in Python state,
     made concrete). A target is ``("arg", k)`` or ``("tensor", t)``.
     """
+
+    # set by trace_function after construction: the trace's Python-side effects and guards,
+    # and the graph's capture nodes by slot
+    python_effects: list[Any]
+    python_guards: list[Any]
+    capture_vars: list[Any]
 
     def __init__(self, graph, bindings, rebuild, statics, grad_effects, grad_guards, generators, leaked, n_primitives):
         self.graph, self.bindings, self.rebuild, self.statics = graph, bindings, rebuild, statics

@@ -17,6 +17,8 @@ then the runners plan memory with buffers.py (``liveness``, ``plan_buffers``,
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..dtypes import STORAGE
 from .buffers import group_donations, liveness, plan_buffers, roots, steps_of  # noqa: F401 - importable from here too
 from .graph import ELEMENTWISE, FUSED, LEAVES, REDUCE, STATEFUL, VIEWS, Graph, Var  # noqa: F401
@@ -444,8 +446,8 @@ def _schedule(groups, group_of, graph) -> list:
     for pos, v in enumerate(graph.nodes):
         if v.id in group_of:
             first.setdefault(group_of[v.id], pos)
-    preds = [set() for _ in groups]
-    succs = [set() for _ in groups]
+    preds: list[set[Any]] = [set() for _ in groups]
+    succs: list[set[Any]] = [set() for _ in groups]
     for gi, g in enumerate(groups):
         for a in g.inputs:
             h = group_of.get(a.id)

@@ -9,8 +9,11 @@ that is part of the cache key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
 
-def flatten(obj):
+
+def flatten(obj: Any) -> tuple[list[Any], Callable[[list[Any]], Any], Any]:
     """Leaves of nested tuples/lists/dicts, a function that rebuilds the structure from new
     leaves, and a hashable description of the structure (part of the cache key).
 
@@ -18,7 +21,7 @@ def flatten(obj):
     >>> leaves, rebuild([4, 5, 6])
     ([1, 2, 3], (4, [5, {'a': 6}]))
     """
-    leaves = []
+    leaves: list[Any] = []
     build, desc = _walk(obj, leaves)  # no closure over `leaves`: nothing keeps them alive
     return leaves, (lambda new: build(iter(new))), desc
 

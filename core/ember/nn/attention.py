@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 from .. import dtypes as D
+from ..creation import empty, zeros
 from ..errors import ShapeError, located
-from ..tensor import arange, empty, where, zeros
+from ..tensor import arange, where
 from . import functional as F, init
 from .linear import Linear
 from .module import Module

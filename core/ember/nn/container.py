@@ -45,7 +45,8 @@ class Sequential(Module):
         items = list(self._modules.items())
         if isinstance(idx, slice):
             return Sequential(OrderedDict(items[idx]))
-        return items[_index(idx, len(items), "Sequential")][1]
+        module: Module = items[_index(idx, len(items), "Sequential")][1]
+        return module
 
     def __setitem__(self, idx: int, module: Module) -> None:
         key = list(self._modules)[_index(idx, len(self._modules), "Sequential")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from ..creation import empty
 from ..errors import ShapeError, located
-from ..tensor import empty
 from . import functional as F, init
 from .module import Module
 from .parameter import Parameter

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from ..creation import empty
 from ..errors import ShapeError, located
-from ..tensor import arange, empty, where
+from ..tensor import Tensor, arange, where
 from . import functional as F, init
 from .module import Module
 from .parameter import Parameter
@@ -33,7 +34,7 @@ class Linear(Module):
     (5, 2)
     """
 
-    def __init__(self, in_features, out_features, bias=True):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         super().__init__()
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.weight = Parameter(empty(self.out_features, self.in_features))
@@ -43,13 +44,13 @@ class Linear(Module):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != (self.in_features,):
             raise located(
                 ShapeError,

@@ -20,8 +20,8 @@ from typing import Any, Self
 from .. import dtypes as D
 from ..autodiff import no_grad
 from ..errors import EmberError, located
-from ..io.safetensors import TensorBytes
 from ..io.save import tensor_from_bytes
+from ..io.tensorbytes import TensorBytes
 from ..tensor import Tensor, tensor
 from .parameter import Parameter
 
@@ -42,7 +42,8 @@ def _as_tensor(value: Any) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if isinstance(value, TensorBytes):  # what ember.io.load_file / read_checkpoint return
-        return tensor_from_bytes(value)
+        out: Tensor = tensor_from_bytes(value)
+        return out
     if hasattr(value, "__array__") and not isinstance(value, (list, tuple)):
         import numpy as np
 
@@ -69,6 +70,10 @@ class Module:
     """
 
     training: bool
+    # the tables (filled by __init__ through object.__setattr__, which this class overrides)
+    _parameters: dict[str, Any]
+    _buffers: dict[str, Any]
+    _modules: dict[str, Any]  # a child may be None, as in torch
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
@@ -186,7 +191,8 @@ class Module:
         mod = self.get_submodule(path)
         if name not in mod._parameters:
             raise located(AttributeError, f"{type(mod).__name__} has no parameter {name!r}")
-        return mod._parameters[name]
+        param: Parameter = mod._parameters[name]
+        return param
 
     # ------------------------------------------------------------------------ traversal
     def named_modules(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .. import dtypes as D
 from ..autodiff import no_grad
+from ..creation import ones, zeros
 from ..errors import ShapeError, located
-from ..tensor import ones, tensor, zeros
+from ..tensor import tensor
 from . import functional as F
 from .module import Module
 from .parameter import Parameter

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 
+from ..creation import empty, zeros
 from ..errors import ShapeError, located
-from ..tensor import cat, empty, stack, zeros
+from ..tensor import cat, stack
 from . import functional as F, init
 from .module import Module
 from .parameter import Parameter

@@ -9,7 +9,7 @@ show the batch axis as -1, as torchsummary does.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .. import dtypes as D
 
@@ -76,9 +76,10 @@ def summary(model, input_shape, *, batch_size=2, dtype=D.float32) -> ModelSummar
     -----------------------------------
     """
     from ..autodiff import no_grad
-    from ..tensor import zeros
+    from ..creation import zeros
 
-    rows, wrapped = [], []
+    rows: list[Any] = []
+    wrapped: list[Any] = []
     for name, module in model.named_modules():
         own = sum(p.numel() for p in module._parameters.values() if p is not None)
         if name and (own or not module._modules):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tensor import Tensor, full_like, zeros_like
+from ..creation import full_like, zeros_like
+from ..tensor import Tensor
 from .functional import _with_decay
 from .optimizer import Optimizer, ParamsT, flag, nonnegative
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tensor import Tensor, zeros_like
+from ..creation import zeros_like
+from ..tensor import Tensor
 from .optimizer import Optimizer, ParamsT, beta_pair, flag, nonnegative
 
 

@@ -45,7 +45,7 @@ def clip_grad_norm_(
     if not params:
         return tensor(0.0)
     with no_grad():
-        grads = [p.grad for p in params if p.grad.numel()]
+        grads = [g for p in params if (g := p.grad) is not None and g.numel()]
         if not grads:
             return tensor(0.0, backend=params[0].backend)
         if norm_type == math.inf:
@@ -61,7 +61,8 @@ def clip_grad_norm_(
             )
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
         for p in params:
-            p.grad = p.grad * coef.to(p.grad.dtype)
+            if (g := p.grad) is not None:  # _with_grads kept only these
+                p.grad = g * coef.to(g.dtype)
     return total
 
 
@@ -77,4 +78,5 @@ def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -
         raise located(OptimizerError, f"clip_grad_value_: clip_value must be a finite number >= 0, got {clip_value!r}")
     with no_grad():
         for p in _with_grads(parameters):
-            p.grad = p.grad.clamp(-clip_value, clip_value)
+            if (g := p.grad) is not None:
+                p.grad = g.clamp(-clip_value, clip_value)

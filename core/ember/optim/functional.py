@@ -28,6 +28,7 @@ into the buffers it was given and returning them (the optimizer then copies noth
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import fused
@@ -166,7 +167,7 @@ def rmsprop_step(
 
 
 #: The reference decomposition of every fused optimizer op a backend may declare.
-REFERENCE = {"sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
+REFERENCE: dict[str, Callable[..., Any]] = {"sgd_step": sgd_step, "adam_step": adam_step, "rmsprop_step": rmsprop_step}
 
 
 # --------------------------------------------------------------------------------------- multi-tensor rules
@@ -223,7 +224,7 @@ def rmsprop_step_foreach(
 
 #: Multi-tensor op -> its reference; the per-parameter rule it loops over is the name minus
 #: ``_foreach``.
-FOREACH = {
+FOREACH: dict[str, Callable[..., Any]] = {
     "sgd_step_foreach": sgd_step_foreach,
     "adam_step_foreach": adam_step_foreach,
     "rmsprop_step_foreach": rmsprop_step_foreach,

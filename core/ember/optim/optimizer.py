@@ -105,15 +105,15 @@ class Optimizer:
     """
 
     #: hyperparameter name -> rule (see above); subclasses fill it in.
-    rules: dict = {}
+    rules: dict[str, Any] = {}
     #: The update rule of ember.optim.functional this optimizer runs (``"sgd_step"``), or None
     #: for a subclass that implements ``_update`` itself.
     rule: str | None = None
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
         self.defaults = {k: _clean(v) for k, v in defaults.items()}
-        self.state: dict = defaultdict(dict)
-        self.param_groups: list = []
+        self.state: dict[Any, dict[str, Any]] = defaultdict(dict)
+        self.param_groups: list[dict[str, Any]] = []
         for group in self._groups(params):
             self.add_param_group(group)
 
@@ -198,7 +198,7 @@ class Optimizer:
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise self._fail(f"parameter {i} of param group {index} is a {type(p).__name__}, not a tensor")
-            if not p.is_leaf:
+            if p._ctx is not None:  # not a leaf
                 raise self._fail(
                     f"parameter {i} of param group {index} ({_describe(p)}) is not a leaf: "
                     f"it was computed by {p._ctx[0]!r}, so stepping it would not change anything "
@@ -244,7 +244,7 @@ class Optimizer:
         >>> opt = ember.optim.SGD([w], lr=0.1); opt.zero_grad(); w.grad is None
         True
         """
-        from ..tensor import zeros_like
+        from ..creation import zeros_like
 
         for group in self.param_groups:
             for p in group["params"]:
@@ -367,7 +367,7 @@ class Optimizer:
         >>> sorted(sd["state"][0]), sd["param_groups"][0]["params"]
         (['momentum_buffer'], [0])
         """
-        index: dict = {}
+        index: dict[int, Any] = {}
         groups = []
         for group in self.param_groups:
             packed = {k: v for k, v in group.items() if k != "params"}
@@ -398,7 +398,7 @@ class Optimizer:
                 f"optimizer has {len(mine)} of sizes {mine}; build the optimizer over the "
                 f"same parameters, in the same order"
             )
-        by_index: dict = {}
+        by_index: dict[int, Any] = {}
         for group, old in zip(self.param_groups, saved):
             by_index.update(zip(old["params"], group["params"]))
         state: defaultdict[Any, dict[str, Any]] = defaultdict(dict)

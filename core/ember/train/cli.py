@@ -350,6 +350,7 @@ def _train(args, dist=None) -> int:
     cfg = _config(args)
     if args.resume:
         path = latest_checkpoint(out)
+        assert path is not None  # check_run_dir raised if there was none
         saved = check_config(path, read_checkpoint(path)[1].get("config"))
         # Callbacks are settings of the run too: resuming without them would drop their state.
         watched = {k: None for k in ("early_stop", "keep_best", "lr_plateau", "monitor") if k in saved}

@@ -78,7 +78,9 @@ def _check_class_range(targets, c):
     return where((targets >= 0) & (targets < c), targets, 0)
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+def nll_loss(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+) -> Tensor:
     """Negative log-likelihood of class-index targets, given log-probabilities (N, C, ...).
 
     >>> import ember
@@ -103,7 +105,14 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     return _reduce(loss, reduction, "nll_loss")
 
 
-def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """Softmax cross-entropy of logits (N, C, ...) against class indices (N, ...) or class
     probabilities (same shape as the input), computed stably through ``log_softmax``.
 
@@ -162,7 +171,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / c)
 
 
-def mse_loss(input, target, reduction="mean"):
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean squared error."""
     _check_same_shape(input, target, "mse_loss")
     d = input - target

@@ -3,12 +3,15 @@ inputs' backend, axis normalisation."""
 
 from __future__ import annotations
 
-from ...tensor import Tensor, full, tensor
+from typing import Any
+
+from ...creation import full
+from ...tensor import Tensor, tensor
 
 LATEST = 28  # the newest default-domain opset of the pinned onnx (1.23.2)
 
 
-def ints(t) -> list:
+def ints(t: Any) -> list[int] | None:
     """A shape/axes/pads input as Python ints (ONNX computes shapes with tensors; ember on the host)."""
     if t is None:
         return None
