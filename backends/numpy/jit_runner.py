@@ -64,7 +64,10 @@ def _select(v, out, scratch):
     per-element branch: about ten times faster on a random condition."""
     dtype = nb.NP[v.dtype]
     itype = _INT[dtype.itemsize]
-    mask = scratch.setdefault((v.shape, itype), np.empty(v.shape, itype))
+    # laid out like the destination: a channels-last output (conv.py) with a C-ordered mask
+    # makes every write below a strided scatter
+    like = np.empty(v.shape, itype) if out is None else out
+    mask = scratch.setdefault((v.shape, itype, like.strides), np.empty_like(like, dtype=itype))
 
     def bits(x):
         return (x if isinstance(x, np.ndarray) else np.asarray(x, dtype)).view(itype)
