@@ -15,7 +15,7 @@ from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
 from . import bfloat16 as bf16
-from . import conv, host_memory, ordering
+from . import conv, fused, host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
 NP[D.bfloat16] = bf16.BF16        # a storage dtype (bfloat16.py)
@@ -200,12 +200,14 @@ class NumpyBackend(Backend):
     version = np.__version__
     device = "cpu"
     impls = IMPLS
+    fused_impls = fused.IMPLS
 
     def __init__(self):
         host_memory.tune()          # large arrays keep their pages from step to step (host_memory.py)
 
     def capabilities(self):
         return Capabilities(ops=frozenset(IMPLS), dtypes=frozenset(D.ALL), devices=("cpu",),
+                            fused=frozenset(self.fused_impls),
                             notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]})
 
     def shape(self, buf):

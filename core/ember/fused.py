@@ -106,7 +106,7 @@ def declared(backend) -> frozenset:
     """The fused ops ``backend`` declares and provides (cached per backend object).
 
     >>> import ember
-    >>> sorted(declared(ember.get_backend("numpy")))
+    >>> sorted(declared(ember.get_backend("python")))     # the pure-Python backend declares none
     []
     """
     names = _DECLARED.get(backend)

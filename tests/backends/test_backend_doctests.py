@@ -6,6 +6,7 @@ import pytest
 
 
 @pytest.mark.parametrize("name", ["ember.backends.numpy", "ember.backends.python", "ember.backends.webgpu",
+                                  "ember.backends.numpy.conv",
                                   "ember.backends.python.backend", "ember.backends.webgpu.backend"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
