@@ -4,12 +4,17 @@
 |---|---|
 | ``max_pool2d`` | the running maximum of the k*k kernel-position slices, into one buffer |
 | ``max_pool2d_backward`` | each window's first maximum found again from the slices (a small int map of kernel positions), then one masked add per kernel position into a padded buffer |
+| ``batch_norm`` | the statistics in float64 sums, the output in two passes into one buffer |
+| ``batch_norm_backward`` | the two per-channel sums, then ``dx`` in four passes over one buffer |
 
 The reference decomposition builds a flat index per output and scatters the gradient with
 ``index_add`` (``np.add.at``, slow) through Tensor ops; these kernels do the same arithmetic
 on whole arrays, lay their results out like their input (a channels-last activation from
 conv.py stays channels last), and make the same choices: padding counts as -inf, the first
-maximum wins and a later NaN replaces it. Integer and float16 inputs go to the reference.
+maximum wins and a later NaN replaces it. Batch norm's reference makes about twice the passes
+over the activation and keeps each intermediate alive for the backward pass (in a jit'd
+ResNet that is most of the peak memory); its kernels save only the statistics. Integer and
+float16 inputs go to the reference.
 """
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ def _reference(name, *args, **params):
     wrapped = [dispatch.wrap(a, backend) if isinstance(a, np.ndarray) else a for a in args]
     with ember.no_grad():
         out = fused_ops()[name](*wrapped, **params)
+    if isinstance(out, tuple):
+        return tuple(None if t is None else t._data for t in out)
     return out._data
 
 
@@ -34,6 +41,16 @@ def _views(a, kernel, stride, dilation, out_hw):
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
     return [a[..., i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
             for i in range(kh) for j in range(kw)]
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _pool_args(kernel_size, stride, padding, dilation):
+    """The parameters as pairs (the op may be called with ints, and ``stride=None`` for the kernel size)."""
+    return _pair(kernel_size), _pair(kernel_size if stride is None or stride == () else stride), _pair(padding), \
+        _pair(dilation)
 
 
 def _padded(x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -60,6 +77,7 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
               "ceil_mode": ceil_mode}
     if not _kernel_covers(x):
         return _reference("max_pool2d", x, **params)
+    kernel_size, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation)
     padded, _, out_hw = _padded(x, kernel_size, stride, padding, dilation, ceil_mode)
     slices = _views(padded, kernel_size, stride, dilation, out_hw)
     if len(slices) == 1:
@@ -76,6 +94,7 @@ def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilatio
               "ceil_mode": ceil_mode}
     if not _kernel_covers(x) or grad.dtype != x.dtype:
         return _reference("max_pool2d_backward", grad, x, **params)
+    kernel_size, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation)
     padded, (top, left), out_hw = _padded(x, kernel_size, stride, padding, dilation, ceil_mode)
     slices = _views(padded, kernel_size, stride, dilation, out_hw)
     best = slices[0].copy(order="K")
@@ -93,5 +112,58 @@ def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilatio
     return dx[..., top:top + h, left:left + w]
 
 
+def _channel_axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _per_channel(v, x):
+    """A (C,) vector as (1, C, 1, ...) in ``x``'s dtype, to broadcast against ``x``."""
+    return v.astype(x.dtype, copy=False).reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def _channels_cover(x, *vectors):
+    return x.dtype in (np.float32, np.float64) and x.ndim >= 2 and x.size > 0 and \
+        all(v is None or (v.dtype == x.dtype and v.shape == (x.shape[1],)) for v in vectors)
+
+
+def batch_norm(x, weight, bias, *, eps=1e-5):
+    """Training-mode batch norm: ``(out, mean, var)``, the biased variance, as the reference."""
+    if not _channels_cover(x, weight, bias):
+        return _reference("batch_norm", x, weight, bias, eps=eps)
+    axes, n = _channel_axes(x), x.size // x.shape[1]
+    mean = np.add.reduce(x, axis=axes, dtype=np.float64) / n
+    centered = np.subtract(x, _per_channel(mean, x))
+    out = np.multiply(centered, centered)
+    var = np.add.reduce(out, axis=axes, dtype=np.float64) / n
+    scale = 1.0 / np.sqrt(var + eps)
+    if weight is not None:
+        scale *= weight
+    np.multiply(centered, _per_channel(scale, x), out=out)
+    if bias is not None:
+        np.add(out, _per_channel(bias, x), out=out)
+    return out, mean.astype(x.dtype), var.astype(x.dtype)
+
+
+def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
+    """With ``xhat = (x - mean) * rstd``: ``dx = w * rstd * (g - mean(g) - xhat * mean(g *
+    xhat))``, ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` (sums per channel, float64)."""
+    if not _channels_cover(x, weight, bias, mean, var) or grad.dtype != x.dtype or grad.shape != x.shape:
+        return _reference("batch_norm_backward", grad, x, weight, bias, mean, var, eps=eps)
+    axes, n = _channel_axes(x), x.size // x.shape[1]
+    rstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
+    xhat = np.subtract(x, _per_channel(mean, x))
+    np.multiply(xhat, _per_channel(rstd, x), out=xhat)
+    gsum = np.add.reduce(grad, axis=axes, dtype=np.float64)
+    dx = np.multiply(grad, xhat)
+    gxsum = np.add.reduce(dx, axis=axes, dtype=np.float64)
+    a = rstd if weight is None else rstd * weight
+    np.multiply(xhat, _per_channel(a * gxsum / n, x), out=xhat)
+    np.multiply(grad, _per_channel(a, x), out=dx)
+    np.subtract(dx, xhat, out=dx)
+    np.subtract(dx, _per_channel(a * gsum / n, x), out=dx)
+    return (dx, None if weight is None else gxsum.astype(x.dtype), None if bias is None else gsum.astype(x.dtype))
+
+
 #: fused op name -> kernel: what the backend declares (backend.py)
-IMPLS = {"max_pool2d": max_pool2d, "max_pool2d_backward": max_pool2d_backward}
+IMPLS = {"max_pool2d": max_pool2d, "max_pool2d_backward": max_pool2d_backward,
+         "batch_norm": batch_norm, "batch_norm_backward": batch_norm_backward}

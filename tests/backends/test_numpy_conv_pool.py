@@ -66,6 +66,7 @@ POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
     ((2, 3, 8, 8), (2, 2), (2, 2), (0, 0), (1, 1), False),
     ((1, 2, 7, 9), (3, 3), (2, 2), (1, 1), (1, 1), True),          # overlapping, padded, ceil
     ((2, 5, 6), (2, 3), (1, 2), (1, 1), (2, 1), False),            # (C, H, W), dilated
+    ((2, 3, 7, 8), 3, None, 1, 1, True),                           # ints, stride None
 ]
 
 
@@ -93,3 +94,26 @@ def test_integer_pools_take_the_reference():
     x = np.arange(32, dtype=np.int64).reshape(1, 2, 4, 4)
     out = numpy_fused.max_pool2d(x, kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False)
     assert out.dtype == np.int64 and out[0, 0].tolist() == [[5, 7], [13, 15]]
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape", [(8, 3, 5, 4), (6, 4), (4, 2, 7)])
+def test_batch_norm_kernels_match_the_reference(shape, affine):
+    rng = np.random.RandomState(3)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    c = shape[1]
+    w, b = (rng.standard_normal(c).astype(np.float32) for _ in range(2)) if affine else (None, None)
+    ref = fused_ops()
+    wrap = [None if a is None else ember.tensor(a) for a in (x, w, b)]
+    with ember.no_grad():
+        want = [t.numpy() for t in ref["batch_norm"](*wrap, eps=1e-5)]
+        got = numpy_fused.batch_norm(x, w, b, eps=1e-5)
+        for g_, w_ in zip(got, want):
+            np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+        g = rng.standard_normal(shape).astype(np.float32)
+        want = ref["batch_norm_backward"](ember.tensor(g), *wrap, ember.tensor(got[1]), ember.tensor(got[2]), eps=1e-5)
+        got = numpy_fused.batch_norm_backward(g, x, w, b, got[1], got[2], eps=1e-5)
+    for g_, w_ in zip(got, want):
+        assert (g_ is None) == (w_ is None)
+        if g_ is not None:
+            np.testing.assert_allclose(g_, w_.numpy(), rtol=1e-4, atol=1e-4)
