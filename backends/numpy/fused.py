@@ -3,7 +3,7 @@
 | op | kernel |
 |---|---|
 | ``max_pool2d`` | the running maximum of the k*k kernel-position slices, into one buffer |
-| ``max_pool2d_backward`` | each window's first maximum found again from the slices (a small int map of kernel positions), then one masked add per kernel position into a padded buffer |
+| ``max_pool2d_backward`` | each window's first maximum found again from the slices (a small int map of kernel positions), then per kernel position the gradient written (disjoint windows) or added (overlapping ones) into a padded buffer |
 | ``batch_norm`` | the statistics in float64 sums, the output in two passes into one buffer |
 | ``batch_norm_backward`` | the two per-channel sums, then ``dx`` in four passes over one buffer |
 
@@ -103,11 +103,22 @@ def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilatio
     for n, piece in enumerate(slices[1:], 1):
         np.greater(piece, best, out=better)
         better |= np.isnan(piece)                    # a later NaN replaces the choice
-        np.copyto(arg, n, where=better)
+        # positions only grow: a maximum is the select (np.copyto's where= is ten times slower)
+        np.maximum(arg, np.multiply(better, n, dtype=arg.dtype), out=arg)
         np.maximum(best, piece, out=best)
     dx = np.zeros_like(padded)                       # laid out like x (zeros_like keeps the strides' order)
-    for n, target in enumerate(_views(dx, kernel_size, stride, dilation, out_hw)):
-        np.add(target, grad, out=target, where=(arg == n))     # overlapping windows accumulate
+    targets = _views(dx, kernel_size, stride, dilation, out_hw)
+    if all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation)):
+        # Disjoint windows: each cell takes at most one gradient, so it is written, not added,
+        # as the gradient's bits masked by the kernel-position map (exact, infinities included).
+        itype = {4: np.int32, 8: np.int64}[x.dtype.itemsize]
+        bits, mask = grad.view(itype), np.empty_like(arg, dtype=itype)
+        for n, target in enumerate(targets):
+            np.negative(arg == n, dtype=itype, out=mask)
+            np.bitwise_and(bits, mask, out=target.view(itype))
+    else:
+        for n, target in enumerate(targets):
+            np.add(target, grad, out=target, where=(arg == n))     # overlapping windows accumulate
     h, w = x.shape[-2:]
     return dx[..., top:top + h, left:left + w]
 
