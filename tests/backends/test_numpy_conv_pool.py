@@ -37,8 +37,13 @@ GEOMETRIES = [  # x shape, w shape, stride, padding, dilation, groups
 ]
 
 
+@pytest.mark.parametrize("blocks", ["whole batch", "one image at a time"])
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GEOMETRIES)
-def test_conv_and_its_gradients_match_the_definition(xs, ws, stride, padding, dilation, groups):
+def test_conv_and_its_gradients_match_the_definition(xs, ws, stride, padding, dilation, groups, blocks, monkeypatch):
+    if blocks != "whole batch":
+        monkeypatch.setattr(conv, "BLOCK_BYTES", 1)
+        monkeypatch.setattr(conv, "MIN_ROWS", 1)
+        assert len(conv._blocks(xs[0], 4, 4)) == xs[0]
     rng = np.random.RandomState(0)
     x, w = rng.standard_normal(xs), rng.standard_normal(ws)
     kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
