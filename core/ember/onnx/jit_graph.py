@@ -32,8 +32,18 @@ def trace(model, example_inputs) -> Traced:
     from .. import jit
     names = {id(t): n for n, t in list(model.named_parameters()) + list(model.named_buffers())}
     fn = jit.jit(lambda *xs: model(*xs))
-    with autodiff.no_grad():
-        compiled = fn.lower(*example_inputs)
+    # ONNX gets primitives: a backend's fused kernels (max_pool2d on numpy) are traced as their
+    # decompositions, by hiding the backend's declarations (ember.fused's cache) while lowering
+    from .. import fused
+    backends = {x._backend for x in example_inputs if hasattr(x, "_backend")}
+    try:
+        for b in backends:
+            fused._DECLARED[b] = frozenset()
+        with autodiff.no_grad():
+            compiled = fn.lower(*example_inputs)
+    finally:
+        for b in backends:
+            fused._DECLARED.pop(b, None)
     graph, backend = compiled.graph, compiled.backend
     out = Traced()
     for v in graph.nodes:
