@@ -1,7 +1,8 @@
 """The NumPy reference backend: the executable spec of every primitive.
 
 Each entry of ``IMPLS`` is the most obvious NumPy expression of its spec in ember.primitives.
-No Python loops over elements; matmul and convolution go to BLAS (convolution as im2col + GEMM).
+No Python loops over elements; matmul and convolution go to BLAS (convolution as im2col + GEMM,
+channels last: conv.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import bfloat16 as bf16, host_memory, ordering
+from . import bfloat16 as bf16, conv, fused, host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL}
 NP[D.bfloat16] = bf16.BF16  # a storage dtype (bfloat16.py)
@@ -129,56 +130,6 @@ def _windows_grad(g, input_shape, kernel, stride, dilation=(1, 1)):
     return out
 
 
-def _im2col(x, kh, kw, stride, padding, dilation):
-    """(N, C, H, W) -> columns (N*OH*OW, C*KH*KW) and (OH, OW)."""
-    ph, pw = padding
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    win = _windows(x, (kh, kw), stride, dilation)  # N, C, OH, OW, KH, KW (a view)
-    n, c, oh, ow = win.shape[:4]
-    return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw), (oh, ow)
-
-
-def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    n, o = x.shape[0], w.shape[0]
-    kh, kw = w.shape[2:]
-    outs = []
-    cg, og = x.shape[1] // groups, o // groups
-    for gi in range(groups):
-        cols, (oh, ow) = _im2col(x[:, gi * cg : (gi + 1) * cg], kh, kw, stride, padding, dilation)
-        outs.append(cols @ w[gi * og : (gi + 1) * og].reshape(og, -1).T)  # BLAS GEMM
-    out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
-    return np.ascontiguousarray(out.reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
-
-
-def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    o, cg, kh, kw = weight_shape
-    og = o // groups
-    outs = []
-    for gi in range(groups):
-        cols, _ = _im2col(x[:, gi * cg : (gi + 1) * cg], kh, kw, stride, padding, dilation)
-        gg = g[:, gi * og : (gi + 1) * og].transpose(1, 0, 2, 3).reshape(og, -1)
-        outs.append((gg @ cols).reshape(og, cg, kh, kw))
-    return outs[0] if groups == 1 else np.concatenate(outs, axis=0)
-
-
-def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    n, c, h, wd = input_shape
-    o, cg, kh, kw = w.shape
-    og = o // groups
-    ph, pw = padding
-    oh, ow = g.shape[2:]
-    padded = (n, c, h + 2 * ph, wd + 2 * pw)
-    outs = []
-    for gi in range(groups):
-        gg = g[:, gi * og : (gi + 1) * og].transpose(0, 2, 3, 1).reshape(n * oh * ow, og)
-        cols = gg @ w[gi * og : (gi + 1) * og].reshape(og, -1)  # BLAS GEMM
-        cols = cols.reshape(n, oh, ow, cg, kh, kw).transpose(0, 3, 1, 2, 4, 5)
-        outs.append(_windows_grad(cols, (n, cg) + padded[2:], (kh, kw), stride, dilation))
-    out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
-    return np.ascontiguousarray(out[:, :, ph : ph + h, pw : pw + wd])
-
-
 def _index_add(x, indices, values, axis):
     out = x.copy()
     np.add.at(out, (slice(None),) * (axis % x.ndim) + (indices,), values)
@@ -274,9 +225,9 @@ IMPLS = {
     "take": lambda x, indices, axis: np.asarray(np.take(x, indices, axis=axis)),
     "index_add": _index_add,
     "matmul": np.matmul,
-    "conv2d": _conv2d,
-    "conv2d_grad_input": _conv2d_grad_input,
-    "conv2d_grad_weight": _conv2d_grad_weight,
+    "conv2d": conv.conv2d,
+    "conv2d_grad_input": conv.conv2d_grad_input,
+    "conv2d_grad_weight": conv.conv2d_grad_weight,
     "windows": _windows,
     "windows_grad": _windows_grad,
     **ordering.make_impls(np, _ufunc),
@@ -290,6 +241,7 @@ class NumpyBackend(Backend):
     version = np.__version__
     device = "cpu"
     impls = IMPLS
+    fused_impls = fused.IMPLS
 
     def __init__(self):
         host_memory.tune()  # large arrays keep their pages from step to step (host_memory.py)
@@ -299,6 +251,7 @@ class NumpyBackend(Backend):
             ops=frozenset(IMPLS),
             dtypes=frozenset(D.ALL),
             devices=("cpu",),
+            fused=frozenset(self.fused_impls),
             notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]},
         )
 

@@ -37,8 +37,9 @@ Multi-tensor ops (``adam_step_foreach``) take lists, one entry per parameter, an
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import dispatch
@@ -116,7 +117,7 @@ def declared(backend) -> frozenset:
     """The fused ops ``backend`` declares and provides (cached per backend object).
 
     >>> import ember
-    >>> sorted(declared(ember.get_backend("numpy")))
+    >>> sorted(declared(ember.get_backend("python")))     # the pure-Python backend declares none
     []
     """
     names = _DECLARED.get(backend)
@@ -124,6 +125,27 @@ def declared(backend) -> frozenset:
         kernels = backend.fused_impls or {}  # a plugin may have set None: the old lookup took it
         names = _DECLARED[backend] = frozenset(n for n in backend.capabilities().fused if n in FUSED and n in kernels)
     return names
+
+
+@contextlib.contextmanager
+def decomposed(backends: Iterable[Any]) -> Iterator[None]:
+    """Inside the block, ``backends`` declare no fused op, so every fused op runs (or traces) as
+    its decomposition into primitives: ONNX export wants primitives, whatever kernels a backend has.
+
+    >>> import ember
+    >>> numpy = ember.get_backend("numpy")
+    >>> with decomposed([numpy]):
+    ...     sorted(declared(numpy))
+    []
+    """
+    backends = list(backends)
+    try:
+        for b in backends:
+            _DECLARED[b] = frozenset()
+        yield
+    finally:
+        for b in backends:
+            _DECLARED.pop(b, None)  # declared() fills it again from the backend's capabilities
 
 
 # ----------------------------------------------------------------------------- dispatch

@@ -12,6 +12,7 @@ import pytest
         "ember.backends.numpy",
         "ember.backends.python",
         "ember.backends.webgpu",
+        "ember.backends.numpy.conv",
         "ember.backends.python.backend",
         "ember.backends.webgpu.backend",
     ],

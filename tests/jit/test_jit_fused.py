@@ -112,11 +112,13 @@ def test_without_the_backward_op_training_records_the_decomposition(backend, mon
         fused._DECLARED.pop(backend, None)
 
 
-def test_graphs_on_the_numpy_backend_have_no_fused_nodes():
+def test_graphs_on_the_numpy_backend_have_fused_nodes_only_for_its_kernels():
+    # the numpy backend declares batch_norm (backends/numpy/fused.py) but not cross_entropy
     ember.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
     opt = optim.SGD(model.parameters(), lr=0.1)
     step = ember.jit(train_step)
     x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
     step(model, opt, x, y)
-    assert not {"fused", "fused_output"} & {v.op for v in step.lower(model, opt, x, y).graph.nodes}
+    nodes = step.lower(model, opt, x, y).graph.nodes
+    assert sorted(v.params["name"] for v in nodes if v.op == "fused") == ["batch_norm", "batch_norm_backward"]

@@ -85,6 +85,25 @@ def test_where_as_bit_operations_gives_np_where_bits(dtype, rng):
     assert sum(program.assignment.get(v.id, ("",))[0] == "pool" for v in program.order if v.op == "where") == 3
 
 
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_where_against_a_zero_gives_np_where_bits(zero, rng):
+    # where(c, x, 0) (ReLU, its gradient) takes a two-pass path; -0.0 is no all-zero bit pattern
+    x = np.resize(np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5], np.float32), (4, 6))
+    c = rng.random((4, 6)) > 0.5
+    yes = ember.ones(4, 6, dtype=ember.bool)
+
+    def f(c, x):
+        keep = lambda t: ember.where(yes, t, x)  # noqa: E731 - passes t through unchanged
+        return keep(ember.where(c, x, zero)), keep(ember.where(c, zero, x))
+
+    f = ember.jit(f)
+    for _ in range(2):  # the second call writes through the planned buffers
+        for got, want in zip(
+            f(ember.tensor(c), ember.tensor(x)), (np.where(c, x, np.float32(zero)), np.where(c, np.float32(zero), x))
+        ):
+            np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+
+
 def _mlp_step():
     from ember import models, optim
     from ember.nn import functional as F

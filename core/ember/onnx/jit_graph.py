@@ -8,7 +8,7 @@ and outputs.
 
 from __future__ import annotations
 
-from .. import autodiff
+from .. import autodiff, fused
 from .reader import OnnxError
 
 
@@ -34,7 +34,9 @@ def trace(model, example_inputs) -> Traced:
 
     names = {id(t): n for n, t in list(model.named_parameters()) + list(model.named_buffers())}
     fn = jit.jit(lambda *xs: model(*xs))
-    with autodiff.no_grad():
+    # ONNX gets primitives: a backend's fused kernels (max_pool2d on numpy) trace as their decompositions
+    backends = {x._backend for x in example_inputs if hasattr(x, "_backend")}
+    with fused.decomposed(backends), autodiff.no_grad():
         compiled = fn.lower(*example_inputs)
     graph, backend = compiled.graph, compiled.backend
     out = Traced()

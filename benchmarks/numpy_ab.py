@@ -1,0 +1,102 @@
+"""A training workload on numpy+jit before and after a change to the NumPy backend, side by side.
+
+Like dispatch_overhead.py (whose package layout it reuses), both versions, a git revision
+(``--base``, default ``main``) and the working tree, are copied into a temporary folder laid
+out as the installed package, and each timing runs in its own process that imports exactly
+one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
+then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
+disturbed least). Rounds alternate which version runs first; the report gives the ratio of
+step times (working tree / base) as the median of the rounds with its range.
+
+    python benchmarks/numpy_ab.py --workload W2-train --batch 128 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from benchmarks.dispatch_overhead import ROOT, _from_git, _from_tree
+
+CHILD = r"""
+import sys, time
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")
+                    and "editable" not in type(f).__module__]
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, sys.argv[2])
+import ember
+assert ember.__file__.startswith(sys.argv[1]), ember.__file__
+from benchmarks.workloads import WORKLOADS, Ember
+workload, batch, warmup, steps = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+step = WORKLOADS[workload].setup(Ember("numpy+jit", 2), batch)
+for _ in range(warmup):
+    step()
+best = float("inf")
+for _ in range(steps):
+    t0 = time.perf_counter()
+    float(step().item())
+    best = min(best, time.perf_counter() - t0)
+print(best)
+"""
+
+
+def _time(tree, args):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-c",
+            CHILD,
+            tree,
+            ROOT,
+            args.workload,
+            str(args.batch),
+            str(args.warmup),
+            str(args.steps),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, EMBER_BACKEND="numpy"),
+    ).stdout
+    return float(out.split()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="main", help="git revision to compare against")
+    ap.add_argument("--workload", default="W2-train")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
+    try:
+        base, work = os.path.join(tmp, "base"), os.path.join(tmp, "work")
+        _from_git(args.base, base)
+        _from_tree(work)
+        ratios = []
+        for r in range(args.rounds):
+            if r % 2:
+                w, b = _time(work, args), _time(base, args)
+            else:
+                b, w = _time(base, args), _time(work, args)
+            ratios.append(w / b)
+            print(f"round {r + 1}: {args.workload} batch {args.batch}: {b * 1e3:.0f} -> {w * 1e3:.0f} ms/step")
+        print(
+            f"step time, working tree / {args.base}: median {statistics.median(ratios):.3f} "
+            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
