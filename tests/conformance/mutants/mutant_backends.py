@@ -19,8 +19,6 @@ from ember.backend import BackendInfo
 from ember.backends.numpy.backend import (
     IMPLS,
     NumpyBackend,
-    _conv2d,
-    _conv2d_grad_weight,
     _sum,
     _windows,
     random_bits,
@@ -223,15 +221,15 @@ def conv2d_padding_off_by_one(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 
     # one more row/column of zeros before the input and one fewer after: same shape, shifted values
     (ph, pw) = padding
     x = np.pad(x, ((0, 0), (0, 0), (ph + (ph > 0), ph - (ph > 0)), (pw + (pw > 0), pw - (pw > 0))))
-    return _conv2d(x, w, stride, (0, 0), dilation, groups)
+    return IMPLS["conv2d"](x, w, stride, (0, 0), dilation, groups)
 
 
 def conv2d_stride_swapped(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    return _conv2d(x, w, stride[::-1], padding, dilation, groups)
+    return IMPLS["conv2d"](x, w, stride[::-1], padding, dilation, groups)
 
 
 def conv2d_grad_weight_ignores_dilation(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    return _conv2d_grad_weight(x, g, weight_shape, stride, padding, (1, 1), groups)
+    return IMPLS["conv2d_grad_weight"](x, g, weight_shape, stride, padding, (1, 1), groups)
 
 
 def pad_ignores_value(x, widths, value=0):
@@ -467,7 +465,7 @@ MUTANTS = [
         "conv2d_grad_weight",
         "ignores dilation",
         conv2d_grad_weight_ignores_dilation,
-        "raised",
+        "values",
         "dilated geometry",
     ),
     M("pad_value", "pad", "pads with 0 whatever the value", pad_ignores_value, "values", "any case"),
