@@ -91,9 +91,11 @@ def resnet(nn, kind, blocks, width, classes=CLASSES):
     return ResNet()
 
 
-def export(name, exporter, path, batch=1, seed=0):
+def export(name, exporter, path, batch=1, seed=0, batchnorm=False):
     """Build model ``name`` with random weights (and batch-norm statistics), write it to ``path``
-    for inputs of ``batch`` images (ember writes the example's shapes; so does torch, here)."""
+    for inputs of ``batch`` images (ember writes the example's shapes; so does torch, here).
+    ``batchnorm``: torch keeps the BatchNormalization nodes (no constant folding), as files of
+    other exporters and model zoos have them; by default it folds them into the convolutions."""
     kind, blocks, width, side = MODELS[name]
     if exporter == "torch":
         import torch
@@ -104,7 +106,15 @@ def export(name, exporter, path, batch=1, seed=0):
         x = torch.randn(batch, 3, side, side)
         # The TorchScript exporter (dynamo=False) folds each batch norm into its convolution, as
         # deployed files have it; the torch.export-based one needs onnxscript.
-        torch.onnx.export(model, (x,), path, dynamo=False, input_names=["x"], output_names=["logits"])
+        torch.onnx.export(
+            model,
+            (x,),
+            path,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["logits"],
+            do_constant_folding=not batchnorm,
+        )
         return
     import ember
     import ember.onnx
@@ -241,6 +251,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after the first (jit compiles in them)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every target (default: cores)")
     p.add_argument("--exporter", choices=("torch", "ember"), default=None, help="default: torch where installed")
+    p.add_argument(
+        "--batchnorm", action="store_true", help="torch exporter: keep BatchNormalization nodes (default: folded)"
+    )
     p.add_argument("--out", default="benchmarks/results", help="folder for onnx-models-DATE.json and .md")
     args = p.parse_args(argv)
     exporter = args.exporter or ("torch" if _has_torch() else "ember")
@@ -248,14 +261,12 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
-    header = (
-        f"Machine: {machine(args.threads)}. Exporter: {exporter}. Rounds: {args.rounds}, warm-up {args.warmup}.\n\n"
-    )
+    header = f"Machine: {machine(args.threads)}. Exporter: {exporter}{' (BatchNormalization kept)' if args.batchnorm else ''}. Rounds: {args.rounds}, warm-up {args.warmup}.\n\n"
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             path = str(out / f"{name}-{batch}.onnx")
-            export(name, exporter, path, batch)
+            export(name, exporter, path, batch, batchnorm=args.batchnorm)
             rows += measure(name, batch, targets, path, args.rounds, args.warmup, args.threads)
             os.remove(path)
             (out / f"onnx-models-{stamp}.json").write_text(json.dumps({"machine": header, "rows": rows}, indent=1))
