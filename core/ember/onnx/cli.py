@@ -75,6 +75,7 @@ def _inputs(model, files):
 def run(args) -> int:
     import ember
 
+    from ..jit import jit
     from .graph import OnnxModule
     from .reader import read_model
 
@@ -85,7 +86,7 @@ def run(args) -> int:
     m = OnnxModule(model)
     loaded = time.perf_counter() - t0
     xs = [ember.tensor(a) for a in _inputs(model, args.input)]
-    forward = ember.jit(m) if args.jit else m
+    forward = jit(m) if args.jit else m
     times = []
     for _ in range(1 + max(args.repeat, 0)):
         t0 = time.perf_counter()
