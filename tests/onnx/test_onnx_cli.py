@@ -32,6 +32,15 @@ def test_run_prints_outputs_and_timing(tmp_path, capsys):
     assert "backend numpy: load" in out and "median of 2" in out
 
 
+def test_run_under_jit_prints_the_same_outputs(tmp_path, capsys):
+    model = save(tmp_path, helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"]))
+    np.save(tmp_path / "x.npy", np.array([[-1, 2, -3], [4, -5, 6]], np.float32))
+    assert main(["onnx", "run", model, "--input", str(tmp_path / "x.npy"), "--repeat", "3", "--jit"]) == 0
+    out = capsys.readouterr().out
+    assert "y: shape (2, 3) float32 [-0.0, -2.0, -0.0, -4.0, -0.0, -6.0]" in out
+    assert "backend numpy under ember.jit: load" in out and "median of 3" in out
+
+
 def test_run_without_inputs_uses_random_ones_of_the_declared_shape(tmp_path, capsys):
     assert main(["onnx", "run", save(tmp_path, helper.make_node("Neg", ["x"], ["y"])), "--repeat", "0"]) == 0
     assert "y: shape (2, 3) float32" in capsys.readouterr().out

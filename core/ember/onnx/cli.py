@@ -1,6 +1,6 @@
 """``ember onnx run`` and ``ember onnx test``.
 
-ember onnx run MODEL.onnx [--backend NAME] [--input FILE.npy ...] [--repeat N]
+ember onnx run MODEL.onnx [--backend NAME] [--input FILE.npy ...] [--repeat N] [--jit]
 ember onnx test [--backend NAME] [--set node|models|all]
 """
 
@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="one .npy per graph input, in order (default: random inputs of the declared shapes)",
     )
     r.add_argument("--repeat", type=int, default=5, help="timed runs after the first (default 5)")
+    r.add_argument(
+        "--jit",
+        action="store_true",
+        help="run the model through ember.jit (the first runs trace and compile; the repeats run the compiled graph)",
+    )
     t = sub.add_parser("test", help="run the official ONNX backend cases and print the pass table")
     t.add_argument("--backend", default="numpy")
     t.add_argument("--set", choices=("node", "models", "all"), default="all")
@@ -70,6 +75,7 @@ def _inputs(model, files):
 def run(args) -> int:
     import ember
 
+    from ..jit import jit
     from .graph import OnnxModule
     from .reader import read_model
 
@@ -80,11 +86,12 @@ def run(args) -> int:
     m = OnnxModule(model)
     loaded = time.perf_counter() - t0
     xs = [ember.tensor(a) for a in _inputs(model, args.input)]
+    forward = jit(m) if args.jit else m
     times = []
     for _ in range(1 + max(args.repeat, 0)):
         t0 = time.perf_counter()
         with ember.no_grad():
-            outs = m(*xs)
+            outs = forward(*xs)
         outs = outs if isinstance(outs, tuple) else (outs,)
         values = [o.numpy() for o in outs]  # the host read ends the timed run
         times.append(time.perf_counter() - t0)
@@ -93,7 +100,7 @@ def run(args) -> int:
         print(f"{name}: shape {tuple(v.shape)} {v.dtype} {flat}{' ...' if v.size > 6 else ''}")
     rest = times[1:] or times
     print(
-        f"backend {ember.get_backend().name}: load {loaded * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms, "
+        f"backend {ember.get_backend().name}{' under ember.jit' if args.jit else ''}: load {loaded * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms, "
         f"median of {len(rest)} {statistics.median(rest) * 1e3:.2f} ms"
     )
     return 0

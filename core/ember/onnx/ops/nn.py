@@ -37,23 +37,41 @@ def _geometry(node, spatial, kernel):
 
 
 # ---------------------------------------------------------------- convolutions
-def _conv2d(x, w, strides, dil, group):
-    return apply("conv2d", x, w, stride=tuple(strides), padding=(0, 0), dilation=tuple(dil), groups=group)
+def _conv2d(x, w, strides, dil, group, padding=(0, 0)):
+    return apply("conv2d", x, w, stride=tuple(strides), padding=tuple(padding), dilation=tuple(dil), groups=group)
+
+
+def _pointwise(x, w):
+    """A 1x1 convolution (stride 1, no padding, one group) is a matrix product over the
+    channels, (O, C) @ (N, C, H*W): no im2col copy. (ResNet-50 has 33 of them; on numba at
+    batch 1 each ran 0.8-0.96x the time of conv2d, measured pairwise. Strided ones stay
+    convolutions: slicing the pixels first cost 3x.)"""
+    n, c, h, wd = x.shape
+    y = w.reshape(w.shape[0], c) @ x.reshape(n, c, h * wd)
+    return y.reshape(n, w.shape[0], h, wd)
 
 
 def conv(node, x, w, b=None):
     kernel = list(w.shape[2:])
     strides, dil, pads = _geometry(node, x.shape[2:], kernel)
     group = node.attr("group", 1)
-    x = x.pad([(0, 0), (0, 0)] + pads) if any(p for pair in pads for p in pair) else x
-    if len(kernel) == 1:
-        y = _conv2d(x.unsqueeze(2), w.unsqueeze(2), [1] + strides, [1] + dil, group).squeeze(2)
+    if kernel == [1, 1] and strides == [1, 1] and group == 1 and not any(p for pair in pads for p in pair):
+        y = _pointwise(x, w)
     elif len(kernel) == 2:
-        y = _conv2d(x, w, strides, dil, group)
-    elif len(kernel) == 3:
-        y = _conv3d(x, w, strides, dil, group)
+        # conv2d pads evenly itself: only an uneven remainder (SAME_UPPER, ...) is padded here,
+        # so the common case makes no padded copy of its input.
+        even = [min(pair) for pair in pads]
+        rest = [(lo - e, hi - e) for (lo, hi), e in zip(pads, even)]
+        x = x.pad([(0, 0), (0, 0)] + rest) if any(p for pair in rest for p in pair) else x
+        y = _conv2d(x, w, strides, dil, group, even)
     else:
-        raise node.error(f"{len(kernel)}-d convolution is not supported (1-d, 2-d and 3-d are)")
+        x = x.pad([(0, 0), (0, 0)] + pads) if any(p for pair in pads for p in pair) else x
+        if len(kernel) == 1:
+            y = _conv2d(x.unsqueeze(2), w.unsqueeze(2), [1] + strides, [1] + dil, group).squeeze(2)
+        elif len(kernel) == 3:
+            y = _conv3d(x, w, strides, dil, group)
+        else:
+            raise node.error(f"{len(kernel)}-d convolution is not supported (1-d, 2-d and 3-d are)")
     if b is not None:
         y = y + b.reshape([1, -1] + [1] * len(kernel))
     return y
