@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from ember.conformance import TIERS
 from ember.conformance.triage import cell, triage
@@ -182,7 +183,7 @@ def probe(modules) -> dict:
     from ember.registry import REGISTRY
 
     REGISTRY.discover()
-    problems = []
+    problems: list[str | None] = []
     for spec in modules:
         before = (set(REGISTRY.infos), len(PRIMITIVES))
         try:
@@ -306,11 +307,15 @@ def certificate(report: dict, tiers, command=()) -> dict:
         certified.append(t)
 
     dtypes = ["bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64"]
-    matrix, covered = {}, {}  # covered: the dtypes tier 2 has cases for (the primitive's record)
+    matrix: dict[str, dict[str, str]] = {}
+    covered: dict[str, list[str]] = {}  # covered: the dtypes tier 2 has cases for (the primitive's record)
     for r in (r for r in tests if r["tier"] == 2):
         matrix.setdefault(r["op"], dict.fromkeys(dtypes, "n/a"))[r["dtype"]] = _status(r)
         covered.setdefault(r["op"], []).append(r["dtype"])
-    gradients, fused, layers, determinism = {}, {}, {}, {}
+    gradients: dict[str, Any] = {}
+    fused: dict[str, Any] = {}
+    layers: dict[str, Any] = {}
+    determinism: dict[str, Any] = {}
     for r in tests:
         if "deterministic" in r["test"]:
             determinism[r["op"] or r["test"]] = _status(r)

@@ -74,7 +74,7 @@ def import_backend_module(spec: str):
         stem = os.path.splitext(os.path.basename(path))[0]
         name = os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
         loader = importlib.util.spec_from_file_location(name, path)
-        if loader is None or not os.path.exists(path):
+        if loader is None or loader.loader is None or not os.path.exists(path):
             raise pytest.UsageError(f"--ember-backend-module: cannot import {spec!r}")
         module = importlib.util.module_from_spec(loader)
         sys.modules[name] = module

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import tarfile
 from pathlib import Path
+from typing import IO, cast
 
 import numpy as np
 
@@ -91,7 +92,11 @@ def read_cifar_archive(path, members, splits) -> dict:
                 if m.isfile() and base in wanted and re.fullmatch(r"(\./)?[\w.-]+/" + re.escape(base), m.name):
                     if m.size > MAX_BATCH_BYTES + (1 << 20):  # checked before a byte is read
                         raise DataError(f"{path}:{m.name}: {m.size} bytes, more than a CIFAR batch can be")
-                    found[base] = load_arrays(tar.extractfile(m).read(), f"{path}:{m.name}", max_bytes=MAX_BATCH_BYTES)
+                    found[base] = load_arrays(
+                        cast(IO[bytes], tar.extractfile(m)).read(),  # a file: m.isfile()
+                        f"{path}:{m.name}",
+                        max_bytes=MAX_BATCH_BYTES,
+                    )
     except (tarfile.TarError, OSError, EOFError) as e:
         raise DataError(f"{path}: corrupt or truncated archive ({e}). Delete it so it is fetched again.") from e
     missing = sorted(wanted - found.keys())

@@ -23,7 +23,7 @@ import numpy as np
 from .errors import DataError
 
 # type code -> big-endian numpy dtype, as listed in the MNIST page's format description
-IDX_DTYPES = {
+IDX_DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(np.uint8),
     0x09: np.dtype(np.int8),
     0x0B: np.dtype(">i2"),

@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from ..errors import EmberError
 
 DEFAULT_TIMEOUT = 300.0  # seconds a collective may wait: generous, still not forever
 TIMEOUT_ENV = "EMBER_DIST_TIMEOUT"
 ROLL_CALL, HERE = 0x3E1, 0x3E2  # message tags: "are you there?" and "here, at collective #n"
-_STATE = {"comm": None, "timeout": None, "count": 0}
+_STATE: dict[str, Any] = {"comm": None, "timeout": None, "count": 0}
 INSTALL_HINT = (
     "pip install 'ember[mpi-local]' (mpi4py + a pip MPI runtime, for laptops and CI) "
     "or 'ember[mpi]' (mpi4py, using your cluster's MPI)"

@@ -313,7 +313,7 @@ windows = defprim(
     dtypes=ALL,
     cases=_windows_tier2,
     grad_cases=_windows_tier3,
-    vjp=lambda g, out, x, **p: (windows_grad(g, input_shape=x.shape, **p),),
+    vjp=lambda g, out, x, **p: (windows_grad(g, input_shape=x.shape, **p),),  # type: ignore[has-type]
 )
 windows_grad = defprim(
     "windows_grad",

@@ -107,6 +107,6 @@ cumsum = defprim(
     cases=_cumsum_tier2,
     grad_cases=_cumsum_tier3,
     second_order=True,
-    vjp=lambda g, out, x, axis, reverse=False: (cumsum(g, axis=axis, reverse=not reverse),),
+    vjp=lambda g, out, x, axis, reverse=False: (cumsum(g, axis=axis, reverse=not reverse),),  # type: ignore[has-type]
     required=False,
 )

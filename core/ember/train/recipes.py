@@ -6,11 +6,13 @@ NumPy backend. Command-line flags override any of them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import EmberError
 
 # an aligned table: the columns are the point
 # fmt: off
-DATASETS = {
+DATASETS: dict[str, tuple[Any, ...]] = {
     #  name            class name       (C, H, W)     mean                       std
     "mnist":         ("MNIST",         (1, 28, 28), (0.1307,),                 (0.3081,)),
     "fashion-mnist": ("FashionMNIST",  (1, 28, 28), (0.2860,),                 (0.3530,)),
@@ -22,14 +24,14 @@ DATASETS = {
 # Which models train on which kind of data: images, or characters of a text.
 TEXT_MODELS = ("transformer",)
 
-BASE = dict(
+BASE: dict[str, Any] = dict(
     epochs=1, batch_size=64, lr=1e-3, optimizer="adam", momentum=0.9, weight_decay=0.0, schedule="cosine", augment=False
 )
 
 # Measured: the MLP with Adam 1e-3 at batch 64 and a constant rate ends epoch 1 at ~96.7% on
 # MNIST (PyTorch too); batch 32 with the rate annealed to zero over the run (cosine, per step)
 # reaches ~97.7%.
-RECIPES = {
+RECIPES: dict[str, dict[str, Any]] = {
     "mlp": dict(batch_size=32),
     "cnn": dict(epochs=2),
     "resnet18": dict(
@@ -84,7 +86,9 @@ def build_datasets(name: str, root=None, limit_train=None, limit_test=None, text
     from .. import data
 
     cls_name, shape, _, _ = DATASETS[name]
-    cls = getattr(data, cls_name, None)
+    cls: Any = getattr(data, cls_name, None)
+    train: Any
+    test: Any
     if name == "text":
         from ..data.text import TextFile
 

@@ -16,6 +16,8 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, cast
 
 from ..autodiff import no_grad
 from ..errors import EmberError
@@ -94,7 +96,7 @@ class Trainer:
         self.paused = False
         self._saved_step = None
         self.history: list[dict] = []
-        self._step_hooks: list[tuple[int, object]] = []
+        self._step_hooks: list[tuple[int, Callable[[Trainer], object]]] = []
         self._epoch_hooks: list = []
         self._log = None
         self._resumed_step = None
@@ -375,7 +377,7 @@ class Trainer:
             loss.total, loss.count, acc.correct, acc.count = allreduce_scalars(
                 [loss.total, loss.count, acc.correct, acc.count]
             )
-        result = {"loss": loss.value, "accuracy": acc.value}
+        result: dict[str, Any] = {"loss": loss.value, "accuracy": acc.value}
         if classes is not None:
             result["per_class"] = classes.value
         return result
@@ -434,6 +436,7 @@ class Trainer:
         meta = load_training_state(path, self.model, self.optimizer, self.scheduler, self.train_loader)
         extra = meta.get("extra")
         check_fields(path, "extra", extra, TRAINER_SCHEMA)
+        extra = cast(dict[str, Any], extra)  # check_fields raised unless it is a dict of the schema's fields
         if extra["batch"] > len(self.train_loader):
             raise CheckpointError(
                 path,
