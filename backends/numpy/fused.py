@@ -24,17 +24,9 @@ import numpy as np
 
 def _reference(name, *args, **params):
     """Run the reference decomposition of fused op ``name`` on NumPy buffers."""
-    import ember
-    from ember import dispatch
-    from ember.conformance import fused_ops
+    from ember.conformance import run_reference
 
-    backend = ember.get_backend("numpy")
-    wrapped = [dispatch.wrap(a, backend) if isinstance(a, np.ndarray) else a for a in args]
-    with ember.no_grad():
-        out = fused_ops()[name](*wrapped, **params)
-    if isinstance(out, tuple):
-        return tuple(None if t is None else t._data for t in out)
-    return out._data
+    return run_reference("numpy", name, *args, **params)
 
 
 def _views(a, kernel, stride, dilation, out_hw):

@@ -39,3 +39,27 @@ def fused_ops() -> dict:
     from ..optim import functional as _optim_ops  # noqa: F401 - registers the optimizer steps
 
     return fused.FUSED
+
+
+def run_reference(backend: str, name: str, *args, **params):
+    """Run fused op ``name``'s reference decomposition on raw buffers of ``backend`` (a kernel's
+    fallback for inputs it does not handle, e.g. integer dtypes); returns buffers, or a tuple of
+    buffers (None where the op gives no tensor).
+
+    >>> import numpy as np
+    >>> run_reference("numpy", "softmax", np.zeros((1, 2), np.float32), dim=-1).tolist()
+    [[0.5, 0.5]]
+    """
+    import numpy as np
+
+    import ember
+    from ember import dispatch
+
+    impl = fused_ops()[name]
+    target = ember.get_backend(backend)
+    wrapped = [dispatch.wrap(a, target) if isinstance(a, np.ndarray) else a for a in args]
+    with ember.no_grad():
+        out = impl(*wrapped, **params)
+    if isinstance(out, tuple):
+        return tuple(None if t is None else t._data for t in out)
+    return out._data
