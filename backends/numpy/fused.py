@@ -19,6 +19,9 @@ float16 inputs go to the reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 
@@ -193,7 +196,7 @@ def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
 
 
 #: fused op name -> kernel: what the backend declares (backend.py)
-IMPLS = {
+IMPLS: dict[str, Callable[..., Any]] = {
     "max_pool2d": max_pool2d,
     "max_pool2d_backward": max_pool2d_backward,
     "batch_norm": batch_norm,
