@@ -65,13 +65,18 @@ def make_impls(rt) -> dict:
         return None
 
     def weak(f):
-        """A binary op with a Python scalar keeps the array's dtype (the spec), whatever the
-        library's own scalar rules."""
+        """A binary op with a Python scalar follows the spec's weak-scalar rule (NumPy's: an int
+        array with a Python float gives float64, otherwise the array's dtype), whatever the
+        library's own scalar rules; NumPy's result_type on an empty host array states it."""
+        import numpy
 
         def run(*args):
             out = f(*args)
-            want = dtype_of(*args) if f is not xp.where else dtype_of(*args[1:])
-            return out if want is None or out.dtype == want else out.astype(want)
+            ops = args[1:] if f is xp.where else args
+            if all(hasattr(a, "dtype") for a in ops) or dtype_of(*ops) is None:
+                return out
+            want = numpy.result_type(*(numpy.empty(0, a.dtype) if hasattr(a, "dtype") else a for a in ops))
+            return out if out.dtype == want else out.astype(want)
 
         run.__name__ = getattr(f, "__name__", "weak")
         return run
