@@ -79,15 +79,16 @@ def _kernel_covers(x):
 
 def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     """Max over sliding windows: ``np.maximum`` of the kernel-position slices into one buffer."""
-    params = {
-        "kernel_size": kernel_size,
-        "stride": stride,
-        "padding": padding,
-        "dilation": dilation,
-        "ceil_mode": ceil_mode,
-    }
     if not _kernel_covers(x):
-        return _reference("max_pool2d", x, **params)
+        return _reference(
+            "max_pool2d",
+            x,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            ceil_mode=ceil_mode,
+        )
     kernel_size, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation)
     padded, _, out_hw = _padded(x, kernel_size, stride, padding, dilation, ceil_mode)
     slices = _views(padded, kernel_size, stride, dilation, out_hw)
@@ -101,15 +102,17 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
 
 def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     """Each output's ``grad`` added at its window's first maximum in ``x``."""
-    params = {
-        "kernel_size": kernel_size,
-        "stride": stride,
-        "padding": padding,
-        "dilation": dilation,
-        "ceil_mode": ceil_mode,
-    }
     if not _kernel_covers(x) or grad.dtype != x.dtype:
-        return _reference("max_pool2d_backward", grad, x, **params)
+        return _reference(
+            "max_pool2d_backward",
+            grad,
+            x,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            ceil_mode=ceil_mode,
+        )
     kernel_size, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation)
     padded, (top, left), out_hw = _padded(x, kernel_size, stride, padding, dilation, ceil_mode)
     slices = _views(padded, kernel_size, stride, dilation, out_hw)
