@@ -446,6 +446,17 @@ GPU = {
 
 
 # ----------------------------------------------------------------------------- the backend
+def _declined_key(name, args, params) -> str:
+    """``"cast float32->float64"``, ``"where bool/int64/int64"``, ``"reshape int64 (host)"``."""
+    dtypes = [a.dtype.name for a in args if isinstance(a, WGBuffer)]
+    key = f"{name} {'/'.join(dtypes) or 'scalars'}"
+    if "dtype" in params:
+        key += f"->{D.get(params['dtype']).name}"
+    if all(a.dtype in STORAGE and a.store is None for a in args if isinstance(a, WGBuffer)) and dtypes:
+        key += " (host)"  # GPU dtypes whose data stayed on the host (a host op made them)
+    return key
+
+
 def _primitive(name, stats):
     gpu = GPU.get(name)
     host = host_backend().IMPLS[name]
@@ -456,6 +467,10 @@ def _primitive(name, stats):
             if out is not None:
                 stats["gpu"][name] = stats["gpu"].get(name, 0) + 1
                 return out
+            # The kernel exists but declined these operands (a dtype WGSL cannot store, data
+            # that lives on the host only, ...): counted by the operands' dtypes.
+            key = _declined_key(name, args, params)
+            stats["declined"][key] = stats["declined"].get(key, 0) + 1
         stats["host"][name] = stats["host"].get(name, 0) + 1
         result = host(*(to_host(a) if isinstance(a, WGBuffer) else a for a in args), **params)
         return WGBuffer(result.shape, result.dtype, host=result)
@@ -468,7 +483,8 @@ class WebGPUBackend(Backend):
     """Primitives as WGSL compute shaders on the browser's WebGPU device (see the module doc).
 
     ``stats`` counts, per primitive, the calls that ran on the GPU and those the host (the
-    python backend) answered; ``stats_reset()`` clears it."""
+    python backend) answered, and in ``declined`` the host calls of a primitive that has a
+    kernel, by primitive and dtype (``"matmul float64"``); ``stats_reset()`` clears it."""
 
     name = "webgpu"
     device = "webgpu"
@@ -484,7 +500,7 @@ class WebGPUBackend(Backend):
                     "call `await ember.registry.prepare('webgpu')` (or use the backend from "
                     "runPythonAsync / callPromising) before the first use"
                 )
-        self.stats = {"gpu": {}, "host": {}}
+        self.stats: dict = {"gpu": {}, "host": {}, "declined": {}}
         self.impls = {n: _primitive(n, self.stats) for n in host_backend().IMPLS}
         self.version = DEVICE[0].description if DEVICE else "unavailable"
 
@@ -508,8 +524,8 @@ class WebGPUBackend(Backend):
         )
 
     def stats_reset(self):
-        self.stats["gpu"].clear()
-        self.stats["host"].clear()
+        for counts in self.stats.values():
+            counts.clear()
 
     # -- buffers ---------------------------------------------------------------------------------
     def shape(self, buf):
