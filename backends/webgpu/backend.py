@@ -342,6 +342,17 @@ def pad(x, widths, value=0):
     return out
 
 
+def full(shape, value, dtype):
+    """A constant fill, made on the GPU (one shader: no host list, no upload)."""
+    from ..python.buffer import convert, scalar_kind
+
+    dtype, shape = D.get(dtype), tuple(shape)
+    if dtype not in STORAGE or not numel(shape):
+        return None
+    (v,) = convert([value], scalar_kind(value), dtype)
+    return elementwise("{0}", [int(v) if dtype is D.bool_ else bits(v, STORAGE[dtype])], [STORAGE[dtype]], dtype, shape)
+
+
 # -- movement: views, no kernel ---------------------------------------------------------------
 def reshape(x, shape):
     if x.store is None:
@@ -428,6 +439,7 @@ GPU = {
     **{n: _logical(n) for n in wgsl.LOGICAL},
     "where": where,
     "cast": cast,
+    "full": full,
     "sum": _reduce("sum"),
     "max": _reduce("max"),
     "min": _reduce("min"),
