@@ -33,6 +33,7 @@ False
 from __future__ import annotations
 
 import sys
+from array import array
 
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
@@ -353,6 +354,30 @@ def full(shape, value, dtype):
     return elementwise("{0}", [int(v) if dtype is D.bool_ else bits(v, STORAGE[dtype])], [STORAGE[dtype]], dtype, shape)
 
 
+def take(x, indices, axis):
+    """A gather on the GPU. The indices are read to the host (where int64 ones live anyway),
+    checked and wrapped as the python backend does, and uploaded as i32."""
+    from ..python.layout import _checked
+
+    if x.dtype not in STORAGE or not numel(x.shape) or not numel(indices.shape) or not on_gpu(x):
+        return None
+    axis %= max(len(x.shape), 1)
+    n = x.shape[axis] if x.shape else 1
+    idx = _checked(to_host(indices), n, axis)
+    if not x.contiguous:
+        x = copy(x)
+    inner, m = numel(x.shape[axis + 1 :]), len(idx)
+    out_shape = x.shape[:axis] + indices.shape + x.shape[axis + 1 :]
+    ids = new_buffer((m,), D.int32)
+    device().write(ids.store.gpu, array("i", idx).tobytes())
+    out = new_buffer(out_shape, x.dtype)
+    meta = [numel(out_shape), inner, m, n, x.offset]
+    device().dispatch(
+        wgsl.take(x.stype), [out.store.gpu, x.store.gpu, ids.store.gpu], meta, launch_grid(numel(out_shape))
+    )
+    return out
+
+
 # -- movement: views, no kernel ---------------------------------------------------------------
 def reshape(x, shape):
     if x.store is None:
@@ -440,6 +465,7 @@ GPU = {
     "where": where,
     "cast": cast,
     "full": full,
+    "take": take,
     "sum": _reduce("sum"),
     "max": _reduce("max"),
     "min": _reduce("min"),

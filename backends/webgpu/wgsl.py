@@ -13,6 +13,7 @@ Geometry layouts (all u32; strides and offsets are i32 bit patterns):
 - matmul: ``M, N, K, off_a, off_b, a_m, a_k, b_k, b_n, batch_shape[B], a_batch[B], b_batch[B]``
 - conv2d: ``see CONV_FIELDS``
 - pad: ``n, off, shape[R], in_shape[R], in_strides[R], lo[R], value bits``
+- take: ``n, inner, m, n_axis, off`` (the indices in their own i32 buffer)
 
 >>> src = elementwise("add", ("f32", "f32"), "f32", rank=2)
 >>> "fn main" in src and "x0 + x1" in src
@@ -261,6 +262,21 @@ def reduce(op: str, t: str, kept: int, reduced: int) -> str:
     out_type = "i32" if op == "argmax" else t
     helpers = nan_helpers(t) if op in ("max", "min", "argmax") else ""
     return _header(out_type, [t]) + helpers + "\n" + _entry("\n".join(body) + "\n")
+
+
+# ----------------------------------------------------------------------------- gather
+def take(t: str) -> str:
+    """NumPy's take along one axis of a contiguous input: ``res[o, j, k] = src0[o, idx[j], k]``
+    (geo: ``n_out, inner, m (indices), n (axis length), offset``; src1: the indices as i32, in range)."""
+    body = [
+        "  if (i >= geo[0]) { return; }",
+        "  let inner = geo[1];",
+        "  let k = i % inner;",
+        "  let j = (i / inner) % geo[2];",
+        "  let o = i / (inner * geo[2]);",
+        "  res[i] = src0[geo[4] + (o * geo[3] + u32(src1[j])) * inner + k];",
+    ]
+    return _header(t, [t, "i32"]) + "\n" + _entry("\n".join(body) + "\n")
 
 
 # ----------------------------------------------------------------------------- matmul

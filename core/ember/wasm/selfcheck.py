@@ -63,6 +63,14 @@ def _cases():
     )
     yield "int32 arithmetic", {"add", "mul", "maximum"}, (ints, ints2), lambda x, y: ember.maximum(x * y + 7, y)
     yield "cast", {"cast"}, (a,), lambda a: ((a * 10).int() + (a > 0).int()).float() * 0.5
+    # int64 indices (what Tensor.take makes) live on the host; the gather runs on the GPU
+    idx, idx2 = randint(-3, 3, 2, 5, dtype=ember.int64), randint(0, 5, 4, dtype=ember.int64)
+    yield (
+        "take",
+        {"take"},
+        (x4, idx, idx2, ints),
+        lambda x, i, j, n: x.take(i, 1) * 2 + x.permute(0, 3, 2, 1).take(j, 1).sum() + n.take(j, 1).float().sum(),
+    )
     yield (
         "full",
         {"full"},
