@@ -179,7 +179,7 @@ def test(args) -> int:
     import re
 
     from . import suite
-    from .known_failures import EXPECTED
+    from .known_failures import expected
     from .reader import onnx_module
 
     onnx_module()  # a clear error, not a traceback, without the onnx extra
@@ -225,13 +225,14 @@ def test(args) -> int:
         ]
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({"backend": args.backend, "cases": rows}, f, indent=0)
-    new_fail = sorted(n for n, r in results.items() if r[2] and n not in EXPECTED)
-    new_pass = sorted(n for n, r in results.items() if not r[2] and n in EXPECTED)
+    known = expected(args.backend)
+    new_fail = sorted(n for n, r in results.items() if r[2] and n not in known)
+    new_pass = sorted(n for n, r in results.items() if not r[2] and n in known)
     for n in new_fail:
         print(f"unexpected failure: {n}: {results[n][2]}")
     for n in new_pass:
         print(f"now passes (remove from known_failures.py): {n}")
-    return 1 if new_fail and args.backend == "numpy" else 0
+    return 1 if new_fail and args.backend in ("numpy", "webgpu") else 0
 
 
 def main(argv=None) -> int:
