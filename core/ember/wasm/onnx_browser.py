@@ -229,13 +229,12 @@ def summary(records) -> str:
     """What sent work to the host, by number of cases: the primitives without a WGSL kernel,
     and for the primitives with one, the dtypes it declined (``"(host)"``: GPU dtypes whose
     data a host primitive had made, so a view of them stayed on the host)."""
-    from ember.backends.webgpu.backend import GPU
-
     missing: dict = {}
     dtypes: dict = {}
     for r in records:
+        with_kernel = {key.split()[0] for key in r.get("declined") or ()}  # a host call of these was a decline
         for name in r.get("host") or ():
-            if name not in GPU:
+            if name not in with_kernel:
                 missing[name] = missing.get(name, 0) + 1
         why = set()
         for key in r.get("declined") or ():
