@@ -141,6 +141,17 @@ def test_webgpu_without_chromium_is_one_line(tmp_path):
     ]
 
 
+def test_webgpu_without_pyodide_is_one_line(chromium, tmp_path, monkeypatch, capsys):
+    from ember.cli import main
+
+    monkeypatch.setenv("EMBER_WASM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("EMBER_PYODIDE_DIR", raising=False)
+    args = ["onnx", "test", "--backend", "webgpu", "--set", "node", "--cases", "^test_abs$", "--pyodide", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ember: error: Pyodide 314.0.7 not found; pass --pyodide DIR")
+
+
 @pytest.mark.slow
 def test_the_command_runs_official_cases_on_webgpu_in_chromium(chromium, pyodide_dir, wheels_dir, tmp_path, capsys):
     from ember.cli import main

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--site", default=None, help="folder for the runner's page and cases (default: a temporary one)")
     web.add_argument("--pyodide", default=None, help="folder of the npm package pyodide@314.0.7 (as ember.wasm build)")
     web.add_argument("--wheels", default=None, help="folder holding the micropip and pluggy wheels")
+    web.add_argument("--fetch", action="store_true", help="fetch missing Pyodide/wheels with npm and pip")
     return p
 
 
@@ -168,10 +169,17 @@ def _run_webgpu(cases, args) -> tuple:
     with tempfile.TemporaryDirectory(prefix="ember-onnx-webgpu-") as tmp:
         try:
             return onnx_browser.run_suite(
-                cases, args.site or tmp, progress=progress, pyodide_dir=args.pyodide, wheels_dir=args.wheels
+                cases,
+                args.site or tmp,
+                progress=progress,
+                pyodide_dir=args.pyodide,
+                wheels_dir=args.wheels,
+                fetch=args.fetch,
             )
-        except BuildError as e:
+        except BuildError as e:  # Pyodide or the wheels missing: how to get them
             raise OnnxError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - Chromium or the page failed: one line, not a traceback
+            raise OnnxError(f"the webgpu run in Chromium failed: {type(e).__name__}: {e}") from None
 
 
 def test(args) -> int:

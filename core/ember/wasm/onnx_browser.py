@@ -131,14 +131,14 @@ def write_bundle(cases, path) -> dict:
 
 
 # ----------------------------------------------------------------------------- 2. the site
-def write_site(site, cases, pyodide_dir=None, wheels_dir=None, ember_wheel=None) -> dict:
+def write_site(site, cases, pyodide_dir=None, wheels_dir=None, ember_wheel=None, fetch=False) -> dict:
     """The runner's static folder: Pyodide + wheels (``build.write_pyodide``), ``cases.zip`` and
     the page; returns the build failures of :func:`write_bundle`."""
     from .build import write_pyodide
 
     site = Path(site)
     site.mkdir(parents=True, exist_ok=True)
-    write_pyodide(site / "pyodide", pyodide_dir, wheels_dir, ember_wheel)
+    write_pyodide(site / "pyodide", pyodide_dir, wheels_dir, ember_wheel, fetch=fetch)
     (site / "index.html").write_text(PAGE)
     return write_bundle(cases, site / "cases.zip")
 
