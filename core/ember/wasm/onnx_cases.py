@@ -132,8 +132,9 @@ def run_case(bundle: Bundle, case: dict, backend) -> str | None:
 
 def run(path, backend="python", start=0, stop=None) -> str:
     """Run cases ``start:stop`` of the bundle at ``path`` on ``backend``; a JSON list of
-    ``{"name", "reason", "seconds", "gpu", "host"}`` (``gpu``/``host``: the primitives that ran
-    on the device and on the host, where the backend counts them; else null)."""
+    ``{"name", "reason", "seconds"}``, plus where the backend counts its calls (webgpu's
+    ``stats``) ``"gpu"`` (the primitives that ran as shaders), ``"host"`` (those the host ran,
+    with their call counts) and ``"declined"`` (which kernels declined which dtypes)."""
     from .. import backend as using, registry
 
     bundle = Bundle(path)
