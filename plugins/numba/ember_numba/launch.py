@@ -192,10 +192,11 @@ class Plan:
 
 
 class Kernel:
-    """One elementwise program, compiled per broadcast pattern on demand."""
+    """One elementwise program, compiled per broadcast pattern on demand (``parallel=False``:
+    without threads, for callers whose work stays below PAR_MIN)."""
 
-    def __init__(self, program):
-        self.program = program
+    def __init__(self, program, parallel: bool = True):
+        self.program, self.parallel = program, parallel
         self.out_dtypes = [np.dtype(program.dtypes[o]) for o in program.outputs]
         self.modules: dict = {}
         self.plans: dict = {}
@@ -204,7 +205,7 @@ class Kernel:
         key = (rank, inner)
         m = self.modules.get(key)
         if m is None:
-            m = self.modules[key] = cache.load(render(self.program, rank, inner))
+            m = self.modules[key] = cache.load(render(self.program, rank, inner, self.parallel))
         return m
 
     def plan(self, shapes: tuple, force: bool = False):
