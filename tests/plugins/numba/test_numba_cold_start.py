@@ -1,10 +1,11 @@
-"""ember-numba's first compiled step: how ember.jit's groups are compiled may make a cold start
-faster, never change a bit.
+"""ember-numba's first compiled step: how kernels are compiled may make a cold start faster,
+never change a bit.
 
-Groups whose work stays below launch.PAR_MIN never get threads, so they are compiled without
-``parallel=True`` (jit.threaded): several times quicker to compile, and the same per-task
-arithmetic as the parallel kernel. The checks here compare the two kinds of kernel bit for bit
-on the same groups, and a training run with empty caches against one with warm caches.
+Work that stays below launch.PAR_MIN never gets threads, so its kernels are compiled without
+``parallel=True`` (ember.jit's groups: jit.threaded; the cross-entropy row kernels:
+launch.for_work's twins): 2-3x quicker to compile, and the same loop bodies as the parallel
+kernels. The checks here compare the two kinds of kernel bit for bit, and a training run with
+empty caches against one with warm caches.
 """
 
 import json
@@ -23,6 +24,7 @@ import ember  # noqa: E402
 from ember_numba import jit, launch  # noqa: E402
 
 R = np.random.default_rng(1)
+R_TARGETS = np.random.default_rng(2)
 
 
 def normal(*shape):
@@ -159,3 +161,29 @@ def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
     assert cold["compiled"] > 0
     assert (cold["losses"], cold["params"]) == (warm["losses"], warm["params"])
     print(f"6 jitted MLP steps: cold caches {cold['seconds']:.2f} s, warm {warm['seconds']:.2f} s")
+
+
+@pytest.mark.parametrize("R,C", [(128, 10), (7, 1000), (1, 3)])
+def test_the_cross_entropy_rows_one_thread_twins_give_the_parallel_kernels_bits(R, C):
+    """W1's loss: small logits run the twins compiled without threads, large ones the parallel
+    kernels; both must agree to the bit (ignored rows and a NaN row included)."""
+    from ember_numba.fused import rows
+
+    x = normal(R, C).reshape(-1)
+    x[:C] = x[:C] * 30.0  # a row with a large spread: exp under- and overflow paths
+    if R > 2:
+        x[2 * C] = np.nan
+    t = R_TARGETS.integers(0, C, R)
+    t[R // 2] = -100
+    scale = (0.25,)  # the backward kernel's gradient scale
+    for kernel, extra, out_shape in (
+        (rows.cross_entropy_rows, (), (R, np.float64)),
+        (rows.cross_entropy_backward_rows, scale, (R * C, np.float32)),
+    ):
+        results = []
+        for f in (kernel, launch.for_work(kernel, 0)):
+            out = np.empty(*out_shape)
+            f(x, t, R, C, -100, *extra, out)
+            results.append(out)
+        assert launch.for_work(kernel, 0) is not kernel and launch.for_work(kernel, launch.PAR_MIN) is kernel
+        assert results[0].tobytes() == results[1].tobytes(), kernel.__name__
