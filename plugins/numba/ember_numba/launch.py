@@ -208,14 +208,13 @@ def for_work(kernel, work):
         import types
 
         import numba
+        from numba.core.caching import NullCache
 
         f = kernel.py_func
         g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_one_thread", f.__defaults__, f.__closure__)
         g.__qualname__, g.__module__, g.__doc__ = f.__qualname__ + "_one_thread", f.__module__, f.__doc__
         options = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
-        from numba.core.caching import NullCache
-
-        cached = not isinstance(kernel._cache, NullCache)  # cache=True, as the kernel was
+        cached = not isinstance(kernel._cache, NullCache)  # cache=True if the kernel has it
         twin = _TWINS[kernel] = numba.njit(cache=cached, **options)(g)
     return twin
 
