@@ -1,0 +1,107 @@
+"""ember-numba's Winograd F(2x2, 3x3) convolutions (winograd.py) against the NumPy backend's
+direct (im2col) convolutions: all three primitives, odd outputs and their edge tiles, channel
+counts that are multiples of nothing, batch 1, every way of cutting the batch into chunks;
+non-finite values; and conv.py's choice of the path."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+
+from ember.backends.numpy import backend as nb, winograd as numpy_winograd  # noqa: E402
+from ember_numba import conv, launch, winograd  # noqa: E402
+
+GEOMETRIES = [  # x shape (N, C, H, W), output channels K, padding
+    ((2, 5, 7, 6), 3, (1, 1)),  # odd output height: a half edge tile
+    ((1, 17, 4, 4), 19, (1, 1)),  # batch 1, C and K multiples of nothing
+    ((3, 4, 9, 5), 2, (0, 2)),  # asymmetric padding, odd both ways
+    ((2, 3, 3, 3), 4, (0, 0)),  # one output pixel
+    ((1, 2, 1, 1), 3, (2, 1)),  # a 1x1 input, padding 2
+    ((5, 6, 11, 13), 7, (2, 2)),  # several tiles across, odd edges, the largest padding
+]
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """The NumPy backend's three convolutions, on its im2col path."""
+    monkeypatch.setattr(numpy_winograd, "MIN_CHANNELS", 10**9)
+    return nb.IMPLS
+
+
+@pytest.fixture(params=["whole batch", "one sample a chunk", "two samples a chunk"])
+def chunks(request, monkeypatch):
+    if request.param != "whole batch":
+        monkeypatch.setattr(winograd, "CHUNK_BYTES", 1 if request.param == "one sample a chunk" else 1 << 10)
+        monkeypatch.setattr(winograd, "MIN_TILES", 1)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
+@pytest.mark.parametrize("xs,k,padding", GEOMETRIES)
+def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype, tol, chunks, direct):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal((k, xs[1], 3, 3)).astype(dtype)
+    geo = dict(stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
+    want = direct["conv2d"](x, w, **geo)
+    y = winograd.conv2d(x, w, padding)
+    assert y.dtype == dtype and y.flags.c_contiguous
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    np.testing.assert_allclose(
+        winograd.conv2d_grad_input(g, w, xs, padding), direct["conv2d_grad_input"](g, w, xs, **geo), rtol=tol, atol=tol
+    )
+    np.testing.assert_allclose(
+        winograd.conv2d_grad_weight(x, g, w.shape, padding),
+        direct["conv2d_grad_weight"](x, g, w.shape, **geo),
+        rtol=tol,
+        atol=10 * tol,
+    )
+
+
+def test_the_kernels_agree_with_the_numpy_winograd():
+    """The same algorithm as the NumPy module, so the same numbers up to the GEMMs' order."""
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((3, 16, 9, 7)), rng.standard_normal((24, 16, 3, 3))
+    np.testing.assert_allclose(winograd.conv2d(x, w, (1, 1)), numpy_winograd.conv2d(x, w, (1, 1)), rtol=1e-12)
+    g = rng.standard_normal((3, 24, 9, 7))
+    np.testing.assert_allclose(
+        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
+        numpy_winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
+        rtol=1e-12,
+    )
+
+
+def test_non_finite_results_are_computed_directly(monkeypatch, direct):
+    monkeypatch.setattr(launch, "HOT", 1)
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((4, 16, 8, 8)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    x[1, 2, 3, 3] = np.inf
+    assert winograd.conv2d(x, w, (1, 1)) is None
+    y = conv.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
+    want = direct["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    assert np.isinf(y).any()
+
+
+def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
+    monkeypatch.setattr(launch, "HOT", 1)
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 16, 8, 8)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    y = conv.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(y, winograd.conv2d(x, w, (1, 1)))
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    np.testing.assert_array_equal(
+        conv.IMPLS["conv2d_grad_input"](g, w, x.shape, (1, 1), (1, 1), (1, 1), 1),
+        winograd.conv2d_grad_input(g, w, x.shape, (1, 1)),
+    )
+    # summed per thread in the order the threads took the chunks: equal up to that order
+    np.testing.assert_allclose(
+        conv.IMPLS["conv2d_grad_weight"](x, g, w.shape, (1, 1), (1, 1), (1, 1), 1),
+        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
+        rtol=1e-5,
+        atol=1e-4,
+    )
+    assert not winograd.plan((4, 3, 8, 8), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)  # 3 channels
+    assert not winograd.plan(x.shape, w.shape, (2, 2), (1, 1), (1, 1), 1, np.float32)
