@@ -380,11 +380,6 @@ def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
 def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     if not _conv_ok("conv2d_grad_weight", x, g, groups, math.prod(weight_shape) * g.size // max(g.shape[1], 1)):
         return nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape, stride, padding, dilation, groups)
-    if (
-        winograd.plan(x.shape, weight_shape, stride, padding, dilation, groups, x.dtype)
-        and (dw := winograd.conv2d_grad_weight(x, g, weight_shape, padding)) is not None
-    ):
-        return dw
     return conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation)
 
 

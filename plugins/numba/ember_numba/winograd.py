@@ -8,13 +8,16 @@ are numba kernels on NCHW memory, and the batch is cut into chunks as in conv.py
 runs on one of the plugin's threads, taken on demand (``blas.on_demand``), with one-thread
 BLAS inside, and its buffers are a few MB, in cache.
 
-==================  =======================================================  ===================
+==================  =======================================================  ================
 primitive           per chunk of ``m`` samples (T = m * tiles per sample)     then
-==================  =======================================================  ===================
+==================  =======================================================  ================
 conv2d              ``V`` (16, C, T); ``M = U (16, K, C) @ V``; ``A^T M A``   into NCHW ``out``
 conv2d_grad_input   conv2d of ``g`` with the kernel flipped, channels swapped
-conv2d_grad_weight  ``V``; ``A dY A^T`` (16, K, T); ``S += (A dY A^T) @ V.T``  ``dW = G^T S G``
-==================  =======================================================  ===================
+==================  =======================================================  ================
+
+The weight gradient stays on conv.py's im2col GEMMs: its Winograd form (``dW = G^T [sum over
+tiles of (A dY A^T) * V] G``, the NumPy module's) measured 1.25-2.1x slower here, every
+ResNet-18 and LeNet layer at batch 128 (loaded machine).
 
 The transforms of F(2x2, 3x3) are adds and subtracts only; they are written out here as
 scalar code (rows of the tile first, as contiguous vectors, then columns), which LLVM
@@ -24,8 +27,6 @@ a result that is not finite is returned as None, and conv.py computes that one d
 """
 
 from __future__ import annotations
-
-import threading
 
 import numba
 import numpy as np
@@ -38,8 +39,13 @@ from .kernels import JIT
 from .launch import threads
 
 F23 = reference.F23
-#: Input and output channels from which conv.py takes this path (see :func:`plan`).
+#: Input and output channels, and output pixels a sample, from which conv.py takes this path.
+#: Measured at batch 128 (loaded 2-core machine; best of 5, alternating), Winograd / im2col
+#: time, forward and input gradient: ResNet-18's 32x32 and 16x16 layers (64 and 128 channels)
+#: 0.78-0.91, a 16-channel 32x32 layer 0.80-1.02; with few tiles a sample the 16 GEMMs are
+#: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74.
 MIN_CHANNELS = 16
+MIN_PIXELS = 256
 #: Bytes of transformed input (V) per chunk at most, and tiles per chunk at least (so the 16
 #: GEMMs stay wide); chunks per thread at least where the batch allows, as in conv.py.
 CHUNK_BYTES = 4 << 20
@@ -48,8 +54,9 @@ CHUNKS_PER_THREAD = 4
 
 
 def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
-    """Take the Winograd path? 3x3 kernels at stride 1, dilation 1, one group, float32/64,
-    padding at most 2, at least :data:`MIN_CHANNELS` channels in and out.
+    """Take the Winograd path (``conv2d`` of ``x_shape`` or its input gradient)? 3x3 kernels at
+    stride 1, dilation 1, one group, float32/64, padding at most 2, at least
+    :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a sample.
 
     >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
@@ -62,7 +69,8 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
         return False
     if x_shape[2] + 2 * padding[0] < 3 or x_shape[3] + 2 * padding[1] < 3:
         return False
-    return min(w_shape[0], w_shape[1]) >= MIN_CHANNELS and all(0 <= p <= 2 for p in padding)
+    pixels = (x_shape[2] + 2 * padding[0] - 2) * (x_shape[3] + 2 * padding[1] - 2)
+    return min(w_shape[0], w_shape[1]) >= MIN_CHANNELS and pixels >= MIN_PIXELS and all(0 <= p <= 2 for p in padding)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -161,46 +169,6 @@ def _output_transform(M, N, K, OH, OW, th, tw, out):
                     out[row1 + _2 * full] = y10
 
 
-@numba.njit(inline="always", **JIT)
-def _store_columns(out, i, KT, a, b):
-    """One row (a, b) of ``A dY`` times ``A^T``: the tile row's four values, KT apart."""
-    out[i] = a
-    out[i + KT] = a + b
-    out[i + _2 * KT] = a - b
-    out[i + _3 * KT] = -b
-
-
-@numba.njit(**JIT)
-def _gradient_transform(g, N, K, OH, OW, th, tw, out):
-    """``out`` (16, K, N*th*tw), flat <- ``A dY A^T`` of every 2x2 tile of the output gradient
-    ``g`` (N, K, OH, OW), flat; the tiles past an odd edge read zeros."""
-    T = N * th * tw
-    KT = uint64(K * T)
-    KT4 = uint64(4) * KT
-    zero = g.dtype.type(0)
-    for t in range(N * K):
-        n = t // K
-        k = t - n * K
-        plane = (n * K + k) * OH * OW
-        for ty in range(th):
-            y0 = 2 * ty
-            dst = uint64(k * T + (n * th + ty) * tw)
-            for tx in range(tw):
-                x0 = 2 * tx
-                i00 = plane + y0 * OW + x0
-                right, down = x0 + 1 < OW, y0 + 1 < OH
-                g00 = g[i00]
-                g01 = g[i00 + 1] if right else zero
-                g10 = g[i00 + OW] if down else zero
-                g11 = g[i00 + OW + 1] if right and down else zero
-                # the rows of A dY (A = [[1, 0], [1, 1], [1, -1], [0, -1]]), each times A^T
-                o = dst + uint64(tx)
-                _store_columns(out, o, KT, g00, g01)
-                _store_columns(out, o + KT4, KT, g00 + g10, g01 + g11)
-                _store_columns(out, o + _2 * KT4, KT, g00 - g10, g01 - g11)
-                _store_columns(out, o + _3 * KT4, KT, -g10, -g11)
-
-
 # ----------------------------------------------------------------------------- chunks
 def _chunks(n, tiles, bytes_per_sample):
     """(samples per chunk, chunks, threads): chunks of at most CHUNK_BYTES of V, at least
@@ -246,37 +214,3 @@ def conv2d_grad_input(g, w, input_shape, padding):
     channels swapped, padded by ``2 - padding``."""
     flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
     return conv2d(g, flipped, (2 - padding[0], 2 - padding[1]))
-
-
-def conv2d_grad_weight(x, g, weight_shape, padding):
-    """``conv2d_grad_weight`` at stride 1 for a 3x3 kernel: ``G^T [sum over tiles of
-    (A dY A^T) * V] G``, the sums as 16 GEMMs (K, T) @ (T, C) a chunk, one partial sum a thread."""
-    x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
-    n, c, h, wd = x.shape
-    k = weight_shape[0]
-    (ph, pw), dtype = padding, x.dtype
-    oh, ow = g.shape[2:]
-    th, tw = -(-oh // 2), -(-ow // 2)
-    per, count, nt = _chunks(n, th * tw, 16 * (c + k) * th * tw * dtype.itemsize)
-    sums: dict = {}  # thread id -> its partial (16, K, C)
-
-    def chunk(i):
-        n0 = i * per
-        m = min(per, n - n0)
-        T = m * th * tw
-        V = np.empty((16, c, T), dtype)
-        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, th, tw, V.reshape(-1))
-        Gt = np.empty((16, k, T), dtype)
-        _gradient_transform(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, th, tw, Gt.reshape(-1))
-        part = np.matmul(Gt, V.transpose(0, 2, 1))  # 16 one-thread BLAS GEMMs (K, T) @ (T, C)
-        mine = sums.get(threading.get_ident())
-        if mine is None:
-            sums[threading.get_ident()] = part
-        else:
-            mine += part
-
-    with one_thread():
-        on_demand(count, nt, chunk)
-    total = sum(sums.values())
-    dw = reference.weight_from(F23, total, dtype)
-    return dw if reference.finite(dw) else None

@@ -1,7 +1,10 @@
 """ember-numba's Winograd F(2x2, 3x3) convolutions (winograd.py) against the NumPy backend's
-direct (im2col) convolutions: all three primitives, odd outputs and their edge tiles, channel
-counts that are multiples of nothing, batch 1, every way of cutting the batch into chunks;
-non-finite values; and conv.py's choice of the path."""
+direct (im2col) convolutions: the forward and input-gradient primitives (the weight gradient
+stays on im2col), odd outputs and their edge tiles, channel counts that are multiples of
+nothing, batch 1, every way of cutting the batch into chunks; non-finite values; and conv.py's
+choice of the path."""
+
+import doctest
 
 import numpy as np
 import pytest
@@ -51,12 +54,6 @@ def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype
     np.testing.assert_allclose(
         winograd.conv2d_grad_input(g, w, xs, padding), direct["conv2d_grad_input"](g, w, xs, **geo), rtol=tol, atol=tol
     )
-    np.testing.assert_allclose(
-        winograd.conv2d_grad_weight(x, g, w.shape, padding),
-        direct["conv2d_grad_weight"](x, g, w.shape, **geo),
-        rtol=tol,
-        atol=10 * tol,
-    )
 
 
 def test_the_kernels_agree_with_the_numpy_winograd():
@@ -64,19 +61,17 @@ def test_the_kernels_agree_with_the_numpy_winograd():
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((3, 16, 9, 7)), rng.standard_normal((24, 16, 3, 3))
     np.testing.assert_allclose(winograd.conv2d(x, w, (1, 1)), numpy_winograd.conv2d(x, w, (1, 1)), rtol=1e-12)
-    g = rng.standard_normal((3, 24, 9, 7))
-    np.testing.assert_allclose(
-        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
-        numpy_winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
-        rtol=1e-12,
-    )
 
 
 def test_non_finite_results_are_computed_directly(monkeypatch, direct):
     monkeypatch.setattr(launch, "HOT", 1)
     rng = np.random.default_rng(2)
-    x, w = rng.standard_normal((4, 16, 8, 8)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    x, w = (
+        rng.standard_normal((2, 16, 16, 16)).astype(np.float32),
+        rng.standard_normal((16, 16, 3, 3)).astype(np.float32),
+    )
     x[1, 2, 3, 3] = np.inf
+    assert winograd.plan(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, x.dtype)
     assert winograd.conv2d(x, w, (1, 1)) is None
     y = conv.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
     want = direct["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
@@ -88,7 +83,10 @@ def test_non_finite_results_are_computed_directly(monkeypatch, direct):
 def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
     monkeypatch.setattr(launch, "HOT", 1)
     rng = np.random.default_rng(3)
-    x, w = rng.standard_normal((4, 16, 8, 8)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    x, w = (
+        rng.standard_normal((2, 16, 16, 16)).astype(np.float32),
+        rng.standard_normal((16, 16, 3, 3)).astype(np.float32),
+    )
     y = conv.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
     np.testing.assert_array_equal(y, winograd.conv2d(x, w, (1, 1)))
     g = rng.standard_normal(y.shape).astype(np.float32)
@@ -96,12 +94,29 @@ def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
         conv.IMPLS["conv2d_grad_input"](g, w, x.shape, (1, 1), (1, 1), (1, 1), 1),
         winograd.conv2d_grad_input(g, w, x.shape, (1, 1)),
     )
-    # summed per thread in the order the threads took the chunks: equal up to that order
-    np.testing.assert_allclose(
+    # the weight gradient stays on im2col (measured faster)
+    np.testing.assert_array_equal(
         conv.IMPLS["conv2d_grad_weight"](x, g, w.shape, (1, 1), (1, 1), (1, 1), 1),
-        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
-        rtol=1e-5,
-        atol=1e-4,
+        conv.conv2d_grad_weight_cols(x, g, w.shape, (1, 1), (1, 1), (1, 1)),
     )
-    assert not winograd.plan((4, 3, 8, 8), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)  # 3 channels
-    assert not winograd.plan(x.shape, w.shape, (2, 2), (1, 1), (1, 1), 1, np.float32)
+
+
+@pytest.mark.parametrize(
+    "xs,ws,stride,padding,taken",
+    [
+        ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), True),  # ResNet's first stage
+        ((8, 128, 16, 16), (128, 128, 3, 3), (1, 1), (1, 1), True),  # ... its second
+        ((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), False),  # 64 pixels a sample: GEMMs too narrow
+        ((8, 32, 13, 13), (64, 32, 3, 3), (1, 1), (0, 0), False),  # LeNet's second layer: 121 pixels
+        ((8, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), False),  # 3 channels
+        ((8, 64, 32, 32), (64, 64, 3, 3), (2, 2), (1, 1), False),  # stride 2
+        ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (3, 3), False),  # padding 3
+    ],
+)
+def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken):
+    assert winograd.plan(xs, ws, stride, padding, (1, 1), 1, np.float32) is taken
+
+
+def test_docstring_examples():
+    result = doctest.testmod(winograd, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
