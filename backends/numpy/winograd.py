@@ -49,6 +49,7 @@ True
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,9 +109,16 @@ F43 = Transforms(
 #: 0.74-0.92, weight gradient 0.71-0.92; the 512-channel 4x4 layer's weight gradient 1.13);
 #: LeNet's 32 -> 64 layer on 13x13 0.98-3.7, a 16-channel 32x32 layer 0.85-1.75.
 MIN_CHANNELS = 64
-#: Bytes of transformed input (V) built at a time: a block of images whose V, GEMM output and
-#: padded input stay in cache, as conv.py's BLOCK_BYTES does for columns.
-BLOCK_BYTES = 4 << 20
+#: Whether conv.py takes this path at all: ``EMBER_NUMPY_WINOGRAD=1``. Off by default: in the
+#: whole W3 training step (numpy+jit, BLAS on its two threads, machine loaded to 4x its cores)
+#: it measured slower, steps alternating in one process: Winograd / im2col step time median
+#: 3.0 (1.45-8.7) with 4 MiB blocks, 1.14 (1.06-1.69) with 16 MiB ones. Each block makes 16
+#: BLAS calls where im2col makes one, and on a busy machine every multi-threaded call can wait
+#: for a thread the machine does not schedule (docs/performance.md).
+ENABLED = os.environ.get("EMBER_NUMPY_WINOGRAD", "0") == "1"
+#: Bytes of transformed input (V) built at a time. Larger than conv.py's 4 MiB of columns:
+#: each block makes (m+2)^2 GEMM calls, which must stay large enough to pay for BLAS's threads.
+BLOCK_BYTES = 16 << 20
 MIN_TILES = 512  # tiles per block at least, so each of the stacked GEMMs stays tall
 #: The transforms in use: :data:`F23` (see F43's note).
 DEFAULT = F23
@@ -121,16 +129,20 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
 
     Taken for 3x3 kernels at stride 1, dilation 1, one group, float32/float64, padding at
     most 2 (the input gradient pads by 2 - padding), at least :data:`MIN_CHANNELS` channels
-    in and out (ResNet's stages; not LeNet's 32-channel layer, where im2col measured faster).
+    in and out (ResNet's stages; not LeNet's 32-channel layer, where im2col measured faster),
+    and only when :data:`ENABLED`.
 
+    >>> from ember.backends.numpy import winograd
+    >>> was, winograd.ENABLED = winograd.ENABLED, True  # as EMBER_NUMPY_WINOGRAD=1 sets it
     >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32).m
     2
     >>> plan((8, 3, 32, 32), (64, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32) is None  # the stem
     True
+    >>> winograd.ENABLED = was
     """
-    if tuple(w_shape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or groups != 1:
+    if not ENABLED or tuple(w_shape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1):
         return None
-    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if groups != 1 or np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
     if min(w_shape[0], w_shape[1]) < MIN_CHANNELS or not all(0 <= p <= 2 for p in padding):
         return None

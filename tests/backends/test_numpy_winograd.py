@@ -3,6 +3,10 @@ primitives, F(2x2, 3x3) and F(4x4, 3x3), edge tiles of odd outputs, channel coun
 multiples of nothing, batch 1, blocks of the batch; float32 error against the conformance
 tolerances; non-finite values; and which layers conv.py sends there."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
@@ -11,6 +15,12 @@ from ember.backends.numpy import conv, winograd
 from ember.conformance.tolerances import tolerance
 
 TRANSFORMS = {"F(2x2,3x3)": winograd.F23, "F(4x4,3x3)": winograd.F43}
+
+
+@pytest.fixture(autouse=True)
+def enabled(monkeypatch):
+    """conv.py's path on, as ``EMBER_NUMPY_WINOGRAD=1`` sets it (off by default: winograd.ENABLED)."""
+    monkeypatch.setattr(winograd, "ENABLED", True)
 
 
 def _direct(x, w, padding):
@@ -154,3 +164,13 @@ def test_conv_py_takes_winograd_for_eligible_layers():
     np.testing.assert_array_equal(
         conv.conv2d_grad_weight(x, g, w.shape, padding=(1, 1)), winograd.conv2d_grad_weight(x, g, w.shape, (1, 1))
     )
+
+
+def test_off_by_default_and_switched_on_by_the_environment():
+    code = "from ember.backends.numpy import winograd; print(winograd.ENABLED)"
+    for value, want in (("", "False"), ("1", "True")):
+        env = {k: v for k, v in os.environ.items() if k != "EMBER_NUMPY_WINOGRAD"}
+        if value:
+            env["EMBER_NUMPY_WINOGRAD"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want
