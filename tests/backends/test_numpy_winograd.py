@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
+from winograd_cases import GEOMETRIES
 
 from ember.backends.numpy import conv, winograd
 from ember.conformance.tolerances import tolerance
@@ -42,17 +43,6 @@ def _direct_grads(x, w, g, padding):
         for j in range(3):
             dxp[:, :, i : i + oh, j : j + ow] += np.einsum("nkhw,kc->nchw", g, w[:, :, i, j])
     return dxp[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]], dw
-
-
-GEOMETRIES = [  # x shape (N, C, H, W), output channels K, padding
-    ((2, 5, 7, 6), 3, (1, 1)),  # odd output height: a half edge tile
-    ((1, 17, 4, 4), 19, (1, 1)),  # batch 1, C and K multiples of nothing
-    ((3, 4, 9, 5), 2, (0, 2)),  # asymmetric padding, odd both ways
-    ((2, 3, 3, 3), 4, (0, 0)),  # one output pixel
-    ((1, 2, 1, 1), 3, (2, 1)),  # a 1x1 input, padding 2
-    ((2, 6, 11, 13), 7, (2, 2)),  # several tiles across, odd edges, the largest padding
-    ((5, 3, 6, 6), 2, (1, 1)),  # an odd batch
-]
 
 
 @pytest.mark.parametrize("per_block", [None, 1, 2], ids=["whole batch", "one image a block", "two images a block"])

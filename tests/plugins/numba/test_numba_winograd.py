@@ -12,17 +12,10 @@ import pytest
 pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
+from winograd_cases import GEOMETRIES  # noqa: E402
+
 from ember.backends.numpy import backend as nb, winograd as numpy_winograd  # noqa: E402
 from ember_numba import conv, launch, winograd  # noqa: E402
-
-GEOMETRIES = [  # x shape (N, C, H, W), output channels K, padding
-    ((2, 5, 7, 6), 3, (1, 1)),  # odd output height: a half edge tile
-    ((1, 17, 4, 4), 19, (1, 1)),  # batch 1, C and K multiples of nothing
-    ((3, 4, 9, 5), 2, (0, 2)),  # asymmetric padding, odd both ways
-    ((2, 3, 3, 3), 4, (0, 0)),  # one output pixel
-    ((1, 2, 1, 1), 3, (2, 1)),  # a 1x1 input, padding 2
-    ((5, 6, 11, 13), 7, (2, 2)),  # several tiles across, odd edges, the largest padding
-]
 
 
 @pytest.fixture
