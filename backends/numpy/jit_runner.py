@@ -144,6 +144,24 @@ def _into(v, out, impl, scratch=None):
     raise AssertionError(v.op)
 
 
+def _layout(result):
+    """The strides of a NumPy result (None for anything else)."""
+    return result.strides if isinstance(result, np.ndarray) else None
+
+
+def _empty(shape, dtype, strides):
+    """An uninitialized array laid out like one with ``strides`` (its axes in the same memory
+    order), as ``np.empty_like`` of such an array gives it.
+
+    >>> _empty((2, 3, 4), np.float32, (4, 32, 8)).strides
+    (4, 32, 8)
+    """
+    if strides is None or len(strides) != len(shape):
+        return np.empty(shape, dtype)
+    order = sorted(range(len(shape)), key=lambda a: -abs(strides[a]))  # outermost first; stable
+    return np.empty([shape[a] for a in order], dtype).transpose(np.argsort(order))
+
+
 class NumpyProgram(Program):
     """A Program whose ``out=``-capable nodes and compiled groups write into planned buffers
     (see module doc).
@@ -174,7 +192,9 @@ class NumpyProgram(Program):
             for i, (fn, out, args, free) in enumerate(self.steps):
                 env[out] = result = fn(*[env[a] for a in args])
                 if not isinstance(result, (tuple, list)):  # not a compiled group's results
-                    layout[self.origin[i].id] = (getattr(result, "strides", None), result)
+                    # the layout only: holding the results would keep every intermediate of
+                    # this first run alive to its end, the sum of them all
+                    layout[self.origin[i].id] = _layout(result)
                 for f in free:
                     env[f] = None
         except Exception as exc:  # noqa: BLE001
@@ -192,11 +212,11 @@ class NumpyProgram(Program):
 
     def _plan(self, layout, cap_strides):
         def key(v):
-            return v.shape, v.dtype, layout[v.id][0]
+            return v.shape, v.dtype, layout[v.id]
 
         def donatable(v, cap):
             # A compiled group's outputs are donated by passes.group_donations (Program).
-            return v.id not in self.kernel_group and layout[v.id][0] == cap_strides.get(cap.id)
+            return v.id not in self.kernel_group and layout[v.id] == cap_strides.get(cap.id)
 
         self.kernel_group, self.kernel_outputs = {}, set()
         together = []
@@ -216,17 +236,7 @@ class NumpyProgram(Program):
             in_place=ELEMENTWISE - {"where"},
             together=together,
         )
-        samples = {}
-        for _vid, (strides, result) in layout.items():
-            if isinstance(result, np.ndarray):
-                samples.setdefault((result.shape, str(result.dtype), strides), result)
-        # empty_like keeps the sample's layout (order="K")
-        self.buffers = [
-            np.empty_like(samples[(shape, str(nb.NP[dtype]), strides)])
-            if (shape, str(nb.NP[dtype]), strides) in samples
-            else np.empty(shape, nb.NP[dtype])
-            for shape, dtype, strides in kinds
-        ]
+        self.buffers = [_empty(shape, nb.NP[dtype], strides) for shape, dtype, strides in kinds]
         self.planned = True
         self.build()
 
