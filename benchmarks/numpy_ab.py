@@ -5,7 +5,7 @@ Like dispatch_overhead.py (whose package layout it reuses), both versions, a git
 out as the installed package, and each timing runs in its own process that imports exactly
 one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
 then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
-disturbed least). Rounds alternate which version runs first; the report gives the ratio of
+disturbed least) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
 step times (working tree / base) as the median of the rounds with its range.
 
     python benchmarks/numpy_ab.py --workload W2-train --batch 128 --rounds 5
@@ -41,7 +41,8 @@ for _ in range(steps):
     t0 = time.perf_counter()
     float(step().item())
     best = min(best, time.perf_counter() - t0)
-print(best)
+import resource
+print(best, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # peak RSS in KiB (Linux)
 """
 
 
@@ -65,7 +66,8 @@ def _time(tree, args):
         check=True,
         env=dict(os.environ, EMBER_BACKEND="numpy"),
     ).stdout
-    return float(out.split()[-1])
+    best, rss = out.split()[-2:]
+    return float(best), int(rss) / 1024
 
 
 def main(argv=None):
@@ -82,17 +84,22 @@ def main(argv=None):
         base, work = os.path.join(tmp, "base"), os.path.join(tmp, "work")
         _from_git(args.base, base)
         _from_tree(work)
-        ratios = []
+        ratios, peaks = [], []
         for r in range(args.rounds):
             if r % 2:
-                w, b = _time(work, args), _time(base, args)
+                (w, wm), (b, bm) = _time(work, args), _time(base, args)
             else:
-                b, w = _time(base, args), _time(work, args)
+                (b, bm), (w, wm) = _time(base, args), _time(work, args)
             ratios.append(w / b)
-            print(f"round {r + 1}: {args.workload} batch {args.batch}: {b * 1e3:.0f} -> {w * 1e3:.0f} ms/step")
+            peaks.append((bm, wm))
+            print(
+                f"round {r + 1}: {args.workload} batch {args.batch}: {b * 1e3:.0f} -> {w * 1e3:.0f} ms/step, "
+                f"peak RSS {bm:.0f} -> {wm:.0f} MiB"
+            )
         print(
             f"step time, working tree / {args.base}: median {statistics.median(ratios):.3f} "
-            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
+            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds); peak RSS median "
+            f"{statistics.median(p[0] for p in peaks):.0f} -> {statistics.median(p[1] for p in peaks):.0f} MiB"
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
