@@ -6,7 +6,7 @@ Like dispatch_overhead.py (whose package layout it reuses), both versions, a git
 out as the installed package (with the numba plugin's package next to it), and each timing
 runs in its own process that imports exactly one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
 then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
-disturbed least). Rounds alternate which version runs first; the report gives the ratio of
+disturbed least) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
 step times (working tree / base) as the median of the rounds with its range.
 
     python -m benchmarks.numpy_ab --workload W2-train --batch 128 --rounds 5
@@ -48,7 +48,8 @@ for _ in range(steps):
     t0 = time.perf_counter()
     float(step().item())
     best = min(best, time.perf_counter() - t0)
-print(best)
+import resource
+print(best, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # peak RSS in KiB (Linux)
 """
 
 
@@ -73,7 +74,8 @@ def _time(tree, args):
         check=True,
         env=dict(os.environ, EMBER_BACKEND=args.backend.partition("+")[0]),
     ).stdout
-    return float(out.split()[-1])
+    best, rss = out.split()[-2:]
+    return float(best), int(rss) / 1024
 
 
 PLUGIN = "plugins/numba/ember_numba"
@@ -115,20 +117,22 @@ def main(argv=None):
         if args.backend.startswith("numba"):  # the plugin's package of the same version
             _plugin_from_git(args.base, base)
             _plugin_from_tree(work)
-        ratios = []
+        ratios, peaks = [], []
         for r in range(args.rounds):
             if r % 2:
-                w, b = _time(work, args), _time(base, args)
+                (w, wm), (b, bm) = _time(work, args), _time(base, args)
             else:
-                b, w = _time(base, args), _time(work, args)
+                (b, bm), (w, wm) = _time(base, args), _time(work, args)
             ratios.append(w / b)
+            peaks.append((bm, wm))
             print(
                 f"round {r + 1}: {args.backend} {args.workload} batch {args.batch}: "
-                f"{b * 1e3:.0f} -> {w * 1e3:.0f} ms/step"
+                f"{b * 1e3:.0f} -> {w * 1e3:.0f} ms/step, peak RSS {bm:.0f} -> {wm:.0f} MiB"
             )
         print(
             f"step time, working tree / {args.base}: median {statistics.median(ratios):.3f} "
-            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
+            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds); peak RSS median "
+            f"{statistics.median(p[0] for p in peaks):.0f} -> {statistics.median(p[1] for p in peaks):.0f} MiB"
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

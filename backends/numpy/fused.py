@@ -3,18 +3,20 @@
 | op | kernel |
 |---|---|
 | ``max_pool2d`` | the running maximum of the k*k kernel-position slices, into one buffer |
-| ``max_pool2d_backward`` | each window's first maximum found again from the slices (a small int map of kernel positions), then per kernel position the gradient written (disjoint windows) or added (overlapping ones) into a padded buffer |
-| ``batch_norm`` | the statistics in float64 sums, the output in two passes into one buffer |
-| ``batch_norm_backward`` | the two per-channel sums, then ``dx`` in four passes over one buffer |
+| ``max_pool2d_backward`` | disjoint windows whose maxima hold no NaN: the maxima, then per kernel position the gradient's bits where the slice equals its window's maximum and no earlier position did; otherwise each window's first maximum searched for (a small int map of kernel positions), then per kernel position the gradient written (disjoint windows) or added (overlapping ones) into a padded buffer |
+| ``batch_norm`` | over channels-last rows, a cache-sized chunk at a time: one pass for the per-channel sums of ``x`` and ``x * x`` (float64, the squares exact), one for the output |
+| ``batch_norm_backward`` | the same rows: one pass for the sums of ``g`` and ``g * xhat``, one for ``dx`` |
 
 The reference decomposition builds a flat index per output and scatters the gradient with
 ``index_add`` (``np.add.at``, slow) through Tensor ops; these kernels do the same arithmetic
-on whole arrays, lay their results out like their input (a channels-last activation from
-conv.py stays channels last), and make the same choices: padding counts as -inf, the first
-maximum wins and a later NaN replaces it. Batch norm's reference makes about twice the passes
-over the activation and keeps each intermediate alive for the backward pass (in a jit'd
-ResNet that is most of the peak memory); its kernels save only the statistics. Integer and
-float16 inputs go to the reference.
+on whole arrays and make the same choices: padding counts as -inf, the first maximum wins
+and a later NaN replaces it. The pool's results are laid out like its input (a channels-last
+activation from conv.py stays channels last); batch norm's are channels last, and do not
+depend on the input's layout (its rows are a copy when the input is laid out otherwise).
+Batch norm's reference makes several passes over the activation and keeps each
+intermediate alive for the backward pass (in a jit'd ResNet that is most of the peak
+memory); its kernels read it twice and save only the statistics. Integer and float16 inputs
+go to the reference.
 """
 
 from __future__ import annotations
@@ -91,13 +93,53 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
         )
     kernel_size, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation)
     padded, _, out_hw = _padded(x, kernel_size, stride, padding, dilation, ceil_mode)
-    slices = _views(padded, kernel_size, stride, dilation, out_hw)
+    return window_max(_views(padded, kernel_size, stride, dilation, out_hw))
+
+
+def window_max(slices):
+    """The elementwise maximum of the kernel-position slices, laid out like them (NaN
+    propagates: NaN wins, as in the reference)."""
     if len(slices) == 1:
         return slices[0].copy(order="K")
-    out = np.maximum(slices[0], slices[1])  # NaN propagates: NaN wins, as in the reference
+    out = np.maximum(slices[0], slices[1])
     for piece in slices[2:]:
         np.maximum(out, piece, out=out)
     return out
+
+
+def disjoint(pool) -> bool:
+    """Do the windows of max_pool2d's parameters ``pool`` never overlap?"""
+    kernel_size, stride, _, dilation = _pool_args(
+        pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1)
+    )
+    return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
+
+
+def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation, out_hw):
+    """For disjoint windows whose maxima ``best`` hold no NaN: an array like ``padded`` with
+    each ``grad`` value's bits at its window's first maximum (the first slice equal to
+    ``best``) and zeros elsewhere. Five passes over the pooled size per kernel position,
+    against eight when the maxima's positions are searched for."""
+    itype = {4: np.int32, 8: np.int64}[grad.dtype.itemsize]
+    covered = all(s == k and s * o == n for k, s, o, n in zip(kernel_size, stride, out_hw, padded.shape[-2:]))
+    dx = np.empty_like(padded) if covered else np.zeros_like(padded)  # laid out like x
+    targets = _views(dx, kernel_size, stride, dilation, out_hw)
+    bits = grad.view(itype)
+    taken, equal, hit = (np.empty_like(best, dtype=bool) for _ in range(3))
+    mask = np.empty_like(best, dtype=itype)
+    last = len(slices) - 1
+    for n, (piece, target) in enumerate(zip(slices, targets)):
+        if n == 0:
+            np.equal(piece, best, out=taken)
+            np.negative(taken, dtype=itype, out=mask)
+        else:
+            np.equal(piece, best, out=equal)
+            np.greater(equal, taken, out=hit)  # equal and not taken by an earlier position
+            if n < last:
+                np.logical_or(taken, equal, out=taken)
+            np.negative(hit, dtype=itype, out=mask)
+        np.bitwise_and(bits, mask, out=target.view(itype))
+    return dx
 
 
 def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -116,6 +158,12 @@ def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilatio
     kernel_size, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation)
     padded, (top, left), out_hw = _padded(x, kernel_size, stride, padding, dilation, ceil_mode)
     slices = _views(padded, kernel_size, stride, dilation, out_hw)
+    if all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation)):
+        best = window_max(slices)
+        if not np.isnan(np.add.reduce(best, axis=None)):  # no NaN (a sum of +inf and -inf errs on the safe side)
+            dx = first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation, out_hw)
+            h, w = x.shape[-2:]
+            return dx[..., top : top + h, left : left + w]
     best = slices[0].copy(order="K")
     arg = np.zeros_like(best, dtype=np.int16 if len(slices) < 2**15 else np.int64)
     better = np.empty_like(best, dtype=bool)
@@ -142,15 +190,6 @@ def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilatio
     return dx[..., top : top + h, left : left + w]
 
 
-def _channel_axes(x):
-    return (0,) + tuple(range(2, x.ndim))
-
-
-def _per_channel(v, x):
-    """A (C,) vector as (1, C, 1, ...) in ``x``'s dtype, to broadcast against ``x``."""
-    return v.astype(x.dtype, copy=False).reshape((1, -1) + (1,) * (x.ndim - 2))
-
-
 def _channels_cover(x, *vectors):
     return (
         x.dtype in (np.float32, np.float64)
@@ -160,22 +199,95 @@ def _channels_cover(x, *vectors):
     )
 
 
-def batch_norm(x, weight, bias, *, eps=1e-5):
-    """Training-mode batch norm: ``(out, mean, var)``, the biased variance, as the reference."""
-    if not _channels_cover(x, weight, bias):
-        return _reference("batch_norm", x, weight, bias, eps=eps)
-    axes, n = _channel_axes(x), x.size // x.shape[1]
-    mean = np.add.reduce(x, axis=axes, dtype=np.float64) / n
-    centered = np.subtract(x, _per_channel(mean, x))
-    out = np.multiply(centered, centered)
-    var = np.add.reduce(out, axis=axes, dtype=np.float64) / n
+#: Bytes of an activation a channels-last batch norm takes at a time (each chunk is read from
+#: memory once for all the arithmetic of a pass).
+CHUNK_BYTES = 256 << 10
+
+
+def _channel_rows(a):
+    """``a``'s values as (M, C) rows, channel axis (1) last: a view of ``a``'s memory when it is
+    laid out so (conv.py's channels-last outputs, (N, C) matrices), else a channels-last copy.
+    The kernels below compute on rows alone, so their results do not depend on the layout."""
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1)).reshape(-1, a.shape[1])
+
+
+def _row_chunks(rows):
+    per = max(1, CHUNK_BYTES // max(1, rows.shape[1] * rows.itemsize))
+    return [slice(a, min(len(rows), a + per)) for a in range(0, len(rows), per)], per
+
+
+def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
+    """Batch norm over channels-last rows in two passes: the per-channel sums of ``x`` and of
+    its exact float64 squares, then ``(x - mean) * scale + bias`` into ``out``, followed by
+    ``then(chunk, rows)`` on each chunk while it is in cache (an epilogue: rewrites.py)."""
+    m, c = xr.shape
+    chunks, per = _row_chunks(xr)
+    s1, s2 = np.zeros(c), np.zeros(c)
+    squares = np.empty((min(per, m), c), np.float64)
+    for sl in chunks:
+        xc, sq = xr[sl], squares[: sl.stop - sl.start]
+        s1 += np.add.reduce(xc, axis=0, dtype=np.float64)
+        np.multiply(xc, xc, out=sq, dtype=np.float64)
+        s2 += np.add.reduce(sq, axis=0)
+    mean = s1 / m
+    var = np.maximum(s2 / m - mean * mean, 0.0)  # float64: the cancellation costs nothing visible in float32
     scale = 1.0 / np.sqrt(var + eps)
     if weight is not None:
         scale *= weight
-    np.multiply(centered, _per_channel(scale, x), out=out)
-    if bias is not None:
-        np.add(out, _per_channel(bias, x), out=out)
-    return out, mean.astype(x.dtype), var.astype(x.dtype)
+    mean_x, scale_x = mean.astype(xr.dtype), scale.astype(xr.dtype)
+    for sl in chunks:
+        o = out[sl]
+        np.subtract(xr[sl], mean_x, out=o)
+        np.multiply(o, scale_x, out=o)
+        if bias is not None:
+            np.add(o, bias, out=o)
+        if then is not None:
+            then(o, sl)
+    return mean, var
+
+
+def _batch_norm_backward_rows(gr, xr, weight, mean, var, eps, out):
+    """The batch norm backward over channels-last rows in two passes: the sums of ``g`` and
+    ``g * xhat``, then ``dx``."""
+    m, c = xr.shape
+    chunks, per = _row_chunks(xr)
+    rstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
+    rstd_x = rstd.astype(xr.dtype)
+    gsum, gxsum = np.zeros(c), np.zeros(c)
+    scratch = np.empty((min(per, m), c), xr.dtype)
+    for sl in chunks:
+        gc, t = gr[sl], scratch[: sl.stop - sl.start]
+        gsum += np.add.reduce(gc, axis=0, dtype=np.float64)
+        np.subtract(xr[sl], mean, out=t)
+        np.multiply(t, rstd_x, out=t)
+        np.multiply(t, gc, out=t)
+        gxsum += np.add.reduce(t, axis=0, dtype=np.float64)
+    a = rstd if weight is None else rstd * weight
+    # dx = a * (g - gsum / m - xhat * gxsum / m), with xhat = (x - mean) * rstd
+    a_x, k_x, shift_x = (v.astype(xr.dtype) for v in (a, a * rstd * gxsum / m, a * gsum / m))
+    for sl in chunks:
+        o, t = out[sl], scratch[: sl.stop - sl.start]
+        np.subtract(xr[sl], mean, out=t)
+        np.multiply(t, k_x, out=t)
+        np.multiply(gr[sl], a_x, out=o)
+        np.subtract(o, t, out=o)
+        np.subtract(o, shift_x, out=o)
+    return gsum, gxsum
+
+
+def batch_norm(x, weight, bias, *, eps=1e-5, then=None):
+    """Training-mode batch norm: ``(out, mean, var)``, the biased variance, as the reference.
+    ``then``: an epilogue for each chunk of output rows (see :func:`_batch_norm_rows`)."""
+    if not _channels_cover(x, weight, bias):
+        out, mean, var = _reference("batch_norm", x, weight, bias, eps=eps)
+        if then is not None:
+            rows = _channel_rows(out)
+            then(rows, slice(0, len(rows)))
+            out = np.moveaxis(rows.reshape(np.moveaxis(out, 1, -1).shape), -1, 1)
+        return out, mean, var
+    out = np.empty(np.moveaxis(x, 1, -1).shape, x.dtype)  # channels last
+    mean, var = _batch_norm_rows(_channel_rows(x), weight, bias, eps, out.reshape(-1, x.shape[1]), then)
+    return np.moveaxis(out, -1, 1), mean.astype(x.dtype), var.astype(x.dtype)
 
 
 def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
@@ -183,19 +295,15 @@ def batch_norm_backward(grad, x, weight, bias, mean, var, *, eps=1e-5):
     xhat))``, ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` (sums per channel, float64)."""
     if not _channels_cover(x, weight, bias, mean, var) or grad.dtype != x.dtype or grad.shape != x.shape:
         return _reference("batch_norm_backward", grad, x, weight, bias, mean, var, eps=eps)
-    axes, n = _channel_axes(x), x.size // x.shape[1]
-    rstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
-    xhat = np.subtract(x, _per_channel(mean, x))
-    np.multiply(xhat, _per_channel(rstd, x), out=xhat)
-    gsum = np.add.reduce(grad, axis=axes, dtype=np.float64)
-    dx = np.multiply(grad, xhat)
-    gxsum = np.add.reduce(dx, axis=axes, dtype=np.float64)
-    a = rstd if weight is None else rstd * weight
-    np.multiply(xhat, _per_channel(a * gxsum / n, x), out=xhat)
-    np.multiply(grad, _per_channel(a, x), out=dx)
-    np.subtract(dx, xhat, out=dx)
-    np.subtract(dx, _per_channel(a * gsum / n, x), out=dx)
-    return (dx, None if weight is None else gxsum.astype(x.dtype), None if bias is None else gsum.astype(x.dtype))
+    dx = np.empty(np.moveaxis(x, 1, -1).shape, x.dtype)  # channels last
+    gsum, gxsum = _batch_norm_backward_rows(
+        _channel_rows(grad), _channel_rows(x), weight, mean, var, eps, dx.reshape(-1, x.shape[1])
+    )
+    return (
+        np.moveaxis(dx, -1, 1),
+        None if weight is None else gxsum.astype(x.dtype),
+        None if bias is None else gsum.astype(x.dtype),
+    )
 
 
 #: fused op name -> kernel: what the backend declares (backend.py)

@@ -13,8 +13,11 @@ it runs one by one are written with NumPy's functions where the backend's own gi
 values (its impl is the NumPy reference's, or the backend lists the op in
 ``same_as_numpy``); other nodes run through the backend's impls and allocate.
 
-On the NumPy backend the functions are the very ones it uses, so results are bit-for-bit
-those of eager execution. ``NumpyBackend.jit_runner`` names it: imported only when a graph
+Before planning, the runner rewrites a few node patterns of convolutional training steps
+(ReLU and its gradient, a convolution with its bias and ReLU, ReLU's gradient through a max
+pool) as one kernel each (rewrites.py), where the backend runs those nodes with the NumPy
+backend's own functions. On the NumPy backend the functions are the very ones it uses, and
+the rewritten kernels give the same bits, so results are bit-for-bit those of eager execution. ``NumpyBackend.jit_runner`` names it: imported only when a graph
 runs on a NumPy-array backend.
 """
 
@@ -26,7 +29,7 @@ from ember import dtypes as D
 from ember.jit.passes import ELEMENTWISE, plan_buffers
 from ember.jit.runner import NO_CALL, Program
 
-from . import backend as nb
+from . import backend as nb, rewrites
 
 #: Primitives whose numpy backend implementation (backend.py) is this ufunc (which takes ``out=``).
 #: tests/jit/test_jit_runners.py checks each against the backend, bit for bit.
@@ -130,6 +133,11 @@ def _into(v, out, impl, scratch=None):
         return lambda a, b: np.true_divide(a, b, out=out, dtype=dt)
     if v.op == "where":
         return _select(v, out, scratch)
+    if v.op == rewrites.KERNEL:
+        kernel, kw = rewrites.KERNELS[params["name"]], params["params"]
+        if out is None:
+            return lambda *b: kernel(*b[:-1], out=b[-1], **kw)
+        return lambda *b: kernel(*b, out=out, **kw)
     if v.op == "cast":
         if out is None:
             return lambda x, o: (np.copyto(o, x, casting="unsafe"), o)[1]
@@ -142,6 +150,24 @@ def _into(v, out, impl, scratch=None):
             return lambda x, o: f(x, axis=axes, dtype=dtype, keepdims=keep, out=o)
         return lambda x: f(x, axis=axes, dtype=dtype, keepdims=keep, out=out)
     raise AssertionError(v.op)
+
+
+def _layout(result):
+    """The strides of a NumPy result (None for anything else)."""
+    return result.strides if isinstance(result, np.ndarray) else None
+
+
+def _empty(shape, dtype, strides):
+    """An uninitialized array laid out like one with ``strides`` (its axes in the same memory
+    order), as ``np.empty_like`` of such an array gives it.
+
+    >>> _empty((2, 3, 4), np.float32, (4, 32, 8)).strides
+    (4, 32, 8)
+    """
+    if strides is None or len(strides) != len(shape):
+        return np.empty(shape, dtype)
+    order = sorted(range(len(shape)), key=lambda a: -abs(strides[a]))  # outermost first; stable
+    return np.empty([shape[a] for a in order], dtype).transpose(np.argsort(order))
 
 
 class NumpyProgram(Program):
@@ -161,7 +187,14 @@ class NumpyProgram(Program):
         self.planned = False
         same = getattr(backend, "same_as_numpy", frozenset())
         self.numpy_ops = {op for op, impl in backend.impls.items() if impl is nb.IMPLS.get(op) or op in same}
+        graph, groups = rewrites.rewrite(graph, groups, backend)  # a few patterns as one kernel each
         super().__init__(graph, groups, backend)
+
+    def lower(self, v):
+        if v.op == rewrites.KERNEL:
+            kernel, params = rewrites.KERNELS[v.params["name"]], v.params["params"]
+            return lambda *bufs: kernel(*bufs, **params)
+        return super().lower(v)
 
     def run(self, inputs, captures, rng):
         if self.planned:
@@ -174,7 +207,9 @@ class NumpyProgram(Program):
             for i, (fn, out, args, free) in enumerate(self.steps):
                 env[out] = result = fn(*[env[a] for a in args])
                 if not isinstance(result, (tuple, list)):  # not a compiled group's results
-                    layout[self.origin[i].id] = (getattr(result, "strides", None), result)
+                    # the layout only: holding the results would keep every intermediate of
+                    # this first run alive to its end, the sum of them all
+                    layout[self.origin[i].id] = _layout(result)
                 for f in free:
                     env[f] = None
         except Exception as exc:  # noqa: BLE001
@@ -188,15 +223,17 @@ class NumpyProgram(Program):
         g = self.kernel_group.get(v.id)
         if g is not None:  # in a compiled group: its outputs, given out=
             return v.id in self.kernel_outputs
+        if v.op == rewrites.KERNEL:
+            return v.params["name"] in rewrites.WRITES_INTO
         return v.op in self.numpy_ops and _writes_into(v)
 
     def _plan(self, layout, cap_strides):
         def key(v):
-            return v.shape, v.dtype, layout[v.id][0]
+            return v.shape, v.dtype, layout[v.id]
 
         def donatable(v, cap):
             # A compiled group's outputs are donated by passes.group_donations (Program).
-            return v.id not in self.kernel_group and layout[v.id][0] == cap_strides.get(cap.id)
+            return v.id not in self.kernel_group and layout[v.id] == cap_strides.get(cap.id)
 
         self.kernel_group, self.kernel_outputs = {}, set()
         together = []
@@ -216,17 +253,7 @@ class NumpyProgram(Program):
             in_place=ELEMENTWISE - {"where"},
             together=together,
         )
-        samples = {}
-        for _vid, (strides, result) in layout.items():
-            if isinstance(result, np.ndarray):
-                samples.setdefault((result.shape, str(result.dtype), strides), result)
-        # empty_like keeps the sample's layout (order="K")
-        self.buffers = [
-            np.empty_like(samples[(shape, str(nb.NP[dtype]), strides)])
-            if (shape, str(nb.NP[dtype]), strides) in samples
-            else np.empty(shape, nb.NP[dtype])
-            for shape, dtype, strides in kinds
-        ]
+        self.buffers = [_empty(shape, nb.NP[dtype], strides) for shape, dtype, strides in kinds]
         self.planned = True
         self.build()
 
@@ -251,7 +278,7 @@ class NumpyProgram(Program):
                 if plan is None:
                     self.emit(self.lower(v), v, args)
                 elif plan[0] == "pool":
-                    self.emit(_into(v, self.buffers[plan[1]], self.impls[v.op], self.scratch), v, args)
+                    self.emit(_into(v, self.buffers[plan[1]], self.impls.get(v.op), self.scratch), v, args)
                 else:  # donated: write into the captured tensor
-                    self.emit(_into(v, None, self.impls[v.op], self.scratch), v, args + [self.slot[plan[1].id]])
+                    self.emit(_into(v, None, self.impls.get(v.op), self.scratch), v, args + [self.slot[plan[1].id]])
                 self.calls += v.op not in NO_CALL

@@ -39,16 +39,19 @@ GEOMETRIES = [  # x shape, w shape, stride, padding, dilation, groups
     ((2, 4, 9, 8), (6, 2, 3, 2), (2, 3), (1, 0), (1, 2), 2),
     ((1, 4, 5, 5), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4),  # depthwise
     ((3, 5, 6, 6), (2, 5, 1, 1), (2, 2), (0, 0), (1, 1), 1),  # 1x1, stride 2
+    ((2, 3, 7, 9), (4, 3, 3, 2), (1, 1), (2, 0), (1, 2), 1),  # stride 1, dilated, uneven padding
 ]
 
 
-@pytest.mark.parametrize("blocks", ["whole batch", "one image at a time"])
+@pytest.mark.parametrize("blocks", ["whole batch", "one image at a time", "stride-1 paths"])
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GEOMETRIES)
 def test_conv_and_its_gradients_match_the_definition(xs, ws, stride, padding, dilation, groups, blocks, monkeypatch):
-    if blocks != "whole batch":
+    if blocks == "one image at a time":
         monkeypatch.setattr(conv, "BLOCK_BYTES", 1)
         monkeypatch.setattr(conv, "MIN_ROWS", 1)
         assert len(conv._blocks(xs[0], 4, 4)) == xs[0]
+    elif blocks == "stride-1 paths":  # the input gradient as a convolution, where it applies
+        monkeypatch.setattr(conv, "AS_CONV_PIXELS", 0)
     rng = np.random.RandomState(0)
     x, w = rng.standard_normal(xs), rng.standard_normal(ws)
     kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}

@@ -1,0 +1,386 @@
+"""Graph rewrites the NumPy runner makes before it plans buffers: a few node patterns that
+convolutional training steps are made of, each computed by one kernel with fewer passes over
+memory than its nodes one by one.
+
+| pattern | kernel | saves |
+|---|---|---|
+| ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
+| ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)`` | :func:`relu_backward`: ``where(r > 0, g, 0)`` | keeping the mask from the forward pass to the backward |
+| ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to the convolution's output, a cache-sized chunk at a time | three passes over the activation |
+| ``where(gt(p, 0), p, 0)`` with ``p`` batch norm's output, or that plus a residual | :func:`batch_norm_relu`: the sum and ReLU applied to each chunk of batch norm's output while it is in cache | the sum's and ReLU's passes, and their outputs' memory |
+| ``where(gt(x, 0), x, 0)`` whose mask nothing else reads | :func:`relu`: one pass | the mask |
+
+The rules run in that order (the backward ones free the forward masks the others need).
+Every rewrite gives the values of the nodes it replaces, bit for bit. ReLU's output ``r`` is
+never NaN and never -0.0, so ``r > 0`` exactly where its mask was true, and the gradient that
+reaches a window's maximum passes ReLU exactly when the pooled output is above zero. A rewrite applies only where the backend runs every node of
+the pattern with the NumPy backend's own function and compiles no groups (numba's and
+CuPy's host backends keep their own kernels).
+
+The rewritten graph's nodes are ``kernel`` nodes (``params``: ``{"name", "params"}``), which
+:class:`~ember.backends.numpy.jit_runner.NumpyProgram` lowers to the functions in
+:data:`KERNELS`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.backend import Backend
+from ember.jit.graph import Graph, Var
+from ember.jit.passes import fusion_groups
+
+from . import backend as nb, conv, fused
+
+#: The op name of a rewritten node.
+KERNEL = "numpy_kernel"
+
+#: Bytes of an activation processed at a time by the in-place epilogues (fits in L2).
+CHUNK_BYTES = 256 << 10
+
+
+# ----------------------------------------------------------------------------- kernels
+def _rows(y):
+    """The memory of an (N, C, H, W) array as rows of C values when it is channels last (as
+    conv.py returns it), else None."""
+    rows = y.transpose(0, 2, 3, 1)
+    return rows.reshape(-1, y.shape[1]) if rows.flags.c_contiguous else None
+
+
+def _bias_relu_(rows, bias, itype):
+    """``rows = where(rows + bias > 0, rows + bias, 0)`` in place, a chunk at a time, so each
+    chunk is read from memory once for the three passes."""
+    per = max(1, CHUNK_BYTES // max(1, rows.shape[1] * rows.itemsize))
+    keep = np.empty((min(per, len(rows)), rows.shape[1]), bool)
+    mask = np.empty(keep.shape, itype)
+    for a in range(0, len(rows), per):
+        chunk = rows[a : a + per]
+        k, m = keep[: len(chunk)], mask[: len(chunk)]
+        if bias is not None:
+            np.add(chunk, bias, out=chunk)
+        np.greater(chunk, 0, out=k)
+        np.negative(k, dtype=itype, out=m)
+        np.bitwise_and(chunk.view(itype), m, out=chunk.view(itype))
+
+
+def conv2d_bias_relu(x, w, bias, **params):
+    """``relu(conv2d(x, w) + bias)``: the convolution (conv.py), then the bias and ReLU in place."""
+    y = conv.conv2d(x, w, **params)
+    itype = _INT[y.dtype.itemsize]
+    rows = _rows(y)
+    if rows is not None:
+        _bias_relu_(rows, bias, itype)
+        return y
+    if bias is not None:
+        np.add(y, bias.reshape(1, -1, 1, 1), out=y)
+    np.bitwise_and(y.view(itype), np.negative(y > 0, dtype=itype), out=y.view(itype))
+    return y
+
+
+def relu_max_pool2d_backward(grad, r, best=None, **pool):
+    """``where(r > 0, max_pool2d_backward(grad, r), 0)`` for a ReLU output ``r`` and disjoint
+    windows: the gradient masked where the pooled output ``best`` (computed from ``r`` when not
+    given) is above zero, then written at each window's first maximum."""
+    itype = _INT[r.dtype.itemsize]
+    kernel_size, stride, padding, dilation = fused._pool_args(
+        pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1)
+    )
+    padded, (top, left), out_hw = fused._padded(r, kernel_size, stride, padding, dilation, pool.get("ceil_mode", False))
+    slices = fused._views(padded, kernel_size, stride, dilation, out_hw)
+    if best is None:
+        best = fused.window_max(slices)
+    above = np.greater(best, 0)
+    masked = np.empty_like(grad)
+    np.bitwise_and(grad.view(itype), np.negative(above, dtype=itype), out=masked.view(itype))
+    dx = fused.first_max_scatter(masked, padded, slices, best, kernel_size, stride, dilation, out_hw)
+    h, w = r.shape[-2:]
+    return dx[..., top : top + h, left : left + w]
+
+
+def _flat(a):
+    """``a``'s memory as a 1-d view when it is contiguous in some order of its axes, else None."""
+    order = sorted(range(a.ndim), key=lambda i: -abs(a.strides[i]))
+    t = a.transpose(order)
+    return t.reshape(-1) if t.flags.c_contiguous else None
+
+
+def _chunks(*arrays):
+    """Matching 1-d chunks of ``arrays`` (all of one shape), CHUNK_BYTES at a time, when they
+    share one memory layout; else the arrays themselves, whole."""
+    flats = [_flat(a) for a in arrays]
+    if any(f is None for f in flats) or len({a.strides for a in arrays}) != 1:
+        yield arrays
+        return
+    per = max(1, CHUNK_BYTES // arrays[0].itemsize)
+    for a in range(0, flats[0].size, per):
+        yield tuple(f[a : a + per] for f in flats)
+
+
+def relu(x, out=None):
+    """``where(x > 0, x, 0)``, bit for bit, reading ``x`` once."""
+    out = np.empty_like(x) if out is None else out
+    itype = _INT[x.dtype.itemsize]
+    for xc, oc in _chunks(x, out):
+        np.bitwise_and(xc.view(itype), np.negative(xc > 0, dtype=itype), out=oc.view(itype))
+    return out
+
+
+def relu_backward(grad, r, out=None):
+    """``where(r > 0, grad, 0)`` for ReLU's output ``r``: its gradient, without keeping the
+    forward pass's mask (``r > 0`` exactly where the input was)."""
+    out = np.empty_like(grad) if out is None else out
+    itype = _INT[grad.dtype.itemsize]
+    for gc, rc, oc in _chunks(grad, r, out):
+        np.bitwise_and(gc.view(itype), np.negative(rc > 0, dtype=itype), out=oc.view(itype))
+    return out
+
+
+def batch_norm_relu(x, weight, bias, residual=None, *, eps=1e-5):
+    """``relu(batch_norm(x) + residual)`` (no sum without ``residual``) and batch norm's
+    statistics, ``(out, mean, var)``: the sum and ReLU applied to each chunk of batch norm's
+    output while it is in cache."""
+    itype = _INT[x.dtype.itemsize]
+    rows = None if residual is None else fused._channel_rows(residual)
+
+    def then(chunk, at):
+        if rows is not None:
+            np.add(chunk, rows[at], out=chunk)
+        np.bitwise_and(chunk.view(itype), np.negative(chunk > 0, dtype=itype), out=chunk.view(itype))
+
+    return fused.batch_norm(x, weight, bias, eps=eps, then=then)
+
+
+_INT = {4: np.int32, 8: np.int64}
+
+#: kernel name -> function of the node's argument buffers and its parameters.
+KERNELS = {
+    "conv2d_bias_relu": conv2d_bias_relu,
+    "relu_max_pool2d_backward": relu_max_pool2d_backward,
+    "relu": relu,
+    "relu_backward": relu_backward,
+    "batch_norm_relu": batch_norm_relu,
+}
+#: The kernels that take a destination (``out=``): the runner plans their buffers.
+WRITES_INTO = frozenset(("relu", "relu_backward"))
+
+
+# ----------------------------------------------------------------------------- matching
+def _is_zero(a) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and a == 0
+
+
+def _relu_of(v):
+    """``(mask, x)`` when ``v = where(mask, x, 0)`` and ``mask = gt(x, 0)``, else None."""
+    if v.op != "where" or not _is_zero(v.args[2]) or not isinstance(v.args[0], Var):
+        return None
+    c, x = v.args[0], v.args[1]
+    if c.op != "gt" or len(c.args) != 2 or c.args[0] is not x or not _is_zero(c.args[1]):
+        return None
+    return c, x
+
+
+def _fused(v, name):
+    return v.op == "fused" and v.params["name"] == name
+
+
+def _kernel(v, name, args, params):
+    return Var(v.id, KERNEL, args, {"name": name, "params": dict(params)}, v.shape, v.dtype, v.where)
+
+
+def _pool_backward(v, users):
+    """``where(c, max_pool2d_backward(g, r), 0)`` with ``r`` ReLU's output under mask ``c``."""
+    if v.op != "where" or not _is_zero(v.args[2]) or not isinstance(v.args[1], Var):
+        return None
+    c, p = v.args[0], v.args[1]
+    if not _fused(p, "max_pool2d_backward") or len(users.get(p.id, ())) != 1:
+        return None
+    g, r = p.args
+    relu = _relu_of(r)
+    if relu is None or relu[0] is not c or str(r.dtype) not in ("float32", "float64") or g.dtype != r.dtype:
+        return None
+    pool = p.params["params"]
+    if not fused.disjoint(pool):
+        return None
+    best = next(
+        (u for u in users.get(r.id, ()) if _fused(u, "max_pool2d") and u.args[0] is r and u.params["params"] == pool),
+        None,
+    )
+    args = (g, r) if best is None else (g, r, best)
+    return [_kernel(v, "relu_max_pool2d_backward", args, pool)], [p]
+
+
+def _conv_bias_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a = conv2d(x, w) + reshape(bias)``, nothing else reading
+    the convolution, the sum or the mask."""
+    relu = _relu_of(v)
+    if relu is None:
+        return None
+    c, a = relu
+    if a.op != "add" or not all(isinstance(t, Var) for t in a.args) or str(a.dtype) not in ("float32", "float64"):
+        return None
+    y, b = a.args if a.args[0].op == "conv2d" else a.args[::-1]
+    if y.op != "conv2d" or b.op != "reshape" or y.dtype != a.dtype or b.dtype != a.dtype:
+        return None
+    bias = b.args[0]
+    if y.shape != a.shape or bias.shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+        return None
+    if {u.id for u in users.get(y.id, ())} != {a.id} or {u.id for u in users.get(a.id, ())} != {c.id, v.id}:
+        return None
+    if {u.id for u in users.get(c.id, ())} != {v.id}:
+        return None
+    dropped = [y, a, c] + ([b] if {u.id for u in users.get(b.id, ())} == {a.id} else [])
+    return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], bias), y.params)], dropped
+
+
+def _relu_backward(v, users):
+    """``where(c, g, 0)`` where ReLU's output ``r = where(c, x, 0)``, ``c = gt(x, 0)``: its gradient."""
+    if v.op != "where" or not _is_zero(v.args[2]) or not all(isinstance(a, Var) for a in v.args[:2]):
+        return None
+    c, g = v.args[0], v.args[1]
+    r = next((u for u in users.get(c.id, ()) if u is not v and (_relu_of(u) or (None,))[0] is c), None)
+    if r is None or str(r.dtype) not in ("float32", "float64") or g.dtype != r.dtype:
+        return None
+    if not (g.shape == r.shape == v.shape):
+        return None
+    return [_kernel(v, "relu_backward", (g, r), {})], []
+
+
+def _ids(vs):
+    return {u.id for u in vs}
+
+
+def _batch_norm_of(t):
+    """The batch_norm node whose output ``t`` is, or None."""
+    if t.op == "fused_output" and t.params["index"] == 0 and _fused(t.args[0], "batch_norm"):
+        return t.args[0]
+    return None
+
+
+def _batch_norm_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a`` batch norm's output, or that plus another value
+    (ResNet's residual sum), nothing else reading ``a``, the mask or the output: the batch
+    norm node becomes the kernel and ``v`` its first result."""
+    relu = _relu_of(v)
+    if relu is None or str(v.dtype) not in ("float32", "float64"):
+        return None
+    c, a = relu
+    if _ids(users.get(c.id, ())) != {v.id} or _ids(users.get(a.id, ())) != {c.id, v.id}:
+        return None
+    residual, gone = None, [a, c]
+    b = a if _batch_norm_of(a) is not None else None
+    if (
+        b is None
+        and a.op == "add"
+        and all(isinstance(t, Var) and t.shape == a.shape and t.dtype == a.dtype for t in a.args)
+    ):
+        b = next((t for t in a.args if _batch_norm_of(t) is not None and _ids(users.get(t.id, ())) == {a.id}), None)
+        residual = a.args[1] if b is a.args[0] else a.args[0]
+        gone = [a, b, c]
+    if b is None:
+        return None
+    bn = b.args[0]
+    if bn.args[0].shape != v.shape or bn.args[0].dtype != v.dtype:
+        return None
+    args = bn.args + (() if residual is None else (residual,))
+    kernel = Var(
+        bn.id, KERNEL, args, {"name": "batch_norm_relu", "params": bn.params["params"]}, bn.shape, bn.dtype, bn.where
+    )
+    return [kernel, Var(v.id, "fused_output", (kernel,), {"index": 0}, v.shape, v.dtype, v.where)], gone
+
+
+def _relu(v, users):
+    """``where(gt(x, 0), x, 0)`` whose mask nothing else reads: one pass."""
+    relu = _relu_of(v)
+    if relu is None or str(v.dtype) not in ("float32", "float64") or relu[1].shape != v.shape:
+        return None
+    c = relu[0]
+    if {u.id for u in users.get(c.id, ())} != {v.id}:
+        return None
+    return [_kernel(v, "relu", (relu[1],), {})], [c]
+
+
+#: (rule, the NumPy functions its nodes must run with, the fused ops that must be the NumPy
+#: backend's), in the order they are tried: the backward rules first, since they free ReLU's
+#: mask from its backward use, which the forward rules need.
+RULES = (
+    (_pool_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, {"max_pool2d", "max_pool2d_backward"}),
+    (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
+    (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
+    (_batch_norm_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add")}, {"batch_norm"}),
+    (_relu, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
+)
+
+
+def _applies(backend, impls, fused_names) -> bool:
+    if type(backend).compile is not Backend.compile:
+        return False
+    if any(backend.impls.get(op) is not f for op, f in impls.items()):
+        return False
+    return all((backend.fused_impls or {}).get(n) is fused.IMPLS[n] for n in fused_names)
+
+
+def _apply(rule, graph):
+    """``graph`` with ``rule`` made wherever it matches (nodes it would touch twice are left as they are)."""
+    users = graph.consumers()
+    leaving = {o.id for o in graph.outputs}
+    new: dict = {}
+    dropped: set = set()
+    for v in graph.nodes:
+        found = None if v.id in dropped or v.id in new else rule(v, users)
+        if found is None:
+            continue
+        made, gone = found
+        touched = [n.id for n in made] + [d.id for d in gone]
+        if any(t in new or t in dropped for t in touched) or any(d.id in leaving for d in gone):
+            continue
+        new.update((n.id, n) for n in made)
+        dropped.update(d.id for d in gone)
+    if not new:
+        return graph
+    final: dict = {}
+    nodes = []
+    for v in _in_order([new.get(v.id, v) for v in graph.nodes if v.id not in dropped]):
+        if any(isinstance(a, Var) and final[a.id] is not a for a in v.args):  # it read a replaced node
+            args = [final[a.id] if isinstance(a, Var) else a for a in v.args]
+            v = Var(v.id, v.op, args, v.params, v.shape, v.dtype, v.where, v.value)
+        final[v.id] = v
+        nodes.append(v)
+    return Graph(nodes, [final[o.id] for o in graph.outputs], graph.captures, graph.donate, graph.name)
+
+
+def _in_order(nodes):
+    """``nodes`` in their order, except that a node whose input comes later (a kernel that
+    took over an earlier node's place but reads a later one) waits for it: each node is
+    placed after its inputs, pulled forward from where they were."""
+    by_id = {v.id: v for v in nodes}
+    placed: set = set()
+    order = []
+    for v in nodes:
+        stack = [v]
+        while stack:
+            top = stack[-1]
+            if top.id in placed:
+                stack.pop()
+                continue
+            missing = [by_id[a.id] for a in top.inputs if a.id not in placed]
+            if not missing:
+                placed.add(top.id)
+                order.append(top)
+                stack.pop()
+            elif len(stack) > len(nodes):
+                raise AssertionError("rewrites made a cycle")
+            else:
+                stack.extend(missing)
+    return order
+
+
+def rewrite(graph, groups, backend):
+    """``(graph, groups)`` with every rule that applies on ``backend`` made (the same objects
+    when none does)."""
+    out = graph
+    for rule, impls, fused_names in RULES:
+        if _applies(backend, impls, fused_names):
+            out = _apply(rule, out)
+    if out is graph:
+        return graph, groups
+    return out, fusion_groups(out)

@@ -1,0 +1,212 @@
+"""The NumPy runner's graph rewrites (backends/numpy/rewrites.py): each pattern is found in
+the training steps it was made for, and the rewritten step gives eager execution's values bit
+for bit, ties, zeros, infinities and NaN included."""
+
+import numpy as np
+import pytest
+
+import ember
+import ember.nn.functional as F
+from ember import nn, optim
+from ember.backends.numpy import fused as numpy_fused, rewrites
+from ember.backends.numpy.backend import IMPLS, NumpyBackend
+
+POOL = {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0), "dilation": (1, 1), "ceil_mode": False}
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def _lenet(channels=4):
+    return nn.Sequential(
+        nn.Conv2d(1, channels, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(channels, 2 * channels, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(2 * channels * 2 * 2, 10),
+    )
+
+
+def _block():
+    """conv -> batch norm -> relu, twice, with a residual sum before the last relu (ResNet's block)."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+            self.conv2, self.bn2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+            self.fc = nn.Linear(4, 10)
+
+        def forward(self, x):
+            h = self.bn1(self.conv1(x)).relu()
+            h = (self.bn2(self.conv2(h)) + h).relu()
+            return self.fc(h.mean((2, 3)))
+
+    return Block()
+
+
+def _downsample():
+    """ResNet's downsampling block: the shortcut's batch norm is computed after the main one,
+    so the kernel that takes the main one's place must wait for it."""
+
+    class Down(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 4, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(4)
+            self.short, self.short_bn = nn.Conv2d(3, 4, 1, stride=2, bias=False), nn.BatchNorm2d(4)
+            self.fc = nn.Linear(4, 10)
+
+        def forward(self, x):
+            h = (self.bn(self.conv(x)) + self.short_bn(self.short(x))).relu()
+            return self.fc(h.mean((2, 3)))
+
+    return Down()
+
+
+def _grads(build, x, y, compiled):
+    ember.manual_seed(0)
+    model = build()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        return loss
+
+    run = ember.jit(step) if compiled else step
+    for _ in range(3):  # the jit traces twice, then runs its planned program
+        loss = run(x, y)
+    grads = [loss.numpy()] + [p.grad.numpy().copy() for p in model.parameters()]
+    return grads, (run.lower(x, y).program if compiled else None)
+
+
+def _kernels(program):
+    return sorted(v.params["name"] for v in program.graph.nodes if v.op == rewrites.KERNEL)
+
+
+@pytest.mark.parametrize(
+    "build,shape,kernels",
+    [
+        (_lenet, (5, 1, 14, 15), ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2),
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
+        (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
+    ],
+)
+def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape, kernels):
+    rng = np.random.RandomState(0)
+    # small integers: exact ties inside pooling windows, and exact zeros before the relus
+    x = ember.tensor(rng.randint(-2, 3, size=shape).astype(np.float32))
+    y = ember.tensor(rng.randint(0, 10, size=shape[0]))
+    want, _ = _grads(build, x, y, compiled=False)
+    got, program = _grads(build, x, y, compiled=True)
+    assert _kernels(program) == kernels
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def test_no_rewrite_where_the_backend_runs_a_node_with_its_own_function():
+    class OwnWhere(NumpyBackend):
+        name = "own_where"
+        impls = {**IMPLS, "where": lambda c, a, b: np.where(c, a, b)}
+
+    be, rng = OwnWhere(), np.random.RandomState(1)
+    x = ember.tensor(rng.standard_normal((2, 1, 8, 8)).astype(np.float32), backend=be)
+    w = ember.tensor(rng.standard_normal((3, 1, 3, 3)).astype(np.float32), backend=be, requires_grad=True)
+    b = ember.tensor(rng.standard_normal(3).astype(np.float32), backend=be, requires_grad=True)
+
+    def step(x):
+        loss = F.max_pool2d(F.conv2d(x, w, b).relu(), 2).sum()
+        loss.backward()
+        return loss
+
+    run = ember.jit(step)
+    for _ in range(3):
+        run(x)
+    assert _kernels(run.lower(x).program) == []
+
+
+def test_no_rewrite_on_a_backend_that_compiles_groups():
+    class Compiling(NumpyBackend):
+        name = "compiling"
+
+        def compile(self, group):
+            return None  # declines every group, but could take them: its graphs stay as traced
+
+    be = Compiling()
+    x = ember.tensor(np.random.RandomState(1).standard_normal((2, 3)).astype(np.float32), backend=be)
+    step = ember.jit(lambda x: x.relu().sum())
+    step(x)
+    assert _kernels(step.lower(x).program) == []
+    assert _kernels(ember.jit(lambda x: x.relu().sum()).lower(ember.tensor(x.numpy())).program) == ["relu"]
+
+
+def _relu_input(rng, shape, dtype=np.float32):
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[::5] = 0.0
+    flat[1::7] = -0.0
+    flat[2::11] = np.nan
+    flat[3::13] = np.inf
+    flat[4::17] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "channels last", "strided"])
+def test_relu_kernels_give_wheres_bits(dtype, layout, monkeypatch):
+    monkeypatch.setattr(rewrites, "CHUNK_BYTES", 64)  # many chunks, and a short last one
+    rng = np.random.RandomState(2)
+    x, g = _relu_input(rng, (3, 4, 5, 6), dtype), _relu_input(rng, (3, 4, 5, 6), dtype)
+    if layout == "channels last":
+        x, g = (np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) for a in (x, g))
+    elif layout == "strided":
+        x, g = x[:, :, ::2], g[:, :, ::2]
+    r = rewrites.relu(x)
+    np.testing.assert_array_equal(_bits(r), _bits(np.where(x > 0, x, 0)))
+    assert r.strides == np.empty_like(x).strides
+    out = np.empty_like(g)
+    assert rewrites.relu_backward(g, r, out=out) is out
+    np.testing.assert_array_equal(_bits(out), _bits(np.where(x > 0, g, 0)))
+
+
+@pytest.mark.parametrize("hw", [(8, 8), (11, 9)])  # covered by the windows / a row and column left over
+@pytest.mark.parametrize("given", [True, False])
+def test_relu_pool_backward_is_the_relu_gradient_of_the_pool_backward(hw, given):
+    rng = np.random.RandomState(3)
+    y = rng.randint(-2, 3, size=(2, 3, *hw)).astype(np.float32)  # ties and zeros
+    y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels last, as conv.py's
+    r = np.where(y > 0, y, 0).astype(np.float32)
+    best = numpy_fused.max_pool2d(r, **POOL)
+    g = _relu_input(rng, best.shape)
+    want = np.where(y > 0, numpy_fused.max_pool2d_backward(g, r, **POOL), 0)
+    got = rewrites.relu_max_pool2d_backward(g, r, best if given else None, **POOL)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_bias_relu_is_the_three_nodes(bias, monkeypatch):
+    monkeypatch.setattr(rewrites, "CHUNK_BYTES", 256)
+    rng = np.random.RandomState(4)
+    x, w = rng.standard_normal((3, 2, 7, 6)).astype(np.float32), rng.standard_normal((5, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32) if bias else None
+    kw = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
+    a = IMPLS["conv2d"](x, w, **kw)
+    if bias:
+        a = a + b.reshape(1, -1, 1, 1)
+    np.testing.assert_array_equal(_bits(rewrites.conv2d_bias_relu(x, w, b, **kw)), _bits(np.where(a > 0, a, 0)))
+
+
+def test_disjoint_pool_backward_without_nan_matches_the_search_for_maxima():
+    rng = np.random.RandomState(5)
+    x = rng.randint(-3, 3, size=(2, 3, 9, 10)).astype(np.float32)  # many ties
+    g = _relu_input(rng, (2, 3, 4, 5))
+    got = numpy_fused.max_pool2d_backward(g, x, **POOL)
+    x_nan = x.copy()
+    x_nan[1, 2, 8, 9] = np.nan  # outside every window: changes no maximum, but takes the other path
+    np.testing.assert_array_equal(_bits(got), _bits(numpy_fused.max_pool2d_backward(g, x_nan, **POOL)))
