@@ -144,6 +144,20 @@ def _into(v, out, impl, scratch=None):
     raise AssertionError(v.op)
 
 
+def _empty_laid_out(shape, dtype, strides):
+    """An empty array of ``shape`` whose axes lie in memory in the order ``strides`` (a first
+    run's result's) gives, outermost first: what ``np.empty_like(result)`` makes, without
+    keeping the result.
+
+    >>> _empty_laid_out((2, 3, 4, 5), np.float32, (240, 4, 60, 12)).strides   # NHWC memory
+    (240, 4, 60, 12)
+    """
+    if strides is None or len(shape) < 2:
+        return np.empty(shape, dtype)
+    order = sorted(range(len(shape)), key=lambda d: -abs(strides[d]))
+    return np.empty([shape[d] for d in order], dtype).transpose(np.argsort(order))
+
+
 class NumpyProgram(Program):
     """A Program whose ``out=``-capable nodes and compiled groups write into planned buffers
     (see module doc).
@@ -151,20 +165,26 @@ class NumpyProgram(Program):
     The first run goes with the backend allocating as usual, and notes the memory layout
     (strides) of every result: NumPy lays a result out like its inputs, and writing into a
     buffer of another layout (a C-ordered buffer for a transposed gradient) can be ten times
-    slower. The buffer plan, made after that run, shares buffers only between values of the
-    same shape, dtype and layout, and donates a parameter's buffer only to a value laid out
-    like it."""
+    slower. The buffer plan, made when the second run starts (a program run once, like the
+    one-shot trace of an optimizer's first step, allocates no buffers), shares buffers only
+    between values of the same shape, dtype and layout, and donates a parameter's buffer only
+    to a value laid out like it."""
 
     def __init__(self, graph, groups, backend):
         self.assignment, self.buffers, self.scratch = {}, [], {}
         self.kernel_group, self.kernel_outputs = {}, set()
         self.planned = False
+        self.layouts = None  # what the first run saw, until the plan is made
         same = getattr(backend, "same_as_numpy", frozenset())
         self.numpy_ops = {op for op, impl in backend.impls.items() if impl is nb.IMPLS.get(op) or op in same}
         super().__init__(graph, groups, backend)
 
     def run(self, inputs, captures, rng):
         if self.planned:
+            return super().run(inputs, captures, rng)
+        if self.layouts is not None:
+            self._plan(*self.layouts)
+            self.layouts = None
             return super().run(inputs, captures, rng)
         env = self.start(inputs, captures, rng)
         cap_strides = {var.id: getattr(env[s], "strides", None) for _, s, var in self.captures}
@@ -174,14 +194,15 @@ class NumpyProgram(Program):
             for i, (fn, out, args, free) in enumerate(self.steps):
                 env[out] = result = fn(*[env[a] for a in args])
                 if not isinstance(result, (tuple, list)):  # not a compiled group's results
-                    layout[self.origin[i].id] = (getattr(result, "strides", None), result)
+                    # Only the strides: holding the results would keep every intermediate of
+                    # the run alive to its end (ResNet-18's training step: 2.1 GB, not ~1).
+                    layout[self.origin[i].id] = getattr(result, "strides", None)
                 for f in free:
                     env[f] = None
         except Exception as exc:  # noqa: BLE001
             self.failed(i, exc)
-        outs = [env[s] for s in self.out_slots]
-        self._plan(layout, cap_strides)
-        return outs
+        self.layouts = layout, cap_strides
+        return [env[s] for s in self.out_slots]
 
     def _writes_into(self, v) -> bool:
         """Can the runner have node ``v`` computed into a planned buffer?"""
@@ -192,11 +213,11 @@ class NumpyProgram(Program):
 
     def _plan(self, layout, cap_strides):
         def key(v):
-            return v.shape, v.dtype, layout[v.id][0]
+            return v.shape, v.dtype, layout[v.id]
 
         def donatable(v, cap):
             # A compiled group's outputs are donated by passes.group_donations (Program).
-            return v.id not in self.kernel_group and layout[v.id][0] == cap_strides.get(cap.id)
+            return v.id not in self.kernel_group and layout[v.id] == cap_strides.get(cap.id)
 
         self.kernel_group, self.kernel_outputs = {}, set()
         together = []
@@ -216,17 +237,7 @@ class NumpyProgram(Program):
             in_place=ELEMENTWISE - {"where"},
             together=together,
         )
-        samples = {}
-        for _vid, (strides, result) in layout.items():
-            if isinstance(result, np.ndarray):
-                samples.setdefault((result.shape, str(result.dtype), strides), result)
-        # empty_like keeps the sample's layout (order="K")
-        self.buffers = [
-            np.empty_like(samples[(shape, str(nb.NP[dtype]), strides)])
-            if (shape, str(nb.NP[dtype]), strides) in samples
-            else np.empty(shape, nb.NP[dtype])
-            for shape, dtype, strides in kinds
-        ]
+        self.buffers = [_empty_laid_out(shape, nb.NP[dtype], strides) for shape, dtype, strides in kinds]
         self.planned = True
         self.build()
 
