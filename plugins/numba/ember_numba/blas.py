@@ -239,13 +239,18 @@ def matmul(a, b, out=None):
     """``np.matmul(a, b)`` (the reference), into ``out`` when given. Products of at least
     :data:`MIN_FLOPS` go on all threads: in "blas" mode on BLAS's own (or on one, where that
     measured faster), in "split" mode as blocks of one-thread BLAS calls (2-d products as
-    column or row blocks, stacked ones as blocks of the stack)."""
+    column or row blocks, stacked ones as blocks of the stack). Smaller ones run on one thread."""
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     n = STATE["threads"] if STATE["mode"] == "blas" else threads()
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
+        if n > 1 and STATE["mode"] == "blas":
+            # OpenBLAS would thread it by its own rule (from ~2.6e5 multiply-adds): on a busy
+            # machine the caller then waits for a worker that is not scheduled.
+            with one_thread():
+                return np.matmul(a, b, out=out)
         return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     if STATE["mode"] == "blas":
         return _on_blas_threads(a, b, out)
