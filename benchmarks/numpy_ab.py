@@ -1,24 +1,28 @@
-"""A training workload on numpy+jit before and after a change to the NumPy backend, side by side.
+"""A training workload before and after a change to a backend, side by side (numpy+jit unless
+``--backend`` names another target, such as ``numba+jit``).
 
 Like dispatch_overhead.py (whose package layout it reuses), both versions, a git revision
 (``--base``, default ``main``) and the working tree, are copied into a temporary folder laid
-out as the installed package, and each timing runs in its own process that imports exactly
-one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
+out as the installed package (with the numba plugin's package next to it), and each timing
+runs in its own process that imports exactly one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
 then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
 disturbed least). Rounds alternate which version runs first; the report gives the ratio of
 step times (working tree / base) as the median of the rounds with its range.
 
-    python benchmarks/numpy_ab.py --workload W2-train --batch 128 --rounds 5
+    python -m benchmarks.numpy_ab --workload W2-train --batch 128 --rounds 5
+    python -m benchmarks.numpy_ab --workload W3-train --backend numba+jit --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 from benchmarks.dispatch_overhead import ROOT, _from_git, _from_tree
@@ -33,7 +37,10 @@ import ember
 assert ember.__file__.startswith(sys.argv[1]), ember.__file__
 from benchmarks.workloads import WORKLOADS, Ember
 workload, batch, warmup, steps = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-step = WORKLOADS[workload].setup(Ember("numpy+jit", 2), batch)
+step = WORKLOADS[workload].setup(Ember(sys.argv[7], 2), batch)
+if sys.argv[7].startswith("numba"):
+    import ember_numba
+    assert ember_numba.__file__.startswith(sys.argv[1]), ember_numba.__file__
 for _ in range(warmup):
     step()
 best = float("inf")
@@ -59,13 +66,35 @@ def _time(tree, args):
             str(args.batch),
             str(args.warmup),
             str(args.steps),
+            args.backend,
         ],
         capture_output=True,
         text=True,
         check=True,
-        env=dict(os.environ, EMBER_BACKEND="numpy"),
+        env=dict(os.environ, EMBER_BACKEND=args.backend.partition("+")[0]),
     ).stdout
     return float(out.split()[-1])
+
+
+PLUGIN = "plugins/numba/ember_numba"
+
+
+def _plugin_from_git(rev, dest):
+    """The numba plugin's package at ``rev``, as ``dest/ember_numba``."""
+    blob = subprocess.run(["git", "archive", rev, PLUGIN], cwd=ROOT, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                target = os.path.join(dest, "ember_numba", os.path.relpath(m.name, PLUGIN))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as f:
+                    f.write(tar.extractfile(m).read())
+
+
+def _plugin_from_tree(dest):
+    shutil.copytree(
+        os.path.join(ROOT, PLUGIN), os.path.join(dest, "ember_numba"), ignore=shutil.ignore_patterns("*.pyc")
+    )
 
 
 def main(argv=None):
@@ -76,12 +105,16 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--backend", default="numpy+jit", help="the ember target timed: numpy+jit, numba+jit, numba, ...")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
     try:
         base, work = os.path.join(tmp, "base"), os.path.join(tmp, "work")
         _from_git(args.base, base)
         _from_tree(work)
+        if args.backend.startswith("numba"):  # the plugin's package of the same version
+            _plugin_from_git(args.base, base)
+            _plugin_from_tree(work)
         ratios = []
         for r in range(args.rounds):
             if r % 2:
@@ -89,7 +122,10 @@ def main(argv=None):
             else:
                 b, w = _time(base, args), _time(work, args)
             ratios.append(w / b)
-            print(f"round {r + 1}: {args.workload} batch {args.batch}: {b * 1e3:.0f} -> {w * 1e3:.0f} ms/step")
+            print(
+                f"round {r + 1}: {args.backend} {args.workload} batch {args.batch}: "
+                f"{b * 1e3:.0f} -> {w * 1e3:.0f} ms/step"
+            )
         print(
             f"step time, working tree / {args.base}: median {statistics.median(ratios):.3f} "
             f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"

@@ -3,7 +3,8 @@
 A run is ``rounds`` rounds; each round runs every workload on every backend, one after the
 other (ember, torch, ember, torch, ...), each in a fresh process (benchmarks/child.py), so slow
 drift of the machine (heat, other load) falls on all of them alike. A backend's speed is then
-compared with PyTorch eager *of the same round*, and the ratio's spread is reported with it.
+compared with PyTorch eager *of the same round*, and with the faster of PyTorch eager and
+torch.compile of that round ("best PyTorch"), and each ratio's spread is reported with it.
 
 Nothing is dropped: warm-up steps, runs on a busy machine, unavailable backends, failures and
 timeouts all stay in the JSON, and the Markdown table says how many of each.
@@ -16,17 +17,19 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .child import THREAD_VARIABLES
-from .workloads import WORKLOADS, flops_per_sample
+from .child import COLD_CACHE_VARIABLES, THREAD_VARIABLES
+from .workloads import FIRST_STEPS, WORKLOADS, flops_per_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_EMBER_BACKENDS = ("numpy", "python", "numba", "cupy")
@@ -43,6 +46,7 @@ METRICS = {
     "fwd_us_per_op": ("µs/op forward", False),
     "bwd_us_per_op": ("µs/op backward", False),
     "launch_to_first_step_s": ("s, launch to end of step 1", False),
+    "launch_to_step3_s": (f"s, launch to end of step {FIRST_STEPS}", False),
     "gflops": ("GFLOP/s", True),
 }
 
@@ -60,6 +64,7 @@ class Target:
 
 
 REFERENCE = Target("torch", "eager")
+COMPILED_TORCH = Target("torch", "compile")
 GEMM_TARGETS = (Target("gemm", "numpy"), Target("gemm", "torch"))
 
 
@@ -213,8 +218,8 @@ def child_command(workload, target, s: Settings):
             # and ember-numba compiles an eager kernel at the third call with the same shapes:
             # one-time costs (W5 measures them), kept out of the steady-state rate.
             warmup = max(warmup, JIT_WARMUP)
-        if w.kind == "first-step":  # W5 measures step 1 itself: no warm-up, one step
-            steps, warmup = 1, 0
+        if w.kind == "first-step":  # W5 measures the first steps themselves: no warm-up
+            steps, warmup = FIRST_STEPS, 0
         args = [
             "--workload",
             workload,
@@ -227,7 +232,7 @@ def child_command(workload, target, s: Settings):
             "--warmup",
             warmup,
             "--batch",
-            s.batch,
+            w.batch or s.batch,
             "--chain",
             s.chain,
             "--max-seconds",
@@ -242,6 +247,10 @@ def run_one(workload, target, s: Settings):
     env = dict(os.environ, **{v: str(s.threads) for v in THREAD_VARIABLES})
     timeout = s.timeout * (3 if target.backend == "compile" else 1)
     conditions = {"loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None, "cpu_busy": cpu_busy()}
+    cold = workload in WORKLOADS and WORKLOADS[workload].cold
+    if cold:  # every compile cache empty, and removed afterwards
+        scratch = tempfile.mkdtemp(prefix="ember-bench-cold-")
+        env.update({v: os.path.join(scratch, v.lower()) for v in COLD_CACHE_VARIABLES})
     env["EMBER_BENCH_LAUNCH"] = repr(time.monotonic())
     t0 = time.monotonic()
     # A session of its own, so a timeout also ends the helpers it started (torch.compile's workers).
@@ -260,6 +269,9 @@ def run_one(workload, target, s: Settings):
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         record = {"status": "timeout", "reason": f"killed after {timeout:.0f} s"}
+    finally:
+        if cold:
+            shutil.rmtree(scratch, ignore_errors=True)
     record["returncode"] = proc.returncode
     if record["status"] != "ok":
         record["stderr_tail"] = stderr[-2000:]
@@ -292,7 +304,8 @@ def run(workloads, targets, s: Settings, not_run, log=print):
         (w, t) for w in workloads for t in targets if not skipped(not_run, w, t)
     ]
     # round 0: W5's warm-up processes ("cold process, warm cache"), kept in the records
-    warmups = [(w, t) for w, t in plan if w == "W5-first-step"] if s.w5_warmup_process else []
+    warm_first = [w for w, k in WORKLOADS.items() if k.kind == "first-step" and not k.cold]
+    warmups = [(w, t) for w, t in plan if w in warm_first] if s.w5_warmup_process else []
     for r, pairs in [(0, warmups)] + [(r, plan) for r in range(1, s.rounds + 1)]:
         for workload, target in pairs:
             if (workload, target) in given_up or target in missing:
@@ -339,6 +352,21 @@ def _spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def best_torch(value, workload, metric, rnd, higher):
+    """The faster of PyTorch eager and torch.compile on ``workload`` in round ``rnd``, or
+    None unless both ran in that round: a ratio to whichever happened to run would mix the two.
+
+    >>> v = {("W1-train", "torch/eager", 1): {"samples_per_s": 100.0},
+    ...      ("W1-train", "torch/compile", 1): {"samples_per_s": 150.0}}
+    >>> best_torch(v, "W1-train", "samples_per_s", 1, True), best_torch(v, "W1-train", "samples_per_s", 2, True)
+    (150.0, None)
+    """
+    both = [value.get((workload, t.label, rnd), {}).get(metric) for t in (REFERENCE, COMPILED_TORCH)]
+    if not all(both):
+        return None
+    return max(both) if higher else min(both)
+
+
 def summarize(records, workloads, targets):
     """One row per (workload, target, metric) with the statistics over rounds."""
     ok = [r for r in records if r["status"] == "ok" and not r.get("warmup")]
@@ -369,22 +397,30 @@ def summarize(records, workloads, targets):
                     "cut_short": sum(r.get("steps_run", 0) < r.get("steps_asked", 0) for r in mine),
                     "maxrss_mib": max(r["maxrss_mib"] for r in mine),
                 }
-                ratios = []
+                # Ratios within each round: >1 is faster, for rates and times alike.
+                ratios, to_best = [], []
                 for r in mine:
+                    mine_v = r["metrics"].get(metric)
+                    if mine_v is None:
+                        continue
                     ref = value.get((workload, REFERENCE.label, r["round"]), {}).get(metric)
-                    if ref:
-                        mine_v = r["metrics"][metric]
-                        ratios.append(mine_v / ref if higher else ref / mine_v)
+                    best = best_torch(value, workload, metric, r["round"], higher)
+                    for base, into in ((ref, ratios), (best, to_best)):
+                        if base:
+                            into.append(mine_v / base if higher else base / mine_v)
                 if ratios:
                     row["speed_vs_torch_eager"] = _spread(ratios)
+                if to_best:
+                    row["speed_vs_best_torch"] = _spread(to_best)
                 flops = flops_per_sample(workload)
                 if flops and peak and metric == "samples_per_s":
                     row["gflops"] = row["median"] * flops / 1e9
                     row["fraction_of_gemm_peak"] = row["gflops"] / peak
-                if workload == "W5-first-step":
+                if WORKLOADS[workload].kind == "first-step":
                     row["parts"] = {
                         k: statistics.median(r["metrics"][k] for r in mine)
-                        for k in ("import_s", "build_s", "first_step_s", "second_step_s")
+                        for k in ("import_s", "build_s", *(f"step{i + 1}_s" for i in range(FIRST_STEPS)))
+                        if all(k in r["metrics"] for r in mine)
                     }
                 rows.append(row)
     return {"gemm": gemm, "gemm_peak_gflops": peak, "rows": rows}
@@ -424,6 +460,15 @@ def blas_line(records):
     return "; ".join(dict.fromkeys(seen)) or "unknown (threadpoolctl missing?)"
 
 
+#: W5's parts, as the notes column names them (older reports: first_step_s, second_step_s)
+PARTS = {
+    "import_s": "import",
+    "first_step_s": "step 1",
+    "second_step_s": "step 2",
+    **{f"step{i + 1}_s": f"step {i + 1}" for i in range(FIRST_STEPS)},
+}
+
+
 def markdown(report):
     m, summary, records = report["machine"], report["summary"], report["records"]
     s = report["settings"]
@@ -452,12 +497,15 @@ def markdown(report):
             "",
         ]
     out += [
-        "| workload | backend | metric | median (min–max) | speed vs torch eager | % GEMM peak | peak RSS MiB | notes |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workload | backend | metric | median (min–max) | speed vs torch eager | vs best PyTorch "
+        "| % GEMM peak | peak RSS MiB | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["rows"]:
         ratio = row.get("speed_vs_torch_eager")
         ratio = "1 (reference)" if row["target"] == REFERENCE.label else (_range(ratio, fmt_ratio) if ratio else "–")
+        best = row.get("speed_vs_best_torch")
+        best = _range(best, fmt_ratio) if best else "–"
         share = row.get("fraction_of_gemm_peak")
         peak = "–" if share is None else f"{share:.0%}" if share >= 0.01 else f"{share * 100:.1g}%"
         notes = [f"runs: {row['n']}"]
@@ -466,12 +514,9 @@ def markdown(report):
         if row["cut_short"]:
             notes.append(f"{row['cut_short']} cut at {s['max_seconds']:.0f} s")
         if "parts" in row:
-            p = row["parts"]
-            notes.append(
-                f"import {fmt(p['import_s'])} s, step 1 {fmt(p['first_step_s'])} s, step 2 {fmt(p['second_step_s'])} s"
-            )
+            notes.append(", ".join(f"{PARTS.get(k, k)} {fmt(v)} s" for k, v in row["parts"].items() if k in PARTS))
         out.append(
-            f"| {row['workload']} | {row['target']} | {row['unit']} | {_range(row)} | {ratio} | {peak} "
+            f"| {row['workload']} | {row['target']} | {row['unit']} | {_range(row)} | {ratio} | {best} | {peak} "
             f"| {row['maxrss_mib']:.0f} | {', '.join(notes)} |"
         )
     problems = {}  # reason -> pairs, so a missing backend is one line, not one per workload
@@ -488,8 +533,10 @@ def markdown(report):
     out += [
         "",
         "Speed vs torch eager: ratio to PyTorch eager in the same round (>1 is faster), median "
-        "(min–max) over rounds. % GEMM peak: matrix-product FLOPs the workload achieved over the "
-        "best GEMM rate above. Warm-up steps and W5's warm-up process are in the JSON, not in the statistics.",
+        "(min–max) over rounds. Vs best PyTorch: ratio to the faster of PyTorch eager and torch.compile "
+        "in the same round, over the rounds where both ran. % GEMM peak: matrix-product FLOPs the workload "
+        "achieved over the best GEMM rate above. Warm-up steps and W5's warm-up process are in the JSON, "
+        "not in the statistics. W5-cold starts each process with empty compile caches.",
         "",
     ]
     return "\n".join(out)

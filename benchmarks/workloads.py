@@ -6,8 +6,8 @@ and runs unchanged on either: the two frameworks get the same shapes, the same l
 same loss and the same update, by construction. The adapters hold the only lines that differ.
 
 >>> from benchmarks.workloads import WORKLOADS, flops_per_sample
->>> sorted(WORKLOADS)
-['W1-infer', 'W1-train', 'W2-train', 'W3-train', 'W4-overhead', 'W5-first-step']
+>>> list(WORKLOADS)
+['W1-train', 'W1-infer', 'W2-train', 'W3-train', 'W3-infer', 'W3-infer-b1', 'W4-overhead', 'W5-first-step', 'W5-cold']
 >>> round(flops_per_sample("W1-train") / 1e6, 2)      # MFLOP per image, forward + backward
 4.01
 """
@@ -185,15 +185,29 @@ class Workload:
     steps: int  # measured steps per process (W4: repetitions of the chain)
     warmup: int  # steps run first and reported apart, not in the statistics
     description: str
+    batch: int | None = None  # a batch of its own (W3-infer-b1); None: the run's (128 by default)
+    cold: bool = False  # runs with empty compile caches (ember's, numba's, torch inductor's)
 
+
+#: The steps W5 times in its process: ember.jit traces the first two calls and runs its
+#: compiled program from the third, ember-numba compiles an eager kernel at the third call
+#: with the same shapes, torch.compile compiles in the first. The end of step 3 is where every
+#: target has run its first compiled step.
+FIRST_STEPS = 3
+
+W1_STEP = training(mlp, (784,))
+W3_INFER = inference(resnet18, (3, 32, 32))
 
 WORKLOADS = {
-    "W1-train": Workload("throughput", training(mlp, (784,)), 300, 10, "MLP 784-512-512-10, SGD step"),
+    "W1-train": Workload("throughput", W1_STEP, 300, 10, "MLP 784-512-512-10, SGD step"),
     "W1-infer": Workload("throughput", inference(mlp, (784,)), 1000, 20, "MLP 784-512-512-10, forward"),
     "W2-train": Workload("throughput", training(lenet, (1, 28, 28)), 60, 3, "LeNet-style CNN, SGD step"),
     "W3-train": Workload("throughput", training(resnet18, (3, 32, 32)), 3, 1, "ResNet-18 (CIFAR), SGD step"),
+    "W3-infer": Workload("throughput", W3_INFER, 5, 1, "ResNet-18 (CIFAR), eval-mode forward"),
+    "W3-infer-b1": Workload("throughput", W3_INFER, 50, 3, "ResNet-18 (CIFAR), eval-mode forward, batch 1", batch=1),
     "W4-overhead": Workload("overhead", None, 5, 1, "10,000 chained 1x1 adds, forward and backward"),
-    "W5-first-step": Workload("first-step", training(mlp, (784,)), 1, 0, "new process to end of first W1 SGD step"),
+    "W5-first-step": Workload("first-step", W1_STEP, FIRST_STEPS, 0, "new process to end of W1 SGD steps 1 and 3"),
+    "W5-cold": Workload("first-step", W1_STEP, FIRST_STEPS, 0, "the same with empty compile caches", cold=True),
 }
 
 

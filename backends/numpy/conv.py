@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import winograd
+
 
 def _channels_last(x, padding):
     """(N, C, H, W) -> contiguous (N, H + 2ph, W + 2pw, C), padded with zeros (a view when x
@@ -90,6 +92,10 @@ def _geometry(input_hw, kernel, stride, padding, dilation):
 def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """The ``conv2d`` primitive: (N, C, H, W) * (O, C/groups, KH, KW) -> (N, O, OH, OW),
     laid out channels last in memory (see the module doc)."""
+    wino = winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, np.result_type(x, w))
+    # 3x3, stride 1, enough channels: fewer multiplications (winograd.py); None: not finite
+    if wino is not None and (y := winograd.conv2d(x, w, padding, wino)) is not None:
+        return y
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
     oh, ow = _geometry(x.shape[2:], kernel, stride, padding, dilation)
@@ -108,6 +114,9 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
 def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """The ``conv2d_grad_weight`` primitive: ``g.T @ columns`` per group, summed over blocks
     of the batch."""
+    wino = winograd.plan(x.shape, weight_shape, stride, padding, dilation, groups, np.result_type(x, g))
+    if wino is not None and (dw := winograd.conv2d_grad_weight(x, g, weight_shape, padding, wino)) is not None:
+        return dw
     o, cg, kh, kw = weight_shape
     og = o // groups
     n, _, oh, ow = g.shape
@@ -127,6 +136,9 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
     """The ``conv2d_grad_input`` primitive: ``g @ weights`` per group into columns, then
     col2im: each kernel position's slice of the columns added into a padded, channels-last
     buffer (k*k strided adds per block of the batch)."""
+    wino = winograd.plan(input_shape, w.shape, stride, padding, dilation, groups, np.result_type(g, w))
+    if wino is not None and (dx := winograd.conv2d_grad_input(g, w, input_shape, padding, wino)) is not None:
+        return dx
     n, c, h, wd = input_shape
     o, cg, kh, kw = w.shape
     og = o // groups

@@ -33,6 +33,7 @@ False
 from __future__ import annotations
 
 import sys
+from array import array
 
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
@@ -342,6 +343,41 @@ def pad(x, widths, value=0):
     return out
 
 
+def full(shape, value, dtype):
+    """A constant fill, made on the GPU (one shader: no host list, no upload)."""
+    from ..python.buffer import convert, scalar_kind
+
+    dtype, shape = D.get(dtype), tuple(shape)
+    if dtype not in STORAGE or not numel(shape):
+        return None
+    (v,) = convert([value], scalar_kind(value), dtype)
+    return elementwise("{0}", [int(v) if dtype is D.bool_ else bits(v, STORAGE[dtype])], [STORAGE[dtype]], dtype, shape)
+
+
+def take(x, indices, axis):
+    """A gather on the GPU. The indices are read to the host (where int64 ones live anyway),
+    checked and wrapped as the python backend does, and uploaded as i32."""
+    from ..python.layout import _checked
+
+    if x.dtype not in STORAGE or not numel(x.shape) or not numel(indices.shape) or not on_gpu(x):
+        return None
+    axis %= max(len(x.shape), 1)
+    n = x.shape[axis] if x.shape else 1
+    idx = _checked(to_host(indices), n, axis)
+    if not x.contiguous:
+        x = copy(x)
+    inner, m = numel(x.shape[axis + 1 :]), len(idx)
+    out_shape = x.shape[:axis] + indices.shape + x.shape[axis + 1 :]
+    ids = new_buffer((m,), D.int32)
+    device().write(ids.store.gpu, array("i", idx).tobytes())
+    out = new_buffer(out_shape, x.dtype)
+    meta = [numel(out_shape), inner, m, n, x.offset]
+    device().dispatch(
+        wgsl.take(x.stype), [out.store.gpu, x.store.gpu, ids.store.gpu], meta, launch_grid(numel(out_shape))
+    )
+    return out
+
+
 # -- movement: views, no kernel ---------------------------------------------------------------
 def reshape(x, shape):
     if x.store is None:
@@ -428,6 +464,8 @@ GPU = {
     **{n: _logical(n) for n in wgsl.LOGICAL},
     "where": where,
     "cast": cast,
+    "full": full,
+    "take": take,
     "sum": _reduce("sum"),
     "max": _reduce("max"),
     "min": _reduce("min"),
@@ -446,6 +484,17 @@ GPU = {
 
 
 # ----------------------------------------------------------------------------- the backend
+def _declined_key(name, args, params) -> str:
+    """``"cast float32->float64"``, ``"where bool/int64/int64"``, ``"reshape int64 (host)"``."""
+    dtypes = [a.dtype.name for a in args if isinstance(a, WGBuffer)]
+    key = f"{name} {'/'.join(dtypes) or 'scalars'}"
+    if "dtype" in params:
+        key += f"->{D.get(params['dtype']).name}"
+    if all(a.dtype in STORAGE and a.store is None for a in args if isinstance(a, WGBuffer)) and dtypes:
+        key += " (host)"  # GPU dtypes whose data stayed on the host (a host op made them)
+    return key
+
+
 def _primitive(name, stats):
     gpu = GPU.get(name)
     host = host_backend().IMPLS[name]
@@ -456,6 +505,10 @@ def _primitive(name, stats):
             if out is not None:
                 stats["gpu"][name] = stats["gpu"].get(name, 0) + 1
                 return out
+            # The kernel exists but declined these operands (a dtype WGSL cannot store, data
+            # that lives on the host only, ...): counted by the operands' dtypes.
+            key = _declined_key(name, args, params)
+            stats["declined"][key] = stats["declined"].get(key, 0) + 1
         stats["host"][name] = stats["host"].get(name, 0) + 1
         result = host(*(to_host(a) if isinstance(a, WGBuffer) else a for a in args), **params)
         return WGBuffer(result.shape, result.dtype, host=result)
@@ -468,7 +521,8 @@ class WebGPUBackend(Backend):
     """Primitives as WGSL compute shaders on the browser's WebGPU device (see the module doc).
 
     ``stats`` counts, per primitive, the calls that ran on the GPU and those the host (the
-    python backend) answered; ``stats_reset()`` clears it."""
+    python backend) answered, and in ``declined`` the host calls of a primitive that has a
+    kernel, by primitive and dtype (``"matmul float64"``); ``stats_reset()`` clears it."""
 
     name = "webgpu"
     device = "webgpu"
@@ -484,7 +538,7 @@ class WebGPUBackend(Backend):
                     "call `await ember.registry.prepare('webgpu')` (or use the backend from "
                     "runPythonAsync / callPromising) before the first use"
                 )
-        self.stats = {"gpu": {}, "host": {}}
+        self.stats: dict = {"gpu": {}, "host": {}, "declined": {}}
         self.impls = {n: _primitive(n, self.stats) for n in host_backend().IMPLS}
         self.version = DEVICE[0].description if DEVICE else "unavailable"
 
@@ -508,8 +562,8 @@ class WebGPUBackend(Backend):
         )
 
     def stats_reset(self):
-        self.stats["gpu"].clear()
-        self.stats["host"].clear()
+        for counts in self.stats.values():
+            counts.clear()
 
     # -- buffers ---------------------------------------------------------------------------------
     def shape(self, buf):

@@ -13,6 +13,7 @@ Geometry layouts (all u32; strides and offsets are i32 bit patterns):
 - matmul: ``M, N, K, off_a, off_b, a_m, a_k, b_k, b_n, batch_shape[B], a_batch[B], b_batch[B]``
 - conv2d: ``see CONV_FIELDS``
 - pad: ``n, off, shape[R], in_shape[R], in_strides[R], lo[R], value bits``
+- take: ``n, inner, m, n_axis, off`` (the indices in their own i32 buffer)
 
 >>> src = elementwise("add", ("f32", "f32"), "f32", rank=2)
 >>> "fn main" in src and "x0 + x1" in src
@@ -60,7 +61,7 @@ UNARY = {
     "sign": "sign({0})",
     "floor": "floor({0})",
     "exp": "exp({0})",
-    "log": "log({0})",
+    "log": "log_ext({0})",
     "sin": "sin({0})",
     "cos": "cos({0})",
     # WGSL's tanh may be sinh/cosh, which is inf/inf for large |x|: clamp to the limit.
@@ -79,10 +80,13 @@ BINARY = {
     "minimum": "min_nan({0}, {1})",
 }
 BOOL_BINARY = {"add": "({0} | {1})", "mul": "({0} & {1})", "maximum": "({0} | {1})", "minimum": "({0} & {1})"}
+# WGSL lets a compiler assume floats are never NaN (SwiftShader folds `x != x` to false), so
+# NaNs are found by their bits (is_nan, in _NAN_HELPERS): a comparison with NaN is false, `ne` true.
 COMPARE = {
-    n: f"select(0u, 1u, {{0}} {op} {{1}})"
-    for n, op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
+    n: f"select(0u, 1u, {{0}} {op} {{1}} && !is_nan({{0}}) && !is_nan({{1}}))"
+    for n, op in (("eq", "=="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
 }
+COMPARE["ne"] = "select(0u, 1u, {0} != {1} || is_nan({0}) || is_nan({1}))"
 LOGICAL = {"logical_and": "({0} & {1})", "logical_or": "({0} | {1})", "logical_xor": "({0} ^ {1})"}
 WHERE = "select({2}, {1}, {0} != 0u)"
 TEMPLATES = {**UNARY, **BINARY, **COMPARE, **LOGICAL, "where": WHERE}
@@ -102,9 +106,29 @@ def cast_expr(src: str, dst: str, src_bool: bool, dst_bool: bool) -> str:
 
 
 _NAN_HELPERS = """
-fn max_nan(a: {T}, b: {T}) -> {T} {{ if (a != a || a > b) {{ return a; }} return b; }}
-fn min_nan(a: {T}, b: {T}) -> {T} {{ if (a != a || a < b) {{ return a; }} return b; }}
+fn is_nan(a: {T}) -> bool {{ {is_nan} }}
+fn max_nan(a: {T}, b: {T}) -> {T} {{ if (is_nan(a) || a > b) {{ return a; }} return b; }}
+fn min_nan(a: {T}, b: {T}) -> {T} {{ if (is_nan(a) || a < b) {{ return a; }} return b; }}
 """
+
+
+# SwiftShader's log(0) is -88.03, not -inf. Infinity and NaN come from bit patterns held in
+# variables: WGSL refuses them as constants.
+LOG_HELPER = """
+fn log_ext(x: f32) -> f32 {
+  var ninf = 0xff800000u;
+  var nan = 0x7fc00000u;
+  if (x == 0.0) { return bitcast<f32>(ninf); }
+  if (x < 0.0) { return bitcast<f32>(nan); }
+  return log(x);
+}
+"""
+
+
+def nan_helpers(t: str) -> str:
+    """is_nan, max_nan and min_nan for storage type ``t`` (integers have no NaN)."""
+    test = "return (bitcast<u32>(a) & 0x7fffffffu) > 0x7f800000u;" if t == "f32" else "return false;"
+    return _NAN_HELPERS.format(T=t, is_nan=test)
 
 
 def _scalar(t: str, index: str) -> str:
@@ -160,7 +184,7 @@ def elementwise(expr: str, operand_types, out_type: str, rank: int, scalar_slots
             names.append(f"x{j}")
     T = operand_types[-1] if operand_types else out_type
     body.append(f"  res[o] = {expr.format(*names, T=T)};")
-    helpers = _NAN_HELPERS.format(T=T) if "max_nan" in expr or "min_nan" in expr else ""
+    helpers = (nan_helpers(T) if "_nan(" in expr else "") + (LOG_HELPER if "log_ext(" in expr else "")
     return _header(out_type, [operand_types[k] for k in tensors]) + helpers + "\n" + _entry("\n".join(body) + "\n")
 
 
@@ -200,7 +224,7 @@ REDUCE_STEP = {
     "max": "acc = max_nan(acc, v);",
     "min": "acc = min_nan(acc, v);",
     # the first maximum wins; the first NaN beats everything (NumPy's argmax)
-    "argmax": "if (acc == acc && (v > acc || v != v)) { acc = v; best = j; }",
+    "argmax": "if (!is_nan(acc) && (v > acc || is_nan(v))) { acc = v; best = j; }",
 }
 
 
@@ -236,8 +260,23 @@ def reduce(op: str, t: str, kept: int, reduced: int) -> str:
     body += ["  for (var j = 0u; j < geo[1]; j = j + 1u) {"] + load + [f"    {REDUCE_STEP[op]}", "  }"]
     body.append("  res[i] = i32(best);" if op == "argmax" else "  res[i] = acc;")
     out_type = "i32" if op == "argmax" else t
-    helpers = _NAN_HELPERS.format(T=t) if op in ("max", "min") else ""
+    helpers = nan_helpers(t) if op in ("max", "min", "argmax") else ""
     return _header(out_type, [t]) + helpers + "\n" + _entry("\n".join(body) + "\n")
+
+
+# ----------------------------------------------------------------------------- gather
+def take(t: str) -> str:
+    """NumPy's take along one axis of a contiguous input: ``res[o, j, k] = src0[o, idx[j], k]``
+    (geo: ``n_out, inner, m (indices), n (axis length), offset``; src1: the indices as i32, in range)."""
+    body = [
+        "  if (i >= geo[0]) { return; }",
+        "  let inner = geo[1];",
+        "  let k = i % inner;",
+        "  let j = (i / inner) % geo[2];",
+        "  let o = i / (inner * geo[2]);",
+        "  res[i] = src0[geo[4] + (o * geo[3] + u32(src1[j])) * inner + k];",
+    ]
+    return _header(t, [t, "i32"]) + "\n" + _entry("\n".join(body) + "\n")
 
 
 # ----------------------------------------------------------------------------- matmul

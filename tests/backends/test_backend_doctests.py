@@ -13,6 +13,7 @@ import pytest
         "ember.backends.python",
         "ember.backends.webgpu",
         "ember.backends.numpy.conv",
+        "ember.backends.numpy.winograd",
         "ember.backends.python.backend",
         "ember.backends.webgpu.backend",
     ],

@@ -17,7 +17,8 @@ sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the repos
 from references import known  # noqa: E402
 
 from benchmarks import runner  # noqa: E402
-from benchmarks.workloads import WORKLOADS, _forward_macs  # noqa: E402
+from benchmarks.child import COLD_CACHE_VARIABLES  # noqa: E402
+from benchmarks.workloads import WORKLOADS, _forward_macs, flops_per_sample  # noqa: E402
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -180,3 +181,91 @@ def test_targets_that_compile_in_their_third_step_warm_up_past_it():
     assert WORKLOADS["W3-train"].warmup < runner.JIT_WARMUP
     assert warmup("numba") == warmup("numba+jit") == warmup("numpy+jit") == runner.JIT_WARMUP
     assert warmup("numpy") == warmup("eager", "torch") == WORKLOADS["W3-train"].warmup
+
+
+def _record(workload, target, rnd, metrics):
+    return {
+        "status": "ok",
+        "workload": workload,
+        "target": target,
+        "round": rnd,
+        "busy": False,
+        "maxrss_mib": 10.0,
+        "metrics": metrics,
+    }
+
+
+def test_vs_best_pytorch_takes_the_faster_of_eager_and_compile_in_the_same_round():
+    ember, compiled = runner.Target("ember", "numba+jit"), runner.COMPILED_TORCH
+    rate, first = "samples_per_s", "launch_to_first_step_s"
+    records = [
+        # round 1: compile is the faster torch for rates, eager for times
+        _record("W1-train", "ember/numba+jit", 1, {rate: 300.0}),
+        _record("W1-train", "torch/eager", 1, {rate: 100.0}),
+        _record("W1-train", "torch/compile", 1, {rate: 150.0}),
+        _record("W5-first-step", "ember/numba+jit", 1, {first: 1.0}),
+        _record("W5-first-step", "torch/eager", 1, {first: 2.0}),
+        _record("W5-first-step", "torch/compile", 1, {first: 4.0}),
+        # round 2: torch.compile did not run, so the round has no best PyTorch
+        _record("W1-train", "ember/numba+jit", 2, {rate: 300.0}),
+        _record("W1-train", "torch/eager", 2, {rate: 200.0}),
+    ]
+    targets = [ember, runner.REFERENCE, compiled]
+    summary = runner.summarize(records, ["W1-train", "W5-first-step"], targets)
+    rows = {(r["workload"], r["target"]): r for r in summary["rows"]}
+    w1 = rows["W1-train", "ember/numba+jit"]
+    assert w1["speed_vs_best_torch"] == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1}
+    assert w1["speed_vs_torch_eager"]["median"] == 2.25  # rounds 1 and 2: 3.0 and 1.5
+    assert rows["W5-first-step", "ember/numba+jit"]["speed_vs_best_torch"]["median"] == 2.0  # 2 s vs 1 s
+    assert rows["W1-train", "torch/eager"]["speed_vs_best_torch"]["median"] == 100.0 / 150.0
+    assert rows["W1-train", "torch/compile"]["speed_vs_best_torch"]["median"] == 1.0
+
+    report = {
+        "command": "test",
+        "date": "today",
+        "settings": runner.Settings().__dict__,
+        "machine": runner.machine(runner.Settings()),
+        "workloads": ["W1-train", "W5-first-step"],
+        "records": records,
+        "status": {},
+        "summary": summary,
+    }
+    table = runner.markdown(report).splitlines()
+    header = next(line for line in table if line.startswith("| workload"))
+    cells = [c.strip() for c in header.split("|")]
+    assert cells.index("vs best PyTorch") == cells.index("speed vs torch eager") + 1
+    line = next(line for line in table if line.startswith("| W1-train | ember/numba+jit"))
+    assert [c.strip() for c in line.split("|")][cells.index("vs best PyTorch")] == "2.00× (2.00×–2.00×)"
+
+
+def test_w3_inference_runs_at_batch_1_and_at_the_runs_batch():
+    s = runner.Settings(batch=128)
+
+    def arg(workload, name):
+        cmd = runner.child_command(workload, runner.Target("ember", "numba+jit"), s)
+        return cmd[cmd.index(name) + 1]
+
+    assert arg("W3-infer-b1", "--batch") == "1" and arg("W3-infer", "--batch") == arg("W3-train", "--batch") == "128"
+    assert runner.select_workloads("W3") == ["W3-train", "W3-infer", "W3-infer-b1"]
+    # forward only: a third of a training step's products
+    assert 3 * flops_per_sample("W3-infer") == 3 * flops_per_sample("W3-infer-b1") == flops_per_sample("W3-train")
+
+
+def test_w5_times_three_steps_and_the_cold_variant_starts_with_empty_caches():
+    """W5-cold's process sees compile caches that are fresh, its own, and gone afterwards;
+    both W5 variants time steps 1 to 3 (the third is the first compiled one)."""
+    s = runner.Settings.smoke()
+    assert WORKLOADS["W5-cold"].cold and not WORKLOADS["W5-first-step"].cold
+    records = [runner.run_one("W5-cold", runner.Target("ember", "numpy+jit"), s) for _ in range(2)]
+    dirs = []
+    for rec in records:
+        assert rec["status"] == "ok", rec
+        assert set(rec["metrics"]) >= {"launch_to_first_step_s", "launch_to_step3_s", "step3_s"}
+        assert rec["metrics"]["launch_to_step3_s"] >= rec["metrics"]["launch_to_first_step_s"]
+        cache = rec["cache_dirs"]
+        assert all(cache[v] for v in COLD_CACHE_VARIABLES)
+        assert not any(Path(d).exists() for d in cache.values())  # removed after the run
+        dirs.append(cache["EMBER_CACHE"])
+    assert dirs[0] != dirs[1]
+    warm = runner.run_one("W5-first-step", runner.Target("ember", "numpy+jit"), s)
+    assert warm["status"] == "ok" and warm["cache_dirs"]["EMBER_CACHE"] != dirs[0]

@@ -14,34 +14,28 @@ The repo's ``.cache/wasm`` (git-ignored) is looked at first, then ``$EMBER_WASM_
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
 import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from ember.wasm import build
+from ember.wasm.chromium import (
+    Served as Served,  # the tests import it from here
+    browser as chromium_browser,
+    find_chromium,
+    new_page,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INSTALL = (
     "npm install --prefix .cache/wasm pyodide@314.0.7; python -m pip download --python-version 3.14 "
     "--only-binary=:all: --no-deps -d .cache/wasm/wheels micropip==0.11.1 pluggy"
 )
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _repo_cache():
@@ -168,7 +162,7 @@ def run_node(node, script: str, cwd, timeout=300) -> dict:
 # ----------------------------------------------------------------------------- Chromium
 @pytest.fixture(scope="session")
 def chromium():
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    path = find_chromium()
     if path is None:
         pytest.skip("Chromium is not installed (apt-get install -y chromium)")
     try:
@@ -178,49 +172,16 @@ def chromium():
     return path
 
 
-class Served:
-    """A static file server for ``directory`` on 127.0.0.1 (a free port), as a context manager."""
-
-    def __init__(self, directory):
-        handler = functools.partial(_QuietHandler, directory=str(directory))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @contextlib.contextmanager
 def demo_page(chromium, url, webgpu=False, timeout_s=180, viewport=None, before_ready=None):
     """The demo page open in headless Chromium, loaded (``emberDemo.ready``); yields the page.
     Console messages and page errors are kept in ``page.ember_log`` for failure messages;
     ``before_ready(page)`` runs once the document is there, before Pyodide has loaded."""
-    from playwright.sync_api import sync_playwright
-
-    flags = CHROMIUM_FLAGS + (["--enable-unsafe-webgpu"] if webgpu else [])
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=flags)
-        try:
-            page = browser.new_page(viewport=viewport or {"width": 820, "height": 640})
-            page.set_default_timeout(timeout_s * 1000)
-            log = page.ember_log = []
-            page.on("console", lambda m: log.append(f"console {m.type}: {m.text}"))
-            page.on("pageerror", lambda e: log.append(f"page error: {e}"))
-            page.goto(url)
-            if before_ready is not None:
-                before_ready(page)
-            ok = page.evaluate("window.emberDemo.ready")
-            assert ok, f"page failed: {page.evaluate('window.emberDemo.error')}\n" + "\n".join(log[-30:])
-            yield page
-        finally:
-            browser.close()
+    with chromium_browser(chromium, webgpu=webgpu) as b:
+        page = new_page(b, timeout_s, viewport)
+        page.goto(url)
+        if before_ready is not None:
+            before_ready(page)
+        ok = page.evaluate("window.emberDemo.ready")
+        assert ok, f"page failed: {page.evaluate('window.emberDemo.error')}\n" + "\n".join(page.ember_log[-30:])
+        yield page

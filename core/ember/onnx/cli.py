@@ -1,7 +1,10 @@
 """``ember onnx run`` and ``ember onnx test``.
 
 ember onnx run MODEL.onnx [--backend NAME] [--input FILE.npy ...] [--repeat N] [--jit]
-ember onnx test [--backend NAME] [--set node|models|all]
+ember onnx test [--backend NAME] [--set node|models|all] [--cases REGEX] [--backend-module MODULE] [--out FILE]
+
+``--backend webgpu`` converts the cases here and runs them in headless Chromium
+(ember.wasm.onnx_browser): the webgpu backend exists only inside the browser's Pyodide.
 """
 
 from __future__ import annotations
@@ -35,8 +38,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the model through ember.jit (the first runs trace and compile; the repeats run the compiled graph)",
     )
     t = sub.add_parser("test", help="run the official ONNX backend cases and print the pass table")
-    t.add_argument("--backend", default="numpy")
+    t.add_argument(
+        "--backend",
+        default="numpy",
+        help="ember backend (default numpy); webgpu runs the cases in headless Chromium (docs/onnx.md)",
+    )
     t.add_argument("--set", choices=("node", "models", "all"), default="all")
+    t.add_argument("--cases", default=None, metavar="REGEX", help="only the cases whose name matches (default: all)")
+    t.add_argument(
+        "--backend-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (dotted name or .py path) first and register its ember_backends(), as "
+        "`ember certify` does (e.g. ember_cupy.host for the backend cupy-host; default: none)",
+    )
+    t.add_argument(
+        "--out", default=None, metavar="FILE.json", help="also write every case's result as JSON (default: none)"
+    )
+    web = t.add_argument_group("webgpu (Pyodide in headless Chromium)")
+    web.add_argument("--site", default=None, help="folder for the runner's page and cases (default: a temporary one)")
+    web.add_argument("--pyodide", default=None, help="folder of the npm package pyodide@314.0.7 (as ember.wasm build)")
+    web.add_argument("--wheels", default=None, help="folder holding the micropip and pluggy wheels")
+    web.add_argument("--fetch", action="store_true", help="fetch missing Pyodide/wheels with npm and pip")
     return p
 
 
@@ -106,34 +130,117 @@ def run(args) -> int:
     return 0
 
 
+def _backend_modules(specs) -> None:
+    if not specs:
+        return
+    try:
+        from ..conformance.plugin import import_backend_module
+    except ImportError as e:
+        raise OnnxError(f"--backend-module needs the test tools (pytest): {e}") from None
+    for spec in specs:
+        try:
+            import_backend_module(spec)
+        except Exception as e:  # noqa: BLE001 - the user's module, reported on one line
+            raise OnnxError(f"--backend-module {spec}: importing it raised {type(e).__name__}: {e}") from None
+
+
+def _check_browser() -> None:
+    from ..wasm.chromium import find_chromium
+
+    if find_chromium() is None:
+        raise OnnxError("--backend webgpu runs in headless Chromium, which is not installed (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        raise OnnxError("--backend webgpu drives Chromium with Playwright: pip install playwright") from None
+
+
+def _run_webgpu(cases, args) -> tuple:
+    """(results, placements, records, adapter) of the cases in headless Chromium."""
+    import tempfile
+
+    from ..wasm import onnx_browser
+    from ..wasm.build import BuildError
+
+    def progress(done, total, records):
+        passed = sum(r["reason"] is None for r in records)
+        print(f"  {done}/{total} cases run in the page, {passed} passed", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="ember-onnx-webgpu-") as tmp:
+        try:
+            return onnx_browser.run_suite(
+                cases,
+                args.site or tmp,
+                progress=progress,
+                pyodide_dir=args.pyodide,
+                wheels_dir=args.wheels,
+                fetch=args.fetch,
+            )
+        except BuildError as e:  # Pyodide or the wheels missing: how to get them
+            raise OnnxError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - Chromium or the page failed: one line, not a traceback
+            raise OnnxError(f"the webgpu run in Chromium failed: {type(e).__name__}: {e}") from None
+
+
 def test(args) -> int:
+    import json
+    import re
+
     from . import suite
-    from .known_failures import EXPECTED
+    from .known_failures import expected
     from .reader import onnx_module
 
     onnx_module()  # a clear error, not a traceback, without the onnx extra
     from ..registry import get_backend
 
-    get_backend(args.backend)  # one line for a backend missing or without its device, not one per case
+    _backend_modules(args.backend_module)
+    webgpu = args.backend == "webgpu"
+    if webgpu:
+        _check_browser()  # webgpu exists only inside the browser's Pyodide
+    else:
+        get_backend(args.backend)  # one line for a backend missing or without its device, not one per case
     sets = []
     if args.set in ("node", "all"):
         sets.append(("node cases", suite.node_cases()))
     if args.set in ("models", "all"):
         sets.append(("model sets", suite.model_cases()))
-    results = {}
+    if args.cases:
+        sets = [(title, [c for c in cases if re.search(args.cases, c.name)]) for title, cases in sets]
+    results, placements, records = {}, None, []
+    t0 = time.perf_counter()
+    if webgpu:
+        results, placements, records, adapter = _run_webgpu([c for _, cases in sets for c in cases], args)
+        print(f"webgpu adapter: {adapter}; {time.perf_counter() - t0:.0f} s in all\n")
     for title, cases in sets:
-        t0 = time.perf_counter()
-        part = suite.run_suite(cases, args.backend)
-        print(f"ONNX {title} on {args.backend} ({time.perf_counter() - t0:.0f} s):\n")
-        print(suite.table(part) + "\n")
-        results.update(part)
-    new_fail = sorted(n for n, r in results.items() if r[2] and n not in EXPECTED)
-    new_pass = sorted(n for n, r in results.items() if not r[2] and n in EXPECTED)
+        if webgpu:
+            part = {c.name: results[c.name] for c in cases}
+        else:
+            t0 = time.perf_counter()
+            part = suite.run_suite(cases, args.backend)
+            results.update(part)
+        took = "" if webgpu else f" ({time.perf_counter() - t0:.0f} s)"
+        print(f"ONNX {title} on {args.backend}{took}:\n")
+        print(suite.table(part, placements) + "\n")
+    if webgpu:
+        from ..wasm.onnx_browser import summary
+
+        print(summary(records) + "\n")
+    if args.out:
+        by_name = {r["name"]: r for r in records}
+        rows = [
+            {**by_name.get(n, {}), "name": n, "category": c, "plain": p, "reason": r, "seconds": s}
+            for n, (c, p, r, s) in results.items()
+        ]
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"backend": args.backend, "cases": rows}, f, indent=0)
+    known = expected(args.backend)
+    new_fail = sorted(n for n, r in results.items() if r[2] and n not in known)
+    new_pass = sorted(n for n, r in results.items() if not r[2] and n in known)
     for n in new_fail:
         print(f"unexpected failure: {n}: {results[n][2]}")
     for n in new_pass:
         print(f"now passes (remove from known_failures.py): {n}")
-    return 1 if new_fail and args.backend == "numpy" else 0
+    return 1 if new_fail and args.backend in ("numpy", "webgpu") else 0
 
 
 def main(argv=None) -> int:

@@ -197,3 +197,20 @@ REASONS = {
 }
 
 EXPECTED = {name: reason for reason, names in REASONS.items() for name in names.split()}
+
+# Cases that fail on one backend only, beyond EXPECTED (the same rule: the lists only shrink).
+BACKEND_REASONS = {
+    "webgpu": {
+        "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "
+        "1 + exp(x), near 1 for very negative x, so its small results carry relative errors of "
+        "~1e-3 (11 of 10,000 elements past the case's rtol 1e-3, at most 1.25e-3; SwiftShader)": """
+        test_mish test_mish_expanded
+        """,
+    },
+}
+
+
+def expected(backend: str) -> dict:
+    """The cases expected to fail on ``backend``: name -> reason."""
+    extra = BACKEND_REASONS.get(backend, {})
+    return {**EXPECTED, **{name: reason for reason, names in extra.items() for name in names.split()}}

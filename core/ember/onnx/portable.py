@@ -3,8 +3,9 @@
 Pyodide has no ``onnx`` package, so the browser build (``python -m ember.wasm build SITE --onnx
 MODEL``) converts the model where ``onnx`` is installed: :func:`save` loads it with
 :func:`ember.onnx.load` (checked, constant subgraphs folded) and writes what is left to run —
-the nodes with their attributes and the schema version each handler honours — as JSON, and the
-parameters, the folded constants and any tensor attribute as one safetensors blob.
+the nodes with their attributes, the schema version each handler honours and the body graphs of
+If, Loop and Scan — as JSON, and the parameters, the folded constants, the bodies' constants and
+any tensor attribute as one safetensors blob.
 :func:`restore` rebuilds the same :class:`~ember.onnx.OnnxModule` from those two with the
 standard library only (no ``onnx``, no numpy), on any backend.
 
@@ -38,36 +39,12 @@ FORMAT = "ember.onnx-graph"
 # ----------------------------------------------------------------------------- ONNX -> ember's files
 def save(source) -> tuple:
     """``(graph, blob)``: the JSON-able graph and the safetensors bytes of an ONNX model (a
-    path, bytes or a ModelProto). Needs ``onnx``; a model with subgraphs (If, Loop, Scan) is
-    refused: the format holds flat graphs only."""
+    path, bytes or a ModelProto). Needs ``onnx``. Body graphs (If, Loop, Scan, SequenceMap)
+    go with their node, their own constants in the blob."""
     proto = read_model(source)
     module = OnnxModule(proto)
-    tensors = {}
-    nodes = []
-    for i, node in enumerate(module.program.nodes):
-        if node.graphs:
-            raise OnnxError(f"{node.where}: ember's portable graph holds no subgraphs (If, Loop, Scan)")
-        attrs, tensor_attrs = {}, {}
-        for name, value in node.attrs.items():
-            if hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor attribute
-                key = f"attribute/{i}/{name}"
-                tensors[key] = tensor_bytes(_ember(value))
-                tensor_attrs[name] = key
-            else:
-                attrs[name] = value
-        nodes.append(
-            {
-                "op_type": node.op_type,
-                "domain": node.domain,
-                "name": node.name,
-                "inputs": node.inputs,
-                "outputs": node.outputs,
-                "opset": node.opset,
-                "version": node.version,
-                "attrs": attrs,
-                "tensor_attrs": tensor_attrs,
-            }
-        )
+    tensors: dict = {}
+    nodes = _nodes(module.program, tensors, "")
     with autodiff.no_grad():
         params = dict(module.named_parameters())
         for name, t in params.items():
@@ -87,6 +64,53 @@ def save(source) -> tuple:
     return graph, save_bytes(tensors, {"format": FORMAT})
 
 
+def _nodes(program, tensors: dict, prefix: str) -> list:
+    """The JSON records of ``program``'s nodes; tensor attributes and body constants go into
+    ``tensors`` under keys that ``prefix`` keeps apart per body."""
+    out = []
+    for i, node in enumerate(program.nodes):
+        attrs, tensor_attrs, graphs = {}, {}, {}
+        for name, value in node.attrs.items():
+            if name in node.graphs:
+                graphs[name] = _body(node.graphs[name], tensors, f"{prefix}{i}/{name}/")
+            elif hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor attribute
+                key = f"attribute/{prefix}{i}/{name}"
+                tensors[key] = tensor_bytes(_ember(value))
+                tensor_attrs[name] = key
+            elif hasattr(value, "SerializeToString"):
+                continue  # a TypeProto (Optional's `type`): no handler reads it
+            else:
+                attrs[name] = value
+        record = {
+            "op_type": node.op_type,
+            "domain": node.domain,
+            "name": node.name,
+            "inputs": node.inputs,
+            "outputs": node.outputs,
+            "opset": node.opset,
+            "version": node.version,
+            "attrs": attrs,
+            "tensor_attrs": tensor_attrs,
+        }
+        if graphs:
+            record["graphs"] = graphs
+        out.append(record)
+    return out
+
+
+def _body(program, tensors: dict, prefix: str) -> dict:
+    constants = {}
+    for name, t in program.constants.items():
+        constants[name] = key = f"body/{prefix}{name}"
+        tensors[key] = tensor_bytes(t)
+    return {
+        "inputs": program.inputs,
+        "outputs": program.outputs,
+        "constants": constants,
+        "nodes": _nodes(program, tensors, prefix),
+    }
+
+
 def _ember(array):
     from ..tensor import tensor
 
@@ -94,9 +118,17 @@ def _ember(array):
 
 
 def _value_info(vi) -> dict:
-    t = vi.type.tensor_type
-    shape = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    return {"name": vi.name, "shape": shape, "dtype": DTYPES[t.elem_type].name}
+    """Name, shape and dtype of a graph input; ``kind`` ("sequence", "optional",
+    "optional sequence") when the tensor comes wrapped."""
+    t, wrapped = vi.type, []
+    while t.WhichOneof("value") in ("optional_type", "sequence_type"):
+        kind = t.WhichOneof("value")
+        wrapped.append(kind.split("_")[0])
+        t = getattr(t, kind).elem_type
+    tt = t.tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    info = {"name": vi.name, "shape": shape, "dtype": DTYPES[tt.elem_type].name}
+    return {**info, "kind": " ".join(wrapped)} if wrapped else info
 
 
 # ----------------------------------------------------------------------------- ember's files -> Module
@@ -114,11 +146,7 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
             raise OnnxError(f"the graph's weights lack {key!r}")
         return tensor_from_bytes(tensors[key], backend)
 
-    program = Program.__new__(Program)
-    program.graph, program.constants = None, {}
-    program.inputs = [v["name"] for v in graph["inputs"]]
-    program.outputs = list(graph["outputs"])
-    program.nodes = [_node(record, get, program) for record in graph["nodes"]]
+    program = _program([v["name"] for v in graph["inputs"]], graph["outputs"], {}, graph["nodes"], get)
     module = OnnxModule.__new__(OnnxModule)
     super(OnnxModule, module).__init__()
     module._assemble(
@@ -131,6 +159,15 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
     return module
 
 
+def _program(inputs, outputs, constants: dict, nodes: list, get) -> Program:
+    program = Program.__new__(Program)
+    program.graph = None
+    program.constants = {name: get(key) for name, key in constants.items()}
+    program.inputs, program.outputs = list(inputs), list(outputs)
+    program.nodes = [_node(record, get, program) for record in nodes]
+    return program
+
+
 def _node(record: dict, get, program) -> Node:
     node = Node.__new__(Node)
     node.op_type, node.domain, node.name = record["op_type"], record["domain"], record["name"]
@@ -140,7 +177,11 @@ def _node(record: dict, get, program) -> Node:
     for name, key in record["tensor_attrs"].items():
         t = get(key)  # handlers read tensor attributes as arrays where numpy is
         node.attrs[name] = _array(t)
-    node.graphs, node.scope, node.program = {}, None, program
+    node.graphs = {
+        name: _program(b["inputs"], b["outputs"], b["constants"], b["nodes"], get)
+        for name, b in record.get("graphs", {}).items()
+    }
+    node.scope, node.program = None, program
     entry = DOMAINS.get(node.domain, {}).get(node.op_type)
     if entry is None:
         raise node.error("operator not supported by this ember")

@@ -115,32 +115,32 @@ def run_case(case, backend="numpy"):
                     else tensor(np.asarray(a))
                     for a in inputs
                 ]
-                outs = m(*args)
-                outs = outs if isinstance(outs, tuple) else (outs,)
-                for i, (want, got) in enumerate(zip(expected, outs)):
-                    if want is None or got is None:
-                        if want is not got:
-                            return f"output {i}: {'an empty optional' if want is None else 'a value'} expected"
-                        continue
-                    if (
-                        isinstance(want, list) != isinstance(got, list)
-                        or isinstance(want, list)
-                        and len(want) != len(got)
-                    ):
-                        return (
-                            f"output {i}: a sequence of {len(want)}"
-                            if isinstance(want, list)
-                            else f"output {i}: not a tensor"
-                        )
-                    pairs = zip(want, got) if isinstance(want, list) else [(want, got)]
-                    for w, g in pairs:
-                        reason = _compare(case, i, np.asarray(w), g.numpy())
-                        if reason:
-                            return reason
+                reason = check_outputs(expected, m(*args), lambda i, w, g: _compare(case, i, np.asarray(w), g.numpy()))
+                if reason:
+                    return reason
     except AssertionError as e:
         return "values differ: " + " ".join(str(e).split())[:200]
     except Exception as e:  # noqa: BLE001 - any failure of a case is that case's result
         return f"{type(e).__name__}: " + " ".join(str(e).split())[:300]
+    return None
+
+
+def check_outputs(expected: list, outs, compare) -> str | None:
+    """Why a run's outputs (a value, or a tuple of several) differ from ``expected``, or None.
+    Empty optionals (None) and sequences (lists) are matched here; ``compare(i, want, got)``
+    judges each pair of tensors of output ``i``."""
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    for i, (want, got) in enumerate(zip(expected, outs)):
+        if want is None or got is None:
+            if want is not got:
+                return f"output {i}: {'an empty optional' if want is None else 'a value'} expected"
+            continue
+        if isinstance(want, list) != isinstance(got, list) or isinstance(want, list) and len(want) != len(got):
+            return f"output {i}: a sequence of {len(want)}" if isinstance(want, list) else f"output {i}: not a tensor"
+        for w, g in zip(want, got) if isinstance(want, list) else [(want, got)]:
+            reason = compare(i, w, g)
+            if reason:
+                return reason
     return None
 
 
@@ -187,17 +187,32 @@ def run_suite(cases, backend="numpy", progress=None) -> dict:
     return results
 
 
-def table(results) -> str:
-    """A Markdown pass table: per category, then totals over all and over plain-tensor cases."""
+PLACES = ("gpu", "mixed", "host", "none")  # where a webgpu case's primitives ran (ember.wasm.onnx_browser)
+
+
+def table(results, placements=None) -> str:
+    """A Markdown pass table: per category, then totals over all and over plain-tensor cases.
+    With ``placements`` (name → gpu, mixed, host or none: webgpu's runs), the passing cases are
+    also split by where their primitives ran."""
     rows: dict = {}
-    for cat, _plain, reason, _ in results.values():
-        r = rows.setdefault(cat, [0, 0])
-        r[0] += reason is None
-        r[1] += 1
-    lines = ["| category | passed | cases |", "|---|---:|---:|"]
-    lines += [f"| {cat} | {p} | {n} |" for cat, (p, n) in sorted(rows.items())]
-    passed = sum(r[2] is None for r in results.values())
-    plain = [r for r in results.values() if r[1]]
-    lines.append(f"| **all** | **{passed}** | **{len(results)}** |")
-    lines.append(f"| plain-tensor cases | {sum(r[2] is None for r in plain)} | {len(plain)} |")
+    for name, (cat, plain, reason, _) in results.items():
+        for key in (cat, "**all**") + (("plain-tensor cases",) if plain else ()):
+            r = rows.setdefault(key, [0, 0] + [0] * len(PLACES))
+            r[1] += 1
+            if reason is None:
+                r[0] += 1
+                if placements and placements.get(name) in PLACES:
+                    r[2 + PLACES.index(placements[name])] += 1
+    head, rule = "| category | passed | cases |", "|---|---:|---:|"
+    if placements:
+        head = "| category | passed | all on GPU | mixed | all on host | none ran | cases |"
+        rule = "|---|---:|---:|---:|---:|---:|---:|"
+    lines = [head, rule]
+    for cat in sorted(k for k in rows if k not in ("**all**", "plain-tensor cases")) + [
+        "**all**",
+        "plain-tensor cases",
+    ]:
+        r = rows.get(cat, [0, 0] + [0] * len(PLACES))
+        cells = [r[0]] + (r[2:] if placements else []) + [r[1]]
+        lines.append(f"| {cat} | " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

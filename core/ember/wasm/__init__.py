@@ -10,6 +10,9 @@ classifies digits drawn on a canvas. The modules, in the order a visitor's page 
 - ``runtime``: the Python the page runs: pick a backend (webgpu, numpy, python), load the
   model, turn pixels into the training pipeline's inputs, predict.
 - ``selfcheck``: runs every WebGPU kernel against the pure-Python backend (browser tests).
+- ``onnx_browser`` and ``onnx_cases``: ``ember onnx test --backend webgpu``, the official ONNX
+  cases converted here and run by a standard-library runner inside the page;
+  ``chromium``: the static server and headless Chromium every browser check drives.
 
 This package is the site builder and the page's runtime only. The backends the page runs on
 (``webgpu``, ``python``, and ``numpy`` where its wheel is bundled) live with the other

@@ -248,7 +248,7 @@ def export_onnx_model(path, dest: Path, mean=None, std=None) -> dict:
         raise BuildError(f"{path}: {exc}") from None
     inputs = graph["inputs"]
     shape = inputs[0]["shape"] if len(inputs) == 1 else None
-    if shape is None or len(shape) != 4 or None in shape[1:] or inputs[0]["dtype"] != "float32":
+    if shape is None or len(shape) != 4 or None in shape[1:] or inputs[0]["dtype"] != "float32" or "kind" in inputs[0]:
         raise BuildError(
             f"{path}: the page feeds one batch of float32 images (N, C, H, W) with C, H, W fixed; "
             f"the model takes {', '.join(_describe(v) for v in inputs)}"
@@ -279,7 +279,8 @@ def export_onnx_model(path, dest: Path, mean=None, std=None) -> dict:
 
 
 def _describe(value_info) -> str:
-    return f"{value_info['name']} {value_info['dtype']}{value_info['shape']}"
+    kind = f"{value_info['kind']} of " if "kind" in value_info else ""
+    return f"{value_info['name']} {kind}{value_info['dtype']}{value_info['shape']}"
 
 
 def _per_channel(values, c, default, flag) -> list:
@@ -341,6 +342,30 @@ def patch_lock(lock: dict, wheels: list) -> dict:
 
 
 # ----------------------------------------------------------------------------- the site
+def write_pyodide(pdir, pyodide_dir=None, wheels_dir=None, ember_wheel=None, extra_wheels=(), fetch=False) -> tuple:
+    """Fill ``pdir`` (replaced) with Pyodide's runtime, the bundled wheels and the patched lock;
+    return ``(wheels, lock)``, ember's wheel first. Every page ember serves loads from such a
+    folder: the demo site and the ONNX suite's runner (``ember.wasm.onnx_browser``)."""
+    pdir = Path(pdir)
+    pyodide = find_pyodide(pyodide_dir, fetch)
+    wheels = find_wheels(wheels_dir, fetch)
+    if pdir.exists():
+        shutil.rmtree(pdir)
+    pdir.mkdir(parents=True)
+    for f in sorted(pyodide.iterdir()):
+        if f.is_file() and not PYODIDE_SKIP.match(f.name) and f.name != "pyodide-lock.json":
+            shutil.copy2(f, pdir / f.name)
+    if ember_wheel is None:
+        ember_wheel = build_ember_wheel(pdir)
+    else:
+        ember_wheel = Path(shutil.copy2(ember_wheel, pdir / Path(ember_wheel).name))
+    bundle = [ember_wheel] + [Path(shutil.copy2(wheels[n], pdir / wheels[n].name)) for n in BUNDLED]
+    bundle += [Path(shutil.copy2(w, pdir / Path(w).name)) for w in extra_wheels]
+    lock = patch_lock(json.loads((pyodide / "pyodide-lock.json").read_text()), bundle)
+    (pdir / "pyodide-lock.json").write_text(json.dumps(lock))
+    return bundle, lock
+
+
 def build_site(
     out,
     checkpoint=None,
@@ -366,24 +391,9 @@ def build_site(
     if (checkpoint is None) == (onnx is None):
         raise BuildError("give the model: --checkpoint RUN_DIR (ember train) or --onnx MODEL.onnx")
     out = Path(out)
-    pyodide = find_pyodide(pyodide_dir, fetch)
-    wheels = find_wheels(wheels_dir, fetch)
-    out.mkdir(parents=True, exist_ok=True)
     pdir = out / "pyodide"
-    if pdir.exists():
-        shutil.rmtree(pdir)
-    pdir.mkdir()
-    for f in sorted(pyodide.iterdir()):
-        if f.is_file() and not PYODIDE_SKIP.match(f.name) and f.name != "pyodide-lock.json":
-            shutil.copy2(f, pdir / f.name)
-    if ember_wheel is None:
-        ember_wheel = build_ember_wheel(pdir)
-    else:
-        ember_wheel = Path(shutil.copy2(ember_wheel, pdir / Path(ember_wheel).name))
-    bundle = [ember_wheel] + [Path(shutil.copy2(wheels[n], pdir / wheels[n].name)) for n in BUNDLED]
-    bundle += [Path(shutil.copy2(w, pdir / Path(w).name)) for w in extra_wheels]
-    lock = patch_lock(json.loads((pyodide / "pyodide-lock.json").read_text()), bundle)
-    (pdir / "pyodide-lock.json").write_text(json.dumps(lock))
+    bundle, lock = write_pyodide(pdir, pyodide_dir, wheels_dir, ember_wheel, extra_wheels, fetch)
+    ember_wheel = bundle[0]
     if onnx is not None:
         spec = export_onnx_model(onnx, out / "model", mean, std)
     else:

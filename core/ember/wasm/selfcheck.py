@@ -22,7 +22,7 @@ from ember import nn
 RTOL, ATOL = 2e-5, 2e-5
 # WGSL promises sin and cos only to an absolute 2**-11 on [-pi, pi] (its accuracy table).
 CASE_ATOL = {"sin": 2**-11, "cos": 2**-11}
-HOST_OK = {"full", "arange"}  # constants are made on the host and uploaded once
+HOST_OK = {"arange"}  # made on the host and uploaded once
 
 
 def _inputs(seed):
@@ -63,6 +63,24 @@ def _cases():
     )
     yield "int32 arithmetic", {"add", "mul", "maximum"}, (ints, ints2), lambda x, y: ember.maximum(x * y + 7, y)
     yield "cast", {"cast"}, (a,), lambda a: ((a * 10).int() + (a > 0).int()).float() * 0.5
+    # int64 indices (what Tensor.take makes) live on the host; the gather runs on the GPU
+    idx, idx2 = randint(-3, 3, 2, 5, dtype=ember.int64), randint(0, 5, 4, dtype=ember.int64)
+    yield (
+        "take",
+        {"take"},
+        (x4, idx, idx2, ints),
+        lambda x, i, j, n: x.take(i, 1) * 2 + x.permute(0, 3, 2, 1).take(j, 1).sum() + n.take(j, 1).float().sum(),
+    )
+    yield (
+        "full",
+        {"full"},
+        (a,),
+        lambda a: (
+            ember.full((3, 4), -2.5, backend=a.backend)
+            + ember.full((4,), 7, dtype=ember.int32, backend=a.backend).float()
+            + ember.full((1,), True, backend=a.backend).float()
+        ),
+    )
     yield "relu (gt + where)", {"gt", "where"}, (x4,), lambda x: x.relu()
     yield (
         "views: permute/slice/flip/expand",

@@ -43,6 +43,7 @@ from numba import uint64
 
 from ember.backends.numpy import backend as nb
 
+from . import winograd
 from .blas import matmul, on_demand, one_thread
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import hot, threads
@@ -406,6 +407,12 @@ def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
         "conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)
     ):
         return nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
+    # 3x3, stride 1 (winograd.py); None: not finite, computed directly
+    if (
+        winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, x.dtype)
+        and (y := winograd.conv2d(x, w, padding)) is not None
+    ):
+        return y
     return conv2d_cols(x, w, stride, padding, dilation)
 
 
@@ -418,6 +425,11 @@ def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilat
 def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     if not _conv_ok("conv2d_grad_input", g, w, groups, g.size * w.size // max(w.shape[0], 1)):
         return nb.IMPLS["conv2d_grad_input"](g, w, input_shape, stride, padding, dilation, groups)
+    if (
+        winograd.plan(input_shape, w.shape, stride, padding, dilation, groups, g.dtype)
+        and (dx := winograd.conv2d_grad_input(g, w, input_shape, padding)) is not None
+    ):
+        return dx
     o, c, kh, kw = w.shape
     full = (dilation[0] * (kh - 1) - padding[0], dilation[1] * (kw - 1) - padding[1])
     h_w, oh_ow = input_shape[2] * input_shape[3], g.shape[2] * g.shape[3]

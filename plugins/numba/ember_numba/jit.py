@@ -25,6 +25,8 @@ collapsed dim.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import launch
@@ -37,8 +39,46 @@ class Unsupported(Exception):
     """The group has something the generated kernels do not handle."""
 
 
+# ----------------------------------------------------------------------------- what to compile
+# Compiling is most of a cold first step (W1's MLP: ~0.2-0.5 s per parallel kernel on the
+# 2-core development machine, against milliseconds per step), so only what pays is compiled,
+# and no more than it needs. Both rules below depend on the group alone, never on timing or on
+# what the disk cache holds: a cold process and a warm one run the same code.
+
+#: Elements of work below which a group is left to run op by op (ember.jit then calls NumPy
+#: into its planned buffers): a kernel call spends a few µs passing its arguments, what NumPy
+#: takes for a few ops on a few thousand elements, and compiling it costs 0.1-0.5 s.
+#: ``EMBER_NUMBA_GROUP_MIN``; 0 compiles every group.
+MIN_WORK = int(os.environ.get("EMBER_NUMBA_GROUP_MIN", 1 << 12))
+
+_THREADED: set = set()  # programs compiled for threads in this process (their keys)
+
+
+def threaded(work: int, key=None) -> bool:
+    """Is a group of ``work`` elements compiled for threads? From launch.PAR_MIN on, where
+    launch.run may give it more than one; below, ``prange`` would be compiled for nothing, and
+    numba compiles a parallel kernel 2-3x slower than a plain loop. A program (``key``)
+    already compiled for threads serves smaller groups too: on one thread it costs ~1 µs more
+    than a plain loop, far less than compiling a second kernel. The two give the same bits
+    (the same tasks, each summed in the same order).
+
+    >>> threaded(launch.PAR_MIN - 1), threaded(launch.PAR_MIN)      # 2^18 elements by default
+    (False, True)
+    >>> threaded(launch.PAR_MIN, "doc"), threaded(1, "doc")
+    (True, True)
+    """
+    if work >= launch.PAR_MIN:
+        if key is not None:
+            _THREADED.add(key)
+        return True
+    return key is not None and key in _THREADED
+
+
 def compile_group(group):
-    """A function ``run(*input_buffers) -> tuple of output buffers`` for ``group``, or None."""
+    """A function ``run(*input_buffers) -> tuple of output buffers`` for ``group``, or None
+    (too small to pay for compiling, see MIN_WORK, or not covered)."""
+    if int(np.prod(group.shape)) < MIN_WORK:
+        return None
     try:
         if group.kind == "elementwise":
             return _elementwise(group)
@@ -88,7 +128,8 @@ def _elementwise(group):
     for i, v in enumerate(group.nodes):
         names[v.id] = f"t{i}"
     program = Program(inputs, [_node(v, names) for v in group.nodes], [names[o.id] for o in group.outputs])
-    kernel = launch.Kernel(program)
+    key = repr((program.inputs, program.nodes, program.outputs))
+    kernel = launch.Kernel(program, parallel=threaded(int(np.prod(group.shape)), key))
     shapes = tuple(tuple(a.shape) for a in group.inputs)
     plan = kernel.plan(shapes, force=True)
     if plan is None or plan.out_shape != tuple(group.shape):
@@ -260,7 +301,11 @@ def _reduce(group):
         if int(np.prod(o.shape)) != size["b"]:
             raise Unsupported("a post-reduction output of another size")
     acc = ("float64" if dt[0] == "f" else "int64") if red.op == "sum" else dt
-    source = render_reduce(
+    A, B, C = size["a"], size["b"], size["c"]
+    AT, BT = tiles(A, B, C, layout)
+    tasks = -(-A // AT) * -(-B // BT)
+    work = A * B * C if tasks >= 2 else 0  # one task: no threads to share it
+    args = (
         pre,
         red.op,
         red_arg,
@@ -273,18 +318,16 @@ def _reduce(group):
         layout,
         size["b"] if layout == "columns" and size["b"] <= NARROW else 0,
     )
+    parallel = threaded(work, render_reduce(*args, parallel=False))
+    source = render_reduce(*args, parallel=parallel)
     module = _KERNELS.get(source)
     if module is None:
         from . import cache
 
         module = _KERNELS[source] = cache.load(source)
-    A, B, C = size["a"], size["b"], size["c"]
-    AT, BT = tiles(A, B, C, layout)
     prefix = (A, B, C, AT, BT, *stride_args)
     out_specs = [(tuple(o.shape), np.dtype(str(o.dtype))) for o in pre_outs + post_outs]
     order = [(pre_outs + post_outs).index(o) for o in group.outputs]
-    tasks = -(-A // AT) * -(-B // BT)
-    work = A * B * C if tasks >= 2 else 0  # one task: no threads to share it
 
     def run(*bufs, out=None):
         outs = [None] * len(out_specs)

@@ -183,6 +183,42 @@ def run(fn, work, *args):
             KERNEL_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 
+_TWINS: dict = {}  # parallel kernel -> its one-thread twin
+
+
+def for_work(kernel, work):
+    """``kernel`` (a numba function compiled with ``parallel=True``) where ``work`` may get
+    threads (PAR_MIN and up), else its one-thread twin: the same function compiled without
+    ``parallel=True``, which numba compiles 2-3x faster (a cold first step is mostly
+    compiling) and which runs the same loop body, so it gives the same bits. The twin has a
+    name of its own, so numba's disk cache keeps the two apart.
+
+    >>> import numba, numpy as np
+    >>> @numba.njit(parallel=True)
+    ... def double(x, out):
+    ...     for i in numba.prange(x.size):
+    ...         out[i] = 2 * x[i]
+    >>> for_work(double, PAR_MIN) is double, for_work(double, PAR_MIN - 1).__name__
+    (True, 'double_one_thread')
+    """
+    if work >= PAR_MIN:
+        return kernel
+    twin = _TWINS.get(kernel)
+    if twin is None:
+        import types
+
+        import numba
+        from numba.core.caching import NullCache
+
+        f = kernel.py_func
+        g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_one_thread", f.__defaults__, f.__closure__)
+        g.__qualname__, g.__module__, g.__doc__ = f.__qualname__ + "_one_thread", f.__module__, f.__doc__
+        options = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
+        cached = not isinstance(kernel._cache, NullCache)  # cache=True if the kernel has it
+        twin = _TWINS[kernel] = numba.njit(cache=cached, **options)(g)
+    return twin
+
+
 class Plan:
     __slots__ = ("fn", "prefix", "out_shape", "size")
 
@@ -192,10 +228,11 @@ class Plan:
 
 
 class Kernel:
-    """One elementwise program, compiled per broadcast pattern on demand."""
+    """One elementwise program, compiled per broadcast pattern on demand (``parallel=False``:
+    without threads, for callers whose work stays below PAR_MIN)."""
 
-    def __init__(self, program):
-        self.program = program
+    def __init__(self, program, parallel: bool = True):
+        self.program, self.parallel = program, parallel
         self.out_dtypes = [np.dtype(program.dtypes[o]) for o in program.outputs]
         self.modules: dict = {}
         self.plans: dict = {}
@@ -204,7 +241,7 @@ class Kernel:
         key = (rank, inner)
         m = self.modules.get(key)
         if m is None:
-            m = self.modules[key] = cache.load(render(self.program, rank, inner))
+            m = self.modules[key] = cache.load(render(self.program, rank, inner, self.parallel))
         return m
 
     def plan(self, shapes: tuple, force: bool = False):

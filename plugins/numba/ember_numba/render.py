@@ -139,11 +139,13 @@ def body(program: Program) -> list:
     return [f"{name} = {_node_expr(program, op, args, dtype)}" for name, op, args, params, dtype in program.nodes]
 
 
-def render(program: Program, rank: int, inner: tuple) -> str:
+def render(program: Program, rank: int, inner: tuple, parallel: bool = True) -> str:
     """Module source with ``kernel`` for ``program`` over a ``rank``-dim index
     space; ``inner[k]`` says whether array input k walks the last dim (else it is broadcast
     along it). Arguments: the ``rank`` sizes, then per array input its ``rank - 1`` outer
-    strides, then the inputs (arrays flat, scalars as values), then the flat outputs."""
+    strides, then the inputs (arrays flat, scalars as values), then the flat outputs.
+    ``parallel=False`` compiles ``prange`` as a plain loop (for work that never gets threads;
+    numba compiles it several times faster)."""
     arrays = [i for i, (kind, _) in enumerate(program.inputs) if kind == "array"]
     sizes = [f"n{d}" for d in range(rank)]
     strides = [f"s{k}_{d}" for k in arrays for d in range(rank - 1)]
@@ -156,7 +158,10 @@ def render(program: Program, rank: int, inner: tuple) -> str:
     last = f"n{rank - 1}"
 
     def kernel(name, loop):
-        lines = ["@numba.njit(cache=True, error_model='numpy', nogil=True, parallel=True)", f"def {name}({params}):"]
+        lines = [
+            f"@numba.njit(cache=True, error_model='numpy', nogil=True, parallel={parallel})",
+            f"def {name}({params}):",
+        ]
         lines += [f"    {s}" for s in setup]
         if rank == 1:
             # Unsigned indices: with signed ones numba wraps negative indices around, and
@@ -284,6 +289,7 @@ def render_reduce(
     acc_dtype: str,
     layout: str = "rows",
     width: int = 0,
+    parallel: bool = True,
 ) -> str:
     """Module source with ``kernel`` for an ember.jit reduce group: elementwise ``pre``
     over an (A, B, C) index space (C-ordered: element (a, b, c) at ``(a*B + b)*C + c``),
@@ -309,6 +315,7 @@ def render_reduce(
     in the post stage (one stride each). ``pre_outputs`` are stored over (A, B, C),
     ``post_outputs`` (which may include ``r``) at b.
     Arguments: A, B, C, AT, BT, strides, inputs, pre outputs, post outputs.
+    ``parallel``: as for :func:`render` (the tasks, hence the sums, are the same either way).
 
     >>> p = Program(inputs=[("array", "float32")], nodes=[("t0", "abs", ("x0",), {}, "float32")],
     ...             outputs=[])
@@ -345,7 +352,7 @@ def render_reduce(
 
     fm = ", fastmath={'reassoc'}" if reduce_op == "sum" else ""
     lines = [
-        f"@numba.njit(cache=True, error_model='numpy', nogil=True, parallel=True{fm})",
+        f"@numba.njit(cache=True, error_model='numpy', nogil=True, parallel={parallel}{fm})",
         f"def kernel({params}):",
         "    na = (A + AT - 1) // AT",
         "    nb = (B + BT - 1) // BT",

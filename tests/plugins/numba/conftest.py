@@ -24,12 +24,14 @@ def backend():
 
 @pytest.fixture
 def compile_at_once(monkeypatch):
-    """Kernels from the first call (the backend otherwise waits for a shape to repeat), on all
-    threads however small the work (so the parallel loops run parallel)."""
-    from ember_numba import launch
+    """Kernels from the first call (the backend otherwise waits for a shape to repeat), for
+    ember.jit's groups however small, on all threads however small the work (so the parallel
+    loops run parallel)."""
+    from ember_numba import jit, launch
 
     monkeypatch.setattr(launch, "HOT", 1)
     monkeypatch.setattr(launch, "PAR_MIN", 0)
+    monkeypatch.setattr(jit, "MIN_WORK", 0)
 
 
 @pytest.fixture

@@ -252,7 +252,8 @@ def cross_entropy(logits, target, *, ignore_index=-100):
     if n and (t.min(where=counted, initial=0) < 0 or t.max(where=counted, initial=0) >= C):
         return _reference("cross_entropy", logits, target, ignore_index=ignore_index)  # its error names it
     losses = np.empty(R, np.float64)
-    launch.run(cross_entropy_rows, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C, ignore_index, losses)
+    kernel = launch.for_work(cross_entropy_rows, logits.size)  # one-thread twin for small logits: compiles faster
+    launch.run(kernel, logits.size, np.ascontiguousarray(logits).reshape(-1), t, R, C, ignore_index, losses)
     return np.asarray(losses.sum() / n if n else np.nan, dtype=logits.dtype)
 
 
@@ -264,7 +265,7 @@ def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
     scale = float(grad.reshape(())) / max(int((t != ignore_index).sum()), 1)
     out = np.empty((R, C), logits.dtype)
     launch.run(
-        cross_entropy_backward_rows,
+        launch.for_work(cross_entropy_backward_rows, logits.size),
         logits.size,
         np.ascontiguousarray(logits).reshape(-1),
         t,

@@ -1,0 +1,216 @@
+"""Winograd F(2x2, 3x3) convolutions: 3x3 kernels at stride 1 with 2.25x fewer multiplications.
+
+The algorithm and its matrices are the NumPy backend's (``ember.backends.numpy.winograd``,
+whose docstring derives it): each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B)] A`` of the
+4x4 input tile ``d`` that covers it, so a convolution is an input transform, 16 GEMMs (one
+per tile position, summed over the channels) and an output transform. Here the transforms
+are numba kernels on NCHW memory, and the batch is cut into chunks as in conv.py: each chunk
+runs on one of the plugin's threads, taken on demand (``blas.on_demand``), with one-thread
+BLAS inside, and its buffers are a few MB, in cache.
+
+==================  =======================================================  ================
+primitive           per chunk of ``m`` samples (T = m * tiles per sample)     then
+==================  =======================================================  ================
+conv2d              ``V`` (16, C, T); ``M = U (16, K, C) @ V``; ``A^T M A``   into NCHW ``out``
+conv2d_grad_input   conv2d of ``g`` with the kernel flipped, channels swapped
+==================  =======================================================  ================
+
+The weight gradient stays on conv.py's im2col GEMMs: its Winograd form (``dW = G^T [sum over
+tiles of (A dY A^T) * V] G``, the NumPy module's) measured 1.25-2.1x slower here, every
+ResNet-18 and LeNet layer at batch 128 (loaded machine).
+
+The transforms of F(2x2, 3x3) are adds and subtracts only; they are written out here as
+scalar code (rows of the tile first, as contiguous vectors, then columns), which LLVM
+vectorizes. :func:`plan` says which convolutions take this path. As in the NumPy module,
+a result that is not finite is returned as None, and conv.py computes that one directly
+(an inf meets itself with both signs in the transforms and would come out as NaN).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import uint64
+
+from ember.backends.numpy import winograd as reference
+
+from .blas import on_demand, one_thread
+from .kernels import JIT
+from .launch import threads
+
+F23 = reference.F23
+#: Input and output channels, and output pixels a sample, from which conv.py takes this path.
+#: Measured at batch 128 (loaded 2-core machine; best of 5, alternating), Winograd / im2col
+#: time, forward and input gradient: ResNet-18's 32x32 and 16x16 layers (64 and 128 channels)
+#: 0.78-0.91, a 16-channel 32x32 layer 0.80-1.02; with few tiles a sample the 16 GEMMs are
+#: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74.
+MIN_CHANNELS = 16
+MIN_PIXELS = 256
+#: Bytes of transformed input (V) per chunk at most, and tiles per chunk at least (so the 16
+#: GEMMs stay wide); chunks per thread at least where the batch allows, as in conv.py.
+CHUNK_BYTES = 4 << 20
+MIN_TILES = 1024
+CHUNKS_PER_THREAD = 4
+
+
+def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
+    """Take the Winograd path (``conv2d`` of ``x_shape`` or its input gradient)? 3x3 kernels at
+    stride 1, dilation 1, one group, float32/64, padding at most 2, at least
+    :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a sample.
+
+    >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
+    True
+    >>> plan((8, 3, 32, 32), (64, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)  # the stem
+    False
+    """
+    if tuple(w_shape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or groups != 1:
+        return False
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return False
+    if x_shape[2] + 2 * padding[0] < 3 or x_shape[3] + 2 * padding[1] < 3:
+        return False
+    pixels = (x_shape[2] + 2 * padding[0] - 2) * (x_shape[3] + 2 * padding[1] - 2)
+    return min(w_shape[0], w_shape[1]) >= MIN_CHANNELS and pixels >= MIN_PIXELS and all(0 <= p <= 2 for p in padding)
+
+
+# ----------------------------------------------------------------------------- kernels
+# Index arithmetic is in uint64 throughout: numba types int64 +- uint64 as float64, and
+# signed indices carry a wrap-around check that stops LLVM from vectorizing (kernels.py).
+_1, _2, _3 = uint64(1), uint64(2), uint64(3)
+
+
+@numba.njit(**JIT)
+def _input_transform(x, N, C, H, W, ph, pw, th, tw, V):
+    """``V`` (16, C, N*th*tw), flat <- ``B^T d B`` of every 4x4 tile (stride 2) of ``x``
+    (N, C, H, W), flat, zero-padded by (ph, pw)."""
+    T = N * th * tw
+    CT = uint64(C * T)
+    width = 2 * tw + 2  # >= W + 2 * pw: every tile's columns, padding included
+    wp = uint64(width)
+    rows = np.zeros(4 * width, x.dtype)  # one tile row's 4 input rows, zero-padded
+    s = np.empty(4 * width, x.dtype)  # B^T of them
+    zero = x.dtype.type(0)
+    for t in range(N * C):
+        n = t // C
+        c = t - n * C
+        plane = (n * C + c) * H * W
+        for ty in range(th):
+            for i in range(4):
+                y = 2 * ty + i - ph
+                dst = uint64(i) * wp + uint64(pw)
+                if 0 <= y < H:
+                    src = uint64(plane + y * W)
+                    for j in range(uint64(W)):
+                        rows[dst + j] = x[src + j]
+                else:
+                    for j in range(uint64(W)):
+                        rows[dst + j] = zero
+            for j in range(wp):
+                r0, r1, r2, r3 = rows[j], rows[wp + j], rows[_2 * wp + j], rows[_3 * wp + j]
+                s[j] = r0 - r2
+                s[wp + j] = r1 + r2
+                s[_2 * wp + j] = r2 - r1
+                s[_3 * wp + j] = r1 - r3
+            dst0 = uint64(c * T + (n * th + ty) * tw)
+            for p in range(4):
+                row = uint64(p) * wp
+                out = uint64(4 * p) * CT + dst0
+                for tx in range(uint64(tw)):
+                    col = row + _2 * tx
+                    a0, a1, a2, a3 = s[col], s[col + _1], s[col + _2], s[col + _3]
+                    V[out + tx] = a0 - a2
+                    V[out + CT + tx] = a1 + a2
+                    V[out + _2 * CT + tx] = a2 - a1
+                    V[out + _3 * CT + tx] = a1 - a3
+
+
+@numba.njit(inline="always", **JIT)
+def _tile_out(M, i, KT):
+    """``A^T m A`` of the 4x4 tile whose 16 values are ``M[i + pq * KT]``: its 2x2 outputs."""
+    m0, m1, m2, m3 = M[i], M[i + KT], M[i + _2 * KT], M[i + _3 * KT]
+    i += uint64(4) * KT
+    m4, m5, m6, m7 = M[i], M[i + KT], M[i + _2 * KT], M[i + _3 * KT]
+    i += uint64(4) * KT
+    m8, m9, m10, m11 = M[i], M[i + KT], M[i + _2 * KT], M[i + _3 * KT]
+    i += uint64(4) * KT
+    m12, m13, m14, m15 = M[i], M[i + KT], M[i + _2 * KT], M[i + _3 * KT]
+    u00, u01, u02, u03 = m0 + m4 + m8, m1 + m5 + m9, m2 + m6 + m10, m3 + m7 + m11
+    u10, u11, u12, u13 = m4 - m8 - m12, m5 - m9 - m13, m6 - m10 - m14, m7 - m11 - m15
+    return u00 + u01 + u02, u01 - u02 - u03, u10 + u11 + u12, u11 - u12 - u13
+
+
+@numba.njit(**JIT)
+def _output_transform(M, N, K, OH, OW, th, tw, out):
+    """``out`` (N, K, OH, OW), flat <- ``A^T M A`` of every tile of ``M`` (16, K, N*th*tw),
+    flat, cut to the output's edge."""
+    T = N * th * tw
+    KT = uint64(K * T)
+    full = uint64(OW // 2)  # tiles whose two columns are inside the output
+    for t in range(N * K):
+        n = t // K
+        k = t - n * K
+        plane = uint64((n * K + k) * OH * OW)
+        for ty in range(th):
+            src = uint64(k * T + (n * th + ty) * tw)
+            row0 = plane + uint64(2 * ty * OW)
+            row1 = row0 + uint64(OW)
+            two = 2 * ty + 1 < OH
+            for tx in range(full):
+                y00, y01, y10, y11 = _tile_out(M, src + tx, KT)
+                out[row0 + _2 * tx] = y00
+                out[row0 + _2 * tx + _1] = y01
+                if two:
+                    out[row1 + _2 * tx] = y10
+                    out[row1 + _2 * tx + _1] = y11
+            if full < uint64(tw):  # an odd width: the last tile's first column only
+                y00, y01, y10, y11 = _tile_out(M, src + full, KT)
+                out[row0 + _2 * full] = y00
+                if two:
+                    out[row1 + _2 * full] = y10
+
+
+# ----------------------------------------------------------------------------- chunks
+def _chunks(n, tiles, bytes_per_sample):
+    """(samples per chunk, chunks, threads): chunks of at most CHUNK_BYTES of V, at least
+    MIN_TILES tiles, CHUNKS_PER_THREAD a thread where the batch allows, and never fewer
+    chunks than threads (conv.py's rule, on tiles instead of columns)."""
+    nt = threads()
+    by_cache = max(1, CHUNK_BYTES // max(bytes_per_sample, 1))
+    by_threads = -(-n // (CHUNKS_PER_THREAD * nt))
+    by_gemm = min(-(-MIN_TILES // max(tiles, 1)), -(-n // nt))
+    m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
+    return m, -(-n // m), nt
+
+
+def conv2d(x, w, padding):
+    """``conv2d`` at stride 1 for NCHW float ``x`` and a 3x3 ``w`` (K, C, 3, 3): contiguous
+    NCHW output, or None if it is not finite."""
+    x = np.ascontiguousarray(x)
+    n, c, h, wd = x.shape
+    k = w.shape[0]
+    (ph, pw), dtype = padding, x.dtype
+    oh, ow = h + 2 * ph - 2, wd + 2 * pw - 2
+    th, tw = -(-oh // 2), -(-ow // 2)
+    U = np.ascontiguousarray(reference.kernel_transform(F23, w.astype(dtype, copy=False)).transpose(0, 2, 1))
+    out = np.empty((n, k, oh, ow), dtype)
+    per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)
+
+    def chunk(i):
+        n0 = i * per
+        m = min(per, n - n0)
+        T = m * th * tw
+        V = np.empty((16, c, T), dtype)
+        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, th, tw, V.reshape(-1))
+        M = np.matmul(U, V)  # 16 one-thread BLAS GEMMs (K, C) @ (C, T)
+        _output_transform(M.reshape(-1), m, k, oh, ow, th, tw, out[n0 : n0 + m].reshape(-1))
+
+    with one_thread():
+        on_demand(count, nt, chunk)
+    return out if reference.finite(out) else None
+
+
+def conv2d_grad_input(g, w, input_shape, padding):
+    """``conv2d_grad_input`` at stride 1: conv2d of ``g`` with the kernel flipped and its
+    channels swapped, padded by ``2 - padding``."""
+    flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    return conv2d(g, flipped, (2 - padding[0], 2 - padding[1]))

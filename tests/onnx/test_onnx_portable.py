@@ -1,0 +1,87 @@
+"""``ember.onnx.portable``: a loaded model as ember's JSON graph + safetensors and back, body
+graphs (If, Loop) with their own constants and the enclosing graph's values included."""
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytestmark = pytest.mark.onnx
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import ember  # noqa: E402
+import ember.onnx  # noqa: E402
+from ember.onnx import portable  # noqa: E402
+
+F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+
+
+def model_with_bodies():
+    """y = Loop(trip, cond, x): each turn v + step (a body constant), scanning v * scale (the
+    enclosing graph's parameter); then If(flag): y + one (a then-branch constant), else -y."""
+    step = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "step")
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["v", "step"], ["v2"]),
+            helper.make_node("Identity", ["c"], ["c2"]),
+            helper.make_node("Mul", ["v2", "scale"], ["scanned"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c", B, []),
+            helper.make_tensor_value_info("v", F, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("c2", B, []),
+            helper.make_tensor_value_info("v2", F, [2]),
+            helper.make_tensor_value_info("scanned", F, [2]),
+        ],
+        [step],
+    )
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["looped", "one"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F, [2])],
+        [one],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["looped"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [2])]
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("Loop", ["trip", "cond", "x"], ["looped", "scans"], body=body),
+            helper.make_node("If", ["flag"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("trip", I64, []),
+            helper.make_tensor_value_info("cond", B, []),
+            helper.make_tensor_value_info("x", F, [2]),
+            helper.make_tensor_value_info("flag", B, []),
+        ],
+        [helper.make_tensor_value_info("y", F, [2]), helper.make_tensor_value_info("scans", F, [None, 2])],
+        [numpy_helper.from_array(np.array([0.5, -1.0], np.float32), "scale")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_body_graphs_travel_with_their_node(flag):
+    model = model_with_bodies()
+    graph, blob = portable.save(model)
+    graph = json.loads(json.dumps(graph))  # what the browser reads: plain JSON
+    assert [n["op_type"] for n in graph["nodes"]] == ["Loop", "If"]
+    assert graph["nodes"][0]["graphs"]["body"]["constants"] == {"step": "body/0/body/step"}
+    restored = portable.restore(graph, blob, "python")
+    args = [ember.tensor(np.int64(3)), ember.tensor(True), ember.tensor([1.0, 1.0]), ember.tensor(flag)]
+    want = ember.onnx.load(model)(*args)
+    got = restored(*[a.to("python") for a in args])
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    looped = np.array([4.0, 7.0], np.float32)
+    np.testing.assert_array_equal(got[0].numpy(), looped + 1 if flag else -looped)
+    np.testing.assert_array_equal(got[1].numpy()[-1], looped * np.array([0.5, -1.0], np.float32))

@@ -1,0 +1,189 @@
+"""ember-numba's first compiled step: how kernels are compiled may make a cold start faster,
+never change a bit.
+
+Work that stays below launch.PAR_MIN never gets threads, so its kernels are compiled without
+``parallel=True`` (ember.jit's groups: jit.threaded; the cross-entropy row kernels:
+launch.for_work's twins): 2-3x quicker to compile, and the same loop bodies as the parallel
+kernels. The checks here compare the two kinds of kernel bit for bit, and a training run with
+empty caches against one with warm caches.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+
+import ember  # noqa: E402
+from ember_numba import jit, launch  # noqa: E402
+
+R = np.random.default_rng(1)
+R_TARGETS = np.random.default_rng(2)
+
+
+def normal(*shape):
+    return R.standard_normal(shape).astype(np.float32)
+
+
+def bias_grad(g, mask):  # W1's ReLU backward and bias gradient: columns, a pre output
+    t = ember.where(mask, g, g * 0)
+    return t, t.sum(0)
+
+
+def logsumexp(x, m):  # rows, a sum under reassociation, a post op
+    return (x - m).exp().sum(1, keepdim=True).log() + m
+
+
+def channel_sum(x, w):  # (N, C, H*W): rows split into chunks
+    return (x * w).sum((0, 2, 3))
+
+
+def total(x):
+    return (x * x).sum()
+
+
+def col_max(x):
+    return x.amax(0) * 2 + 1
+
+
+def chain(a, b):  # elementwise only
+    return ((a * b + 1.0).relu() - a / (b.abs() + 1.0)) * 0.5
+
+
+CASES = [
+    (bias_grad, [normal(128, 512), normal(128, 512) > 0]),
+    (bias_grad, [normal(1024, 512), normal(1024, 512) > 0]),  # past PAR_MIN: split rows
+    (logsumexp, [normal(128, 10), normal(128, 1)]),
+    (logsumexp, [normal(64, 5000), normal(64, 1)]),
+    (channel_sum, [normal(16, 8, 40, 40), normal(1, 8, 1, 1)]),
+    (total, [normal(700, 513)]),
+    (col_max, [normal(257, 40)]),
+    (chain, [normal(128, 512), normal(512)]),
+]
+
+
+def _groups(f, arrays):
+    """The groups of ``f`` that a backend compiling groups is asked to compile."""
+    compiled = ember.jit(f).lower(*[ember.tensor(a, backend="numba") for a in arrays])
+    return [g for g in compiled.groups if g.fused and len(g.nodes) > 1]
+
+
+def _random(var):
+    if str(var.dtype) == "bool":
+        return R.random(var.shape) > 0.5
+    return R.standard_normal(var.shape).astype(str(var.dtype))
+
+
+@pytest.mark.parametrize("f,arrays", CASES, ids=[f"{c[0].__name__}-{c[1][0].shape}" for c in CASES])
+def test_serial_and_parallel_kernels_of_a_group_give_the_same_bits(f, arrays, monkeypatch):
+    monkeypatch.setattr(jit, "MIN_WORK", 0)
+    groups = _groups(f, arrays)
+    assert groups
+    for group in groups:
+        inputs = [_random(a) for a in group.inputs]
+        results = []
+        for parallel in (True, False):
+            monkeypatch.setattr(jit, "threaded", lambda work, key=None, p=parallel: p)
+            run = jit.compile_group(group)
+            assert run is not None, group
+            results.append([np.asarray(o).copy() for o in run(*inputs)])
+        for p, s in zip(*results):
+            assert p.dtype == s.dtype and p.shape == s.shape
+            assert p.tobytes() == s.tobytes(), (f.__name__, group.kind, np.abs(p - s).max())
+
+
+def test_groups_below_the_threads_threshold_compile_without_threads():
+    small, large = launch.PAR_MIN - 1, launch.PAR_MIN
+    assert not jit.threaded(small) and jit.threaded(large)
+    # a program compiled for threads serves the smaller groups with the same program too
+    assert not jit.threaded(small, "a test program") and jit.threaded(large, "a test program")
+    assert jit.threaded(small, "a test program")
+
+
+def test_groups_too_small_to_pay_for_compiling_run_op_by_op():
+    x = normal(8, 16)
+    (small,) = _groups(total, [x])
+    (large,) = _groups(total, [normal(64, jit.MIN_WORK // 64)])
+    assert jit.compile_group(small) is None and jit.compile_group(large) is not None
+    got = ember.jit(total)(ember.tensor(x, backend="numba")).numpy()
+    np.testing.assert_allclose(got, (x * x).sum(), rtol=1e-6)
+
+
+COLD_WARM = """
+    import hashlib, json, time
+    t0 = time.perf_counter()
+    import ember
+    from ember import models, optim
+    from ember.nn import functional as F
+    ember.use("numba")
+    ember.manual_seed(0)
+    model = models.MLP(784, (512, 512), 10)
+    opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = ember.randn(128, 784), ember.randint(0, 10, (128,))
+
+    @ember.jit
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses = [step(x, y).item() for _ in range(6)]
+    digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in model.parameters())).hexdigest()
+    print(json.dumps({"losses": [v.hex() for v in losses], "params": digest,
+                      "seconds": time.perf_counter() - t0, "compiled": step.lower(x, y).program.compiled}))
+"""
+
+
+def _run(code, **env):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_NUMBA_", "NUMBA_"))}
+    environ.update(env)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600, env=environ
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
+    """Six jitted MLP steps (W1's shapes) with empty caches, then again with the caches the
+    first run filled: every loss and every parameter the same to the bit."""
+    caches = {"EMBER_CACHE": str(tmp_path / "ember"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    cold = _run(COLD_WARM, **caches)
+    warm = _run(COLD_WARM, **caches)
+    assert cold["compiled"] > 0
+    assert (cold["losses"], cold["params"]) == (warm["losses"], warm["params"])
+    print(f"6 jitted MLP steps: cold caches {cold['seconds']:.2f} s, warm {warm['seconds']:.2f} s")
+
+
+@pytest.mark.parametrize("R,C", [(128, 10), (7, 1000), (1, 3)])
+def test_the_cross_entropy_rows_one_thread_twins_give_the_parallel_kernels_bits(R, C):
+    """W1's loss: small logits run the twins compiled without threads, large ones the parallel
+    kernels; both must agree to the bit (ignored rows and a NaN row included)."""
+    from ember_numba.fused import rows
+
+    x = normal(R, C).reshape(-1)
+    x[:C] = x[:C] * 30.0  # a row with a large spread: exp under- and overflow paths
+    if R > 2:
+        x[2 * C] = np.nan
+    t = R_TARGETS.integers(0, C, R)
+    t[R // 2] = -100
+    scale = (0.25,)  # the backward kernel's gradient scale
+    for kernel, extra, out_shape in (
+        (rows.cross_entropy_rows, (), (R, np.float64)),
+        (rows.cross_entropy_backward_rows, scale, (R * C, np.float32)),
+    ):
+        results = []
+        for f in (kernel, launch.for_work(kernel, 0)):
+            out = np.empty(*out_shape)
+            f(x, t, R, C, -100, *extra, out)
+            results.append(out)
+        assert launch.for_work(kernel, 0) is not kernel and launch.for_work(kernel, launch.PAR_MIN) is kernel
+        assert results[0].tobytes() == results[1].tobytes(), kernel.__name__

@@ -1,0 +1,115 @@
+"""ember-numba's Winograd F(2x2, 3x3) convolutions (winograd.py) against the NumPy backend's
+direct (im2col) convolutions: the forward and input-gradient primitives (the weight gradient
+stays on im2col), odd outputs and their edge tiles, channel counts that are multiples of
+nothing, batch 1, every way of cutting the batch into chunks; non-finite values; and conv.py's
+choice of the path."""
+
+import doctest
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+
+from winograd_cases import GEOMETRIES  # noqa: E402
+
+from ember.backends.numpy import backend as nb, winograd as numpy_winograd  # noqa: E402
+from ember_numba import conv, launch, winograd  # noqa: E402
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """The NumPy backend's three convolutions, on its im2col path."""
+    monkeypatch.setattr(numpy_winograd, "MIN_CHANNELS", 10**9)
+    return nb.IMPLS
+
+
+@pytest.fixture(params=["whole batch", "one sample a chunk", "two samples a chunk"])
+def chunks(request, monkeypatch):
+    if request.param != "whole batch":
+        monkeypatch.setattr(winograd, "CHUNK_BYTES", 1 if request.param == "one sample a chunk" else 1 << 10)
+        monkeypatch.setattr(winograd, "MIN_TILES", 1)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
+@pytest.mark.parametrize("xs,k,padding", GEOMETRIES)
+def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype, tol, chunks, direct):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal((k, xs[1], 3, 3)).astype(dtype)
+    geo = dict(stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
+    want = direct["conv2d"](x, w, **geo)
+    y = winograd.conv2d(x, w, padding)
+    assert y.dtype == dtype and y.flags.c_contiguous
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    np.testing.assert_allclose(
+        winograd.conv2d_grad_input(g, w, xs, padding), direct["conv2d_grad_input"](g, w, xs, **geo), rtol=tol, atol=tol
+    )
+
+
+def test_the_kernels_agree_with_the_numpy_winograd():
+    """The same algorithm as the NumPy module, so the same numbers up to the GEMMs' order."""
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((3, 16, 9, 7)), rng.standard_normal((24, 16, 3, 3))
+    np.testing.assert_allclose(winograd.conv2d(x, w, (1, 1)), numpy_winograd.conv2d(x, w, (1, 1)), rtol=1e-12)
+
+
+def test_non_finite_results_are_computed_directly(monkeypatch, direct):
+    monkeypatch.setattr(launch, "HOT", 1)
+    rng = np.random.default_rng(2)
+    x, w = (
+        rng.standard_normal((2, 16, 16, 16)).astype(np.float32),
+        rng.standard_normal((16, 16, 3, 3)).astype(np.float32),
+    )
+    x[1, 2, 3, 3] = np.inf
+    assert winograd.plan(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, x.dtype)
+    assert winograd.conv2d(x, w, (1, 1)) is None
+    y = conv.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
+    want = direct["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    assert np.isinf(y).any()
+
+
+def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
+    monkeypatch.setattr(launch, "HOT", 1)
+    rng = np.random.default_rng(3)
+    x, w = (
+        rng.standard_normal((2, 16, 16, 16)).astype(np.float32),
+        rng.standard_normal((16, 16, 3, 3)).astype(np.float32),
+    )
+    y = conv.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(y, winograd.conv2d(x, w, (1, 1)))
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    np.testing.assert_array_equal(
+        conv.IMPLS["conv2d_grad_input"](g, w, x.shape, (1, 1), (1, 1), (1, 1), 1),
+        winograd.conv2d_grad_input(g, w, x.shape, (1, 1)),
+    )
+    # the weight gradient stays on im2col (measured faster)
+    np.testing.assert_array_equal(
+        conv.IMPLS["conv2d_grad_weight"](x, g, w.shape, (1, 1), (1, 1), (1, 1), 1),
+        conv.conv2d_grad_weight_cols(x, g, w.shape, (1, 1), (1, 1), (1, 1)),
+    )
+
+
+@pytest.mark.parametrize(
+    "xs,ws,stride,padding,taken",
+    [
+        ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), True),  # ResNet's first stage
+        ((8, 128, 16, 16), (128, 128, 3, 3), (1, 1), (1, 1), True),  # ... its second
+        ((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), False),  # 64 pixels a sample: GEMMs too narrow
+        ((8, 32, 13, 13), (64, 32, 3, 3), (1, 1), (0, 0), False),  # LeNet's second layer: 121 pixels
+        ((8, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), False),  # 3 channels
+        ((8, 64, 32, 32), (64, 64, 3, 3), (2, 2), (1, 1), False),  # stride 2
+        ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (3, 3), False),  # padding 3
+    ],
+)
+def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken):
+    assert winograd.plan(xs, ws, stride, padding, (1, 1), 1, np.float32) is taken
+
+
+def test_docstring_examples():
+    result = doctest.testmod(winograd, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
