@@ -177,14 +177,16 @@ class NumpyProgram(Program):
     The first run goes with the backend allocating as usual, and notes the memory layout
     (strides) of every result: NumPy lays a result out like its inputs, and writing into a
     buffer of another layout (a C-ordered buffer for a transposed gradient) can be ten times
-    slower. The buffer plan, made after that run, shares buffers only between values of the
-    same shape, dtype and layout, and donates a parameter's buffer only to a value laid out
-    like it."""
+    slower. The buffer plan, made when the second run starts (a program run once, like the
+    one-shot trace of an optimizer's first step, allocates no buffers), shares buffers only
+    between values of the same shape, dtype and layout, and donates a parameter's buffer only
+    to a value laid out like it."""
 
     def __init__(self, graph, groups, backend):
         self.assignment, self.buffers, self.scratch = {}, [], {}
         self.kernel_group, self.kernel_outputs = {}, set()
         self.planned = False
+        self.layouts = None  # what the first run saw, until the plan is made
         same = getattr(backend, "same_as_numpy", frozenset())
         self.numpy_ops = {op for op, impl in backend.impls.items() if impl is nb.IMPLS.get(op) or op in same}
         graph, groups = rewrites.rewrite(graph, groups, backend)  # a few patterns as one kernel each
@@ -198,6 +200,10 @@ class NumpyProgram(Program):
 
     def run(self, inputs, captures, rng):
         if self.planned:
+            return super().run(inputs, captures, rng)
+        if self.layouts is not None:
+            self._plan(*self.layouts)
+            self.layouts = None
             return super().run(inputs, captures, rng)
         env = self.start(inputs, captures, rng)
         cap_strides = {var.id: getattr(env[s], "strides", None) for _, s, var in self.captures}
@@ -214,9 +220,8 @@ class NumpyProgram(Program):
                     env[f] = None
         except Exception as exc:  # noqa: BLE001
             self.failed(i, exc)
-        outs = [env[s] for s in self.out_slots]
-        self._plan(layout, cap_strides)
-        return outs
+        self.layouts = layout, cap_strides
+        return [env[s] for s in self.out_slots]
 
     def _writes_into(self, v) -> bool:
         """Can the runner have node ``v`` computed into a planned buffer?"""

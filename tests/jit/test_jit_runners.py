@@ -135,6 +135,32 @@ def test_buffers_are_planned_once_and_reused_across_calls():
     assert [id(b) for b in program.buffers] == before
 
 
+def test_the_first_run_frees_each_value_after_its_last_use_and_a_single_run_plans_nothing():
+    """The first run notes each result's layout, not the result: a chain of ten 4 MB values
+    keeps about two alive at a time, not all ten; and the buffers are planned (allocated)
+    when the second run starts, so a program that runs once (a one-shot trace) holds none."""
+    import tracemalloc
+
+    def chain(x):
+        y = (x * 1.5).exp() + 1.0
+        y = (y.log() * 2.0).sqrt() + 3.0
+        return ((y.neg() - 1.0) * 0.5).sum()
+
+    step = ember.jit(chain)
+    x = ember.ones(1 << 20)
+    tracemalloc.start()
+    try:
+        step(x)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * x.numpy().nbytes, f"the first run peaked at {peak / 2**20:.1f} MiB"
+    program = step.lower(x).program
+    assert not program.planned and program.buffers == []
+    step(x)
+    assert program.planned and program.buffers
+
+
 def test_parameters_are_updated_in_their_own_buffers():
     model, opt, step, x, y = _mlp_step()
     step(x, y)

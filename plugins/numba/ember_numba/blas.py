@@ -215,16 +215,17 @@ def _edges(n, threads):
     return [n * i // blocks for i in range(blocks + 1)]
 
 
-def shared_matmul(a, b, threads):
+def shared_matmul(a, b, threads, out=None):
     """``a @ b`` for 2-d ``a``, ``b`` as blocks of columns (or of rows, when ``b`` is narrow)
-    taken on demand by ``threads`` threads.
+    taken on demand by ``threads`` threads; into ``out`` when given.
 
     >>> a, b = np.ones((3, 4)), np.arange(4.0 * 600).reshape(4, 600)
     >>> bool((shared_matmul(a, b, 2) == a @ b).all())
     True
     """
     m, n = a.shape[0], b.shape[1]
-    out = np.empty((m, n), np.result_type(a, b))
+    if out is None:
+        out = np.empty((m, n), np.result_type(a, b))
     if n >= m or n >= threads * BLOCK:
         e = _edges(n, threads)
         on_demand(len(e) - 1, threads, lambda i: np.matmul(a, b[:, e[i] : e[i + 1]], out=out[:, e[i] : e[i + 1]]))
@@ -234,23 +235,31 @@ def shared_matmul(a, b, threads):
     return out
 
 
-def matmul(a, b):
-    """``np.matmul(a, b)`` (the reference). Products of at least :data:`MIN_FLOPS` go on all
-    threads: in "blas" mode on BLAS's own (or on one, where that measured faster), in "split"
-    mode as blocks of one-thread BLAS calls (2-d products as column or row blocks, stacked ones
-    as blocks of the stack)."""
+def matmul(a, b, out=None):
+    """``np.matmul(a, b)`` (the reference), into ``out`` when given. Products of at least
+    :data:`MIN_FLOPS` go on all threads: in "blas" mode on BLAS's own (or on one, where that
+    measured faster), in "split" mode as blocks of one-thread BLAS calls (2-d products as
+    column or row blocks, stacked ones as blocks of the stack). Smaller ones run on one thread."""
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
-        return nb.IMPLS["matmul"](a, b)
+        return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     n = STATE["threads"] if STATE["mode"] == "blas" else threads()
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
-        return nb.IMPLS["matmul"](a, b)
+        if n > 1 and STATE["mode"] == "blas":
+            # OpenBLAS would thread it by its own rule (from ~2.6e5 multiply-adds): on a busy
+            # machine the caller then waits for a worker that is not scheduled.
+            with one_thread():
+                return np.matmul(a, b, out=out)
+        return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     if STATE["mode"] == "blas":
-        return _on_blas_threads(a, b)
+        return _on_blas_threads(a, b, out)
     if a.ndim == 2 and b.ndim == 2:
-        return shared_matmul(a, b, n)
-    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, cols), a.dtype)
+        return shared_matmul(a, b, n, out)
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, cols), a.dtype)
+    elif out.ndim != 3:  # its blocks would be copies, not views
+        return np.matmul(a, b, out=out)
     a3, b3 = (np.broadcast_to(x, out.shape[:-2] + x.shape[-2:]).reshape((-1,) + x.shape[-2:]) for x in (a, b))
     o3 = out.reshape((-1, m, cols))
     edges = [o3.shape[0] * i // n for i in range(n + 1)]
@@ -262,14 +271,14 @@ def matmul(a, b):
     return out
 
 
-def _on_blas_threads(a, b):
+def _on_blas_threads(a, b, out=None):
     """``a @ b`` on BLAS's threads, or on one where PRODUCT_THREADS measured that faster."""
     one, explore, st = PRODUCT_THREADS.choose((a.shape, b.shape, a.strides, b.strides, a.dtype.num))
     t0 = time.perf_counter()
     if one:
         with one_thread():
-            out = np.matmul(a, b)
+            out = np.matmul(a, b, out=out)
     else:
-        out = np.matmul(a, b)
+        out = np.matmul(a, b, out=out)
     PRODUCT_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return out

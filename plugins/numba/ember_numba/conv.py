@@ -25,6 +25,9 @@ GEMM wide enough to run at speed.
 At stride 1 the input gradient is itself a forward convolution of the output gradient with
 the kernel flipped and its channels swapped; that is taken when its columns are not much
 larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
+
+At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads
+(blas.matmul), not on one.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from numba import uint64
 from ember.backends.numpy import backend as nb
 
 from . import winograd
-from .blas import on_demand, one_thread
+from .blas import matmul, on_demand, one_thread
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import hot, threads
 
@@ -64,6 +67,9 @@ PER_SAMPLE_CKK = 64
 #: cost more than its copy (ResNet-18's 4x4 stage: 3.9 ms against 8.4 ms a half batch; equal
 #: at 16 wide, 3x slower at 32).
 TAPS_MAX_OW = 8
+#: Column bytes from which one sample's im2col is shared out among the threads, when a chunk's
+#: products run on all of them (Chunks.wide): ~0.1 ms of copying, twice what waking a helper costs.
+SHARED_IM2COL_BYTES = 1 << 20
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -218,7 +224,8 @@ class Chunks:
     the three primitives share. :meth:`run` hands the chunks to the threads on demand; each
     chunk runs on one thread (one-thread kernels; BLAS is set to one thread while they run),
     so threads never wait for each other inside a chunk, and a thread the machine does not
-    schedule takes no chunk."""
+    schedule takes no chunk. With fewer chunks than threads — a batch of one has one chunk —
+    that would leave threads idle, so there the chunks' products run on all threads instead."""
 
     def __init__(self, x_shape, w_shape, stride, padding, dilation, dtype):
         self.geo = _geometry(x_shape, w_shape, stride, padding, dilation)
@@ -233,7 +240,13 @@ class Chunks:
         by_gemm = min(-(-MIN_COLUMNS // max(self.p, 1)), -(-n // self.threads))  # but every thread gets one
         self.m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
         self.count = -(-n // self.m)
+        #: Fewer chunks than threads (batch 1, or a small batch on many cores): the chunks run
+        #: one after another, and each of their products takes all threads instead (:meth:`gemm`).
+        self.wide = self.count < self.threads
         self.taps = _tap_table(self.geo[2:]) if self.geo[-1] <= TAPS_MAX_OW else None
+        #: A 1x1 kernel at stride 1 without padding reads each input pixel once, in place: a
+        #: sample's columns are its (C, H*W) plane itself (ResNet-50's bottlenecks: 2 of 3 layers).
+        self.pointwise = (kh, kw) == (1, 1) and self.geo[6:10] == (1, 1, 0, 0)
 
     def run(self, work):
         """``work(n0, m)`` for each chunk (first sample, samples), on all threads."""
@@ -242,24 +255,51 @@ class Chunks:
             n0 = i * self.m
             work(n0, min(self.m, self.n - n0))
 
+        if self.wide:
+            for i in range(self.count):
+                chunk(i)
+            return
         with one_thread():  # each chunk makes its own one-thread BLAS calls
             on_demand(self.count, self.threads, chunk)
+
+    def gemm(self, a, b, out=None):
+        """``a @ b`` (into ``out``) for a chunk: a one-thread BLAS call where the chunks share out
+        the threads, the product on all threads (blas.matmul) where they are too few to."""
+        return matmul(a, b, out) if self.wide else np.matmul(a, b, out=out)
 
     def cols(self, m):
         """This thread's column buffer for ``m`` samples: (CKK, m*P)."""
         return scratch("cols", self.ckk * m * self.p, self.dtype).reshape(self.ckk, m * self.p)
 
     def im2col(self, x, n0, m):
-        """Columns of samples n0 .. n0+m-1 of contiguous NCHW ``x``."""
+        """Columns of samples n0 .. n0+m-1 of contiguous NCHW ``x`` (read only: for one sample
+        of a pointwise convolution, a view of ``x``)."""
+        if self.pointwise and m == 1:
+            return x[n0].reshape(self.ckk, self.p)
         cols = self.cols(m)
-        g = self.geo
-        if self.taps is not None:
-            _im2col_taps(
-                x[n0 : n0 + m].reshape(-1), m, g[1], g[2], g[3], g[4] * g[5], self.taps, self.p, cols.reshape(-1)
+        c = self.geo[1]
+        if self.wide and m == 1 and c > 1 and cols.nbytes >= SHARED_IM2COL_BYTES:
+            # One sample's channels are contiguous blocks of x and of the columns: the threads
+            # that will share the GEMM share the copy too.
+            kk, blocks = self.ckk // c, min(c, 2 * self.threads)
+            e = [c * i // blocks for i in range(blocks + 1)]
+            on_demand(
+                len(e) - 1,
+                self.threads,
+                lambda i: self._fill(x[n0 : n0 + 1, e[i] : e[i + 1]], cols[e[i] * kk : e[i + 1] * kk]),
             )
         else:
-            _im2col(x[n0 : n0 + m].reshape(-1), m, *g[1:], cols.reshape(-1))
+            self._fill(x[n0 : n0 + m], cols)
         return cols
+
+    def _fill(self, xs, cols):
+        """im2col of contiguous ``xs`` (m, C', H, W) — C' of the C channels — into ``cols``."""
+        m, c = xs.shape[:2]
+        g = self.geo
+        if self.taps is not None:
+            _im2col_taps(xs.reshape(-1), m, c, g[2], g[3], g[4] * g[5], self.taps, self.p, cols.reshape(-1))
+        else:
+            _im2col(xs.reshape(-1), m, c, *g[2:], cols.reshape(-1))
 
     def per_sample(self, m):
         """Run this chunk's GEMMs one sample at a time (batched matmul over strided views of the
@@ -288,13 +328,13 @@ def conv2d_cols(x, w, stride, padding, dilation):
     def work(n0, m):
         cols = ch.im2col(x, n0, m)
         if m == 1:
-            np.matmul(wm, cols, out=out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW
+            ch.gemm(wm, cols, out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW
             return
         if ch.per_sample(m):  # a GEMM a sample, into NCHW
-            np.matmul(wm, cols.reshape(ch.ckk, m, p).transpose(1, 0, 2), out=out[n0 : n0 + m].reshape(m, o, p))
+            ch.gemm(wm, cols.reshape(ch.ckk, m, p).transpose(1, 0, 2), out[n0 : n0 + m].reshape(m, o, p))
             return
         out_o = scratch("out_o", o * m * p, x.dtype)
-        np.matmul(wm, cols, out=out_o.reshape(o, m * p))  # BLAS GEMM: (O, m*P)
+        ch.gemm(wm, cols, out_o.reshape(o, m * p))  # BLAS GEMM: (O, m*P)
         _swap01(out_o, o, m, p, out[n0 : n0 + m].reshape(-1))
 
     ch.run(work)
@@ -310,11 +350,10 @@ def conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation):
     def work(n0, m):
         cols = ch.im2col(x, n0, m)
         if ch.per_sample(m) and ch.ckk <= PER_SAMPLE_CKK:  # a GEMM a sample, then their sum
-            part = np.matmul(
-                g[n0 : n0 + m].reshape(m, ch.o, ch.p), cols.reshape(ch.ckk, m, ch.p).transpose(1, 2, 0)
-            ).sum(0)
+            samples = g[n0 : n0 + m].reshape(m, ch.o, ch.p), cols.reshape(ch.ckk, m, ch.p).transpose(1, 2, 0)
+            part = ch.gemm(*samples).sum(0)
         else:
-            part = np.matmul(ch.o_major(g, n0, m), cols.T)  # BLAS GEMM, K = m*P
+            part = ch.gemm(ch.o_major(g, n0, m), cols.T)  # BLAS GEMM, K = m*P
         mine = sums.get(threading.get_ident())
         if mine is None:
             sums[threading.get_ident()] = part
@@ -339,9 +378,9 @@ def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):
     def work(n0, m):
         cols = ch.cols(m)
         if ch.per_sample(m):  # a GEMM a sample, no swap
-            np.matmul(wt, g[n0 : n0 + m].reshape(m, ch.o, ch.p), out=cols.reshape(ch.ckk, m, ch.p).transpose(1, 0, 2))
+            ch.gemm(wt, g[n0 : n0 + m].reshape(m, ch.o, ch.p), cols.reshape(ch.ckk, m, ch.p).transpose(1, 0, 2))
         else:
-            np.matmul(wt, ch.o_major(g, n0, m), out=cols)  # BLAS GEMM: (CKK, m*P)
+            ch.gemm(wt, ch.o_major(g, n0, m), cols)  # BLAS GEMM: (CKK, m*P)
         _col2im(cols.reshape(-1), m, *ch.geo[1:], dx[n0 : n0 + m].reshape(-1))
 
     ch.run(work)

@@ -88,6 +88,29 @@ def test_one_thread_sets_blas_to_one_thread_and_back(blas):
     assert blas_threads() == before
 
 
+def test_products_below_the_threshold_run_on_one_blas_thread(blas, rng, monkeypatch):
+    """OpenBLAS threads a product by its own rule from ~2.6e5 multiply-adds, far below
+    MIN_FLOPS: the plugin holds such products to one thread, as it means to."""
+    needs_blas_mode(blas)
+    seen = []
+
+    class Watching:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def matmul(self, *args, **kwargs):
+            seen.append(blas_threads())
+            return np.matmul(*args, **kwargs)
+
+    monkeypatch.setattr(blas, "np", Watching())
+    a = rng.standard_normal((128, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 10)).astype(np.float32)  # W1's last layer: 6.6e5 multiply-adds
+    assert 2 * a.size * b.shape[1] < blas.MIN_FLOPS
+    close(blas.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert seen and all(set(s) == {1} for s in seen)
+    assert blas_threads() == [blas.STATE["threads"]] * len(blas_threads())  # and back after
+
+
 def test_openblas_workers_stop_spinning_soon_after_a_product(blas):
     """OpenBLAS's default: the workers spin ~0.1 s after each product (the process burns
     ~100 ms of CPU while its main thread sleeps). After configure(): ~2**18 cycles."""

@@ -19,6 +19,7 @@ CASES = [  # x shape, w shape, stride, padding, dilation
     ((5, 3, 9, 8), (4, 3, 3, 3), 1, 1, 1),
     ((7, 2, 11, 10), (3, 2, 3, 3), 2, 0, 1),
     ((3, 4, 8, 8), (6, 4, 1, 1), 2, 0, 1),
+    ((3, 4, 7, 9), (6, 4, 1, 1), 1, 0, 2),  # pointwise: a sample's columns are its input plane
     ((4, 3, 10, 9), (5, 3, 3, 3), 1, 2, 2),
     ((9, 8, 4, 4), (16, 8, 3, 3), 1, 1, 1),
 ]
@@ -119,3 +120,62 @@ def test_both_im2col_kernels_write_the_same_columns(xs, ws, s, p, d, monkeypatch
         assert (ch.taps is not None) == (widest > 0)
         columns.append(ch.im2col(x, 0, xs[0]).copy())
     np.testing.assert_array_equal(columns[0], columns[1])
+
+
+@pytest.mark.parametrize("mode", ["blas", "split"])
+@pytest.mark.parametrize("k", [3, 1], ids=["3x3", "pointwise"])
+@pytest.mark.parametrize("batch,per_sample_p", [(1, 10**9), (4, 1)], ids=["batch-1", "two-chunks-per-sample-gemms"])
+def test_fewer_chunks_than_threads_put_every_thread_on_the_products(mode, k, batch, per_sample_p, monkeypatch):
+    """A batch of one is one chunk: its products run on all threads (blas.matmul) instead of
+    one, in either BLAS mode, and still give the reference's numbers."""
+    from ember_numba import blas
+
+    monkeypatch.setattr(conv, "threads", lambda: 3)  # more threads than chunks, on any machine
+    monkeypatch.setattr(blas, "threads", lambda: 3)
+    monkeypatch.setitem(blas.STATE, "mode", mode)
+    monkeypatch.setattr(blas, "MIN_FLOPS", 0)  # small products take the threaded road too
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 1 << 22)
+    monkeypatch.setattr(conv, "PER_SAMPLE_P", per_sample_p)
+    monkeypatch.setattr(conv, "PER_SAMPLE_CKK", 10**9)
+    products = []
+    real = blas.matmul
+    monkeypatch.setattr(conv, "matmul", lambda a, b, out=None: products.append(a.shape) or real(a, b, out))
+
+    rng = np.random.default_rng(2)
+    xs, ws = (batch, 8, 40, 36), (300, 8, k, k)  # wide enough for shared_matmul's blocks
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    geo = ((1, 1), (k // 2, k // 2), (1, 1))
+    ch = conv.Chunks(xs, ws, *geo, x.dtype)
+    assert ch.count < 3 and ch.wide
+    assert np.shares_memory(ch.im2col(x, 0, 1), x) == (k == 1)  # a pointwise sample's columns: its plane
+    y = nb.IMPLS["conv2d"](x, w, *geo, 1)
+    np.testing.assert_allclose(conv.conv2d_cols(x, w, *geo), y, rtol=1e-4, atol=1e-3)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    np.testing.assert_allclose(
+        conv.conv2d_grad_weight_cols(x, g, ws, *geo),
+        nb.IMPLS["conv2d_grad_weight"](x, g, ws, *geo, 1),
+        rtol=1e-4,
+        atol=1e-2,
+    )
+    np.testing.assert_allclose(
+        conv.conv2d_grad_input_cols(g, w, xs, *geo),
+        nb.IMPLS["conv2d_grad_input"](g, w, xs, *geo, 1),
+        rtol=1e-4,
+        atol=1e-3,
+    )
+    assert len(products) == 3 * ch.count  # every product of the three primitives went through blas.matmul
+
+
+@pytest.mark.parametrize("widest", [0, 10**9], ids=["row-kernel", "tap-kernel"])
+def test_one_sample_im2col_shared_among_threads_writes_the_same_columns(widest, monkeypatch):
+    monkeypatch.setattr(conv, "TAPS_MAX_OW", widest)
+    monkeypatch.setattr(conv, "threads", lambda: 3)
+    x = np.random.default_rng(3).standard_normal((1, 7, 11, 10)).astype(np.float32)
+    ch = conv.Chunks(x.shape, (4, 7, 3, 3), (2, 1), (1, 1), (1, 1), np.float32)
+    assert ch.wide and (ch.taps is not None) == (widest > 0)
+    alone = ch.im2col(x, 0, 1).copy()
+    monkeypatch.setattr(conv, "SHARED_IM2COL_BYTES", 0)
+    blocks, fill = [], ch._fill
+    ch._fill = lambda xs, cols: blocks.append(xs.shape[1]) or fill(xs, cols)
+    np.testing.assert_array_equal(ch.im2col(x, 0, 1), alone)
+    assert sorted(blocks) == [1, 1, 1, 1, 1, 2]  # the 7 channels in 2 blocks per thread
