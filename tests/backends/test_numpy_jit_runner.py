@@ -20,9 +20,12 @@ def test_the_first_run_keeps_no_intermediate_alive():
     x = ember.ones(256, 1024)  # 1 MiB a value, 36 values
     tracemalloc.start()
     try:
-        step(x)  # traces, then runs the program once unplanned and plans its buffers
+        step(x)  # traces, then runs the program once unplanned, noting the layouts
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 6 * x.numpy().nbytes, peak  # holding them all: 49 MiB
-    assert isinstance(step.lower(x).program, jit_runner.NumpyProgram) and step.lower(x).program.planned
+    program = step.lower(x).program
+    assert isinstance(program, jit_runner.NumpyProgram) and not program.planned  # a one-shot program plans nothing
+    step(x)  # the second run plans the buffers from the first run's layouts
+    assert program.planned
