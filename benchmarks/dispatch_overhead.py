@@ -74,32 +74,34 @@ print(f"backward {best / 1000 * 1e9:.1f}")
 """
 
 
+#: where each part of the repository goes in the laid-out package (repository prefix -> folder)
+PLACES = {"core/ember/": "ember/", "backends/": "ember/backends/", "plugins/numba/ember_numba/": "ember_numba/"}
+#: what a layout copies by default: ember with its built-in backends
+TOPS = ("core/ember", "backends")
+
+
 def _layout(dest, files):
-    """Lay out core/ember and backends/ from ``files`` (path -> bytes) as the package."""
+    """Lay out ``files`` (repository path -> bytes) as installed packages, by :data:`PLACES`."""
     for path, data in files.items():
-        if path.startswith("core/ember/"):
-            target = os.path.join(dest, "ember", path[len("core/ember/") :])
-        elif path.startswith("backends/"):
-            target = os.path.join(dest, "ember", "backends", path[len("backends/") :])
-        else:
+        prefix = next((p for p in PLACES if path.startswith(p)), None)
+        if prefix is None:
             continue
+        target = os.path.join(dest, PLACES[prefix] + path[len(prefix) :])
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "wb") as f:
             f.write(data)
 
 
-def _from_git(rev, dest):
-    blob = subprocess.run(
-        ["git", "archive", rev, "core/ember", "backends"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
+def _from_git(rev, dest, tops=TOPS):
+    blob = subprocess.run(["git", "archive", rev, *tops], cwd=ROOT, capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     _layout(dest, files)
 
 
-def _from_tree(dest):
+def _from_tree(dest, tops=TOPS):
     files = {}
-    for top in ("core/ember", "backends"):
+    for top in tops:
         for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
             for name in names:
                 if name.endswith(".pyc"):
@@ -108,6 +110,22 @@ def _from_tree(dest):
                 with open(full, "rb") as f:
                     files[os.path.relpath(full, ROOT)] = f.read()
     _layout(dest, files)
+
+
+def alternating(rounds, base, work):
+    """``(round, base(), work())`` for each round, with the one that runs first swapped every
+    other round, so the machine's drift falls on both alike."""
+    for r in range(rounds):
+        if r % 2:
+            w, b = work(), base()
+        else:
+            b, w = base(), work()
+        yield r, b, w
+
+
+def spread(ratios):
+    """``median M (range LO-HI, N rounds)`` of a list of ratios."""
+    return f"median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
 
 
 def _time(tree, n):
@@ -133,19 +151,12 @@ def main(argv=None):
         _from_git(args.base, base)
         _from_tree(work)
         ratios: dict = {}
-        for r in range(args.rounds):
-            if r % 2:
-                w, b = _time(work, args.n), _time(base, args.n)
-            else:
-                b, w = _time(base, args.n), _time(work, args.n)
+        for r, b, w in alternating(args.rounds, lambda: _time(base, args.n), lambda: _time(work, args.n)):
             for k in b:
                 ratios.setdefault(k, []).append(w[k] / b[k])
             print(f"round {r + 1}: " + "  ".join(f"{k} {b[k]:.0f} -> {w[k]:.0f} ns/op" for k in b))
         for k, rs in ratios.items():
-            print(
-                f"{k:6s} working tree / {args.base}: median {statistics.median(rs):.3f} "
-                f"(range {min(rs):.3f}-{max(rs):.3f}, {len(rs)} rounds)"
-            )
+            print(f"{k:6s} working tree / {args.base}: {spread(rs)}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

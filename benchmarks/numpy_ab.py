@@ -16,16 +16,14 @@ step times (working tree / base) as the median of the rounds with its range.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 
-from benchmarks.dispatch_overhead import ROOT, _from_git, _from_tree
+from benchmarks.dispatch_overhead import ROOT, TOPS, _from_git, _from_tree, alternating, spread
 
 CHILD = r"""
 import sys, time
@@ -78,27 +76,6 @@ def _time(tree, args):
     return float(best), int(rss) / 1024
 
 
-PLUGIN = "plugins/numba/ember_numba"
-
-
-def _plugin_from_git(rev, dest):
-    """The numba plugin's package at ``rev``, as ``dest/ember_numba``."""
-    blob = subprocess.run(["git", "archive", rev, PLUGIN], cwd=ROOT, capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                target = os.path.join(dest, "ember_numba", os.path.relpath(m.name, PLUGIN))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with open(target, "wb") as f:
-                    f.write(tar.extractfile(m).read())
-
-
-def _plugin_from_tree(dest):
-    shutil.copytree(
-        os.path.join(ROOT, PLUGIN), os.path.join(dest, "ember_numba"), ignore=shutil.ignore_patterns("*.pyc")
-    )
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="main", help="git revision to compare against")
@@ -112,17 +89,12 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
     try:
         base, work = os.path.join(tmp, "base"), os.path.join(tmp, "work")
-        _from_git(args.base, base)
-        _from_tree(work)
-        if args.backend.startswith("numba"):  # the plugin's package of the same version
-            _plugin_from_git(args.base, base)
-            _plugin_from_tree(work)
+        # a numba target takes the plugin's package of the same version too
+        tops = TOPS + (("plugins/numba/ember_numba",) if args.backend.startswith("numba") else ())
+        _from_git(args.base, base, tops)
+        _from_tree(work, tops)
         ratios, peaks = [], []
-        for r in range(args.rounds):
-            if r % 2:
-                (w, wm), (b, bm) = _time(work, args), _time(base, args)
-            else:
-                (b, bm), (w, wm) = _time(base, args), _time(work, args)
+        for r, (b, bm), (w, wm) in alternating(args.rounds, lambda: _time(base, args), lambda: _time(work, args)):
             ratios.append(w / b)
             peaks.append((bm, wm))
             print(
@@ -130,8 +102,7 @@ def main(argv=None):
                 f"{b * 1e3:.0f} -> {w * 1e3:.0f} ms/step, peak RSS {bm:.0f} -> {wm:.0f} MiB"
             )
         print(
-            f"step time, working tree / {args.base}: median {statistics.median(ratios):.3f} "
-            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds); peak RSS median "
+            f"step time, working tree / {args.base}: {spread(ratios)}; peak RSS median "
             f"{statistics.median(p[0] for p in peaks):.0f} -> {statistics.median(p[1] for p in peaks):.0f} MiB"
         )
     finally:
