@@ -35,8 +35,9 @@ from . import backend as nb, conv, fused
 #: The op name of a rewritten node.
 KERNEL = "numpy_kernel"
 
-#: Bytes of an activation processed at a time by the in-place epilogues (fits in L2).
-CHUNK_BYTES = 256 << 10
+#: Bytes of an activation processed at a time by the in-place epilogues (fits in L2): batch
+#: norm's chunk size.
+CHUNK_BYTES = fused.CHUNK_BYTES
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -45,6 +46,14 @@ def _rows(y):
     conv.py returns it), else None."""
     rows = y.transpose(0, 2, 3, 1)
     return rows.reshape(-1, y.shape[1]) if rows.flags.c_contiguous else None
+
+
+def _zero_unless(x, keep, out):
+    """``where(keep, x, 0)`` into ``out``, bit for bit: ``x``'s bits and-ed with a mask that is
+    all ones where ``keep`` and zero elsewhere, one pass and no float arithmetic."""
+    itype = _INT[x.dtype.itemsize]
+    np.bitwise_and(x.view(itype), np.negative(keep, dtype=itype), out=out.view(itype))
+    return out
 
 
 def _bias_relu_(rows, bias, itype):
@@ -73,15 +82,13 @@ def conv2d_bias_relu(x, w, bias, **params):
         return y
     if bias is not None:
         np.add(y, bias.reshape(1, -1, 1, 1), out=y)
-    np.bitwise_and(y.view(itype), np.negative(y > 0, dtype=itype), out=y.view(itype))
-    return y
+    return _zero_unless(y, y > 0, y)
 
 
 def relu_max_pool2d_backward(grad, r, best=None, **pool):
     """``where(r > 0, max_pool2d_backward(grad, r), 0)`` for a ReLU output ``r`` and disjoint
     windows: the gradient masked where the pooled output ``best`` (computed from ``r`` when not
     given) is above zero, then written at each window's first maximum."""
-    itype = _INT[r.dtype.itemsize]
     kernel_size, stride, padding, dilation = fused._pool_args(
         pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1)
     )
@@ -89,9 +96,7 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     slices = fused._views(padded, kernel_size, stride, dilation, out_hw)
     if best is None:
         best = fused.window_max(slices)
-    above = np.greater(best, 0)
-    masked = np.empty_like(grad)
-    np.bitwise_and(grad.view(itype), np.negative(above, dtype=itype), out=masked.view(itype))
+    masked = _zero_unless(grad, np.greater(best, 0), np.empty_like(grad))
     dx = fused.first_max_scatter(masked, padded, slices, best, kernel_size, stride, dilation, out_hw)
     h, w = r.shape[-2:]
     return dx[..., top : top + h, left : left + w]
@@ -119,9 +124,8 @@ def _chunks(*arrays):
 def relu(x, out=None):
     """``where(x > 0, x, 0)``, bit for bit, reading ``x`` once."""
     out = np.empty_like(x) if out is None else out
-    itype = _INT[x.dtype.itemsize]
     for xc, oc in _chunks(x, out):
-        np.bitwise_and(xc.view(itype), np.negative(xc > 0, dtype=itype), out=oc.view(itype))
+        _zero_unless(xc, xc > 0, oc)
     return out
 
 
@@ -129,9 +133,8 @@ def relu_backward(grad, r, out=None):
     """``where(r > 0, grad, 0)`` for ReLU's output ``r``: its gradient, without keeping the
     forward pass's mask (``r > 0`` exactly where the input was)."""
     out = np.empty_like(grad) if out is None else out
-    itype = _INT[grad.dtype.itemsize]
     for gc, rc, oc in _chunks(grad, r, out):
-        np.bitwise_and(gc.view(itype), np.negative(rc > 0, dtype=itype), out=oc.view(itype))
+        _zero_unless(gc, rc > 0, oc)
     return out
 
 
@@ -139,13 +142,12 @@ def batch_norm_relu(x, weight, bias, residual=None, *, eps=1e-5):
     """``relu(batch_norm(x) + residual)`` (no sum without ``residual``) and batch norm's
     statistics, ``(out, mean, var)``: the sum and ReLU applied to each chunk of batch norm's
     output while it is in cache."""
-    itype = _INT[x.dtype.itemsize]
     rows = None if residual is None else fused._channel_rows(residual)
 
     def then(chunk, at):
         if rows is not None:
             np.add(chunk, rows[at], out=chunk)
-        np.bitwise_and(chunk.view(itype), np.negative(chunk > 0, dtype=itype), out=chunk.view(itype))
+        _zero_unless(chunk, chunk > 0, chunk)
 
     return fused.batch_norm(x, weight, bias, eps=eps, then=then)
 
