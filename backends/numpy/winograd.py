@@ -140,15 +140,27 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     True
     >>> winograd.ENABLED = was
     """
-    if not ENABLED or tuple(w_shape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1):
+    if not ENABLED or not eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype):
         return None
-    if groups != 1 or np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return None
-    if min(w_shape[0], w_shape[1]) < MIN_CHANNELS or not all(0 <= p <= 2 for p in padding):
-        return None
-    if x_shape[2] + 2 * padding[0] < 3 or x_shape[3] + 2 * padding[1] < 3:
-        return None
-    return DEFAULT
+    return DEFAULT if min(w_shape[0], w_shape[1]) >= MIN_CHANNELS else None
+
+
+def eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
+    """Can a Winograd 3x3 path compute this convolution at all (whether it pays is each
+    backend's own rule)? A 3x3 kernel at stride 1, dilation 1, one group, float32/float64,
+    padding at most 2 (the input gradient pads by 2 - padding) and a padded image of at least
+    3x3.
+
+    >>> eligible((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
+    True
+    >>> eligible((8, 64, 32, 32), (64, 64, 3, 3), (2, 2), (1, 1), (1, 1), 1, np.float32)
+    False
+    """
+    if tuple(w_shape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or groups != 1:
+        return False
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return False
+    return all(0 <= p <= 2 for p in padding) and x_shape[2] + 2 * padding[0] >= 3 and x_shape[3] + 2 * padding[1] >= 3
 
 
 # ----------------------------------------------------------------------------- transforms

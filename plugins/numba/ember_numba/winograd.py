@@ -63,14 +63,10 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     >>> plan((8, 3, 32, 32), (64, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)  # the stem
     False
     """
-    if tuple(w_shape[2:]) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or groups != 1:
-        return False
-    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return False
-    if x_shape[2] + 2 * padding[0] < 3 or x_shape[3] + 2 * padding[1] < 3:
+    if not reference.eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype):
         return False
     pixels = (x_shape[2] + 2 * padding[0] - 2) * (x_shape[3] + 2 * padding[1] - 2)
-    return min(w_shape[0], w_shape[1]) >= MIN_CHANNELS and pixels >= MIN_PIXELS and all(0 <= p <= 2 for p in padding)
+    return min(w_shape[0], w_shape[1]) >= MIN_CHANNELS and pixels >= MIN_PIXELS
 
 
 # ----------------------------------------------------------------------------- kernels
