@@ -5,8 +5,8 @@ Most kernels of a first step are known before the first of them runs: ember.jit 
 whole program (every fusion group's kernel, jit.py) before running it, and a fused op meets
 its shapes a few calls before it compiles for them (launch.HOT). :func:`soon` hands such a
 kernel — a numba dispatcher and the types of its arguments — to a *worker*: a fork of this
-process, started when this process first compiles something itself, that compiles the kernels
-it is handed, newest first (the ones needed last), each into numba's disk cache. When this
+process, started when this process first compiles a kernel it handed over, that compiles the
+kernels it is handed, newest first (the ones needed last), each into numba's disk cache. When this
 process then calls the kernel, numba asks the dispatcher's ``compile``, which :func:`soon`
 wrapped: if the worker has not started that kernel, it is compiled here as usual; if the worker
 is compiling it, this process compiles other waiting kernels meanwhile, then loads what the
@@ -40,7 +40,10 @@ import time
 
 ENABLED = os.environ.get("EMBER_NUMBA_BACKGROUND", "1") != "0"
 MAX_TASKS = 1 << 14  # tasks per process that can be handed over (one state byte each)
-WAIT_LIMIT_S = 120.0  # a worker that takes longer than this over one kernel is not waited for
+#: The worker runs at this process's priority: its work is this process's, done sooner. On a
+#: machine busy with other work it may get little CPU, so this process waits for it at most
+#: this long, once; after that it compiles everything itself.
+WAIT_LIMIT_S = 10.0
 
 # A task's state, one byte of memory shared with the worker.
 FREE, HERE, THERE, DONE, FAILED = range(5)
@@ -138,9 +141,11 @@ def _compile(dispatcher, original, sig):
         _start()  # the worker takes the other tasks meanwhile
         return original(dispatcher, sig)
     t0 = time.perf_counter()
-    while state[i] == THERE and _alive() and time.perf_counter() - t0 < WAIT_LIMIT_S:
+    while state[i] == THERE and _alive() and "slow" not in _WORKER:
         if not _help(state):
             time.sleep(0.001)
+        if time.perf_counter() - t0 > WAIT_LIMIT_S:
+            _WORKER["slow"] = True
     STATS["waited_s"] += time.perf_counter() - t0
     STATS["compiled_there"] += state[i] == DONE
     return original(dispatcher, sig)  # numba's disk cache has it now, unless the worker failed
