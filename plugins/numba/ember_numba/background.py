@@ -15,7 +15,7 @@ process compiled it, so results never depend on who compiled what, or when.
 
 Only where it can pay and is safe: ``os.fork`` exists, this process may use more than one CPU,
 the kernel has a disk cache (``cache=True``) and the worker can find it by name. Everything
-else compiles here, as without this module. ``EMBER_NUMBA_BACKGROUND=0`` turns it off.
+else compiles here, as without this module; so does a busy machine (see MODE).
 
 >>> import numba, numpy as np
 >>> @numba.njit            # no disk cache: nothing a worker could hand back
@@ -38,12 +38,18 @@ import struct
 import sys
 import time
 
-ENABLED = os.environ.get("EMBER_NUMBA_BACKGROUND", "1") != "0"
+#: ``EMBER_NUMBA_BACKGROUND``: "auto" (the default) starts the worker when a CPU looks idle (the
+#: 1-minute load average at least half a CPU below the CPUs this process may use: on a busy
+#: machine a worker only takes time slices from this process and stalls its threads); "1"
+#: starts it whatever the load; "0" never.
+MODE = os.environ.get("EMBER_NUMBA_BACKGROUND", "auto")
 MAX_TASKS = 1 << 14  # tasks per process that can be handed over (one state byte each)
-#: The worker runs at this process's priority: its work is this process's, done sooner. On a
-#: machine busy with other work it may get little CPU, so this process waits for it at most
-#: this long, once; after that it compiles everything itself.
-WAIT_LIMIT_S = 10.0
+#: The worker runs at this process's priority (its work is this process's, done sooner), when a
+#: CPU looks idle (MODE). Should it get little CPU all the same, this process waits for a kernel
+#: the worker has started at most twice as long as its own last compile took (at least
+#: WAIT_MIN_S), then compiles it here too: never much slower than compiling alone.
+WAIT_MIN_S = 0.5
+_WAIT = [WAIT_MIN_S]  # the wait limit now: twice this process's last compile of a handed kernel
 
 # A task's state, one byte of memory shared with the worker.
 FREE, HERE, THERE, DONE, FAILED = range(5)
@@ -56,12 +62,18 @@ _STATE: list = []  # the shared state bytes (an anonymous mmap), made with the f
 STATS = {"handed": 0, "compiled_there": 0, "waited_s": 0.0}
 
 
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def available() -> bool:
     """Can kernels be compiled in a second process here?"""
-    if not ENABLED or not hasattr(os, "fork"):
-        return False
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cpus > 1
+    return MODE != "0" and hasattr(os, "fork") and _cpus() > 1
+
+
+def idle() -> bool:
+    """Does a CPU look free for the worker now (see MODE)?"""
+    return MODE == "1" or os.getloadavg()[0] <= _cpus() - 0.5
 
 
 def _spec(dispatcher):
@@ -139,13 +151,15 @@ def _compile(dispatcher, original, sig):
     if state[i] == FREE:
         state[i] = HERE
         _start()  # the worker takes the other tasks meanwhile
-        return original(dispatcher, sig)
+        t0 = time.perf_counter()
+        try:
+            return original(dispatcher, sig)
+        finally:
+            _WAIT[0] = max(WAIT_MIN_S, 2 * (time.perf_counter() - t0))
     t0 = time.perf_counter()
-    while state[i] == THERE and _alive() and "slow" not in _WORKER:
+    while state[i] == THERE and _alive() and time.perf_counter() - t0 < _WAIT[0]:
         if not _help(state):
             time.sleep(0.001)
-        if time.perf_counter() - t0 > WAIT_LIMIT_S:
-            _WORKER["slow"] = True
     STATS["waited_s"] += time.perf_counter() - t0
     STATS["compiled_there"] += state[i] == DONE
     return original(dispatcher, sig)  # numba's disk cache has it now, unless the worker failed
@@ -193,7 +207,7 @@ def _send():
 def _start():
     """Fork the worker, once per process, holding numba's compiler lock (so that no other
     thread of this process is inside the compiler while the fork copies it)."""
-    if "fd" in _WORKER or not _OUTBOX:
+    if "fd" in _WORKER or not _OUTBOX or not idle():
         return
     from numba.core.compiler_lock import global_compiler_lock
 

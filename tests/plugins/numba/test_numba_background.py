@@ -71,7 +71,8 @@ def _run(tmp_path, broken=False, **env):
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "kernels.py").write_text(KERNELS)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_NUMBA_", "NUMBA_"))}
-    environ.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), EMBER_CACHE=str(tmp_path / "ember"), **env)
+    environ.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), EMBER_CACHE=str(tmp_path / "ember"))
+    environ.update({"EMBER_NUMBA_BACKGROUND": "1", **env})  # "1": whatever the machine's load
     code = textwrap.dedent(SCRIPT.format(folder=str(tmp_path), broken=broken))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=environ)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -111,3 +112,13 @@ def test_a_warm_cache_hands_nothing_over(tmp_path):
 def test_docstring_examples():
     result = doctest.testmod(background, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_auto_starts_the_worker_only_while_a_cpu_looks_idle(monkeypatch):
+    monkeypatch.setattr(background, "_cpus", lambda: 2)
+    monkeypatch.setattr(background, "MODE", "auto")
+    for load, idle in ((0.3, True), (1.5, True), (1.6, False), (3.0, False)):
+        monkeypatch.setattr(background.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert background.idle() is idle, load
+    monkeypatch.setattr(background, "MODE", "1")
+    assert background.idle()
