@@ -13,7 +13,7 @@ is compiling it, this process compiles other waiting kernels meanwhile, then loa
 worker wrote, exactly as a warm process loads its cache. The machine code is the same whichever
 process compiled it, so results never depend on who compiled what, or when.
 
-Only where it can pay and is safe: ``os.fork`` exists, this process may use more than one CPU,
+Only where it can pay and is safe: on Linux (``os.fork``), where this process may use more than one CPU,
 the kernel has a disk cache (``cache=True``) and the worker can find it by name. Everything
 else compiles here, as without this module; so does a busy machine (see MODE).
 
@@ -68,7 +68,8 @@ def _cpus() -> int:
 
 def available() -> bool:
     """Can kernels be compiled in a second process here?"""
-    return MODE != "0" and hasattr(os, "fork") and _cpus() > 1
+    # Linux only: where it was tested (macOS's system libraries are not all safe across a fork).
+    return MODE != "0" and sys.platform.startswith("linux") and _cpus() > 1
 
 
 def idle() -> bool:

@@ -19,7 +19,7 @@ pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip ins
 
 from ember_numba import background  # noqa: E402
 
-needs_fork = pytest.mark.skipif(not background.available(), reason="needs os.fork and more than one CPU")
+needs_fork = pytest.mark.skipif(not background.available(), reason="needs Linux (os.fork) and more than one CPU")
 
 KERNELS = """
 import numba
