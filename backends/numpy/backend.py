@@ -17,7 +17,7 @@ from ember.backend import Backend, Capabilities
 
 from . import bfloat16 as bf16, conv, fused, host_memory, ordering
 
-NP = {d: np.dtype(d.name) for d in D.ALL}
+NP = {d: np.dtype(d.name) for d in D.ALL + D.OPTIONAL}
 NP[D.bfloat16] = bf16.BF16  # a storage dtype (bfloat16.py)
 EMBER = {v: k for k, v in NP.items()}
 
@@ -249,7 +249,7 @@ class NumpyBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL),
             devices=("cpu",),
             fused=frozenset(self.fused_impls),
             notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]},

@@ -39,11 +39,15 @@ from .dtypes import (
     float16,
     float32,
     float64,
+    int8,
+    int16,
     int32,
     int64,
     promote as promote_types,
     uint8,
+    uint16,
     uint32,
+    uint64,
 )
 from .errors import BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend, ShapeError
 from .hooks import hookimpl
@@ -81,9 +85,9 @@ __all__ = [
     "arange", "as_tensor", "autograd", "backend", "bool", "bool_", "broadcast_tensors", "cat",
     "concatenate", "cuda", "device", "dtypes", "empty", "enable_grad", "eye", "float16", "float32",
     "float64", "from_numpy", "full", "full_like", "get_backend", "grad", "hookimpl", "inference_mode",
-    "int32", "int64", "is_grad_enabled", "linspace", "list_backends", "manual_seed", "matmul",
+    "int8", "int16", "int32", "int64", "is_grad_enabled", "linspace", "list_backends", "manual_seed", "matmul",
     "no_grad", "ones", "ones_like", "promote_types", "rand", "randint", "randn", "randperm",
-    "register_backend", "stack", "tensor", "uint8", "uint32", "use", "value_and_grad", "where",
+    "register_backend", "stack", "tensor", "uint8", "uint16", "uint32", "uint64", "use", "value_and_grad", "where",
     "zeros", "zeros_like",
 ]
 # fmt: on

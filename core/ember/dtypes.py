@@ -2,7 +2,9 @@
 
 A dtype is a small immutable record; backends map it to their own type (NumPy's ``np.float32``,
 a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` is a
-storage dtype (``STORAGE``): tensors hold it, arithmetic on it runs in float32.
+storage dtype (``STORAGE``): tensors hold it, arithmetic on it runs in float32. Every backend
+computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) are computed by the backends
+whose capabilities list them, and ``check_backend`` names the dtype and backend otherwise.
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ class DType:
         return (get, (self.name,))
 
 
-# kind: b(ool) < u(nsigned) < i(nt) < f(loat); rank orders promotion within the lattice below.
+# kind: b(ool), u(nsigned), i(nt), f(loat); rank orders bool < integers < floats (result_with_scalar).
 bool_ = DType("bool", 1, "b", 0)
 uint8 = DType("uint8", 1, "u", 1)
-uint32 = DType("uint32", 4, "u", 2)
+int8 = DType("int8", 1, "i", 1)
+uint16 = DType("uint16", 2, "u", 2)
+int16 = DType("int16", 2, "i", 2)
+uint32 = DType("uint32", 4, "u", 3)
 int32 = DType("int32", 4, "i", 3)
 int64 = DType("int64", 8, "i", 4)
+uint64 = DType("uint64", 8, "u", 4)
 float16 = DType("float16", 2, "f", 5)
 bfloat16 = DType("bfloat16", 2, "f", 6)
 float32 = DType("float32", 4, "f", 7)
@@ -45,6 +51,8 @@ float64 = DType("float64", 8, "f", 8)
 
 #: the dtypes primitives compute in (every backend's contract)
 ALL = (bool_, uint8, uint32, int32, int64, float16, float32, float64)
+#: compute dtypes a backend may leave out (its ``capabilities().dtypes`` says which it has)
+OPTIONAL = (int8, int16, uint16, uint64)
 FLOATS = (float16, float32, float64)
 INTS = (uint8, uint32, int32, int64)
 
@@ -57,7 +65,7 @@ KEEPS = frozenset(
     {"cast", "reshape", "permute", "expand", "slice", "concatenate", "flip", "pad", "take", "where", "windows"}
 )
 
-BY_NAME = {d.name: d for d in ALL + tuple(STORAGE)}
+BY_NAME = {d.name: d for d in ALL + OPTIONAL + tuple(STORAGE)}
 BY_NAME.update({"bool_": bool_, "float": float32, "half": float16, "double": float64, "int": int64, "long": int64})
 
 default_float = float32
@@ -87,25 +95,49 @@ def get(d: DTypeLike) -> DType:
     except KeyError:
         from .errors import DTypeError, located
 
-        raise located(DTypeError, f"unknown dtype {d!r}; ember knows {', '.join(x.name for x in ALL)}") from None
+        raise located(DTypeError, f"unknown dtype {d!r}; ember knows {', '.join(BY_NAME)}") from None
+
+
+# The signed integer that holds every value of an unsigned one and of any signed one no wider:
+# NumPy's rule, except that uint32 with int32 stays int32 (ember's lattice predates the wider
+# ints, and PyTorch has no such pair), and uint64 meets a signed integer in float64 as in NumPy.
+SIGNED_HOLDING = {uint8: int16, uint16: int32, uint32: int32, uint64: float64}
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The dtype of a binary op on ``a`` and ``b``: the larger of the two in
-    bool < uint8 < uint32 < int32 < int64 < float16 < bfloat16 < float32 < float64, except
-    that float16 with bfloat16 is float32 (neither holds the other).
+    """The dtype of a binary op on ``a`` and ``b``. The rules, in order:
 
-    It is simpler than NumPy's table on purpose (int32 + uint32 → int32, not int64), and
-    matches PyTorch for every pair PyTorch supports.
+    ============================  ==============================================
+    operands                      result
+    ============================  ==============================================
+    bool with any                 the other
+    float with integer            the float (float16 with bfloat16: float32)
+    same kind                     the wider
+    signed with wider unsigned    ``SIGNED_HOLDING[unsigned]`` (uint8 + int8 → int16)
+    signed with narrower unsigned the signed
+    ============================  ==============================================
+
+    It is simpler than NumPy's table on purpose (int64 + float32 → float32, int32 + uint32 →
+    int32), and matches PyTorch for every pair PyTorch supports.
 
     >>> promote(int64, float32)
     ember.float32
     >>> promote(float16, bfloat16)
     ember.float32
+    >>> promote(int8, uint8), promote(uint16, int16), promote(uint64, int64)
+    (ember.int16, ember.int32, ember.float64)
     """
-    if {a, b} == {float16, bfloat16}:
-        return float32
-    return a if a.rank >= b.rank else b
+    if a.kind == b.kind:
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return a if a.itemsize >= b.itemsize else b
+    if "b" in (a.kind, b.kind) or "f" in (a.kind, b.kind):
+        return a if a.rank > b.rank else b
+    signed, unsigned = (a, b) if a.kind == "i" else (b, a)
+    if signed.itemsize > unsigned.itemsize:
+        return signed
+    held = SIGNED_HOLDING[unsigned]
+    return held if held.kind == "f" or held.itemsize >= signed.itemsize else signed
 
 
 def storage_upcast(args: tuple[Any, ...]) -> list[Any] | None:
@@ -137,3 +169,29 @@ def result_with_scalar(d: DType, value: bool | int | float) -> DType:
     if d.kind == "f" or kind.rank <= d.rank or (d.kind in "iu" and kind.kind in "iub"):
         return d
     return kind
+
+
+_COMPUTES: dict[Any, frozenset[DType]] = {}  # backend -> the dtypes its capabilities list
+
+
+def check_backend(backend: Any, dtype: DType) -> None:
+    """Raise a DTypeError naming ``dtype`` and ``backend`` when the backend does not compute
+    ``dtype`` (only an OPTIONAL dtype can be missing: every backend computes ALL).
+
+    >>> import ember
+    >>> check_backend(ember.get_backend("numpy"), int8)  # the numpy backend has them all
+    """
+    if dtype not in OPTIONAL:
+        return
+    computes = _COMPUTES.get(backend)
+    if computes is None:
+        computes = _COMPUTES[backend] = frozenset(backend.capabilities().dtypes)
+    if dtype not in computes:
+        from .errors import DTypeError, located
+
+        raise located(
+            DTypeError,
+            f"dtype {dtype} is not supported by backend {backend.name!r} (it computes "
+            f"{', '.join(d.name for d in ALL + OPTIONAL if d in computes)}); use a backend that lists "
+            f"{dtype} in `ember backends` (numpy, python) or cast to a wider dtype first",
+        )

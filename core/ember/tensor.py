@@ -273,12 +273,14 @@ class Tensor(TensorMath, TensorShape):
         ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
         if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:  # a dtype
             dtype = D.get(target)
+            D.check_backend(self._backend, dtype)
             return self if dtype is self.dtype else apply1(P.cast, self, dtype=dtype)
         backend = _devices.backend_for(target, self._backend)
         if backend is self._backend:
             return self
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
+        D.check_backend(backend, self.dtype)
         data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
         out: Self = dispatch.wrap(data, backend)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
@@ -426,13 +428,16 @@ def tensor(
         elif arr.dtype == np.float64 and not isinstance(data, np.ndarray):
             arr = arr.astype(np.float32)
         try:
-            D.get(arr.dtype.name)
-        except DTypeError:
+            D.check_backend(be, D.get(arr.dtype.name))
+        except DTypeError as e:
+            if "not supported" in str(e):
+                raise
             raise located(DTypeError, f"numpy dtype {arr.dtype} has no ember equivalent") from None
         out = dispatch.wrap(be.from_numpy(np.array(arr, copy=True)), be)
     else:
         flat, shape, inferred = _infer_from_python(data)
         dt = D.get(dtype) if dtype is not None else inferred
+        D.check_backend(be, dt)
         out = dispatch.wrap(be.from_list(flat, shape, dt), be)
     if requires_grad:
         out.requires_grad_()
@@ -458,7 +463,9 @@ def arange(
         dtype = D.default_int if all(isinstance(v, int) for v in (start, end, step)) else D.default_float
     if step == 0:
         raise located(ValueError, "arange step must not be zero")
-    out: Tensor = dispatch.create(P.arange, get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
+    be, dt = get_backend(backend), D.get(dtype)
+    D.check_backend(be, dt)
+    out: Tensor = dispatch.create(P.arange, be, start=start, stop=end, step=step, dtype=dt)
     return out
 
 
