@@ -15,11 +15,16 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import bfloat16 as bf16, conv, fused, host_memory, ordering
+from . import bfloat16 as bf16, conv, float8 as f8, fused, host_memory, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL + D.OPTIONAL}
-NP[D.bfloat16] = bf16.BF16  # a storage dtype (bfloat16.py)
+NP[D.bfloat16] = bf16.BF16  # the storage dtypes (bfloat16.py, float8.py)
+NP.update({D.get(name): buf for name, buf in f8.BUFFERS.items()})
 EMBER = {v: k for k, v in NP.items()}
+
+# A storage dtype's buffer dtype -> (round float values into it, its exact float32 values)
+CODECS = {bf16.BF16: (bf16.from_float, bf16.to_float)}
+CODECS.update({buf: (lambda x, name=name: f8.from_float(x, name), f8.to_float) for name, buf in f8.BUFFERS.items()})
 
 
 # ----------------------------------------------------------------------------- random bits
@@ -137,9 +142,11 @@ def _index_add(x, indices, values, axis):
 
 
 def _cast(x, dtype):
-    if dtype is D.bfloat16 or x.dtype == bf16.BF16:
-        return bf16.cast(x, NP[dtype])
-    return x.astype(NP[dtype])
+    # a storage dtype goes through float32, which holds every value of one exactly
+    target = NP[dtype]
+    if x.dtype in CODECS:
+        x = CODECS[x.dtype][1](x)
+    return CODECS[target][0](x) if target in CODECS else x.astype(target)
 
 
 def _stored(make, dtype, *args):
@@ -150,9 +157,18 @@ def _stored(make, dtype, *args):
 
 
 def _pad(x, widths, value=0):
-    if x.dtype == bf16.BF16 and value:
-        value = bf16.from_float(np.float32(value))[()]
+    if x.dtype in CODECS and value:
+        value = CODECS[x.dtype][0](np.float32(value))[()]
     return np.pad(x, widths, constant_values=value)
+
+
+def _where(cond, a, b):
+    try:
+        return np.where(cond, a, b)
+    except TypeError:  # NumPy's DTypePromotionError: a storage buffer beside a Python scalar
+        stored = a.dtype if getattr(a, "dtype", None) in CODECS else b.dtype
+        a, b = (v if getattr(v, "dtype", None) == stored else CODECS[stored][0](np.float32(v)) for v in (a, b))
+        return np.where(cond, a, b)
 
 
 def _slice(x, starts, stops, steps):
@@ -209,7 +225,7 @@ IMPLS = {
             ("remainder", np.remainder),
         ]
     },
-    "where": np.where,
+    "where": _where,
     "cast": _cast,
     "sum": _sum,
     "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
@@ -262,12 +278,12 @@ class NumpyBackend(Backend):
         return EMBER[buf.dtype]
 
     def from_list(self, flat, shape, dtype):
-        if dtype is D.bfloat16:
-            return bf16.from_float(np.array(flat, dtype=np.float32)).reshape(shape)
+        if dtype in D.STORAGE:
+            return CODECS[NP[dtype]][0](np.array(flat, dtype=np.float64)).reshape(shape)
         return np.array(flat, dtype=NP[dtype]).reshape(shape)
 
     def to_list(self, buf):
-        return (bf16.to_float(buf) if buf.dtype == bf16.BF16 else buf).reshape(-1).tolist()
+        return (CODECS[buf.dtype][1](buf) if buf.dtype in CODECS else buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
         return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
@@ -276,10 +292,10 @@ class NumpyBackend(Backend):
         return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
 
     def from_numpy(self, array):
-        return array.view(bf16.BF16) if bf16.is_ml_dtypes(array) else array
+        return array.view(NP[D.get(array.dtype.name)]) if bf16.is_ml_dtypes(array) else array
 
     def to_numpy(self, buf):
-        return bf16.ml_dtypes_view(buf) if buf.dtype == bf16.BF16 else buf
+        return bf16.ml_dtypes_view(buf) if buf.dtype in CODECS else buf
 
     def assign(self, dst, src):
         np.copyto(dst, src)

@@ -46,6 +46,10 @@ int64 = DType("int64", 8, "i", 4)
 uint64 = DType("uint64", 8, "u", 4)
 float16 = DType("float16", 2, "f", 5)
 bfloat16 = DType("bfloat16", 2, "f", 6)
+float8_e4m3fn = DType("float8_e4m3fn", 1, "f", 5)
+float8_e4m3fnuz = DType("float8_e4m3fnuz", 1, "f", 5)
+float8_e5m2 = DType("float8_e5m2", 1, "f", 5)
+float8_e5m2fnuz = DType("float8_e5m2fnuz", 1, "f", 5)
 float32 = DType("float32", 4, "f", 7)
 float64 = DType("float64", 8, "f", 8)
 
@@ -56,11 +60,15 @@ OPTIONAL = (int8, int16, uint16, uint64)
 FLOATS = (float16, float32, float64)
 INTS = (uint8, uint32, int32, int64)
 
-# Storage dtypes: a tensor may hold them (halving the bytes of bf16 weights), and the primitives
-# that only move values (KEEPS) keep them; any other primitive computes on its storage operands
-# cast to their compute dtype, so its result has that dtype. The NumPy-array backends store
-# bfloat16 (capabilities list the compute dtypes, which conformance checks).
-STORAGE = {bfloat16: float32}
+# Storage dtypes: a tensor may hold them (halving the bytes of bf16 weights, quartering them in
+# float8), and the primitives that only move values (KEEPS) keep them; any other primitive
+# computes on its storage operands cast to their compute dtype, so its result has that dtype.
+# The NumPy-array backends store bfloat16 and the four float8 formats (capabilities list the
+# compute dtypes, which conformance checks).
+FLOAT8 = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
+STORAGE = {bfloat16: float32, **dict.fromkeys(FLOAT8, float32)}
+#: the largest finite value of each float8 format (what a saturating cast clamps to)
+FLOAT8_MAX = {float8_e4m3fn: 448.0, float8_e4m3fnuz: 240.0, float8_e5m2: 57344.0, float8_e5m2fnuz: 57344.0}
 KEEPS = frozenset(
     {"cast", "reshape", "permute", "expand", "slice", "concatenate", "flip", "pad", "take", "where", "windows"}
 )
@@ -111,7 +119,8 @@ def promote(a: DType, b: DType) -> DType:
     operands                      result
     ============================  ==============================================
     bool with any                 the other
-    float with integer            the float (float16 with bfloat16: float32)
+    float with integer            the float
+    two floats of one size        float32 (float16 with bfloat16, two float8s)
     same kind                     the wider
     signed with wider unsigned    ``SIGNED_HOLDING[unsigned]`` (uint8 + int8 → int16)
     signed with narrower unsigned the signed
@@ -128,7 +137,7 @@ def promote(a: DType, b: DType) -> DType:
     (ember.int16, ember.int32, ember.float64)
     """
     if a.kind == b.kind:
-        if {a, b} == {float16, bfloat16}:
+        if a.kind == "f" and a.itemsize == b.itemsize and a is not b:  # float16 with bfloat16, two float8s
             return float32
         return a if a.itemsize >= b.itemsize else b
     if "b" in (a.kind, b.kind) or "f" in (a.kind, b.kind):
@@ -138,6 +147,16 @@ def promote(a: DType, b: DType) -> DType:
         return signed
     held = SIGNED_HOLDING[unsigned]
     return held if held.kind == "f" or held.itemsize >= signed.itemsize else signed
+
+
+def int_range(d: DType) -> tuple[int, int]:
+    """The smallest and largest value of integer (or bool) dtype ``d``.
+
+    >>> int_range(int8), int_range(uint16)
+    ((-128, 127), (0, 65535))
+    """
+    bits = 1 if d.kind == "b" else 8 * d.itemsize
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if d.kind == "i" else (0, (1 << bits) - 1)
 
 
 def storage_upcast(args: tuple[Any, ...]) -> list[Any] | None:
