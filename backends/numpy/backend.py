@@ -265,7 +265,7 @@ class NumpyBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL + D.OPTIONAL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
             devices=("cpu",),
             fused=frozenset(self.fused_impls),
             notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]},

@@ -1,14 +1,16 @@
 """Data types: the names users write (``ember.float32``) and the rules that combine them.
 
 A dtype is a small immutable record; backends map it to their own type (NumPy's ``np.float32``,
-a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` is a
-storage dtype (``STORAGE``): tensors hold it, arithmetic on it runs in float32. Every backend
-computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) are computed by the backends
-whose capabilities list them, and ``check_backend`` names the dtype and backend otherwise.
+a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` and the
+float8 formats are storage dtypes (``STORAGE``): tensors hold them, arithmetic on them runs in
+float32. Every backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the
+storage dtypes are there on the backends whose capabilities list them, and ``check_backend``
+names the dtype and backend otherwise.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, TypeAlias
 
 
@@ -190,27 +192,31 @@ def result_with_scalar(d: DType, value: bool | int | float) -> DType:
     return kind
 
 
-_COMPUTES: dict[Any, frozenset[DType]] = {}  # backend -> the dtypes its capabilities list
+# the dtypes a backend may lack: it lists those it has in capabilities().dtypes
+_MAY_LACK = frozenset(OPTIONAL + tuple(STORAGE))
+_LISTED: weakref.WeakKeyDictionary[Any, frozenset[DType]] = weakref.WeakKeyDictionary()
 
 
 def check_backend(backend: Any, dtype: DType) -> None:
-    """Raise a DTypeError naming ``dtype`` and ``backend`` when the backend does not compute
-    ``dtype`` (only an OPTIONAL dtype can be missing: every backend computes ALL).
+    """Raise a DTypeError naming ``dtype`` and ``backend`` when the backend's capabilities do
+    not list ``dtype``. Only an OPTIONAL or a STORAGE dtype can be missing: every backend
+    computes ALL.
 
     >>> import ember
     >>> check_backend(ember.get_backend("numpy"), int8)  # the numpy backend has them all
     """
-    if dtype not in OPTIONAL:
+    if dtype not in _MAY_LACK:
         return
-    computes = _COMPUTES.get(backend)
-    if computes is None:
-        computes = _COMPUTES[backend] = frozenset(backend.capabilities().dtypes)
-    if dtype not in computes:
+    listed = _LISTED.get(backend)
+    if listed is None:
+        listed = _LISTED[backend] = frozenset(backend.capabilities().dtypes)
+    if dtype not in listed:
         from .errors import DTypeError, located
 
+        has = ", ".join(d.name for d in ALL + OPTIONAL + tuple(STORAGE) if d in listed)
+        way_out = "convert it first: .float()" if dtype in STORAGE else "cast to a wider dtype first"
         raise located(
             DTypeError,
-            f"dtype {dtype} is not supported by backend {backend.name!r} (it computes "
-            f"{', '.join(d.name for d in ALL + OPTIONAL if d in computes)}); use a backend that lists "
-            f"{dtype} in `ember backends` (numpy, python) or cast to a wider dtype first",
+            f"dtype {dtype} is not supported by backend {backend.name!r} (it has {has}); use a backend "
+            f"that lists {dtype} in `ember backends` (numpy) or {way_out}",
         )
