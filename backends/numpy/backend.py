@@ -142,11 +142,11 @@ def _index_add(x, indices, values, axis):
 
 
 def _cast(x, dtype):
-    # a storage dtype goes through float32, which holds every value of one exactly
-    target = NP[dtype]
-    if x.dtype in CODECS:
-        x = CODECS[x.dtype][1](x)
-    return CODECS[target][0](x) if target in CODECS else x.astype(target)
+    if dtype in D.STORAGE or x.dtype.names:  # a storage buffer is a one-field record
+        # through float32, which holds every value of a storage dtype exactly
+        x = CODECS[x.dtype][1](x) if x.dtype.names else x
+        return CODECS[NP[dtype]][0](x) if dtype in D.STORAGE else x.astype(NP[dtype])
+    return x.astype(NP[dtype])
 
 
 def _stored(make, dtype, *args):
@@ -157,18 +157,9 @@ def _stored(make, dtype, *args):
 
 
 def _pad(x, widths, value=0):
-    if x.dtype in CODECS and value:
+    if x.dtype.names and value:
         value = CODECS[x.dtype][0](np.float32(value))[()]
     return np.pad(x, widths, constant_values=value)
-
-
-def _where(cond, a, b):
-    try:
-        return np.where(cond, a, b)
-    except TypeError:  # NumPy's DTypePromotionError: a storage buffer beside a Python scalar
-        stored = a.dtype if getattr(a, "dtype", None) in CODECS else b.dtype
-        a, b = (v if getattr(v, "dtype", None) == stored else CODECS[stored][0](np.float32(v)) for v in (a, b))
-        return np.where(cond, a, b)
 
 
 def _slice(x, starts, stops, steps):
@@ -225,7 +216,7 @@ IMPLS = {
             ("remainder", np.remainder),
         ]
     },
-    "where": _where,
+    "where": np.where,
     "cast": _cast,
     "sum": _sum,
     "max": lambda x, axes, keepdims=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdims)),
@@ -283,7 +274,7 @@ class NumpyBackend(Backend):
         return np.array(flat, dtype=NP[dtype]).reshape(shape)
 
     def to_list(self, buf):
-        return (CODECS[buf.dtype][1](buf) if buf.dtype in CODECS else buf).reshape(-1).tolist()
+        return (CODECS[buf.dtype][1](buf) if buf.dtype.names else buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
         return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
@@ -295,7 +286,7 @@ class NumpyBackend(Backend):
         return array.view(NP[D.get(array.dtype.name)]) if bf16.is_ml_dtypes(array) else array
 
     def to_numpy(self, buf):
-        return bf16.ml_dtypes_view(buf) if buf.dtype in CODECS else buf
+        return bf16.ml_dtypes_view(buf) if buf.dtype.names else buf
 
     def assign(self, dst, src):
         np.copyto(dst, src)

@@ -192,8 +192,8 @@ def result_with_scalar(d: DType, value: bool | int | float) -> DType:
     return kind
 
 
-# the dtypes a backend may lack: it lists those it has in capabilities().dtypes
-_MAY_LACK = frozenset(OPTIONAL + tuple(STORAGE))
+#: the dtypes a backend may lack: it lists those it has in capabilities().dtypes
+MAY_LACK = frozenset(OPTIONAL + tuple(STORAGE))
 _LISTED: weakref.WeakKeyDictionary[Any, frozenset[DType]] = weakref.WeakKeyDictionary()
 
 
@@ -205,7 +205,7 @@ def check_backend(backend: Any, dtype: DType) -> None:
     >>> import ember
     >>> check_backend(ember.get_backend("numpy"), int8)  # the numpy backend has them all
     """
-    if dtype not in _MAY_LACK:
+    if dtype not in MAY_LACK:
         return
     listed = _LISTED.get(backend)
     if listed is None:

@@ -273,8 +273,11 @@ class Tensor(TensorMath, TensorShape):
         ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
         if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:  # a dtype
             dtype = D.get(target)
-            D.check_backend(self._backend, dtype)
-            return self if dtype is self.dtype else apply1(P.cast, self, dtype=dtype)
+            if dtype is self.dtype:
+                return self
+            if dtype in D.MAY_LACK:
+                D.check_backend(self._backend, dtype)
+            return apply1(P.cast, self, dtype=dtype)
         backend = _devices.backend_for(target, self._backend)
         if backend is self._backend:
             return self
@@ -437,7 +440,8 @@ def tensor(
     else:
         flat, shape, inferred = _infer_from_python(data)
         dt = D.get(dtype) if dtype is not None else inferred
-        D.check_backend(be, dt)
+        if dt in D.MAY_LACK:
+            D.check_backend(be, dt)
         out = dispatch.wrap(be.from_list(flat, shape, dt), be)
     if requires_grad:
         out.requires_grad_()
@@ -464,7 +468,8 @@ def arange(
     if step == 0:
         raise located(ValueError, "arange step must not be zero")
     be, dt = get_backend(backend), D.get(dtype)
-    D.check_backend(be, dt)
+    if dt in D.MAY_LACK:
+        D.check_backend(be, dt)
     out: Tensor = dispatch.create(P.arange, be, start=start, stop=end, step=step, dtype=dt)
     return out
 
@@ -493,9 +498,15 @@ def where(condition: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
                 common = D.promote(x.dtype, y.dtype)
                 x, y = x.to(common), y.to(common)
         else:
-            x = x.to(D.result_with_scalar(x.dtype, y))
+            dt = D.result_with_scalar(x.dtype, y)
+            x = x.to(dt)
+            if dt in D.STORAGE:  # a backend's storage buffer does not mix with a Python number
+                y = cond._full_like(y, (), dt)
     elif isinstance(y, Tensor):
-        y = y.to(D.result_with_scalar(y.dtype, x))
+        dt = D.result_with_scalar(y.dtype, x)
+        y = y.to(dt)
+        if dt in D.STORAGE:
+            x = cond._full_like(x, (), dt)
     else:
         dt = D.promote(D.scalar_dtype(x), D.scalar_dtype(y))
         x = cond._full_like(x, (), dt)
