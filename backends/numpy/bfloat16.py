@@ -20,7 +20,7 @@ def from_float(x) -> np.ndarray:
     NaN stays a quiet NaN.
 
     >>> to_float(from_float(np.array([1.0, 1.00390625, 3.0e38, np.nan], np.float32))).tolist()
-    [1.0, 1.0, 2.999113776710149e+38, nan]
+    [1.0, 1.0, 3.00405527047391e+38, nan]
     """
     x = np.asarray(x, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
     bits = x.view(np.uint32).astype(np.uint64)
