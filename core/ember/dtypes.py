@@ -214,9 +214,9 @@ def check_backend(backend: Any, dtype: DType) -> None:
         from .errors import DTypeError, located
 
         has = ", ".join(d.name for d in ALL + OPTIONAL + tuple(STORAGE) if d in listed)
-        way_out = "convert it first: .float()" if dtype in STORAGE else "cast to a wider dtype first"
+        way_out = "keep it in float32: .float()" if dtype in STORAGE else "cast to a wider dtype first"
         raise located(
             DTypeError,
             f"dtype {dtype} is not supported by backend {backend.name!r} (it has {has}); use a backend "
-            f"that lists {dtype} in `ember backends` (numpy) or {way_out}",
+            f"that lists {dtype} (numpy; `ember backends --json` shows each one's dtypes) or {way_out}",
         )
