@@ -15,11 +15,16 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import bfloat16 as bf16, conv, fused, host_memory, ordering
+from . import bfloat16 as bf16, conv, float8 as f8, fused, host_memory, ordering
 
-NP = {d: np.dtype(d.name) for d in D.ALL}
-NP[D.bfloat16] = bf16.BF16  # a storage dtype (bfloat16.py)
+NP = {d: np.dtype(d.name) for d in D.ALL + D.OPTIONAL}
+NP[D.bfloat16] = bf16.BF16  # the storage dtypes (bfloat16.py, float8.py)
+NP.update({D.get(name): buf for name, buf in f8.BUFFERS.items()})
 EMBER = {v: k for k, v in NP.items()}
+
+# A storage dtype's buffer dtype -> (round float values into it, its exact float32 values)
+CODECS = {bf16.BF16: (bf16.from_float, bf16.to_float)}
+CODECS.update({buf: (lambda x, name=name: f8.from_float(x, name), f8.to_float) for name, buf in f8.BUFFERS.items()})
 
 
 # ----------------------------------------------------------------------------- random bits
@@ -137,8 +142,10 @@ def _index_add(x, indices, values, axis):
 
 
 def _cast(x, dtype):
-    if dtype is D.bfloat16 or x.dtype == bf16.BF16:
-        return bf16.cast(x, NP[dtype])
+    if dtype in D.STORAGE or x.dtype.names:  # a storage buffer is a one-field record
+        # through float32, which holds every value of a storage dtype exactly
+        x = CODECS[x.dtype][1](x) if x.dtype.names else x
+        return CODECS[NP[dtype]][0](x) if dtype in D.STORAGE else x.astype(NP[dtype])
     return x.astype(NP[dtype])
 
 
@@ -150,8 +157,8 @@ def _stored(make, dtype, *args):
 
 
 def _pad(x, widths, value=0):
-    if x.dtype == bf16.BF16 and value:
-        value = bf16.from_float(np.float32(value))[()]
+    if x.dtype.names and value:
+        value = CODECS[x.dtype][0](np.float32(value))[()]
     return np.pad(x, widths, constant_values=value)
 
 
@@ -249,7 +256,7 @@ class NumpyBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
             devices=("cpu",),
             fused=frozenset(self.fused_impls),
             notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]},
@@ -262,12 +269,12 @@ class NumpyBackend(Backend):
         return EMBER[buf.dtype]
 
     def from_list(self, flat, shape, dtype):
-        if dtype is D.bfloat16:
-            return bf16.from_float(np.array(flat, dtype=np.float32)).reshape(shape)
+        if dtype in D.STORAGE:
+            return CODECS[NP[dtype]][0](np.array(flat, dtype=np.float64)).reshape(shape)
         return np.array(flat, dtype=NP[dtype]).reshape(shape)
 
     def to_list(self, buf):
-        return (bf16.to_float(buf) if buf.dtype == bf16.BF16 else buf).reshape(-1).tolist()
+        return (CODECS[buf.dtype][1](buf) if buf.dtype.names else buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
         return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
@@ -276,10 +283,10 @@ class NumpyBackend(Backend):
         return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
 
     def from_numpy(self, array):
-        return array.view(bf16.BF16) if bf16.is_ml_dtypes(array) else array
+        return array.view(NP[D.get(array.dtype.name)]) if bf16.is_ml_dtypes(array) else array
 
     def to_numpy(self, buf):
-        return bf16.ml_dtypes_view(buf) if buf.dtype == bf16.BF16 else buf
+        return bf16.ml_dtypes_view(buf) if buf.dtype.names else buf
 
     def assign(self, dst, src):
         np.copyto(dst, src)

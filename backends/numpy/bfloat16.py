@@ -20,7 +20,7 @@ def from_float(x) -> np.ndarray:
     NaN stays a quiet NaN.
 
     >>> to_float(from_float(np.array([1.0, 1.00390625, 3.0e38, np.nan], np.float32))).tolist()
-    [1.0, 1.0, 2.999113776710149e+38, nan]
+    [1.0, 1.0, 3.00405527047391e+38, nan]
     """
     x = np.asarray(x, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
     bits = x.view(np.uint32).astype(np.uint64)
@@ -34,15 +34,9 @@ def to_float(x) -> np.ndarray:
     return (np.asarray(x, order="C").view("<u2").astype(np.uint32) << 16).view(np.float32)
 
 
-def cast(x, dtype):
-    """``cast`` to or from bfloat16 (``dtype`` a NumPy dtype)."""
-    if x.dtype == BF16:
-        return x.copy() if dtype == BF16 else to_float(x).astype(dtype)
-    return from_float(x.astype(np.float32))
-
-
 def ml_dtypes_view(x):
-    """A bfloat16 buffer as an ``ml_dtypes.bfloat16`` array (same memory)."""
+    """A bfloat16 (or float8, float8.py) buffer as an ``ml_dtypes`` array (same memory): the
+    buffer's one field is named as ml_dtypes names the type."""
     try:
         import ml_dtypes
     except ImportError:
@@ -51,12 +45,12 @@ def ml_dtypes_view(x):
         internal_root(__file__)  # so the error names the user's line, not this backend's
         raise located(
             DTypeError,
-            "a bfloat16 tensor becomes a NumPy array through the ml_dtypes package: "
+            f"a {x.dtype.names[0]} tensor becomes a NumPy array through the ml_dtypes package: "
             "pip install ml_dtypes (or convert it first: t.float().numpy())",
         ) from None
-    return x.view(ml_dtypes.bfloat16)
+    return x.view(getattr(ml_dtypes, x.dtype.names[0]))
 
 
 def is_ml_dtypes(array) -> bool:
-    """Is ``array`` an ml_dtypes bfloat16 array?"""
-    return array.dtype.name == "bfloat16" and array.dtype != BF16
+    """Is ``array`` an ml_dtypes bfloat16 or float8 array (not one of ember's buffers)?"""
+    return array.dtype.names is None and (array.dtype.name == "bfloat16" or array.dtype.name.startswith("float8"))

@@ -214,7 +214,9 @@ _FLOAT_FNS = {
 
 def _float_out(dtype):
     """NumPy's result dtype of a float function of a non-float array."""
-    return dtype if dtype.kind == "f" else D.float16 if dtype in (D.bool_, D.uint8) else D.float64
+    if dtype.kind == "f":
+        return dtype
+    return D.float16 if dtype.itemsize == 1 else D.float32 if dtype.itemsize == 2 else D.float64
 
 
 def _float_unary(name):
@@ -574,7 +576,7 @@ class PythonBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL),
             devices=("cpu",),
             notes={
                 "float32": "computed in float64, rounded once per primitive",

@@ -19,14 +19,18 @@ from ember import dtypes as D
 # array typecodes of each dtype (bool and float16 are handled by hand: array has neither).
 TYPECODE = {
     D.uint8: "B",
+    D.int8: "b",
+    D.int16: "h",
+    D.uint16: "H",
     D.int32: "i",
     D.int64: "q",
     D.float32: "f",
     D.float64: "d",
     D.uint32: "I" if array("I").itemsize == 4 else "L",
+    D.uint64: "Q",
 }
 LITTLE = sys.byteorder == "little"
-_BITS = {D.uint8: 8, D.uint32: 32, D.int32: 32, D.int64: 64}
+_BITS = {D.uint8: 8, D.int8: 8, D.int16: 16, D.uint16: 16, D.uint32: 32, D.int32: 32, D.int64: 64, D.uint64: 64}
 _INF = math.inf
 
 
@@ -145,7 +149,7 @@ def to_ints(dtype, values, src_kind):
             out = list(map(int, values))
             array("q" if _BITS[dtype] == 64 else "i", out)
         except (ValueError, OverflowError):
-            bits = 32 if dtype in (D.uint8, D.int32) else 64
+            bits = 32 if _BITS[dtype] < 32 or dtype is D.int32 else 64
             out = [_float_to_int(x, bits) for x in values]
         return wrap_int(dtype, out)
     return wrap_int(dtype, list(map(int, values)))  # also turns bools into ints

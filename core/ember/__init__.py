@@ -36,14 +36,22 @@ from .dtypes import (
     DType,
     bfloat16,
     bool_,
+    float8_e4m3fn,
+    float8_e4m3fnuz,
+    float8_e5m2,
+    float8_e5m2fnuz,
     float16,
     float32,
     float64,
+    int8,
+    int16,
     int32,
     int64,
     promote as promote_types,
     uint8,
+    uint16,
     uint32,
+    uint64,
 )
 from .errors import BackendError, DTypeError, EmberError, GradError, NotImplementedByBackend, ShapeError
 from .hooks import hookimpl
@@ -77,14 +85,14 @@ bool = bool_  # noqa: A001 - ember.bool like torch.bool
 # fmt: off
 __all__ = [
     "API_VERSION", "Backend", "BackendError", "BackendInfo", "Capabilities", "DType", "DTypeError", "bfloat16",
-    "EmberError", "Generator", "GradError", "NotImplementedByBackend", "ShapeError", "Tensor",
-    "arange", "as_tensor", "autograd", "backend", "bool", "bool_", "broadcast_tensors", "cat",
-    "concatenate", "cuda", "device", "dtypes", "empty", "enable_grad", "eye", "float16", "float32",
-    "float64", "from_numpy", "full", "full_like", "get_backend", "grad", "hookimpl", "inference_mode",
-    "int32", "int64", "is_grad_enabled", "linspace", "list_backends", "manual_seed", "matmul",
-    "no_grad", "ones", "ones_like", "promote_types", "rand", "randint", "randn", "randperm",
-    "register_backend", "stack", "tensor", "uint8", "uint32", "use", "value_and_grad", "where",
-    "zeros", "zeros_like",
+    "EmberError", "Generator", "GradError", "NotImplementedByBackend", "ShapeError", "Tensor", "arange",
+    "as_tensor", "autograd", "backend", "bool", "bool_", "broadcast_tensors", "cat", "concatenate", "cuda",
+    "device", "dtypes", "empty", "enable_grad", "eye", "float16", "float32", "float64", "float8_e4m3fn",
+    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "from_numpy", "full", "full_like", "get_backend", "grad",
+    "hookimpl", "inference_mode", "int8", "int16", "int32", "int64", "is_grad_enabled", "linspace", "list_backends",
+    "manual_seed", "matmul", "no_grad", "ones", "ones_like", "promote_types", "rand", "randint", "randn",
+    "randperm", "register_backend", "stack", "tensor", "uint8", "uint16", "uint32", "uint64", "use",
+    "value_and_grad", "where", "zeros", "zeros_like",
 ]
 # fmt: on
 __all__ += sorted(set(_FUNCTIONS) - set(__all__))

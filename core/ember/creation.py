@@ -32,6 +32,7 @@ def as_tensor(data: Any, dtype: D.DTypeLike | None = None, backend: BackendLike 
         arr = np.asarray(data)
         if dtype is not None:
             arr = arr.astype(D.get(dtype).name, copy=False)
+        D.check_backend(be, D.get(arr.dtype.name))
         shared: Tensor = dispatch.wrap(be.from_numpy(arr), be)
         return shared
     return tensor(data, dtype, be)
@@ -55,7 +56,10 @@ def full(
     """
     size = (shape,) if isinstance(shape, int) else tuple(shape)
     dt = D.get(dtype) if dtype is not None else D.scalar_dtype(fill_value)
-    out: Tensor = dispatch.create(P.full, get_backend(backend), shape=size, value=fill_value, dtype=dt)
+    be = get_backend(backend)
+    if dt in D.MAY_LACK:
+        D.check_backend(be, dt)
+    out: Tensor = dispatch.create(P.full, be, shape=size, value=fill_value, dtype=dt)
     return out.requires_grad_() if requires_grad else out
 
 

@@ -1,12 +1,16 @@
 """Data types: the names users write (``ember.float32``) and the rules that combine them.
 
 A dtype is a small immutable record; backends map it to their own type (NumPy's ``np.float32``,
-a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` is a
-storage dtype (``STORAGE``): tensors hold it, arithmetic on it runs in float32.
+a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` and the
+float8 formats are storage dtypes (``STORAGE``): tensors hold them, arithmetic on them runs in
+float32. Every backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the
+storage dtypes are there on the backends whose capabilities list them, and ``check_backend``
+names the dtype and backend otherwise.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, TypeAlias
 
 
@@ -32,32 +36,46 @@ class DType:
         return (get, (self.name,))
 
 
-# kind: b(ool) < u(nsigned) < i(nt) < f(loat); rank orders promotion within the lattice below.
+# kind: b(ool), u(nsigned), i(nt), f(loat); rank orders bool < integers < floats (result_with_scalar).
 bool_ = DType("bool", 1, "b", 0)
 uint8 = DType("uint8", 1, "u", 1)
-uint32 = DType("uint32", 4, "u", 2)
+int8 = DType("int8", 1, "i", 1)
+uint16 = DType("uint16", 2, "u", 2)
+int16 = DType("int16", 2, "i", 2)
+uint32 = DType("uint32", 4, "u", 3)
 int32 = DType("int32", 4, "i", 3)
 int64 = DType("int64", 8, "i", 4)
+uint64 = DType("uint64", 8, "u", 4)
 float16 = DType("float16", 2, "f", 5)
 bfloat16 = DType("bfloat16", 2, "f", 6)
+float8_e4m3fn = DType("float8_e4m3fn", 1, "f", 5)
+float8_e4m3fnuz = DType("float8_e4m3fnuz", 1, "f", 5)
+float8_e5m2 = DType("float8_e5m2", 1, "f", 5)
+float8_e5m2fnuz = DType("float8_e5m2fnuz", 1, "f", 5)
 float32 = DType("float32", 4, "f", 7)
 float64 = DType("float64", 8, "f", 8)
 
 #: the dtypes primitives compute in (every backend's contract)
 ALL = (bool_, uint8, uint32, int32, int64, float16, float32, float64)
+#: compute dtypes a backend may leave out (its ``capabilities().dtypes`` says which it has)
+OPTIONAL = (int8, int16, uint16, uint64)
 FLOATS = (float16, float32, float64)
 INTS = (uint8, uint32, int32, int64)
 
-# Storage dtypes: a tensor may hold them (halving the bytes of bf16 weights), and the primitives
-# that only move values (KEEPS) keep them; any other primitive computes on its storage operands
-# cast to their compute dtype, so its result has that dtype. The NumPy-array backends store
-# bfloat16 (capabilities list the compute dtypes, which conformance checks).
-STORAGE = {bfloat16: float32}
+# Storage dtypes: a tensor may hold them (halving the bytes of bf16 weights, quartering them in
+# float8), and the primitives that only move values (KEEPS) keep them; any other primitive
+# computes on its storage operands cast to their compute dtype, so its result has that dtype.
+# The NumPy-array backends store bfloat16 and the four float8 formats (capabilities list the
+# compute dtypes, which conformance checks).
+FLOAT8 = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
+STORAGE = {bfloat16: float32, **dict.fromkeys(FLOAT8, float32)}
+#: the largest finite value of each float8 format (what a saturating cast clamps to)
+FLOAT8_MAX = {float8_e4m3fn: 448.0, float8_e4m3fnuz: 240.0, float8_e5m2: 57344.0, float8_e5m2fnuz: 57344.0}
 KEEPS = frozenset(
     {"cast", "reshape", "permute", "expand", "slice", "concatenate", "flip", "pad", "take", "where", "windows"}
 )
 
-BY_NAME = {d.name: d for d in ALL + tuple(STORAGE)}
+BY_NAME = {d.name: d for d in ALL + OPTIONAL + tuple(STORAGE)}
 BY_NAME.update({"bool_": bool_, "float": float32, "half": float16, "double": float64, "int": int64, "long": int64})
 
 default_float = float32
@@ -87,25 +105,60 @@ def get(d: DTypeLike) -> DType:
     except KeyError:
         from .errors import DTypeError, located
 
-        raise located(DTypeError, f"unknown dtype {d!r}; ember knows {', '.join(x.name for x in ALL)}") from None
+        raise located(DTypeError, f"unknown dtype {d!r}; ember knows {', '.join(BY_NAME)}") from None
+
+
+# The signed integer that holds every value of an unsigned one and of any signed one no wider:
+# NumPy's rule, except that uint32 with int32 stays int32 (ember's lattice predates the wider
+# ints, and PyTorch has no such pair), and uint64 meets a signed integer in float64 as in NumPy.
+SIGNED_HOLDING = {uint8: int16, uint16: int32, uint32: int32, uint64: float64}
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The dtype of a binary op on ``a`` and ``b``: the larger of the two in
-    bool < uint8 < uint32 < int32 < int64 < float16 < bfloat16 < float32 < float64, except
-    that float16 with bfloat16 is float32 (neither holds the other).
+    """The dtype of a binary op on ``a`` and ``b``. The rules, in order:
 
-    It is simpler than NumPy's table on purpose (int32 + uint32 → int32, not int64), and
-    matches PyTorch for every pair PyTorch supports.
+    ============================  ==============================================
+    operands                      result
+    ============================  ==============================================
+    bool with any                 the other
+    float with integer            the float
+    two floats of one size        float32 (float16 with bfloat16, two float8s)
+    same kind                     the wider
+    signed with wider unsigned    ``SIGNED_HOLDING[unsigned]`` (uint8 + int8 → int16)
+    signed with narrower unsigned the signed
+    ============================  ==============================================
+
+    It is simpler than NumPy's table on purpose (int64 + float32 → float32, int32 + uint32 →
+    int32), and matches PyTorch for every pair PyTorch supports.
 
     >>> promote(int64, float32)
     ember.float32
     >>> promote(float16, bfloat16)
     ember.float32
+    >>> promote(int8, uint8), promote(uint16, int16), promote(uint64, int64)
+    (ember.int16, ember.int32, ember.float64)
     """
-    if {a, b} == {float16, bfloat16}:
-        return float32
-    return a if a.rank >= b.rank else b
+    if a.kind == b.kind:
+        if a.kind == "f" and a.itemsize == b.itemsize and a is not b:  # float16 with bfloat16, two float8s
+            return float32
+        return a if a.itemsize >= b.itemsize else b
+    if "b" in (a.kind, b.kind) or "f" in (a.kind, b.kind):
+        return a if a.rank > b.rank else b
+    signed, unsigned = (a, b) if a.kind == "i" else (b, a)
+    if signed.itemsize > unsigned.itemsize:
+        return signed
+    held = SIGNED_HOLDING[unsigned]
+    return held if held.kind == "f" or held.itemsize >= signed.itemsize else signed
+
+
+def int_range(d: DType) -> tuple[int, int]:
+    """The smallest and largest value of integer (or bool) dtype ``d``.
+
+    >>> int_range(int8), int_range(uint16)
+    ((-128, 127), (0, 65535))
+    """
+    bits = 1 if d.kind == "b" else 8 * d.itemsize
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if d.kind == "i" else (0, (1 << bits) - 1)
 
 
 def storage_upcast(args: tuple[Any, ...]) -> list[Any] | None:
@@ -137,3 +190,33 @@ def result_with_scalar(d: DType, value: bool | int | float) -> DType:
     if d.kind == "f" or kind.rank <= d.rank or (d.kind in "iu" and kind.kind in "iub"):
         return d
     return kind
+
+
+#: the dtypes a backend may lack: it lists those it has in capabilities().dtypes
+MAY_LACK = frozenset(OPTIONAL + tuple(STORAGE))
+_LISTED: weakref.WeakKeyDictionary[Any, frozenset[DType]] = weakref.WeakKeyDictionary()
+
+
+def check_backend(backend: Any, dtype: DType) -> None:
+    """Raise a DTypeError naming ``dtype`` and ``backend`` when the backend's capabilities do
+    not list ``dtype``. Only an OPTIONAL or a STORAGE dtype can be missing: every backend
+    computes ALL.
+
+    >>> import ember
+    >>> check_backend(ember.get_backend("numpy"), int8)  # the numpy backend has them all
+    """
+    if dtype not in MAY_LACK:
+        return
+    listed = _LISTED.get(backend)
+    if listed is None:
+        listed = _LISTED[backend] = frozenset(backend.capabilities().dtypes)
+    if dtype not in listed:
+        from .errors import DTypeError, located
+
+        has = ", ".join(d.name for d in ALL + OPTIONAL + tuple(STORAGE) if d in listed)
+        way_out = "keep it in float32: .float()" if dtype in STORAGE else "cast to a wider dtype first"
+        raise located(
+            DTypeError,
+            f"dtype {dtype} is not supported by backend {backend.name!r} (it has {has}); use a backend "
+            f"that lists {dtype} (numpy; `ember backends --json` shows each one's dtypes) or {way_out}",
+        )

@@ -273,12 +273,17 @@ class Tensor(TensorMath, TensorShape):
         ``non_blocking`` is torch's; ember's transfers complete before ``to`` returns."""
         if not isinstance(target, (str, Backend, _devices.device)) or target in D.BY_NAME:  # a dtype
             dtype = D.get(target)
-            return self if dtype is self.dtype else apply1(P.cast, self, dtype=dtype)
+            if dtype is self.dtype:
+                return self
+            if dtype in D.MAY_LACK:
+                D.check_backend(self._backend, dtype)
+            return apply1(P.cast, self, dtype=dtype)
         backend = _devices.backend_for(target, self._backend)
         if backend is self._backend:
             return self
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
+        D.check_backend(backend, self.dtype)
         data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
         out: Self = dispatch.wrap(data, backend)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
@@ -426,13 +431,17 @@ def tensor(
         elif arr.dtype == np.float64 and not isinstance(data, np.ndarray):
             arr = arr.astype(np.float32)
         try:
-            D.get(arr.dtype.name)
-        except DTypeError:
+            D.check_backend(be, D.get(arr.dtype.name))
+        except DTypeError as e:
+            if "not supported" in str(e):
+                raise
             raise located(DTypeError, f"numpy dtype {arr.dtype} has no ember equivalent") from None
         out = dispatch.wrap(be.from_numpy(np.array(arr, copy=True)), be)
     else:
         flat, shape, inferred = _infer_from_python(data)
         dt = D.get(dtype) if dtype is not None else inferred
+        if dt in D.MAY_LACK:
+            D.check_backend(be, dt)
         out = dispatch.wrap(be.from_list(flat, shape, dt), be)
     if requires_grad:
         out.requires_grad_()
@@ -458,7 +467,10 @@ def arange(
         dtype = D.default_int if all(isinstance(v, int) for v in (start, end, step)) else D.default_float
     if step == 0:
         raise located(ValueError, "arange step must not be zero")
-    out: Tensor = dispatch.create(P.arange, get_backend(backend), start=start, stop=end, step=step, dtype=D.get(dtype))
+    be, dt = get_backend(backend), D.get(dtype)
+    if dt in D.MAY_LACK:
+        D.check_backend(be, dt)
+    out: Tensor = dispatch.create(P.arange, be, start=start, stop=end, step=step, dtype=dt)
     return out
 
 
@@ -486,9 +498,15 @@ def where(condition: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
                 common = D.promote(x.dtype, y.dtype)
                 x, y = x.to(common), y.to(common)
         else:
-            x = x.to(D.result_with_scalar(x.dtype, y))
+            dt = D.result_with_scalar(x.dtype, y)
+            x = x.to(dt)
+            if dt in D.STORAGE:  # a backend's storage buffer does not mix with a Python number
+                y = cond._full_like(y, (), dt)
     elif isinstance(y, Tensor):
-        y = y.to(D.result_with_scalar(y.dtype, x))
+        dt = D.result_with_scalar(y.dtype, x)
+        y = y.to(dt)
+        if dt in D.STORAGE:
+            x = cond._full_like(x, (), dt)
     else:
         dt = D.promote(D.scalar_dtype(x), D.scalar_dtype(y))
         x = cond._full_like(x, (), dt)

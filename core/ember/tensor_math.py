@@ -299,11 +299,9 @@ class TensorMath(TensorShape):
 
     # ------------------------------------------------------------------------ reductions
     def sum(self, dim: Dims = None, keepdim: bool = False, dtype: D.DTypeLike | None = None) -> Self:
-        x = (
-            self.to(dtype)
-            if dtype is not None
-            else (self.long() if self.dtype.kind in "bu" or self.dtype is D.int32 else self)
-        )
+        # torch's rule: bool and every integer but int64 sum in int64
+        small = self.dtype.kind in "bu" or self.dtype.kind == "i" and self.dtype.itemsize < 8
+        x = self.to(dtype) if dtype is not None else (self.long() if small else self)
         return apply1(P.sum, x, axes=_dims(dim, x.ndim), keepdims=keepdim)
 
     def mean(self, dim: Dims = None, keepdim: bool = False) -> Self:

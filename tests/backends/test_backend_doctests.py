@@ -12,6 +12,8 @@ import pytest
         "ember.backends.numpy",
         "ember.backends.python",
         "ember.backends.webgpu",
+        "ember.backends.numpy.bfloat16",
+        "ember.backends.numpy.float8",
         "ember.backends.numpy.conv",
         "ember.backends.numpy.winograd",
         "ember.backends.python.backend",

@@ -83,3 +83,17 @@ def test_special_float_values_bit_exact(tmp_path):
     assert st_numpy.load_file(path)["v"].tobytes() == values.tobytes()
     st_numpy.save_file({"v": values}, path)
     assert bytes(load_file(path)[0]["v"].data) == values.tobytes()
+
+
+def test_ember_tensors_of_the_optional_integer_dtypes_round_trip(tmp_path):
+    import ember
+
+    values = {"int8": [-128, 127], "int16": [-(2**15), 2**15 - 1], "uint16": [0, 2**16 - 1], "uint64": [0, 2**64 - 1]}
+    tensors = {name: ember.tensor(v, dtype=name) for name, v in values.items()}
+    path = str(tmp_path / "ints.safetensors")
+    save_file(tensors, path)
+    reference = st_numpy.load_file(path)
+    assert {k: (a.dtype.name, a.tolist()) for k, a in reference.items()} == {k: (k, v) for k, v in values.items()}
+    ember.save(tensors, str(tmp_path / "ints.ember"))
+    back = ember.load(str(tmp_path / "ints.ember"))
+    assert {k: (t.dtype.name, t.tolist()) for k, t in back.items()} == {k: (k, v) for k, v in values.items()}

@@ -23,6 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
+from ember import dtypes as D
 from ember.conformance import TIERS
 from ember.conformance.triage import cell, triage
 
@@ -306,7 +307,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
             break
         certified.append(t)
 
-    dtypes = ["bool", "uint8", "uint32", "int32", "int64", "float16", "float32", "float64"]
+    dtypes = [d.name for d in D.ALL + D.OPTIONAL]  # the contract's eight, then the optional integers
     matrix: dict[str, dict[str, str]] = {}
     covered: dict[str, list[str]] = {}  # covered: the dtypes tier 2 has cases for (the primitive's record)
     for r in (r for r in tests if r["tier"] == 2):

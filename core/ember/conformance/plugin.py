@@ -141,12 +141,15 @@ class Context:
                 self.load_error = f"capabilities() of {self.name!r} raised {type(exc).__name__}: {exc}"
 
     def _declare(self):
+        from ember import dtypes as D
         from ember.conformance import fused_ops
         from ember.primitives import PRIMITIVES
 
         caps = self.caps = self.backend.capabilities()
         self.ops = frozenset(caps.ops)
-        self.dtype_names = frozenset(getattr(d, "name", str(d)) for d in caps.dtypes)
+        self.declared_dtype_names = frozenset(getattr(d, "name", str(d)) for d in caps.dtypes)
+        # the storage dtypes (bfloat16, float8) are held, never computed in: no case draws them
+        self.dtype_names = self.declared_dtype_names - {d.name for d in D.STORAGE}
         self.fused = frozenset(caps.fused)
         impls = dict(getattr(self.backend, "impls", {}) or {})
         fused_impls = dict(getattr(self.backend, "fused_impls", {}) or {})
@@ -227,7 +230,7 @@ class Context:
         if hasattr(self, "caps"):
             meta.update(
                 declared_ops=sorted(self.ops),
-                declared_dtypes=sorted(self.dtype_names),
+                declared_dtypes=sorted(self.declared_dtype_names),
                 declared_fused=sorted(self.fused),
                 devices=list(self.caps.devices),
                 undeclared_implemented=self.undeclared_impls,

@@ -63,7 +63,7 @@ def test_capabilities_record(conformance):
     assert isinstance(caps, Capabilities), f"capabilities() must return ember.Capabilities, got {type(caps)}"
     unknown = sorted(set(caps.ops) - set(PRIMITIVES))
     assert not unknown, f"declares ops that are not primitives: {unknown} (fused ops go in Capabilities.fused)"
-    bad_dtypes = [d for d in caps.dtypes if d not in D.ALL]
+    bad_dtypes = [d for d in caps.dtypes if d not in D.ALL + D.OPTIONAL + tuple(D.STORAGE)]
     assert not bad_dtypes, f"declares dtypes that are not ember dtypes: {bad_dtypes}"
     assert caps.devices and all(isinstance(d, str) for d in caps.devices), (
         f"devices must be a non-empty tuple of str, got {caps.devices!r}"
@@ -94,6 +94,10 @@ def test_declared_fused_implemented(conformance):
 SAMPLES = {
     "bool": [True, False, True, True, False, False],
     "uint8": [0, 1, 2, 127, 200, 255],
+    "int8": [0, -1, 5, -128, 127, 42],
+    "int16": [0, -1, 5, -(2**15), 2**15 - 1, 42],
+    "uint16": [0, 1, 7, 256, 2**15, 2**16 - 1],
+    "uint64": [0, 1, 7, 2**32, 2**63, 2**64 - 1],
     "uint32": [0, 1, 7, 65536, 2**31, 2**32 - 1],
     "int32": [0, -1, 5, -(2**31), 2**31 - 1, 42],
     "int64": [0, -1, 5, -(2**63), 2**63 - 1, 42],
@@ -107,7 +111,7 @@ def _same(a, b):
     return all((x == y) or (x != x and y != y) for x, y in zip(a, b)) and len(a) == len(b)
 
 
-@pytest.mark.parametrize("dtype", list(D.ALL), ids=str)
+@pytest.mark.parametrize("dtype", list(D.ALL + D.OPTIONAL), ids=str)
 def test_host_transfer(dtype, conformance):
     import numpy as np
 

@@ -84,6 +84,7 @@ def tensor_from_bytes(tb: TensorBytes, backend: Any = None) -> Any:
 
     backend = get_backend(backend)
     dtype = D.get(dtype_info(tb.dtype).ember)
+    D.check_backend(backend, dtype)
     return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
 
 

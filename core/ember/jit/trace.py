@@ -38,7 +38,7 @@ import weakref
 
 from .. import dispatch, primitives
 from ..backend import Backend, Capabilities
-from ..dtypes import ALL, KEEPS, float64, storage_upcast, uint32
+from ..dtypes import KEEPS, float64, storage_upcast, uint32
 from ..errors import BackendError, DTypeError, EmberError, ShapeError, _internal, located, user_frame
 from ..tensor import Tensor
 from . import leaks, scalars
@@ -98,7 +98,9 @@ class TraceBackend(Backend):
         self.impls = {name: _outside(name) for name in primitives.PRIMITIVES}
 
     def capabilities(self):
-        return Capabilities(ops=frozenset(self.impls), dtypes=frozenset(ALL), devices=(self.device,))
+        # traced tensors hold the dtypes of the backend the trace runs on
+        dtypes = frozenset(self.tracer.real.capabilities().dtypes)
+        return Capabilities(ops=frozenset(self.impls), dtypes=dtypes, devices=(self.device,))
 
     def shape(self, buf):
         return buf.shape

@@ -12,7 +12,7 @@ from __future__ import annotations
 from os import PathLike
 from typing import Any
 
-from .. import autodiff
+from .. import autodiff, dtypes as D
 from ..nn import Module, Parameter
 from ..tensor import Tensor, tensor
 from .ops import RANDOM, lookup
@@ -124,9 +124,22 @@ def run_node(node, env: dict) -> None:
     except Exception as e:
         raise node.error(f"{type(e).__name__}: {e}") from e
     out = out if isinstance(out, tuple) else (out,)  # several outputs come as a tuple; a list is a sequence
+    if any(getattr(a, "dtype", None) in D.STORAGE for a in args):
+        out = _kept_in_storage(node, args, out)
     for name, value in zip(node.outputs, out):
         if name:
             env[name] = value
+
+
+def _kept_in_storage(node, args, out) -> tuple:
+    """ONNX runs a bfloat16 node in bfloat16; ember computes it in float32 (dtypes.STORAGE). A
+    node whose float inputs are all of one storage dtype, and that names no output dtype of its
+    own (Cast's ``to``), gets its compute-dtype outputs cast back to that storage dtype."""
+    floats = {a.dtype for a in args if isinstance(a, Tensor) and a.dtype.is_floating_point}
+    if len(floats) != 1 or any(key in node.attrs for key in DTYPE_ATTRIBUTES):
+        return out
+    storage = floats.pop()
+    return tuple(o.to(storage) if isinstance(o, Tensor) and o.dtype is D.STORAGE[storage] else o for o in out)
 
 
 class OnnxModule(Module):

@@ -12,9 +12,27 @@ import os
 from .. import dtypes as D
 from ..errors import EmberError
 
-# ONNX TensorProto element type → ember dtype. Types ember lacks (int8, int16, uint16, uint64,
-# bfloat16, float8, int4, complex, string) are absent, so they fail with the node's name.
-DTYPES = {1: D.float32, 2: D.uint8, 6: D.int32, 7: D.int64, 9: D.bool_, 10: D.float16, 11: D.float64, 12: D.uint32}
+# ONNX TensorProto element type → ember dtype. Types ember lacks (int4, float4, complex, string)
+# are absent, so they fail with the node's name.
+DTYPES = {
+    1: D.float32,
+    2: D.uint8,
+    3: D.int8,
+    4: D.uint16,
+    5: D.int16,
+    6: D.int32,
+    7: D.int64,
+    9: D.bool_,
+    10: D.float16,
+    11: D.float64,
+    12: D.uint32,
+    13: D.uint64,
+    16: D.bfloat16,
+    17: D.float8_e4m3fn,
+    18: D.float8_e4m3fnuz,
+    19: D.float8_e5m2,
+    20: D.float8_e5m2fnuz,
+}
 ONNX_TYPES = {d: code for code, d in DTYPES.items()}
 TYPE_NAMES = {
     0: "undefined",

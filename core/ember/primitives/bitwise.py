@@ -23,7 +23,7 @@ __all__ = [
     "bitcast",
 ]
 
-INTEGERS = tuple(d.name for d in D.ALL if d.kind in "iu")
+INTEGERS = tuple(d.name for d in D.ALL + D.OPTIONAL if d.kind in "iu")
 
 
 # ----------------------------------------------------------------------------- abstract rules
@@ -57,9 +57,8 @@ def _bits(dt):
 
 def _bitwise_tier2(d, dt):
     shapes = d.broadcastable(2)
-    wide = (
-        dict(lo=0, hi=255) if dt == "uint8" else dict(lo=-(2**20), hi=2**20) if dt[0] == "i" else dict(lo=0, hi=2**20)
-    )
+    top = 2 ** (_bits(dt) - (dt[0] == "i"))  # the dtype's range, at most +-2**20
+    wide = dict(lo=-min(top, 2**20), hi=min(top - 1, 2**20)) if dt[0] == "i" else dict(lo=0, hi=min(top - 1, 2**20))
     a = d.array(shapes[0], dt, **wide)
     b = d.scalar(dt) if d.booleans() else d.array(shapes[1], dt, **wide)
     return d.case([a, b])

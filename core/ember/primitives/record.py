@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from .. import dtypes as D
 
-ALL = tuple(d.name for d in D.ALL)
+ALL = tuple(d.name for d in D.ALL + D.OPTIONAL)  # a backend is checked on the OPTIONAL ones it lists
 NUMERIC = tuple(n for n in ALL if n != "bool")
 FLOATS = ("float16", "float32", "float64")
 
@@ -193,7 +193,8 @@ def markdown() -> str:
             "`python -m ember.primitives > docs/primitives.md`. A backend implements each primitive as",
             "`impls[name](*buffers, **params) -> buffer` (see docs/writing-a-backend.md). Gradients are",
             "ember's business: backends never write backward code. The last column lists the dtypes",
-            "conformance tier 2 checks.",
+            "conformance tier 2 checks; int8, int16, uint16 and uint64 among them are optional (a backend",
+            "computes them where its capabilities list them, and is checked on those).",
             "",
             "## Rules for every primitive",
             "",

@@ -188,7 +188,7 @@ class NumbaBackend(NumpyBackend):
 
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),  # bfloat16, float8: numpy's buffers
             devices=("cpu",),
             fused=frozenset(self.fused_impls),
             compiles_groups=True,

@@ -220,12 +220,21 @@ def where_(node, c, a, b):
 
 
 # ---------------------------------------------------------------- casts
+def cast_to(node, x, dtype):
+    """``x.to(dtype)``; to a float8 format, values past its range saturate to its largest
+    value unless the node says ``saturate=0`` (then they round to inf or NaN, as ember casts)."""
+    if dtype in D.FLOAT8 and node.attr("saturate", 1):
+        top = D.FLOAT8_MAX[dtype]
+        x = x.clamp(-top, top)
+    return x.to(dtype)
+
+
 def cast(node, x):
-    return x.to(node.dtype(node.attr("to")))
+    return cast_to(node, x, node.dtype(node.attr("to")))
 
 
 def cast_like(node, x, like):
-    return x.to(like.dtype)
+    return cast_to(node, x, like.dtype)
 
 
 def dropout(node, x, ratio=None, training=None):

@@ -182,13 +182,10 @@ def _product(ranges):
     return out
 
 
-# The padding value of max pooling per integer dtype: its smallest value.
-LOWEST = {D.uint8: 0, D.uint32: 0, D.int32: -(2**31), D.int64: -(2**63), D.bool_: False}
-
-
 def max_pool(node, x):
     kernel = list(node.attr("kernel_shape"))
-    low = float("-inf") if x.dtype.is_floating_point else LOWEST[x.dtype]
+    # the padding value: -inf, or an integer dtype's smallest value
+    low = float("-inf") if x.dtype.is_floating_point else D.int_range(x.dtype)[0]
     padded, (strides, dil, _, _, outs) = _windows(node, x, kernel, low)
     best = None
     for s in _taps(padded, kernel, strides, dil, outs):

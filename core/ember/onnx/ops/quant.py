@@ -1,4 +1,4 @@
-"""Quantization operators on uint8 (and int32 accumulators): QuantizeLinear,
+"""Quantization operators on 8- and 16-bit integers and float8 (and int32 accumulators): QuantizeLinear,
 DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
 
 Integer products are computed in float64 (exact for 8-bit operands and the sums ONNX's cases
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from ... import dtypes as D
 from ...tensor import where
-from .elementwise import _round_half_even
+from .elementwise import _round_half_even, cast_to
 from .nn import conv
-
-RANGES = {D.uint8: (0, 255), D.int32: (-(2**31), 2**31 - 1), D.uint32: (0, 2**32 - 1)}
 
 
 def _along(node, s, x):
     """Scale/zero point s broadcast against x: scalar, per axis, or per block along the axis."""
-    if s.ndim == 0 or s.numel() == 1 and x.ndim != 1:
+    if s.numel() == 1:  # one value, per tensor (also a (1,) one beside a 1-d x, where axis 1 is no axis)
         return s.reshape([])
     a = node.attr("axis", 1)
     a = a + x.ndim if a < 0 else a
@@ -32,12 +30,15 @@ def _along(node, s, x):
 
 
 def _saturate(y, dtype):
-    lo, hi = RANGES.get(dtype, (None, None))
+    lo, hi = D.int_range(dtype) if dtype.kind in "iu" else (None, None)
     return y.clamp(lo, hi).to(dtype)
 
 
 def quantize(node, x, scale, zp=None):
     dtype = zp.dtype if zp is not None else node.dtype(node.attr("output_dtype", 2) or 2)
+    if dtype in D.FLOAT8:  # rounds as the cast does, not to an integer
+        y = x.to(D.float32) / _along(node, scale, x).to(D.float32)
+        return cast_to(node, y + _along(node, zp, x).to(D.float32) if zp is not None else y, dtype)
     y = _round_half_even(x.to(D.float32) / _along(node, scale, x).to(D.float32))
     if zp is not None:
         y = y + _along(node, zp, x).to(D.float32)
