@@ -1,6 +1,7 @@
 """ember-numba's kernels for the NumPy runner's graph rewrites (ember_numba/rewrites.py): each
-gives the values of the nodes it replaces as this backend computes them, bit for bit, and a
-compiled LeNet step on numba takes them and gives eager numba's gradients, to the bit."""
+gives the values of the nodes it replaces as this backend computes them, bit for bit. (That a
+compiled LeNet step on numba takes them, with eager numba's gradients to the bit, is checked
+beside the NumPy backend's rewrites: tests/backends/test_numpy_rewrites.py.)"""
 
 import numpy as np
 import pytest
@@ -67,52 +68,3 @@ def test_conv_bias_relu_on_the_references_output():
     p = ember.get_backend("numpy").impls["conv2d"](x, w, (1, 1), (0, 0), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
     got = rewrites.conv2d_bias_relu(x, w, bias, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
     np.testing.assert_array_equal(_bits(got), _bits(np.where(p > 0, p, 0)))
-
-
-@pytest.mark.parametrize("kernels", [True, False], ids=["conv-kernels", "reference-conv"])
-def test_a_lenet_step_takes_the_numpy_runners_rewrites_with_eagers_bits(kernels, monkeypatch):
-    """The NumPy runner's rewrites of a convolution with its bias and ReLU, and of ReLU's
-    gradient through a max pool, apply on numba (the backend names its own kernels for them),
-    and the compiled step's gradients are eager numba's, bit for bit: ties inside the
-    windows, zeros before the ReLUs."""
-    from ember import nn, optim
-    from ember.backends.numpy import rewrites
-    from ember.nn import functional as F
-    from ember_numba import conv
-
-    if kernels:
-        monkeypatch.setattr(conv, "MIN_SIZE", 0)  # the chunked convolutions, with the epilogue
-
-    def lenet():
-        return nn.Sequential(
-            nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 8, 3), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(8 * 2 * 2, 10),
-        )  # fmt: skip
-
-    rng = np.random.RandomState(0)
-    x = ember.tensor(rng.randint(-2, 3, size=(5, 1, 14, 15)).astype(np.float32), backend="numba")
-    y = ember.tensor(rng.randint(0, 10, size=5), backend="numba")
-
-    def grads(compiled):
-        ember.manual_seed(0)
-        model = lenet().to("numba")
-        opt = optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, y):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            return loss
-
-        run = ember.jit(step) if compiled else step
-        for _ in range(3):  # the jit traces twice, then runs its planned program
-            loss = run(x, y)
-        program = run.lower(x, y).program if compiled else None
-        return [loss.numpy()] + [p.grad.numpy().copy() for p in model.parameters()], program
-
-    want, _ = grads(False)
-    got, program = grads(True)
-    kernels = sorted(v.params["name"] for v in program.graph.nodes if v.op == rewrites.KERNEL)
-    assert kernels == ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(_bits(g), _bits(w))
