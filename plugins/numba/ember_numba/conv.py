@@ -320,7 +320,7 @@ class Chunks:
 def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
     """``conv2d`` (groups 1) for float ``x`` (N, C, H, W) and ``w`` (O, C, KH, KW); then
     ``epilogue(block)``, if given, in place on each chunk's (m, O, OH, OW) output block while
-    it is in cache (a bias and ReLU: see :func:`conv2d_then`)."""
+    it is in cache (a bias and ReLU: see :func:`_conv2d`)."""
     x = np.ascontiguousarray(x)
     ch = Chunks(x.shape, w.shape, stride, padding, dilation, x.dtype)
     o, p = ch.o, ch.p
