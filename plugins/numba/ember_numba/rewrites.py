@@ -51,12 +51,14 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     return max_pool2d_backward(gated, r, **pool)
 
 
-@numba.njit(parallel=True, **JIT)
+@numba.njit(**JIT)
 def _bias_relu_planes(y, bias, O, P):
-    """y[n, o] = where(y + bias[o] > 0, y + bias[o], 0) in place, for contiguous y (N, O, P)."""
+    """y[n, o] = where(y + bias[o] > 0, y + bias[o], 0) in place, for contiguous y (N, O, P).
+    One thread: it runs on the convolution's chunk threads (conv.py), where a parallel launch
+    would nest the threading layer's teams (or abort, on numba's workqueue layer)."""
     zero = y.dtype.type(0)
     p_n = uint64(P)
-    for t in prange(uint64(y.size // P)):
+    for t in range(uint64(y.size // P)):
         b = bias[t % uint64(O)]
         base = t * p_n
         for k in range(p_n):
@@ -70,8 +72,7 @@ def _bias_relu(bias):
 
     def epilogue(y):
         if y.flags.c_contiguous and y.dtype == b.dtype:
-            p = y.shape[2] * y.shape[3]
-            launch.run(launch.for_work(_bias_relu_planes, y.size), y.size, y.reshape(-1), b, y.shape[1], p)
+            _bias_relu_planes(y.reshape(-1), b, y.shape[1], y.shape[2] * y.shape[3])
         else:  # the reference's layout or dtype: NumPy's passes, the same bits
             v = np.add(y, b.reshape(1, -1, 1, 1), dtype=y.dtype)
             y[...] = np.where(v > 0, v, 0)
