@@ -10,7 +10,8 @@ is first used (see plugin.py).
 The modules, in the order a call meets them: plugin.py (the entry point) → threads.py (the
 threading layer and thread count, set before numba loads) → backend.py (the primitive table)
 → render.py (elementwise programs to kernel source) → launch.py (plans, when to compile, how
-many threads) → cache.py (source to cached module) → blas.py (matrix products) → kernels.py
+many threads) → cache.py (source to cached module) → background.py (compiling ahead in a
+forked worker) → blas.py (matrix products) → kernels.py
 (hand-written kernels) → fused/ (fused ops, one module per family) → jit.py (``compile(group)``). docs/numba.md
 describes them.
 """

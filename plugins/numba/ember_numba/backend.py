@@ -16,6 +16,7 @@ the bit; reductions and convolutions add in another order (docs/numba.md).
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
@@ -26,7 +27,7 @@ from ember.backends.numpy import backend as nb, host_memory
 from ember.backends.numpy.backend import NumpyBackend
 from ember.primitives import GROUPS
 
-from . import __version__, conv, foreach, fused as fused_ops, kernels, launch, rewrites, sorting, threads
+from . import __version__, foreach, fused as fused_ops, kernels, launch, rewrites, threads
 from .render import Program
 
 #: Elements from which an elementwise primitive runs as a numba kernel rather than a NumPy
@@ -135,11 +136,36 @@ ELEMENTWISE = [
     "where",
 ]
 
+#: Kernel modules imported at the first call of one of their primitives, not when the backend
+#: loads: an MLP never convolves or sorts, and importing conv.py (with winograd.py) and
+#: sorting.py, their numba functions included, is ~20 ms of every start (docs/performance.md,
+#: "the first compiled step"). Each lists the primitives of its ``IMPLS``.
+LAZY = {
+    "conv": ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"),
+    "sorting": ("argtopk", "argsort", "cumsum"),
+}
+
+
+def _lazy(module: str, op: str):
+    """``impls[op]`` until ``module`` is imported: imports it, puts its kernels in the table
+    and runs the call."""
+    found: list = []
+
+    def impl(*args, **kwargs):
+        if not found:
+            table = importlib.import_module(f"{__package__}.{module}").IMPLS
+            IMPLS.update(table)
+            found.append(table[op])
+        return found[0](*args, **kwargs)
+
+    impl.__name__ = f"numba_{op}"
+    return impl
+
+
 IMPLS = dict(nb.IMPLS)
 IMPLS.update({op: elementwise(op) for op in ELEMENTWISE})
 IMPLS.update(kernels.IMPLS)
-IMPLS.update(conv.IMPLS)
-IMPLS.update(sorting.IMPLS)
+IMPLS.update({op: _lazy(module, op) for module, ops in LAZY.items() for op in ops})
 
 
 class NumbaBackend(NumpyBackend):

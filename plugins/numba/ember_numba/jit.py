@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from . import launch
+from . import background, launch
 from .render import EXPR, Program, element_strides, render_reduce
 
 _KERNELS: dict = {}  # rendered source -> module (one per distinct group structure)
@@ -89,6 +89,14 @@ def compile_group(group):
     return None
 
 
+def _ahead(kernel, prefix, in_dtypes, out_dtypes):
+    """Hand ``kernel``'s compile to the background worker (background.py): ember.jit lowers
+    every group before it runs the first, so the worker compiles the later groups' kernels
+    while this process compiles the first. A kernel's arguments are ``prefix`` (sizes and
+    strides), then one flat C-contiguous buffer per input and output."""
+    background.soon(kernel, *prefix, *[np.empty(0, d) for d in (*in_dtypes, *out_dtypes)])
+
+
 # ----------------------------------------------------------------------------- translation
 def _dtype(v) -> str:
     name = str(v.dtype)
@@ -137,6 +145,7 @@ def _elementwise(group):
 
     shape = tuple(group.shape)
     dtypes = kernel.out_dtypes
+    _ahead(plan.fn, plan.prefix, [dt for _, dt in program.inputs], dtypes)
 
     def run(*bufs, out=None):
         ins = [np.ascontiguousarray(b) for b in bufs]
@@ -328,6 +337,7 @@ def _reduce(group):
     prefix = (A, B, C, AT, BT, *stride_args)
     out_specs = [(tuple(o.shape), np.dtype(str(o.dtype))) for o in pre_outs + post_outs]
     order = [(pre_outs + post_outs).index(o) for o in group.outputs]
+    _ahead(module.kernel, prefix, [str(a.dtype) for a in group.inputs], [d for _, d in out_specs])
 
     def run(*bufs, out=None):
         outs = [None] * len(out_specs)

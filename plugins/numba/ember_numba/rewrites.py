@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
-from . import conv, launch
+from . import launch
 from .fused.common import FLOATS, JIT
 from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
 
@@ -83,6 +83,8 @@ def _bias_relu(bias):
 def conv2d_bias_relu(x, w, bias, **params):
     """``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias``: the convolution, with the
     bias and ReLU applied to each chunk of its output as it finishes."""
+    from . import conv  # loaded at the first convolution (backend.LAZY): an MLP never needs it
+
     return conv._conv2d(x, w, epilogue=_bias_relu(bias), **params)
 
 

@@ -137,7 +137,8 @@ COLD_WARM = """
 
     losses = [step(x, y).item() for _ in range(6)]
     digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in model.parameters())).hexdigest()
-    print(json.dumps({"losses": [v.hex() for v in losses], "params": digest,
+    from ember_numba import background
+    print(json.dumps({"losses": [v.hex() for v in losses], "params": digest, "background": background.STATS,
                       "seconds": time.perf_counter() - t0, "compiled": step.lower(x, y).program.compiled}))
 """
 
@@ -154,7 +155,9 @@ def _run(code, **env):
 
 def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
     """Six jitted MLP steps (W1's shapes) with empty caches, then again with the caches the
-    first run filled: every loss and every parameter the same to the bit.
+    first run filled, and with empty caches and no background compiles (its worker compiles
+    some of the cold run's kernels, background.py): every loss and every parameter the same
+    to the bit.
 
     Matrix products run as one-thread BLAS blocks (``EMBER_NUMBA_BLAS=split``): in the default
     "blas" mode a product's thread count is chosen by timing it (``blas.PRODUCT_THREADS``), and
@@ -164,11 +167,19 @@ def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
         "EMBER_CACHE": str(tmp_path / "ember"),
         "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
         "EMBER_NUMBA_BLAS": "split",
+        "EMBER_NUMBA_BACKGROUND": "1",  # the compile worker whatever the machine's load
     }
     cold = _run(COLD_WARM, **caches)
     warm = _run(COLD_WARM, **caches)
+    alone = {**caches, "EMBER_CACHE": str(tmp_path / "e2"), "NUMBA_CACHE_DIR": str(tmp_path / "n2")}
+    alone = _run(COLD_WARM, **{**alone, "EMBER_NUMBA_BACKGROUND": "0"})
     assert cold["compiled"] > 0
-    assert (cold["losses"], cold["params"]) == (warm["losses"], warm["params"])
+    assert (cold["losses"], cold["params"]) == (warm["losses"], warm["params"]) == (alone["losses"], alone["params"])
+    from ember_numba import background
+
+    if background.available():
+        assert cold["background"]["compiled_there"] > 0, cold["background"]
+    assert warm["background"]["handed"] == 0 and alone["background"]["handed"] == 0
     print(f"6 jitted MLP steps: cold caches {cold['seconds']:.2f} s, warm {warm['seconds']:.2f} s")
 
 

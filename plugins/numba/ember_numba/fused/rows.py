@@ -10,7 +10,7 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
-from .. import launch
+from .. import background, launch
 from .common import FLOATS, JIT, _reference
 
 
@@ -230,20 +230,28 @@ def _softmax_backward_like(name, log):
     return impl
 
 
-def _ce_ok(name, logits, target):
-    return (
+def _ce_ok(name, logits, target, kernel, *args):
+    """Do the row kernels cover these operands, and are their shapes hot (launch.HOT)? Until
+    they are, the kernel the hot call will run (``kernel`` on ``args`` after the logits,
+    targets and their shape) is handed to the background compiler (background.py)."""
+    if not (
         logits.dtype in FLOATS
         and logits.ndim == 2
         and target.shape == logits.shape[:1]
         and target.dtype.kind in "iu"
         and logits.shape[0] > 0
         and logits.shape[1] > 0
-        and launch.hot((name, logits.shape, logits.dtype.num))
-    )
+    ):
+        return False
+    if launch.hot((name, logits.shape, logits.dtype.num)):
+        return True
+    R, C = logits.shape
+    background.soon(launch.for_work(kernel, logits.size), logits.reshape(-1), np.empty(0, np.int64), R, C, *args)
+    return False
 
 
 def cross_entropy(logits, target, *, ignore_index=-100):
-    if not _ce_ok("cross_entropy", logits, target):
+    if not _ce_ok("cross_entropy", logits, target, cross_entropy_rows, ignore_index, np.empty(0, np.float64)):
         return _reference("cross_entropy", logits, target, ignore_index=ignore_index)
     R, C = logits.shape
     t = np.ascontiguousarray(target, dtype=np.int64)
@@ -258,7 +266,9 @@ def cross_entropy(logits, target, *, ignore_index=-100):
 
 
 def cross_entropy_backward(grad, logits, target, *, ignore_index=-100):
-    if grad.dtype != logits.dtype or grad.size != 1 or not _ce_ok("cross_entropy_backward", logits, target):
+    fits = grad.dtype == logits.dtype and grad.size == 1
+    scaled = (ignore_index, 1.0, np.empty(0, logits.dtype))
+    if not fits or not _ce_ok("cross_entropy_backward", logits, target, cross_entropy_backward_rows, *scaled):
         return _reference("cross_entropy_backward", grad, logits, target, ignore_index=ignore_index)
     R, C = logits.shape
     t = np.ascontiguousarray(target, dtype=np.int64)
