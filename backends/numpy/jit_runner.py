@@ -194,7 +194,7 @@ class NumpyProgram(Program):
 
     def lower(self, v):
         if v.op == rewrites.KERNEL:
-            kernel, params = rewrites.KERNELS[v.params["name"]], v.params["params"]
+            kernel, params = self.rewrite_kernel(v), v.params["params"]
             return lambda *bufs: kernel(*bufs, **params)
         return super().lower(v)
 
@@ -223,13 +223,20 @@ class NumpyProgram(Program):
         self.layouts = layout, cap_strides
         return [env[s] for s in self.out_slots]
 
+    def rewrite_kernel(self, v):
+        """The function of rewritten node ``v``: the backend's own (``rewrite_kernels``) or rewrites.py's."""
+        name = v.params["name"]
+        return getattr(self.backend, "rewrite_kernels", {}).get(name) or rewrites.KERNELS[name]
+
     def _writes_into(self, v) -> bool:
         """Can the runner have node ``v`` computed into a planned buffer?"""
         g = self.kernel_group.get(v.id)
         if g is not None:  # in a compiled group: its outputs, given out=
             return v.id in self.kernel_outputs
         if v.op == rewrites.KERNEL:
-            return v.params["name"] in rewrites.WRITES_INTO
+            # only rewrites.py's own kernels take destinations (a backend's own allocate)
+            own = self.rewrite_kernel(v) is rewrites.KERNELS.get(v.params["name"])
+            return own and v.params["name"] in rewrites.WRITES_INTO
         return v.op in self.numpy_ops and _writes_into(v)
 
     def _plan(self, layout, cap_strides):

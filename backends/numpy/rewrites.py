@@ -15,7 +15,8 @@ Every rewrite gives the values of the nodes it replaces, bit for bit. ReLU's out
 never NaN and never -0.0, so ``r > 0`` exactly where its mask was true, and the gradient that
 reaches a window's maximum passes ReLU exactly when the pooled output is above zero. A rewrite applies only where the backend runs every node of
 the pattern with the NumPy backend's own function and compiles no groups (numba's and
-CuPy's host backends keep their own kernels).
+CuPy's host backends keep their own kernels), or where the backend names the rule's kernel
+in its ``rewrite_kernels`` (name -> its own function, which gives the same bits).
 
 The rewritten graph's nodes are ``kernel`` nodes (``params``: ``{"name", "params"}``), which
 :class:`~ember.backends.numpy.jit_runner.NumpyProgram` lowers to the functions in
@@ -311,9 +312,19 @@ RULES = (
     (_batch_norm_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add")}, {"batch_norm"}),
     (_relu, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
 )
+#: The kernel each rule makes, for backends that bring their own (``rewrite_kernels``).
+MAKES = {
+    _pool_backward: "relu_max_pool2d_backward",
+    _relu_backward: "relu_backward",
+    _conv_bias_relu: "conv2d_bias_relu",
+    _batch_norm_relu: "batch_norm_relu",
+    _relu: "relu",
+}
 
 
-def _applies(backend, impls, fused_names) -> bool:
+def _applies(backend, impls, fused_names, kernel=None) -> bool:
+    if kernel in getattr(backend, "rewrite_kernels", {}):
+        return True  # the backend's own kernel, which vouches for the pattern's bits
     if type(backend).compile is not Backend.compile:
         return False
     if any(backend.impls.get(op) is not f for op, f in impls.items()):
@@ -381,7 +392,7 @@ def rewrite(graph, groups, backend):
     when none does)."""
     out = graph
     for rule, impls, fused_names in RULES:
-        if _applies(backend, impls, fused_names):
+        if _applies(backend, impls, fused_names, MAKES[rule]):
             out = _apply(rule, out)
     if out is graph:
         return graph, groups

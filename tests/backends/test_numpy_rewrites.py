@@ -110,6 +110,24 @@ def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape
         np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
+def test_a_backend_with_its_own_rewrite_kernels_gets_the_rewrites(monkeypatch):
+    """numba compiles groups, but names its own kernels for two rewrites (rewrite_kernels):
+    a compiled LeNet step takes them, and its gradients are eager numba's, bit for bit."""
+    pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+    from ember_numba import conv, launch
+
+    monkeypatch.setattr(launch, "HOT", 1)  # numba's kernels from the first call, however small
+    monkeypatch.setattr(conv, "MIN_SIZE", 0)
+    rng = np.random.RandomState(0)
+    x = ember.tensor(rng.randint(-2, 3, size=(5, 1, 14, 15)).astype(np.float32), backend="numba")
+    y = ember.tensor(rng.randint(0, 10, size=5), backend="numba")
+    want, _ = _grads(lambda: _lenet().to("numba"), x, y, compiled=False)
+    got, program = _grads(lambda: _lenet().to("numba"), x, y, compiled=True)
+    assert _kernels(program) == ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
 def test_no_rewrite_where_the_backend_runs_a_node_with_its_own_function():
     class OwnWhere(NumpyBackend):
         name = "own_where"

@@ -27,7 +27,7 @@ from ember.backends.numpy import backend as nb, host_memory
 from ember.backends.numpy.backend import NumpyBackend
 from ember.primitives import GROUPS
 
-from . import __version__, foreach, fused as fused_ops, kernels, launch, threads
+from . import __version__, foreach, fused as fused_ops, kernels, launch, rewrites, threads
 from .render import Program
 
 #: Elements from which an elementwise primitive runs as a numba kernel rather than a NumPy
@@ -182,6 +182,10 @@ class NumbaBackend(NumpyBackend):
     #: the product across the plugin's threads) nor the reductions (NumPy's are several times
     #: slower over several axes, and their results are small).
     same_as_numpy = frozenset(ELEMENTWISE)
+    #: The NumPy runner's graph rewrites (ember.backends.numpy.rewrites) this backend has kernels
+    #: for, each giving its pattern's bits with this backend's ops (rewrites.py here): they
+    #: apply although the backend compiles groups.
+    rewrite_kernels = rewrites.KERNELS
 
     def capabilities(self):
         import numba

@@ -317,8 +317,10 @@ class Chunks:
         return out.reshape(self.o, m * self.p)
 
 
-def conv2d_cols(x, w, stride, padding, dilation):
-    """``conv2d`` (groups 1) for float ``x`` (N, C, H, W) and ``w`` (O, C, KH, KW)."""
+def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
+    """``conv2d`` (groups 1) for float ``x`` (N, C, H, W) and ``w`` (O, C, KH, KW); then
+    ``epilogue(block)``, if given, in place on each chunk's (m, O, OH, OW) output block while
+    it is in cache (a bias and ReLU: see :func:`_conv2d`)."""
     x = np.ascontiguousarray(x)
     ch = Chunks(x.shape, w.shape, stride, padding, dilation, x.dtype)
     o, p = ch.o, ch.p
@@ -326,6 +328,11 @@ def conv2d_cols(x, w, stride, padding, dilation):
     out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
 
     def work(n0, m):
+        product(n0, m)
+        if epilogue is not None:
+            epilogue(out[n0 : n0 + m])
+
+    def product(n0, m):
         cols = ch.im2col(x, n0, m)
         if m == 1:
             ch.gemm(wm, cols, out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW
@@ -402,18 +409,23 @@ def _conv_ok(name, a, b, groups, macs):
     return hot((name, a.shape, b.shape, a.dtype.num), 2 * macs)
 
 
-def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, epilogue=None):
+    """``conv2d``; with ``epilogue``, that function applied in place to the output too: to
+    each chunk's block while it is in cache where the im2col chunks compute it (a bias and
+    ReLU: the NumPy runner's conv2d_bias_relu rewrite, see rewrites.py)."""
     if not _conv_ok(
         "conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)
     ):
-        return nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
+        y = nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
     # 3x3, stride 1 (winograd.py); None: not finite, computed directly
-    if (
+    elif not (
         winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, x.dtype)
         and (y := winograd.conv2d(x, w, padding)) is not None
     ):
-        return y
-    return conv2d_cols(x, w, stride, padding, dilation)
+        return conv2d_cols(x, w, stride, padding, dilation, epilogue)
+    if epilogue is not None:
+        epilogue(y)
+    return y
 
 
 def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):

@@ -7,6 +7,8 @@ compares; their backward zeroes the plane and adds each gradient at its window's
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -224,33 +226,45 @@ def _pool_2x2_block(typingctx, x, q0, q1, ahead, out, o, L):
     return types.void(x, q0, q1, ahead, out, o, L), codegen
 
 
-@intrinsic
-def _pool_2x2_backward_block(typingctx, x, g, o, q0, q1, ahead, dx, L):
-    """The input gradient of L windows: ``0 + g[o + j]`` at the maximum of window j (the cell
-    the forward block takes), zero in its other three cells: both rows of dx, whole."""
-    n = _block_size(L)
+def _backward_block(relu):
+    """The intrinsic for the input gradient of L windows: ``0 + g[o + j]`` at the maximum of
+    window j (the cell the forward block takes), zero in its other three cells: both rows of
+    dx, whole. With ``relu``, the gradient of ReLU before the pool too (the NumPy runner's
+    relu_max_pool2d_backward rewrite): a window whose maximum is not above zero passes +0.0,
+    decided in registers from the maximum the block finds anyway."""
 
-    def codegen(context, builder, signature, args):
-        x_type, g_type, _, _, _, _, dx_type, _ = signature.args
-        a, b, c, d = _corners(context, builder, x_type, args[0], args[3], args[4], args[5], n)
-        right, right_below = _wins(builder, b, a), _wins(builder, d, c)
-        top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
-        below = _wins(builder, bottom, top)
-        zero = ir.Constant(a.type, None)
-        # 0 + g, not g: the reference adds the gradient into zeros (a -0.0 becomes +0.0)
-        grad = builder.fadd(_load(context, builder, g_type, args[1], args[2], n), zero)
-        cells = (
-            builder.select(builder.or_(below, right), zero, grad),
-            builder.select(right, builder.select(below, zero, grad), zero),
-            builder.select(below, builder.select(right_below, zero, grad), zero),
-            builder.select(builder.and_(below, right_below), grad, zero),
-        )
-        interleave = [k for j in range(n) for k in (j, n + j)]
-        _store(context, builder, dx_type, args[6], args[3], _shuffle(builder, cells[0], cells[1], interleave))
-        _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[2], cells[3], interleave))
-        return context.get_dummy_value()
+    @intrinsic
+    def block(typingctx, x, g, o, q0, q1, ahead, dx, L):
+        return types.void(x, g, o, q0, q1, ahead, dx, L), functools.partial(_backward_codegen, relu, _block_size(L))
 
-    return types.void(x, g, o, q0, q1, ahead, dx, L), codegen
+    return block
+
+
+def _backward_codegen(relu, n, context, builder, signature, args):
+    x_type, g_type, _, _, _, _, dx_type, _ = signature.args
+    a, b, c, d = _corners(context, builder, x_type, args[0], args[3], args[4], args[5], n)
+    right, right_below = _wins(builder, b, a), _wins(builder, d, c)
+    top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
+    below = _wins(builder, bottom, top)
+    zero = ir.Constant(a.type, None)
+    # 0 + g, not g: the reference adds the gradient into zeros (a -0.0 becomes +0.0)
+    grad = builder.fadd(_load(context, builder, g_type, args[1], args[2], n), zero)
+    if relu:
+        grad = builder.select(builder.fcmp_ordered(">", builder.select(below, bottom, top), zero), grad, zero)
+    cells = (
+        builder.select(builder.or_(below, right), zero, grad),
+        builder.select(right, builder.select(below, zero, grad), zero),
+        builder.select(below, builder.select(right_below, zero, grad), zero),
+        builder.select(builder.and_(below, right_below), grad, zero),
+    )
+    interleave = [k for j in range(n) for k in (j, n + j)]
+    _store(context, builder, dx_type, args[6], args[3], _shuffle(builder, cells[0], cells[1], interleave))
+    _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[2], cells[3], interleave))
+    return context.get_dummy_value()
+
+
+_pool_2x2_backward_block = _backward_block(False)
+_pool_2x2_relu_backward_block = _backward_block(True)
 
 
 @numba.njit(inline="always", **JIT)
@@ -287,7 +301,7 @@ def _pool_2x2_kernels(L):
                         _pool_2x2_block(x, q, q + w, ahead, out, o + j, L)
 
     @numba.njit(parallel=True, **JIT)
-    def backward(x, g, P, H, W, OH, OW, dx):
+    def backward(x, g, P, H, W, OH, OW, dx, relu):
         w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
         zero = dx.dtype.type(0)
         for p in prange(P):
@@ -297,7 +311,10 @@ def _pool_2x2_kernels(L):
                 for j0 in range(0, OW, L):
                     j = min(uint64(j0), last)
                     q = r0 + uint64(2) * j
-                    _pool_2x2_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
+                    if relu:
+                        _pool_2x2_relu_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
+                    else:
+                        _pool_2x2_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
                 for c in range(uint64(2 * OW), w):  # an odd width's last column
                     dx[r0 + c] = zero
                     dx[r0 + w + c] = zero
@@ -314,10 +331,11 @@ def max_pool_2x2_planes(x, P, H, W, OH, OW, out):
     _pool_2x2_kernels(min(OW, BLOCK))[0](x, P, H, W, OH, OW, out)
 
 
-def max_pool_2x2_backward_planes(x, g, P, H, W, OH, OW, dx):
+def max_pool_2x2_backward_planes(x, g, P, H, W, OH, OW, dx, relu=False):
     """Its VJP: each window's gradient at its first maximum, zeros elsewhere -- every cell of
-    dx written once (the windows do not overlap), with no separate zeroing pass."""
-    _pool_2x2_kernels(min(OW, BLOCK))[1](x, g, P, H, W, OH, OW, dx)
+    dx written once (the windows do not overlap), with no separate zeroing pass. ``relu``:
+    only the windows whose maximum is above zero pass theirs (see _backward_block)."""
+    _pool_2x2_kernels(min(OW, BLOCK))[1](x, g, P, H, W, OH, OW, dx, relu)
 
 
 def _is_2x2(args) -> bool:
@@ -369,6 +387,24 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
     return out
 
 
+def relu_max_pool_2x2_backward(grad, r, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """``where(r > 0, max_pool2d_backward(grad, r), 0)`` for a ReLU output ``r`` in one pass,
+    for the 2x2 pools the vector kernel covers (None for others, and until the shapes are hot)."""
+    args = _pool_args(r, kernel_size, stride, padding, dilation, ceil_mode)
+    if (
+        args is None
+        or not _is_2x2(args)
+        or grad.dtype != r.dtype
+        or grad.shape != r.shape[:-2] + args[3:5]
+        or not launch.hot(("relu_max_pool2d_backward", r.shape, r.dtype.num) + args)
+    ):
+        return None
+    dx = np.empty(r.shape, r.dtype)
+    xs, gs = np.ascontiguousarray(r).reshape(-1), np.ascontiguousarray(grad).reshape(-1)
+    launch.run(max_pool_2x2_backward_planes, r.size, xs, gs, *args[:5], dx.reshape(-1), True)
+    return dx
+
+
 def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     params = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
     args = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode)
@@ -382,7 +418,7 @@ def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilatio
     dx = np.empty(x.shape, x.dtype)
     xs, gs = np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(grad).reshape(-1)
     if _is_2x2(args):
-        launch.run(max_pool_2x2_backward_planes, x.size, xs, gs, *args[:5], dx.reshape(-1))
+        launch.run(max_pool_2x2_backward_planes, x.size, xs, gs, *args[:5], dx.reshape(-1), False)
     else:
         launch.run(max_pool_backward_planes, x.size, xs, gs, *args, dx.reshape(-1))
     return dx

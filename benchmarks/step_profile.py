@@ -1,0 +1,117 @@
+"""Where one compiled training step spends its time: each step of ember.jit's program timed
+on its own, in the step (in-step) and, with ``--hot``, repeated alone on the same buffers
+(hot caches), so a kernel slow in itself tells apart from one slowed by what ran before it.
+
+    python -m benchmarks.step_profile --workload W1-train --backend numba+jit --hot
+    python -m benchmarks.step_profile --workload W2-train --groups
+
+Run speed measurements through the project's quiet-machine wrapper (docs/performance.md).
+The in-step times add up to the step's time; "hot" times of a product are its speed with its
+operands in cache, of an elementwise pass its speed when not waiting on memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from benchmarks.workloads import WORKLOADS, Ember
+
+
+def _programs():
+    """Every ember.jit program made from here on (a list that fills up)."""
+    from ember.jit import runner
+
+    made, init = [], runner.Program.__init__
+
+    def recording(self, *args, **kw):
+        init(self, *args, **kw)
+        made.append(self)
+
+    runner.Program.__init__ = recording
+    return made
+
+
+def _timed(program, inputs, captures, rng, times, args_of=None):
+    """``program.run`` with each step timed into ``times[i]`` (and its arguments kept in ``args_of``)."""
+    env = program.start(inputs, captures, rng)
+    for i, (fn, out, args, free) in enumerate(program.steps):
+        bufs = [env[a] for a in args]
+        if args_of is not None:
+            args_of[i] = bufs
+        t0 = time.perf_counter()
+        env[out] = fn(*bufs)
+        times.setdefault(i, []).append(time.perf_counter() - t0)
+        for f in free:
+            env[f] = None
+    return [env[s] for s in program.out_slots]
+
+
+def _name(v):
+    return str(v.params.get("name", v.op)) if v.op in ("fused", "numpy_kernel") else v.op
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="W1-train")
+    ap.add_argument("--backend", default="numba+jit")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--top", type=int, default=30, help="rows shown")
+    ap.add_argument("--hot", action="store_true", help="also time each step repeated alone")
+    ap.add_argument("--groups", action="store_true", help="print the program's fusion groups")
+    args = ap.parse_args(argv)
+
+    made = _programs()
+    step = WORKLOADS[args.workload].setup(Ember(args.backend, 2), args.batch)
+    for _ in range(5):  # traced, planned, kernels compiled
+        step()
+    best = min(_once(step) for _ in range(args.steps))
+    program = made[-1]  # the training step's (earlier ones: a first-step trace)
+    cls = type(program)
+    times: dict = {}
+    kept: dict = {}
+    real = cls.run
+    cls.run = lambda self, *a: _timed(self, *a, times, kept) if self is program else real(self, *a)
+    try:
+        for _ in range(args.steps):
+            step()
+    finally:
+        cls.run = real
+    rows = sorted(((statistics.median(t), i) for i, t in times.items()), reverse=True)
+    print(
+        f"{args.workload} on {args.backend}, batch {args.batch}: best step {best * 1e3:.2f} ms; "
+        f"{len(program.steps)} runner steps, sum of their medians {sum(r[0] for r in rows) * 1e3:.2f} ms"
+    )
+    for t, i in rows[: args.top]:
+        v = program.origin[i]
+        hot = ""
+        if args.hot:
+            hot = f"{_hot(program.steps[i][0], kept[i]) * 1e6:9.1f} µs hot"
+        print(f"{t * 1e6:9.1f} µs  {hot}  #{i:<3d} {_name(v):28s} {tuple(v.shape)}")
+    if args.groups:
+        for g in program.groups:
+            kind = (g.kind if g.fused else "-") + (" compiled" if program.kernels.get(id(g)) else "")
+            print(f"{kind}: " + "; ".join(f"{_name(v)}{tuple(v.shape)}" for v in g.nodes))
+
+
+def _once(step):
+    """Seconds of one training step (its loss read back: asynchronous devices finish)."""
+    t0 = time.perf_counter()
+    step().item()
+    return time.perf_counter() - t0
+
+
+def _hot(fn, bufs, repeats=20):
+    """The fastest of ``repeats`` calls of runner step ``fn`` on the same buffers."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(*bufs)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""ember-numba's kernels for the NumPy runner's graph rewrites (ember_numba/rewrites.py): each
+gives the values of the nodes it replaces as this backend computes them, bit for bit. (That a
+compiled LeNet step on numba takes them, with eager numba's gradients to the bit, is checked
+beside the NumPy backend's rewrites: tests/backends/test_numpy_rewrites.py.)"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba", reason="numba is not installed: pip install ./plugins/numba")
+pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+
+import ember  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("compile_at_once")
+
+POOL = {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0), "dilation": (1, 1), "ceil_mode": False}
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+@pytest.mark.parametrize("hw", [(8, 8), (11, 9)])  # covered by the windows / a row and column left over
+@pytest.mark.parametrize("given", [True, False])
+@pytest.mark.parametrize("k", [2, 3], ids=["2x2-vector-kernel", "3x3-gated-first"])
+def test_relu_pool_backward_is_the_relu_gradient_of_the_pool_backward(hw, given, k):
+    from ember_numba import rewrites
+    from ember_numba.fused import pooling
+
+    pool = dict(POOL, kernel_size=(k, k), stride=(k, k))
+    rng = np.random.RandomState(3)
+    y = rng.randint(-2, 3, size=(2, 3, *hw)).astype(np.float32)  # ties and zeros
+    r = np.where(y > 0, y, 0).astype(np.float32)
+    best = pooling.max_pool2d(r, **pool)
+    g = rng.standard_normal(best.shape).astype(np.float32)
+    g[0, 0, 0, :2] = -0.0  # the pool's backward here adds into zeros: +0.0, as the kernel gives
+    want = np.where(y > 0, pooling.max_pool2d_backward(g, r, **pool), 0)
+    got = rewrites.relu_max_pool2d_backward(g, r, best if given else None, **pool)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 700, 1 << 22], ids=["one-sample", "few-samples", "whole-batch"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_bias_relu_is_the_three_nodes_on_every_chunking(chunk_bytes, dtype, monkeypatch):
+    from ember_numba import conv, rewrites
+
+    monkeypatch.setattr(conv, "MIN_SIZE", 0)  # the chunked kernels, however small
+    monkeypatch.setattr(conv, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
+    rng = np.random.RandomState(4)
+    x, w = rng.standard_normal((5, 3, 9, 8)).astype(dtype), rng.standard_normal((4, 3, 3, 3)).astype(dtype)
+    bias = rng.standard_normal(4).astype(dtype)
+    bias[1] = np.nan  # a NaN sum fails gt: zero, as the reference's where gives
+    geo = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    p = conv._conv2d(x, w, **geo) + bias.reshape(1, -1, 1, 1)
+    want = np.where(p > 0, p, 0)
+    got = rewrites.conv2d_bias_relu(x, w, bias, **geo)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_conv_bias_relu_on_the_references_output():
+    from ember_numba import rewrites
+
+    rng = np.random.RandomState(5)  # too small for the kernels: the reference's convolution
+    x, w = rng.standard_normal((1, 1, 4, 4)).astype(np.float32), rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(2).astype(np.float32)
+    p = ember.get_backend("numpy").impls["conv2d"](x, w, (1, 1), (0, 0), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
+    got = rewrites.conv2d_bias_relu(x, w, bias, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
+    np.testing.assert_array_equal(_bits(got), _bits(np.where(p > 0, p, 0)))
