@@ -26,8 +26,9 @@ At stride 1 the input gradient is itself a forward convolution of the output gra
 the kernel flipped and its channels swapped; that is taken when its columns are not much
 larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 
-At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads
-(blas.matmul), not on one.
+At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads,
+not on one — the forward as one-thread BLAS calls on the plugin's threads
+(Chunks.forward_sample), the gradients on BLAS's (blas.matmul).
 """
 
 from __future__ import annotations

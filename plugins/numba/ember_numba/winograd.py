@@ -6,7 +6,8 @@ whose docstring derives it): each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B
 per tile position, summed over the channels) and an output transform. Here the transforms
 are numba kernels on NCHW memory, and the batch is cut into chunks as in conv.py: each chunk
 runs on one of the plugin's threads, taken on demand (``blas.on_demand``), with one-thread
-BLAS inside, and its buffers are a few MB, in cache.
+BLAS inside, and its buffers are a few MB, in cache. With fewer chunks than threads (batch 1)
+a chunk's tile rows are cut into bands that the threads share instead (:func:`_bands`).
 
 ==================  =======================================================  ================
 primitive           per chunk of ``m`` samples (T = m * tiles per sample)     then
