@@ -26,8 +26,9 @@ At stride 1 the input gradient is itself a forward convolution of the output gra
 the kernel flipped and its channels swapped; that is taken when its columns are not much
 larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 
-At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads
-(blas.matmul), not on one.
+At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads,
+not on one — the forward as one-thread BLAS calls on the plugin's threads
+(Chunks.forward_sample), the gradients on BLAS's (blas.matmul).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import functools
 import math
 import os
 import threading
+import time
 
 import numba
 import numpy as np
@@ -44,9 +46,9 @@ from numba import uint64
 from ember.backends.numpy import backend as nb
 
 from . import winograd
-from .blas import matmul, on_demand, one_thread
+from .blas import matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
-from .launch import hot, threads
+from .launch import ThreadChoice, hot, threads
 
 #: Bytes of columns per chunk (``EMBER_NUMBA_CONV_CHUNK``): in the last-level cache with room
 #: for the GEMM's other operands.
@@ -70,6 +72,14 @@ TAPS_MAX_OW = 8
 #: Column bytes from which one sample's im2col is shared out among the threads, when a chunk's
 #: products run on all of them (Chunks.wide): ~0.1 ms of copying, twice what waking a helper costs.
 SHARED_IM2COL_BYTES = 1 << 20
+#: One sample's forward convolution on all threads (Chunks.forward_sample): from this many
+#: output pixels it is cut into bands of output rows, each band's columns (at most
+#: BAND_BYTES, in a core's L2 cache) and its product made by the thread that takes it.
+BAND_MIN_P = 1024
+BAND_BYTES = 512 << 10
+BANDS_PER_THREAD = 2
+#: One thread or all for one sample's forward convolution, by measurement (launch.ThreadChoice).
+SAMPLE_THREADS = ThreadChoice()
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -82,8 +92,9 @@ def _inside(x0, sw, W, OW):
 
 
 @numba.njit(**JIT)
-def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, cols):
-    P = OH * OW
+def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, oh0, oh1, cols):
+    """Columns of output rows ``oh0 .. oh1-1`` (all: 0, OH), each a run of OW values."""
+    P = (oh1 - oh0) * OW
     for t in range(C * KH * KW * N):
         k = t // N
         n = t - k * N
@@ -94,9 +105,9 @@ def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, cols):
         dst = uint64((k * N + n) * P)
         x0 = kw * dw - pw
         lo, hi = _inside(x0, sw, W, OW)
-        for oh in range(OH):
+        for oh in range(oh0, oh1):
             y = oh * sh + kh * dh - ph
-            row = dst + uint64(oh * OW)
+            row = dst + uint64((oh - oh0) * OW)
             if y < 0 or y >= H:
                 for ow in range(uint64(OW)):
                     cols[row + ow] = 0
@@ -271,26 +282,62 @@ class Chunks:
         """This thread's column buffer for ``m`` samples: (CKK, m*P)."""
         return scratch("cols", self.ckk * m * self.p, self.dtype).reshape(self.ckk, m * self.p)
 
-    def im2col(self, x, n0, m):
+    def im2col(self, x, n0, m, workers=None):
         """Columns of samples n0 .. n0+m-1 of contiguous NCHW ``x`` (read only: for one sample
-        of a pointwise convolution, a view of ``x``)."""
+        of a pointwise convolution, a view of ``x``); one sample's copy shared among ``workers``
+        (default: all, where the chunk has them to itself)."""
         if self.pointwise and m == 1:
             return x[n0].reshape(self.ckk, self.p)
         cols = self.cols(m)
         c = self.geo[1]
-        if self.wide and m == 1 and c > 1 and cols.nbytes >= SHARED_IM2COL_BYTES:
+        workers = (self.threads if self.wide else 1) if workers is None else workers
+        if workers > 1 and m == 1 and c > 1 and cols.nbytes >= SHARED_IM2COL_BYTES:
             # One sample's channels are contiguous blocks of x and of the columns: the threads
             # that will share the GEMM share the copy too.
-            kk, blocks = self.ckk // c, min(c, 2 * self.threads)
+            kk, blocks = self.ckk // c, min(c, 2 * workers)
             e = [c * i // blocks for i in range(blocks + 1)]
             on_demand(
                 len(e) - 1,
-                self.threads,
+                workers,
                 lambda i: self._fill(x[n0 : n0 + 1, e[i] : e[i + 1]], cols[e[i] * kk : e[i + 1] * kk]),
             )
         else:
             self._fill(x[n0 : n0 + m], cols)
         return cols
+
+    def forward_sample(self, x, n, wm, out):
+        """``out (O, P) = wm @ columns of sample n`` of ``x`` on all threads, for a chunk that has
+        them to itself (:attr:`wide`): one-thread BLAS calls that the threads take on demand.
+        BLAS's own threads are not used here: between a network's layers they fall asleep, and
+        waking them cost more than the product (a 0.4 ms product took 2-7 ms after a 0.3 ms gap,
+        on the 2-core development machine). Wide outputs go as bands of output rows, each
+        band's im2col and product on one thread, its columns in that core's cache; the others
+        share the columns' copy, then the product as blocks (blas.shared_matmul). Where one
+        thread measured faster (:data:`SAMPLE_THREADS`: a busy machine), all of it runs on one."""
+        one, explore, st = SAMPLE_THREADS.choose((self.geo, wm.shape, self.dtype.num))
+        t0 = time.perf_counter()
+        with one_thread():
+            self._forward_sample(x, n, wm, out, 1 if one else self.threads)
+        SAMPLE_THREADS.record(st, one, explore, time.perf_counter() - t0)
+
+    def _forward_sample(self, x, n, wm, out, threads):
+        oh, ow = self.geo[-2:]
+        if self.pointwise or self.taps is not None or self.p < BAND_MIN_P:
+            cols = self.im2col(x, n, 1, threads)
+            np.matmul(wm, cols, out=out) if threads == 1 else shared_matmul(wm, cols, threads, out)
+            return
+        by_cache = BAND_BYTES // (self.ckk * ow * self.dtype.itemsize)
+        rows = max(1, min(by_cache, -(-oh // (BANDS_PER_THREAD * threads))))
+        edges = [*range(0, oh, rows), oh]
+        sample = x[n].reshape(-1)
+
+        def band(i):
+            r0, r1 = edges[i], edges[i + 1]
+            cols = scratch("band", self.ckk * (r1 - r0) * ow, self.dtype)
+            _im2col(sample, 1, *self.geo[1:], r0, r1, cols)
+            np.matmul(wm, cols.reshape(self.ckk, -1), out=out[:, r0 * ow : r1 * ow])
+
+        on_demand(len(edges) - 1, threads, band)
 
     def _fill(self, xs, cols):
         """im2col of contiguous ``xs`` (m, C', H, W) — C' of the C channels — into ``cols``."""
@@ -299,7 +346,7 @@ class Chunks:
         if self.taps is not None:
             _im2col_taps(xs.reshape(-1), m, c, g[2], g[3], g[4] * g[5], self.taps, self.p, cols.reshape(-1))
         else:
-            _im2col(xs.reshape(-1), m, c, *g[2:], cols.reshape(-1))
+            _im2col(xs.reshape(-1), m, c, *g[2:], 0, g[-2], cols.reshape(-1))
 
     def per_sample(self, m):
         """Run this chunk's GEMMs one sample at a time (batched matmul over strided views of the
@@ -333,6 +380,9 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
             epilogue(out[n0 : n0 + m])
 
     def product(n0, m):
+        if m == 1 and ch.wide:
+            ch.forward_sample(x, n0, wm, out[n0].reshape(o, p))
+            return
         cols = ch.im2col(x, n0, m)
         if m == 1:
             ch.gemm(wm, cols, out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW

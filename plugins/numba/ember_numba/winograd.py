@@ -6,7 +6,8 @@ whose docstring derives it): each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B
 per tile position, summed over the channels) and an output transform. Here the transforms
 are numba kernels on NCHW memory, and the batch is cut into chunks as in conv.py: each chunk
 runs on one of the plugin's threads, taken on demand (``blas.on_demand``), with one-thread
-BLAS inside, and its buffers are a few MB, in cache.
+BLAS inside, and its buffers are a few MB, in cache. With fewer chunks than threads (batch 1)
+a chunk's tile rows are cut into bands that the threads share instead (:func:`_bands`).
 
 ==================  =======================================================  ================
 primitive           per chunk of ``m`` samples (T = m * tiles per sample)     then
@@ -28,6 +29,8 @@ a result that is not finite is returned as None, and conv.py computes that one d
 
 from __future__ import annotations
 
+import time
+
 import numba
 import numpy as np
 from numba import uint64
@@ -36,7 +39,7 @@ from ember.backends.numpy import winograd as reference
 
 from .blas import on_demand, one_thread
 from .kernels import JIT
-from .launch import threads
+from .launch import ThreadChoice, threads
 
 F23 = reference.F23
 #: Input and output channels, and output pixels a sample, from which conv.py takes this path.
@@ -51,6 +54,12 @@ MIN_PIXELS = 256
 CHUNK_BYTES = 4 << 20
 MIN_TILES = 1024
 CHUNKS_PER_THREAD = 4
+#: With fewer chunks than threads (batch 1), a chunk's tile rows are cut into bands that the
+#: threads share: at least BAND_TILES tiles a band, BANDS_PER_THREAD bands a thread where the
+#: tiles allow; one thread or all by measurement (BAND_THREADS: a busy machine takes one).
+BAND_TILES = 96
+BANDS_PER_THREAD = 2
+BAND_THREADS = ThreadChoice()
 
 
 def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
@@ -76,10 +85,11 @@ _1, _2, _3 = uint64(1), uint64(2), uint64(3)
 
 
 @numba.njit(**JIT)
-def _input_transform(x, N, C, H, W, ph, pw, th, tw, V):
-    """``V`` (16, C, N*th*tw), flat <- ``B^T d B`` of every 4x4 tile (stride 2) of ``x``
-    (N, C, H, W), flat, zero-padded by (ph, pw)."""
-    T = N * th * tw
+def _input_transform(x, N, C, H, W, ph, pw, tw, ty0, ty1, V):
+    """``V`` (16, C, N*(ty1-ty0)*tw), flat <- ``B^T d B`` of every 4x4 tile (stride 2) in tile
+    rows ty0 .. ty1-1 of ``x`` (N, C, H, W), flat, zero-padded by (ph, pw)."""
+    nty = ty1 - ty0
+    T = N * nty * tw
     CT = uint64(C * T)
     width = 2 * tw + 2  # >= W + 2 * pw: every tile's columns, padding included
     wp = uint64(width)
@@ -90,7 +100,7 @@ def _input_transform(x, N, C, H, W, ph, pw, th, tw, V):
         n = t // C
         c = t - n * C
         plane = (n * C + c) * H * W
-        for ty in range(th):
+        for ty in range(ty0, ty1):
             for i in range(4):
                 y = 2 * ty + i - ph
                 dst = uint64(i) * wp + uint64(pw)
@@ -107,7 +117,7 @@ def _input_transform(x, N, C, H, W, ph, pw, th, tw, V):
                 s[wp + j] = r1 + r2
                 s[_2 * wp + j] = r2 - r1
                 s[_3 * wp + j] = r1 - r3
-            dst0 = uint64(c * T + (n * th + ty) * tw)
+            dst0 = uint64(c * T + (n * nty + ty - ty0) * tw)
             for p in range(4):
                 row = uint64(p) * wp
                 out = uint64(4 * p) * CT + dst0
@@ -136,18 +146,19 @@ def _tile_out(M, i, KT):
 
 
 @numba.njit(**JIT)
-def _output_transform(M, N, K, OH, OW, th, tw, out):
-    """``out`` (N, K, OH, OW), flat <- ``A^T M A`` of every tile of ``M`` (16, K, N*th*tw),
-    flat, cut to the output's edge."""
-    T = N * th * tw
+def _output_transform(M, N, K, OH, OW, tw, ty0, ty1, out):
+    """Tile rows ty0 .. ty1-1 of ``out`` (N, K, OH, OW), flat <- ``A^T M A`` of every tile of
+    ``M`` (16, K, N*(ty1-ty0)*tw), flat, cut to the output's edge."""
+    nty = ty1 - ty0
+    T = N * nty * tw
     KT = uint64(K * T)
     full = uint64(OW // 2)  # tiles whose two columns are inside the output
     for t in range(N * K):
         n = t // K
         k = t - n * K
         plane = uint64((n * K + k) * OH * OW)
-        for ty in range(th):
-            src = uint64(k * T + (n * th + ty) * tw)
+        for ty in range(ty0, ty1):
+            src = uint64(k * T + (n * nty + ty - ty0) * tw)
             row0 = plane + uint64(2 * ty * OW)
             row1 = row0 + uint64(OW)
             two = 2 * ty + 1 < OH
@@ -178,6 +189,19 @@ def _chunks(n, tiles, bytes_per_sample):
     return m, -(-n // m), nt
 
 
+def _bands(n0, m, th, tw, nt, tiles, key):
+    """``tiles`` of samples n0 .. n0+m-1 as bands of tile rows that ``nt`` threads take on
+    demand (at least :data:`BAND_TILES` tiles a band, BANDS_PER_THREAD a thread where there are
+    enough), or all on the calling thread where that measured faster (:data:`BAND_THREADS`,
+    per ``key``)."""
+    one, explore, st = BAND_THREADS.choose(key)
+    bands = 1 if one else max(1, min(BANDS_PER_THREAD * nt, m * th * tw // BAND_TILES, th))
+    edges = [th * i // bands for i in range(bands + 1)]
+    t0 = time.perf_counter()
+    on_demand(bands, nt, lambda i: tiles(n0, m, edges[i], edges[i + 1]))
+    BAND_THREADS.record(st, one, explore, time.perf_counter() - t0)
+
+
 def conv2d(x, w, padding):
     """``conv2d`` at stride 1 for NCHW float ``x`` and a 3x3 ``w`` (K, C, 3, 3): contiguous
     NCHW output, or None if it is not finite."""
@@ -187,21 +211,26 @@ def conv2d(x, w, padding):
     (ph, pw), dtype = padding, x.dtype
     oh, ow = h + 2 * ph - 2, wd + 2 * pw - 2
     th, tw = -(-oh // 2), -(-ow // 2)
-    U = np.ascontiguousarray(reference.kernel_transform(F23, w.astype(dtype, copy=False)).transpose(0, 2, 1))
     out = np.empty((n, k, oh, ow), dtype)
     per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)
 
-    def chunk(i):
-        n0 = i * per
-        m = min(per, n - n0)
-        T = m * th * tw
-        V = np.empty((16, c, T), dtype)
-        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, th, tw, V.reshape(-1))
+    def tiles(n0, m, ty0, ty1):
+        """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread."""
+        V = np.empty((16, c, m * (ty1 - ty0) * tw), dtype)
+        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, V.reshape(-1))
         M = np.matmul(U, V)  # 16 one-thread BLAS GEMMs (K, C) @ (C, T)
-        _output_transform(M.reshape(-1), m, k, oh, ow, th, tw, out[n0 : n0 + m].reshape(-1))
+        _output_transform(M.reshape(-1), m, k, oh, ow, tw, ty0, ty1, out[n0 : n0 + m].reshape(-1))
 
     with one_thread():
-        on_demand(count, nt, chunk)
+        # The kernels' transform too: a product of a few million flops that BLAS would put on
+        # its own threads, asleep between layers (conv.Chunks.forward_sample): 1-9 ms to wake.
+        U = np.ascontiguousarray(reference.kernel_transform(F23, w.astype(dtype, copy=False)).transpose(0, 2, 1))
+        if count >= nt:
+            on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
+        else:  # too few chunks to go round: each chunk's tile rows are shared out instead
+            for i in range(count):
+                m = min(per, n - i * per)
+                _bands(i * per, m, th, tw, nt, tiles, (m, c, k, th, tw, dtype.num))
     return out if reference.finite(out) else None
 
 

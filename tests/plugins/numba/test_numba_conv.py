@@ -126,8 +126,9 @@ def test_both_im2col_kernels_write_the_same_columns(xs, ws, s, p, d, monkeypatch
 @pytest.mark.parametrize("k", [3, 1], ids=["3x3", "pointwise"])
 @pytest.mark.parametrize("batch,per_sample_p", [(1, 10**9), (4, 1)], ids=["batch-1", "two-chunks-per-sample-gemms"])
 def test_fewer_chunks_than_threads_put_every_thread_on_the_products(mode, k, batch, per_sample_p, monkeypatch):
-    """A batch of one is one chunk: its products run on all threads (blas.matmul) instead of
-    one, in either BLAS mode, and still give the reference's numbers."""
+    """A batch of one is one chunk: its products run on all threads (blas.matmul, or for the
+    forward Chunks.forward_sample) instead of one, in either BLAS mode, and still give the
+    reference's numbers."""
     from ember_numba import blas
 
     monkeypatch.setattr(conv, "threads", lambda: 3)  # more threads than chunks, on any machine
@@ -163,7 +164,9 @@ def test_fewer_chunks_than_threads_put_every_thread_on_the_products(mode, k, bat
         rtol=1e-4,
         atol=1e-3,
     )
-    assert len(products) == 3 * ch.count  # every product of the three primitives went through blas.matmul
+    # the gradients' products went through blas.matmul; one sample's forward through
+    # Chunks.forward_sample's one-thread calls
+    assert len(products) == (2 if batch == 1 else 3) * ch.count
 
 
 @pytest.mark.parametrize("widest", [0, 10**9], ids=["row-kernel", "tap-kernel"])
@@ -179,3 +182,33 @@ def test_one_sample_im2col_shared_among_threads_writes_the_same_columns(widest, 
     ch._fill = lambda xs, cols: blocks.append(xs.shape[1]) or fill(xs, cols)
     np.testing.assert_array_equal(ch.im2col(x, 0, 1), alone)
     assert sorted(blocks) == [1, 1, 1, 1, 1, 2]  # the 7 channels in 2 blocks per thread
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize(
+    "xs,ws,s,p",
+    [
+        ((1, 3, 23, 21), (5, 3, 7, 7), 2, 3),  # a stem: bands of output rows, the last one short
+        ((1, 6, 8, 8), (300, 6, 3, 3), 1, 1),  # narrow (tap kernel), many output channels: blocks of rows
+        ((1, 6, 9, 9), (4, 6, 1, 1), 1, 0),  # pointwise: the input plane is the columns
+        ((2, 5, 14, 13), (7, 5, 3, 3), 2, 1),  # the second sample of a batch
+    ],
+)
+def test_one_sample_forward_on_all_threads_gives_the_reference(xs, ws, s, p, workers, monkeypatch):
+    """Chunks.forward_sample, every way it cuts one sample: bands of a few output rows (each
+    band's columns and product on the thread that takes it), or shared columns and blocks of
+    the product; on one thread or several."""
+    monkeypatch.setattr(conv, "BAND_MIN_P", 1)
+    monkeypatch.setattr(conv, "BAND_BYTES", 1)  # one output row a band
+    monkeypatch.setattr(conv, "SHARED_IM2COL_BYTES", 0)
+    monkeypatch.setattr(conv, "threads", lambda: 3)
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    geo = ((s, s), (p, p), (1, 1))
+    want = nb.IMPLS["conv2d"](x, w, *geo, 1)
+    ch = conv.Chunks(xs, ws, *geo, x.dtype)
+    for n in range(xs[0]):
+        out = np.full(want.shape[1:], np.nan, np.float32)
+        ch._forward_sample(x, n, w.reshape(ws[0], -1), out.reshape(ws[0], -1), workers)
+        np.testing.assert_allclose(out, want[n], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(conv.conv2d_cols(x[:1], w, *geo), want[:1], rtol=1e-4, atol=1e-4)

@@ -49,6 +49,26 @@ def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype
     )
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("xs,k,padding", GEOMETRIES)
+def test_tile_row_bands_shared_among_threads_match_the_direct_convolution(xs, k, padding, batch, monkeypatch, direct):
+    """Fewer chunks than threads (batch 1): each chunk's tile rows are cut into bands that the
+    threads take, here one tile row a band, on three threads."""
+    monkeypatch.setattr(winograd, "threads", lambda: 3)
+    monkeypatch.setattr(winograd, "BAND_TILES", 1)
+    monkeypatch.setattr(winograd.BAND_THREADS, "choose", lambda key: (False, False, None))  # all threads
+    monkeypatch.setattr(winograd.BAND_THREADS, "record", lambda *args: None)
+    bands = []
+    real = winograd._bands
+    monkeypatch.setattr(winograd, "_bands", lambda *a: bands.append(a[1]) or real(*a))
+    rng = np.random.default_rng(5)
+    xs = (batch,) + tuple(xs[1:])
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((k, xs[1], 3, 3)).astype(np.float32)
+    want = direct["conv2d"](x, w, (1, 1), padding, (1, 1), 1)
+    np.testing.assert_allclose(winograd.conv2d(x, w, padding), want, rtol=1e-4, atol=1e-4)
+    assert sum(bands) == batch  # every sample went through the bands
+
+
 def test_the_kernels_agree_with_the_numpy_winograd():
     """The same algorithm as the NumPy module, so the same numbers up to the GEMMs' order."""
     rng = np.random.default_rng(1)
