@@ -66,6 +66,19 @@ def test_conv_and_its_gradients_match_the_definition(xs, ws, stride, padding, di
     np.testing.assert_allclose((g * y).sum(), (gw * w).sum(), rtol=1e-10)
 
 
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GEOMETRIES)
+def test_input_gradient_per_kernel_position_gives_one_gemms_bits(
+    xs, ws, stride, padding, dilation, groups, monkeypatch
+):
+    rng = np.random.RandomState(2)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    g = rng.standard_normal(conv.conv2d(x, w, **kw).shape).astype(np.float32)
+    by_tap = conv.conv2d_grad_input(g, w, xs, **kw)
+    monkeypatch.setattr(conv, "TAPS_MAX_CHANNELS", 0)
+    np.testing.assert_array_equal(by_tap.view(np.uint32), conv.conv2d_grad_input(g, w, xs, **kw).view(np.uint32))
+
+
 def test_conv_output_is_channels_last_and_a_chain_stays_so():
     x = np.random.RandomState(1).standard_normal((2, 3, 6, 6)).astype(np.float32)
     y = conv.conv2d(x, np.ones((4, 3, 3, 3), np.float32), padding=(1, 1))
