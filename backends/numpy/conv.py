@@ -52,11 +52,18 @@ def _out_size(size, k, s, p, d):
 
 
 def _columns(xh, kernel, stride, dilation, out_hw):
-    """Channels-last padded input (N, HP, WP, C) -> columns (N*OH*OW, KH*KW*C)."""
+    """Channels-last padded input (N, HP, WP, C) -> columns (N*OH*OW, KH*KW*C) (a copy, or
+    for one channel the transposed view of one)."""
     n, _, _, c = xh.shape
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
     sn, sy, sx, sc = xh.strides
     win = as_strided(xh, (n, oh, ow, kh, kw, c), (sn, sy * sh, sx * sw, sy * dh, sx * dw, sc), writeable=False)
+    if c == 1:
+        # runs of KW values are too short for NumPy's copy loop: copy each kernel position's
+        # (N, OH, OW) plane instead (runs of OW values), and hand BLAS the transposed view
+        planes = np.empty((kh, kw, n, oh, ow), xh.dtype)
+        planes[...] = win[..., 0].transpose(3, 4, 0, 1, 2)
+        return planes.reshape(kh * kw, n * oh * ow).T
     return win.reshape(n * oh * ow, kh * kw * c)
 
 
@@ -173,7 +180,7 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
     sh, sw = stride
     oh, ow = g.shape[2:]
     gr = _rows(g).reshape(n, oh * ow, o)
-    by_tap = cg <= TAPS_MAX_CHANNELS
+    by_tap = 1 < cg <= TAPS_MAX_CHANNELS  # one channel: per position a matrix-vector product, summed otherwise
     if by_tap:  # (groups, KH*KW, O/groups, C/groups): one matrix per kernel position
         wm = np.ascontiguousarray(w.reshape(groups, og, cg, kh * kw).transpose(0, 3, 1, 2))
     else:
