@@ -7,6 +7,7 @@ memory than its nodes one by one.
 | ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
 | ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)`` | :func:`relu_backward`: ``where(r > 0, g, 0)`` | keeping the mask from the forward pass to the backward |
 | ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to the convolution's output, a cache-sized chunk at a time | three passes over the activation |
+| ``where(gt(p, 0), p, 0)`` with ``p = matmul(x, w) + bias`` (a Linear layer) | :func:`matmul_bias_relu`: the bias and ReLU applied in place to the product, a cache-sized chunk at a time | two passes over the activation |
 | ``where(gt(p, 0), p, 0)`` with ``p`` batch norm's output, or that plus a residual | :func:`batch_norm_relu`: the sum and ReLU applied to each chunk of batch norm's output while it is in cache | the sum's and ReLU's passes, and their outputs' memory |
 | ``where(gt(x, 0), x, 0)`` whose mask nothing else reads | :func:`relu`: one pass | the mask |
 
@@ -85,6 +86,14 @@ def conv2d_bias_relu(x, w, bias, **params):
     return _zero_unless(y, y > 0, y)
 
 
+def matmul_bias_relu(x, w, bias):
+    """``relu(x @ w + bias)``: the product (BLAS), then the bias and ReLU in place, a chunk of
+    rows at a time."""
+    y = np.matmul(x, w)
+    _bias_relu_(y.reshape(-1, y.shape[-1]), bias, _INT[y.dtype.itemsize])
+    return y
+
+
 def relu_max_pool2d_backward(grad, r, best=None, **pool):
     """``where(r > 0, max_pool2d_backward(grad, r), 0)`` for a ReLU output ``r`` and disjoint
     windows: the gradient masked where the pooled output ``best`` (computed from ``r`` when not
@@ -157,6 +166,7 @@ _INT = {4: np.int32, 8: np.int64}
 #: kernel name -> function of the node's argument buffers and its parameters.
 KERNELS = {
     "conv2d_bias_relu": conv2d_bias_relu,
+    "matmul_bias_relu": matmul_bias_relu,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
     "relu": relu,
     "relu_backward": relu_backward,
@@ -234,6 +244,27 @@ def _conv_bias_relu(v, users):
     return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], bias), y.params)], dropped
 
 
+def _matmul_bias_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a = matmul(x, w) + bias`` (a Linear layer's bias, one
+    value per column), nothing else reading the product, the sum or the mask."""
+    relu = _relu_of(v)
+    if relu is None:
+        return None
+    c, a = relu
+    if a.op != "add" or not all(isinstance(t, Var) for t in a.args) or str(a.dtype) not in ("float32", "float64"):
+        return None
+    y, b = a.args if a.args[0].op == "matmul" else a.args[::-1]
+    if y.op != "matmul" or y.dtype != a.dtype or b.dtype != a.dtype or y.shape != a.shape or len(y.shape) < 2:
+        return None
+    if b.shape != (y.shape[-1],):
+        return None
+    if _ids(users.get(y.id, ())) != {a.id} or _ids(users.get(a.id, ())) != {c.id, v.id}:
+        return None
+    if _ids(users.get(c.id, ())) != {v.id}:
+        return None
+    return [_kernel(v, "matmul_bias_relu", (y.args[0], y.args[1], b), {})], [y, a, c]
+
+
 def _relu_backward(v, users):
     """``where(c, g, 0)`` where ReLU's output ``r = where(c, x, 0)``, ``c = gt(x, 0)``: its gradient."""
     if v.op != "where" or not _is_zero(v.args[2]) or not all(isinstance(a, Var) for a in v.args[:2]):
@@ -308,6 +339,7 @@ RULES = (
     (_pool_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, {"max_pool2d", "max_pool2d_backward"}),
     (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
     (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
+    (_matmul_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "matmul")}, set()),
     (_batch_norm_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add")}, {"batch_norm"}),
     (_relu, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
 )
