@@ -221,48 +221,48 @@ def _pool_backward(v, users):
     return [_kernel(v, "relu_max_pool2d_backward", args, pool)], [p]
 
 
-def _conv_bias_relu(v, users):
-    """``where(gt(a, 0), a, 0)`` with ``a = conv2d(x, w) + reshape(bias)``, nothing else reading
-    the convolution, the sum or the mask."""
+def _product_bias_relu(v, users, op):
+    """``(y, b, nodes)`` when ``v = where(gt(a, 0), a, 0)`` with ``a = y + b`` and ``y`` an
+    ``op`` node (the product) of ``a``'s shape and dtype, nothing else reading ``y``, ``a`` or
+    the mask (``nodes``: those three); else None."""
     relu = _relu_of(v)
     if relu is None:
         return None
     c, a = relu
     if a.op != "add" or not all(isinstance(t, Var) for t in a.args) or str(a.dtype) not in ("float32", "float64"):
         return None
-    y, b = a.args if a.args[0].op == "conv2d" else a.args[::-1]
-    if y.op != "conv2d" or b.op != "reshape" or y.dtype != a.dtype or b.dtype != a.dtype:
-        return None
-    bias = b.args[0]
-    if y.shape != a.shape or bias.shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
-        return None
-    if {u.id for u in users.get(y.id, ())} != {a.id} or {u.id for u in users.get(a.id, ())} != {c.id, v.id}:
-        return None
-    if {u.id for u in users.get(c.id, ())} != {v.id}:
-        return None
-    dropped = [y, a, c] + ([b] if {u.id for u in users.get(b.id, ())} == {a.id} else [])
-    return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], bias), y.params)], dropped
-
-
-def _matmul_bias_relu(v, users):
-    """``where(gt(a, 0), a, 0)`` with ``a = matmul(x, w) + bias`` (a Linear layer's bias, one
-    value per column), nothing else reading the product, the sum or the mask."""
-    relu = _relu_of(v)
-    if relu is None:
-        return None
-    c, a = relu
-    if a.op != "add" or not all(isinstance(t, Var) for t in a.args) or str(a.dtype) not in ("float32", "float64"):
-        return None
-    y, b = a.args if a.args[0].op == "matmul" else a.args[::-1]
-    if y.op != "matmul" or y.dtype != a.dtype or b.dtype != a.dtype or y.shape != a.shape or len(y.shape) < 2:
-        return None
-    if b.shape != (y.shape[-1],):
+    y, b = a.args if a.args[0].op == op else a.args[::-1]
+    if y.op != op or y.dtype != a.dtype or b.dtype != a.dtype or y.shape != a.shape:
         return None
     if _ids(users.get(y.id, ())) != {a.id} or _ids(users.get(a.id, ())) != {c.id, v.id}:
         return None
     if _ids(users.get(c.id, ())) != {v.id}:
         return None
-    return [_kernel(v, "matmul_bias_relu", (y.args[0], y.args[1], b), {})], [y, a, c]
+    return y, b, [y, a, c]
+
+
+def _conv_bias_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a = conv2d(x, w) + reshape(bias)``, nothing else reading
+    the convolution, the sum or the mask."""
+    found = _product_bias_relu(v, users, "conv2d")
+    if found is None:
+        return None
+    y, b, dropped = found
+    if b.op != "reshape" or b.args[0].shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+        return None
+    if _ids(users.get(b.id, ())) == {dropped[1].id}:  # the reshape only feeds the sum
+        dropped.append(b)
+    return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
+
+
+def _matmul_bias_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a = matmul(x, w) + bias`` (a Linear layer's bias, one
+    value per column), nothing else reading the product, the sum or the mask."""
+    found = _product_bias_relu(v, users, "matmul")
+    if found is None or len(found[0].shape) < 2 or found[1].shape != (found[0].shape[-1],):
+        return None
+    y, b, dropped = found
+    return [_kernel(v, "matmul_bias_relu", (y.args[0], y.args[1], b), {})], dropped
 
 
 def _relu_backward(v, users):
