@@ -4,7 +4,9 @@ Why channels last. The columns matrix (one row per output pixel, one column per
 (kernel row, kernel column, input channel)) is a copy of sliding-window views of the padded
 input; with the channels innermost each copied run is a whole contiguous channel vector
 (KW * C values at dilation 1), not KW scattered numbers, which makes that copy several
-times faster. The GEMM ``columns @ weights.T`` then yields (N*OH*OW, O): the output in
+times faster. With one channel the runs would be KW values long, so the columns are then
+copied a kernel position at a time (runs of OW values) and BLAS gets them transposed.
+The GEMM ``columns @ weights.T`` then yields (N*OH*OW, O): the output in
 NHWC memory order. It is returned as the (N, O, OH, OW) view of that memory instead of
 being copied back to NCHW: elementwise ops lay their results out like their inputs, so a
 whole conv -> batch-norm -> ReLU stack stays channels last, and the next convolution's
@@ -13,8 +15,10 @@ whole conv -> batch-norm -> ReLU stack stays channels last, and the next convolu
 Each runs over blocks of the batch whose columns stay in cache (BLOCK_BYTES).
 
 The backward pass uses the same layout: the input gradient is one GEMM ``g @ weights``
-into columns, then col2im adds its k*k kernel-position slices into a preallocated padded
-buffer (each add a strided slice over whole channel vectors), or, for large stride-1 images,
+into columns (one GEMM per kernel position for at most 128 channels, so that each
+position's columns are contiguous), then col2im adds its k*k kernel-position slices into a
+preallocated padded buffer (each add a strided slice over whole channel vectors, or whole
+rows of OW * C values per kernel position at stride 1), or, for large stride-1 images,
 the forward convolution of ``g`` with the flipped kernel (no col2im); the weight gradient is
 one GEMM ``g.T @ columns``.
 
