@@ -7,6 +7,7 @@ memory than its nodes one by one.
 | ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
 | ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)`` | :func:`relu_backward`: ``where(r > 0, g, 0)`` | keeping the mask from the forward pass to the backward |
 | ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to the convolution's output, a cache-sized chunk at a time | three passes over the activation |
+| ``where(gt(p, 0), p, 0)`` with ``p = matmul(x, w) + bias`` (a Linear layer) | :func:`matmul_bias_relu`: the bias and ReLU applied in place to the product, a cache-sized chunk at a time | two passes over the activation |
 | ``where(gt(p, 0), p, 0)`` with ``p`` batch norm's output, or that plus a residual | :func:`batch_norm_relu`: the sum and ReLU applied to each chunk of batch norm's output while it is in cache | the sum's and ReLU's passes, and their outputs' memory |
 | ``where(gt(x, 0), x, 0)`` whose mask nothing else reads | :func:`relu`: one pass | the mask |
 
@@ -86,6 +87,14 @@ def conv2d_bias_relu(x, w, bias, **params):
     return _zero_unless(y, y > 0, y)
 
 
+def matmul_bias_relu(x, w, bias):
+    """``relu(x @ w + bias)``: the product (BLAS), then the bias and ReLU in place, a chunk of
+    rows at a time."""
+    y = np.matmul(x, w)
+    _bias_relu_(y.reshape(-1, y.shape[-1]), bias, _INT[y.dtype.itemsize])
+    return y
+
+
 def relu_max_pool2d_backward(grad, r, best=None, **pool):
     """``where(r > 0, max_pool2d_backward(grad, r), 0)`` for a ReLU output ``r`` and disjoint
     windows: the gradient masked where the pooled output ``best`` (computed from ``r`` when not
@@ -158,6 +167,7 @@ _INT = {4: np.int32, 8: np.int64}
 #: kernel name -> function of the node's argument buffers and its parameters.
 KERNELS = {
     "conv2d_bias_relu": conv2d_bias_relu,
+    "matmul_bias_relu": matmul_bias_relu,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
     "relu": relu,
     "relu_backward": relu_backward,
@@ -212,27 +222,48 @@ def _pool_backward(v, users):
     return [_kernel(v, "relu_max_pool2d_backward", args, pool)], [p]
 
 
-def _conv_bias_relu(v, users):
-    """``where(gt(a, 0), a, 0)`` with ``a = conv2d(x, w) + reshape(bias)``, nothing else reading
-    the convolution, the sum or the mask."""
+def _product_bias_relu(v, users, op):
+    """``(y, b, nodes)`` when ``v = where(gt(a, 0), a, 0)`` with ``a = y + b`` and ``y`` an
+    ``op`` node (the product) of ``a``'s shape and dtype, nothing else reading ``y``, ``a`` or
+    the mask (``nodes``: those three); else None."""
     relu = _relu_of(v)
     if relu is None:
         return None
     c, a = relu
     if a.op != "add" or not all(isinstance(t, Var) for t in a.args) or str(a.dtype) not in ("float32", "float64"):
         return None
-    y, b = a.args if a.args[0].op == "conv2d" else a.args[::-1]
-    if y.op != "conv2d" or b.op != "reshape" or y.dtype != a.dtype or b.dtype != a.dtype:
+    y, b = a.args if a.args[0].op == op else a.args[::-1]
+    if y.op != op or y.dtype != a.dtype or b.dtype != a.dtype or y.shape != a.shape:
         return None
-    bias = b.args[0]
-    if y.shape != a.shape or bias.shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+    if _ids(users.get(y.id, ())) != {a.id} or _ids(users.get(a.id, ())) != {c.id, v.id}:
         return None
-    if {u.id for u in users.get(y.id, ())} != {a.id} or {u.id for u in users.get(a.id, ())} != {c.id, v.id}:
+    if _ids(users.get(c.id, ())) != {v.id}:
         return None
-    if {u.id for u in users.get(c.id, ())} != {v.id}:
+    return y, b, [y, a, c]
+
+
+def _conv_bias_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a = conv2d(x, w) + reshape(bias)``, nothing else reading
+    the convolution, the sum or the mask."""
+    found = _product_bias_relu(v, users, "conv2d")
+    if found is None:
         return None
-    dropped = [y, a, c] + ([b] if {u.id for u in users.get(b.id, ())} == {a.id} else [])
-    return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], bias), y.params)], dropped
+    y, b, dropped = found
+    if b.op != "reshape" or b.args[0].shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+        return None
+    if _ids(users.get(b.id, ())) == {dropped[1].id}:  # the reshape only feeds the sum
+        dropped.append(b)
+    return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
+
+
+def _matmul_bias_relu(v, users):
+    """``where(gt(a, 0), a, 0)`` with ``a = matmul(x, w) + bias`` (a Linear layer's bias, one
+    value per column), nothing else reading the product, the sum or the mask."""
+    found = _product_bias_relu(v, users, "matmul")
+    if found is None or len(found[0].shape) < 2 or found[1].shape != (found[0].shape[-1],):
+        return None
+    y, b, dropped = found
+    return [_kernel(v, "matmul_bias_relu", (y.args[0], y.args[1], b), {})], dropped
 
 
 def _relu_backward(v, users):
@@ -309,6 +340,7 @@ RULES = (
     (_pool_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, {"max_pool2d", "max_pool2d_backward"}),
     (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
     (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
+    (_matmul_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "matmul")}, set()),
     (_batch_norm_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add")}, {"batch_norm"}),
     (_relu, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
 )

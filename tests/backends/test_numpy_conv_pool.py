@@ -40,6 +40,7 @@ GEOMETRIES = [  # x shape, w shape, stride, padding, dilation, groups
     ((1, 4, 5, 5), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4),  # depthwise
     ((3, 5, 6, 6), (2, 5, 1, 1), (2, 2), (0, 0), (1, 1), 1),  # 1x1, stride 2
     ((2, 3, 7, 9), (4, 3, 3, 2), (1, 1), (2, 0), (1, 2), 1),  # stride 1, dilated, uneven padding
+    ((2, 1, 8, 7), (3, 1, 3, 3), (2, 1), (1, 0), (1, 1), 1),  # one channel: columns by kernel position
 ]
 
 
@@ -64,6 +65,34 @@ def test_conv_and_its_gradients_match_the_definition(xs, ws, stride, padding, di
     assert gx.shape == xs and gw.shape == ws and gw.flags.c_contiguous
     np.testing.assert_allclose((g * y).sum(), (gx * x).sum(), rtol=1e-10)
     np.testing.assert_allclose((g * y).sum(), (gw * w).sum(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GEOMETRIES)
+def test_input_gradient_per_kernel_position_gives_one_gemms_bits(
+    xs, ws, stride, padding, dilation, groups, monkeypatch
+):
+    rng = np.random.RandomState(2)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    g = rng.standard_normal(conv.conv2d(x, w, **kw).shape).astype(np.float32)
+    by_tap = conv.conv2d_grad_input(g, w, xs, **kw)
+    monkeypatch.setattr(conv, "TAPS_MAX_CHANNELS", 0)
+    np.testing.assert_array_equal(by_tap.view(np.uint32), conv.conv2d_grad_input(g, w, xs, **kw).view(np.uint32))
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GEOMETRIES)
+def test_one_channel_columns_give_the_copied_columns_bits(xs, ws, stride, padding, dilation, groups):
+    rng = np.random.RandomState(3)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    xh = conv._channels_last(x, padding)[..., :1]
+    out_hw = conv._geometry(xs[2:], ws[2:], stride, padding, dilation)
+    cols = conv._columns(xh, ws[2:], stride, dilation, out_hw)
+    copied = np.array(cols, order="C")
+    np.testing.assert_array_equal(cols, copied)
+    wm = w[:, :1].reshape(ws[0], -1)
+    np.testing.assert_array_equal((cols @ wm.T).view(np.uint32), (copied @ wm.T).view(np.uint32))
+    g = rng.standard_normal((len(cols), ws[0])).astype(np.float32)
+    np.testing.assert_array_equal((g.T @ cols).view(np.uint32), (g.T @ copied).view(np.uint32))
 
 
 def test_conv_output_is_channels_last_and_a_chain_stays_so():

@@ -32,6 +32,12 @@ def _lenet(channels=4):
     )
 
 
+def _mlp():
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(14 * 15, 16), nn.ReLU(), nn.Linear(16, 12), nn.ReLU(), nn.Linear(12, 10)
+    )
+
+
 def _block():
     """conv -> batch norm -> relu, twice, with a residual sum before the last relu (ResNet's block)."""
 
@@ -94,6 +100,7 @@ def _kernels(program):
     "build,shape,kernels",
     [
         (_lenet, (5, 1, 14, 15), ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2),
+        (_mlp, (5, 1, 14, 15), ["matmul_bias_relu"] * 2 + ["relu_backward"] * 2),
         (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
         (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
     ],
@@ -218,6 +225,18 @@ def test_conv_bias_relu_is_the_three_nodes(bias, monkeypatch):
     if bias:
         a = a + b.reshape(1, -1, 1, 1)
     np.testing.assert_array_equal(_bits(rewrites.conv2d_bias_relu(x, w, b, **kw)), _bits(np.where(a > 0, a, 0)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_bias_relu_is_the_three_nodes(dtype, monkeypatch):
+    monkeypatch.setattr(rewrites, "CHUNK_BYTES", 256)  # many chunks, and a short last one
+    rng = np.random.RandomState(7)
+    x, w = _relu_input(rng, (37, 9), dtype), rng.standard_normal((9, 11)).astype(dtype)
+    b = _relu_input(rng, (11,), dtype)
+    with np.errstate(invalid="ignore"):  # infinities and NaN in the inputs
+        a = IMPLS["add"](IMPLS["matmul"](x, w), b)
+        got = rewrites.matmul_bias_relu(x, w, b)
+    np.testing.assert_array_equal(_bits(got), _bits(np.where(a > 0, a, 0)))
 
 
 def test_disjoint_pool_backward_without_nan_matches_the_search_for_maxima():
