@@ -349,6 +349,7 @@ MAKES = {
     _pool_backward: "relu_max_pool2d_backward",
     _relu_backward: "relu_backward",
     _conv_bias_relu: "conv2d_bias_relu",
+    _matmul_bias_relu: "matmul_bias_relu",
     _batch_norm_relu: "batch_norm_relu",
     _relu: "relu",
 }
