@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import json
 import mmap
 import os
-import pickle
 import signal
 import struct
 import sys
@@ -111,9 +111,11 @@ def soon(dispatcher, *args) -> bool:
         return False
     if _on_disk(dispatcher, argtypes):
         return False  # a warm cache: loading it here takes milliseconds, a fork more
-    spec = _spec(dispatcher)
-    message = pickle.dumps((len(_LIST), spec, argtypes), protocol=pickle.HIGHEST_PROTOCOL)
-    if spec is None or len(message) + 4 > 4096:  # one atomic pipe write (PIPE_BUF) per task
+    spec, names = _spec(dispatcher), _names(argtypes)
+    if spec is None or names is None:
+        return False
+    message = json.dumps([len(_LIST), spec, names]).encode()
+    if len(message) + 4 > 4096:  # one atomic pipe write (PIPE_BUF) per task
         return False
     if not _STATE:
         _STATE.append(mmap.mmap(-1, MAX_TASKS))
@@ -127,6 +129,38 @@ def soon(dispatcher, *args) -> bool:
     if "fd" in _WORKER:
         _send()
     return True
+
+
+def _names(argtypes):
+    """``argtypes`` as plain data the worker turns back into the same numba types (arrays and
+    scalars of NumPy dtypes: what kernels take), or None for any other type. Plain data, not
+    pickles: the worker only ever builds types from dtype names."""
+    from numba.core import types
+    from numba.np.numpy_support import as_dtype
+
+    names = []
+    for t in argtypes:
+        try:
+            if isinstance(t, types.Array):
+                names.append([as_dtype(t.dtype).str, t.ndim, t.layout, not t.mutable, t.aligned])
+            else:
+                names.append([as_dtype(t).str])
+        except Exception:  # not a NumPy dtype (a tuple, a record, None): compiled here
+            return None
+    return names if _types(names) == tuple(argtypes) else None
+
+
+def _types(names):
+    """The numba types :func:`_names` wrote."""
+    import numpy as np
+    from numba.core import types
+    from numba.np.numpy_support import from_dtype
+
+    out = []
+    for n in names:
+        dtype = from_dtype(np.dtype(n[0]))
+        out.append(types.Array(dtype, n[1], n[2], readonly=n[3], aligned=n[4]) if len(n) > 1 else dtype)
+    return tuple(out)
 
 
 def _on_disk(dispatcher, argtypes) -> bool:
@@ -246,8 +280,8 @@ def _work(fd, state):
                 pass
             while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack("<I", buffer[:4])[0]:
                 n = struct.unpack("<I", buffer[:4])[0]
-                i, spec, argtypes = pickle.loads(buffer[4 : 4 + n])
-                known[i] = (spec, argtypes)
+                i, spec, names = json.loads(buffer[4 : 4 + n])
+                known[i] = (spec, _types(names))
                 buffer = buffer[4 + n :]
             free = [i for i in known if state[i] == FREE]
             if free:
