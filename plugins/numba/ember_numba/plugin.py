@@ -13,7 +13,10 @@ def load():
     from . import threads
 
     threads.configure()
+    from . import cache
     from .backend import NumbaBackend
+
+    cache.install_light_loads()
 
     return NumbaBackend()
 
