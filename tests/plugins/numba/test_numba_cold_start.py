@@ -214,3 +214,46 @@ def test_the_cross_entropy_rows_one_thread_twins_give_the_parallel_kernels_bits(
             results.append(out)
         assert launch.for_work(kernel, 0) is not kernel and launch.for_work(kernel, launch.PAR_MIN) is kernel
         assert results[0].tobytes() == results[1].tobytes(), kernel.__name__
+
+
+LIGHT = """
+    import json, sys
+    import ember
+    ember.use("numba")
+    import numpy as np
+    from numba.core import caching
+    from ember_numba import cache
+
+    module = cache.load(
+        "import numba\\n\\n@numba.njit(cache=True)\\ndef twice(x, out):\\n"
+        "    for i in range(x.size):\\n        out[i] = 2 * x[i]\\n"
+    )
+    if {fail!r}:  # the light load's first try breaks: numba's own load must take over
+        real, tries = caching.Cache._load_overload, []
+
+        def flaky(self, sig, target_context):
+            tries.append(sig)
+            if len(tries) == 1:
+                raise RuntimeError("a light load that fails")
+            return real(self, sig, target_context)
+
+        caching.Cache._load_overload = flaky
+    out = np.empty(3)
+    module.twice(np.arange(3.0), out)
+    print(json.dumps({{"out": out.tolist(), "loads": cache.STATS, "hits": sum(module.twice.stats.cache_hits.values()),
+                       "rules_loaded": "numba.np.linalg" in sys.modules}}))
+"""
+
+
+def test_a_light_load_that_fails_falls_back_to_numbas_load(tmp_path):
+    """cache.install_light_loads: a kernel in the disk cache loads without numba's rules; a
+    light load that raises is retried as numba loads (after its full set-up), still from the
+    cache, with the same result."""
+    caches = {"EMBER_CACHE": str(tmp_path / "ember"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    first = _run(LIGHT.format(fail=False), **caches)  # compiles and fills the cache
+    light = _run(LIGHT.format(fail=False), **caches)
+    fallback = _run(LIGHT.format(fail=True), **caches)
+    assert first["out"] == light["out"] == fallback["out"] == [0.0, 2.0, 4.0]
+    assert first["hits"] == 0 and light["hits"] == fallback["hits"] == 1
+    assert light["loads"] == {"light": 1, "full": 0} and not light["rules_loaded"]
+    assert fallback["loads"] == {"light": 0, "full": 1} and fallback["rules_loaded"]
