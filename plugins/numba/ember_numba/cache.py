@@ -12,6 +12,8 @@ The directory is ``$EMBER_CACHE/numba`` when ``EMBER_CACHE`` is set, else
 ``$XDG_CACHE_HOME/ember/numba`` or ``~/.cache/ember/numba``, with one subdirectory per numba
 and Python version (the compiled code is specific to both). Where it cannot be written, a
 per-process temporary directory is used and nothing survives the process.
+
+Loading what is cached is cheaper than numba makes it: see :func:`install_light_loads`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from pathlib import Path
 PREFIX = "ember_numba_kernel_"
 _DIR: list = []  # the directory, resolved once per process
 _MODULES: dict = {}  # digest -> module (also in sys.modules)
+#: ``EMBER_NUMBA_LIGHT_LOAD=0`` loads cached kernels the way numba does (see install_light_loads).
+LIGHT = os.environ.get("EMBER_NUMBA_LIGHT_LOAD", "1") != "0"
+STATS = {"light": 0, "full": 0}  # cached overloads loaded light, and light loads that fell back
 
 
 def base_dir() -> Path:
@@ -96,3 +101,49 @@ def files() -> list:
     return sorted(p.name for p in d.glob(PREFIX + "*.py")) + sorted(
         p.name for p in (d / "__pycache__").glob(PREFIX + "*.nb*")
     )
+
+
+def install_light_loads() -> bool:
+    """Let ember's kernels load from numba's disk cache without numba's full set-up.
+
+    Before loading a cached overload numba refreshes its typing and target contexts: it
+    imports every module of typing and lowering rules it has and registers them (~70 modules,
+    ~0.17 s: most of a warm process's first step), which only *compiling* uses. Loading uses
+    the machine code, the symbols it calls and numba's runtime, so the light load initializes
+    the runtime (NRT), registers the one set of symbols a rule module adds at import (the hash
+    secret), then loads exactly what numba's load would. A compile still refreshes everything
+    first (numba's compiler does it itself). Only functions of this package and of its
+    generated modules load this way, and any error falls back to numba's own load. The machine
+    code is the same either way, so are the results. Returns whether it is installed.
+    """
+    if not LIGHT:
+        return False
+    try:
+        from numba.core import caching
+        from numba.core.runtime import nrt
+    except ImportError:
+        return False
+    full = caching.Cache.load_overload
+    if getattr(full, "ember_light", False):
+        return True
+    if not (hasattr(caching.Cache, "_load_overload") and hasattr(caching.Cache, "_guard_against_spurious_io_errors")):
+        return False  # numba's internals moved: keep its own load
+
+    def load_overload(self, sig, target_context):
+        module = getattr(getattr(self, "_py_func", None), "__module__", None) or ""
+        if not (module.startswith(PREFIX) or module.partition(".")[0] == __package__):
+            return full(self, sig, target_context)
+        try:
+            nrt.rtsys.initialize(target_context)
+            importlib.import_module("numba.cpython.hashing")  # its import adds the hash secret's symbols
+            with self._guard_against_spurious_io_errors():
+                cres = self._load_overload(sig, target_context)
+        except Exception:
+            STATS["full"] += 1
+            return full(self, sig, target_context)
+        STATS["light"] += cres is not None
+        return cres
+
+    load_overload.ember_light = True  # type: ignore[attr-defined]
+    caching.Cache.load_overload = load_overload
+    return True

@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from . import background, launch
-from .render import EXPR, Program, element_strides, render_reduce
+from .render import EXPR, Program, element_strides, partials, render_reduce
 
 _KERNELS: dict = {}  # rendered source -> module (one per distinct group structure)
 
@@ -337,7 +337,8 @@ def _reduce(group):
     prefix = (A, B, C, AT, BT, *stride_args)
     out_specs = [(tuple(o.shape), np.dtype(str(o.dtype))) for o in pre_outs + post_outs]
     order = [(pre_outs + post_outs).index(o) for o in group.outputs]
-    _ahead(module.kernel, prefix, [str(a.dtype) for a in group.inputs], [d for _, d in out_specs])
+    part = (partials(A, B, AT, layout), np.dtype(acc))  # the kernel's scratch
+    _ahead(module.kernel, prefix, [str(a.dtype) for a in group.inputs], [d for _, d in out_specs] + [part[1]])
 
     def run(*bufs, out=None):
         outs = [None] * len(out_specs)
@@ -358,7 +359,7 @@ def _reduce(group):
             np.ascontiguousarray(np.broadcast_to(b, shape) if k in expand else b).reshape(-1)
             for k, b in enumerate(bufs)
         ]
-        launch.run(module.kernel, work, *prefix, *ins, *[o.reshape(-1) for o in outs])
+        launch.run(module.kernel, work, *prefix, *ins, *[o.reshape(-1) for o in outs], np.empty(*part))
         return tuple(outs[i] for i in order)
 
     run.accepts_out = True

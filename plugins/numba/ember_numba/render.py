@@ -277,6 +277,17 @@ BRANCH = {
 }
 
 
+def partials(A, B, AT, layout) -> int:
+    """The elements of a reduce kernel's ``part``: partial results per chunk of AT rows (the
+    column layout's accumulators too, so there even with one chunk).
+
+    >>> partials(1000, 10, 250, "rows"), partials(1000, 10, 1000, "rows"), partials(1000, 10, 1000, "columns")
+    (40, 0, 10)
+    """
+    na = -(-A // AT)
+    return na * B if layout == "columns" or na > 1 else 0
+
+
 def render_reduce(
     pre: Program,
     reduce_op: str,
@@ -314,7 +325,10 @@ def render_reduce(
     arguments); ``post_inputs`` (indices into ``pre.inputs``, named like them) are read at b
     in the post stage (one stride each). ``pre_outputs`` are stored over (A, B, C),
     ``post_outputs`` (which may include ``r``) at b.
-    Arguments: A, B, C, AT, BT, strides, inputs, pre outputs, post outputs.
+    Arguments: A, B, C, AT, BT, strides, inputs, pre outputs, post outputs, and ``part``: the
+    partial results, ``acc_dtype`` scratch of :func:`partials` elements. The caller allocates
+    it: allocating inside the kernel would make numba's loader import its array lowering rules
+    (~40 ms) in a process that only loads cached kernels.
     ``parallel``: as for :func:`render` (the tasks, hence the sums, are the same either way).
 
     >>> p = Program(inputs=[("array", "float32")], nodes=[("t0", "abs", ("x0",), {}, "float32")],
@@ -329,7 +343,7 @@ def render_reduce(
     strides = [f"s{k}_{d}" for k in range(n) for d in "abc"] + [f"p{k}" for k in post_inputs]
     ins = [f"a{k}" for k in range(n)]
     outs = [f"o{j}" for j in range(len(pre_outputs) + len(post_outputs))]
-    params = ", ".join(["A", "B", "C", "AT", "BT"] + strides + ins + outs)
+    params = ", ".join(["A", "B", "C", "AT", "BT"] + strides + ins + outs + ["part"])
     reads = {a for _, _, args, _, _ in pre.nodes for a in args if isinstance(a, str)}
     used_pre = sorted(int(a[1:]) for a in reads | {red_arg} | set(pre_outputs) if a.startswith("x"))
     combine = COMBINE[reduce_op]
@@ -356,8 +370,6 @@ def render_reduce(
         f"def kernel({params}):",
         "    na = (A + AT - 1) // AT",
         "    nb = (B + BT - 1) // BT",
-        # partial results per chunk of rows (the column layout's accumulators too)
-        f"    part = np.empty({'na * B' if layout == 'columns' else 'na * B if na > 1 else 0'}, np.{acc_dtype})",
         "    for t in prange(na * nb):",
         "        ia = t // nb",
         "        ib = t - ia * nb",

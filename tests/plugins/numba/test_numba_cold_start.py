@@ -137,9 +137,11 @@ COLD_WARM = """
 
     losses = [step(x, y).item() for _ in range(6)]
     digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in model.parameters())).hexdigest()
-    from ember_numba import background
+    import sys
+    from ember_numba import background, cache
     print(json.dumps({"losses": [v.hex() for v in losses], "params": digest, "background": background.STATS,
-                      "seconds": time.perf_counter() - t0, "compiled": step.lower(x, y).program.compiled}))
+                      "seconds": time.perf_counter() - t0, "compiled": step.lower(x, y).program.compiled,
+                      "loads": cache.STATS, "rules_loaded": "numba.np.linalg" in sys.modules}))
 """
 
 
@@ -155,9 +157,9 @@ def _run(code, **env):
 
 def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
     """Six jitted MLP steps (W1's shapes) with empty caches, then again with the caches the
-    first run filled, and with empty caches and no background compiles (its worker compiles
-    some of the cold run's kernels, background.py): every loss and every parameter the same
-    to the bit.
+    first run filled (loaded light, and loaded the way numba loads: cache.install_light_loads),
+    and with empty caches and no background compiles (its worker compiles some of the cold
+    run's kernels, background.py): every loss and every parameter the same to the bit.
 
     Matrix products run as one-thread BLAS blocks (``EMBER_NUMBA_BLAS=split``): in the default
     "blas" mode a product's thread count is chosen by timing it (``blas.PRODUCT_THREADS``), and
@@ -171,10 +173,15 @@ def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
     }
     cold = _run(COLD_WARM, **caches)
     warm = _run(COLD_WARM, **caches)
+    heavy = _run(COLD_WARM, **caches, EMBER_NUMBA_LIGHT_LOAD="0")
     alone = {**caches, "EMBER_CACHE": str(tmp_path / "e2"), "NUMBA_CACHE_DIR": str(tmp_path / "n2")}
     alone = _run(COLD_WARM, **{**alone, "EMBER_NUMBA_BACKGROUND": "0"})
     assert cold["compiled"] > 0
-    assert (cold["losses"], cold["params"]) == (warm["losses"], warm["params"]) == (alone["losses"], alone["params"])
+    runs = (cold, warm, heavy, alone)
+    assert len({(tuple(r["losses"]), r["params"]) for r in runs}) == 1, runs
+    # warm: every kernel loaded light, and numba never loaded its typing and lowering rules
+    assert warm["loads"]["light"] >= 5 and warm["loads"]["full"] == 0 and not warm["rules_loaded"], warm
+    assert heavy["loads"]["light"] == 0 and heavy["rules_loaded"], heavy
     from ember_numba import background
 
     if background.available():
@@ -207,3 +214,46 @@ def test_the_cross_entropy_rows_one_thread_twins_give_the_parallel_kernels_bits(
             results.append(out)
         assert launch.for_work(kernel, 0) is not kernel and launch.for_work(kernel, launch.PAR_MIN) is kernel
         assert results[0].tobytes() == results[1].tobytes(), kernel.__name__
+
+
+LIGHT = """
+    import json, sys
+    import ember
+    ember.use("numba")
+    import numpy as np
+    from numba.core import caching
+    from ember_numba import cache
+
+    module = cache.load(
+        "import numba\\n\\n@numba.njit(cache=True)\\ndef twice(x, out):\\n"
+        "    for i in range(x.size):\\n        out[i] = 2 * x[i]\\n"
+    )
+    if {fail!r}:  # the light load's first try breaks: numba's own load must take over
+        real, tries = caching.Cache._load_overload, []
+
+        def flaky(self, sig, target_context):
+            tries.append(sig)
+            if len(tries) == 1:
+                raise RuntimeError("a light load that fails")
+            return real(self, sig, target_context)
+
+        caching.Cache._load_overload = flaky
+    out = np.empty(3)
+    module.twice(np.arange(3.0), out)
+    print(json.dumps({{"out": out.tolist(), "loads": cache.STATS, "hits": sum(module.twice.stats.cache_hits.values()),
+                       "rules_loaded": "numba.np.linalg" in sys.modules}}))
+"""
+
+
+def test_a_light_load_that_fails_falls_back_to_numbas_load(tmp_path):
+    """cache.install_light_loads: a kernel in the disk cache loads without numba's rules; a
+    light load that raises is retried as numba loads (after its full set-up), still from the
+    cache, with the same result."""
+    caches = {"EMBER_CACHE": str(tmp_path / "ember"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    first = _run(LIGHT.format(fail=False), **caches)  # compiles and fills the cache
+    light = _run(LIGHT.format(fail=False), **caches)
+    fallback = _run(LIGHT.format(fail=True), **caches)
+    assert first["out"] == light["out"] == fallback["out"] == [0.0, 2.0, 4.0]
+    assert first["hits"] == 0 and light["hits"] == fallback["hits"] == 1
+    assert light["loads"] == {"light": 1, "full": 0} and not light["rules_loaded"]
+    assert fallback["loads"] == {"light": 0, "full": 1} and fallback["rules_loaded"]

@@ -182,3 +182,31 @@ def test_cnn_on_mnist_reaches_the_numpy_bar(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["epoch"] == 2 and result["eval_accuracy"] >= 0.988, result
+
+
+COVERAGE = """
+    import json, sys
+    if {first!r}:
+        import coverage
+    before = "coverage" in sys.modules  # also where the suite runs under `coverage run` (CI)
+    import ember
+    (ember.ones(3, backend="numba") * 2).tolist()
+    import numba.misc.coverage_support as support
+    seen = support.coverage_available
+    import coverage  # importable again afterwards
+    print(json.dumps({{"before": before, "numba_saw_coverage": seen, "module": coverage.__name__}}))
+"""
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["unused", "imported-first"])
+def test_numba_sees_coverage_only_when_a_session_could_be_running(first):
+    """plugin.coverage_hidden: an installed coverage that nothing imported is hidden from
+    numba's import (~50 ms of it); one imported before ember loads numba is not (a process
+    under ``coverage run``, as CI's subprocesses are, has it imported from the start)."""
+    import importlib.util
+
+    if importlib.util.find_spec("coverage") is None:
+        pytest.skip("coverage is not installed: nothing to hide")
+    got = run(COVERAGE.format(first=first))
+    assert got["numba_saw_coverage"] == got["before"] and got["module"] == "coverage"
+    assert got["before"] or not first
