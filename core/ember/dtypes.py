@@ -153,11 +153,13 @@ def promote(a: DType, b: DType) -> DType:
     >>> promote(int8, uint8), promote(uint16, int16), promote(uint64, int64)
     (ember.int16, ember.int32, ember.float64)
 
-    A narrow integer (int4, ...) takes part as int32, the dtype it computes in.
+    A narrow integer (int4, ...) meets another dtype as int32, the dtype it computes in.
 
     >>> promote(int4, int8), promote(uint2, float16)
     (ember.int32, ember.float16)
     """
+    if a is b:
+        return a
     a, b = (int32 if a in NARROW_INTS else a), (int32 if b in NARROW_INTS else b)
     if a.kind == b.kind:
         if a.kind == "f" and a.itemsize == b.itemsize and a is not b:  # float16 with bfloat16, two float8s

@@ -237,9 +237,11 @@ E8M0_MAX = 2.0**127
 
 def to_e8m0(x, mode: str, saturate) -> Tensor:
     """Round ``|x|`` to a power of two, ``mode`` "up", "down" or "nearest" (ties up, at 1.5
-    times a power), as ONNX's Cast does (its sign is ignored, as in ONNX's reference). ember's
+    times a power), as ONNX's Cast does (the sign is ignored, as in ONNX's reference). ember's
     own cast rounds to nearest, so the power below ``|x|`` is that or half of it. Saturating,
-    inf and values past 2**127 become 2**127; otherwise they and NaN become NaN."""
+    inf and values past 2**127 become 2**127 (ONNX's table; its reference makes inf NaN);
+    otherwise what rounds past 2**127, inf and NaN become NaN. A float32 subnormal rounds to
+    2**-127 or 2**-126 by value, where ONNX's reference rounds by its bits."""
     if mode not in ("up", "down", "nearest"):
         raise ValueError(f"round_mode {mode!r} is not up, down or nearest")
     a = x.to(D.float32).abs()
@@ -247,9 +249,15 @@ def to_e8m0(x, mode: str, saturate) -> Tensor:
         a = where(a.isnan(), a, a.clamp(None, E8M0_MAX))
     if mode == "nearest":
         return a.to(D.float8_e8m0fnu)
-    p = a.to(D.float8_e8m0fnu).to(D.float32)
-    below = where(p > a, p * 0.5, p)  # the largest power of two <= |x| (2**-127 at least)
-    return (below if mode == "down" else where(below < a, below * 2.0, below)).to(D.float8_e8m0fnu)
+    c = where(a > E8M0_MAX, E8M0_MAX, a)  # NaN stays NaN
+    p = c.to(D.float8_e8m0fnu).to(D.float32)
+    if mode == "down":
+        r = where(p > c, p * 0.5, p)  # the largest power of two <= |x| (2**-127 at least)
+    else:  # the smallest power >= |x|: 2p where p < |x| (so p <= 2**126: no overflow), else p
+        r = where(p < c, p, p * 0.5) * 2.0
+    if not saturate:  # rounding down, only inf leaves the range
+        r = where(a > E8M0_MAX if mode == "up" else a.isinf(), a, r)
+    return r.to(D.float8_e8m0fnu)
 
 
 def cast(node, x):
