@@ -212,8 +212,7 @@ BACKEND_REASONS = {
         + NARROW_CASES
     },
     "cupy-host": {
-        NOT_LISTED + "dtype int8 (bfloat16, ...) is not supported by backend 'cupy-host'": INTEGER_CASES
-        + STORED_CASES
+        NOT_LISTED + "dtype bfloat16 (float8_e4m3fn, int4, ...) is not supported by backend 'cupy-host'": STORED_CASES
         + NARROW_CASES
     },
     "webgpu": {
