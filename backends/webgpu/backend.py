@@ -14,8 +14,8 @@ How it works, in the order a forward pass meets it:
 - Elementwise ops, reductions, matmul, conv2d and pad run as compute shaders (the ``GPU``
   table). Work is recorded into one command encoder and submitted when a result is read, so a
   forward pass is one submission and one read-back.
-- Everything else, and every dtype WGSL has no storage for (float64, float16, int64, uint8),
-  runs on the host through the pure-Python backend (the ``python`` reference), on a downloaded
+- Everything else, and every dtype WGSL has no storage for (float64, float16, int64, uint8,
+  and the optional int8, int16, uint16, uint64), runs on the host through the pure-Python backend (the ``python`` reference), on a downloaded
   copy. So every primitive works; the table says which ones are fast. ``backend.stats`` counts
   both paths.
 - Reading needs to wait for the GPU (``mapAsync``), which Python does with Pyodide's
@@ -550,7 +550,7 @@ class WebGPUBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(self.impls),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL),  # int8, int16, uint16, uint64 run on the host (no WGSL storage)
             devices=("webgpu",),
             notes={
                 "gpu_ops": ", ".join(sorted(GPU)),
