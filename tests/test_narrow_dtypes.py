@@ -102,7 +102,7 @@ def test_safetensors_pack_float4_and_refuse_the_narrow_integers(tmp_path):
     assert back["e8"].dtype is ember.float8_e8m0fnu and back["e8"].tolist() == [1.0, 2.0, 0.25]
     with pytest.raises(ValueError, match="no code for dtype int4: store it as int8"):
         save_file({"x": ember.tensor([1, 2]).to(ember.int4)}, path)
-    with pytest.raises(ValueError, match="3 values, not a multiple of 2"):
+    with pytest.raises(ValueError, match=r"shape \(3,\) has 3 values, not a multiple of 2"):
         save_file({"x": ember.tensor([1.0, 2.0, 3.0]).to(ember.float4_e2m1fn)}, path)
 
 

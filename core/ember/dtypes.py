@@ -3,9 +3,10 @@
 A dtype is a small immutable record; backends map it to their own type (NumPy's ``np.float32``,
 a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16``, the
 float8 formats, float4 and the 4- and 2-bit integers are storage dtypes (``STORAGE``): tensors
-hold them, arithmetic on them runs in float32 (the floats) or int32 (the integers). Every backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the
-storage dtypes are there on the backends whose capabilities list them, and ``check_backend``
-names the dtype and backend otherwise.
+hold them, arithmetic on them runs in float32 (the floats) or int32 (the integers). Every
+backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the storage dtypes
+are there on the backends whose capabilities list them, and ``check_backend`` names the dtype
+and backend otherwise.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ INTS = (uint8, uint32, int32, int64)
 # Storage dtypes: a tensor may hold them (halving the bytes of bf16 weights, quartering them in
 # float8), and the primitives that only move values (KEEPS) keep them; any other primitive
 # computes on its storage operands cast to their compute dtype, so its result has that dtype.
-# The NumPy-array backends store bfloat16 and the four float8 formats (capabilities list the
-# compute dtypes, which conformance checks).
+# The NumPy-array backends store all of them (capabilities list the compute dtypes, which
+# conformance checks).
 FLOAT8 = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
 #: the integers narrower than a byte, and their width in bits
 NARROW_INTS = {int4: 4, uint4: 4, int2: 2, uint2: 2}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info, pack, unpack
+from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info, packed, unpack
 
 
 def to_numpy(tensor: TensorBytes) -> Any:
@@ -75,14 +75,8 @@ def from_numpy(array: Any) -> TensorBytes:
         raise ValueError(f"cannot store numpy dtype {array.dtype} in safetensors; supported: {', '.join(_BY_EMBER)}")
     # Not ascontiguousarray: it turns a 0-d array into a 1-d one.
     array = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
-    data = array.reshape(-1).view(np.uint8)
-    if d.per_byte > 1:
-        if d.nbytes(data.size) is None:
-            raise ValueError(
-                f"safetensors packs {d.code} {d.per_byte} a byte: {data.size} values do not fill whole bytes"
-            )
-        data = np.frombuffer(pack(data, d.per_byte), np.uint8)
-    return TensorBytes(d.code, tuple(int(s) for s in array.shape), data.data)
+    data = packed(d, array.reshape(-1).view(np.uint8), array.size, f"an array of shape {array.shape}")
+    return TensorBytes(d.code, tuple(int(s) for s in array.shape), np.frombuffer(data, np.uint8).data)
 
 
 def tensor_bytes(t: Any) -> TensorBytes:
@@ -93,14 +87,7 @@ def tensor_bytes(t: Any) -> TensorBytes:
     TensorBytes(dtype='F32', shape=(2,), data=<8 bytes>)
     """
     d = dtype_info(t.dtype.name)
-    data = t.backend.to_bytes(t._data)
-    if d.per_byte > 1:
-        if d.nbytes(t.numel()) is None:
-            raise ValueError(
-                f"safetensors packs {d.code} {d.per_byte} a byte: a {t.dtype} tensor of shape "
-                f"{tuple(t.shape)} has {t.numel()} values, not a multiple of {d.per_byte}"
-            )
-        data = pack(data, d.per_byte)
+    data = packed(d, t.backend.to_bytes(t._data), t.numel(), f"a {t.dtype} tensor of shape {tuple(t.shape)}")
     return TensorBytes(d.code, tuple(t.shape), data)
 
 

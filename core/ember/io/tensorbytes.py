@@ -6,7 +6,7 @@ can convert ember tensors and arrays without an import cycle.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class DType(NamedTuple):
@@ -90,6 +90,19 @@ def pack(data: bytes | memoryview, per_byte: int) -> bytes:
     """
     data, bits = bytes(data), 8 // per_byte
     return bytes(sum(data[i + k] << (k * bits) for k in range(per_byte)) for i in range(0, len(data), per_byte))
+
+
+def packed(d: DType, data: Any, numel: int, what: str) -> Any:
+    """``data`` (one value a byte) as a file holds dtype ``d``: packed where ``d`` packs several
+    values a byte, which needs a count that fills whole bytes (``what`` names the tensor)."""
+    if d.per_byte == 1:
+        return data
+    if d.nbytes(numel) is None:
+        raise ValueError(
+            f"safetensors packs {d.code} {d.per_byte} values a byte: {what} has {numel} values, "
+            f"not a multiple of {d.per_byte}"
+        )
+    return pack(data, d.per_byte)
 
 
 def unpack(data: bytes | memoryview, per_byte: int) -> bytes:
