@@ -15,16 +15,19 @@ from numpy.lib.stride_tricks import as_strided
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 
-from . import bfloat16 as bf16, conv, float8 as f8, fused, host_memory, ordering
+from . import bfloat16 as bf16, conv, float8 as f8, fused, host_memory, narrow, ordering
 
 NP = {d: np.dtype(d.name) for d in D.ALL + D.OPTIONAL}
-NP[D.bfloat16] = bf16.BF16  # the storage dtypes (bfloat16.py, float8.py)
-NP.update({D.get(name): buf for name, buf in f8.BUFFERS.items()})
+NP[D.bfloat16] = bf16.BF16  # the storage dtypes (bfloat16.py, float8.py, narrow.py)
+NP.update({D.get(name): buf for name, buf in {**f8.BUFFERS, **narrow.BUFFERS}.items()})
 EMBER = {v: k for k, v in NP.items()}
 
-# A storage dtype's buffer dtype -> (round float values into it, its exact float32 values)
+# A storage dtype's buffer dtype -> (encode values in it, its exact values in its compute dtype's kind)
 CODECS = {bf16.BF16: (bf16.from_float, bf16.to_float)}
 CODECS.update({buf: (lambda x, name=name: f8.from_float(x, name), f8.to_float) for name, buf in f8.BUFFERS.items()})
+CODECS.update(
+    {buf: (lambda x, name=name: narrow.from_values(x, name), narrow.to_values) for name, buf in narrow.BUFFERS.items()}
+)
 
 
 # ----------------------------------------------------------------------------- random bits
@@ -143,7 +146,7 @@ def _index_add(x, indices, values, axis):
 
 def _cast(x, dtype):
     if dtype in D.STORAGE or x.dtype.names:  # a storage buffer is a one-field record
-        # through float32, which holds every value of a storage dtype exactly
+        # through its exact values (float32, or int8 for the narrow integers, which then wrap as C casts do)
         x = CODECS[x.dtype][1](x) if x.dtype.names else x
         return CODECS[NP[dtype]][0](x) if dtype in D.STORAGE else x.astype(NP[dtype])
     return x.astype(NP[dtype])
@@ -270,7 +273,7 @@ class NumpyBackend(Backend):
 
     def from_list(self, flat, shape, dtype):
         if dtype in D.STORAGE:
-            return CODECS[NP[dtype]][0](np.array(flat, dtype=np.float64)).reshape(shape)
+            return CODECS[NP[dtype]][0](np.array(flat)).reshape(shape)  # ints stay ints (int4 wraps them)
         return np.array(flat, dtype=NP[dtype]).reshape(shape)
 
     def to_list(self, buf):

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember import dtypes as D
+
+STORAGE_NAMES = frozenset(d.name for d in D.STORAGE)
+
 #: the buffer dtype of an ember bfloat16 tensor
 BF16 = np.dtype([("bfloat16", "<u2")])
 
@@ -52,5 +56,5 @@ def ml_dtypes_view(x):
 
 
 def is_ml_dtypes(array) -> bool:
-    """Is ``array`` an ml_dtypes bfloat16 or float8 array (not one of ember's buffers)?"""
-    return array.dtype.names is None and (array.dtype.name == "bfloat16" or array.dtype.name.startswith("float8"))
+    """Is ``array`` an ml_dtypes array of one of ember's storage dtypes (not one of ember's buffers)?"""
+    return array.dtype.names is None and array.dtype.name in STORAGE_NAMES

@@ -71,6 +71,20 @@ def to_float(x) -> np.ndarray:
     return TABLES[x.dtype.names[0]][x.view("u1")]
 
 
+def nearest_even(grid: np.ndarray, mag: np.ndarray) -> np.ndarray:
+    """The index of the value of the increasing ``grid`` nearest to each of ``mag``, ties to
+    the even index; at or past the last value (NaN too), the last index.
+
+    >>> nearest_even(np.array([0.0, 0.5, 1.0, 1.5]), np.array([0.25, 0.75, 1.2, 9.0])).tolist()
+    [0, 2, 2, 3]
+    """
+    hi = np.clip(np.searchsorted(grid, mag), 1, len(grid) - 1)
+    lo = hi - 1
+    below, above = mag - grid[lo], grid[hi] - mag
+    code = np.where((below < above) | ((below == above) & (lo % 2 == 0)), lo, hi)
+    return np.where(mag >= grid[-1], len(grid) - 1, code)
+
+
 def from_float(x, name: str) -> np.ndarray:
     """Round float values to float8 format ``name``: to nearest, ties to even, overflow to inf
     (e5m2) or NaN (the others); NaN stays NaN.
@@ -87,12 +101,7 @@ def from_float(x, name: str) -> np.ndarray:
     values = positive[:finite]  # the non-negative finite values, increasing with their code
     step = values[-1] - values[-2]
     grid = np.append(values, values[-1] + step)  # one more, where the format would go on: overflow
-    mag = np.abs(x)
-    hi = np.clip(np.searchsorted(grid, mag), 1, len(grid) - 1)
-    lo = hi - 1
-    below, above = mag - grid[lo], grid[hi] - mag
-    code = np.where((below < above) | ((below == above) & (lo % 2 == 0)), lo, hi)
-    code = np.where(mag >= grid[-1], len(grid) - 1, code)  # beyond the extra value too
+    code = nearest_even(grid, np.abs(x))
     overflow = code == len(grid) - 1
     nan_code = 0x80 if fnuz else 0x7F
     inf_code = finite  # e5m2: the code after the largest finite value is infinity

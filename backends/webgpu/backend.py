@@ -13,9 +13,10 @@ How it works, in the order a forward pass meets it:
   result stays on the GPU until someone reads it (``tolist``, ``numpy``, ``item``).
 - Elementwise ops, reductions, matmul, conv2d and pad run as compute shaders (the ``GPU``
   table). Work is recorded into one command encoder and submitted when a result is read, so a
-  forward pass is one submission and one read-back.
-- Everything else, and every dtype WGSL has no storage for (float64, float16, int64, uint8),
-  runs on the host through the pure-Python backend (the ``python`` reference), on a downloaded
+  forward pass is one submission and one read-back. int8, int16 and uint16 live in 32-bit
+  words; every kernel that writes one wraps the value into its range (``device.WRAP``).
+- Everything else, and every dtype WGSL has no storage for (float64, float16, int64, uint8,
+  uint64), runs on the host through the pure-Python backend (the ``python`` reference), on a downloaded
   copy. So every primitive works; the table says which ones are fast. ``backend.stats`` counts
   both paths.
 - Reading needs to wait for the GPU (``mapAsync``), which Python does with Pyodide's
@@ -64,9 +65,6 @@ from .device import (
     unavailable_reason,
 )
 
-_I32 = (-(1 << 31), 1 << 31)
-_U32 = (0, 1 << 32)
-
 __all__ = ["WebGPUBackend", "init", "unavailable_reason", "has_navigator_gpu", "GPU"]
 
 
@@ -83,7 +81,7 @@ def _unary(name):
         if (
             x.dtype is D.bool_
             or (name in wgsl.FLOAT_ONLY - {"floor"} and x.dtype is not D.float32)
-            or (name in wgsl.SIGNED_ONLY and x.dtype is D.uint32)
+            or (name in wgsl.SIGNED_ONLY and x.dtype.kind == "u")
         ):
             return None
         expr = wgsl.UNARY["copy" if name == "floor" and x.dtype is not D.float32 else name]
@@ -109,8 +107,8 @@ def _scalar_operand(t: WGBuffer, s, compare=False):
         return bits(scalar_as(D.float32, s), "f32")
     if not isinstance(s, int):
         return None
-    lo, hi = _I32 if t.dtype is D.int32 else _U32
-    return bits(s, t.stype) if lo <= s < hi else None
+    lo, hi = D.int_range(t.dtype)
+    return bits(s, t.stype) if lo <= s <= hi else None
 
 
 def _operands(a, b, compare=False):
@@ -204,6 +202,8 @@ def cast(x, dtype):
     if dtype not in STORAGE or not numel(x.shape) or not (x.store is not None or on_gpu(x)):
         return None
     expr = wgsl.cast_expr(x.stype, STORAGE[dtype], x.dtype is D.bool_, dtype is D.bool_)
+    if x.stype == "f32" and dtype is D.uint16:  # through i32, so -1.0 wraps to 65535 as NumPy's does
+        expr = "u32(i32({0}))"
     return elementwise(expr, [x], [x.stype], dtype, x.shape)
 
 
@@ -211,6 +211,8 @@ def _reduce(op):
     def run(x, axes=None, keepdims=False, axis=None):
         axes = (axis,) if op == "argmax" else tuple(axes)
         if x.dtype not in STORAGE or x.dtype is D.bool_ or not numel(x.shape) or not on_gpu(x):
+            return None
+        if x.dtype.itemsize < 4 and op not in ("max", "min", "argmax"):  # a sum would need wrapping
             return None
         nd = len(x.shape)
         red = sorted({a % nd for a in axes}) if nd else []
@@ -550,7 +552,7 @@ class WebGPUBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(self.impls),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL),  # int8, int16, uint16 in 32-bit words; uint64 on the host
             devices=("webgpu",),
             notes={
                 "gpu_ops": ", ".join(sorted(GPU)),

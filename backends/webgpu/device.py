@@ -28,8 +28,20 @@ from ember.errors import BackendError
 
 from . import wgsl
 
-#: ember dtype -> WGSL storage type of the dtypes that live on the GPU (bool as u32 0/1).
-STORAGE = {D.float32: "f32", D.int32: "i32", D.uint32: "u32", D.bool_: "u32"}
+#: ember dtype -> WGSL storage type of the dtypes that live on the GPU (bool as u32 0/1; the
+#: integers narrower than 32 bits, which WGSL lacks, in a whole word each).
+STORAGE = {
+    D.float32: "f32",
+    D.int32: "i32",
+    D.uint32: "u32",
+    D.bool_: "u32",
+    D.int8: "i32",
+    D.int16: "i32",
+    D.uint16: "u32",
+}
+#: the WGSL around a result of a narrow integer that brings it back into its range: a kernel
+#: computes in 32 bits and wraps what it writes, as NumPy's arithmetic wraps (i32's >> keeps the sign)
+WRAP = {D.int8: ("(((", ") << 24u) >> 24u)"), D.int16: ("(((", ") << 16u) >> 16u)"), D.uint16: ("((", ") & 0xffffu)")}
 
 
 # ----------------------------------------------------------------------------- the device
@@ -280,6 +292,8 @@ def _encode_host(host, dtype) -> bytes:
 
     if dtype is D.bool_:
         return array("I", map(int, host.data)).tobytes()
+    if dtype in WRAP:  # one 32-bit word a value
+        return array("i" if STORAGE[dtype] == "i32" else "I", host.data).tobytes()
     return to_bytes(host.data, dtype)
 
 
@@ -371,6 +385,8 @@ def elementwise(expr, operands, stypes, out_dtype, shape, out=None, out_stype=No
     for t, st in zip(tensors, strides[1:]):
         meta += [i32(t.offset), *map(i32, st)]
     meta += [operands[k] for k in scalar_slots]
+    if out.dtype in WRAP:
+        expr = WRAP[out.dtype][0] + expr + WRAP[out.dtype][1]
     code = wgsl.elementwise(expr, tuple(stypes), out.stype, len(dims), scalar_slots)
     device().dispatch(code, [out.store.gpu] + [t.store.gpu for t in tensors], meta, launch_grid(n))
     return out

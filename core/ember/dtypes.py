@@ -1,11 +1,12 @@
 """Data types: the names users write (``ember.float32``) and the rules that combine them.
 
 A dtype is a small immutable record; backends map it to their own type (NumPy's ``np.float32``,
-a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16`` and the
-float8 formats are storage dtypes (``STORAGE``): tensors hold them, arithmetic on them runs in
-float32. Every backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the
-storage dtypes are there on the backends whose capabilities list them, and ``check_backend``
-names the dtype and backend otherwise.
+a Python ``array`` typecode, a CUDA C type). Nothing here imports numpy. ``bfloat16``, the
+float8 formats, float4 and the 4- and 2-bit integers are storage dtypes (``STORAGE``): tensors
+hold them, arithmetic on them runs in float32 (the floats) or int32 (the integers). Every
+backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the storage dtypes
+are there on the backends whose capabilities list them, and ``check_backend`` names the dtype
+and backend otherwise.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ float8_e4m3fnuz = DType("float8_e4m3fnuz", 1, "f", 5)
 float8_e5m2 = DType("float8_e5m2", 1, "f", 5)
 float8_e5m2fnuz = DType("float8_e5m2fnuz", 1, "f", 5)
 float32 = DType("float32", 4, "f", 7)
+# the narrow formats: one value a byte in memory, as ml_dtypes holds them (files pack them)
+int4 = DType("int4", 1, "i", 1)
+uint4 = DType("uint4", 1, "u", 1)
+int2 = DType("int2", 1, "i", 1)
+uint2 = DType("uint2", 1, "u", 1)
+float4_e2m1fn = DType("float4_e2m1fn", 1, "f", 5)
+float8_e8m0fnu = DType("float8_e8m0fnu", 1, "f", 5)
 float64 = DType("float64", 8, "f", 8)
 
 #: the dtypes primitives compute in (every backend's contract)
@@ -65,10 +73,18 @@ INTS = (uint8, uint32, int32, int64)
 # Storage dtypes: a tensor may hold them (halving the bytes of bf16 weights, quartering them in
 # float8), and the primitives that only move values (KEEPS) keep them; any other primitive
 # computes on its storage operands cast to their compute dtype, so its result has that dtype.
-# The NumPy-array backends store bfloat16 and the four float8 formats (capabilities list the
-# compute dtypes, which conformance checks).
+# The NumPy-array backends store all of them (capabilities list the compute dtypes, which
+# conformance checks).
 FLOAT8 = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
-STORAGE = {bfloat16: float32, **dict.fromkeys(FLOAT8, float32)}
+#: the integers narrower than a byte, and their width in bits
+NARROW_INTS = {int4: 4, uint4: 4, int2: 2, uint2: 2}
+STORAGE = {
+    bfloat16: float32,
+    **dict.fromkeys(FLOAT8, float32),
+    float4_e2m1fn: float32,  # OCP MX: 2 exponent bits, 1 mantissa bit, no inf or NaN
+    float8_e8m0fnu: float32,  # OCP MX scales: powers of two 2**-127 .. 2**127, and NaN
+    **dict.fromkeys(NARROW_INTS, int32),
+}
 #: the largest finite value of each float8 format (what a saturating cast clamps to)
 FLOAT8_MAX = {float8_e4m3fn: 448.0, float8_e4m3fnuz: 240.0, float8_e5m2: 57344.0, float8_e5m2fnuz: 57344.0}
 KEEPS = frozenset(
@@ -137,7 +153,15 @@ def promote(a: DType, b: DType) -> DType:
     ember.float32
     >>> promote(int8, uint8), promote(uint16, int16), promote(uint64, int64)
     (ember.int16, ember.int32, ember.float64)
+
+    A narrow integer (int4, ...) meets another dtype as int32, the dtype it computes in.
+
+    >>> promote(int4, int8), promote(uint2, float16)
+    (ember.int32, ember.float16)
     """
+    if a is b:
+        return a
+    a, b = (int32 if a in NARROW_INTS else a), (int32 if b in NARROW_INTS else b)
     if a.kind == b.kind:
         if a.kind == "f" and a.itemsize == b.itemsize and a is not b:  # float16 with bfloat16, two float8s
             return float32
@@ -154,10 +178,10 @@ def promote(a: DType, b: DType) -> DType:
 def int_range(d: DType) -> tuple[int, int]:
     """The smallest and largest value of integer (or bool) dtype ``d``.
 
-    >>> int_range(int8), int_range(uint16)
-    ((-128, 127), (0, 65535))
+    >>> int_range(int8), int_range(uint16), int_range(int4)
+    ((-128, 127), (0, 65535), (-8, 7))
     """
-    bits = 1 if d.kind == "b" else 8 * d.itemsize
+    bits = 1 if d.kind == "b" else NARROW_INTS.get(d) or 8 * d.itemsize
     return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if d.kind == "i" else (0, (1 << bits) - 1)
 
 

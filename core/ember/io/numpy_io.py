@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info
+from .tensorbytes import _BY_EMBER, TensorBytes, dtype_info, packed, unpack
 
 
 def to_numpy(tensor: TensorBytes) -> Any:
@@ -19,16 +19,32 @@ def to_numpy(tensor: TensorBytes) -> Any:
     """
     import numpy as np
 
-    name = dtype_info(tensor.dtype).ember
-    if name == "bfloat16":
-        _ml_dtypes()  # registers the name "bfloat16" with NumPy
+    d = dtype_info(tensor.dtype)
+    name = d.ember
+    if name in ML_DTYPES:
+        _ml_dtypes()  # registers the names "bfloat16", "float8_e5m2", ... with NumPy
     try:
         dtype = np.dtype(name).newbyteorder("<")  # the file is little-endian on every machine
     except TypeError:
         raise ValueError(
             f"numpy has no dtype {name!r} (file dtype {tensor.dtype}); read its raw bytes from TensorBytes.data instead"
         ) from None
-    return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
+    data = unpack(tensor.data, d.per_byte) if d.per_byte > 1 else tensor.data  # a copy: one value a byte
+    return np.frombuffer(data, dtype=dtype).reshape(tensor.shape)
+
+
+#: the file dtypes NumPy knows through the ml_dtypes package
+ML_DTYPES = frozenset(
+    {
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "float4_e2m1fn",
+    }
+)
 
 
 def _ml_dtypes() -> Any:
@@ -36,8 +52,8 @@ def _ml_dtypes() -> Any:
         import ml_dtypes
     except ImportError:
         raise ValueError(
-            "a bfloat16 NumPy array needs the ml_dtypes package: pip install ml_dtypes (or "
-            "load the file as ember tensors, which store bfloat16 without it)"
+            "a bfloat16 (float8, float4) NumPy array needs the ml_dtypes package: pip install ml_dtypes (or "
+            "load the file as ember tensors, which store them without it)"
         ) from None
     return ml_dtypes
 
@@ -59,7 +75,8 @@ def from_numpy(array: Any) -> TensorBytes:
         raise ValueError(f"cannot store numpy dtype {array.dtype} in safetensors; supported: {', '.join(_BY_EMBER)}")
     # Not ascontiguousarray: it turns a 0-d array into a 1-d one.
     array = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
-    return TensorBytes(d.code, tuple(int(s) for s in array.shape), array.reshape(-1).view(np.uint8).data)
+    data = packed(d, array.reshape(-1).view(np.uint8), array.size, f"an array of shape {array.shape}")
+    return TensorBytes(d.code, tuple(int(s) for s in array.shape), np.frombuffer(data, np.uint8).data)
 
 
 def tensor_bytes(t: Any) -> TensorBytes:
@@ -69,7 +86,9 @@ def tensor_bytes(t: Any) -> TensorBytes:
     >>> tensor_bytes(ember.tensor([1.0, 2.0]))
     TensorBytes(dtype='F32', shape=(2,), data=<8 bytes>)
     """
-    return TensorBytes(dtype_info(t.dtype.name).code, tuple(t.shape), t.backend.to_bytes(t._data))
+    d = dtype_info(t.dtype.name)
+    data = packed(d, t.backend.to_bytes(t._data), t.numel(), f"a {t.dtype} tensor of shape {tuple(t.shape)}")
+    return TensorBytes(d.code, tuple(t.shape), data)
 
 
 def tensor_from_bytes(tb: TensorBytes, backend: Any = None) -> Any:
@@ -83,9 +102,11 @@ def tensor_from_bytes(tb: TensorBytes, backend: Any = None) -> Any:
     from ..registry import get_backend
 
     backend = get_backend(backend)
-    dtype = D.get(dtype_info(tb.dtype).ember)
+    d = dtype_info(tb.dtype)
+    dtype = D.get(d.ember)
     D.check_backend(backend, dtype)
-    return dispatch.wrap(backend.from_bytes(bytes(tb.data), tuple(tb.shape), dtype), backend)
+    data = unpack(tb.data, d.per_byte) if d.per_byte > 1 else bytes(tb.data)
+    return dispatch.wrap(backend.from_bytes(data, tuple(tb.shape), dtype), backend)
 
 
 def as_tensor_bytes(value: Any) -> TensorBytes:

@@ -104,11 +104,11 @@ def _layout(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None) -> t
         if not all(type(s) is int and s >= 0 for s in shape) or len(shape) > MAX_NDIM:
             raise ValueError(f"tensor {name!r}: shape {shape!r} must be at most {MAX_NDIM} non-negative integers")
         view = _byte_view(data, name)
-        if view.nbytes != _numel(shape) * d.itemsize:
-            raise ValueError(
-                f"tensor {name!r}: {d.code} of shape {shape} needs "
-                f"{_numel(shape) * d.itemsize} bytes, data has {view.nbytes}"
-            )
+        needs = d.nbytes(_numel(shape))
+        if needs is None:
+            raise ValueError(f"tensor {name!r}: {d.code} of shape {shape} does not fill whole bytes (an odd count)")
+        if view.nbytes != needs:
+            raise ValueError(f"tensor {name!r}: {d.code} of shape {shape} needs {needs} bytes, data has {view.nbytes}")
         entries.append((name, d.code, shape, view))
     entries.sort(key=lambda e: (-_RANK[e[1]], e[0]))
 
@@ -302,8 +302,9 @@ def _parse_entry(name: str, info: Any, data_len: int, source: str) -> tuple[Any,
         )
     span = end - begin
     numel = _bounded_numel(shape, 2**64)
-    if numel is None or numel * d.itemsize != span:
-        needs = "over 2**64" if numel is None else f"{numel * d.itemsize}"
+    size = None if numel is None else d.nbytes(numel)
+    if size is None or size != span:
+        needs = "over 2**64" if numel is None else "whole" if size is None else f"{size}"
         raise CheckpointError(
             source, f"{where}: {code} of shape {_short(shape)} needs {needs} bytes but data_offsets span {span}"
         )

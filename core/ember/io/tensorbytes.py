@@ -6,23 +6,38 @@ can convert ember tensors and arrays without an import cycle.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class DType(NamedTuple):
     code: str  # as written in the file: "F32"
     ember: str  # ember's (and NumPy's) name: "float32"
-    itemsize: int  # bytes per element
+    itemsize: int  # bytes per element (of a packed dtype: 1, the byte that holds several)
+    per_byte: int = 1  # elements a byte: 2 for F4, packed low nibble first
+
+    def nbytes(self, numel: int) -> int | None:
+        """The bytes ``numel`` elements take, or None when they do not fill whole bytes.
+
+        >>> dtype_info("F4").nbytes(6), dtype_info("F4").nbytes(3), dtype_info("F32").nbytes(3)
+        (3, None, 12)
+        """
+        if numel % self.per_byte:
+            return None
+        return numel * self.itemsize // self.per_byte
 
 
 # In the reference implementation's order, smallest alignment first: the writer lays tensors
 # out in reverse, so each one starts on a multiple of its own item size (zero-copy loads).
 _TABLE = (
     DType("BOOL", "bool", 1),
+    DType("F4", "float4_e2m1fn", 1, 2),
     DType("U8", "uint8", 1),
     DType("I8", "int8", 1),
     DType("F8_E5M2", "float8_e5m2", 1),
     DType("F8_E4M3", "float8_e4m3fn", 1),
+    DType("F8_E8M0", "float8_e8m0fnu", 1),
+    DType("F8_E4M3FNUZ", "float8_e4m3fnuz", 1),
+    DType("F8_E5M2FNUZ", "float8_e5m2fnuz", 1),
     DType("I16", "int16", 2),
     DType("U16", "uint16", 2),
     DType("F16", "float16", 2),
@@ -50,8 +65,55 @@ def dtype_info(name: str) -> DType:
     """
     d = DTYPES.get(name) or _BY_EMBER.get(name)
     if d is None:
+        if name in UNCODED:
+            raise ValueError(
+                f"safetensors has no code for dtype {name}: store it as {UNCODED[name]} (t.to(ember.{UNCODED[name]}))"
+            )
         raise ValueError(f"unknown dtype {name!r}; safetensors knows {', '.join(DTYPES)}")
     return d
+
+
+#: ember's dtypes the safetensors format has no code for, and the one to store them in instead
+UNCODED = {
+    "int4": "int8",
+    "int2": "int8",
+    "uint4": "uint8",
+    "uint2": "uint8",
+}
+
+
+def pack(data: bytes | memoryview, per_byte: int) -> bytes:
+    """Codes one a byte → ``per_byte`` codes a byte, the first in the low bits (as ONNX and torch pack).
+
+    >>> pack(bytes([1, 2, 3, 4]), 2).hex()
+    '2143'
+    """
+    data, bits = bytes(data), 8 // per_byte
+    return bytes(sum(data[i + k] << (k * bits) for k in range(per_byte)) for i in range(0, len(data), per_byte))
+
+
+def packed(d: DType, data: Any, numel: int, what: str) -> Any:
+    """``data`` (one value a byte) as a file holds dtype ``d``: packed where ``d`` packs several
+    values a byte, which needs a count that fills whole bytes (``what`` names the tensor)."""
+    if d.per_byte == 1:
+        return data
+    if d.nbytes(numel) is None:
+        raise ValueError(
+            f"safetensors packs {d.code} {d.per_byte} values a byte: {what} has {numel} values, "
+            f"not a multiple of {d.per_byte}"
+        )
+    return pack(data, d.per_byte)
+
+
+def unpack(data: bytes | memoryview, per_byte: int) -> bytes:
+    """The inverse of :func:`pack`.
+
+    >>> list(unpack(bytes([0x21, 0x43]), 2))
+    [1, 2, 3, 4]
+    """
+    bits = 8 // per_byte
+    mask = (1 << bits) - 1
+    return bytes((byte >> (k * bits)) & mask for byte in bytes(data) for k in range(per_byte))
 
 
 class TensorBytes(NamedTuple):

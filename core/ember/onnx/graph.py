@@ -139,6 +139,8 @@ def _kept_in_storage(node, args, out) -> tuple:
     if len(floats) != 1 or any(key in node.attrs for key in DTYPE_ATTRIBUTES):
         return out
     storage = floats.pop()
+    if storage not in D.STORAGE:  # a float32 scale beside an int4 input (DequantizeLinear)
+        return out
     return tuple(o.to(storage) if isinstance(o, Tensor) and o.dtype is D.STORAGE[storage] else o for o in out)
 
 

@@ -12,8 +12,8 @@ import os
 from .. import dtypes as D
 from ..errors import EmberError
 
-# ONNX TensorProto element type → ember dtype. Types ember lacks (int4, float4, complex, string)
-# are absent, so they fail with the node's name.
+# ONNX TensorProto element type → ember dtype. Types ember lacks (complex, string) are absent,
+# so they fail with the node's name. The onnx package unpacks 4- and 2-bit tensors, one value a byte.
 DTYPES = {
     1: D.float32,
     2: D.uint8,
@@ -32,6 +32,12 @@ DTYPES = {
     18: D.float8_e4m3fnuz,
     19: D.float8_e5m2,
     20: D.float8_e5m2fnuz,
+    21: D.uint4,
+    22: D.int4,
+    23: D.float4_e2m1fn,
+    24: D.float8_e8m0fnu,
+    25: D.uint2,
+    26: D.int2,
 }
 ONNX_TYPES = {d: code for code, d in DTYPES.items()}
 TYPE_NAMES = {

@@ -63,6 +63,19 @@ def _cases():
     )
     yield "int32 arithmetic", {"add", "mul", "maximum"}, (ints, ints2), lambda x, y: ember.maximum(x * y + 7, y)
     yield "cast", {"cast"}, (a,), lambda a: ((a * 10).int() + (a > 0).int()).float() * 0.5
+    i8, i16, u16 = (ints * 5).to(ember.int8), (ints * 900).to(ember.int16), (ints2 * 1500).to(ember.uint16)
+    yield (
+        "int8/int16/uint16 in 32-bit words, wrapped after each op",
+        {"add", "sub", "mul", "neg", "maximum", "gt", "where", "cast"},
+        (i8, i16, u16),
+        lambda a, b, c: (
+            (a * a + 100).int()  # int8 products and sums past 127 wrap
+            + (-b * 3 - b).int()  # int16's past 32767
+            + ember.where(c > 30000, c * c, c - 40000).int()  # uint16 past 65535 and below 0
+            + ember.maximum(a, -a).int()  # -(-128) is -128 in int8
+            + (a.float() * 2.5).to(ember.uint16).int()  # negative floats wrap through int32
+        ),
+    )
     # int64 indices (what Tensor.take makes) live on the host; the gather runs on the GPU
     idx, idx2 = randint(-3, 3, 2, 5, dtype=ember.int64), randint(0, 5, 4, dtype=ember.int64)
     yield (

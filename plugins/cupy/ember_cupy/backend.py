@@ -103,7 +103,7 @@ class CupyBackend(Backend):
             notes.update(device.describe() if self.rt is not None else {})
         return Capabilities(
             ops=frozenset(PRIMITIVES),
-            dtypes=frozenset(D.ALL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL),  # int8, int16, uint16, uint64: CuPy has them
             devices=(self.device,),
             fused=FUSED,
             compiles_groups=True,

@@ -32,7 +32,7 @@ def make_impls(rt) -> dict:
     """The primitive table for runtime ``rt`` (its ``xp`` and ``launch``)."""
     xp = rt.xp
     on_numpy = xp.__name__ == "numpy"
-    NP = {d: xp.dtype(d.name) for d in D.ALL}
+    NP = {d: xp.dtype(d.name) for d in D.ALL + D.OPTIONAL}
     random_kernel = kernels.random_bits_kernel()
 
     def quiet(f):

@@ -28,14 +28,22 @@ class Unsupported(Exception):
 CTYPE = {
     "bool": "bool",
     "uint8": "unsigned char",
+    "int8": "signed char",
+    "uint16": "unsigned short",
+    "int16": "short",
     "uint32": "unsigned int",
     "int32": "int",
     "int64": "long long",
+    "uint64": "unsigned long long",
     "float32": "float",
     "float64": "double",
 }
 FLOATS = ("float32", "float64")
-INTS = ("uint8", "uint32", "int32", "int64")
+#: the integers and their widths in bits; C computes the narrower ones in int, so their results
+#: are cast back (wrapping as NumPy does)
+BITS = {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "uint32": 32, "int32": 32, "int64": 64, "uint64": 64}
+INTS = tuple(BITS)
+NARROW = ("uint8", "int8", "uint16", "int16")
 #: The type a float32 sum accumulates in: double costs nothing on a memory-bound reduction
 #: and keeps a 100k-term sum as accurate as NumPy's pairwise one.
 ACCUMULATOR = {
@@ -44,7 +52,11 @@ ACCUMULATOR = {
     "int32": "int",
     "int64": "long long",
     "uint8": "unsigned char",
+    "int8": "signed char",
+    "uint16": "unsigned short",
+    "int16": "short",
     "uint32": "unsigned int",
+    "uint64": "unsigned long long",
 }
 
 
@@ -69,6 +81,8 @@ def literal(value, dtype) -> str:
 
     >>> literal(float("inf"), "float64"), literal(3, "int64"), literal(True, "bool")
     ('ember_f64_bits(0x7ff0000000000000ULL)', '((long long)3LL)', 'true')
+    >>> literal(-1, "uint64"), literal(200, "int8")
+    ('((unsigned long long)18446744073709551615ULL)', '((signed char)-56LL)')
     """
     name = str(dtype)
     if name == "bool":
@@ -78,13 +92,13 @@ def literal(value, dtype) -> str:
             if not math.isfinite(value):
                 raise Unsupported(f"cannot write {value} as {name}")
             value = int(value)  # truncation toward zero, like a C cast
-        bits = {"uint8": 8, "uint32": 32, "int32": 32, "int64": 64}[name]
+        bits = BITS[name]
         value = int(value) % (1 << bits)
         if name.startswith("int") and value >= 1 << (bits - 1):
             value -= 1 << bits  # wrap like NumPy's conversion
         if value == -(1 << 63):
             return "((long long)(-9223372036854775807LL - 1))"
-        return f"(({CTYPE[name]}){value}LL)"
+        return f"(({CTYPE[name]}){value}{'ULL' if name == 'uint64' else 'LL'})"
     if name == "float32":
         (bits,) = struct.unpack("<I", struct.pack("<f", float(value)))
         f = struct.unpack("<f", struct.pack("<I", bits))[0]
@@ -132,18 +146,16 @@ def expr(op: str, dtype, args: list, arg_dtypes=None, params=None) -> str:
     if op in FLOAT_UNARY:
         if name in FLOATS:
             return f"{FLOAT_UNARY[op][name]}{a[0]}"
-        if op == "abs" and name in ("int32", "int64", "uint8"):
-            return f"({a[0]} < 0 ? ({ctype(name)})-{a[0]} : {a[0]})" if name != "uint8" else a[0]
-        if op == "abs" and name == "uint32":
-            return a[0]
+        if op == "abs" and name in INTS:
+            return f"({a[0]} < 0 ? ({ctype(name)})-{a[0]} : {a[0]})" if name[0] == "i" else a[0]
         if op == "floor" and name in INTS:
             return a[0]
         raise Unsupported(f"{op} of {name}")
     if op == "neg":
         if name in FLOATS or name in ("int32", "int64"):
             return f"(-{a[0]})"
-        if name in ("uint8", "uint32"):
-            return f"(({ctype(name)})(0u - {a[0]}))"
+        if name in INTS:
+            return f"(({ctype(name)})({'0u - ' if name[0] == 'u' else '-'}{a[0]}))"
         raise Unsupported(f"neg of {name}")
     if op == "reciprocal":
         if name in FLOATS:
@@ -163,8 +175,10 @@ def expr(op: str, dtype, args: list, arg_dtypes=None, params=None) -> str:
         if name not in FLOATS and name not in INTS:
             raise Unsupported(f"{op} of {name}")
         sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+        if op == "mul" and name == "uint16":  # in int, 65535 * 65535 would overflow (undefined)
+            return f"(({ctype(name)})((unsigned int){a[0]} * (unsigned int){a[1]}))"
         out = f"({a[0]} {sym} {a[1]})"
-        return out if name in FLOATS or name in ("int64", "uint32") else f"(({ctype(name)}){out})"
+        return f"(({ctype(name)}){out})" if name in NARROW else out
     if op == "div":
         if name not in FLOATS:
             raise Unsupported(f"div of {name}")
@@ -191,6 +205,8 @@ def expr(op: str, dtype, args: list, arg_dtypes=None, params=None) -> str:
     if op == "cast":
         if name == "bool":
             return f"({a[0]} != 0)"
+        if src in FLOATS and name == "uint64":  # past 2**63 directly, negative ones wrap as below
+            return f"({a[0]} < 0 ? (unsigned long long)(long long){a[0]} : (unsigned long long){a[0]})"
         if src in FLOATS and name in INTS and name.startswith("uint"):
             # NumPy on x86-64 converts through int64 and wraps (-1.0 -> 255 for uint8).
             return f"(({ctype(name)})(long long){a[0]})"
@@ -207,18 +223,26 @@ def reduce_identity(op: str, dtype) -> str:
     lowest = {
         "float32": "ember_f32_bits(0xff800000u)",
         "float64": "ember_f64_bits(0xfff0000000000000ULL)",
+        "int8": "(-128)",
+        "int16": "(-32768)",
         "int32": "(-2147483647 - 1)",
         "int64": "(-9223372036854775807LL - 1)",
         "uint8": "0",
+        "uint16": "0",
         "uint32": "0u",
+        "uint64": "0ull",
     }
     highest = {
         "float32": "ember_f32_bits(0x7f800000u)",
         "float64": "ember_f64_bits(0x7ff0000000000000ULL)",
+        "int8": "127",
+        "int16": "32767",
         "int32": "2147483647",
         "int64": "9223372036854775807LL",
         "uint8": "255",
+        "uint16": "65535",
         "uint32": "4294967295u",
+        "uint64": "18446744073709551615ull",
     }
     table = lowest if op == "max" else highest
     if name not in table:

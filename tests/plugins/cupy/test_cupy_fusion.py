@@ -230,3 +230,26 @@ def test_batch_norm_is_one_fused_node_and_relu_one_kernel(host, rng):
     tail = [g for g in groups if g.kind == "elementwise" and g.shape == x.shape[:1] + (8, 8, 8)]
     assert len(tail) == 1 and "where" in {v.op for v in tail[0].nodes}
     assert host.compile(tail[0]) is not None
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "uint16", "uint64"])
+def test_narrow_and_wide_integers_fuse_wrap_and_compile_for_sm90(host, rng, dtype):
+    """The optional integers as C types of their width: arithmetic wraps as NumPy's does (uint16
+    products past int's range too), comparisons, abs/neg/max and a float cast fuse into one
+    kernel, which nvcc also builds for the GPU."""
+    lo, hi = (0, 2**16) if dtype == "uint16" else (-(2**7), 2**7) if dtype == "int8" else (-500, 500)
+    if dtype == "uint64":
+        lo, hi = 0, 2**62
+    x = rng.integers(lo, hi, (5, 7)).astype(dtype)
+    y = rng.integers(lo, hi, (5, 7)).astype(dtype)
+    y[0, :3] = np.iinfo(dtype).max  # products and sums that wrap
+
+    def f(x, y):
+        z = x * y + x - (y * 3)
+        return ember.where(z > x, z, x.maximum(y)), (-z).abs(), z.to(ember.float64) * 0.5
+
+    _compare(host, f, x, y, rtol=0, atol=0)
+    ks = [k for k in host.rt.seen.values() if k.name.startswith("ember_fused_") and fusion.ctype(dtype) in k.source]
+    assert ks
+    results = catalog.check(ks, "sm_90")
+    assert all(r["ok"] for r in results), [r["log"] for r in results if not r["ok"]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ... import dtypes as D
-from ...tensor import where
+from ...tensor import Tensor, where
 from .common import filled, scalar
 
 
@@ -222,11 +222,42 @@ def where_(node, c, a, b):
 # ---------------------------------------------------------------- casts
 def cast_to(node, x, dtype):
     """``x.to(dtype)``; to a float8 format, values past its range saturate to its largest
-    value unless the node says ``saturate=0`` (then they round to inf or NaN, as ember casts)."""
+    value unless the node says ``saturate=0`` (then they round to inf or NaN, as ember casts);
+    to e8m0, the node's ``round_mode`` and ``saturate`` decide (:func:`to_e8m0`)."""
+    if dtype is D.float8_e8m0fnu and x.dtype.is_floating_point:
+        return to_e8m0(x, node.attr("round_mode", "up"), node.attr("saturate", 1))
     if dtype in D.FLOAT8 and node.attr("saturate", 1):
         top = D.FLOAT8_MAX[dtype]
         x = x.clamp(-top, top)
     return x.to(dtype)
+
+
+E8M0_MAX = 2.0**127
+
+
+def to_e8m0(x, mode: str, saturate) -> Tensor:
+    """Round ``|x|`` to a power of two, ``mode`` "up", "down" or "nearest" (ties up, at 1.5
+    times a power), as ONNX's Cast does (the sign is ignored, as in ONNX's reference). ember's
+    own cast rounds to nearest, so the power below ``|x|`` is that or half of it. Saturating,
+    inf and values past 2**127 become 2**127 (ONNX's table; its reference makes inf NaN);
+    otherwise what rounds past 2**127, inf and NaN become NaN. A float32 subnormal rounds to
+    2**-127 or 2**-126 by value, where ONNX's reference rounds by its bits."""
+    if mode not in ("up", "down", "nearest"):
+        raise ValueError(f"round_mode {mode!r} is not up, down or nearest")
+    a = x.to(D.float32).abs()
+    if saturate:
+        a = where(a.isnan(), a, a.clamp(None, E8M0_MAX))
+    if mode == "nearest":
+        return a.to(D.float8_e8m0fnu)
+    c = where(a > E8M0_MAX, E8M0_MAX, a)  # NaN stays NaN
+    p = c.to(D.float8_e8m0fnu).to(D.float32)
+    if mode == "down":
+        r = where(p > c, p * 0.5, p)  # the largest power of two <= |x| (2**-127 at least)
+    else:  # the smallest power >= |x|: 2p where p < |x| (so p <= 2**126: no overflow), else p
+        r = where(p < c, p, p * 0.5) * 2.0
+    if not saturate:  # rounding down, only inf leaves the range
+        r = where(a > E8M0_MAX if mode == "up" else a.isinf(), a, r)
+    return r.to(D.float8_e8m0fnu)
 
 
 def cast(node, x):

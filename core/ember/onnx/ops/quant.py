@@ -1,4 +1,4 @@
-"""Quantization operators on 8- and 16-bit integers and float8 (and int32 accumulators): QuantizeLinear,
+"""Quantization operators on 2- to 16-bit integers, float8 and float4 (and int32 accumulators): QuantizeLinear,
 DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
 
 Integer products are computed in float64 (exact for 8-bit operands and the sums ONNX's cases
@@ -36,7 +36,7 @@ def _saturate(y, dtype):
 
 def quantize(node, x, scale, zp=None):
     dtype = zp.dtype if zp is not None else node.dtype(node.attr("output_dtype", 2) or 2)
-    if dtype in D.FLOAT8:  # rounds as the cast does, not to an integer
+    if dtype in D.FLOAT8 or dtype is D.float4_e2m1fn:  # rounds as the cast does, not to an integer
         y = x.to(D.float32) / _along(node, scale, x).to(D.float32)
         return cast_to(node, y + _along(node, zp, x).to(D.float32) if zp is not None else y, dtype)
     y = _round_half_even(x.to(D.float32) / _along(node, scale, x).to(D.float32))
