@@ -84,33 +84,14 @@ REASONS = {
     test_image_decoder_decode_pnm_rgb test_image_decoder_decode_tiff_rgb
     test_image_decoder_decode_webp_rgb
     """,
-    "operator not implemented yet: DeformConv": """
-    test_basic_deform_conv_with_padding test_basic_deform_conv_without_padding
-    test_deform_conv_with_mask_bias test_deform_conv_with_multiple_offset_groups
-    """,
     "DFT inverse: ONNX's reference output carries float32 round-off (~2e-7) where the exact value is 0, beyond the case's atol 1e-7; ember computes in float64": """
     test_dft_inverse test_dft_inverse_opset19
     """,
     "float16 rounding: ember's composition rounds differently from the reference by one ulp": """
     test_swiglu_float16 test_swiglu_float16_expanded
     """,
-    "operator not implemented yet: TreeEnsemble": """
-    test_ai_onnx_ml_tree_ensemble_set_membership test_ai_onnx_ml_tree_ensemble_single_tree
-    """,
-    "3-d ConvTranspose not implemented yet": """
-    test_convtranspose_3d
-    """,
     "ConvTranspose output_shape larger than the full output: placement of the extra rows differs": """
     test_convtranspose_output_shape
-    """,
-    "operator not implemented yet: ArrayFeatureExtractor": """
-    test_ai_onnx_ml_array_feature_extractor
-    """,
-    "operator not implemented yet: Binarizer": """
-    test_ai_onnx_ml_binarizer
-    """,
-    "operator not implemented yet: MelWeightMatrix": """
-    test_melweightmatrix
     """,
 }
 
