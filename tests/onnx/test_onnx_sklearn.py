@@ -1,0 +1,98 @@
+"""scikit-learn models through skl2onnx: ember's ``ai.onnx.ml`` operators (tree ensembles, linear
+models, Scaler, Normalizer, ArrayFeatureExtractor) give scikit-learn's own predictions and
+probabilities. Trained here on the data sets scikit-learn ships (iris, diabetes)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+sklearn = pytest.importorskip("sklearn")
+skl2onnx = pytest.importorskip("skl2onnx")
+pytestmark = [pytest.mark.onnx, pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")]
+
+from sklearn import datasets, ensemble, linear_model, neighbors, neural_network, pipeline, preprocessing, tree
+
+import ember
+import ember.onnx
+
+
+def iris():
+    x, y = datasets.load_iris(return_X_y=True)
+    return x.astype(np.float32), y
+
+
+def diabetes():
+    x, y = datasets.load_diabetes(return_X_y=True)
+    return x.astype(np.float32), y
+
+
+MODELS = {
+    "random forest classifier": lambda: (
+        ensemble.RandomForestClassifier(n_estimators=7, max_depth=5, random_state=0),
+        iris(),
+    ),
+    "gradient boosting, binary": lambda: (
+        ensemble.GradientBoostingClassifier(n_estimators=6, random_state=0),
+        (iris()[0], iris()[1] == 1),
+    ),
+    "gradient boosting regressor": lambda: (
+        ensemble.GradientBoostingRegressor(n_estimators=6, random_state=0),
+        diabetes(),
+    ),
+    "random forest regressor": lambda: (
+        ensemble.RandomForestRegressor(n_estimators=5, max_depth=4, random_state=0),
+        diabetes(),
+    ),
+    "decision tree": lambda: (tree.DecisionTreeClassifier(max_depth=3, random_state=0), iris()),
+    "scaler + logistic regression": lambda: (
+        pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.LogisticRegression()),
+        iris(),
+    ),
+    "logistic regression, binary": lambda: (linear_model.LogisticRegression(), (iris()[0], iris()[1] == 2)),
+    "min-max + normalizer + ridge": lambda: (
+        pipeline.make_pipeline(preprocessing.MinMaxScaler(), preprocessing.Normalizer(), linear_model.Ridge()),
+        diabetes(),
+    ),
+    "k nearest neighbours": lambda: (neighbors.KNeighborsClassifier(), iris()),
+    "MLP classifier": lambda: (
+        neural_network.MLPClassifier(hidden_layer_sizes=(16,), max_iter=300, random_state=0),
+        iris(),
+    ),
+}
+
+
+def convert(name):
+    model, (x, y) = MODELS[name]()
+    model.fit(x, y.astype(np.int64) if y.dtype == bool else y)
+    classifier = hasattr(model, "predict_proba")
+    onx = skl2onnx.to_onnx(model, x[:1], options={"zipmap": False} if classifier else None)
+    return model, x, onx.SerializeToString(), classifier
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_scikit_learn_model_matches_scikit_learn(name):
+    model, x, onx, classifier = convert(name)
+    out = ember.onnx.load(onx)(ember.tensor(x))
+    if classifier:
+        labels, probabilities = out
+        np.testing.assert_array_equal(labels.numpy(), model.predict(x))
+        np.testing.assert_allclose(probabilities.numpy(), model.predict_proba(x), rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_allclose(out.numpy().reshape(-1), model.predict(x), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", ["python", "numba"])
+def test_a_forest_runs_on_other_backends(backend):
+    if backend == "numba":
+        pytest.importorskip("ember_numba")
+    model, x, onx, _ = convert("random forest classifier")
+    labels, probabilities = ember.onnx.load(onx).to(backend)(ember.tensor(x[::5], backend=backend))
+    np.testing.assert_array_equal(labels.numpy(), model.predict(x[::5]))
+    np.testing.assert_allclose(probabilities.numpy(), model.predict_proba(x[::5]), rtol=1e-5, atol=1e-6)
+
+
+def test_string_class_labels_are_refused_at_load():
+    model = linear_model.LogisticRegression().fit(*iris()[:1], np.array(["a", "b", "c"])[iris()[1]])
+    onx = skl2onnx.to_onnx(model, iris()[0][:1], options={"zipmap": False})
+    with pytest.raises(ember.onnx.OnnxError, match="graph value 'label': element type string is not an ember dtype"):
+        ember.onnx.load(onx.SerializeToString())
