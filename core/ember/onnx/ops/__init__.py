@@ -24,6 +24,7 @@ from . import (
     rnn,
     sequence,
     shape,
+    svm,
     training,
 )
 from .common import LATEST
@@ -46,7 +47,7 @@ OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, qua
 # preview domain (FlexAttention) and the training domain's optimizer steps.
 DOMAINS = {
     "": OPS,
-    "ai.onnx.ml": _table(ml),
+    "ai.onnx.ml": _table(ml, svm),
     "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),
     "ai.onnx.preview.training": _table(training),
 }

@@ -58,7 +58,7 @@ def binarizer(node, x):
 
 def scaler(node, x):
     """``(x - offset) * scale``, as float32 (the operator's output type)."""
-    offset, scale = (_values(node, k, [0.0]).astype(np.float32) for k in ("offset", "scale"))
+    offset, scale = (attribute_array(node, k, [0.0]).astype(np.float32) for k in ("offset", "scale"))
     x = x.to(D.float32)
     return (x - const(offset, x)) * const(scale, x)
 
@@ -79,26 +79,26 @@ def normalizer(node, x):
 
 
 def linear_regressor(node, x):
-    coefficients = _values(node, "coefficients").astype(np.float32)
+    coefficients = attribute_array(node, "coefficients").astype(np.float32)
     targets = node.attr("targets", 1)
     w = const(coefficients.reshape(targets, -1).T, x)
     y = x.to(D.float32) @ w
-    intercepts = _values(node, "intercepts")
+    intercepts = attribute_array(node, "intercepts")
     y = y if intercepts is None else y + const(intercepts.astype(np.float32), x)
-    return _post_transform(node, y)
+    return post_transform(node, y)
 
 
 def linear_classifier(node, x):
     """(labels, scores): one score per class, or a binary model's one score s as (-s, s)."""
-    labels = _labels(node, "classlabels_ints")
-    coefficients = _values(node, "coefficients").astype(np.float32)
+    labels = class_labels(node, "classlabels_ints")
+    coefficients = attribute_array(node, "coefficients").astype(np.float32)
     w = const(coefficients.reshape(-1, x.shape[1]).T, x)
     scores = x.to(D.float32) @ w
-    intercepts = _values(node, "intercepts")
+    intercepts = attribute_array(node, "intercepts")
     scores = scores if intercepts is None else scores + const(intercepts.astype(np.float32), x)
     if scores.shape[1] == 1 and len(labels) == 2:
         scores = _pair(-scores, scores)
-    scores = _post_transform(node, scores)
+    scores = post_transform(node, scores)
     if scores.shape[1] > 1:
         return _pick(scores, labels, x), scores
     threshold = 0.0 if node.attr("post_transform", "NONE") == "NONE" else 0.5
@@ -180,9 +180,9 @@ def _aggregate(node, forest: Forest, state, x, kind: str, base=None):
 
 def tree_ensemble(node, x):
     """TreeEnsemble (ai.onnx.ml 5): leaves in their own arrays, each one (target, weight)."""
-    true_ids, false_ids = _values(node, "nodes_truenodeids"), _values(node, "nodes_falsenodeids")
-    true_leaf, false_leaf = _values(node, "nodes_trueleafs"), _values(node, "nodes_falseleafs")
-    targets = _values(node, "leaf_targetids").astype(np.int64)
+    true_ids, false_ids = attribute_array(node, "nodes_truenodeids"), attribute_array(node, "nodes_falsenodeids")
+    true_leaf, false_leaf = attribute_array(node, "nodes_trueleafs"), attribute_array(node, "nodes_falseleafs")
+    targets = attribute_array(node, "leaf_targetids").astype(np.int64)
     n_nodes, n_leaves = len(true_ids), len(targets)
     n_targets = node.attr("n_targets") or int(targets.max()) + 1
     leaves = np.arange(n_nodes, n_nodes + n_leaves)
@@ -191,19 +191,21 @@ def tree_ensemble(node, x):
     if ((on_true < 0) | (on_true > leaves[-1]) | (on_false < 0) | (on_false > leaves[-1])).any():
         raise node.error("a true or false id points past the nodes or leaves")
     roots = []
-    for r in map(int, _values(node, "tree_roots")):
+    for r in map(int, attribute_array(node, "tree_roots")):
         lone = true_leaf[r] and false_leaf[r] and true_ids[r] == false_ids[r]  # a tree that is one leaf
         roots.append(int(true_ids[r]) + n_nodes if lone else r)
-    modes = _values(node, "nodes_modes").astype(np.int64)
+    modes = attribute_array(node, "nodes_modes").astype(np.int64)
     weights = np.zeros((n_nodes + n_leaves, n_targets))
-    weights[leaves, targets] = _values(node, "leaf_weights")
+    weights[leaves, targets] = attribute_array(node, "leaf_weights")
     hits = np.zeros(weights.shape, bool)
     hits[leaves, targets] = True
     forest = Forest(
-        feature=_pad(_values(node, "nodes_featureids").astype(np.int64), n_leaves, 0),
-        split=_pad(_values(node, "nodes_splits").astype(np.float64), n_leaves, 0.0),
+        feature=_pad(attribute_array(node, "nodes_featureids").astype(np.int64), n_leaves, 0),
+        split=_pad(attribute_array(node, "nodes_splits").astype(np.float64), n_leaves, 0.0),
         mode=_pad(modes, n_leaves, LEQ),
-        missing=_pad(_values(node, "nodes_missing_value_tracks_true", np.zeros(n_nodes)).astype(bool), n_leaves, False),
+        missing=_pad(
+            attribute_array(node, "nodes_missing_value_tracks_true", np.zeros(n_nodes)).astype(bool), n_leaves, False
+        ),
         on_true=on_true,
         on_false=on_false,
         members=_members(node, modes, n_leaves),
@@ -213,7 +215,7 @@ def tree_ensemble(node, x):
     )
     state = _walk(node, forest, x)
     kind = AGGREGATES[node.attr("aggregate_function", 1)]
-    return _post_transform(node, _aggregate(node, forest, state, x, kind))
+    return post_transform(node, _aggregate(node, forest, state, x, kind))
 
 
 def tree_ensemble_regressor(node, x):
@@ -222,27 +224,30 @@ def tree_ensemble_regressor(node, x):
     x = x if x.dtype in (D.float32, D.float64) else x.to(D.float32)
     state = _walk(node, forest, x)
     out = _aggregate(node, forest, state, x, node.attr("aggregate_function", "SUM"), _base(node))
-    return _post_transform(node, out)
+    return post_transform(node, out)
 
 
 def tree_ensemble_classifier(node, x):
     """TreeEnsembleClassifier (ai.onnx.ml 1-3): (labels, per-class scores). A binary model
     scores one class, s; it reports (1 - s, s), or (-s, s) before a LOGISTIC or SOFTMAX."""
-    labels = _labels(node, "classlabels_int64s")
+    labels = class_labels(node, "classlabels_int64s")
     forest = _legacy_forest(node, "class", len(labels))
     x = x if x.dtype in (D.float32, D.float64) else x.to(D.float32)
     state = _walk(node, forest, x)
     scores = _aggregate(node, forest, state, x, "SUM", _base(node)).to(D.float32)
-    if len(set(_values(node, "class_ids").tolist())) == 1:  # binary
+    if len(set(attribute_array(node, "class_ids").tolist())) == 1:  # binary
         one = scores.narrow(1, 0, 1)
         other = 1 - one if node.attr("post_transform", "NONE") in ("NONE", "PROBIT") else -one
         scores = _pair(other, one)
-    scores = _post_transform(node, scores)
+    scores = post_transform(node, scores)
     return _pick(scores, labels, x), scores
 
 
 def _legacy_forest(node, prefix: str, n_targets: int) -> Forest:
-    trees, ids = _values(node, "nodes_treeids").astype(np.int64), _values(node, "nodes_nodeids").astype(np.int64)
+    trees, ids = (
+        attribute_array(node, "nodes_treeids").astype(np.int64),
+        attribute_array(node, "nodes_nodeids").astype(np.int64),
+    )
     where_is = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(trees, ids))}
     names = node.attr("nodes_modes")
     unknown = sorted(set(names) - set(MODE_NAMES) - {"LEAF"})
@@ -254,7 +259,7 @@ def _legacy_forest(node, prefix: str, n_targets: int) -> Forest:
 
     def successor(key):
         out = np.arange(n)
-        for k, (t, i) in enumerate(zip(trees, _values(node, key).astype(np.int64))):
+        for k, (t, i) in enumerate(zip(trees, attribute_array(node, key).astype(np.int64))):
             if not leaf[k]:
                 if (int(t), int(i)) not in where_is:
                     raise node.error(f"{key}: tree {t} has no node {i}")
@@ -263,10 +268,10 @@ def _legacy_forest(node, prefix: str, n_targets: int) -> Forest:
 
     weights, hits = np.zeros((n, n_targets)), np.zeros((n, n_targets), bool)
     for t, i, target, w in zip(
-        _values(node, f"{prefix}_treeids"),
-        _values(node, f"{prefix}_nodeids"),
-        _values(node, f"{prefix}_ids"),
-        _values(node, f"{prefix}_weights", _values(node, f"{prefix}_weights_as_tensor")),
+        attribute_array(node, f"{prefix}_treeids"),
+        attribute_array(node, f"{prefix}_nodeids"),
+        attribute_array(node, f"{prefix}_ids"),
+        attribute_array(node, f"{prefix}_weights", attribute_array(node, f"{prefix}_weights_as_tensor")),
     ):
         k = where_is[int(t), int(i)]
         weights[k, int(target)] += w
@@ -274,12 +279,12 @@ def _legacy_forest(node, prefix: str, n_targets: int) -> Forest:
     first: dict[int, int] = {}  # each tree's root: its first node
     for k, t in enumerate(trees.tolist()):
         first.setdefault(t, k)
-    split = _values(node, "nodes_values", _values(node, "nodes_values_as_tensor"))
+    split = attribute_array(node, "nodes_values", attribute_array(node, "nodes_values_as_tensor"))
     return Forest(
-        feature=_values(node, "nodes_featureids").astype(np.int64),
+        feature=attribute_array(node, "nodes_featureids").astype(np.int64),
         split=np.asarray(split, np.float64),
         mode=modes,
-        missing=_values(node, "nodes_missing_value_tracks_true", np.zeros(n)).astype(bool),
+        missing=attribute_array(node, "nodes_missing_value_tracks_true", np.zeros(n)).astype(bool),
         on_true=successor("nodes_truenodeids"),
         on_false=successor("nodes_falsenodeids"),
         members=np.full((n, 1), math.nan),
@@ -290,7 +295,7 @@ def _legacy_forest(node, prefix: str, n_targets: int) -> Forest:
 
 
 # ------------------------------------------------------------------ helpers
-def _values(node, name, default=None):
+def attribute_array(node, name, default=None):
     """A list or tensor attribute as a NumPy array (TreeEnsemble gives both kinds)."""
     v = node.attr(name)
     return default if v is None else np.asarray(v)
@@ -302,7 +307,7 @@ def _pad(a, n, fill):
 
 def _members(node, modes, n_leaves):
     """(states, widest set) array of each BRANCH_MEMBER node's set, NaN-padded (NaN equals nothing)."""
-    values = _values(node, "membership_values")
+    values = attribute_array(node, "membership_values")
     sets: list[list[float]] = [[] for _ in range(len(modes) + n_leaves)]
     if (modes == MEMBER).any():
         if values is None:
@@ -315,11 +320,11 @@ def _members(node, modes, n_leaves):
 
 
 def _base(node):
-    return _values(node, "base_values", _values(node, "base_values_as_tensor"))
+    return attribute_array(node, "base_values", attribute_array(node, "base_values_as_tensor"))
 
 
-def _labels(node, key):
-    labels = _values(node, key)
+def class_labels(node, key):
+    labels = attribute_array(node, key)
     if labels is None:
         if node.attr("classlabels_strings") is not None:
             raise node.error("string class labels: ember has no string tensors (convert the model with integer labels)")
@@ -336,7 +341,7 @@ def _pair(a, b):
     return cat([a, b], 1)
 
 
-def _post_transform(node, out):
+def post_transform(node, out):
     kind = node.attr("post_transform", "NONE")
     kind = TRANSFORMS[kind] if isinstance(kind, int) else kind
     if kind == "NONE":
