@@ -1,5 +1,5 @@
-"""ember/onnx/ops/ml.py's TreeEnsemble beyond the official cases' two trees, against ONNX's
-reference evaluator: random forests with every comparison mode, NaN routing and each aggregate."""
+"""ember/onnx/ops/ml.py beyond the official cases, against ONNX's reference evaluator: random
+forests with every comparison mode, NaN routing and each aggregate; LabelEncoder's numeric maps (against onnxruntime)."""
 
 import numpy as np
 import pytest
@@ -110,5 +110,41 @@ def test_tree_ensemble_probit_is_refused_naming_the_node():
         leaf_weights=numpy_helper.from_array(np.array([1.0, 2.0], np.float32)),
     )
     m = ember.onnx.load(model(node, ["x"], {"": 21, "ai.onnx.ml": 5}).SerializeToString())
-    with pytest.raises(ember.onnx.OnnxError, match=r"node 'forest' \(TreeEnsemble, opset 5\): post_transform PROBIT is not supported"):
+    with pytest.raises(
+        ember.onnx.OnnxError, match=r"node 'forest' \(TreeEnsemble, opset 5\): post_transform PROBIT is not supported"
+    ):
         m(ember.tensor(np.zeros((2, 1), np.float32)))
+
+
+@pytest.mark.parametrize(
+    "attrs,x,out",
+    [
+        ({"keys_floats": [1.5, float("nan"), -2.0], "values_int64s": [7, 8, 9]}, [1.5, np.nan, 3.0, -2.0], "INT64"),
+        ({"keys_int64s": [3, 1], "values_floats": [0.5, -1.0], "default_float": 4.0}, [1, 2, 3], "FLOAT"),
+        (
+            {
+                "keys_tensor": numpy_helper.from_array(np.array([2, 4], np.int64)),
+                "values_tensor": numpy_helper.from_array(np.array([20.5, 40.0], np.float32)),
+                "default_tensor": numpy_helper.from_array(np.array([-3.0], np.float32)),
+            },
+            [4, 5, 2],
+            "FLOAT",
+        ),
+    ],
+)
+def test_label_encoder_matches_the_reference(attrs, x, out):
+    x = np.array(x, np.float32 if "keys_floats" in attrs else np.int64)
+    code = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}[x.dtype]
+    g = helper.make_graph(
+        [helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", code, None)],
+        [helper.make_tensor_value_info("y", getattr(TensorProto, out), None)],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 4)])
+    # onnxruntime, not ONNX's reference: the spec matches NaN keys bit-wise, the reference never does
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ember.onnx.load(m.SerializeToString())(ember.tensor(x)).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

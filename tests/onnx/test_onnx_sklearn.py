@@ -14,7 +14,21 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*probability=True.*:FutureWarning"),  # scikit-learn 1.9 deprecates SVC's
 ]
 
-from sklearn import datasets, ensemble, linear_model, neighbors, neural_network, pipeline, preprocessing, svm, tree
+from sklearn import (
+    cluster,
+    datasets,
+    decomposition,
+    ensemble,
+    impute,
+    linear_model,
+    naive_bayes,
+    neighbors,
+    neural_network,
+    pipeline,
+    preprocessing,
+    svm,
+    tree,
+)
 
 import ember
 import ember.onnx
@@ -64,6 +78,8 @@ MODELS = {
     "SVC, decision values": lambda: (svm.SVC(kernel="sigmoid", gamma=0.01), iris()),
     "NuSVC": lambda: (svm.NuSVC(probability=True, random_state=0), iris()),
     "SVR": lambda: (svm.SVR(), diabetes()),
+    "Gaussian naive Bayes": lambda: (naive_bayes.GaussianNB(), iris()),
+    "AdaBoost": lambda: (ensemble.AdaBoostClassifier(n_estimators=5, random_state=0), iris()),
     "SVR, linear kernel": lambda: (svm.SVR(kernel="linear"), diabetes()),
     "MLP classifier": lambda: (
         neural_network.MLPClassifier(hidden_layer_sizes=(16,), max_iter=300, random_state=0),
@@ -110,3 +126,30 @@ def test_string_class_labels_are_refused_at_load():
     onx = skl2onnx.to_onnx(model, iris()[0][:1], options={"zipmap": False})
     with pytest.raises(ember.onnx.OnnxError, match="graph value 'label': element type string is not an ember dtype"):
         ember.onnx.load(onx.SerializeToString())
+
+
+def with_gaps():
+    x = iris()[0].copy()
+    x[::5, 1] = np.nan
+    return x
+
+
+TRANSFORMS = {
+    "SimpleImputer (Imputer)": lambda: (impute.SimpleImputer(), with_gaps()),
+    "OneHotEncoder": lambda: (preprocessing.OneHotEncoder(sparse_output=False), (iris()[0] * 2).astype(np.int64)),
+    "OrdinalEncoder (LabelEncoder)": lambda: (preprocessing.OrdinalEncoder(), (iris()[0] * 2).astype(np.int64)),
+    "PCA": lambda: (decomposition.PCA(2), iris()[0]),
+    "KMeans distances": lambda: (cluster.KMeans(3, n_init=2, random_state=0), iris()[0]),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMS))
+def test_scikit_learn_transform_matches_scikit_learn(name):
+    model, x = TRANSFORMS[name]()
+    model.fit(x)
+    out = ember.onnx.load(skl2onnx.to_onnx(model, x[:1]).SerializeToString())(ember.tensor(x))
+    if isinstance(out, tuple):  # a clusterer: (labels, distances)
+        np.testing.assert_array_equal(out[0].numpy(), model.predict(x))
+        out = out[1]
+    # KMeans' graph takes float32 square roots of expanded squared distances: ~3e-5 from float64
+    np.testing.assert_allclose(out.numpy(), model.transform(x), rtol=1e-5, atol=1e-4)

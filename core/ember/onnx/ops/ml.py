@@ -105,6 +105,60 @@ def linear_classifier(node, x):
     return where(scores.reshape(-1) >= threshold, int(labels[0]), 0), scores
 
 
+def imputer(node, x):
+    """Entries equal to the replaced value (NaN by default for floats) take their column's imputed value."""
+    floating = x.dtype.is_floating_point
+    fill = attribute_array(node, "imputed_value_floats" if floating else "imputed_value_int64s")
+    if fill is None or fill.size == 0:
+        raise node.error("imputed_value_floats or imputed_value_int64s is missing")
+    old = node.attr("replaced_value_float", 0.0) if floating else node.attr("replaced_value_int64", 0)
+    hit = x.isnan() if floating and math.isnan(old) else x == old
+    return where(hit, const(fill, x).to(x.dtype), x)
+
+
+def one_hot_encoder(node, x):
+    """(..., categories) float32 indicators of each entry's category; an unknown entry is all
+    zeros (``zeros=1``) or an error."""
+    cats = attribute_array(node, "cats_int64s")
+    if cats is None:
+        if node.attr("cats_strings") is not None:
+            raise node.error("string categories: ember has no string tensors")
+        raise node.error("cats_int64s is missing")
+    hit = x.to(D.int64).unsqueeze(-1) == const(cats.astype(np.int64), x)
+    if not node.attr("zeros", 1) and not bool(hit.any(-1).all().item()):
+        raise node.error("an input value is not one of the categories (and zeros=0)")
+    return hit.to(D.float32)
+
+
+def label_encoder(node, x):
+    """Each entry mapped through keys → values; a missing key gives the default (NaN keys match NaN)."""
+    keys, values, default = (_mapping_part(node, part) for part in ("keys", "values", "default"))
+    if keys is None or values is None:
+        raise node.error("string keys or values: ember has no string tensors")
+    key_t = const(keys, x).to(x.dtype)
+    match = x.unsqueeze(-1) == key_t
+    if x.dtype.is_floating_point:
+        match = match | (x.isnan().unsqueeze(-1) & key_t.isnan())
+    found = const(values, x).take(match.to(D.int32).argmax(-1))
+    if default is None:
+        default = np.array(-1 if values.dtype.kind in "iu" else -0.0, values.dtype)  # the spec's defaults
+    return where(match.any(-1), found, const(default.reshape(()), x).to(found.dtype))
+
+
+def _mapping_part(node, part):
+    """LabelEncoder's keys, values or default as a NumPy array: the ``*_tensor`` attribute (opset
+    4) or the typed lists; None for strings (or an absent default)."""
+    tensor = node.attr(f"{part}_tensor")
+    if tensor is not None:
+        return None if tensor.dtype.kind in "OUS" else np.asarray(tensor)
+    suffix = "s" if part != "default" else ""
+    for kind, dtype in (("int64", np.int64), ("float", np.float32)):
+        v = node.attr(f"{part}_{kind}{suffix}")
+        if v is not None:
+            return np.asarray(v, dtype)
+    return None
+
+
 # ------------------------------------------------------------------ tree ensembles
 @dataclass
 class Forest:
@@ -362,6 +416,9 @@ OPS = {
     "ArrayFeatureExtractor": (array_feature_extractor, 1),
     "Binarizer": (binarizer, 1),
     "Scaler": (scaler, 1),
+    "Imputer": (imputer, 1),
+    "OneHotEncoder": (one_hot_encoder, 1),
+    "LabelEncoder": (label_encoder, 2),
     "Normalizer": (normalizer, 1),
     "LinearRegressor": (linear_regressor, 1),
     "LinearClassifier": (linear_classifier, 1),
