@@ -11,19 +11,17 @@ once (a sample stops where libsvm stops it, so the result is libsvm's).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ... import dtypes as D
 from ...tensor import cat, where
 from .common import const
-from .ml import attribute_array, class_labels, post_transform
+from .ml import attribute_list, class_labels, pick, post_transform
 
 
-def _kernel(node, x, vectors):
+def _kernel(node, x, vectors: list, n: int):
     """(samples, vectors) kernel values; kernel_params are (gamma, coef0, degree)."""
     gamma, coef0, degree = (list(node.attr("kernel_params") or []) + [0.0, 0.0, 0.0])[:3]
     kind = node.attr("kernel_type", "LINEAR")
-    sv = const(vectors, x)
+    sv = const(vectors, x, D.float32).reshape(n, -1)
     dot = x @ sv.T
     if kind == "LINEAR":
         return dot
@@ -32,21 +30,20 @@ def _kernel(node, x, vectors):
     if kind == "SIGMOID":
         return (gamma * dot + coef0).tanh()
     if kind == "RBF":  # |x - v|² expanded: one product instead of a (samples, vectors, features) difference
-        square = (x * x).sum(1, keepdim=True) - 2 * dot + const((vectors * vectors).sum(1), x)
+        square = (x * x).sum(1, keepdim=True) - 2 * dot + (sv * sv).sum(1)
         return (-gamma * square.clamp(min=0)).exp()
     raise node.error(f"kernel_type {kind!r} is not one of LINEAR, POLY, RBF, SIGMOID")
 
 
 def svm_regressor(node, x):
     x = x.to(D.float32)
-    coefficients = attribute_array(node, "coefficients").astype(np.float32)
-    rho = float(attribute_array(node, "rho")[0])
+    coefficients = const(attribute_list(node, "coefficients"), x, D.float32).reshape(-1, 1)
+    rho = float(attribute_list(node, "rho")[0])
     n = node.attr("n_supports", 0)
     if n > 0:
-        vectors = attribute_array(node, "support_vectors").astype(np.float32).reshape(n, -1)
-        y = _kernel(node, x, vectors) @ const(coefficients.reshape(-1, 1), x) + rho
+        y = _kernel(node, x, attribute_list(node, "support_vectors"), n) @ coefficients + rho
     else:  # liblinear: the coefficients are the weight vector
-        y = x @ const(coefficients.reshape(-1, 1), x) + rho
+        y = x @ coefficients + rho
     if node.attr("one_class", 0):
         y = where(y > 0, 1.0, -1.0)
     return post_transform(node, y)
@@ -58,30 +55,33 @@ def svm_classifier(node, x):
     x = x.to(D.float32)
     labels = class_labels(node, "classlabels_ints")
     k = max(len(labels), 1)
-    per_class = attribute_array(node, "vectors_per_class")
-    coefficients = attribute_array(node, "coefficients").astype(np.float64)
-    rho = attribute_array(node, "rho").astype(np.float64)
-    if per_class is None or per_class.sum() == 0:
+    per_class = [int(c) for c in attribute_list(node, "vectors_per_class", [])]
+    coefficients = [float(c) for c in attribute_list(node, "coefficients")]
+    rho = attribute_list(node, "rho")
+    n = sum(per_class)
+    if n == 0:
         raise node.error("a linear SVMClassifier (no support vectors) is not supported by ember")
-    n = int(per_class.sum())
-    vectors = attribute_array(node, "support_vectors").astype(np.float32).reshape(n, -1)
-    dual = coefficients.reshape(-1, n)
-    start = np.concatenate([[0], np.cumsum(per_class)[:-1]])
+    start = [sum(per_class[:c]) for c in range(k)]
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-    # decision value of pair (i, j): class i's vectors weighted by row j-1, class j's by row i
-    mix, win, lose = np.zeros((n, len(pairs))), np.zeros((len(pairs), k)), np.zeros((len(pairs), k))
+    # decision value of pair (i, j): class i's vectors weighted by row j-1 of the dual
+    # coefficients, class j's by row i
+    mix = [[0.0] * len(pairs) for _ in range(n)]
+    win = [[0.0] * k for _ in pairs]
+    lose = [[0.0] * k for _ in pairs]
     for e, (i, j) in enumerate(pairs):
-        vi = slice(start[i], start[i] + per_class[i])
-        vj = slice(start[j], start[j] + per_class[j])
-        mix[vi, e], mix[vj, e] = dual[j - 1, vi], dual[i, vj]
-        win[e, i], lose[e, j] = 1, 1
-    decision = _kernel(node, x, vectors) @ const(mix.astype(np.float32), x) + const(rho.astype(np.float32), x)
+        for v in range(start[i], start[i] + per_class[i]):
+            mix[v][e] = coefficients[(j - 1) * n + v]
+        for v in range(start[j], start[j] + per_class[j]):
+            mix[v][e] = coefficients[i * n + v]
+        win[e][i], lose[e][j] = 1.0, 1.0
+    kernel = _kernel(node, x, attribute_list(node, "support_vectors"), n)
+    decision = kernel @ const(mix, x, D.float32) + const(rho, x, D.float32)
     positive = (decision > 0).to(D.float32)
-    votes = positive @ const(win.astype(np.float32), x) + (1 - positive) @ const(lose.astype(np.float32), x)
-    label = const(labels, x).take(votes.argmax(1)) if len(labels) else votes.argmax(1)
-    probabilities = node.attr("prob_a") is not None and len(node.attr("prob_a")) > 0
-    if len(pairs) == 1 and not probabilities and coefficients.min() >= 0:
-        label = where(votes.amax(1) >= 0.5, int(labels[1]), label)  # libsvm's rule for all-positive weights
+    votes = positive @ const(win, x, D.float32) + (1 - positive) @ const(lose, x, D.float32)
+    label = pick(votes, labels, x) if labels else votes.argmax(1)
+    probabilities = bool(attribute_list(node, "prob_a"))
+    if len(pairs) == 1 and not probabilities and min(coefficients) >= 0:
+        label = where(votes.amax(1) >= 0.5, labels[1], label)  # libsvm's rule for all-positive weights
     if probabilities:
         scores = _coupled(node, decision, pairs, k, x)
     elif len(pairs) == 1:  # one decision value s, reported as (-s, s) before the transform
@@ -94,8 +94,8 @@ def svm_classifier(node, x):
 def _coupled(node, decision, pairs, k, x):
     """libsvm's multiclass_probability for every sample: min_p p'Qp with sum p = 1, by its
     fixed-point sweep, each sample stopped once its error is under 0.005 / k."""
-    a = const(attribute_array(node, "prob_a").astype(np.float64), x).to(decision.dtype)
-    b = const(attribute_array(node, "prob_b").astype(np.float64), x).to(decision.dtype)
+    a = const(attribute_list(node, "prob_a"), x, decision.dtype)
+    b = const(attribute_list(node, "prob_b"), x, decision.dtype)
     r = (1 - (decision * a + b).sigmoid()).clamp(1e-7, 1 - 1e-7)  # P(class i | pair (i, j))
     m = x.shape[0]
     rows: list[list] = [[None] * k for _ in range(k)]  # rows[s][t] = R[s, t], per sample
