@@ -85,9 +85,6 @@ REASONS = {
     "float16 rounding: ember's composition rounds differently from the reference by one ulp": """
     test_swiglu_float16 test_swiglu_float16_expanded
     """,
-    "ConvTranspose output_shape larger than the full output: placement of the extra rows differs": """
-    test_convtranspose_output_shape
-    """,
 }
 
 # ImageDecoder hands the bytes to Pillow (optional): where Pillow is missing its cases fail.

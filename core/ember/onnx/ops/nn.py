@@ -112,7 +112,9 @@ def conv_transpose(node, x, w, b=None):
         target = list(shape)[-nd:] if shape else [spatial[i] * strides[i] for i in range(nd)]
         for i in range(nd):
             total = full[i] - target[i]
-            small, big = total // 2, total - total // 2
+            # C's division (toward zero), as onnxruntime: an output past the full one grows at the end
+            small = -(-total // 2) if total < 0 else total // 2
+            big = total - small
             pads[i], pads[i + nd] = (big, small) if mode == "SAME_LOWER" else (small, big)
     # conv2d_grad_input cannot produce output_padding rows beyond the last window: pad them on.
     base = [full[i] - outpad[i] for i in range(nd)]
