@@ -196,3 +196,10 @@ def test_the_browser_files_run_without_numpy(name, tmp_path):
     labels, scores = json.loads(run.stdout)
     np.testing.assert_array_equal(labels, model.predict(x[::7]))
     np.testing.assert_allclose(scores, model.predict_proba(x[::7]), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["random forest classifier", "SVC with probabilities"])
+def test_too_few_features_are_named(name):
+    _, x, onx, _ = convert(name)
+    with pytest.raises(ember.onnx.OnnxError, match=r"X has 2 features|X must be \(samples, 4\)"):
+        ember.onnx.load(onx)(ember.tensor(x[:, :2]))

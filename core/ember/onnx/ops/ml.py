@@ -191,6 +191,8 @@ def _walk(node, forest: Forest, x):
     """The leaf state each (sample, tree) reaches: one tensor step per tree level."""
     if x.ndim != 2:
         raise node.error(f"X must be (samples, features), got shape {x.shape}")
+    if forest.feature and max(forest.feature) >= x.shape[1]:
+        raise node.error(f"X has {x.shape[1]} features, but the trees compare feature {max(forest.feature)}")
     feature_t, split_t = const(forest.feature, x, D.int64), const(forest.split, x, x.dtype)
     mode_t, missing_t = const(forest.mode, x, D.int64), const(forest.missing, x, D.bool_)
     true_t, false_t = const(forest.on_true, x, D.int64), const(forest.on_false, x, D.int64)

@@ -21,6 +21,8 @@ def _kernel(node, x, vectors: list, n: int):
     """(samples, vectors) kernel values; kernel_params are (gamma, coef0, degree)."""
     gamma, coef0, degree = (list(node.attr("kernel_params") or []) + [0.0, 0.0, 0.0])[:3]
     kind = node.attr("kernel_type", "LINEAR")
+    if x.ndim != 2 or x.shape[1] * n != len(vectors):
+        raise node.error(f"X must be (samples, {len(vectors) // n}) like the support vectors, got shape {x.shape}")
     sv = const(vectors, x, D.float32).reshape(n, -1)
     dot = x @ sv.T
     if kind == "LINEAR":
