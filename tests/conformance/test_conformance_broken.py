@@ -107,6 +107,9 @@ def test_usage_errors_are_one_line_before_the_suite_runs(tmp_path, capsys):
     assert "numpy" in error("no_such_backend")
     assert "tiers are 0-6" in error("numpy", "--tiers", "0,9")
     assert "--tiers takes comma-separated numbers" in error("numpy", "--tiers", "x")
+    assert "--dtypes float32,float33: unknown dtype float33; ember's dtypes are bool, " in error(
+        "numpy", "--dtypes", "float32,float33"
+    )
     assert "unrecognized arguments: --bogus" in error("numpy", "--bogus")
     empty = tmp_path / "registers_nothing.py"
     empty.write_text("def ember_backends():\n    return []\n")
@@ -195,6 +198,14 @@ def test_a_kernel_that_ignores_strides_is_caught_by_the_view_layouts(tmp_path):
     assert {op for op, _ in failed(cert, 2)} == {"add"}
     assert all(v == "fail" for v in cert["matrix"]["ops"]["add"].values() if v != "n/a")
     assert "(permuted)" in cert["failures"][0]["message"] or "(sliced)" in cert["failures"][0]["message"]
+
+
+def test_dtypes_selects_the_cases_of_those_dtypes(tmp_path):
+    rc, cert = run("ignores_strides", tmp_path, "--tiers", "2", "--ops", "add", "--dtypes", "int16,float64")
+    assert rc == 1 and cert["run"]["dtypes"] == ["float64", "int16"]
+    ran = {dt for dt, v in cert["matrix"]["ops"]["add"].items() if v in ("pass", "fail")}
+    assert ran == {"int16", "float64"}, cert["matrix"]["ops"]["add"]
+    assert {f["dtype"] for f in cert["failures"]} == {"int16", "float64"}
 
 
 def test_a_failing_kernel_is_named_with_the_case_and_the_suite_line(tmp_path):

@@ -1,5 +1,7 @@
 """ember/onnx/ops/nn.py's Conv paths against onnxruntime: even pads go to conv2d itself, an
-uneven remainder is padded first, and 1x1 stride-1 convolutions run as a matrix product."""
+uneven remainder is padded first, and 1x1 stride-1 convolutions run as a matrix product. Then
+DeformConv (strides, dilation, groups, offset groups, mask, bias) against ONNX's reference
+evaluator, and 3-d ConvTranspose against onnxruntime."""
 
 import numpy as np
 import pytest
@@ -70,3 +72,73 @@ def test_a_1x1_convolution_trains_through_the_matrix_product():
     # d(sum y)/dW[o, c] = sum over images and pixels of x[:, c]: the same for every o
     want = np.broadcast_to(x.sum((0, 2, 3)), (4, 6)).reshape(4, 6, 1, 1)
     np.testing.assert_allclose(model.w.grad.numpy(), want, rtol=1e-5)
+
+
+def run_both(m, *arrays, runtime="onnxruntime"):
+    feeds = {i.name: a for i, a in zip(m.graph.input, arrays)}
+    if runtime == "reference":
+        from onnx.reference import ReferenceEvaluator
+
+        want = ReferenceEvaluator(m).run(None, feeds)[0]
+    else:  # ONNX's reference ignores ConvTranspose's group
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ember.onnx.load(m.SerializeToString())(*[ember.tensor(a) for a in arrays]).numpy()
+    return got, want
+
+
+def one_node(node, inputs, opset):
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "attrs,group,og,mask,bias",
+    [
+        ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, 1, 1, False, True),
+        ({"dilations": [2, 1]}, 2, 2, True, False),
+        ({"strides": [1, 2], "pads": [0, 1, 2, 0]}, 2, 1, True, True),
+    ],
+)
+def test_deform_conv_matches_the_reference(attrs, group, og, mask, bias):
+    rng = np.random.default_rng(0)
+    n, c, oc, k = 2, 4, 6, (3, 2)
+    x = rng.normal(size=(n, c, 7, 8)).astype(np.float32)
+    w = rng.normal(size=(oc, c // group, *k)).astype(np.float32)
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    p = attrs.get("pads", [0, 0, 0, 0])
+    oh = (7 + p[0] + p[2] - (k[0] - 1) * dh - 1) // sh + 1
+    ow = (8 + p[1] + p[3] - (k[1] - 1) * dw - 1) // sw + 1
+    offset = (2 * rng.normal(size=(n, og * k[0] * k[1] * 2, oh, ow))).astype(np.float32)
+    arrays, names = [x, w, offset], ["x", "w", "offset"]
+    if bias:
+        arrays.append(rng.normal(size=oc).astype(np.float32))
+    names.append("b" if bias else "")
+    if mask:
+        arrays.append(rng.uniform(size=(n, og * k[0] * k[1], oh, ow)).astype(np.float32))
+        names.append("m")
+    node = helper.make_node("DeformConv", names, ["y"], kernel_shape=list(k), group=group, offset_group=og, **attrs)
+    got, want = run_both(one_node(node, [nm for nm in names if nm], 19), *arrays, runtime="reference")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {},
+        {"strides": [2, 1, 2], "pads": [1, 0, 0, 1, 1, 0]},
+        {"dilations": [2, 1, 1], "output_padding": [1, 0, 0], "strides": [2, 2, 1]},
+    ],
+)
+def test_conv_transpose_3d_matches_the_reference(attrs):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 4, 3, 4, 5)).astype(np.float32)
+    w = rng.normal(size=(4, 3, 3, 2, 3)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=2, **attrs)
+    got, want = run_both(one_node(node, ["x", "w"], 17), x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -67,6 +67,11 @@ def parser() -> argparse.ArgumentParser:
         "--ops", default=None, help="only these primitives / fused ops / layers (comma-separated; default: all)"
     )
     p.add_argument(
+        "--dtypes",
+        default=None,
+        help="only cases of these dtypes (comma-separated; cases without a dtype always run; default: all)",
+    )
+    p.add_argument(
         "--backend-module",
         action="append",
         default=[],
@@ -128,6 +133,15 @@ def _arguments(argv):
         raise UsageError(f"--tiers {args.tiers}: tiers are 0-6")
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be at least 1, got {args.max_examples}")
+    if args.dtypes is not None:
+        known = [d.name for d in D.ALL + D.OPTIONAL]
+        names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+        unknown = [d for d in names if d not in known]
+        if not names or unknown:
+            raise UsageError(
+                f"--dtypes {args.dtypes}: unknown dtype {', '.join(unknown) or '(none given)'}; "
+                f"ember's dtypes are {', '.join(known)}"
+            )
     return args, tiers
 
 
@@ -242,6 +256,8 @@ def run_suite(args, tiers) -> dict | None:
             cmd.append("--ember-require-available")
         if args.ops:
             cmd += ["--ember-ops", args.ops]
+        if args.dtypes:
+            cmd += ["--ember-dtypes", args.dtypes]
         if args.seed:
             cmd += ["--ember-seed", str(args.seed)]
         for spec in args.backend_module:
@@ -374,6 +390,7 @@ def certificate(report: dict, tiers, command=()) -> dict:
             "tiers": list(tiers),
             "max_examples": meta.get("max_examples"),
             "ops": meta.get("ops_selected") or None,
+            "dtypes": meta.get("dtypes_selected") or None,
             "require_available": meta.get("require_available"),
             "seconds": meta.get("seconds"),
             "cpu_seconds": meta.get("cpu_seconds"),

@@ -7,7 +7,7 @@ Options: ``--ember-backend NAME`` (default ``$EMBER_BACKEND`` or numpy), ``--emb
 (an unavailable backend fails instead of skipping), ``--ember-backend-module MOD`` (import a
 module, dotted name or ``.py`` path, before the run and register the backends its
 ``ember_backends()`` returns: how a backend that is not installed gets certified),
-``--ember-tiers 0,1,2``, ``--ember-ops add,matmul``, ``--ember-max-examples N`` (hypothesis
+``--ember-tiers 0,1,2``, ``--ember-ops add,matmul``, ``--ember-dtypes float32,int64``, ``--ember-max-examples N`` (hypothesis
 examples per op and dtype) and ``--ember-report FILE`` (the JSON that ``ember certify`` turns
 into a certificate).
 
@@ -48,6 +48,7 @@ def pytest_addoption(parser):
     )
     group.addoption("--ember-tiers", default=None, help="comma-separated tiers to run (default: all)")
     group.addoption("--ember-ops", default=None, help="comma-separated primitives / fused ops to run")
+    group.addoption("--ember-dtypes", default=None, help="comma-separated dtypes to run (cases without one always run)")
     group.addoption(
         "--ember-max-examples", type=int, default=10, help="hypothesis examples per (op, dtype) in tier 2 (default 10)"
     )
@@ -300,6 +301,7 @@ def _label(value):
 
 def pytest_collection_modifyitems(session, config, items):
     tiers, ops = _split(config.getoption("ember_tiers")), _split(config.getoption("ember_ops"))
+    dtypes = _split(config.getoption("ember_dtypes"))
     keep, drop = [], []
     for item in items:
         tier = _tier(item)
@@ -319,7 +321,8 @@ def pytest_collection_modifyitems(session, config, items):
                 info[extra] = _label(params[extra])
         item.user_properties.append(("ember", info))
         unwanted_op = ops is not None and op is not None and info["op"] not in ops
-        if (tiers is not None and str(tier) not in tiers) or unwanted_op:
+        unwanted_dtype = dtypes is not None and info["dtype"] is not None and info["dtype"] not in dtypes
+        if (tiers is not None and str(tier) not in tiers) or unwanted_op or unwanted_dtype:
             drop.append(item)
         else:
             keep.append(item)
@@ -465,6 +468,7 @@ class Recorder:
                 require_available=ctx.require_available,
                 tiers_selected=sorted(_split(config.getoption("ember_tiers")) or []),
                 ops_selected=sorted(_split(config.getoption("ember_ops")) or []),
+                dtypes_selected=sorted(_split(config.getoption("ember_dtypes")) or []),
                 pytest_exitstatus=int(exitstatus),
             ),
             "tests": list(self.results.values()),

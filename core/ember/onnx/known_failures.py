@@ -4,6 +4,8 @@ The list may only shrink: tests/onnx fails when a case listed here starts passin
 remove it then (`ember onnx test` names every case that now passes and every new failure).
 """
 
+import importlib.util
+
 REASONS = {
     "string tensors (ember has no string dtype)": """
     test_ai_onnx_ml_label_encoder_string_int test_ai_onnx_ml_label_encoder_string_int_no_default
@@ -40,42 +42,24 @@ REASONS = {
     test_bernoulli_seed test_bernoulli_seed_expanded test_training_dropout
     test_training_dropout_default test_training_dropout_default_mask test_training_dropout_mask
     """,
-    "operator not implemented yet: ImageDecoder": """
-    test_image_decoder_decode_bmp_rgb test_image_decoder_decode_jpeg2k_rgb
-    test_image_decoder_decode_jpeg_bgr test_image_decoder_decode_jpeg_grayscale
-    test_image_decoder_decode_jpeg_rgb test_image_decoder_decode_png_rgb
-    test_image_decoder_decode_pnm_rgb test_image_decoder_decode_tiff_rgb
-    test_image_decoder_decode_webp_rgb
-    """,
-    "operator not implemented yet: DeformConv": """
-    test_basic_deform_conv_with_padding test_basic_deform_conv_without_padding
-    test_deform_conv_with_mask_bias test_deform_conv_with_multiple_offset_groups
-    """,
     "DFT inverse: ONNX's reference output carries float32 round-off (~2e-7) where the exact value is 0, beyond the case's atol 1e-7; ember computes in float64": """
     test_dft_inverse test_dft_inverse_opset19
     """,
     "float16 rounding: ember's composition rounds differently from the reference by one ulp": """
     test_swiglu_float16 test_swiglu_float16_expanded
     """,
-    "operator not implemented yet: TreeEnsemble": """
-    test_ai_onnx_ml_tree_ensemble_set_membership test_ai_onnx_ml_tree_ensemble_single_tree
-    """,
-    "3-d ConvTranspose not implemented yet": """
-    test_convtranspose_3d
-    """,
-    "ConvTranspose output_shape larger than the full output: placement of the extra rows differs": """
-    test_convtranspose_output_shape
-    """,
-    "operator not implemented yet: ArrayFeatureExtractor": """
-    test_ai_onnx_ml_array_feature_extractor
-    """,
-    "operator not implemented yet: Binarizer": """
-    test_ai_onnx_ml_binarizer
-    """,
-    "operator not implemented yet: MelWeightMatrix": """
-    test_melweightmatrix
-    """,
 }
+
+# ImageDecoder hands the bytes to Pillow (optional): where Pillow is missing its cases fail.
+IMAGE_CASES = """
+    test_image_decoder_decode_bmp_rgb test_image_decoder_decode_jpeg2k_rgb
+    test_image_decoder_decode_jpeg_bgr test_image_decoder_decode_jpeg_grayscale
+    test_image_decoder_decode_jpeg_rgb test_image_decoder_decode_png_rgb
+    test_image_decoder_decode_pnm_rgb test_image_decoder_decode_tiff_rgb
+    test_image_decoder_decode_webp_rgb
+"""
+if importlib.util.find_spec("PIL") is None:
+    REASONS["ImageDecoder needs Pillow, which is not installed here"] = IMAGE_CASES
 
 EXPECTED = {name: reason for reason, names in REASONS.items() for name in names.split()}
 
@@ -223,6 +207,7 @@ BACKEND_REASONS = {
         "the 4- and 2-bit integers have no safetensors code, and safetensors packs float4 two values a byte "
         "(these tensors hold an odd count), so the case cannot be written into the browser's zip (the "
         "conversion names the dtype)": " ".join(n for n in NARROW_CASES.split() if n not in E8M0_CASES.split()),
+        "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,
         "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "
         "1 + exp(x), near 1 for very negative x, so its small results carry relative errors of "
         "~1e-3 (11 of 10,000 elements past the case's rtol 1e-3, at most 1.25e-3; SwiftShader)": """

@@ -16,6 +16,7 @@ from . import (
     elementwise,
     image,
     misc,
+    ml,
     nn,
     optional,
     quant,
@@ -23,6 +24,7 @@ from . import (
     rnn,
     sequence,
     shape,
+    svm,
     training,
 )
 from .common import LATEST
@@ -41,10 +43,11 @@ def _table(*families, attribute="OPS") -> dict:
 
 
 OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional, misc)
-# Each domain has its own table: the default one, the preview domain (FlexAttention) and the
-# training domain's optimizer steps.
+# Each domain has its own table: the default one, the classic-ML domain's numeric operators, the
+# preview domain (FlexAttention) and the training domain's optimizer steps.
 DOMAINS = {
     "": OPS,
+    "ai.onnx.ml": _table(ml, svm),
     "ai.onnx.preview": _table(attention, attribute="PREVIEW_OPS"),
     "ai.onnx.preview.training": _table(training),
 }

@@ -1,4 +1,5 @@
-"""Image geometry: Resize (and the older Upsample).
+"""Image geometry: Resize (and the older Upsample); and ImageDecoder, which hands the encoded
+bytes to Pillow (optional: the decoders are C libraries ember does not carry).
 
 Resizing is separable and linear in the data: along each resized axis the output is a fixed
 (out × in) matrix of interpolation weights times the input. The weights depend only on shapes
@@ -459,6 +460,28 @@ def roi_align(node, x, rois, batch):
     return stack(out, 0).to(x.dtype)
 
 
+def image_decoder(node, encoded):
+    """(H, W, 3) RGB or BGR, or (H, W, 1) grayscale uint8 pixels of an encoded image (JPEG, PNG,
+    BMP, TIFF, WebP, JPEG 2000, PNM: what the installed Pillow reads)."""
+    try:
+        import PIL.Image
+    except ImportError:
+        raise node.error("ImageDecoder needs Pillow (pip install pillow), which is not installed here") from None
+    import io
+
+    fmt = node.attr("pixel_format", "RGB")
+    if fmt not in ("RGB", "BGR", "Grayscale"):
+        raise node.error(f"pixel_format {fmt!r} is not one of RGB, BGR, Grayscale")
+    try:
+        image = PIL.Image.open(io.BytesIO(bytes(encoded.reshape(-1).tolist())))
+        image = image.convert("L" if fmt == "Grayscale" else "RGB")
+    except (OSError, ValueError) as err:
+        raise node.error(f"the bytes are not an image Pillow can decode ({err})") from None
+    w, h = image.size
+    pixels = const(list(image.tobytes()), encoded, D.uint8).reshape(h, w, -1)
+    return pixels.flip(2) if fmt == "BGR" else pixels
+
+
 OPS = {
     "Resize": (resize, 10),
     "NonMaxSuppression": (non_max_suppression, 10),
@@ -466,4 +489,5 @@ OPS = {
     "GridSample": (grid_sample, 16),
     "AffineGrid": (affine_grid, 20),
     "RoiAlign": (roi_align, 10),
+    "ImageDecoder": (image_decoder, 20),
 }

@@ -1,6 +1,6 @@
 """Operators that fit no larger family: cumulative products, window functions, rotary
 embeddings, Einsum, crops, sequence reversal, gated units, bitwise operators and BitCast,
-DFT and STFT (host-computed cos/sin matrices times ember matmuls), Col2Im, MaxUnpool, Det and
+DFT and STFT (host-computed cos/sin matrices times ember matmuls), MelWeightMatrix, Col2Im, MaxUnpool, Det and
 TfIdfVectorizer.
 """
 
@@ -45,6 +45,24 @@ def window(node, size):
     else:
         w = 0.42 - 0.5 * i.cos() + 0.08 * (2 * i).cos()
     return w.to(dtype)
+
+
+def mel_weight_matrix(node, num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz):
+    """(dft_length // 2 + 1, num_mel_bins) triangular filters, equally spaced in mel, computed on
+    the host from the five scalars (ONNX's formula, including its integer bin edges)."""
+    bins, length, rate = int(scalar(num_mel_bins)), int(scalar(dft_length)), scalar(sample_rate)
+    lo, hi = (2595 * math.log10(1 + scalar(f) / 700) for f in (lower_edge_hertz, upper_edge_hertz))
+    step = (hi - lo) / (bins + 2)
+    edges = [int(((length + 1) * 700 * (10 ** ((lo + i * step) / 2595) - 1)) // rate) for i in range(bins + 2)]
+    out = [[0.0] * bins for _ in range(length // 2 + 1)]
+    for i, (left, center, right) in enumerate(zip(edges, edges[1:], edges[2:])):
+        if center == left:
+            out[center][i] = 1.0
+        for j in range(left, center + 1) if center > left else ():
+            out[j][i] = (j - left) / (center - left)
+        for j in range(center, right):
+            out[j][i] = (right - j) / (right - center)
+    return const(out, num_mel_bins, dtype=node.dtype(node.attr("output_datatype", 1)))
 
 
 def rotary_embedding(node, x, cos, sin, positions=None):
@@ -405,6 +423,7 @@ OPS = {
     "BitwiseNot": (bitwise, 18),
     "BitCast": (bitcast, 26),
     "DFT": (dft, 17),
+    "MelWeightMatrix": (mel_weight_matrix, 17),
     "STFT": (stft, 17),
     "Col2Im": (col2im, 18),
     "MaxUnpool": (max_unpool, 9),

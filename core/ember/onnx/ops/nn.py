@@ -13,7 +13,7 @@ import math
 from ... import dtypes as D
 from ...dispatch import apply
 from ...tensor import arange, where
-from .common import filled
+from .common import const, filled
 
 
 # ---------------------------------------------------------------- geometry
@@ -97,8 +97,8 @@ def _conv3d(x, w, strides, dil, group):
 def conv_transpose(node, x, w, b=None):
     kernel = list(w.shape[2:])
     nd = len(kernel)
-    if nd not in (1, 2):
-        raise node.error(f"{nd}-d transposed convolution is not supported (1-d and 2-d are)")
+    if nd not in (1, 2, 3):
+        raise node.error(f"{nd}-d transposed convolution is not supported (1-d, 2-d and 3-d are)")
     group = node.attr("group", 1)
     strides = list(node.attr("strides") or [1] * nd)
     dil = list(node.attr("dilations") or [1] * nd)
@@ -112,24 +112,16 @@ def conv_transpose(node, x, w, b=None):
         target = list(shape)[-nd:] if shape else [spatial[i] * strides[i] for i in range(nd)]
         for i in range(nd):
             total = full[i] - target[i]
-            small, big = total // 2, total - total // 2
+            # C's division (toward zero), as onnxruntime: an output past the full one grows at the end
+            small = -(-total // 2) if total < 0 else total // 2
+            big = total - small
             pads[i], pads[i + nd] = (big, small) if mode == "SAME_LOWER" else (small, big)
     # conv2d_grad_input cannot produce output_padding rows beyond the last window: pad them on.
     base = [full[i] - outpad[i] for i in range(nd)]
     if nd == 1:
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         strides, dil, base = [1] + strides, [1] + dil, [1] + base
-    n, m = x.shape[0], w.shape[1] * group
-    y = apply(
-        "conv2d_grad_input",
-        x,
-        w,
-        input_shape=(n, m, *base),
-        stride=tuple(strides),
-        padding=(0, 0),
-        dilation=tuple(dil),
-        groups=group,
-    )
+    y = (_conv3d_transpose if nd == 3 else _conv2d_transpose)(x, w, base, strides, dil, group)
     if nd == 1:
         y = y.squeeze(2)
     if any(outpad):
@@ -144,6 +136,78 @@ def conv_transpose(node, x, w, b=None):
     if b is not None:
         y = y + b.reshape([1, -1] + [1] * nd)
     return y
+
+
+def _conv2d_transpose(x, w, base, strides, dil, group):
+    n, m = x.shape[0], w.shape[1] * group
+    return apply(
+        "conv2d_grad_input",
+        x,
+        w,
+        input_shape=(n, m, *base),
+        stride=tuple(strides),
+        padding=(0, 0),
+        dilation=tuple(dil),
+        groups=group,
+    )
+
+
+def _conv3d_transpose(x, w, base, strides, dil, group):
+    # One 2-d transposed convolution per depth tap, the input depths folded into the batch;
+    # tap t's result lands on output depths t*dil + i*stride, spaced by zeros when stride > 1.
+    n, c, d = x.shape[:3]
+    s, m = strides[0], w.shape[1] * group
+    flat = x.permute(0, 2, 1, 3, 4).reshape(n * d, c, *x.shape[3:])
+    span = (d - 1) * s + 1
+    out = None
+    for t in range(w.shape[2]):
+        y = _conv2d_transpose(flat, w.narrow(2, t, 1).squeeze(2), base[1:], strides[1:], dil[1:], group)
+        y = y.reshape(n, d, 1, m, *base[1:])
+        if s > 1:
+            y = y.pad([(0, 0), (0, 0), (0, s - 1), (0, 0), (0, 0), (0, 0)])
+        y = y.reshape(n, d * s, m, *base[1:]).narrow(1, 0, span)
+        first = t * dil[0]
+        y = y.pad([(0, 0), (first, base[0] - span - first), (0, 0), (0, 0), (0, 0)])
+        out = y if out is None else out + y
+    return out.permute(0, 2, 1, 3, 4)
+
+
+def deform_conv(node, x, w, offset, b=None, mask=None):
+    """DeformConv (2-d): each kernel tap samples the input bilinearly at its place plus a learned
+    offset (zero outside the image), times the mask; the samples then meet the weights in one
+    product per group, as an im2col convolution's columns do."""
+    if x.ndim != 4:
+        raise node.error(f"only 2-d deformable convolution is supported, got a {x.ndim - 2}-d input")
+    n, c, ih, iw = x.shape
+    kh, kw = node.attr("kernel_shape") or w.shape[2:]
+    sh, sw = node.attr("strides") or [1, 1]
+    dh, dw = node.attr("dilations") or [1, 1]
+    top, left = (node.attr("pads") or [0, 0, 0, 0])[:2]
+    group, og = node.attr("group", 1), node.attr("offset_group", 1)
+    oh, ow = offset.shape[2:]
+    taps = kh * kw
+    off = offset.reshape(n, og, taps, 2, oh * ow)
+    base_h = [-top + i * sh + (k // kw) * dh for k in range(taps) for i in range(oh) for _ in range(ow)]
+    base_w = [-left + j * sw + (k % kw) * dw for k in range(taps) for _ in range(oh) for j in range(ow)]
+    where_h = off.narrow(3, 0, 1).reshape(n, og, taps * oh * ow) + const(base_h, x).to(x.dtype)
+    where_w = off.narrow(3, 1, 1).reshape(n, og, taps * oh * ow) + const(base_w, x).to(x.dtype)
+    h0, w0 = where_h.floor(), where_w.floor()
+    planes = x.reshape(n, og, c // og, ih * iw)
+    cols = None
+    for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        hc, wc = h0 + dy, w0 + dx
+        weight = (1 - (where_h - hc).abs()) * (1 - (where_w - wc).abs())
+        inside = (hc >= 0) & (hc <= ih - 1) & (wc >= 0) & (wc <= iw - 1)
+        flat = (hc.clamp(0, ih - 1) * iw + wc.clamp(0, iw - 1)).long()
+        index = flat.unsqueeze(2).expand(n, og, c // og, flat.shape[-1])
+        sample = planes.gather(3, index) * where(inside, weight, 0.0).unsqueeze(2)
+        cols = sample if cols is None else cols + sample
+    if mask is not None:
+        cols = cols * mask.reshape(n, og, 1, taps * oh * ow)
+    cols = cols.reshape(n, group, (c // group) * taps, oh * ow)
+    y = w.reshape(group, w.shape[0] // group, -1) @ cols
+    y = y.reshape(n, w.shape[0], oh, ow)
+    return y if b is None else y + b.reshape(1, -1, 1, 1)
 
 
 # ---------------------------------------------------------------- pooling
@@ -358,6 +422,7 @@ def softmax_cross_entropy(node, scores, labels, weight=None):
 OPS = {
     "Conv": (conv, 1),
     "ConvTranspose": (conv_transpose, 1),
+    "DeformConv": (deform_conv, 19),
     "MaxPool": (max_pool, 1),
     "AveragePool": (average_pool, 1),
     "LpPool": (lp_pool, 2),
