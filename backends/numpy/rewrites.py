@@ -7,6 +7,7 @@ memory than its nodes one by one.
 | ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
 | ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)`` | :func:`relu_backward`: ``where(r > 0, g, 0)`` | keeping the mask from the forward pass to the backward |
 | ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to the convolution's output, a cache-sized chunk at a time | three passes over the activation |
+| ``conv2d(x, w) + bias`` (no ReLU after it: ResNet's downsample layers) | :func:`conv2d_bias`: the bias added in place to the convolution's output | a pass over the activation, and its buffer |
 | ``where(gt(p, 0), p, 0)`` with ``p = matmul(x, w) + bias`` (a Linear layer) | :func:`matmul_bias_relu`: the bias and ReLU applied in place to the product, a cache-sized chunk at a time | two passes over the activation |
 | ``where(gt(p, 0), p, 0)`` with ``p`` batch norm's output, or that plus a residual | :func:`batch_norm_relu`: the sum and ReLU applied to each chunk of batch norm's output while it is in cache | the sum's and ReLU's passes, and their outputs' memory |
 | ``where(gt(x, 0), x, 0)`` whose mask nothing else reads | :func:`relu`: one pass | the mask |
@@ -85,6 +86,12 @@ def conv2d_bias_relu(x, w, bias, **params):
     if bias is not None:
         np.add(y, bias.reshape(1, -1, 1, 1), out=y)
     return _zero_unless(y, y > 0, y)
+
+
+def conv2d_bias(x, w, bias, **params):
+    """``conv2d(x, w) + bias``: the convolution (conv.py), then the bias added in place."""
+    y = conv.conv2d(x, w, **params)
+    return np.add(y, bias.reshape(1, -1, 1, 1), out=y)
 
 
 def matmul_bias_relu(x, w, bias):
@@ -167,6 +174,7 @@ _INT = {4: np.int32, 8: np.int64}
 #: kernel name -> function of the node's argument buffers and its parameters.
 KERNELS = {
     "conv2d_bias_relu": conv2d_bias_relu,
+    "conv2d_bias": conv2d_bias,
     "matmul_bias_relu": matmul_bias_relu,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
     "relu": relu,
@@ -256,6 +264,22 @@ def _conv_bias_relu(v, users):
     return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
 
 
+def _conv_bias(v, users):
+    """``add(conv2d(x, w), reshape(bias))`` (either order) with nothing else reading the
+    convolution: a bias that no ReLU follows (those take :func:`_conv_bias_relu` first)."""
+    if v.op != "add" or len(v.args) != 2 or not all(isinstance(t, Var) for t in v.args):
+        return None
+    y, b = v.args if v.args[0].op == "conv2d" else v.args[::-1]
+    if y.op != "conv2d" or str(v.dtype) not in ("float32", "float64") or not (y.dtype == b.dtype == v.dtype):
+        return None
+    if y.shape != v.shape or b.op != "reshape" or b.args[0].shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+        return None
+    if _ids(users.get(y.id, ())) != {v.id}:
+        return None
+    dropped = [y] + ([b] if _ids(users.get(b.id, ())) == {v.id} else [])
+    return [_kernel(v, "conv2d_bias", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
+
+
 def _matmul_bias_relu(v, users):
     """``where(gt(a, 0), a, 0)`` with ``a = matmul(x, w) + bias`` (a Linear layer's bias, one
     value per column), nothing else reading the product, the sum or the mask."""
@@ -341,6 +365,7 @@ RULES = (
     (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
     (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
     (_matmul_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "matmul")}, set()),
+    (_conv_bias, {op: nb.IMPLS[op] for op in ("add", "reshape", "conv2d")}, set()),
     (_batch_norm_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add")}, {"batch_norm"}),
     (_relu, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
 )
@@ -350,6 +375,7 @@ MAKES = {
     _relu_backward: "relu_backward",
     _conv_bias_relu: "conv2d_bias_relu",
     _matmul_bias_relu: "matmul_bias_relu",
+    _conv_bias: "conv2d_bias",
     _batch_norm_relu: "batch_norm_relu",
     _relu: "relu",
 }

@@ -56,6 +56,11 @@ def _block():
     return Block()
 
 
+def _conv_tanh():
+    """A convolution's bias with no ReLU after it (ResNet's downsample layers have a sum there)."""
+    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.Flatten(), nn.Linear(3 * 12 * 13, 10))
+
+
 def _downsample():
     """ResNet's downsampling block: the shortcut's batch norm is computed after the main one,
     so the kernel that takes the main one's place must wait for it."""
@@ -103,6 +108,7 @@ def _kernels(program):
         (_mlp, (5, 1, 14, 15), ["matmul_bias_relu"] * 2 + ["relu_backward"] * 2),
         (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
         (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
+        (_conv_tanh, (5, 1, 14, 15), ["conv2d_bias"]),
     ],
 )
 def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape, kernels):
@@ -153,7 +159,8 @@ def test_no_rewrite_where_the_backend_runs_a_node_with_its_own_function():
     run = ember.jit(step)
     for _ in range(3):
         run(x)
-    assert _kernels(run.lower(x).program) == []
+    # only the bias add, whose nodes (conv2d, reshape, add) are all NumPy's: no rule with a where
+    assert _kernels(run.lower(x).program) == ["conv2d_bias"]
 
 
 def test_no_rewrite_on_a_backend_that_compiles_groups():

@@ -68,3 +68,17 @@ def test_conv_bias_relu_on_the_references_output():
     p = ember.get_backend("numpy").impls["conv2d"](x, w, (1, 1), (0, 0), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
     got = rewrites.conv2d_bias_relu(x, w, bias, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
     np.testing.assert_array_equal(_bits(got), _bits(np.where(p > 0, p, 0)))
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_bias_is_the_two_nodes(batch, dtype, monkeypatch):
+    from ember_numba import conv, rewrites
+
+    monkeypatch.setattr(conv, "MIN_SIZE", 0)
+    rng = np.random.RandomState(6)
+    x, w = rng.standard_normal((batch, 3, 9, 8)).astype(dtype), rng.standard_normal((4, 3, 3, 3)).astype(dtype)
+    bias = rng.standard_normal(4).astype(dtype)
+    geo = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=1)
+    want = conv._conv2d(x, w, **geo) + bias.reshape(1, -1, 1, 1)
+    np.testing.assert_array_equal(_bits(rewrites.conv2d_bias(x, w, bias, **geo)), _bits(want))
