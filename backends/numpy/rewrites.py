@@ -311,7 +311,9 @@ def _pointwise_bias(a, users):
     mm = y.args[0]
     n, o = a.shape[:2]
     w, x = mm.args
-    if not (isinstance(w, Var) and isinstance(x, Var) and w.shape == (o, x.shape[1]) and x.shape[0] == n):
+    if not (isinstance(w, Var) and isinstance(x, Var) and len(x.shape) == 3 and x.shape[0] == n):
+        return None
+    if w.shape != (o, x.shape[1]) or mm.shape != (n, o, x.shape[2]):
         return None
     if b.op != "reshape" or b.args[0].shape != (o,) or b.shape != (1, o, 1, 1):
         return None
