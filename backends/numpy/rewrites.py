@@ -7,6 +7,9 @@ memory than its nodes one by one.
 | ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
 | ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)`` | :func:`relu_backward`: ``where(r > 0, g, 0)`` | keeping the mask from the forward pass to the backward |
 | ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to the convolution's output, a cache-sized chunk at a time | three passes over the activation |
+| ``conv2d(x, w) + bias`` (no ReLU after it: ResNet's downsample layers) | :func:`conv2d_bias`: the bias added in place to the convolution's output | a pass over the activation, and its buffer |
+| ``where(gt(p, 0), p, 0)`` with ``p = reshape(matmul(w, x)) + bias``, or that plus a residual (ONNX's 1x1 convolutions, ember.onnx) | :func:`pointwise_bias_relu`: the sums and ReLU applied in place to the product | one or two passes over the activation, and their buffers |
+| ``reshape(matmul(w, x)) + bias`` (a 1x1 convolution's bias, no ReLU after it) | :func:`pointwise_bias` | a pass over the activation |
 | ``where(gt(p, 0), p, 0)`` with ``p = matmul(x, w) + bias`` (a Linear layer) | :func:`matmul_bias_relu`: the bias and ReLU applied in place to the product, a cache-sized chunk at a time | two passes over the activation |
 | ``where(gt(p, 0), p, 0)`` with ``p`` batch norm's output, or that plus a residual | :func:`batch_norm_relu`: the sum and ReLU applied to each chunk of batch norm's output while it is in cache | the sum's and ReLU's passes, and their outputs' memory |
 | ``where(gt(x, 0), x, 0)`` whose mask nothing else reads | :func:`relu`: one pass | the mask |
@@ -85,6 +88,27 @@ def conv2d_bias_relu(x, w, bias, **params):
     if bias is not None:
         np.add(y, bias.reshape(1, -1, 1, 1), out=y)
     return _zero_unless(y, y > 0, y)
+
+
+def conv2d_bias(x, w, bias, **params):
+    """``conv2d(x, w) + bias``: the convolution (conv.py), then the bias added in place."""
+    y = conv.conv2d(x, w, **params)
+    return np.add(y, bias.reshape(1, -1, 1, 1), out=y)
+
+
+def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):
+    """``relu(reshape(w @ x, shape) + bias (+ residual))``: a 1x1 convolution as ember.onnx
+    lowers it, ``w`` (O, C) and ``x`` (N, C, H*W); the sums and ReLU in place on the product."""
+    y = nb.IMPLS["matmul"](w, x).reshape(shape)
+    np.add(y, bias.reshape(1, -1, 1, 1), out=y)
+    if residual is not None:
+        np.add(y, residual, out=y)
+    return _zero_unless(y, y > 0, y) if relu else y
+
+
+def pointwise_bias(w, x, bias, *, shape):
+    """``reshape(w @ x, shape) + bias``: :func:`pointwise_bias_relu` without the ReLU."""
+    return pointwise_bias_relu(w, x, bias, shape=shape, relu=False)
 
 
 def matmul_bias_relu(x, w, bias):
@@ -167,7 +191,10 @@ _INT = {4: np.int32, 8: np.int64}
 #: kernel name -> function of the node's argument buffers and its parameters.
 KERNELS = {
     "conv2d_bias_relu": conv2d_bias_relu,
+    "conv2d_bias": conv2d_bias,
     "matmul_bias_relu": matmul_bias_relu,
+    "pointwise_bias_relu": pointwise_bias_relu,
+    "pointwise_bias": pointwise_bias,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
     "relu": relu,
     "relu_backward": relu_backward,
@@ -256,6 +283,80 @@ def _conv_bias_relu(v, users):
     return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
 
 
+def _conv_bias(v, users):
+    """``add(conv2d(x, w), reshape(bias))`` (either order) with nothing else reading the
+    convolution: a bias that no ReLU follows (those take :func:`_conv_bias_relu` first)."""
+    if v.op != "add" or len(v.args) != 2 or not all(isinstance(t, Var) for t in v.args):
+        return None
+    y, b = v.args if v.args[0].op == "conv2d" else v.args[::-1]
+    if y.op != "conv2d" or str(v.dtype) not in ("float32", "float64") or not (y.dtype == b.dtype == v.dtype):
+        return None
+    if y.shape != v.shape or b.op != "reshape" or b.args[0].shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+        return None
+    if _ids(users.get(y.id, ())) != {v.id}:
+        return None
+    dropped = [y] + ([b] if _ids(users.get(b.id, ())) == {v.id} else [])
+    return [_kernel(v, "conv2d_bias", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
+
+
+def _pointwise_bias(a, users):
+    """``(product, bias, dropped)`` when ``a = add(reshape(matmul(w, x)), reshape(bias))``
+    (either order): a 1x1 convolution's (N, O, H, W) output plus its bias, ``w`` (O, C), ``x``
+    (N, C, H*W), the product and its reshape read by nothing else; else None."""
+    if a.op != "add" or len(a.args) != 2 or not all(isinstance(t, Var) for t in a.args) or len(a.shape) != 4:
+        return None
+    y, b = a.args if a.args[0].op == "reshape" and a.args[0].args[0].op == "matmul" else a.args[::-1]
+    if y.op != "reshape" or not isinstance(y.args[0], Var) or y.args[0].op != "matmul" or y.shape != a.shape:
+        return None
+    mm = y.args[0]
+    n, o = a.shape[:2]
+    w, x = mm.args
+    if not (isinstance(w, Var) and isinstance(x, Var) and len(x.shape) == 3 and x.shape[0] == n):
+        return None
+    if w.shape != (o, x.shape[1]) or mm.shape != (n, o, x.shape[2]):
+        return None
+    if b.op != "reshape" or b.args[0].shape != (o,) or b.shape != (1, o, 1, 1):
+        return None
+    if str(a.dtype) not in ("float32", "float64") or not (mm.dtype == b.dtype == a.dtype == x.dtype == w.dtype):
+        return None
+    if _ids(users.get(mm.id, ())) != {y.id} or _ids(users.get(y.id, ())) != {a.id}:
+        return None
+    return mm, b, [mm, y] + ([b] if _ids(users.get(b.id, ())) == {a.id} else [])
+
+
+def _pointwise_bias_relu(v, users):
+    """``where(gt(p, 0), p, 0)`` with ``p`` a 1x1 convolution's output plus its bias
+    (:func:`_pointwise_bias`), or that plus a residual (ResNet's bottleneck), nothing else
+    reading the sums or the mask."""
+    relu = _relu_of(v)
+    if relu is None:
+        return None
+    c, a = relu
+    if _ids(users.get(c.id, ())) != {v.id} or _ids(users.get(a.id, ())) != {c.id, v.id}:
+        return None
+    found, residual = _pointwise_bias(a, users), None
+    if found is None and a.op == "add" and all(isinstance(t, Var) and t.shape == a.shape for t in a.args):
+        for s, r in (a.args, a.args[::-1]):
+            if _ids(users.get(s.id, ())) == {a.id} and r.dtype == a.dtype and (found := _pointwise_bias(s, users)):
+                residual = r
+                found = found[0], found[1], found[2] + [s]
+                break
+    if found is None:
+        return None
+    mm, b, dropped = found
+    args = (*mm.args, b.args[0]) + (() if residual is None else (residual,))
+    return [_kernel(v, "pointwise_bias_relu", args, {"shape": v.shape})], dropped + [a, c]
+
+
+def _pointwise_bias_only(v, users):
+    """A 1x1 convolution's output plus its bias, no ReLU after it (:func:`_pointwise_bias`)."""
+    found = _pointwise_bias(v, users)
+    if found is None:
+        return None
+    mm, b, dropped = found
+    return [_kernel(v, "pointwise_bias", (*mm.args, b.args[0]), {"shape": v.shape})], dropped
+
+
 def _matmul_bias_relu(v, users):
     """``where(gt(a, 0), a, 0)`` with ``a = matmul(x, w) + bias`` (a Linear layer's bias, one
     value per column), nothing else reading the product, the sum or the mask."""
@@ -341,6 +442,9 @@ RULES = (
     (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
     (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
     (_matmul_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "matmul")}, set()),
+    (_conv_bias, {op: nb.IMPLS[op] for op in ("add", "reshape", "conv2d")}, set()),
+    (_pointwise_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "matmul")}, set()),
+    (_pointwise_bias_only, {op: nb.IMPLS[op] for op in ("add", "reshape", "matmul")}, set()),
     (_batch_norm_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add")}, {"batch_norm"}),
     (_relu, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
 )
@@ -350,6 +454,9 @@ MAKES = {
     _relu_backward: "relu_backward",
     _conv_bias_relu: "conv2d_bias_relu",
     _matmul_bias_relu: "matmul_bias_relu",
+    _conv_bias: "conv2d_bias",
+    _pointwise_bias_relu: "pointwise_bias_relu",
+    _pointwise_bias_only: "pointwise_bias",
     _batch_norm_relu: "batch_norm_relu",
     _relu: "relu",
 }

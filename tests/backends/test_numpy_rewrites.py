@@ -56,6 +56,11 @@ def _block():
     return Block()
 
 
+def _conv_tanh():
+    """A convolution's bias with no ReLU after it (ResNet's downsample layers have a sum there)."""
+    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.Flatten(), nn.Linear(3 * 12 * 13, 10))
+
+
 def _downsample():
     """ResNet's downsampling block: the shortcut's batch norm is computed after the main one,
     so the kernel that takes the main one's place must wait for it."""
@@ -103,6 +108,7 @@ def _kernels(program):
         (_mlp, (5, 1, 14, 15), ["matmul_bias_relu"] * 2 + ["relu_backward"] * 2),
         (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
         (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
+        (_conv_tanh, (5, 1, 14, 15), ["conv2d_bias"]),
     ],
 )
 def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape, kernels):
@@ -153,7 +159,8 @@ def test_no_rewrite_where_the_backend_runs_a_node_with_its_own_function():
     run = ember.jit(step)
     for _ in range(3):
         run(x)
-    assert _kernels(run.lower(x).program) == []
+    # only the bias add, whose nodes (conv2d, reshape, add) are all NumPy's: no rule with a where
+    assert _kernels(run.lower(x).program) == ["conv2d_bias"]
 
 
 def test_no_rewrite_on_a_backend_that_compiles_groups():
@@ -247,3 +254,41 @@ def test_disjoint_pool_backward_without_nan_matches_the_search_for_maxima():
     x_nan = x.copy()
     x_nan[1, 2, 8, 9] = np.nan  # outside every window: changes no maximum, but takes the other path
     np.testing.assert_array_equal(_bits(got), _bits(numpy_fused.max_pool2d_backward(g, x_nan, **POOL)))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_one_by_one_convolutions_as_products_take_the_pointwise_kernels(backend):
+    """ember.onnx lowers a 1x1 convolution as ``reshape(w @ x) + bias``: with a ReLU (a
+    bottleneck's first layer), with a residual and a ReLU (its last), and alone (a shortcut's)
+    each becomes one kernel, whose output is eager execution's to the bit."""
+    if backend == "numba":
+        pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+    rng = np.random.RandomState(9)
+    n, c, h, w_ = 2, 8, 5, 6
+    t = {k: ember.tensor(v, backend=backend) for k, v in _pointwise_arrays(rng, n, c, h, w_).items()}
+
+    def conv1x1(x, w, b):
+        y = w.reshape(w.shape[0], c) @ x.reshape(n, c, h * w_)
+        return y.reshape(n, w.shape[0], h, w_) + b.reshape(1, -1, 1, 1)
+
+    def block(x):
+        first = conv1x1(x, t["w1"], t["b1"]).relu()
+        return (conv1x1(first, t["w2"], t["b2"]) + conv1x1(x, t["w3"], t["b3"]).tanh()).relu()
+
+    with ember.backend(backend), ember.no_grad():
+        want = block(t["x"]).numpy()
+        run = ember.jit(block)
+        for _ in range(3):
+            got = run(t["x"]).numpy()
+        kernels = _kernels(run.lower(t["x"]).program)
+    assert sorted(kernels) == ["pointwise_bias", "pointwise_bias_relu", "pointwise_bias_relu"]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def _pointwise_arrays(rng, n, c, h, w):
+    x = rng.randint(-2, 3, size=(n, c, h, w)).astype(np.float32)  # exact zeros before the ReLUs
+    arrays = {"x": x}
+    for i in (1, 2, 3):
+        arrays[f"w{i}"] = rng.randint(-2, 3, size=(c, c, 1, 1)).astype(np.float32)
+        arrays[f"b{i}"] = rng.randint(-2, 3, size=c).astype(np.float32)
+    return arrays

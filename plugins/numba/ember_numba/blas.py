@@ -215,9 +215,11 @@ def _edges(n, threads):
     return [n * i // blocks for i in range(blocks + 1)]
 
 
-def shared_matmul(a, b, threads, out=None):
+def shared_matmul(a, b, threads, out=None, then=None):
     """``a @ b`` for 2-d ``a``, ``b`` as blocks of columns (or of rows, when ``b`` is narrow)
-    taken on demand by ``threads`` threads; into ``out`` when given.
+    taken on demand by ``threads`` threads; into ``out`` when given. ``then(r0, r1, c0, c1)``,
+    if given, runs after each block (rows r0 .. r1-1, columns c0 .. c1-1 of ``out``), on the
+    thread that made it, while the block is in its cache (a convolution's epilogue).
 
     >>> a, b = np.ones((3, 4)), np.arange(4.0 * 600).reshape(4, 600)
     >>> bool((shared_matmul(a, b, 2) == a @ b).all())
@@ -226,12 +228,19 @@ def shared_matmul(a, b, threads, out=None):
     m, n = a.shape[0], b.shape[1]
     if out is None:
         out = np.empty((m, n), np.result_type(a, b))
-    if n >= m or n >= threads * BLOCK:
-        e = _edges(n, threads)
-        on_demand(len(e) - 1, threads, lambda i: np.matmul(a, b[:, e[i] : e[i + 1]], out=out[:, e[i] : e[i + 1]]))
-    else:
-        e = _edges(m, threads)
-        on_demand(len(e) - 1, threads, lambda i: np.matmul(a[e[i] : e[i + 1]], b, out=out[e[i] : e[i + 1]]))
+    by_columns = n >= m or n >= threads * BLOCK
+    e = _edges(n if by_columns else m, threads)
+
+    def block(i):
+        lo, hi = e[i], e[i + 1]
+        if by_columns:
+            np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
+        else:
+            np.matmul(a[lo:hi], b, out=out[lo:hi])
+        if then is not None:
+            then(*((0, m, lo, hi) if by_columns else (lo, hi, 0, n)))
+
+    on_demand(len(e) - 1, threads, block)
     return out
 
 

@@ -305,7 +305,7 @@ class Chunks:
             self._fill(x[n0 : n0 + m], cols)
         return cols
 
-    def forward_sample(self, x, n, wm, out):
+    def forward_sample(self, x, n, wm, out, then=None):
         """``out (O, P) = wm @ columns of sample n`` of ``x`` on all threads, for a chunk that has
         them to itself (:attr:`wide`): one-thread BLAS calls that the threads take on demand.
         BLAS's own threads are not used here: between a network's layers they fall asleep, and
@@ -313,18 +313,25 @@ class Chunks:
         on the 2-core development machine). Wide outputs go as bands of output rows, each
         band's im2col and product on one thread, its columns in that core's cache; the others
         share the columns' copy, then the product as blocks (blas.shared_matmul). Where one
-        thread measured faster (:data:`SAMPLE_THREADS`: a busy machine), all of it runs on one."""
+        thread measured faster (:data:`SAMPLE_THREADS`: a busy machine), all of it runs on one.
+        ``then(o0, o1, p0, p1)``, if given, runs on each block of ``out`` (channels o0 .. o1-1,
+        pixels p0 .. p1-1) once it is made, on the thread that made it (an epilogue)."""
         one, explore, st = SAMPLE_THREADS.choose((self.geo, wm.shape, self.dtype.num))
         t0 = time.perf_counter()
         with one_thread():
-            self._forward_sample(x, n, wm, out, 1 if one else self.threads)
+            self._forward_sample(x, n, wm, out, 1 if one else self.threads, then)
         SAMPLE_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
-    def _forward_sample(self, x, n, wm, out, threads):
+    def _forward_sample(self, x, n, wm, out, threads, then=None):
         oh, ow = self.geo[-2:]
         if self.pointwise or self.taps is not None or self.p < BAND_MIN_P:
             cols = self.im2col(x, n, 1, threads)
-            np.matmul(wm, cols, out=out) if threads == 1 else shared_matmul(wm, cols, threads, out)
+            if threads > 1:
+                shared_matmul(wm, cols, threads, out, then)
+                return
+            np.matmul(wm, cols, out=out)
+            if then is not None:
+                then(0, self.o, 0, self.p)
             return
         by_cache = BAND_BYTES // (self.ckk * ow * self.dtype.itemsize)
         rows = max(1, min(by_cache, -(-oh // (BANDS_PER_THREAD * threads))))
@@ -336,6 +343,8 @@ class Chunks:
             cols = scratch("band", self.ckk * (r1 - r0) * ow, self.dtype)
             _im2col(sample, 1, *self.geo[1:], r0, r1, cols)
             np.matmul(wm, cols.reshape(self.ckk, -1), out=out[:, r0 * ow : r1 * ow])
+            if then is not None:
+                then(0, self.o, r0 * ow, r1 * ow)
 
         on_demand(len(edges) - 1, threads, band)
 
@@ -366,8 +375,9 @@ class Chunks:
 
 def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
     """``conv2d`` (groups 1) for float ``x`` (N, C, H, W) and ``w`` (O, C, KH, KW); then
-    ``epilogue(block)``, if given, in place on each chunk's (m, O, OH, OW) output block while
-    it is in cache (a bias and ReLU: see :func:`_conv2d`)."""
+    ``epilogue(out, n0, n1, o0, o1, p0, p1)`` (epilogue.Epilogue), if given, in place on each
+    block of the output as it is made, while it is in cache: a chunk's samples, or at batch 1
+    a band of rows or a block of the product, on the thread that made it."""
     x = np.ascontiguousarray(x)
     ch = Chunks(x.shape, w.shape, stride, padding, dilation, x.dtype)
     o, p = ch.o, ch.p
@@ -375,14 +385,15 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
     out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
 
     def work(n0, m):
+        if m == 1 and ch.wide:
+            then = None if epilogue is None else lambda o0, o1, p0, p1: epilogue(out, n0, n0 + 1, o0, o1, p0, p1)
+            ch.forward_sample(x, n0, wm, out[n0].reshape(o, p), then)
+            return
         product(n0, m)
         if epilogue is not None:
-            epilogue(out[n0 : n0 + m])
+            epilogue(out, n0, n0 + m, 0, o, 0, p)
 
     def product(n0, m):
-        if m == 1 and ch.wide:
-            ch.forward_sample(x, n0, wm, out[n0].reshape(o, p))
-            return
         cols = ch.im2col(x, n0, m)
         if m == 1:
             ch.gemm(wm, cols, out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW
@@ -460,22 +471,20 @@ def _conv_ok(name, a, b, groups, macs):
 
 
 def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, epilogue=None):
-    """``conv2d``; with ``epilogue``, that function applied in place to the output too: to
-    each chunk's block while it is in cache where the im2col chunks compute it (a bias and
-    ReLU: the NumPy runner's conv2d_bias_relu rewrite, see rewrites.py)."""
+    """``conv2d``; with ``epilogue`` (epilogue.Epilogue), that applied in place to the output
+    too: to each block while it is in cache where the im2col chunks or the Winograd bands make
+    it (a bias and ReLU: the NumPy runner's conv2d_bias_relu rewrite, see rewrites.py)."""
     if not _conv_ok(
         "conv2d", x, w, groups, x.shape[0] * w.size * x.shape[2] * x.shape[3] // max(stride[0] * stride[1], 1)
     ):
         y = nb.IMPLS["conv2d"](x, w, stride, padding, dilation, groups)
-    # 3x3, stride 1 (winograd.py); None: not finite, computed directly
-    elif not (
-        winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, x.dtype)
-        and (y := winograd.conv2d(x, w, padding)) is not None
-    ):
-        return conv2d_cols(x, w, stride, padding, dilation, epilogue)
-    if epilogue is not None:
-        epilogue(y)
-    return y
+        return y if epilogue is None else epilogue.whole(y)
+    # 3x3, stride 1 (winograd.py, the epilogue on each band); None: not finite, computed directly
+    if winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, x.dtype):
+        y = winograd.conv2d(x, w, padding, epilogue)
+        if y is not None:
+            return y
+    return conv2d_cols(x, w, stride, padding, dilation, epilogue)
 
 
 def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):

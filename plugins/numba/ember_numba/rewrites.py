@@ -9,16 +9,23 @@ it replaces give on this backend, to the bit; NumbaBackend.rewrite_kernels names
 | kernel | pattern | saves (LeNet, W2) |
 |---|---|---|
 | :func:`conv2d_bias_relu` | ``where(gt(p, 0), p, 0)``, ``p = conv2d(x, w) + bias`` | a pass over the activation: the bias and ReLU go on each chunk of the convolution's output as the chunk finishes, in cache |
+| :func:`conv2d_bias` | ``conv2d(x, w) + bias`` | a pass over the activation: the bias goes on each chunk as it finishes (ResNet's downsample layers) |
+| :func:`pointwise_bias_relu` | ``where(gt(p, 0), p, 0)``, ``p = reshape(matmul(w, x)) + bias`` (+ a residual) | ONNX's 1x1 convolutions: the sums and ReLU go on each block of the product as it is made, on its thread |
+| :func:`pointwise_bias` | ``reshape(matmul(w, x)) + bias`` | the same, without the ReLU |
 | :func:`relu_max_pool2d_backward` | ``where(c, max_pool2d_backward(g, r), 0)``, ``r`` ReLU's output under mask ``c`` | the full-size ``where`` and the forward pass's mask: ReLU's gradient is taken on the pooled gradient |
 """
 
 from __future__ import annotations
+
+import time
 
 import numba
 import numpy as np
 from numba import prange, uint64
 
 from . import launch
+from .blas import MIN_FLOPS, matmul, on_demand, one_thread, shared_matmul
+from .epilogue import Epilogue
 from .fused.common import FLOATS, JIT
 from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
 
@@ -51,45 +58,62 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     return max_pool2d_backward(gated, r, **pool)
 
 
-@numba.njit(**JIT)
-def _bias_relu_planes(y, bias, O, P):
-    """y[n, o] = where(y + bias[o] > 0, y + bias[o], 0) in place, for contiguous y (N, O, P).
-    One thread: it runs on the convolution's chunk threads (conv.py), where a parallel launch
-    would nest the threading layer's teams (or abort, on numba's workqueue layer)."""
-    zero = y.dtype.type(0)
-    p_n = uint64(P)
-    for t in range(uint64(y.size // P)):
-        b = bias[t % uint64(O)]
-        base = t * p_n
-        for k in range(p_n):
-            v = y[base + k] + b
-            y[base + k] = v if v > 0 else zero
+def conv2d_bias(x, w, bias, **params):
+    """``conv2d(x, w) + bias``: the convolution, with the bias added to each block of its
+    output as it is made (epilogue.py)."""
+    from . import conv  # loaded at the first convolution (backend.LAZY): an MLP never needs it
 
-
-def _bias_relu(bias):
-    """The epilogue applying ``bias`` and ReLU in place to an (m, O, OH, OW) block."""
-    b = np.ascontiguousarray(bias)
-
-    def epilogue(y):
-        if y.flags.c_contiguous and y.dtype == b.dtype:
-            _bias_relu_planes(y.reshape(-1), b, y.shape[1], y.shape[2] * y.shape[3])
-        else:  # the reference's layout or dtype: NumPy's passes, the same bits
-            v = np.add(y, b.reshape(1, -1, 1, 1), dtype=y.dtype)
-            y[...] = np.where(v > 0, v, 0)
-
-    return epilogue
+    return conv._conv2d(x, w, epilogue=Epilogue(bias), **params)
 
 
 def conv2d_bias_relu(x, w, bias, **params):
     """``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias``: the convolution, with the
-    bias and ReLU applied to each chunk of its output as it finishes."""
-    from . import conv  # loaded at the first convolution (backend.LAZY): an MLP never needs it
+    bias and ReLU applied to each block of its output as it is made (epilogue.py)."""
+    from . import conv
 
-    return conv._conv2d(x, w, epilogue=_bias_relu(bias), **params)
+    return conv._conv2d(x, w, epilogue=Epilogue(bias, relu=True), **params)
+
+
+#: One thread or all for a 1x1 convolution's product at batch 1, by measurement (a busy machine takes one).
+POINTWISE_THREADS = launch.ThreadChoice()
+
+
+def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):
+    """``relu(reshape(w @ x, shape) + bias (+ residual))`` for ``w`` (O, C), ``x`` (N, C, P):
+    a 1x1 convolution as ember.onnx lowers it. At batch 1 the product goes as one-thread BLAS
+    blocks on the plugin's threads and each block gets the sums and ReLU as it is made (a
+    BLAS block has the product's bits); larger batches take the product on BLAS's threads
+    (blas.matmul, the matmul node's own call), then the epilogue a sample per thread."""
+    epilogue = Epilogue(bias, residual, relu)
+    n, o, p = shape[0], shape[1], x.shape[-1]
+    y = np.empty(shape, np.result_type(w, x))
+    nt = launch.threads()
+    if n != 1 or nt == 1 or w.dtype not in FLOATS or 2 * o * p * w.shape[1] < MIN_FLOPS:
+        y3 = matmul(w, x, out=y.reshape(n, o, p))
+        on_demand(n, nt if y3.size * y3.itemsize >= 1 << 20 else 1, lambda i: epilogue(y, i, i + 1, 0, o, 0, p))
+        return y
+    one, explore, st = POINTWISE_THREADS.choose((w.shape, x.shape, w.dtype.num))
+    t0 = time.perf_counter()
+    with one_thread():
+        if one:
+            np.matmul(w, x[0], out=y[0].reshape(o, p))
+            epilogue.whole(y)
+        else:
+            shared_matmul(w, x[0], nt, y[0].reshape(o, p), lambda r0, r1, c0, c1: epilogue(y, 0, 1, r0, r1, c0, c1))
+    POINTWISE_THREADS.record(st, one, explore, time.perf_counter() - t0)
+    return y
+
+
+def pointwise_bias(w, x, bias, *, shape):
+    """``reshape(w @ x, shape) + bias``: :func:`pointwise_bias_relu` without the ReLU."""
+    return pointwise_bias_relu(w, x, bias, shape=shape, relu=False)
 
 
 #: kernel name -> function, as ember.backends.numpy.rewrites.KERNELS names them.
 KERNELS = {
     "conv2d_bias_relu": conv2d_bias_relu,
+    "conv2d_bias": conv2d_bias,
+    "pointwise_bias_relu": pointwise_bias_relu,
+    "pointwise_bias": pointwise_bias,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
 }

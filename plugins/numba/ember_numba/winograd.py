@@ -202,9 +202,10 @@ def _bands(n0, m, th, tw, nt, tiles, key):
     BAND_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 
-def conv2d(x, w, padding):
+def conv2d(x, w, padding, epilogue=None):
     """``conv2d`` at stride 1 for NCHW float ``x`` and a 3x3 ``w`` (K, C, 3, 3): contiguous
-    NCHW output, or None if it is not finite."""
+    NCHW output, or None if it is not finite. ``epilogue`` (epilogue.Epilogue), if given, goes
+    on each band of tile rows as it is made, on its thread, once the band is found finite."""
     x = np.ascontiguousarray(x)
     n, c, h, wd = x.shape
     k = w.shape[0]
@@ -213,6 +214,7 @@ def conv2d(x, w, padding):
     th, tw = -(-oh // 2), -(-ow // 2)
     out = np.empty((n, k, oh, ow), dtype)
     per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)
+    broken = []  # a band that is not finite: the caller computes the whole directly
 
     def tiles(n0, m, ty0, ty1):
         """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread."""
@@ -220,6 +222,12 @@ def conv2d(x, w, padding):
         _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, V.reshape(-1))
         M = np.matmul(U, V)  # 16 one-thread BLAS GEMMs (K, C) @ (C, T)
         _output_transform(M.reshape(-1), m, k, oh, ow, tw, ty0, ty1, out[n0 : n0 + m].reshape(-1))
+        if epilogue is not None:
+            rows = slice(2 * ty0, min(2 * ty1, oh))
+            if not reference.finite(out[n0 : n0 + m, :, rows]):
+                broken.append(True)
+            elif not broken:
+                epilogue(out, n0, n0 + m, 0, k, rows.start * ow, rows.stop * ow)
 
     with one_thread():
         # The kernels' transform too: a product of a few million flops that BLAS would put on
@@ -231,6 +239,8 @@ def conv2d(x, w, padding):
             for i in range(count):
                 m = min(per, n - i * per)
                 _bands(i * per, m, th, tw, nt, tiles, (m, c, k, th, tw, dtype.num))
+    if epilogue is not None:
+        return None if broken else out
     return out if reference.finite(out) else None
 
 

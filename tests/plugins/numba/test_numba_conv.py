@@ -13,7 +13,7 @@ pytest.importorskip("numba", reason="numba is not installed: pip install ./plugi
 pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
 
 from ember.backends.numpy import backend as nb  # noqa: E402
-from ember_numba import conv  # noqa: E402
+from ember_numba import blas, conv  # noqa: E402
 
 CASES = [  # x shape, w shape, stride, padding, dilation
     ((5, 3, 9, 8), (4, 3, 3, 3), 1, 1, 1),
@@ -212,3 +212,45 @@ def test_one_sample_forward_on_all_threads_gives_the_reference(xs, ws, s, p, wor
         ch._forward_sample(x, n, w.reshape(ws[0], -1), out.reshape(ws[0], -1), workers)
         np.testing.assert_allclose(out, want[n], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(conv.conv2d_cols(x[:1], w, *geo), want[:1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("relu", [True, False], ids=["bias-relu", "bias"])
+@pytest.mark.parametrize(
+    "xs,ws,s,p",
+    [
+        ((1, 3, 23, 21), (5, 3, 7, 7), 2, 3),  # bands of output rows
+        ((1, 6, 8, 8), (300, 6, 3, 3), 1, 1),  # blocks of rows of the product
+        ((1, 6, 9, 40), (4, 6, 1, 1), 1, 0),  # pointwise, blocks of columns
+        ((3, 5, 14, 13), (7, 5, 3, 3), 2, 1),  # chunks of samples
+    ],
+)
+def test_epilogue_on_each_block_is_the_nodes_after_the_convolution(xs, ws, s, p, relu, monkeypatch):
+    """An epilogue (epilogue.py) applied block by block as forward_sample's bands and product
+    blocks, or the chunks, are made gives the bits of the bias add and ReLU applied afterwards."""
+    from ember_numba.epilogue import Epilogue
+
+    monkeypatch.setattr(conv, "BAND_MIN_P", 1)
+    monkeypatch.setattr(conv, "BAND_BYTES", 1)
+    monkeypatch.setattr(conv, "SHARED_IM2COL_BYTES", 0)
+    monkeypatch.setattr(conv, "threads", lambda: 3)
+    monkeypatch.setattr(blas, "BLOCK", 1)  # many blocks of the product
+    monkeypatch.setattr(conv, "SAMPLE_THREADS", _AllThreads())
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    bias[1] = np.nan  # a NaN sum fails gt: zero, as the where gives
+    geo = ((s, s), (p, p), (1, 1))
+    v = conv.conv2d_cols(x, w, *geo) + bias.reshape(1, -1, 1, 1)
+    want = np.where(v > 0, v, 0) if relu else v
+    got = conv.conv2d_cols(x, w, *geo, epilogue=Epilogue(bias, relu=relu))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+class _AllThreads:
+    """A ThreadChoice that always takes all threads (the blocks are what the test checks)."""
+
+    def choose(self, key):
+        return False, False, None
+
+    def record(self, *args):
+        pass

@@ -68,3 +68,60 @@ def test_conv_bias_relu_on_the_references_output():
     p = ember.get_backend("numpy").impls["conv2d"](x, w, (1, 1), (0, 0), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
     got = rewrites.conv2d_bias_relu(x, w, bias, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
     np.testing.assert_array_equal(_bits(got), _bits(np.where(p > 0, p, 0)))
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_bias_is_the_two_nodes(batch, dtype, monkeypatch):
+    from ember_numba import conv, rewrites
+
+    monkeypatch.setattr(conv, "MIN_SIZE", 0)
+    rng = np.random.RandomState(6)
+    x, w = rng.standard_normal((batch, 3, 9, 8)).astype(dtype), rng.standard_normal((4, 3, 3, 3)).astype(dtype)
+    bias = rng.standard_normal(4).astype(dtype)
+    geo = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=1)
+    want = conv._conv2d(x, w, **geo) + bias.reshape(1, -1, 1, 1)
+    np.testing.assert_array_equal(_bits(rewrites.conv2d_bias(x, w, bias, **geo)), _bits(want))
+
+
+class _Always:
+    """A ThreadChoice that always takes one thread, or always all."""
+
+    def __init__(self, one):
+        self.one = one
+
+    def choose(self, key):
+        return self.one, False, None
+
+    def record(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("batch,one", [(1, True), (1, False), (2, False)], ids=["1-one-thread", "1-blocks", "2"])
+def test_pointwise_bias_relu_is_the_nodes(batch, one, relu, residual, monkeypatch):
+    """A 1x1 convolution lowered as a product (ember.onnx): the product as BLAS blocks (or one
+    call) with the sums and ReLU on each block gives the nodes' bits on this backend."""
+    from ember_numba import launch, rewrites
+
+    monkeypatch.setattr(rewrites, "POINTWISE_THREADS", _Always(one))
+    monkeypatch.setattr(launch, "threads", lambda: 2)
+    impls = ember.get_backend("numba").impls
+    rng = np.random.RandomState(8)
+    o, c, h, w_ = 256, 64, 56, 56  # a product past blas.MIN_FLOPS: blocks at batch 1
+    w, x = rng.standard_normal((o, c)).astype(np.float32), rng.standard_normal((batch, c, h * w_)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    r = rng.standard_normal((batch, o, h, w_)).astype(np.float32) if residual else None
+    v = impls["add"](impls["reshape"](impls["matmul"](w, x), (batch, o, h, w_)), bias.reshape(1, -1, 1, 1))
+    if residual:
+        v = impls["add"](v, r)
+    want = np.where(v > 0, v, 0) if relu else v
+    shape = (batch, o, h, w_)
+    if relu:
+        got = rewrites.pointwise_bias_relu(w, x, bias, r, shape=shape)
+    elif residual:
+        got = rewrites.pointwise_bias_relu(w, x, bias, r, shape=shape, relu=False)
+    else:
+        got = rewrites.pointwise_bias(w, x, bias, shape=shape)
+    np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -133,3 +133,21 @@ def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken)
 def test_docstring_examples():
     result = doctest.testmod(winograd, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_epilogue_on_each_band_is_the_nodes_after_the_convolution(batch, monkeypatch):
+    """The bias and ReLU applied to each band of tile rows as it is made give the bits of the
+    nodes applied afterwards; an input whose transform is not finite still comes back None."""
+    from ember_numba.epilogue import Epilogue
+
+    monkeypatch.setattr(winograd, "BAND_TILES", 1)  # many bands
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((batch, 16, 20, 19)).astype(np.float32)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    v = winograd.conv2d(x, w, (1, 1)) + bias.reshape(1, -1, 1, 1)
+    got = winograd.conv2d(x, w, (1, 1), Epilogue(bias, relu=True))
+    np.testing.assert_array_equal(got.view(np.uint32), np.where(v > 0, v, 0).view(np.uint32))
+    x[0, 3, 10, 10] = np.inf
+    assert winograd.conv2d(x, w, (1, 1), Epilogue(bias, relu=True)) is None

@@ -3,7 +3,8 @@
 Convolutions run on ember's ``conv2d`` primitive (1-d as a 2-d with height 1, 3-d as a sum of
 2-d convolutions over depth taps; transposed convolutions on ``conv2d_grad_input``). Pooling of
 any rank is an elementwise max/sum over the kernel's strided slices of the padded input, as
-``ember.nn.functional`` pools.
+``ember.nn.functional`` pools; a plain 2-d MaxPool is ``ember.nn.functional.max_pool2d``
+itself, a fused op a backend may run as one kernel.
 """
 
 from __future__ import annotations
@@ -246,8 +247,27 @@ def _product(ranges):
     return out
 
 
+def _max_pool2d(node, x, kernel):
+    """A float 2-d MaxPool without indices and with equal pads on both sides, as the fused
+    ``max_pool2d`` (ember.nn.functional's): one kernel where the backend has one (ResNet's
+    3x3/2 stem pool on numba: one pass, where the slices cost a padded copy and eight
+    maximums), the same slices elsewhere. None for any other pool."""
+    if len(kernel) != 2 or not x.dtype.is_floating_point or x.ndim != 4 or (len(node.outputs) > 1 and node.outputs[1]):
+        return None
+    strides, dil, pads = _geometry(node, x.shape[2:], kernel)
+    if any(a != b or 2 * a > k for (a, b), k in zip(pads, kernel)):
+        return None
+    from ...nn.functional.pooling import max_pool2d
+
+    padding = tuple(a for a, _ in pads)
+    return max_pool2d(x, tuple(kernel), tuple(strides), padding, tuple(dil), bool(node.attr("ceil_mode", 0)))
+
+
 def max_pool(node, x):
     kernel = list(node.attr("kernel_shape"))
+    fused = _max_pool2d(node, x, kernel)
+    if fused is not None:
+        return fused
     # the padding value: -inf, or an integer dtype's smallest value
     low = float("-inf") if x.dtype.is_floating_point else D.int_range(x.dtype)[0]
     padded, (strides, dil, _, _, outs) = _windows(node, x, kernel, low)
