@@ -6,7 +6,9 @@ import threading
 
 import numpy as np
 import pytest
+import test_numpy_rewrites as steps  # its training steps (tests/backends is on the path)
 
+import ember
 from ember.backends.numpy import conv, fused, rewrites, threads
 
 POOL = {"kernel_size": 2, "stride": 2}
@@ -152,3 +154,23 @@ def test_batch_norm_sums_chunks_in_one_threads_order(split_everything, monkeypat
     expect = s1 / len(rows)
     np.testing.assert_array_equal(mean, expect)
     np.testing.assert_array_equal(var, np.maximum(s2 / len(rows) - expect * expect, 0.0))
+
+
+@pytest.mark.parametrize("model", ["lenet", "block", "downsample"])
+def test_a_compiled_training_step_on_threads_gives_one_threads_gradients(model, monkeypatch):
+    """Every pass of the step split (no size threshold): the loss and every gradient keep their bits."""
+    build, shape = {
+        "lenet": (steps._lenet, (5, 1, 14, 15)),
+        "block": (steps._block, (3, 3, 6, 6)),
+        "downsample": (steps._downsample, (3, 3, 6, 6)),
+    }[model]
+    rng = np.random.RandomState(0)
+    x = ember.tensor(rng.randint(-2, 3, size=shape).astype(np.float32))
+    y = ember.tensor(rng.randint(0, 10, size=shape[0]))
+    monkeypatch.setattr(threads, "THREADS", 1)
+    want, _ = steps._grads(build, x, y, compiled=True)
+    monkeypatch.setattr(threads, "MIN_BYTES", 0)
+    monkeypatch.setattr(threads, "THREADS", 2)
+    got, _ = steps._grads(build, x, y, compiled=True)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
