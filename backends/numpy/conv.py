@@ -73,7 +73,9 @@ def _columns(xh, kernel, stride, dilation, out_hw):
         return planes.reshape(kh * kw, n * oh * ow).T
     try:
         return win.reshape(n * oh * ow, kh * kw * c, copy=False)  # 1x1, stride 1: the input itself
-    except (ValueError, TypeError):  # a copy is needed (TypeError: NumPy < 2.1 has no copy=)
+    except TypeError:  # NumPy < 2.1 has no copy=: a view where one exists, else a copy, one thread
+        return win.reshape(n * oh * ow, kh * kw * c)
+    except ValueError:  # a copy is needed: parts of the batch on the backend's threads
         cols = np.empty(win.shape, xh.dtype)
         threads.split(lambda s: np.copyto(cols[s], win[s]), n, cols.nbytes)
         return cols.reshape(n * oh * ow, kh * kw * c)
