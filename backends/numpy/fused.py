@@ -236,12 +236,16 @@ def _row_chunks(rows):
     return [slice(a, min(len(rows), a + per)) for a in range(0, len(rows), per)], per
 
 
-def _per_chunk(chunks, nbytes, fn):
-    """``fn(i, chunk)`` for every chunk, parts of the list on the backend's threads."""
+def _per_chunk(chunks, nbytes, fn, scratch):
+    """``fn(i, chunk, t)`` for every chunk, parts of the list on the backend's threads, with
+    ``t`` a scratch array for the chunk's rows (one a part: ``scratch`` = (rows, C, dtype))."""
+    rows, c, dtype = scratch
 
     def part(at):
+        t = np.empty((rows, c), dtype)
         for i in range(at.start, at.stop):
-            fn(i, chunks[i])
+            sl = chunks[i]
+            fn(i, sl, t[: sl.stop - sl.start])
 
     threads.split(part, len(chunks), nbytes)
 
@@ -260,16 +264,16 @@ def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
     its exact float64 squares, then ``(x - mean) * scale + bias`` into ``out``, followed by
     ``then(chunk, rows)`` on each chunk while it is in cache (an epilogue: rewrites.py)."""
     m, c = xr.shape
-    chunks, _ = _row_chunks(xr)
+    chunks, per = _row_chunks(xr)
     sums = np.empty((2, len(chunks), c))
 
-    def statistics(i, sl):
+    def statistics(i, sl, sq):
         xc = xr[sl]
         np.add.reduce(xc, axis=0, dtype=np.float64, out=sums[0, i])
-        sq = np.multiply(xc, xc, dtype=np.float64)  # exact
+        np.multiply(xc, xc, out=sq, dtype=np.float64)  # exact
         np.add.reduce(sq, axis=0, out=sums[1, i])
 
-    _per_chunk(chunks, xr.nbytes * 3, statistics)
+    _per_chunk(chunks, xr.nbytes * 3, statistics, (min(per, m), c, np.float64))
     s1, s2 = _in_order(sums[0]), _in_order(sums[1])
     mean = s1 / m
     var = np.maximum(s2 / m - mean * mean, 0.0)  # float64: the cancellation costs nothing visible in float32
@@ -278,7 +282,7 @@ def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
         scale *= weight
     mean_x, scale_x = mean.astype(xr.dtype), scale.astype(xr.dtype)
 
-    def normalize(_, sl):
+    def normalize(_, sl, __):
         o = out[sl]
         np.subtract(xr[sl], mean_x, out=o)
         np.multiply(o, scale_x, out=o)
@@ -287,7 +291,7 @@ def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
         if then is not None:
             then(o, sl)
 
-    _per_chunk(chunks, xr.nbytes * 2, normalize)
+    _per_chunk(chunks, xr.nbytes * 2, normalize, (0, c, xr.dtype))
     return mean, var
 
 
@@ -295,34 +299,35 @@ def _batch_norm_backward_rows(gr, xr, weight, mean, var, eps, out):
     """The batch norm backward over channels-last rows in two passes: the sums of ``g`` and
     ``g * xhat``, then ``dx``."""
     m, c = xr.shape
-    chunks, _ = _row_chunks(xr)
+    chunks, per = _row_chunks(xr)
     rstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
     rstd_x = rstd.astype(xr.dtype)
     sums = np.empty((2, len(chunks), c))
 
-    def statistics(i, sl):
+    def statistics(i, sl, t):
         gc = gr[sl]
         np.add.reduce(gc, axis=0, dtype=np.float64, out=sums[0, i])
-        t = np.subtract(xr[sl], mean)
+        np.subtract(xr[sl], mean, out=t)
         np.multiply(t, rstd_x, out=t)
         np.multiply(t, gc, out=t)
         np.add.reduce(t, axis=0, dtype=np.float64, out=sums[1, i])
 
-    _per_chunk(chunks, xr.nbytes * 3, statistics)
+    scratch = (min(per, m), c, xr.dtype)
+    _per_chunk(chunks, xr.nbytes * 3, statistics, scratch)
     gsum, gxsum = _in_order(sums[0]), _in_order(sums[1])
     a = rstd if weight is None else rstd * weight
     # dx = a * (g - gsum / m - xhat * gxsum / m), with xhat = (x - mean) * rstd
     a_x, k_x, shift_x = (v.astype(xr.dtype) for v in (a, a * rstd * gxsum / m, a * gsum / m))
 
-    def gradient(_, sl):
+    def gradient(_, sl, t):
         o = out[sl]
-        t = np.subtract(xr[sl], mean)
+        np.subtract(xr[sl], mean, out=t)
         np.multiply(t, k_x, out=t)
         np.multiply(gr[sl], a_x, out=o)
         np.subtract(o, t, out=o)
         np.subtract(o, shift_x, out=o)
 
-    _per_chunk(chunks, xr.nbytes * 3, gradient)
+    _per_chunk(chunks, xr.nbytes * 3, gradient, scratch)
     return gsum, gxsum
 
 
