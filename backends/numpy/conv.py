@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import winograd
+from . import threads, winograd
 
 
 def _channels_last(x, padding):
@@ -68,9 +68,17 @@ def _columns(xh, kernel, stride, dilation, out_hw):
         # runs of KW values are too short for NumPy's copy loop: copy each kernel position's
         # (N, OH, OW) plane instead (runs of OW values), and hand BLAS the transposed view
         planes = np.empty((kh, kw, n, oh, ow), xh.dtype)
-        planes[...] = win[..., 0].transpose(3, 4, 0, 1, 2)
+        planes_of = win[..., 0].transpose(3, 4, 0, 1, 2)
+        threads.split(lambda s: np.copyto(planes[:, :, s], planes_of[:, :, s]), n, planes.nbytes)
         return planes.reshape(kh * kw, n * oh * ow).T
-    return win.reshape(n * oh * ow, kh * kw * c)
+    try:
+        return win.reshape(n * oh * ow, kh * kw * c, copy=False)  # 1x1, stride 1: the input itself
+    except TypeError:  # NumPy < 2.1 has no copy=: a view where one exists, else a copy, one thread
+        return win.reshape(n * oh * ow, kh * kw * c)
+    except ValueError:  # a copy is needed: parts of the batch on the backend's threads
+        cols = np.empty(win.shape, xh.dtype)
+        threads.split(lambda s: np.copyto(cols[s], win[s]), n, cols.nbytes)
+        return cols.reshape(n * oh * ow, kh * kw * c)
 
 
 def _weight_matrix(w):
@@ -160,6 +168,23 @@ AS_CONV_PIXELS = 1024
 TAPS_MAX_CHANNELS = 128
 
 
+def _col2im(target, cols, stride, dilation, out_hw):
+    """Add each kernel position's columns ``cols[i, j]`` (B, OH, OW, C) into its strided slice
+    of the padded, channels-last ``target`` (B, HP, WP, C), parts of the batch on the
+    backend's threads (each image's sums in the same order)."""
+    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
+    kh, kw = cols.shape[:2]
+
+    def add(s):
+        for i in range(kh):
+            for j in range(kw):
+                top, left = i * dh, j * dw
+                rows = target[s, top : top + sh * (oh - 1) + 1 : sh, left : left + sw * (ow - 1) + 1 : sw]
+                rows += cols[i, j, s]
+
+    threads.split(add, target.shape[0], cols.nbytes)
+
+
 def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """The ``conv2d_grad_input`` primitive: ``g @ weights`` per group into columns (per kernel
     position for few channels, TAPS_MAX_CHANNELS), then col2im: each kernel position's slice
@@ -183,7 +208,6 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
         flipped = np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))
         return conv2d(g, flipped, padding=(dh * (kh - 1) - ph, dw * (kw - 1) - pw), dilation=dilation)
     og = o // groups
-    sh, sw = stride
     oh, ow = g.shape[2:]
     gr = _rows(g).reshape(n, oh * ow, o)
     by_tap = 1 < cg <= TAPS_MAX_CHANNELS  # one channel: per position a matrix-vector product, summed otherwise
@@ -200,9 +224,5 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
             else:
                 cols = (grb[:, gi * og : (gi + 1) * og] @ wm[gi * og : (gi + 1) * og]).reshape(-1, oh, ow, kh, kw, cg)
                 cols = cols.transpose(3, 4, 0, 1, 2, 5)
-            target = dx[b, ..., gi * cg : (gi + 1) * cg]
-            for i in range(kh):
-                for j in range(kw):
-                    top, left = i * dh, j * dw
-                    target[:, top : top + sh * (oh - 1) + 1 : sh, left : left + sw * (ow - 1) + 1 : sw] += cols[i, j]
+            _col2im(dx[b, ..., gi * cg : (gi + 1) * cg], cols, stride, dilation, (oh, ow))
     return dx[:, ph : ph + h, pw : pw + wd].transpose(0, 3, 1, 2)

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from . import threads
+
 
 def _reference(name, *args, **params):
     """Run the reference decomposition of fused op ``name`` on NumPy buffers."""
@@ -98,12 +100,18 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
 
 def window_max(slices):
     """The elementwise maximum of the kernel-position slices, laid out like them (NaN
-    propagates: NaN wins, as in the reference)."""
+    propagates: NaN wins, as in the reference); parts of the leading axis on the backend's
+    threads."""
     if len(slices) == 1:
         return slices[0].copy(order="K")
-    out = np.maximum(slices[0], slices[1])
-    for piece in slices[2:]:
-        np.maximum(out, piece, out=out)
+    out = np.empty_like(slices[0])
+
+    def part(s):
+        np.maximum(slices[0][s], slices[1][s], out=out[s])
+        for piece in slices[2:]:
+            np.maximum(out[s], piece[s], out=out[s])
+
+    threads.split(part, len(out), out.nbytes * len(slices))
     return out
 
 
@@ -115,30 +123,42 @@ def disjoint(pool) -> bool:
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
 
 
-def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation, out_hw):
+def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation, out_hw, spend=False):
     """For disjoint windows whose maxima ``best`` hold no NaN: an array like ``padded`` with
     each ``grad`` value's bits at its window's first maximum (the first slice equal to
-    ``best``) and zeros elsewhere. Five passes over the pooled size per kernel position,
-    against eight when the maxima's positions are searched for."""
+    ``best``) and zeros elsewhere.
+
+    The bits not yet placed, ``rest``, go down the kernel positions: a position takes
+    ``rest * (slice == best)`` (the bits, or zero: integer arithmetic, exact) and leaves
+    ``rest`` minus what it took. ``best`` is one of its window's values, so whatever reaches
+    the last position belongs there: it takes ``rest`` whole. Three passes over the pooled
+    size per kernel position, one for the last. ``spend``: ``grad`` is scratch, used as
+    ``rest`` (its values are lost)."""
     itype = {4: np.int32, 8: np.int64}[grad.dtype.itemsize]
     covered = all(s == k and s * o == n for k, s, o, n in zip(kernel_size, stride, out_hw, padded.shape[-2:]))
     dx = np.empty_like(padded) if covered else np.zeros_like(padded)  # laid out like x
     targets = _views(dx, kernel_size, stride, dilation, out_hw)
     bits = grad.view(itype)
-    taken, equal, hit = (np.empty_like(best, dtype=bool) for _ in range(3))
-    mask = np.empty_like(best, dtype=itype)
     last = len(slices) - 1
-    for n, (piece, target) in enumerate(zip(slices, targets)):
-        if n == 0:
-            np.equal(piece, best, out=taken)
-            np.negative(taken, dtype=itype, out=mask)
+
+    def part(at):
+        b = best[at]
+        if spend:
+            rest = bits[at]
         else:
-            np.equal(piece, best, out=equal)
-            np.greater(equal, taken, out=hit)  # equal and not taken by an earlier position
-            if n < last:
-                np.logical_or(taken, equal, out=taken)
-            np.negative(hit, dtype=itype, out=mask)
-        np.bitwise_and(bits, mask, out=target.view(itype))
+            rest = np.empty_like(b, dtype=itype)
+            np.copyto(rest, bits[at])
+        equal = np.empty_like(b, dtype=bool)
+        for n, (piece, target) in enumerate(zip(slices, targets)):
+            taken = target[at].view(itype)
+            if n == last:
+                np.copyto(taken, rest)
+                break
+            np.equal(piece[at], b, out=equal)
+            np.multiply(rest, equal, out=taken)
+            np.subtract(rest, taken, out=rest)
+
+    threads.split(part, len(best), dx.nbytes * 2)  # parts of the leading axis on the backend's threads
     return dx
 
 
@@ -216,26 +236,53 @@ def _row_chunks(rows):
     return [slice(a, min(len(rows), a + per)) for a in range(0, len(rows), per)], per
 
 
+def _per_chunk(chunks, nbytes, fn, scratch):
+    """``fn(i, chunk, t)`` for every chunk, parts of the list on the backend's threads, with
+    ``t`` a scratch array for the chunk's rows (one a part: ``scratch`` = (rows, C, dtype))."""
+    rows, c, dtype = scratch
+
+    def part(at):
+        t = np.empty((rows, c), dtype)
+        for i in range(at.start, at.stop):
+            sl = chunks[i]
+            fn(i, sl, t[: sl.stop - sl.start])
+
+    threads.split(part, len(chunks), nbytes)
+
+
+def _in_order(partials):
+    """The rows of ``partials`` summed one after another, from zero: the chunks' sums added in
+    the order one thread would have added them."""
+    total = np.zeros(partials.shape[1:])
+    for p in partials:
+        total += p
+    return total
+
+
 def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
     """Batch norm over channels-last rows in two passes: the per-channel sums of ``x`` and of
     its exact float64 squares, then ``(x - mean) * scale + bias`` into ``out``, followed by
     ``then(chunk, rows)`` on each chunk while it is in cache (an epilogue: rewrites.py)."""
     m, c = xr.shape
     chunks, per = _row_chunks(xr)
-    s1, s2 = np.zeros(c), np.zeros(c)
-    squares = np.empty((min(per, m), c), np.float64)
-    for sl in chunks:
-        xc, sq = xr[sl], squares[: sl.stop - sl.start]
-        s1 += np.add.reduce(xc, axis=0, dtype=np.float64)
-        np.multiply(xc, xc, out=sq, dtype=np.float64)
-        s2 += np.add.reduce(sq, axis=0)
+    sums = np.empty((2, len(chunks), c))
+
+    def statistics(i, sl, sq):
+        xc = xr[sl]
+        np.add.reduce(xc, axis=0, dtype=np.float64, out=sums[0, i])
+        np.multiply(xc, xc, out=sq, dtype=np.float64)  # exact
+        np.add.reduce(sq, axis=0, out=sums[1, i])
+
+    _per_chunk(chunks, xr.nbytes * 3, statistics, (min(per, m), c, np.float64))
+    s1, s2 = _in_order(sums[0]), _in_order(sums[1])
     mean = s1 / m
     var = np.maximum(s2 / m - mean * mean, 0.0)  # float64: the cancellation costs nothing visible in float32
     scale = 1.0 / np.sqrt(var + eps)
     if weight is not None:
         scale *= weight
     mean_x, scale_x = mean.astype(xr.dtype), scale.astype(xr.dtype)
-    for sl in chunks:
+
+    def normalize(_, sl, __):
         o = out[sl]
         np.subtract(xr[sl], mean_x, out=o)
         np.multiply(o, scale_x, out=o)
@@ -243,6 +290,8 @@ def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
             np.add(o, bias, out=o)
         if then is not None:
             then(o, sl)
+
+    _per_chunk(chunks, xr.nbytes * 2, normalize, (0, c, xr.dtype))
     return mean, var
 
 
@@ -253,25 +302,32 @@ def _batch_norm_backward_rows(gr, xr, weight, mean, var, eps, out):
     chunks, per = _row_chunks(xr)
     rstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
     rstd_x = rstd.astype(xr.dtype)
-    gsum, gxsum = np.zeros(c), np.zeros(c)
-    scratch = np.empty((min(per, m), c), xr.dtype)
-    for sl in chunks:
-        gc, t = gr[sl], scratch[: sl.stop - sl.start]
-        gsum += np.add.reduce(gc, axis=0, dtype=np.float64)
+    sums = np.empty((2, len(chunks), c))
+
+    def statistics(i, sl, t):
+        gc = gr[sl]
+        np.add.reduce(gc, axis=0, dtype=np.float64, out=sums[0, i])
         np.subtract(xr[sl], mean, out=t)
         np.multiply(t, rstd_x, out=t)
         np.multiply(t, gc, out=t)
-        gxsum += np.add.reduce(t, axis=0, dtype=np.float64)
+        np.add.reduce(t, axis=0, dtype=np.float64, out=sums[1, i])
+
+    scratch = (min(per, m), c, xr.dtype)
+    _per_chunk(chunks, xr.nbytes * 3, statistics, scratch)
+    gsum, gxsum = _in_order(sums[0]), _in_order(sums[1])
     a = rstd if weight is None else rstd * weight
     # dx = a * (g - gsum / m - xhat * gxsum / m), with xhat = (x - mean) * rstd
     a_x, k_x, shift_x = (v.astype(xr.dtype) for v in (a, a * rstd * gxsum / m, a * gsum / m))
-    for sl in chunks:
-        o, t = out[sl], scratch[: sl.stop - sl.start]
+
+    def gradient(_, sl, t):
+        o = out[sl]
         np.subtract(xr[sl], mean, out=t)
         np.multiply(t, k_x, out=t)
         np.multiply(gr[sl], a_x, out=o)
         np.subtract(o, t, out=o)
         np.subtract(o, shift_x, out=o)
+
+    _per_chunk(chunks, xr.nbytes * 3, gradient, scratch)
     return gsum, gxsum
 
 

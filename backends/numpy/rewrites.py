@@ -35,7 +35,7 @@ from ember.backend import Backend
 from ember.jit.graph import Graph, Var
 from ember.jit.passes import fusion_groups
 
-from . import backend as nb, conv, fused
+from . import backend as nb, conv, fused, threads
 
 #: The op name of a rewritten node.
 KERNEL = "numpy_kernel"
@@ -63,18 +63,24 @@ def _zero_unless(x, keep, out):
 
 def _bias_relu_(rows, bias, itype):
     """``rows = where(rows + bias > 0, rows + bias, 0)`` in place, a chunk at a time, so each
-    chunk is read from memory once for the three passes."""
+    chunk is read from memory once for the three passes; parts of the rows on the backend's
+    threads."""
     per = max(1, CHUNK_BYTES // max(1, rows.shape[1] * rows.itemsize))
-    keep = np.empty((min(per, len(rows)), rows.shape[1]), bool)
-    mask = np.empty(keep.shape, itype)
-    for a in range(0, len(rows), per):
-        chunk = rows[a : a + per]
-        k, m = keep[: len(chunk)], mask[: len(chunk)]
-        if bias is not None:
-            np.add(chunk, bias, out=chunk)
-        np.greater(chunk, 0, out=k)
-        np.negative(k, dtype=itype, out=m)
-        np.bitwise_and(chunk.view(itype), m, out=chunk.view(itype))
+
+    def part(at):
+        mine = rows[at]
+        keep = np.empty((min(per, len(mine)), rows.shape[1]), bool)
+        mask = np.empty(keep.shape, itype)
+        for a in range(0, len(mine), per):
+            chunk = mine[a : a + per]
+            k, m = keep[: len(chunk)], mask[: len(chunk)]
+            if bias is not None:
+                np.add(chunk, bias, out=chunk)
+            np.greater(chunk, 0, out=k)
+            np.negative(k, dtype=itype, out=m)
+            np.bitwise_and(chunk.view(itype), m, out=chunk.view(itype))
+
+    threads.split(part, len(rows), rows.nbytes)
 
 
 def conv2d_bias_relu(x, w, bias, **params):
@@ -131,7 +137,7 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     if best is None:
         best = fused.window_max(slices)
     masked = _zero_unless(grad, np.greater(best, 0), np.empty_like(grad))
-    dx = fused.first_max_scatter(masked, padded, slices, best, kernel_size, stride, dilation, out_hw)
+    dx = fused.first_max_scatter(masked, padded, slices, best, kernel_size, stride, dilation, out_hw, spend=True)
     h, w = r.shape[-2:]
     return dx[..., top : top + h, left : left + w]
 
@@ -155,11 +161,22 @@ def _chunks(*arrays):
         yield tuple(f[a : a + per] for f in flats)
 
 
+def _each_chunk(fn, *arrays):
+    """``fn(*chunks)`` for the matching chunks of ``arrays`` (:func:`_chunks`), parts of the
+    chunks on the backend's threads."""
+    chunks = list(_chunks(*arrays))
+
+    def part(at):
+        for c in chunks[at]:
+            fn(*c)
+
+    threads.split(part, len(chunks), sum(a.nbytes for a in arrays))
+
+
 def relu(x, out=None):
     """``where(x > 0, x, 0)``, bit for bit, reading ``x`` once."""
     out = np.empty_like(x) if out is None else out
-    for xc, oc in _chunks(x, out):
-        _zero_unless(xc, xc > 0, oc)
+    _each_chunk(lambda xc, oc: _zero_unless(xc, xc > 0, oc), x, out)
     return out
 
 
@@ -167,8 +184,7 @@ def relu_backward(grad, r, out=None):
     """``where(r > 0, grad, 0)`` for ReLU's output ``r``: its gradient, without keeping the
     forward pass's mask (``r > 0`` exactly where the input was)."""
     out = np.empty_like(grad) if out is None else out
-    for gc, rc, oc in _chunks(grad, r, out):
-        _zero_unless(gc, rc > 0, oc)
+    _each_chunk(lambda gc, rc, oc: _zero_unless(gc, rc > 0, oc), grad, r, out)
     return out
 
 
