@@ -55,8 +55,10 @@ def pools():
         import threadpoolctl
     except ImportError:
         return None
+    keys = ("internal_api", "version", "num_threads", "threading_layer", "architecture")
+    # the library's file name, not its path: a committed report must not carry the machine's folders
     return [
-        {k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer", "architecture", "filepath")}
+        {**{k: p.get(k) for k in keys}, "filepath": os.path.basename(p.get("filepath") or "")}
         for p in threadpoolctl.threadpool_info()
     ]
 
