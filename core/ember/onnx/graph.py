@@ -31,6 +31,7 @@ class Node:
         "graphs",
         "handler",
         "inputs",
+        "memo",
         "name",
         "op_type",
         "opset",
@@ -46,7 +47,7 @@ class Node:
         self.inputs, self.outputs = list(proto.input), list(proto.output)
         self.opset = domain_opsets.get(self.domain)
         self.attrs = attributes(proto, self.where)
-        self.graphs, self.scope, self.program = {}, None, None
+        self.graphs, self.scope, self.program, self.memo = {}, None, None, {}
         self.handler, self.version = lookup(self)
         for key in DTYPE_ATTRIBUTES:  # a target dtype ember lacks fails at load, not mid-run
             if key in self.attrs and isinstance(self.attrs[key], int):
@@ -59,6 +60,13 @@ class Node:
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)
+
+    def cached(self, key, build):
+        """``build()``'s result, built on the first call and kept with the node: for host tables a
+        handler derives from the attributes alone (a forest's node tables), not from its inputs."""
+        if key not in self.memo:
+            self.memo[key] = build()
+        return self.memo[key]
 
     def error(self, message) -> OnnxError:
         return OnnxError(f"{self.where}: {message}")

@@ -181,7 +181,7 @@ def _node(record: dict, get, program) -> Node:
         name: _program(b["inputs"], b["outputs"], b["constants"], b["nodes"], get)
         for name, b in record.get("graphs", {}).items()
     }
-    node.scope, node.program = None, program
+    node.scope, node.program, node.memo = None, program, {}
     entry = DOMAINS.get(node.domain, {}).get(node.op_type)
     if entry is None:
         raise node.error("operator not supported by this ember")

@@ -79,22 +79,22 @@ def normalizer(node, x):
     return x / div.clamp(min=1e-30)
 
 
-def _affine(node, x, rows: int):
-    """``x @ W.T + intercepts`` in float32, W the coefficients as ``rows`` rows."""
-    w = const(attribute_list(node, "coefficients"), x, D.float32).reshape(rows, -1)
+def _affine(node, x, shape):
+    """``x @ W.T + intercepts`` in float32, W the coefficients reshaped to ``shape``."""
+    w = const(attribute_list(node, "coefficients"), x, D.float32).reshape(*shape)
     y = x.to(D.float32) @ w.T
     intercepts = attribute_list(node, "intercepts")
     return y if intercepts is None else y + const(intercepts, x, D.float32)
 
 
 def linear_regressor(node, x):
-    return post_transform(node, _affine(node, x, node.attr("targets", 1)))
+    return post_transform(node, _affine(node, x, (node.attr("targets", 1), -1)))
 
 
 def linear_classifier(node, x):
     """(labels, scores): one score per class, or a binary model's one score s as (-s, s)."""
     labels = class_labels(node, "classlabels_ints")
-    scores = _affine(node, x, len(attribute_list(node, "coefficients")) // x.shape[1])
+    scores = _affine(node, x, (-1, x.shape[1]))
     if scores.shape[1] == 1 and len(labels) == 2:
         scores = cat([-scores, scores], 1)
     scores = post_transform(node, scores)
@@ -199,7 +199,7 @@ def _walk(node, forest: Forest, x):
     member_t = const(forest.members, x, x.dtype)
     used = sorted({m for k, m in enumerate(forest.mode) if forest.on_true[k] != k})
     state = const(forest.roots, x, D.int64).reshape(1, -1).expand(x.shape[0], len(forest.roots))
-    for _ in range(forest.depth(node)):
+    for _ in range(node.cached("depth", lambda: forest.depth(node))):
         value = x.gather(1, feature_t.take(state))
         mode = mode_t.take(state)
         go = None
@@ -235,6 +235,14 @@ def _aggregate(node, forest: Forest, state, x, kind: str, base=None):
 
 def tree_ensemble(node, x):
     """TreeEnsemble (ai.onnx.ml 5): leaves in their own arrays, each one (target, weight)."""
+    forest = node.cached("forest", lambda: _forest(node))
+    state = _walk(node, forest, x)
+    kind = AGGREGATES[node.attr("aggregate_function", 1)]
+    return post_transform(node, _aggregate(node, forest, state, x, kind))
+
+
+def _forest(node) -> Forest:
+    """TreeEnsemble's arrays as a Forest: leaf j is state n_nodes + j."""
     true_ids, false_ids = attribute_list(node, "nodes_truenodeids"), attribute_list(node, "nodes_falsenodeids")
     true_leaf, false_leaf = attribute_list(node, "nodes_trueleafs"), attribute_list(node, "nodes_falseleafs")
     targets = [int(t) for t in attribute_list(node, "leaf_targetids")]
@@ -256,7 +264,7 @@ def tree_ensemble(node, x):
     for j, (t, w) in enumerate(zip(targets, leaf_weights)):
         weights[n_nodes + j][t], hits[n_nodes + j][t] = float(w), True
     pad = [0] * n_leaves
-    forest = Forest(
+    return Forest(
         feature=[int(f) for f in attribute_list(node, "nodes_featureids")] + pad,
         split=[float(v) for v in attribute_list(node, "nodes_splits")] + pad,
         mode=modes + [LEQ] * n_leaves,
@@ -269,14 +277,11 @@ def tree_ensemble(node, x):
         hits=hits,
         roots=roots,
     )
-    state = _walk(node, forest, x)
-    kind = AGGREGATES[node.attr("aggregate_function", 1)]
-    return post_transform(node, _aggregate(node, forest, state, x, kind))
 
 
 def tree_ensemble_regressor(node, x):
     """TreeEnsembleRegressor (ai.onnx.ml 1-3): leaves are nodes of mode LEAF."""
-    forest = _legacy_forest(node, "target", node.attr("n_targets", 1))
+    forest = node.cached("forest", lambda: _legacy_forest(node, "target", node.attr("n_targets", 1)))
     x = x if x.dtype in (D.float32, D.float64) else x.to(D.float32)
     state = _walk(node, forest, x)
     out = _aggregate(node, forest, state, x, node.attr("aggregate_function", "SUM"), _base(node))
@@ -287,7 +292,7 @@ def tree_ensemble_classifier(node, x):
     """TreeEnsembleClassifier (ai.onnx.ml 1-3): (labels, per-class scores). A binary model
     scores one class, s; it reports (1 - s, s), or (-s, s) before a LOGISTIC or SOFTMAX."""
     labels = class_labels(node, "classlabels_int64s")
-    forest = _legacy_forest(node, "class", len(labels))
+    forest = node.cached("forest", lambda: _legacy_forest(node, "class", len(labels)))
     x = x if x.dtype in (D.float32, D.float64) else x.to(D.float32)
     state = _walk(node, forest, x)
     scores = _aggregate(node, forest, state, x, "SUM", _base(node)).to(D.float32)
@@ -355,8 +360,8 @@ def attribute_list(node, name, default=None):
     v = node.attr(name)
     if v is None:
         return default
-    if hasattr(v, "tolist"):
-        v = v.reshape(-1).tolist() if hasattr(v, "reshape") else v.tolist()
+    if hasattr(v, "tolist"):  # a NumPy array or an ember tensor
+        v = v.reshape(-1).tolist()
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 

@@ -57,9 +57,29 @@ def svm_classifier(node, x):
     x = x.to(D.float32)
     labels = class_labels(node, "classlabels_ints")
     k = max(len(labels), 1)
+    n, pairs, mix, win, lose = node.cached("pairs", lambda: _pair_tables(node, k))
+    kernel = _kernel(node, x, attribute_list(node, "support_vectors"), n)
+    decision = kernel @ const(mix, x, D.float32) + const(attribute_list(node, "rho"), x, D.float32)
+    positive = (decision > 0).to(D.float32)
+    votes = positive @ const(win, x, D.float32) + (1 - positive) @ const(lose, x, D.float32)
+    label = pick(votes, labels, x) if labels else votes.argmax(1)
+    probabilities = bool(attribute_list(node, "prob_a"))
+    if len(pairs) == 1 and not probabilities and min(attribute_list(node, "coefficients")) >= 0:
+        label = where(votes.amax(1) >= 0.5, labels[1], label)  # libsvm's rule for all-positive weights
+    if probabilities:
+        scores = _coupled(node, decision, pairs, k, x)
+    elif len(pairs) == 1:  # one decision value s, reported as (-s, s) before the transform
+        scores = cat([-decision, decision], 1)
+    else:
+        scores = decision
+    return label, post_transform(node, scores)
+
+
+def _pair_tables(node, k):
+    """(support vectors, class pairs, the (vectors, pairs) dual-coefficient matrix, and the
+    (pairs, classes) 0/1 matrices of each pair's winner when its value is positive or not)."""
     per_class = [int(c) for c in attribute_list(node, "vectors_per_class", [])]
     coefficients = [float(c) for c in attribute_list(node, "coefficients")]
-    rho = attribute_list(node, "rho")
     n = sum(per_class)
     if n == 0:
         raise node.error("a linear SVMClassifier (no support vectors) is not supported by ember")
@@ -76,21 +96,7 @@ def svm_classifier(node, x):
         for v in range(start[j], start[j] + per_class[j]):
             mix[v][e] = coefficients[i * n + v]
         win[e][i], lose[e][j] = 1.0, 1.0
-    kernel = _kernel(node, x, attribute_list(node, "support_vectors"), n)
-    decision = kernel @ const(mix, x, D.float32) + const(rho, x, D.float32)
-    positive = (decision > 0).to(D.float32)
-    votes = positive @ const(win, x, D.float32) + (1 - positive) @ const(lose, x, D.float32)
-    label = pick(votes, labels, x) if labels else votes.argmax(1)
-    probabilities = bool(attribute_list(node, "prob_a"))
-    if len(pairs) == 1 and not probabilities and min(coefficients) >= 0:
-        label = where(votes.amax(1) >= 0.5, labels[1], label)  # libsvm's rule for all-positive weights
-    if probabilities:
-        scores = _coupled(node, decision, pairs, k, x)
-    elif len(pairs) == 1:  # one decision value s, reported as (-s, s) before the transform
-        scores = cat([-decision, decision], 1)
-    else:
-        scores = decision
-    return label, post_transform(node, scores)
+    return n, pairs, mix, win, lose
 
 
 def _coupled(node, decision, pairs, k, x):
@@ -105,7 +111,7 @@ def _coupled(node, decision, pairs, k, x):
         rows[i][j] = r.narrow(1, e, 1)
         rows[j][i] = 1 - rows[i][j]
     zero = r.narrow(1, 0, 1) * 0
-    q = [[zero] * k for _ in range(k)]
+    q = [[zero] * k for _ in range(k)]  # q[t][u]: Q[t, u] per sample, (samples, 1) each
     for t in range(k):
         q[t][t] = sum((rows[s][t] * rows[s][t] for s in range(k) if s != t), zero)
         for u in range(k):
@@ -113,27 +119,22 @@ def _coupled(node, decision, pairs, k, x):
                 q[t][u] = -rows[u][t] * rows[t][u]
     qm = cat([cat(q[t], 1).unsqueeze(1) for t in range(k)], 1)  # (samples, k, k)
     p = (zero + 1.0 / k).expand(m, k)
-    eps, done = 0.005 / k, None
+    eps, done = 0.005 / k, zero > 1  # done: all False, per sample
     for _ in range(max(100, k)):
         qp = (qm @ p.unsqueeze(-1)).squeeze(-1)
         pqp = (p * qp).sum(1, keepdim=True)
-        converged = (qp - pqp).abs().amax(1, keepdim=True) < eps
-        stop = converged if done is None else done | converged
-        if bool(stop.all().item()):
+        done = done | ((qp - pqp).abs().amax(1, keepdim=True) < eps)
+        if bool(done.all().item()):
             break
-        old = p
         cols = [p.narrow(1, t, 1) for t in range(k)]
         qps = [qp.narrow(1, t, 1) for t in range(k)]
         for t in range(k):
-            qtt = qm.narrow(1, t, 1).narrow(2, t, 1).reshape(m, 1)
-            diff = (pqp - qps[t]) / qtt
+            diff = (pqp - qps[t]) / q[t][t]
             cols[t] = cols[t] + diff
-            pqp = (pqp + diff * (diff * qtt + 2 * qps[t])) / ((1 + diff) * (1 + diff))
+            pqp = (pqp + diff * (diff * q[t][t] + 2 * qps[t])) / ((1 + diff) * (1 + diff))
             cols = [c / (1 + diff) for c in cols]
-            row = qm.narrow(1, t, 1).reshape(m, k)
-            qps = [(qps[u] + diff * row.narrow(1, u, 1)) / (1 + diff) for u in range(k)]
-        p = where(stop, old, cat(cols, 1))
-        done = stop
+            qps = [(qps[u] + diff * q[t][u]) / (1 + diff) for u in range(k)]
+        p = where(done, p, cat(cols, 1))
     return p
 
 
