@@ -265,24 +265,35 @@ def _pool_backward(v, users):
     return [_kernel(v, "relu_max_pool2d_backward", args, pool)], [p]
 
 
+def _sum_of(a, users, op):
+    """``(y, b)`` when ``a = y + b`` (either order) in float32/64, ``y`` an ``op`` node of ``a``'s
+    shape and dtype that nothing else reads and ``b`` of ``a``'s dtype; else None."""
+    if a.op != "add" or len(a.args) != 2 or not all(isinstance(t, Var) for t in a.args):
+        return None
+    y, b = a.args if a.args[0].op == op else a.args[::-1]
+    if str(a.dtype) not in ("float32", "float64") or y.op != op or y.dtype != a.dtype or b.dtype != a.dtype:
+        return None
+    if y.shape != a.shape or _ids(users.get(y.id, ())) != {a.id}:
+        return None
+    return y, b
+
+
+def _channel_bias(b, channels):
+    """Whether ``b`` is ``reshape(bias)`` of a (channels,) vector to (1, channels, 1, 1)."""
+    return b.op == "reshape" and b.args[0].shape == (channels,) and b.shape == (1, channels, 1, 1)
+
+
 def _product_bias_relu(v, users, op):
-    """``(y, b, nodes)`` when ``v = where(gt(a, 0), a, 0)`` with ``a = y + b`` and ``y`` an
-    ``op`` node (the product) of ``a``'s shape and dtype, nothing else reading ``y``, ``a`` or
-    the mask (``nodes``: those three); else None."""
+    """``(y, b, nodes)`` when ``v = where(gt(a, 0), a, 0)`` with ``a = y + b`` (:func:`_sum_of`),
+    nothing else reading ``a`` or the mask (``nodes``: ``y``, ``a`` and the mask); else None."""
     relu = _relu_of(v)
     if relu is None:
         return None
     c, a = relu
-    if a.op != "add" or not all(isinstance(t, Var) for t in a.args) or str(a.dtype) not in ("float32", "float64"):
+    found = _sum_of(a, users, op)
+    if found is None or _ids(users.get(a.id, ())) != {c.id, v.id} or _ids(users.get(c.id, ())) != {v.id}:
         return None
-    y, b = a.args if a.args[0].op == op else a.args[::-1]
-    if y.op != op or y.dtype != a.dtype or b.dtype != a.dtype or y.shape != a.shape:
-        return None
-    if _ids(users.get(y.id, ())) != {a.id} or _ids(users.get(a.id, ())) != {c.id, v.id}:
-        return None
-    if _ids(users.get(c.id, ())) != {v.id}:
-        return None
-    return y, b, [y, a, c]
+    return (*found, [found[0], a, c])
 
 
 def _conv_bias_relu(v, users):
@@ -292,7 +303,7 @@ def _conv_bias_relu(v, users):
     if found is None:
         return None
     y, b, dropped = found
-    if b.op != "reshape" or b.args[0].shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
+    if not _channel_bias(b, y.shape[1]):
         return None
     if _ids(users.get(b.id, ())) == {dropped[1].id}:  # the reshape only feeds the sum
         dropped.append(b)
@@ -302,15 +313,10 @@ def _conv_bias_relu(v, users):
 def _conv_bias(v, users):
     """``add(conv2d(x, w), reshape(bias))`` (either order) with nothing else reading the
     convolution: a bias that no ReLU follows (those take :func:`_conv_bias_relu` first)."""
-    if v.op != "add" or len(v.args) != 2 or not all(isinstance(t, Var) for t in v.args):
+    found = _sum_of(v, users, "conv2d")
+    if found is None or not _channel_bias(found[1], found[0].shape[1]):
         return None
-    y, b = v.args if v.args[0].op == "conv2d" else v.args[::-1]
-    if y.op != "conv2d" or str(v.dtype) not in ("float32", "float64") or not (y.dtype == b.dtype == v.dtype):
-        return None
-    if y.shape != v.shape or b.op != "reshape" or b.args[0].shape != (y.shape[1],) or b.shape != (1, y.shape[1], 1, 1):
-        return None
-    if _ids(users.get(y.id, ())) != {v.id}:
-        return None
+    y, b = found
     dropped = [y] + ([b] if _ids(users.get(b.id, ())) == {v.id} else [])
     return [_kernel(v, "conv2d_bias", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
 
@@ -331,7 +337,7 @@ def _pointwise_bias(a, users):
         return None
     if w.shape != (o, x.shape[1]) or mm.shape != (n, o, x.shape[2]):
         return None
-    if b.op != "reshape" or b.args[0].shape != (o,) or b.shape != (1, o, 1, 1):
+    if not _channel_bias(b, o):
         return None
     if str(a.dtype) not in ("float32", "float64") or not (mm.dtype == b.dtype == a.dtype == x.dtype == w.dtype):
         return None
