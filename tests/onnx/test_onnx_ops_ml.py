@@ -6,27 +6,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.onnx
+from one_node import model, outputs
 from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 import ember
 import ember.onnx
-
-
-def model(node, inputs, opsets):
-    g = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in inputs],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
-
-
-def both(m, *arrays):
-    want = ReferenceEvaluator(m).run(None, {i.name: a for i, a in zip(m.graph.input, arrays)})[0]
-    got = ember.onnx.load(m.SerializeToString())(*[ember.tensor(a) for a in arrays]).numpy()
-    return got, want
 
 
 def forest(rng, n_trees, depth, n_features, n_targets, modes):
@@ -85,7 +69,7 @@ def test_tree_ensemble_matches_the_reference(aggregate):
     m = model(node, ["x"], {"": 21, "ai.onnx.ml": 5})
     x = np.round(rng.normal(size=(40, 3)), 1).astype(np.float32)  # rounded: EQ and NEQ meet ties
     x[::7, 1] = np.nan
-    got, want = both(m, x)
+    got, want = outputs(m, x)
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 

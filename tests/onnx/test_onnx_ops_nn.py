@@ -9,6 +9,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.onnx
+from one_node import model, outputs
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
@@ -74,28 +75,6 @@ def test_a_1x1_convolution_trains_through_the_matrix_product():
     np.testing.assert_allclose(model.w.grad.numpy(), want, rtol=1e-5)
 
 
-def run_both(m, *arrays, runtime="onnxruntime"):
-    feeds = {i.name: a for i, a in zip(m.graph.input, arrays)}
-    if runtime == "reference":
-        from onnx.reference import ReferenceEvaluator
-
-        want = ReferenceEvaluator(m).run(None, feeds)[0]
-    else:  # ONNX's reference ignores ConvTranspose's group
-        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    got = ember.onnx.load(m.SerializeToString())(*[ember.tensor(a) for a in arrays]).numpy()
-    return got, want
-
-
-def one_node(node, inputs, opset):
-    g = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in inputs],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
 @pytest.mark.parametrize(
     "attrs,group,og,mask,bias",
     [
@@ -123,7 +102,7 @@ def test_deform_conv_matches_the_reference(attrs, group, og, mask, bias):
         arrays.append(rng.uniform(size=(n, og * k[0] * k[1], oh, ow)).astype(np.float32))
         names.append("m")
     node = helper.make_node("DeformConv", names, ["y"], kernel_shape=list(k), group=group, offset_group=og, **attrs)
-    got, want = run_both(one_node(node, [nm for nm in names if nm], 19), *arrays, runtime="reference")
+    got, want = outputs(model(node, [nm for nm in names if nm], {"": 19}), *arrays)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -140,5 +119,6 @@ def test_conv_transpose_3d_matches_the_reference(attrs):
     x = rng.normal(size=(2, 4, 3, 4, 5)).astype(np.float32)
     w = rng.normal(size=(4, 3, 3, 2, 3)).astype(np.float32)
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=2, **attrs)
-    got, want = run_both(one_node(node, ["x", "w"], 17), x, w)
+    # onnxruntime: ONNX's reference ignores ConvTranspose's group
+    got, want = outputs(model(node, ["x", "w"], {"": 17}), x, w, runtime="onnxruntime")
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
