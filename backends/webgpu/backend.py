@@ -16,7 +16,7 @@ How it works, in the order a forward pass meets it:
   forward pass is one submission and one read-back. int8, int16 and uint16 live in 32-bit
   words; every kernel that writes one wraps the value into its range (``device.WRAP``).
 - Everything else, and every dtype WGSL has no storage for (float64, float16, int64, uint8,
-  uint64), runs on the host through the pure-Python backend (the ``python`` reference), on a downloaded
+  uint64, and the storage dtypes: bfloat16, float8, ...), runs on the host through the pure-Python backend (the ``python`` reference), on a downloaded
   copy. So every primitive works; the table says which ones are fast. ``backend.stats`` counts
   both paths.
 - Reading needs to wait for the GPU (``mapAsync``), which Python does with Pyodide's
@@ -552,7 +552,8 @@ class WebGPUBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(self.impls),
-            dtypes=frozenset(D.ALL + D.OPTIONAL),  # int8, int16, uint16 in 32-bit words; uint64 on the host
+            # int8, int16, uint16 in 32-bit words; uint64 and the storage dtypes (bfloat16, ...) on the host
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
             devices=("webgpu",),
             notes={
                 "gpu_ops": ", ".join(sorted(GPU)),

@@ -18,6 +18,7 @@ import pytest
         "ember.backends.numpy.winograd",
         "ember.backends.numpy.threads",
         "ember.backends.python.backend",
+        "ember.backends.python.storage",
         "ember.backends.webgpu.backend",
     ],
 )
