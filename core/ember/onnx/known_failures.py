@@ -167,9 +167,6 @@ BACKEND_REASONS = {
         + NARROW_CASES
     },
     "webgpu": {
-        "the 4- and 2-bit integers have no safetensors code, and safetensors packs float4 two values a byte "
-        "(these tensors hold an odd count), so the case cannot be written into the browser's zip (the "
-        "conversion names the dtype)": " ".join(n for n in NARROW_CASES.split() if n not in E8M0_CASES.split()),
         "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,
         "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "
         "1 + exp(x), near 1 for very negative x, so its small results carry relative errors of "
