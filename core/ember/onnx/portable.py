@@ -81,7 +81,9 @@ def dump_tensors(tensors: dict) -> bytes:
     blobs, recast = {}, {}
     with autodiff.no_grad():
         for key, t in tensors.items():
-            wider = UNCODED.get(t.dtype.name) or ("float32" if t.dtype.name == "float4_e2m1fn" and t.numel() % 2 else None)
+            wider = UNCODED.get(t.dtype.name) or (
+                "float32" if t.dtype.name == "float4_e2m1fn" and t.numel() % 2 else None
+            )
             if wider:
                 recast[key], t = t.dtype.name, t.to(wider)
             blobs[key] = tensor_bytes(t)
