@@ -162,10 +162,6 @@ NOT_LISTED = "the backend's capabilities do not list the dtype, so ember refuses
 
 # Cases that fail on one backend only, beyond EXPECTED (the same rule: the lists only shrink).
 BACKEND_REASONS = {
-    "cupy-host": {
-        NOT_LISTED + "dtype bfloat16 (float8_e4m3fn, int4, ...) is not supported by backend 'cupy-host'": STORED_CASES
-        + NARROW_CASES
-    },
     "webgpu": {
         "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,
         "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "
