@@ -134,3 +134,22 @@ class Twin:
 def twin(torch):
     torch.manual_seed(0)
     return Twin(torch)
+
+
+@pytest.fixture
+def no_storage_backend():
+    """The python backend with its storage dtypes (bfloat16, float8, int4, ...) taken out of its
+    capabilities: a backend that does not list them, as a plugin may (ember.dtypes.MAY_LACK)."""
+    import dataclasses
+
+    from ember import dtypes as D
+    from ember.backends.python.backend import PythonBackend
+
+    class WithoutStorage(PythonBackend):
+        name = "python-without-storage"
+
+        def capabilities(self):
+            caps = super().capabilities()
+            return dataclasses.replace(caps, dtypes=caps.dtypes - frozenset(D.STORAGE))
+
+    return WithoutStorage()

@@ -28,7 +28,7 @@ from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
 
-from . import layout as L, linalg as LA, ordering
+from . import layout as L, linalg as LA, ordering, storage
 from .buffer import (
     LITTLE,
     PyBuffer,
@@ -130,6 +130,9 @@ def arange(start, stop, step, dtype):
     """NumPy's arange to the bit: the first two values, then start + i*delta in the dtype's
     own precision (which is why float32 aranges drift exactly as NumPy's do)."""
     dtype = D.get(dtype)
+    if dtype in D.STORAGE:  # made in its compute dtype, then rounded, as the NumPy backend does
+        made = arange(start, stop, step, D.STORAGE[dtype])
+        return _new(convert(made.data, made.dtype, dtype), made.shape, dtype)
     if all(isinstance(v, int) for v in (start, stop, step)):
         n = max(0, -(-(stop - start) // step))
     else:
@@ -576,7 +579,7 @@ class PythonBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL + D.OPTIONAL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
             devices=("cpu",),
             notes={
                 "float32": "computed in float64, rounded once per primitive",
@@ -597,6 +600,8 @@ class PythonBackend(Backend):
             raise ValueError(f"{len(flat)} values do not fill shape {shape}")
         if dtype is D.bool_:
             return PyBuffer(list(map(bool, flat)), shape, dtype)
+        if dtype in D.STORAGE:  # ints stay ints (int4 keeps their low bits), floats round
+            return PyBuffer(storage.encode(flat, dtype), shape, dtype)
         if dtype.kind == "f":
             return PyBuffer(
                 convert(flat, D.float64, dtype)
@@ -628,7 +633,22 @@ class PythonBackend(Backend):
     def from_numpy(self, array):
         # NumPy's tolist gives exact Python numbers of the right kind (no numpy import here:
         # a caller that has an array has numpy).
-        return PyBuffer(array.reshape(-1).tolist(), tuple(array.shape), D.get(array.dtype.name))
+        name = array.dtype.names[0] if array.dtype.names else array.dtype.name  # a NumPy backend's buffer
+        dtype = D.get(name)
+        if dtype in D.STORAGE:  # an ml_dtypes array, or the NumPy backend's record: read the codes
+            codes = array.view("<u2" if dtype.itemsize == 2 else "u1").reshape(-1).tolist()
+            return PyBuffer(storage.from_codes(codes, dtype), tuple(array.shape), dtype)
+        return PyBuffer(array.reshape(-1).tolist(), tuple(array.shape), dtype)
+
+    def to_numpy(self, buf):
+        if buf.dtype not in D.STORAGE:
+            return super().to_numpy(buf)
+        import numpy as np
+
+        from ember.backends.numpy.bfloat16 import ml_dtypes_view  # the NumPy backend's way out, and its error
+
+        record = np.dtype([(buf.dtype.name, "<u2" if buf.dtype.itemsize == 2 else "u1")])
+        return ml_dtypes_view(np.frombuffer(self.to_bytes(buf), dtype=record).reshape(buf.shape))
 
     def assign(self, dst, src):
         data = src.data

@@ -4,7 +4,8 @@ A :class:`PyBuffer` is a flat row-major Python list plus a shape and an ember dt
 Python floats (IEEE doubles); a float32 or float16 result is rounded to its format once, at the
 end of each primitive (``array('f')`` / ``struct`` 'e'), so add, sub, mul, div and sqrt give
 exactly NumPy's float32 bits (a double holds the exact float32 result before its one rounding).
-Integers are Python ints wrapped to their width, bools are Python bools.
+Integers are Python ints wrapped to their width, bools are Python bools. A storage dtype
+(bfloat16, float8, ...) holds its exact values, and its codes only as bytes (storage.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from array import array
 
 from ember import dtypes as D
+
+from . import storage
 
 # array typecodes of each dtype (bool and float16 are handled by hand: array has neither).
 TYPECODE = {
@@ -48,11 +51,6 @@ class PyBuffer:
     __slots__ = ("_data", "shape", "dtype", "view")
 
     def __init__(self, data, shape, dtype, view=None):
-        if dtype in D.STORAGE:  # its arithmetic would not fail here, so nothing would upcast it
-            raise TypeError(
-                f"the python backend does not store {dtype}; keep {dtype} tensors on a NumPy-array "
-                "backend (numpy, numba) or convert them with .float()"
-            )
         self._data = data
         self.shape = shape
         self.dtype = dtype
@@ -157,6 +155,8 @@ def to_ints(dtype, values, src_kind):
 
 def convert(values, src: D.DType, dst: D.DType) -> list:
     """Elementwise cast (a new list): float to int truncates toward zero, to bool is x != 0."""
+    if dst in D.STORAGE:
+        return storage.encode(values if src is not D.bool_ else list(map(int, values)), dst)
     if dst is D.bool_:
         return [x != 0 for x in values]
     if dst.kind == "f":
@@ -203,6 +203,8 @@ def from_bytes(data: bytes, n: int, dtype: D.DType) -> list:
         return [b != 0 for b in data]
     if dtype is D.float16:
         return list(struct.unpack(f"<{n}e", data))
+    if dtype in D.STORAGE:
+        return storage.from_codes(from_bytes(data, n, D.uint16 if dtype.itemsize == 2 else D.uint8), dtype)
     arr = array(TYPECODE[dtype])
     arr.frombytes(data)
     if not LITTLE:
@@ -215,6 +217,8 @@ def to_bytes(values: list, dtype: D.DType) -> bytes:
         return bytes(values)
     if dtype is D.float16:
         return struct.pack(f"<{len(values)}e", *values)
+    if dtype in D.STORAGE:
+        return to_bytes(storage.to_codes(values, dtype), D.uint16 if dtype.itemsize == 2 else D.uint8)
     arr = array(TYPECODE[dtype], values)
     if not LITTLE:
         arr.byteswap()

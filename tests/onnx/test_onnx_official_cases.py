@@ -4,7 +4,8 @@ Every case of the pinned onnx (1,884 node cases built in memory, and the pytorch
 pytorch-operator and simple model sets) runs; a case in ``known_failures.EXPECTED`` must fail
 (the test fails when it passes, so the list only shrinks) and every other case must pass. The
 117 float32 models of the model sets run on the numba backend too, and (slow: about a minute)
-on the pure-Python one.
+on the pure-Python one; the 181 cases of the storage dtypes (bfloat16, float8, ...) run on the
+pure-Python backend as well, whose storage of them is its own.
 """
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytestmark = pytest.mark.onnx
 
-from ember.onnx import suite
+from ember.onnx import known_failures, suite
 from ember.onnx.known_failures import EXPECTED
 
 NODE = suite.node_cases()
@@ -72,4 +73,16 @@ def test_float32_model_on_numba(case):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", F32_MODELS, ids=[c.name for c in F32_MODELS])
 def test_float32_model_on_python(case):
+    check(case, "python")
+
+
+STORED = set((known_failures.STORED_CASES + known_failures.NARROW_CASES).split())
+STORED_NODE = [c for c in NODE if c.name in STORED]
+
+
+@pytest.mark.parametrize("case", STORED_NODE, ids=[c.name for c in STORED_NODE])
+def test_storage_dtype_case_on_python(case):
+    """The bfloat16, float8, float4 and 4- and 2-bit cases on the pure-Python backend, whose
+    storage is its own (backends/python/storage.py), not NumPy's."""
+    assert len(STORED_NODE) == 181
     check(case, "python")

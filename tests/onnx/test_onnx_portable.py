@@ -85,3 +85,33 @@ def test_body_graphs_travel_with_their_node(flag):
     looped = np.array([4.0, 7.0], np.float32)
     np.testing.assert_array_equal(got[0].numpy(), looped + 1 if flag else -looped)
     np.testing.assert_array_equal(got[1].numpy()[-1], looped * np.array([0.5, -1.0], np.float32))
+
+
+def test_weights_safetensors_has_no_code_for_travel_recast():
+    """int4 weights (no safetensors code) and an odd count of float4 values (F4 packs two a
+    byte) are written as wider values and cast back on restore: the quantized model runs the
+    same on the python backend, the browser's."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q = numpy_helper.from_array(np.array([[-8, 7, 3], [1, -2, 0]], dtype=ml_dtypes.int4), "q")
+    f4 = numpy_helper.from_array(np.array([0.5, -6.0, 1.5], dtype=ml_dtypes.float4_e2m1fn), "f4")
+    scale = numpy_helper.from_array(np.array(0.25, np.float32), "scale")
+    g = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["q", "scale"], ["w"]),
+            helper.make_node("Cast", ["f4"], ["f"], to=F),
+            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["xw", "f"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 2])],
+        [helper.make_tensor_value_info("y", F, [1, 3])],
+        [q, f4, scale],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    graph, blob = portable.save(model)
+    tensors = portable.load_tensors(blob, "python")
+    assert {t.dtype for t in tensors.values()} >= {ember.int4, ember.float4_e2m1fn}
+    x = np.array([[1.0, 2.0]], np.float32)
+    got = portable.restore(json.loads(json.dumps(graph)), blob, "python")(ember.tensor(x, backend="python"))
+    want = x @ (np.array([[-8, 7, 3], [1, -2, 0]], np.float32) * 0.25) + np.array([0.5, -6.0, 1.5], np.float32)
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -179,9 +179,12 @@ def demo_page(chromium, url, webgpu=False, timeout_s=180, viewport=None, before_
     ``before_ready(page)`` runs once the document is there, before Pyodide has loaded."""
     with chromium_browser(chromium, webgpu=webgpu) as b:
         page = new_page(b, timeout_s, viewport)
-        page.goto(url)
-        if before_ready is not None:
+        if before_ready is None:
+            page.goto(url)
+        else:  # at the navigation's commit, not its load event: a warm Pyodide may be ready by then
+            page.goto(url, wait_until="commit")
             before_ready(page)
+            page.wait_for_load_state("load")
         ok = page.evaluate("window.emberDemo.ready")
         assert ok, f"page failed: {page.evaluate('window.emberDemo.error')}\n" + "\n".join(page.ember_log[-30:])
         yield page

@@ -162,21 +162,7 @@ NOT_LISTED = "the backend's capabilities do not list the dtype, so ember refuses
 
 # Cases that fail on one backend only, beyond EXPECTED (the same rule: the lists only shrink).
 BACKEND_REASONS = {
-    "python": {
-        NOT_LISTED + "dtype bfloat16 (float8_e4m3fn, int4, ...) is not supported by backend 'python'": STORED_CASES
-        + NARROW_CASES
-    },
-    "cupy-host": {
-        NOT_LISTED + "dtype bfloat16 (float8_e4m3fn, int4, ...) is not supported by backend 'cupy-host'": STORED_CASES
-        + NARROW_CASES
-    },
     "webgpu": {
-        NOT_LISTED
-        + "dtype bfloat16 (float8_e4m3fn, float8_e8m0fnu, ...) is not supported by backend 'webgpu'": STORED_CASES
-        + E8M0_CASES,
-        "the 4- and 2-bit integers have no safetensors code, and safetensors packs float4 two values a byte "
-        "(these tensors hold an odd count), so the case cannot be written into the browser's zip (the "
-        "conversion names the dtype)": " ".join(n for n in NARROW_CASES.split() if n not in E8M0_CASES.split()),
         "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,
         "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "
         "1 + exp(x), near 1 for very negative x, so its small results carry relative errors of "

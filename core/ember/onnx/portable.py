@@ -25,6 +25,8 @@ standard library only (no ``onnx``, no numpy), on any backend.
 
 from __future__ import annotations
 
+import json
+
 from .. import autodiff
 from ..io import load_bytes, save_bytes
 from ..io.numpy_io import tensor_bytes, tensor_from_bytes
@@ -48,9 +50,9 @@ def save(source) -> tuple:
     with autodiff.no_grad():
         params = dict(module.named_parameters())
         for name, t in params.items():
-            tensors[f"parameter/{name}"] = tensor_bytes(t)
+            tensors[f"parameter/{name}"] = t
         for name, t in module._buffers.items():
-            tensors[f"constant/{name}"] = tensor_bytes(t)
+            tensors[f"constant/{name}"] = t
     graph = {
         "format": FORMAT,
         "version": 1,
@@ -61,7 +63,40 @@ def save(source) -> tuple:
         "constants": list(module._buffers),
         "nodes": nodes,
     }
-    return graph, save_bytes(tensors, {"format": FORMAT})
+    return graph, dump_tensors(tensors)
+
+
+def dump_tensors(tensors: dict) -> bytes:
+    """The safetensors bytes of ``{key: Tensor}``. A tensor safetensors cannot hold as it is (the
+    4- and 2-bit integers have no code; F4 packs float4 two values a byte, so an odd count does
+    not fit) is written as its values in a wider dtype, which is exact, and the metadata's
+    ``recast`` names the dtype :func:`load_tensors` casts it back to.
+
+    >>> import ember
+    >>> load_tensors(dump_tensors({"w": ember.tensor([-8, 7]).to(ember.int4)}), "python")["w"]
+    tensor([-8, 7], dtype=int4, backend='python')
+    """
+    from ..io.tensorbytes import UNCODED
+
+    blobs, recast = {}, {}
+    with autodiff.no_grad():
+        for key, t in tensors.items():
+            wider = UNCODED.get(t.dtype.name) or (
+                "float32" if t.dtype.name == "float4_e2m1fn" and t.numel() % 2 else None
+            )
+            if wider:
+                recast[key], t = t.dtype.name, t.to(wider)
+            blobs[key] = tensor_bytes(t)
+    return save_bytes(blobs, {"format": FORMAT, "recast": json.dumps(recast)})
+
+
+def load_tensors(blob, backend=None, source: str = "<onnx graph weights>") -> dict:
+    """``{key: Tensor}`` on ``backend`` from :func:`dump_tensors`' bytes (or any safetensors)."""
+    tensors, metadata = load_bytes(blob, source=source)
+    backend = get_backend(backend)
+    recast = json.loads((metadata or {}).get("recast", "{}"))
+    out = {key: tensor_from_bytes(tb, backend) for key, tb in tensors.items()}
+    return {key: t.to(recast[key]) if key in recast else t for key, t in out.items()}
 
 
 def _nodes(program, tensors: dict, prefix: str) -> list:
@@ -75,7 +110,7 @@ def _nodes(program, tensors: dict, prefix: str) -> list:
                 graphs[name] = _body(node.graphs[name], tensors, f"{prefix}{i}/{name}/")
             elif hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor attribute
                 key = f"attribute/{prefix}{i}/{name}"
-                tensors[key] = tensor_bytes(_ember(value))
+                tensors[key] = _ember(value)
                 tensor_attrs[name] = key
             elif hasattr(value, "SerializeToString"):
                 continue  # a TypeProto (Optional's `type`): no handler reads it
@@ -102,7 +137,7 @@ def _body(program, tensors: dict, prefix: str) -> dict:
     constants = {}
     for name, t in program.constants.items():
         constants[name] = key = f"body/{prefix}{name}"
-        tensors[key] = tensor_bytes(t)
+        tensors[key] = t
     return {
         "inputs": program.inputs,
         "outputs": program.outputs,
@@ -138,13 +173,12 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
     found = graph.get("format") if isinstance(graph, dict) else None
     if found != FORMAT:
         raise OnnxError(f"not an ember ONNX graph (format {found!r}, expected {FORMAT!r})")
-    backend = get_backend(backend)
-    tensors, _ = load_bytes(blob, source="<onnx graph weights>")
+    tensors = load_tensors(blob, backend)
 
     def get(key):
         if key not in tensors:
             raise OnnxError(f"the graph's weights lack {key!r}")
-        return tensor_from_bytes(tensors[key], backend)
+        return tensors[key]
 
     program = _program([v["name"] for v in graph["inputs"]], graph["outputs"], {}, graph["nodes"], get)
     module = OnnxModule.__new__(OnnxModule)

@@ -110,7 +110,7 @@ def check_config(path, cfg) -> dict:
     >>> check_config("ckpt", {"model": "vgg"})
     Traceback (most recent call last):
     ...
-    ember.io.errors.CheckpointError: ckpt: config.model must be one of cnn, mlp, resnet18, got 'vgg'
+    ember.io.errors.CheckpointError: ckpt: config.model must be one of cnn, mlp, resnet18, transformer, got 'vgg'
     """
     if not isinstance(cfg, dict) or "model" not in cfg:
         raise CheckpointError(path, "no training config in this checkpoint (not written by ember train)")

@@ -70,7 +70,6 @@ def _slot(value, key, tensors):
     """Store one input or output (an array, a list of arrays or None) in ``tensors``; its SLOT."""
     import numpy as np
 
-    from ..io.numpy_io import tensor_bytes
     from ..tensor import tensor
 
     if value is None:
@@ -78,9 +77,9 @@ def _slot(value, key, tensors):
     if isinstance(value, list):
         keys = [f"{key}/{j}" for j in range(len(value))]
         for k, v in zip(keys, value):
-            tensors[k] = tensor_bytes(tensor(np.asarray(v)))
+            tensors[k] = tensor(np.asarray(v))
         return {"list": keys}
-    tensors[key] = tensor_bytes(tensor(np.asarray(value)))
+    tensors[key] = tensor(np.asarray(value))
     return {"tensor": key}
 
 
@@ -88,7 +87,6 @@ def convert(case) -> tuple:
     """``(graph JSON, weights, data)`` of one case (see ember.wasm.onnx_cases), or an exception."""
     import numpy as np
 
-    from ..io import save_bytes
     from ..onnx import portable, suite
 
     graph, weights = portable.save(case.model)
@@ -105,7 +103,7 @@ def convert(case) -> tuple:
                     "outputs": [_slot(a, f"output/{d}/{i}", tensors) for i, a in enumerate(outputs)],
                 }
             )
-    return json.dumps(graph), weights, save_bytes(tensors)
+    return json.dumps(graph), weights, portable.dump_tensors(tensors)
 
 
 def write_bundle(cases, path) -> dict:

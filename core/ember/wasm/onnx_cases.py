@@ -100,23 +100,20 @@ class Bundle:
 
 
 def _slot(slot, tensors, backend):
-    from ..io.numpy_io import tensor_from_bytes
-
     if slot is None:
         return None
     if "list" in slot:
-        return [tensor_from_bytes(tensors[k], backend) for k in slot["list"]]
-    return tensor_from_bytes(tensors[slot["tensor"]], backend)
+        return [tensors[k].to(backend) for k in slot["list"]]
+    return tensors[slot["tensor"]].to(backend)
 
 
 def run_case(bundle: Bundle, case: dict, backend) -> str | None:
     """None if the case passes on ``backend``, else a one-line reason."""
-    from ..io import load_bytes
     from ..onnx import portable
     from ..onnx.suite import check_outputs
 
     graph, weights, data = bundle.files(case)
-    tensors, _ = load_bytes(data, source=f"<{case['name']} data>")
+    tensors = portable.load_tensors(data, "python", source=f"<{case['name']} data>")
     module = portable.restore(graph, weights, backend)
     for ds in graph["data_sets"]:
         outs = module(*[_slot(s, tensors, backend) for s in ds["inputs"]])

@@ -18,6 +18,7 @@ from ember.backend import Backend, Capabilities
 from ember.primitives import PRIMITIVES
 
 from . import device, fusion
+from .storage import Stored, code_dtype, decode, host_codes, with_storage
 
 #: Fused ops this backend provides (ember.fused's names).
 FUSED = frozenset(
@@ -86,7 +87,7 @@ class CupyBackend(Backend):
         import numpy
 
         self.np = numpy
-        self.impls = make_impls(self.rt)
+        self.impls = with_storage(make_impls(self.rt), self)
         self.fused_impls = make_fused(self.rt)
         self.fused_impls.update(make_foreach(self.rt, self.fused_impls))  # multi-tensor optimizer steps
 
@@ -103,7 +104,8 @@ class CupyBackend(Backend):
             notes.update(device.describe() if self.rt is not None else {})
         return Capabilities(
             ops=frozenset(PRIMITIVES),
-            dtypes=frozenset(D.ALL + D.OPTIONAL),  # int8, int16, uint16, uint64: CuPy has them
+            # int8, int16, uint16, uint64: CuPy has them; the storage dtypes as codes (storage.py)
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
             devices=(self.device,),
             fused=FUSED,
             compiles_groups=True,
@@ -131,29 +133,49 @@ class CupyBackend(Backend):
         return buf.get() if hasattr(buf, "get") else buf.copy()
 
     def from_list(self, flat, shape, dtype):
+        if dtype in D.STORAGE:  # ints stay ints (int4 keeps their low bits), floats round
+            return Stored(self._upload(host_codes(self.np.array(flat), dtype).reshape(shape)), dtype)
         return self._upload(self.np.array(flat, dtype=dtype.name).reshape(shape))
 
     def to_list(self, buf):
+        if isinstance(buf, Stored):
+            return self._download(decode(buf, self.xp)).reshape(-1).tolist()
         return self._download(buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
         np = self.np
+        if dtype in D.STORAGE:
+            return Stored(self._upload(np.frombuffer(data, dtype=code_dtype(dtype)).reshape(shape)), dtype)
         host = np.frombuffer(data, dtype=np.dtype(dtype.name).newbyteorder("<")).astype(dtype.name)
         return self._upload(host.reshape(shape))
 
     def to_bytes(self, buf):
         np = self.np
-        host = self._download(buf)
+        host = self._download(buf.codes if isinstance(buf, Stored) else buf)
         return np.array(host, dtype=host.dtype.newbyteorder("<"), order="C").tobytes()
 
     def from_numpy(self, array):
+        name = array.dtype.names[0] if array.dtype.names else array.dtype.name  # the NumPy backend's record
+        if name in D.BY_NAME and D.BY_NAME[name] in D.STORAGE:  # or an ml_dtypes array: its codes
+            dtype = D.BY_NAME[name]
+            return Stored(self._upload(self.np.array(array.view(code_dtype(dtype)), order="C")), dtype)
         # np.array, not ascontiguousarray: that one turns a 0-d array into a 1-d one.
         return self._upload(self.np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
 
     def to_numpy(self, buf):
+        if isinstance(buf, Stored):
+            from ember.backends.numpy.bfloat16 import ml_dtypes_view
+
+            record = self.np.dtype([(buf.dtype.name, code_dtype(buf.dtype))])
+            return ml_dtypes_view(self._download(buf.codes).view(record))
         return self._download(buf)
 
     def assign(self, dst, src):
+        if isinstance(dst, Stored):
+            self.xp.copyto(
+                dst.codes, src.codes if isinstance(src, Stored) else self.impls["cast"](src, dst.dtype).codes
+            )
+            return
         self.xp.copyto(dst, src)
 
     def synchronize(self):

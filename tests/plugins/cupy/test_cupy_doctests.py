@@ -5,7 +5,14 @@ import importlib
 
 import pytest
 
-MODULES = ["ember_cupy.render", "ember_cupy.kernels", "ember_cupy.fusion", "ember_cupy.device", "ember_cupy.backend"]
+MODULES = [
+    "ember_cupy.render",
+    "ember_cupy.kernels",
+    "ember_cupy.fusion",
+    "ember_cupy.device",
+    "ember_cupy.backend",
+    "ember_cupy.storage",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
