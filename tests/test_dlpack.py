@@ -50,3 +50,12 @@ def test_python_backend_copies_and_refuses_non_producers():
     assert ember.from_dlpack(np.ones(2), backend="python").backend.name == "python"
     with pytest.raises(TypeError, match="DLPack producer"):
         ember.from_dlpack([1, 2])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "python"])
+def test_a_storage_dtype_names_the_way_out(backend):
+    t = ember.ones(3, backend=backend).to(ember.bfloat16)
+    with pytest.raises(
+        ember.DTypeError, match=r"bfloat16 tensor has no DLPack exchange.*t\.float\(\).*test_dlpack\.py"
+    ):
+        t.__dlpack__()

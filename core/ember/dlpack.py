@@ -33,6 +33,16 @@ KDL_CPU, KDL_CUDA = 1, 2
 
 def capsule(t: Any, **kwargs: Any) -> Any:
     """``t.__dlpack__(**kwargs)``: the backend buffer's own capsule, else a NumPy copy's."""
+    from .dtypes import STORAGE
+
+    if t.dtype in STORAGE:  # NumPy and CuPy take none of them through DLPack
+        from .errors import DTypeError, located
+
+        raise located(
+            DTypeError,
+            f"a {t.dtype} tensor has no DLPack exchange in ember: convert it first (t.float()), "
+            "or use t.numpy() (an ml_dtypes array)",
+        )
     buf = t._data
     if hasattr(buf, "__dlpack__"):
         return buf.__dlpack__(**kwargs)
