@@ -27,6 +27,7 @@ from operator import add, and_ as land, eq, ge, gt, index, le, lt, mod, mul, ne,
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
+from ember.text import strings
 
 from . import layout as L, linalg as LA, ordering
 from .buffer import (
@@ -576,7 +577,7 @@ class PythonBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL + D.OPTIONAL),
+            dtypes=frozenset(D.ALL + D.OPTIONAL + D.TEXT),  # text: lists of str
             devices=("cpu",),
             notes={
                 "float32": "computed in float64, rounded once per primitive",
@@ -597,6 +598,8 @@ class PythonBackend(Backend):
             raise ValueError(f"{len(flat)} values do not fill shape {shape}")
         if dtype is D.bool_:
             return PyBuffer(list(map(bool, flat)), shape, dtype)
+        if dtype is D.string:
+            return PyBuffer(strings(flat), shape, dtype)
         if dtype.kind == "f":
             return PyBuffer(
                 convert(flat, D.float64, dtype)
@@ -623,12 +626,15 @@ class PythonBackend(Backend):
         return PyBuffer(from_bytes(bytes(data), prod(shape), dtype), shape, dtype)
 
     def to_bytes(self, buf):
+        if buf.dtype is D.string:
+            raise TypeError("string tensors have no bytes form (safetensors has no string dtype)")
         return to_bytes(buf.data, buf.dtype)
 
     def from_numpy(self, array):
         # NumPy's tolist gives exact Python numbers of the right kind (no numpy import here:
         # a caller that has an array has numpy).
-        return PyBuffer(array.reshape(-1).tolist(), tuple(array.shape), D.get(array.dtype.name))
+        dtype = D.string if array.dtype.kind == "O" else D.get(array.dtype.name)  # object: str (ember.text)
+        return PyBuffer(array.reshape(-1).tolist(), tuple(array.shape), dtype)
 
     def assign(self, dst, src):
         data = src.data

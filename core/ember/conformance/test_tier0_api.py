@@ -63,7 +63,7 @@ def test_capabilities_record(conformance):
     assert isinstance(caps, Capabilities), f"capabilities() must return ember.Capabilities, got {type(caps)}"
     unknown = sorted(set(caps.ops) - set(PRIMITIVES))
     assert not unknown, f"declares ops that are not primitives: {unknown} (fused ops go in Capabilities.fused)"
-    bad_dtypes = [d for d in caps.dtypes if d not in D.ALL + D.OPTIONAL + tuple(D.STORAGE)]
+    bad_dtypes = [d for d in caps.dtypes if d not in D.KNOWN]
     assert not bad_dtypes, f"declares dtypes that are not ember dtypes: {bad_dtypes}"
     assert caps.devices and all(isinstance(d, str) for d in caps.devices), (
         f"devices must be a non-empty tuple of str, got {caps.devices!r}"
