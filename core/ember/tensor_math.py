@@ -43,8 +43,9 @@ class TensorMath(TensorShape):
     __slots__ = ()
 
     # ------------------------------------------------------------------------ promotion
-    def _binary(self, name: str, other: Any, reverse: bool = False) -> Self:
-        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
+    def _binary(self, name: str, other: Any, reverse: bool = False, _text: D.DType = D.string) -> Self:
+        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through).
+        (``_text`` is bound as a default: a local read, not a global one, on every small op.)"""
         if isinstance(other, TensorMath):
             b: Any  # a Tensor, seen here as the mixin class (Self is self's own class)
             # the backends' dtype() without the property's call: a third of a small add's front end
@@ -54,12 +55,12 @@ class TensorMath(TensorShape):
             if da is not db:
                 common = D.promote(da, db)
                 a, b = a.to(common), b.to(common)
-            elif da is _STRING and name not in D.TEXT_OPS:  # NumPy would concatenate object arrays of str
+            elif da is _text and name not in D.TEXT_OPS:  # NumPy would concatenate object arrays of str
                 refuse(name)
             return apply2(name, b, a) if reverse else apply2(name, a, b)
         if isinstance(other, (int, float, bool)):
             own = self._backend.dtype(self._data)
-            if own is _STRING:
+            if own is _text:
                 refuse(name)
             dtype = D.result_with_scalar(own, other)
             a = self if dtype is own else self.to(dtype)
@@ -306,9 +307,10 @@ class TensorMath(TensorShape):
     # ------------------------------------------------------------------------ reductions
     def sum(self, dim: Dims = None, keepdim: bool = False, dtype: D.DTypeLike | None = None) -> Self:
         # torch's rule: bool and every integer but int64 sum in int64
-        small = self.dtype.kind in "bu" or self.dtype.kind == "i" and self.dtype.itemsize < 8
-        if self.dtype is _STRING:  # NumPy's sum of object arrays of str would concatenate them
+        dt = self.dtype
+        if dt is _STRING:  # NumPy's sum of object arrays of str would concatenate them
             refuse("sum")
+        small = dt.kind in "bu" or dt.kind == "i" and dt.itemsize < 8
         x = self.to(dtype) if dtype is not None else (self.long() if small else self)
         return apply1(P.sum, x, axes=_dims(dim, x.ndim), keepdims=keepdim)
 
