@@ -30,6 +30,7 @@ def test_made_from_lists_and_every_numpy_text_array(backend):
         got = t.numpy()
         assert got.dtype == object and got.tolist() == want
     assert ember.tensor("x", backend=backend).shape == ()
+    assert ember.as_tensor(np.array(["a", "b"]), backend=backend).tolist() == ["a", "b"]
     assert D.get("string") is D.get("str") is ember.string and repr(ember.string) == "ember.string"
 
 
