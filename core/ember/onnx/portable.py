@@ -5,7 +5,8 @@ MODEL``) converts the model where ``onnx`` is installed: :func:`save` loads it w
 :func:`ember.onnx.load` (checked, constant subgraphs folded) and writes what is left to run —
 the nodes with their attributes, the schema version each handler honours and the body graphs of
 If, Loop and Scan — as JSON, and the parameters, the folded constants, the bodies' constants and
-any tensor attribute as one safetensors blob.
+any tensor attribute as one safetensors blob (string tensors, which safetensors has no code for,
+as lists of str in the JSON's ``texts``).
 :func:`restore` rebuilds the same :class:`~ember.onnx.OnnxModule` from those two with the
 standard library only (no ``onnx``, no numpy), on any backend.
 
@@ -25,10 +26,11 @@ standard library only (no ``onnx``, no numpy), on any backend.
 
 from __future__ import annotations
 
-from .. import autodiff
+from .. import autodiff, dtypes as D
 from ..io import load_bytes, save_bytes
 from ..io.numpy_io import tensor_bytes, tensor_from_bytes
 from ..registry import get_backend
+from ..tensor import tensor
 from .graph import Node, OnnxModule, Program
 from .ops import DOMAINS
 from .reader import DTYPES, OnnxError, read_model
@@ -48,9 +50,10 @@ def save(source) -> tuple:
     with autodiff.no_grad():
         params = dict(module.named_parameters())
         for name, t in params.items():
-            tensors[f"parameter/{name}"] = tensor_bytes(t)
+            tensors[f"parameter/{name}"] = _stored(t)
         for name, t in module._buffers.items():
-            tensors[f"constant/{name}"] = tensor_bytes(t)
+            tensors[f"constant/{name}"] = _stored(t)
+    texts = {key: tensors.pop(key) for key in [k for k, v in tensors.items() if isinstance(v, dict)]}
     graph = {
         "format": FORMAT,
         "version": 1,
@@ -61,7 +64,16 @@ def save(source) -> tuple:
         "constants": list(module._buffers),
         "nodes": nodes,
     }
+    if texts:
+        graph["texts"] = texts
     return graph, save_bytes(tensors, {"format": FORMAT})
+
+
+def _stored(t):
+    """Safetensors bytes of ``t``, or for a string tensor a JSON record of its shape and values."""
+    if t.dtype is D.string:
+        return {"shape": list(t.shape), "values": t.reshape(-1).tolist()}
+    return tensor_bytes(t)
 
 
 def _nodes(program, tensors: dict, prefix: str) -> list:
@@ -75,7 +87,7 @@ def _nodes(program, tensors: dict, prefix: str) -> list:
                 graphs[name] = _body(node.graphs[name], tensors, f"{prefix}{i}/{name}/")
             elif hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor attribute
                 key = f"attribute/{prefix}{i}/{name}"
-                tensors[key] = tensor_bytes(_ember(value))
+                tensors[key] = _stored(tensor(value))
                 tensor_attrs[name] = key
             elif hasattr(value, "SerializeToString"):
                 continue  # a TypeProto (Optional's `type`): no handler reads it
@@ -102,19 +114,13 @@ def _body(program, tensors: dict, prefix: str) -> dict:
     constants = {}
     for name, t in program.constants.items():
         constants[name] = key = f"body/{prefix}{name}"
-        tensors[key] = tensor_bytes(t)
+        tensors[key] = _stored(t)
     return {
         "inputs": program.inputs,
         "outputs": program.outputs,
         "constants": constants,
         "nodes": _nodes(program, tensors, prefix),
     }
-
-
-def _ember(array):
-    from ..tensor import tensor
-
-    return tensor(array)
 
 
 def _value_info(vi) -> dict:
@@ -140,8 +146,11 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
         raise OnnxError(f"not an ember ONNX graph (format {found!r}, expected {FORMAT!r})")
     backend = get_backend(backend)
     tensors, _ = load_bytes(blob, source="<onnx graph weights>")
+    texts = graph.get("texts", {})
 
     def get(key):
+        if key in texts:
+            return tensor(texts[key]["values"], dtype=D.string, backend=backend).reshape(texts[key]["shape"])
         if key not in tensors:
             raise OnnxError(f"the graph's weights lack {key!r}")
         return tensor_from_bytes(tensors[key], backend)
