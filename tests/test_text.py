@@ -68,6 +68,8 @@ def test_no_arithmetic_no_cast_no_gradient(backend):
     ]:
         with pytest.raises(DTypeError, match=rf"^{name}: string tensors have no arithmetic.*test_text.py"):
             op()
+    with pytest.raises(DTypeError, match="^eq: a string tensor compares with text only, got a int"):
+        t == 1  # noqa: B015
     with pytest.raises(DTypeError, match="cannot cast string to float32"):
         t.float()
     with pytest.raises(DTypeError, match="cannot cast int64 to string"):

@@ -61,7 +61,7 @@ class TensorMath(TensorShape):
         if isinstance(other, (int, float, bool)):
             own = self._backend.dtype(self._data)
             if own is _text:
-                refuse(name)
+                refuse(name, other)
             dtype = D.result_with_scalar(own, other)
             a = self if dtype is own else self.to(dtype)
             if reverse:

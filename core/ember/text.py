@@ -72,8 +72,9 @@ def check_cast(source: D.DType, target: D.DType) -> None:
         raise located(DTypeError, f"cannot cast {source} to {target}: ember has no cast between text and numbers")
 
 
-def refuse(name: str) -> NoReturn:
-    """The error for primitive or method ``name`` on a string tensor, at the user's line.
+def refuse(name: str, other: Any = None) -> NoReturn:
+    """The error for primitive or method ``name`` on a string tensor (``other``: the number it
+    met, for == and !=), at the user's line.
 
     >>> import ember
     >>> ember.tensor(["a"]) + ember.tensor(["b"])
@@ -81,6 +82,8 @@ def refuse(name: str) -> NoReturn:
     ...
     ember.errors.DTypeError: add: string tensors have no arithmetic; they move (reshape, cat, ...), compare with == and != and go through ember.onnx's string operators (at <doctest ember.text.refuse[1]>:1)
     """
+    if name in D.TEXT_OPS:  # == or != with a number
+        raise located(DTypeError, f"{name}: a string tensor compares with text only, got a {type(other).__name__}")
     raise located(
         DTypeError,
         f"{name}: string tensors have no arithmetic; they move (reshape, cat, ...), compare with == and != "
