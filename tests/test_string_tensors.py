@@ -1,4 +1,6 @@
-"""String tensors (ember.text, ember.string): creation, movement, equality, and every refusal."""
+"""String tensors (ember.text, ember.string): creation, movement, equality, and every refusal.
+
+(Named for the dtype: tests/train/test_text.py holds the text-model training tests.)"""
 
 import json
 import os
@@ -66,7 +68,7 @@ def test_no_arithmetic_no_cast_no_gradient(backend):
         (lambda: t.sum(), "sum"),
         (lambda: t.max(), "max"),
     ]:
-        with pytest.raises(DTypeError, match=rf"^{name}: string tensors have no arithmetic.*test_text.py"):
+        with pytest.raises(DTypeError, match=rf"^{name}: string tensors have no arithmetic.*test_string_tensors.py"):
             op()
     with pytest.raises(DTypeError, match="^eq: a string tensor compares with text only, got a int"):
         t == 1  # noqa: B015
@@ -99,7 +101,9 @@ def test_backends_without_text_refuse_it_naming_dtype_and_backend():
             ember.get_backend(name)
         except Exception:  # noqa: BLE001 - a plugin not installed or not registered here
             continue
-        with pytest.raises(DTypeError, match=rf"dtype string is not supported by backend '{name}'.*test_text.py"):
+        with pytest.raises(
+            DTypeError, match=rf"dtype string is not supported by backend '{name}'.*test_string_tensors.py"
+        ):
             t.to(name)
         with pytest.raises(DTypeError, match=rf"dtype string is not supported by backend '{name}'"):
             ember.tensor(["a"], backend=name)
