@@ -170,3 +170,23 @@ def test_a_string_initializer_is_a_constant_not_a_parameter():
     )
     m = ember.onnx.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
     assert list(m.parameters()) == [] and m(ember.tensor(["hi", "yo"])).tolist() == ["hi!", "yo!"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "python"])
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+def test_tfidf_vectorizer_over_a_string_pool(backend, mode):
+    node = helper.make_node(
+        "TfIdfVectorizer",
+        ["x"],
+        ["y"],
+        mode=mode,
+        min_gram_length=1,
+        max_gram_length=2,
+        max_skip_count=1,
+        ngram_counts=[0, 3],
+        ngram_indexes=[0, 1, 2, 3, 4],
+        pool_strings=["a", "b", "c", "a", "b", "b", "c"],
+        weights=[1.0, 2.0, 0.5, 3.0, 1.5],
+    )
+    m = _model(node, [("x", S)], [("y", F)], {"": 9})
+    _check(m, _text([["a", "b", "x", "b", "c", "a"], ["c", "c", "a", "a", "b", "b"]]), backend=backend)
