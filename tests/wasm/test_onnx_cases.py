@@ -168,7 +168,7 @@ def test_the_command_runs_official_cases_on_webgpu_in_chromium(chromium, pyodide
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "webgpu adapter: " in out and "unexpected failure" not in out, out
-    assert "| **all** | 19 | " in out and " | 20 |" in out  # the string case cannot pass anywhere
+    assert "| **all** | 19 | " in out and " | 20 |" in out  # the string case cannot be written into the bundle
     rows = {r["name"]: r for r in json.loads((tmp_path / "results.json").read_text())["cases"]}
     assert rows["test_ai_onnx_ml_label_encoder_string_int"]["reason"].startswith("not converted")
     for name in ("test_relu", "test_matmul_2d", "test_conv_with_strides_padding", "test_add_bcast"):
