@@ -129,7 +129,13 @@ def test_run_prints_string_and_sequence_outputs(tmp_path, capsys):
 
 def test_run_on_a_backend_without_strings_is_one_error_line(tmp_path, capsys):
     pytest.importorskip("ember_numba")
-    assert main(["onnx", "run", _string_model(tmp_path), "--backend", "numba"]) == 2
+    import ember
+
+    before = ember.get_backend()
+    try:
+        assert main(["onnx", "run", _string_model(tmp_path), "--backend", "numba"]) == 2
+    finally:
+        ember.use(before.name)  # the command makes numba the process's backend, as a CLI run may
     err = capsys.readouterr().err
     assert err.startswith("ember: error: dtype string is not supported by backend 'numba'")  # making the input
     assert err.count("\n") == 1
