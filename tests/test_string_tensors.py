@@ -137,3 +137,12 @@ def test_python_backend_holds_text_without_numpy():
         "eq": [[False, False], [True, False]],
         "repr": "tensor(['a', 'b'], dtype=string, backend='python')",
     }
+
+
+def test_under_jit_text_moves_and_compares_and_arithmetic_is_refused():
+    f = ember.jit(lambda x, y: ember.where(x == y, x, y).T)
+    a, b = ember.tensor([["a", "b"], ["c", "d"]]), ember.tensor([["a", "x"], ["c", "y"]])
+    for _ in range(3):  # tracing, then the compiled program
+        assert f(a, b).tolist() == [["a", "c"], ["x", "y"]]
+    with pytest.raises(DTypeError, match="^add: string tensors have no arithmetic"):
+        ember.jit(lambda x: x + x)(a)
