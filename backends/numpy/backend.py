@@ -20,6 +20,7 @@ from . import bfloat16 as bf16, conv, float8 as f8, fused, host_memory, narrow, 
 NP = {d: np.dtype(d.name) for d in D.ALL + D.OPTIONAL}
 NP[D.bfloat16] = bf16.BF16  # the storage dtypes (bfloat16.py, float8.py, narrow.py)
 NP.update({D.get(name): buf for name, buf in {**f8.BUFFERS, **narrow.BUFFERS}.items()})
+NP[D.string] = np.dtype(object)  # text: an object array of Python str (ember.text)
 EMBER = {v: k for k, v in NP.items()}
 
 # A storage dtype's buffer dtype -> (encode values in it, its exact values in its compute dtype's kind)
@@ -259,7 +260,7 @@ class NumpyBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
+            dtypes=frozenset(D.KNOWN),
             devices=("cpu",),
             fused=frozenset(self.fused_impls),
             notes={"blas": "numpy", "malloc": host_memory.STATE["malloc"]},
@@ -280,9 +281,13 @@ class NumpyBackend(Backend):
         return (CODECS[buf.dtype][1](buf) if buf.dtype.names else buf).reshape(-1).tolist()
 
     def from_bytes(self, data, shape, dtype):
+        if dtype is D.string:
+            raise TypeError("string tensors have no bytes form (safetensors has no string dtype)")
         return np.frombuffer(data, dtype=NP[dtype].newbyteorder("<")).astype(NP[dtype]).reshape(shape)
 
     def to_bytes(self, buf):
+        if buf.dtype.kind == "O":
+            raise TypeError("string tensors have no bytes form (safetensors has no string dtype)")
         return np.ascontiguousarray(buf, dtype=buf.dtype.newbyteorder("<")).tobytes()
 
     def from_numpy(self, array):

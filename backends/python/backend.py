@@ -27,6 +27,7 @@ from operator import add, and_ as land, eq, ge, gt, index, le, lt, mod, mul, ne,
 from ember import dtypes as D
 from ember.backend import Backend, Capabilities
 from ember.primitives import broadcast_shapes
+from ember.text import strings
 
 from . import layout as L, linalg as LA, ordering, storage
 from .buffer import (
@@ -579,7 +580,7 @@ class PythonBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE) + D.TEXT),  # text: lists of str
             devices=("cpu",),
             notes={
                 "float32": "computed in float64, rounded once per primitive",
@@ -602,6 +603,8 @@ class PythonBackend(Backend):
             return PyBuffer(list(map(bool, flat)), shape, dtype)
         if dtype in D.STORAGE:  # ints stay ints (int4 keeps their low bits), floats round
             return PyBuffer(storage.encode(flat, dtype), shape, dtype)
+        if dtype is D.string:
+            return PyBuffer(strings(flat), shape, dtype)
         if dtype.kind == "f":
             return PyBuffer(
                 convert(flat, D.float64, dtype)
@@ -628,13 +631,15 @@ class PythonBackend(Backend):
         return PyBuffer(from_bytes(bytes(data), prod(shape), dtype), shape, dtype)
 
     def to_bytes(self, buf):
+        if buf.dtype is D.string:
+            raise TypeError("string tensors have no bytes form (safetensors has no string dtype)")
         return to_bytes(buf.data, buf.dtype)
 
     def from_numpy(self, array):
         # NumPy's tolist gives exact Python numbers of the right kind (no numpy import here:
         # a caller that has an array has numpy).
         name = array.dtype.names[0] if array.dtype.names else array.dtype.name  # a NumPy backend's buffer
-        dtype = D.get(name)
+        dtype = D.string if array.dtype.kind == "O" else D.get(name)  # object: str (ember.text)
         if dtype in D.STORAGE:  # an ml_dtypes array, or the NumPy backend's record: read the codes
             codes = array.view("<u2" if dtype.itemsize == 2 else "u1").reshape(-1).tolist()
             return PyBuffer(storage.from_codes(codes, dtype), tuple(array.shape), dtype)

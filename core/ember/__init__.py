@@ -52,6 +52,7 @@ from .dtypes import (
     int32,
     int64,
     promote as promote_types,
+    string,
     uint2,
     uint4,
     uint8,
@@ -97,7 +98,7 @@ __all__ = [
     "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn", "float8_e8m0fnu", "from_numpy", "full",
     "full_like", "get_backend", "grad", "hookimpl", "inference_mode", "int2", "int4", "int8", "int16", "int32",
     "int64", "is_grad_enabled", "linspace", "list_backends", "manual_seed", "matmul", "no_grad", "ones",
-    "ones_like", "promote_types", "rand", "randint", "randn", "randperm", "register_backend", "stack", "tensor",
+    "ones_like", "promote_types", "rand", "randint", "randn", "randperm", "register_backend", "stack", "string", "tensor",
     "uint2", "uint4", "uint8", "uint16", "uint32", "uint64", "use", "value_and_grad", "where", "zeros",
     "zeros_like",
 ]

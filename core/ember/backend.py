@@ -110,6 +110,10 @@ class Backend:
         import numpy as np
 
         dt = self.dtype(buf)
+        if dt is D.string:  # text has no bytes form: an object array of str, as the numpy backend holds it
+            out = np.empty(self.shape(buf), dtype=object)
+            out.reshape(-1)[:] = self.to_list(buf)
+            return out
         return (
             np.frombuffer(self.to_bytes(buf), dtype=np.dtype(dt.name).newbyteorder("<"))
             .astype(dt.name)

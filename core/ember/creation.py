@@ -13,6 +13,7 @@ from . import dispatch, dtypes as D, primitives as P
 from .registry import get_backend
 from .tensor import BackendLike, Tensor, arange, tensor
 from .tensor_shape import Scalar, ShapeArg, _shape_arg
+from .text import is_text_array
 
 
 def as_tensor(data: Any, dtype: D.DTypeLike | None = None, backend: BackendLike = None) -> Tensor:
@@ -30,6 +31,8 @@ def as_tensor(data: Any, dtype: D.DTypeLike | None = None, backend: BackendLike 
         import numpy as np
 
         arr = np.asarray(data)
+        if is_text_array(arr):  # text is checked element by element and copied (ember.text)
+            return tensor(arr, dtype, be)
         if dtype is not None:
             arr = arr.astype(D.get(dtype).name, copy=False)
         D.check_backend(be, D.get(arr.dtype.name))

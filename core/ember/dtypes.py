@@ -6,7 +6,8 @@ float8 formats, float4 and the 4- and 2-bit integers are storage dtypes (``STORA
 hold them, arithmetic on them runs in float32 (the floats) or int32 (the integers). Every
 backend computes in ``ALL``; ``OPTIONAL`` (int8, int16, uint16, uint64) and the storage dtypes
 are there on the backends whose capabilities list them, and ``check_backend`` names the dtype
-and backend otherwise.
+and backend otherwise. ``string`` (``TEXT``) holds Python ``str`` values: tensors of it only move,
+compare for equality and go through the string operators of ember.onnx; no arithmetic, no gradient.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ uint2 = DType("uint2", 1, "u", 1)
 float4_e2m1fn = DType("float4_e2m1fn", 1, "f", 5)
 float8_e8m0fnu = DType("float8_e8m0fnu", 1, "f", 5)
 float64 = DType("float64", 8, "f", 8)
+# text: each element a Python str (a reference to one, hence 8 bytes); kind "U" as NumPy's str
+string = DType("string", 8, "U", -1)
 
 #: the dtypes primitives compute in (every backend's contract)
 ALL = (bool_, uint8, uint32, int32, int64, float16, float32, float64)
@@ -91,8 +94,17 @@ KEEPS = frozenset(
     {"cast", "reshape", "permute", "expand", "slice", "concatenate", "flip", "pad", "take", "where", "windows"}
 )
 
-BY_NAME = {d.name: d for d in ALL + OPTIONAL + tuple(STORAGE)}
-BY_NAME.update({"bool_": bool_, "float": float32, "half": float16, "double": float64, "int": int64, "long": int64})
+#: the dtypes of text; NumPy-array backends hold them as object arrays of str, python as lists
+TEXT = (string,)
+#: the primitives a string tensor may go through: movement, equality and selection (no arithmetic)
+TEXT_OPS = KEEPS | {"eq", "ne"}
+
+#: every dtype ember knows
+KNOWN = ALL + OPTIONAL + tuple(STORAGE) + TEXT
+BY_NAME = {d.name: d for d in KNOWN}
+BY_NAME.update(
+    {"str": string, "bool_": bool_, "float": float32, "half": float16, "double": float64, "int": int64, "long": int64}
+)
 
 default_float = float32
 default_int = int64
@@ -161,6 +173,10 @@ def promote(a: DType, b: DType) -> DType:
     """
     if a is b:
         return a
+    if a is string or b is string:
+        from .errors import DTypeError, located
+
+        raise located(DTypeError, f"no common dtype of {a} and {b}: a string tensor meets only strings")
     a, b = (int32 if a in NARROW_INTS else a), (int32 if b in NARROW_INTS else b)
     if a.kind == b.kind:
         if a.kind == "f" and a.itemsize == b.itemsize and a is not b:  # float16 with bfloat16, two float8s
@@ -217,7 +233,7 @@ def result_with_scalar(d: DType, value: bool | int | float) -> DType:
 
 
 #: the dtypes a backend may lack: it lists those it has in capabilities().dtypes
-MAY_LACK = frozenset(OPTIONAL + tuple(STORAGE))
+MAY_LACK = frozenset(OPTIONAL + tuple(STORAGE) + TEXT)
 _LISTED: weakref.WeakKeyDictionary[Any, frozenset[DType]] = weakref.WeakKeyDictionary()
 
 
@@ -237,8 +253,14 @@ def check_backend(backend: Any, dtype: DType) -> None:
     if dtype not in listed:
         from .errors import DTypeError, located
 
-        has = ", ".join(d.name for d in ALL + OPTIONAL + tuple(STORAGE) if d in listed)
-        way_out = "keep it in float32: .float()" if dtype in STORAGE else "cast to a wider dtype first"
+        has = ", ".join(d.name for d in KNOWN if d in listed)
+        way_out = (
+            "keep it in float32: .float()"
+            if dtype in STORAGE
+            else "keep string tensors on numpy or python"
+            if dtype in TEXT
+            else "cast to a wider dtype first"
+        )
         raise located(
             DTypeError,
             f"dtype {dtype} is not supported by backend {backend.name!r} (it has {has}); use a backend "

@@ -23,6 +23,7 @@ from .primitives.shapes import broadcast_shapes
 from .registry import get_backend
 from .tensor_math import MaxMin, Operand, Sorted, TensorMath, TopK  # noqa: F401 - x.max(dim), sort, topk's types
 from .tensor_shape import Scalar, ShapeArg, TensorShape, _axis, _dims, _shape_arg  # noqa: F401
+from .text import check_cast, is_text_array, to_object_array
 
 # The class below defines methods named bool, int and float (torch's casts), which shadow the
 # builtins in its own annotations; these names are the builtins.
@@ -277,6 +278,7 @@ class Tensor(TensorMath, TensorShape):
                 return self
             if dtype in D.MAY_LACK:
                 D.check_backend(self._backend, dtype)
+            check_cast(self.dtype, dtype)
             return apply1(P.cast, self, dtype=dtype)
         backend = _devices.backend_for(target, self._backend)
         if backend is self._backend:
@@ -284,7 +286,10 @@ class Tensor(TensorMath, TensorShape):
         if deferred.PENDING:
             deferred.raise_pending(self._backend)
         D.check_backend(backend, self.dtype)
-        data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
+        if self.dtype is D.string:  # text has no bytes form: it moves as Python str
+            data = backend.from_list(self._backend.to_list(self._data), self.shape, D.string)
+        else:
+            data = backend.from_bytes(self._backend.to_bytes(self._data), self.shape, self.dtype)
         out: Self = dispatch.wrap(data, backend)
         return out.requires_grad_() if self.requires_grad and self.is_leaf else out
 
@@ -402,6 +407,8 @@ def _infer_from_python(data: Any) -> tuple[list[Any], tuple[_int, ...], D.DType]
         dtype = D.default_int
     elif all(isinstance(v, (int, float, bool)) for v in flat):
         dtype = D.default_float
+    elif all(isinstance(v, str) for v in flat):
+        dtype = D.string
     else:
         bad = next(v for v in flat if not isinstance(v, (int, float, bool)))
         raise located(DTypeError, f"cannot make a tensor from a {type(bad).__name__} ({bad!r})")
@@ -426,12 +433,15 @@ def tensor(
         import numpy as np
 
         arr = np.asarray(data)
-        if dtype is not None:
+        if is_text_array(arr):  # text: an object array of str (ember.text)
+            check_cast(D.string, D.get(dtype or D.string))
+            arr = to_object_array(arr)
+        elif dtype is not None:
             arr = arr.astype(D.get(dtype).name)
         elif arr.dtype == np.float64 and not isinstance(data, np.ndarray):
             arr = arr.astype(np.float32)
         try:
-            D.check_backend(be, D.get(arr.dtype.name))
+            D.check_backend(be, D.string if arr.dtype.kind == "O" else D.get(arr.dtype.name))
         except DTypeError as e:
             if "not supported" in str(e):
                 raise
@@ -442,6 +452,8 @@ def tensor(
         dt = D.get(dtype) if dtype is not None else inferred
         if dt in D.MAY_LACK:
             D.check_backend(be, dt)
+        if flat:
+            check_cast(inferred, dt)
         out = dispatch.wrap(be.from_list(flat, shape, dt), be)
     if requires_grad:
         out.requires_grad_()

@@ -14,10 +14,12 @@ from . import dtypes as D, primitives as P
 from .dispatch import apply1, apply2
 from .errors import ShapeError, located
 from .tensor_shape import Dims, Scalar, TensorShape, _axis, _dims
+from .text import refuse
 
 #: the right operand of ``x + o``, ``x < o``, ...: a tensor or a Python number
 Operand: TypeAlias = "TensorMath | Scalar"
 _T = TypeVar("_T")
+_STRING = D.string
 
 
 class MaxMin(NamedTuple, Generic[_T]):
@@ -41,8 +43,9 @@ class TensorMath(TensorShape):
     __slots__ = ()
 
     # ------------------------------------------------------------------------ promotion
-    def _binary(self, name: str, other: Any, reverse: bool = False) -> Self:
-        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through)."""
+    def _binary(self, name: str, other: Any, reverse: bool = False, _text: D.DType = D.string) -> Self:
+        """Promote dtypes like PyTorch, then apply the primitive (scalars pass straight through).
+        (``_text`` is bound as a default: a local read, not a global one, on every small op.)"""
         if isinstance(other, TensorMath):
             b: Any  # a Tensor, seen here as the mixin class (Self is self's own class)
             # the backends' dtype() without the property's call: a third of a small add's front end
@@ -52,15 +55,19 @@ class TensorMath(TensorShape):
             if da is not db:
                 common = D.promote(da, db)
                 a, b = a.to(common), b.to(common)
+            elif da is _text and name not in D.TEXT_OPS:  # NumPy would concatenate object arrays of str
+                refuse(name)
             return apply2(name, b, a) if reverse else apply2(name, a, b)
         if isinstance(other, (int, float, bool)):
             own = self._backend.dtype(self._data)
+            if own is _text:
+                refuse(name, other)
             dtype = D.result_with_scalar(own, other)
             a = self if dtype is own else self.to(dtype)
             if reverse:
                 return apply2(name, a._full_like(other, shape=()), a)
             return apply2(name, a, other)
-        if hasattr(other, "__array__") or isinstance(other, (list, tuple)):
+        if hasattr(other, "__array__") or isinstance(other, (list, tuple, str)):  # x == "text": a 0-d string tensor
             return self._binary(name, self._tensor(other), reverse)
         return NotImplemented  # type: ignore[no-any-return]  # Python then tries the reflected operator
 
@@ -300,7 +307,10 @@ class TensorMath(TensorShape):
     # ------------------------------------------------------------------------ reductions
     def sum(self, dim: Dims = None, keepdim: bool = False, dtype: D.DTypeLike | None = None) -> Self:
         # torch's rule: bool and every integer but int64 sum in int64
-        small = self.dtype.kind in "bu" or self.dtype.kind == "i" and self.dtype.itemsize < 8
+        dt = self.dtype
+        if dt is _STRING:  # NumPy's sum of object arrays of str would concatenate them
+            refuse("sum")
+        small = dt.kind in "bu" or dt.kind == "i" and dt.itemsize < 8
         x = self.to(dtype) if dtype is not None else (self.long() if small else self)
         return apply1(P.sum, x, axes=_dims(dim, x.ndim), keepdims=keepdim)
 
@@ -323,9 +333,13 @@ class TensorMath(TensorShape):
         return self.var(dim, keepdim, correction, unbiased).sqrt()
 
     def amax(self, dim: Dims = None, keepdim: bool = False) -> Self:
+        if self.dtype is _STRING:  # NumPy would order str
+            refuse("max")
         return apply1(P.max, self, axes=_dims(dim, self.ndim), keepdims=keepdim)
 
     def amin(self, dim: Dims = None, keepdim: bool = False) -> Self:
+        if self.dtype is _STRING:
+            refuse("min")
         return apply1(P.min, self, axes=_dims(dim, self.ndim), keepdims=keepdim)
 
     @overload

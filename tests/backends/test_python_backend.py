@@ -102,7 +102,7 @@ def test_registered_through_the_hook_and_declares_every_primitive():
     assert PY.name == "python" and isinstance(PY, PB.PythonBackend)
     caps = PY.capabilities()
     assert caps.ops == frozenset(ember.primitives.PRIMITIVES)
-    assert caps.dtypes == frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE))
+    assert caps.dtypes == frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE) + D.TEXT)  # text: lists of str
     row = next(r for r in ember.registry.backends() if r["name"] == "python")
     assert row["status"] == "ok" and row["origin"] == "python (ember.backends.python)"
 

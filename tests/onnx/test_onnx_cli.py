@@ -98,3 +98,44 @@ def test_without_onnx_the_commands_say_how_to_install_it(tmp_path):
         )
         assert out.returncode == 2, out.stderr
         assert out.stderr.strip() == "ember: error: ember.onnx needs the onnx package: pip install 'ember[onnx]'"
+
+
+def _string_model(tmp_path):
+    """StringSplit on a string input, and ZipMap-like outputs aside: a sequence output too."""
+    g = helper.make_graph(
+        [
+            helper.make_node("StringSplit", ["x"], ["parts", "n"], delimiter=","),
+            helper.make_node("SplitToSequence", ["n"], ["seq"], keepdims=0),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+        [
+            helper.make_tensor_value_info("parts", TensorProto.STRING, None),
+            helper.make_tensor_sequence_value_info("seq", TensorProto.INT64, None),
+        ],
+    )
+    path = tmp_path / "s.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), path)
+    return str(path)
+
+
+def test_run_prints_string_and_sequence_outputs(tmp_path, capsys):
+    model = _string_model(tmp_path)
+    assert main(["onnx", "run", model, "--repeat", "0"]) == 0  # random input: the word "text"
+    out = capsys.readouterr().out
+    assert "parts: shape (2, 1) string ['text', 'text']" in out
+    assert "seq: a sequence of 2, the first shape () int64 [1]" in out
+
+
+def test_run_on_a_backend_without_strings_is_one_error_line(tmp_path, capsys):
+    pytest.importorskip("ember_numba")
+    import ember
+
+    before = ember.get_backend()
+    try:
+        assert main(["onnx", "run", _string_model(tmp_path), "--backend", "numba"]) == 2
+    finally:
+        ember.use(before.name)  # the command makes numba the process's backend, as a CLI run may
+    err = capsys.readouterr().err
+    assert err.startswith("ember: error: dtype string is not supported by backend 'numba'")  # making the input
+    assert err.count("\n") == 1

@@ -115,3 +115,60 @@ def test_weights_safetensors_has_no_code_for_travel_recast():
     got = portable.restore(json.loads(json.dumps(graph)), blob, "python")(ember.tensor(x, backend="python"))
     want = x @ (np.array([[-8, 7, 3], [1, -2, 0]], np.float32) * 0.25) + np.array([0.5, -6.0, 1.5], np.float32)
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+_NO_NUMPY_TEXT = r"""
+import sys, json
+sys.modules["numpy"] = None
+import ember
+from ember.onnx import portable
+from ember.io import load_bytes  # noqa: F401 - the blob reader the browser uses
+graph = json.loads(sys.argv[1])
+blob = bytes.fromhex(sys.argv[2])
+m = portable.restore(graph, blob, "python")
+print(json.dumps(m(ember.tensor(["b", "z", "a"])).tolist()))
+"""
+
+
+def test_string_tensors_travel_as_json_and_restore_without_numpy():
+    """A LabelEncoder with a string keys_tensor and a string initializer: safetensors has no string
+    code, so text goes into the JSON graph, and the python backend restores it without numpy."""
+    import os
+    import subprocess
+    import sys
+
+    keys = helper.make_tensor("keys", TensorProto.STRING, [2], [b"a", b"b"])
+    g = helper.make_graph(
+        [
+            helper.make_node("StringConcat", ["x", "suffix"], ["xs"]),
+            helper.make_node(
+                "LabelEncoder",
+                ["xs"],
+                ["y"],
+                domain="ai.onnx.ml",
+                keys_tensor=keys,
+                values_tensor=helper.make_tensor("v", I64, [2], [10, 20]),
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [None])],
+        [helper.make_tensor_value_info("y", I64, [None])],
+        [helper.make_tensor("suffix", TensorProto.STRING, [], [b""])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 4)])
+    graph, blob = portable.save(m)
+    assert graph["texts"] == {
+        "attribute/1/keys_tensor": {"shape": [2], "values": ["a", "b"]},
+        "constant/suffix": {"shape": [], "values": [""]},
+    }
+    env = dict(os.environ, EMBER_STRICT_PLUGINS="0")
+    env.pop("EMBER_BACKEND", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_NUMPY_TEXT, json.dumps(graph), bytes(blob).hex()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [20, -1, 10] == ember.onnx.load(m)(ember.tensor(["b", "z", "a"])).tolist()

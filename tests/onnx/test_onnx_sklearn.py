@@ -121,11 +121,67 @@ def test_a_forest_runs_on_other_backends(backend):
     np.testing.assert_allclose(probabilities.numpy(), model.predict_proba(x[::5]), rtol=1e-5, atol=1e-6)
 
 
-def test_string_class_labels_are_refused_at_load():
-    model = linear_model.LogisticRegression().fit(*iris()[:1], np.array(["a", "b", "c"])[iris()[1]])
-    onx = skl2onnx.to_onnx(model, iris()[0][:1], options={"zipmap": False})
-    with pytest.raises(ember.onnx.OnnxError, match="graph value 'label': element type string is not an ember dtype"):
-        ember.onnx.load(onx.SerializeToString())
+NAMES = np.array(["setosa", "versicolor", "virginica"])
+STRING_LABELLED = {  # the three classifier encodings with classlabels_strings, and binary ones
+    "logistic regression (LinearClassifier)": lambda: linear_model.LogisticRegression(),
+    "random forest (TreeEnsembleClassifier)": lambda: ensemble.RandomForestClassifier(5, max_depth=3, random_state=0),
+    "SVC (SVMClassifier)": lambda: svm.SVC(probability=True, random_state=0),
+    "SVC, decision values, binary": lambda: svm.SVC(kernel="linear"),
+    "logistic regression, binary": lambda: linear_model.LogisticRegression(),
+}
+
+
+@pytest.mark.parametrize("name", list(STRING_LABELLED))
+@pytest.mark.parametrize("backend", ["numpy", "python"])
+def test_string_class_labels_match_scikit_learn(name, backend):
+    x, y = iris()
+    labels = NAMES[y] if "binary" not in name else np.where(y == 2, "yes", "no")
+    model = STRING_LABELLED[name]().fit(x, labels)
+    onx = skl2onnx.to_onnx(model, x[:1], options={"zipmap": False})
+    got, scores = ember.onnx.load(onx.SerializeToString()).to(backend)(ember.tensor(x, backend=backend))
+    assert got.dtype is ember.string
+    assert got.tolist() == model.predict(x).tolist()
+    want = model.predict_proba(x) if hasattr(model, "predict_proba") else model.decision_function(x)
+    if want.ndim == 1:  # a binary SVC's one decision value d: skl2onnx writes (d, -d), as onnxruntime gives
+        want = np.stack([want, -want], 1)
+    np.testing.assert_allclose(scores.numpy(), want, rtol=1e-4, atol=2e-5 if hasattr(model, "predict_proba") else 1e-4)
+
+
+@pytest.mark.parametrize("labels", ["strings", "integers"])
+def test_zipmap_is_a_list_of_dicts_as_onnxruntime_returns_it(labels):
+    import onnxruntime as ort
+
+    x, y = iris()
+    model = linear_model.LogisticRegression().fit(x, NAMES[y] if labels == "strings" else y)
+    onx = skl2onnx.to_onnx(model, x[:1]).SerializeToString()  # ZipMap: skl2onnx's default
+    got_labels, got = ember.onnx.load(onx)(ember.tensor(x))
+    want_labels, want = ort.InferenceSession(onx, providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    assert got_labels.tolist() == want_labels.tolist() == model.predict(x).tolist()
+    assert isinstance(got, list) and len(got) == len(want) and [list(d) for d in got] == [list(d) for d in want]
+    for g, w, p in zip(got, want, model.predict_proba(x)):
+        assert all(type(k) is type(next(iter(w))) for k in g)  # str keys, or int keys
+        np.testing.assert_allclose(list(g.values()), list(w.values()), rtol=1e-6)
+        np.testing.assert_allclose(list(g.values()), p, rtol=1e-4, atol=1e-6)
+
+
+def test_zipmap_refuses_a_probability_table_of_the_wrong_width():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ZipMap", ["p"], ["m"], domain="ai.onnx.ml", classlabels_int64s=[1, 2], name="zm")
+    seq = helper.make_value_info(
+        "m", helper.make_sequence_type_proto(helper.make_map_type_proto(TensorProto.INT64, _float_tensor()))
+    )
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 3])], [seq])
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)]
+    m = ember.onnx.load(helper.make_model(g, opset_imports=ops))
+    with pytest.raises(ember.onnx.OnnxError, match=r"node 'zm' \(ZipMap, opset 1\): input of shape \[2, 3\]"):
+        m(ember.zeros(2, 3))
+
+
+def _float_tensor():
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_type_proto(TensorProto.FLOAT, [])
 
 
 def with_gaps():

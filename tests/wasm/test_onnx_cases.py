@@ -23,7 +23,8 @@ from ember.onnx import suite  # noqa: E402
 
 # One case of most families and every kind of value: broadcasting, float64 and int64 (host
 # dtypes on webgpu), bool, sequences, optionals, a constant folded at conversion, a body graph
-# (If), strings (not converted: no ember dtype), two models of the shipped sets.
+# (If), strings (not converted: safetensors, the bundle's format, has no string code), two models
+# of the shipped sets.
 SUBSET = [
     "test_abs",
     "test_add_bcast",
@@ -68,9 +69,12 @@ def test_the_bundle_route_agrees_with_the_direct_route(cases, bundle):
     for case in cases:
         direct = suite.run_case(case, "python")
         via = errors.get(case.name) or records[case.name]["reason"]
+        if case.name in errors:  # python holds text; the bundle cannot carry it
+            assert direct is None and "safetensors has no string dtype" in via, (case.name, via, direct)
+            continue
         assert (via is None) == (direct is None), (case.name, via, direct)
-    assert list(errors) == ["test_ai_onnx_ml_label_encoder_string_int"]  # strings: no ember dtype
-    assert errors["test_ai_onnx_ml_label_encoder_string_int"].startswith("not converted: OnnxError: ")
+    assert list(errors) == ["test_ai_onnx_ml_label_encoder_string_int"]
+    assert errors["test_ai_onnx_ml_label_encoder_string_int"].startswith("not converted: ValueError: ")
     assert records["test_if"]["reason"] is None  # its two branches travel with the node
     assert all(r.get("gpu") is None for r in records.values())  # the python backend counts nothing
 
@@ -164,7 +168,7 @@ def test_the_command_runs_official_cases_on_webgpu_in_chromium(chromium, pyodide
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "webgpu adapter: " in out and "unexpected failure" not in out, out
-    assert "| **all** | 19 | " in out and " | 20 |" in out  # the string case cannot pass anywhere
+    assert "| **all** | 19 | " in out and " | 20 |" in out  # the string case cannot be written into the bundle
     rows = {r["name"]: r for r in json.loads((tmp_path / "results.json").read_text())["cases"]}
     assert rows["test_ai_onnx_ml_label_encoder_string_int"]["reason"].startswith("not converted")
     for name in ("test_relu", "test_matmul_2d", "test_conv_with_strides_padding", "test_add_bcast"):

@@ -149,8 +149,8 @@ class Context:
         caps = self.caps = self.backend.capabilities()
         self.ops = frozenset(caps.ops)
         self.declared_dtype_names = frozenset(getattr(d, "name", str(d)) for d in caps.dtypes)
-        # the storage dtypes (bfloat16, float8) are held, never computed in: no case draws them
-        self.dtype_names = self.declared_dtype_names - {d.name for d in D.STORAGE}
+        # the storage dtypes (bfloat16, float8) and text are held, never computed in: no case draws them
+        self.dtype_names = self.declared_dtype_names - {d.name for d in tuple(D.STORAGE) + D.TEXT}
         self.fused = frozenset(caps.fused)
         impls = dict(getattr(self.backend, "impls", {}) or {})
         fused_impls = dict(getattr(self.backend, "fused_impls", {}) or {})

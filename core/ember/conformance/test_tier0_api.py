@@ -63,7 +63,7 @@ def test_capabilities_record(conformance):
     assert isinstance(caps, Capabilities), f"capabilities() must return ember.Capabilities, got {type(caps)}"
     unknown = sorted(set(caps.ops) - set(PRIMITIVES))
     assert not unknown, f"declares ops that are not primitives: {unknown} (fused ops go in Capabilities.fused)"
-    bad_dtypes = [d for d in caps.dtypes if d not in D.ALL + D.OPTIONAL + tuple(D.STORAGE)]
+    bad_dtypes = [d for d in caps.dtypes if d not in D.KNOWN]
     assert not bad_dtypes, f"declares dtypes that are not ember dtypes: {bad_dtypes}"
     assert caps.devices and all(isinstance(d, str) for d in caps.devices), (
         f"devices must be a non-empty tuple of str, got {caps.devices!r}"
@@ -135,3 +135,23 @@ def test_host_transfer(dtype, conformance):
     b.assign(dst, buf)
     b.synchronize()
     assert _same(b.to_list(dst), expect), "assign(dst, src) did not copy src into dst in place"
+
+
+def test_text_transfer(conformance):
+    """A backend that lists ``ember.string`` holds one Python str per element: lists and object
+    arrays of str go in and come out unchanged, ``assign`` copies them; text has no bytes form."""
+    import numpy as np
+
+    if "string" not in conformance.declared_dtype_names:  # (dtype_names leaves text out: no case draws it)
+        pytest.skip(f"[undeclared] backend {conformance.name!r} does not declare dtype string")
+    b, shape = conformance.backend, (2, 3)
+    values = ["", "a", "bé", "的", " x ", "\n"]
+    buf = b.from_list(values, shape, D.string)
+    assert tuple(b.shape(buf)) == shape and b.dtype(buf) is D.string, "from_list() of str is not a string buffer"
+    assert b.to_list(buf) == values, f"to_list(from_list(x)) changed {values} into {b.to_list(buf)}"
+    arr = np.array(values, dtype=object).reshape(shape)
+    back = np.asarray(b.to_numpy(b.from_numpy(arr)))
+    assert back.dtype == object and back.tolist() == arr.tolist(), "to_numpy(from_numpy(a)) differs from a"
+    dst = b.from_list(["?"] * 6, shape, D.string)
+    b.assign(dst, buf)
+    assert b.to_list(dst) == values, "assign(dst, src) did not copy src into dst in place"

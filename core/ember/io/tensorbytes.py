@@ -65,6 +65,11 @@ def dtype_info(name: str) -> DType:
     """
     d = DTYPES.get(name) or _BY_EMBER.get(name)
     if d is None:
+        if name == "string":
+            raise ValueError(
+                "safetensors has no string dtype: a string tensor cannot be saved (keep text such as class "
+                "labels in the metadata or beside the file)"
+            )
         if name in UNCODED:
             raise ValueError(
                 f"safetensors has no code for dtype {name}: store it as {UNCODED[name]} (t.to(ember.{UNCODED[name]}))"

@@ -91,7 +91,11 @@ def _inputs(model, files):
         t = v.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        a = rng.standard_normal(shape) if np.dtype(dtype).kind == "f" else rng.integers(0, 2, shape)
+        kind = np.dtype(dtype).kind
+        if kind == "O":  # a string input: one word in every element
+            out.append(np.full(shape, "text", dtype=object))
+            continue
+        a = rng.standard_normal(shape) if kind == "f" else rng.integers(0, 2, shape)
         out.append(a.astype(dtype))
     return out
 
@@ -117,17 +121,35 @@ def run(args) -> int:
         with ember.no_grad():
             outs = forward(*xs)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        values = [o.numpy() for o in outs]  # the host read ends the timed run
+        values = [_host(o) for o in outs]  # the host read ends the timed run
         times.append(time.perf_counter() - t0)
     for name, v in zip(m.output_names, values):
-        flat = v.reshape(-1)[:6].tolist()
-        print(f"{name}: shape {tuple(v.shape)} {v.dtype} {flat}{' ...' if v.size > 6 else ''}")
+        print(f"{name}: {_summary(v)}")
     rest = times[1:] or times
     print(
         f"backend {ember.get_backend().name}{' under ember.jit' if args.jit else ''}: load {loaded * 1e3:.1f} ms, first run {times[0] * 1e3:.1f} ms, "
         f"median of {len(rest)} {statistics.median(rest) * 1e3:.2f} ms"
     )
     return 0
+
+
+def _host(value):
+    """An output on the host: a tensor as a NumPy array, a sequence (a list) element by element,
+    ZipMap's dicts and an empty optional (None) as they are."""
+    if isinstance(value, list):
+        return [_host(v) for v in value]
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def _summary(v) -> str:
+    """One line: a tensor's shape, dtype and first values; a sequence's length and first element."""
+    if isinstance(v, list):
+        return f"a sequence of {len(v)}" + (f", the first {_summary(v[0])}" if v else "")
+    if not hasattr(v, "reshape"):
+        return repr(v)[:200]
+    flat = v.reshape(-1)[:6].tolist()
+    dtype = "string" if v.dtype.kind == "O" else v.dtype
+    return f"shape {tuple(v.shape)} {dtype} {flat}{' ...' if v.size > 6 else ''}"
 
 
 def _backend_modules(specs) -> None:

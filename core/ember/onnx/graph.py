@@ -247,12 +247,14 @@ def _check_value_type(vi):
     if kind == "optional_type":  # the value, or None
         t = t.optional_type.elem_type
         kind = t.WhichOneof("value")
+    if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") == "map_type":
+        return  # ZipMap's sequence of maps: a list of dicts
     if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
         t, kind = t.sequence_type.elem_type, "tensor_type"  # a list of tensors
     if kind != "tensor_type":
         raise OnnxError(
             f"graph value {vi.name!r} is a {kind.replace('_type', '')}; ember runs tensors, "
-            "sequences of tensors and optionals of them only"
+            "sequences of tensors, optionals of them and ZipMap's sequences of maps only"
         )
     dtype_of(t.tensor_type.elem_type, f"graph value {vi.name!r}")
 

@@ -5,7 +5,8 @@ MODEL``) converts the model where ``onnx`` is installed: :func:`save` loads it w
 :func:`ember.onnx.load` (checked, constant subgraphs folded) and writes what is left to run —
 the nodes with their attributes, the schema version each handler honours and the body graphs of
 If, Loop and Scan — as JSON, and the parameters, the folded constants, the bodies' constants and
-any tensor attribute as one safetensors blob.
+any tensor attribute as one safetensors blob (string tensors, which safetensors has no code for,
+as lists of str in the JSON's ``texts``).
 :func:`restore` rebuilds the same :class:`~ember.onnx.OnnxModule` from those two with the
 standard library only (no ``onnx``, no numpy), on any backend.
 
@@ -27,10 +28,11 @@ from __future__ import annotations
 
 import json
 
-from .. import autodiff
+from .. import autodiff, dtypes as D
 from ..io import load_bytes, save_bytes
 from ..io.numpy_io import tensor_bytes, tensor_from_bytes
 from ..registry import get_backend
+from ..tensor import tensor
 from .graph import Node, OnnxModule, Program
 from .ops import DOMAINS
 from .reader import DTYPES, OnnxError, read_model
@@ -53,6 +55,8 @@ def save(source) -> tuple:
             tensors[f"parameter/{name}"] = t
         for name, t in module._buffers.items():
             tensors[f"constant/{name}"] = t
+    # safetensors has no string dtype: text travels as lists of str in the JSON
+    texts = {key: _text(tensors.pop(key)) for key in [k for k, t in tensors.items() if t.dtype is D.string]}
     graph = {
         "format": FORMAT,
         "version": 1,
@@ -63,7 +67,13 @@ def save(source) -> tuple:
         "constants": list(module._buffers),
         "nodes": nodes,
     }
+    if texts:
+        graph["texts"] = texts
     return graph, dump_tensors(tensors)
+
+
+def _text(t) -> dict:
+    return {"shape": list(t.shape), "values": t.reshape(-1).tolist()}
 
 
 def dump_tensors(tensors: dict) -> bytes:
@@ -110,7 +120,7 @@ def _nodes(program, tensors: dict, prefix: str) -> list:
                 graphs[name] = _body(node.graphs[name], tensors, f"{prefix}{i}/{name}/")
             elif hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor attribute
                 key = f"attribute/{prefix}{i}/{name}"
-                tensors[key] = _ember(value)
+                tensors[key] = tensor(value)
                 tensor_attrs[name] = key
             elif hasattr(value, "SerializeToString"):
                 continue  # a TypeProto (Optional's `type`): no handler reads it
@@ -146,12 +156,6 @@ def _body(program, tensors: dict, prefix: str) -> dict:
     }
 
 
-def _ember(array):
-    from ..tensor import tensor
-
-    return tensor(array)
-
-
 def _value_info(vi) -> dict:
     """Name, shape and dtype of a graph input; ``kind`` ("sequence", "optional",
     "optional sequence") when the tensor comes wrapped."""
@@ -173,9 +177,12 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
     found = graph.get("format") if isinstance(graph, dict) else None
     if found != FORMAT:
         raise OnnxError(f"not an ember ONNX graph (format {found!r}, expected {FORMAT!r})")
-    tensors = load_tensors(blob, backend)
+    backend = get_backend(backend)
+    tensors, texts = load_tensors(blob, backend), graph.get("texts", {})
 
     def get(key):
+        if key in texts:
+            return tensor(texts[key]["values"], dtype=D.string, backend=backend).reshape(texts[key]["shape"])
         if key not in tensors:
             raise OnnxError(f"the graph's weights lack {key!r}")
         return tensors[key]

@@ -12,8 +12,9 @@ import os
 from .. import dtypes as D
 from ..errors import EmberError
 
-# ONNX TensorProto element type → ember dtype. Types ember lacks (complex, string) are absent,
-# so they fail with the node's name. The onnx package unpacks 4- and 2-bit tensors, one value a byte.
+# ONNX TensorProto element type → ember dtype. Types ember lacks (complex) are absent, so they
+# fail with the node's name. The onnx package unpacks 4- and 2-bit tensors, one value a byte,
+# and gives strings as object arrays of bytes or str (ember.text decodes them).
 DTYPES = {
     1: D.float32,
     2: D.uint8,
@@ -22,6 +23,7 @@ DTYPES = {
     5: D.int16,
     6: D.int32,
     7: D.int64,
+    8: D.string,
     9: D.bool_,
     10: D.float16,
     11: D.float64,

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable
 
 from .. import dtypes as D
+from ..text import guard_abstract
 
 ALL = tuple(d.name for d in D.ALL + D.OPTIONAL)  # a backend is checked on the OPTIONAL ones it lists
 NUMERIC = tuple(n for n in ALL if n != "bool")
@@ -78,7 +79,8 @@ class Primitive(str):
         required=True,
     ):
         self = super().__new__(cls, name)
-        self.group, self.doc, self.abstract, self.vjp = group, doc, abstract, vjp
+        # string operands are refused by every rule but those of movement and equality (ember.text)
+        self.group, self.doc, self.abstract, self.vjp = group, doc, guard_abstract(name, abstract), vjp
         self.dtypes, self.cases, self.grad_cases = tuple(dtypes), cases, grad_cases
         self.second_order, self.required = second_order, required
         return self

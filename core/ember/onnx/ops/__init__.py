@@ -24,6 +24,7 @@ from . import (
     rnn,
     sequence,
     shape,
+    strings,
     svm,
     training,
 )
@@ -42,7 +43,7 @@ def _table(*families, attribute="OPS") -> dict:
     return out
 
 
-OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional, misc)
+OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional, strings, misc)
 # Each domain has its own table: the default one, the classic-ML domain's numeric operators, the
 # preview domain (FlexAttention) and the training domain's optimizer steps.
 DOMAINS = {

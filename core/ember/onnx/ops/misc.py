@@ -359,9 +359,8 @@ def det(node, x):
 # ---------------------------------------------------------------- TfIdfVectorizer
 def _ngrams(node):
     """(output index, tokens) of every n-gram in the pool, by ngram_counts' start offsets."""
-    pool, starts = list(node.attr("pool_int64s") or []), list(node.attr("ngram_counts"))
-    if not pool and node.attr("pool_strings"):
-        raise node.error("string pools need string tensors, which ember lacks")
+    pool = list(node.attr("pool_int64s") or node.attr("pool_strings") or [])  # ints, or str (ember.string input)
+    starts = list(node.attr("ngram_counts"))
     index = iter(node.attr("ngram_indexes"))
     out = []
     for n, start in enumerate(starts, 1):

@@ -1,8 +1,9 @@
 """The ``ai.onnx.ml`` domain's numeric operators: what scikit-learn models become through
 skl2onnx (tree ensembles, linear models, Scaler, Normalizer, Imputer, OneHotEncoder, numeric
 LabelEncoder; the support vector machines are in svm.py) plus ArrayFeatureExtractor and
-Binarizer. The string operators (LabelEncoder over strings, ZipMap) need string tensors and
-maps, which ember lacks: convert classifiers with ``options={"zipmap": False}`` and integer labels.
+Binarizer. LabelEncoder and OneHotEncoder also take string tensors (ember.string), classifiers
+give string labels (``classlabels_strings``), and ZipMap's sequence of maps is a Python list of
+dicts, as onnxruntime returns it.
 
 A tree ensemble runs as ember tensor operations, so it runs on every backend: every sample
 walks every tree at once, one level per step. The walk's state is a node number per (sample,
@@ -101,7 +102,8 @@ def linear_classifier(node, x):
     if scores.shape[1] > 1:
         return pick(scores, labels, x), scores
     threshold = 0.0 if node.attr("post_transform", "NONE") == "NONE" else 0.5
-    return where(scores.reshape(-1) >= threshold, int(labels[0]), 0), scores
+    other = label_tensor(["" if isinstance(labels[0], str) else 0], x).reshape(())
+    return where(scores.reshape(-1) >= threshold, label_tensor(labels[:1], x).reshape(()), other), scores
 
 
 def imputer(node, x):
@@ -118,12 +120,14 @@ def imputer(node, x):
 def one_hot_encoder(node, x):
     """(..., categories) float32 indicators of each entry's category; an unknown entry is all
     zeros (``zeros=1``) or an error."""
-    cats = attribute_list(node, "cats_int64s")
+    cats, dtype = attribute_list(node, "cats_int64s"), D.int64
     if cats is None:
-        if node.attr("cats_strings") is not None:
-            raise node.error("string categories: ember has no string tensors")
-        raise node.error("cats_int64s is missing")
-    hit = x.to(D.int64).unsqueeze(-1) == const(cats, x, D.int64)
+        cats, dtype = attribute_list(node, "cats_strings"), D.string
+    if cats is None:
+        raise node.error("cats_int64s or cats_strings is missing")
+    if (x.dtype is D.string) != (dtype is D.string):
+        raise node.error(f"categories of {dtype} cannot match an input of {x.dtype}")
+    hit = x.to(dtype).unsqueeze(-1) == const(cats, x, dtype)
     if not node.attr("zeros", 1) and not bool(hit.any(-1).all().item()):
         raise node.error("an input value is not one of the categories (and zeros=0)")
     return hit.to(D.float32)
@@ -133,31 +137,35 @@ def label_encoder(node, x):
     """Each entry mapped through keys → values; a missing key gives the default (NaN keys match NaN)."""
     keys, values, default = (_mapping_part(node, part, x) for part in ("keys", "values", "default"))
     if keys is None or values is None:
-        raise node.error("string keys or values: ember has no string tensors")
+        raise node.error("the keys or the values are missing")
+    if (keys.dtype is D.string) != (x.dtype is D.string):
+        raise node.error(f"keys of {keys.dtype} cannot match an input of {x.dtype}")
     keys = keys.to(x.dtype)
     match = x.unsqueeze(-1) == keys
     if x.dtype.is_floating_point:
         match = match | (x.isnan().unsqueeze(-1) & keys.isnan())
     found = values.take(match.to(D.int32).argmax(-1))
     if default is None:  # the spec's defaults
-        default = const(-0.0 if found.dtype.is_floating_point else -1, x, found.dtype)
+        default = const(LABEL_DEFAULTS.get(found.dtype, -0.0 if found.dtype.is_floating_point else -1), x, found.dtype)
     return where(match.any(-1), found, default.reshape(()).to(found.dtype))
 
 
 def _mapping_part(node, part, x):
     """LabelEncoder's keys, values or default as a tensor: the ``*_tensor`` attribute (opset 4)
-    or the typed lists; None for strings (or an absent default)."""
+    or the typed lists; None for an absent default."""
     t = node.attr(f"{part}_tensor")
     if t is not None:
-        if getattr(getattr(t, "dtype", None), "kind", "") in ("O", "U", "S"):  # strings, in a NumPy array
-            return None
-        return const(t, x)
+        return const(t, x)  # a NumPy array of text becomes a string tensor (ember.text)
     suffix = "s" if part != "default" else ""
-    for kind, dtype in (("int64", D.int64), ("float", D.float32)):
+    for kind, dtype in (("int64", D.int64), ("float", D.float32), ("string", D.string)):
         v = node.attr(f"{part}_{kind}{suffix}")
         if v is not None:
             return const(v, x, dtype)
     return None
+
+
+# the specification's default of each value type, where the model gives none
+LABEL_DEFAULTS = {D.string: "_Unused", D.int64: -1}
 
 
 # ------------------------------------------------------------------ tree ensembles
@@ -391,17 +399,34 @@ def _base(node):
 
 
 def class_labels(node, key):
+    """A classifier's labels: ints from ``key`` (classlabels_ints, ...) or str from classlabels_strings."""
     labels = attribute_list(node, key)
+    if labels is not None:
+        return [int(v) for v in labels]
+    labels = attribute_list(node, "classlabels_strings")
     if labels is None:
-        if node.attr("classlabels_strings") is not None:
-            raise node.error("string class labels: ember has no string tensors (convert the model with integer labels)")
-        raise node.error(f"{key} is missing")
-    return [int(v) for v in labels]
+        raise node.error(f"{key} or classlabels_strings is missing")
+    return [str(v) for v in labels]
+
+
+def label_tensor(labels, x):
+    """``labels`` as an int64 or a string tensor (ember.string) on ``x``'s backend."""
+    return const(labels, x, D.string if labels and isinstance(labels[0], str) else D.int64)
 
 
 def pick(scores, labels, x):
     """The label of each row's highest score."""
-    return const(labels, x, D.int64).take(scores.argmax(1))
+    return label_tensor(labels, x).take(scores.argmax(1))
+
+
+def zip_map(node, x):
+    """ZipMap: a Python list with one dict per row of ``x``, class label → probability (a
+    Python float), as onnxruntime returns ONNX's sequence of maps."""
+    labels = class_labels(node, "classlabels_int64s")
+    rows = x.to(D.float32).tolist()
+    if x.ndim != 2 or x.shape[1] != len(labels):
+        raise node.error(f"input of shape {list(x.shape)} does not have one column per label ({len(labels)})")
+    return [dict(zip(labels, row)) for row in rows]
 
 
 def post_transform(node, out):
@@ -434,4 +459,5 @@ OPS = {
     "TreeEnsembleRegressor": (tree_ensemble_regressor, 1),
     "TreeEnsembleClassifier": (tree_ensemble_classifier, 1),
     "TreeEnsemble": (tree_ensemble, 5),
+    "ZipMap": (zip_map, 1),
 }

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ... import dtypes as D
 from ...tensor import cat, where
 from .common import const
-from .ml import attribute_list, class_labels, pick, post_transform
+from .ml import attribute_list, class_labels, label_tensor, pick, post_transform
 
 
 def _kernel(node, x, vectors: list, n: int):
@@ -65,7 +65,9 @@ def svm_classifier(node, x):
     label = pick(votes, labels, x) if labels else votes.argmax(1)
     probabilities = bool(attribute_list(node, "prob_a"))
     if len(pairs) == 1 and not probabilities and min(attribute_list(node, "coefficients")) >= 0:
-        label = where(votes.amax(1) >= 0.5, labels[1], label)  # libsvm's rule for all-positive weights
+        label = where(
+            votes.amax(1) >= 0.5, label_tensor(labels[1:2], x).reshape(()), label
+        )  # libsvm's rule for all-positive weights
     if probabilities:
         scores = _coupled(node, decision, pairs, k, x)
     elif len(pairs) == 1:  # one decision value s, reported as (-s, s) before the transform
