@@ -225,7 +225,7 @@ def _pad(x, widths, value=0):
     shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, widths))
     if not any(lo or hi for lo, hi in widths):
         return x.copy()
-    if x.ndim == 0:
+    if x.ndim == 0 or x.dtype.names:  # a storage dtype's record: the NumPy backend encodes the fill value
         return nb.IMPLS["pad"](x, widths, value)
     out = np.empty(shape, x.dtype)
     if x.size >= MIN_SIZE and _contiguous_float(x) and x.ndim <= 8 and hot(("pad", x.shape, x.dtype.num)):

@@ -411,3 +411,12 @@ def test_docs_examples(doc, heading):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.failures == 0 and runner.tries > 0
+
+
+@pytest.mark.parametrize("dtype", [ember.bfloat16, ember.float8_e5m2])
+def test_pad_of_a_storage_dtype_encodes_its_fill_value(dtype):
+    """-inf (max pool's padding) and 0.3 become the format's codes, as on the numpy backend."""
+    for value in (float("-inf"), 0.3, 0.0):
+        got = ember.nn.functional.pad(ember.ones(1, 2, 3, backend="numba").to(dtype), (1, 2, 1, 0), value=value)
+        want = ember.nn.functional.pad(ember.ones(1, 2, 3).to(dtype), (1, 2, 1, 0), value=value)
+        assert got.dtype is dtype and got.float().tolist() == want.float().tolist()
