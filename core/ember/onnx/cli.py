@@ -101,14 +101,22 @@ def _inputs(model, files):
 
 
 def run(args) -> int:
+    import contextlib
+
+    import ember
+
+    # a context, not ember.use: a caller's process keeps its backend after an in-process call
+    with ember.backend(args.backend) if args.backend else contextlib.nullcontext():
+        return _run(args)
+
+
+def _run(args) -> int:
     import ember
 
     from ..jit import jit
     from .graph import OnnxModule
     from .reader import read_model
 
-    if args.backend:
-        ember.use(args.backend)
     model = read_model(args.model)
     t0 = time.perf_counter()
     m = OnnxModule(model)
