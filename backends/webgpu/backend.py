@@ -126,8 +126,8 @@ class WebGPUBackend(Backend):
     def capabilities(self):
         return Capabilities(
             ops=frozenset(self.impls),
-            # int8, int16, uint16 in 32-bit words; uint64 and the storage dtypes (bfloat16, ...) on the host
-            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
+            # int8, int16, uint16 in 32-bit words; uint64, the storage dtypes (bfloat16, ...) and text on the host
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE) + D.TEXT),
             devices=("webgpu",),
             notes={
                 "gpu_ops": ", ".join(sorted(GPU)),

@@ -23,8 +23,8 @@ from ember.onnx import suite  # noqa: E402
 
 # One case of most families and every kind of value: broadcasting, float64 and int64 (host
 # dtypes on webgpu), bool, sequences, optionals, a constant folded at conversion, a body graph
-# (If), strings (not converted: safetensors, the bundle's format, has no string code), two models
-# of the shipped sets.
+# (If), strings (in the bundle's safetensors metadata, as lists of str), two models of the
+# shipped sets.
 SUBSET = [
     "test_abs",
     "test_add_bcast",
@@ -69,12 +69,9 @@ def test_the_bundle_route_agrees_with_the_direct_route(cases, bundle):
     for case in cases:
         direct = suite.run_case(case, "python")
         via = errors.get(case.name) or records[case.name]["reason"]
-        if case.name in errors:  # python holds text; the bundle cannot carry it
-            assert direct is None and "safetensors has no string dtype" in via, (case.name, via, direct)
-            continue
         assert (via is None) == (direct is None), (case.name, via, direct)
-    assert list(errors) == ["test_ai_onnx_ml_label_encoder_string_int"]
-    assert errors["test_ai_onnx_ml_label_encoder_string_int"].startswith("not converted: ValueError: ")
+    assert errors == {}
+    assert records["test_ai_onnx_ml_label_encoder_string_int"]["reason"] is None  # text travels too
     assert records["test_if"]["reason"] is None  # its two branches travel with the node
     assert all(r.get("gpu") is None for r in records.values())  # the python backend counts nothing
 
@@ -168,9 +165,9 @@ def test_the_command_runs_official_cases_on_webgpu_in_chromium(chromium, pyodide
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "webgpu adapter: " in out and "unexpected failure" not in out, out
-    assert "| **all** | 19 | " in out and " | 20 |" in out  # the string case cannot be written into the bundle
+    assert "| **all** | 20 | " in out and " | 20 |" in out
     rows = {r["name"]: r for r in json.loads((tmp_path / "results.json").read_text())["cases"]}
-    assert rows["test_ai_onnx_ml_label_encoder_string_int"]["reason"].startswith("not converted")
+    assert rows["test_ai_onnx_ml_label_encoder_string_int"]["reason"] is None  # text on the page's host
     for name in ("test_relu", "test_matmul_2d", "test_conv_with_strides_padding", "test_add_bcast"):
         assert onnx_browser.placement(rows[name]) == "gpu", rows[name]
     assert "take" in rows["test_gather_0"]["gpu"]  # the gather runs on the GPU, its int64 indices on the host

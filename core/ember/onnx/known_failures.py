@@ -167,8 +167,6 @@ BACKEND_REASONS = {
     "cupy-host": {NOT_LISTED + "dtype string is not supported by backend 'cupy-host'": STRING_CASES},
     "webgpu": {
         "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,
-        "safetensors has no string dtype, so a case of string tensors cannot be written into the browser's zip "
-        "(the conversion names the dtype); webgpu does not list string either": STRING_CASES,
         "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "
         "1 + exp(x), near 1 for very negative x, so its small results carry relative errors of "
         "~1e-3 (11 of 10,000 elements past the case's rtol 1e-3, at most 1.25e-3; SwiftShader)": """

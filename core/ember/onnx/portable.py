@@ -6,7 +6,7 @@ MODEL``) converts the model where ``onnx`` is installed: :func:`save` loads it w
 the nodes with their attributes, the schema version each handler honours and the body graphs of
 If, Loop and Scan — as JSON, and the parameters, the folded constants, the bodies' constants and
 any tensor attribute as one safetensors blob (string tensors, which safetensors has no code for,
-as lists of str in the JSON's ``texts``).
+as lists of str in its metadata: :func:`dump_tensors`).
 :func:`restore` rebuilds the same :class:`~ember.onnx.OnnxModule` from those two with the
 standard library only (no ``onnx``, no numpy), on any backend.
 
@@ -55,8 +55,6 @@ def save(source) -> tuple:
             tensors[f"parameter/{name}"] = t
         for name, t in module._buffers.items():
             tensors[f"constant/{name}"] = t
-    # safetensors has no string dtype: text travels as lists of str in the JSON
-    texts = {key: _text(tensors.pop(key)) for key in [k for k, t in tensors.items() if t.dtype is D.string]}
     graph = {
         "format": FORMAT,
         "version": 1,
@@ -67,20 +65,15 @@ def save(source) -> tuple:
         "constants": list(module._buffers),
         "nodes": nodes,
     }
-    if texts:
-        graph["texts"] = texts
     return graph, dump_tensors(tensors)
-
-
-def _text(t) -> dict:
-    return {"shape": list(t.shape), "values": t.reshape(-1).tolist()}
 
 
 def dump_tensors(tensors: dict) -> bytes:
     """The safetensors bytes of ``{key: Tensor}``. A tensor safetensors cannot hold as it is (the
     4- and 2-bit integers have no code; F4 packs float4 two values a byte, so an odd count does
     not fit) is written as its values in a wider dtype, which is exact, and the metadata's
-    ``recast`` names the dtype :func:`load_tensors` casts it back to.
+    ``recast`` names the dtype :func:`load_tensors` casts it back to. A string tensor (safetensors
+    has no string dtype) goes into the metadata's ``texts`` as its shape and a list of str.
 
     >>> import ember
     >>> load_tensors(dump_tensors({"w": ember.tensor([-8, 7]).to(ember.int4)}), "python")["w"]
@@ -88,16 +81,19 @@ def dump_tensors(tensors: dict) -> bytes:
     """
     from ..io.tensorbytes import UNCODED
 
-    blobs, recast = {}, {}
+    blobs, recast, texts = {}, {}, {}
     with autodiff.no_grad():
         for key, t in tensors.items():
+            if t.dtype is D.string:
+                texts[key] = {"shape": list(t.shape), "values": t.reshape(-1).tolist()}
+                continue
             wider = UNCODED.get(t.dtype.name) or (
                 "float32" if t.dtype.name == "float4_e2m1fn" and t.numel() % 2 else None
             )
             if wider:
                 recast[key], t = t.dtype.name, t.to(wider)
             blobs[key] = tensor_bytes(t)
-    return save_bytes(blobs, {"format": FORMAT, "recast": json.dumps(recast)})
+    return save_bytes(blobs, {"format": FORMAT, "recast": json.dumps(recast), "texts": json.dumps(texts)})
 
 
 def load_tensors(blob, backend=None, source: str = "<onnx graph weights>") -> dict:
@@ -105,8 +101,12 @@ def load_tensors(blob, backend=None, source: str = "<onnx graph weights>") -> di
     tensors, metadata = load_bytes(blob, source=source)
     backend = get_backend(backend)
     recast = json.loads((metadata or {}).get("recast", "{}"))
+    texts = json.loads((metadata or {}).get("texts", "{}"))
     out = {key: tensor_from_bytes(tb, backend) for key, tb in tensors.items()}
-    return {key: t.to(recast[key]) if key in recast else t for key, t in out.items()}
+    out = {key: t.to(recast[key]) if key in recast else t for key, t in out.items()}
+    for key, text in texts.items():
+        out[key] = tensor(text["values"], dtype=D.string, backend=backend).reshape(text["shape"])
+    return out
 
 
 def _nodes(program, tensors: dict, prefix: str) -> list:
@@ -178,11 +178,9 @@ def restore(graph: dict, blob, backend=None) -> OnnxModule:
     if found != FORMAT:
         raise OnnxError(f"not an ember ONNX graph (format {found!r}, expected {FORMAT!r})")
     backend = get_backend(backend)
-    tensors, texts = load_tensors(blob, backend), graph.get("texts", {})
+    tensors = load_tensors(blob, backend)
 
     def get(key):
-        if key in texts:
-            return tensor(texts[key]["values"], dtype=D.string, backend=backend).reshape(texts[key]["shape"])
         if key not in tensors:
             raise OnnxError(f"the graph's weights lack {key!r}")
         return tensors[key]
