@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import threads, winograd
+from . import winograd
 
 
 def _channels_last(x, padding):
@@ -67,18 +67,14 @@ def _columns(xh, kernel, stride, dilation, out_hw):
     if c == 1:
         # runs of KW values are too short for NumPy's copy loop: copy each kernel position's
         # (N, OH, OW) plane instead (runs of OW values), and hand BLAS the transposed view
-        planes = np.empty((kh, kw, n, oh, ow), xh.dtype)
-        planes_of = win[..., 0].transpose(3, 4, 0, 1, 2)
-        threads.split(lambda s: np.copyto(planes[:, :, s], planes_of[:, :, s]), n, planes.nbytes)
+        planes = np.ascontiguousarray(win[..., 0].transpose(3, 4, 0, 1, 2))
         return planes.reshape(kh * kw, n * oh * ow).T
     try:
         return win.reshape(n * oh * ow, kh * kw * c, copy=False)  # 1x1, stride 1: the input itself
     except TypeError:  # NumPy < 2.1 has no copy=: a view where one exists, else a copy, one thread
         return win.reshape(n * oh * ow, kh * kw * c)
-    except ValueError:  # a copy is needed: parts of the batch on the backend's threads
-        cols = np.empty(win.shape, xh.dtype)
-        threads.split(lambda s: np.copyto(cols[s], win[s]), n, cols.nbytes)
-        return cols.reshape(n * oh * ow, kh * kw * c)
+    except ValueError:  # a copy is needed
+        return np.ascontiguousarray(win).reshape(n * oh * ow, kh * kw * c)
 
 
 def _weight_matrix(w):
@@ -170,19 +166,13 @@ TAPS_MAX_CHANNELS = 128
 
 def _col2im(target, cols, stride, dilation, out_hw):
     """Add each kernel position's columns ``cols[i, j]`` (B, OH, OW, C) into its strided slice
-    of the padded, channels-last ``target`` (B, HP, WP, C), parts of the batch on the
-    backend's threads (each image's sums in the same order)."""
+    of the padded, channels-last ``target`` (B, HP, WP, C)."""
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
     kh, kw = cols.shape[:2]
-
-    def add(s):
-        for i in range(kh):
-            for j in range(kw):
-                top, left = i * dh, j * dw
-                rows = target[s, top : top + sh * (oh - 1) + 1 : sh, left : left + sw * (ow - 1) + 1 : sw]
-                rows += cols[i, j, s]
-
-    threads.split(add, target.shape[0], cols.nbytes)
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dh, j * dw
+            target[:, top : top + sh * (oh - 1) + 1 : sh, left : left + sw * (ow - 1) + 1 : sw] += cols[i, j]
 
 
 def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):

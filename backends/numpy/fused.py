@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from . import threads
-
 
 def _reference(name, *args, **params):
     """Run the reference decomposition of fused op ``name`` on NumPy buffers."""
@@ -100,18 +98,12 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
 
 def window_max(slices):
     """The elementwise maximum of the kernel-position slices, laid out like them (NaN
-    propagates: NaN wins, as in the reference); parts of the leading axis on the backend's
-    threads."""
+    propagates: NaN wins, as in the reference)."""
     if len(slices) == 1:
         return slices[0].copy(order="K")
-    out = np.empty_like(slices[0])
-
-    def part(s):
-        np.maximum(slices[0][s], slices[1][s], out=out[s])
-        for piece in slices[2:]:
-            np.maximum(out[s], piece[s], out=out[s])
-
-    threads.split(part, len(out), out.nbytes * len(slices))
+    out = np.maximum(slices[0], slices[1], out=np.empty_like(slices[0]))
+    for piece in slices[2:]:
+        np.maximum(out, piece, out=out)
     return out
 
 
@@ -139,26 +131,15 @@ def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation,
     dx = np.empty_like(padded) if covered else np.zeros_like(padded)  # laid out like x
     targets = _views(dx, kernel_size, stride, dilation, out_hw)
     bits = grad.view(itype)
-    last = len(slices) - 1
-
-    def part(at):
-        b = best[at]
-        if spend:
-            rest = bits[at]
-        else:
-            rest = np.empty_like(b, dtype=itype)
-            np.copyto(rest, bits[at])
-        equal = np.empty_like(b, dtype=bool)
-        for n, (piece, target) in enumerate(zip(slices, targets)):
-            taken = target[at].view(itype)
-            if n == last:
-                np.copyto(taken, rest)
-                break
-            np.equal(piece[at], b, out=equal)
-            np.multiply(rest, equal, out=taken)
-            np.subtract(rest, taken, out=rest)
-
-    threads.split(part, len(best), dx.nbytes * 2)  # parts of the leading axis on the backend's threads
+    rest = bits if spend else bits.copy(order="K")
+    equal = np.empty_like(best, dtype=bool)
+    *taking, (_, last) = zip(slices, targets)
+    for piece, target in taking:
+        taken = target.view(itype)
+        np.equal(piece, best, out=equal)
+        np.multiply(rest, equal, out=taken)
+        np.subtract(rest, taken, out=rest)
+    np.copyto(last.view(itype), rest)
     return dx
 
 
@@ -236,23 +217,18 @@ def _row_chunks(rows):
     return [slice(a, min(len(rows), a + per)) for a in range(0, len(rows), per)], per
 
 
-def _per_chunk(chunks, nbytes, fn, scratch):
-    """``fn(i, chunk, t)`` for every chunk, parts of the list on the backend's threads, with
-    ``t`` a scratch array for the chunk's rows (one a part: ``scratch`` = (rows, C, dtype))."""
+def _per_chunk(chunks, fn, scratch):
+    """``fn(i, chunk, t)`` for every chunk, with ``t`` a scratch array for the chunk's rows
+    (``scratch`` = (rows, C, dtype))."""
     rows, c, dtype = scratch
-
-    def part(at):
-        t = np.empty((rows, c), dtype)
-        for i in range(at.start, at.stop):
-            sl = chunks[i]
-            fn(i, sl, t[: sl.stop - sl.start])
-
-    threads.split(part, len(chunks), nbytes)
+    t = np.empty((rows, c), dtype)
+    for i, sl in enumerate(chunks):
+        fn(i, sl, t[: sl.stop - sl.start])
 
 
 def _in_order(partials):
-    """The rows of ``partials`` summed one after another, from zero: the chunks' sums added in
-    the order one thread would have added them."""
+    """The rows of ``partials`` summed one after another, from zero (the chunks' sums in
+    chunk order)."""
     total = np.zeros(partials.shape[1:])
     for p in partials:
         total += p
@@ -273,7 +249,7 @@ def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
         np.multiply(xc, xc, out=sq, dtype=np.float64)  # exact
         np.add.reduce(sq, axis=0, out=sums[1, i])
 
-    _per_chunk(chunks, xr.nbytes * 3, statistics, (min(per, m), c, np.float64))
+    _per_chunk(chunks, statistics, (min(per, m), c, np.float64))
     s1, s2 = _in_order(sums[0]), _in_order(sums[1])
     mean = s1 / m
     var = np.maximum(s2 / m - mean * mean, 0.0)  # float64: the cancellation costs nothing visible in float32
@@ -291,7 +267,7 @@ def _batch_norm_rows(xr, weight, bias, eps, out, then=None):
         if then is not None:
             then(o, sl)
 
-    _per_chunk(chunks, xr.nbytes * 2, normalize, (0, c, xr.dtype))
+    _per_chunk(chunks, normalize, (0, c, xr.dtype))
     return mean, var
 
 
@@ -313,7 +289,7 @@ def _batch_norm_backward_rows(gr, xr, weight, mean, var, eps, out):
         np.add.reduce(t, axis=0, dtype=np.float64, out=sums[1, i])
 
     scratch = (min(per, m), c, xr.dtype)
-    _per_chunk(chunks, xr.nbytes * 3, statistics, scratch)
+    _per_chunk(chunks, statistics, scratch)
     gsum, gxsum = _in_order(sums[0]), _in_order(sums[1])
     a = rstd if weight is None else rstd * weight
     # dx = a * (g - gsum / m - xhat * gxsum / m), with xhat = (x - mean) * rstd
@@ -327,7 +303,7 @@ def _batch_norm_backward_rows(gr, xr, weight, mean, var, eps, out):
         np.subtract(o, t, out=o)
         np.subtract(o, shift_x, out=o)
 
-    _per_chunk(chunks, xr.nbytes * 3, gradient, scratch)
+    _per_chunk(chunks, gradient, scratch)
     return gsum, gxsum
 
 

@@ -35,7 +35,7 @@ from ember.backend import Backend
 from ember.jit.graph import Graph, Var
 from ember.jit.passes import fusion_groups
 
-from . import backend as nb, conv, fused, threads
+from . import backend as nb, conv, fused
 
 #: The op name of a rewritten node.
 KERNEL = "numpy_kernel"
@@ -63,24 +63,18 @@ def _zero_unless(x, keep, out):
 
 def _bias_relu_(rows, bias, itype):
     """``rows = where(rows + bias > 0, rows + bias, 0)`` in place, a chunk at a time, so each
-    chunk is read from memory once for the three passes; parts of the rows on the backend's
-    threads."""
+    chunk is read from memory once for the three passes."""
     per = max(1, CHUNK_BYTES // max(1, rows.shape[1] * rows.itemsize))
-
-    def part(at):
-        mine = rows[at]
-        keep = np.empty((min(per, len(mine)), rows.shape[1]), bool)
-        mask = np.empty(keep.shape, itype)
-        for a in range(0, len(mine), per):
-            chunk = mine[a : a + per]
-            k, m = keep[: len(chunk)], mask[: len(chunk)]
-            if bias is not None:
-                np.add(chunk, bias, out=chunk)
-            np.greater(chunk, 0, out=k)
-            np.negative(k, dtype=itype, out=m)
-            np.bitwise_and(chunk.view(itype), m, out=chunk.view(itype))
-
-    threads.split(part, len(rows), rows.nbytes)
+    keep = np.empty((min(per, len(rows)), rows.shape[1]), bool)
+    mask = np.empty(keep.shape, itype)
+    for a in range(0, len(rows), per):
+        chunk = rows[a : a + per]
+        k, m = keep[: len(chunk)], mask[: len(chunk)]
+        if bias is not None:
+            np.add(chunk, bias, out=chunk)
+        np.greater(chunk, 0, out=k)
+        np.negative(k, dtype=itype, out=m)
+        np.bitwise_and(chunk.view(itype), m, out=chunk.view(itype))
 
 
 def conv2d_bias_relu(x, w, bias, **params):
@@ -162,15 +156,9 @@ def _chunks(*arrays):
 
 
 def _each_chunk(fn, *arrays):
-    """``fn(*chunks)`` for the matching chunks of ``arrays`` (:func:`_chunks`), parts of the
-    chunks on the backend's threads."""
-    chunks = list(_chunks(*arrays))
-
-    def part(at):
-        for c in chunks[at]:
-            fn(*c)
-
-    threads.split(part, len(chunks), sum(a.nbytes for a in arrays))
+    """``fn(*chunks)`` for the matching chunks of ``arrays`` (:func:`_chunks`)."""
+    for c in _chunks(*arrays):
+        fn(*c)
 
 
 def relu(x, out=None):

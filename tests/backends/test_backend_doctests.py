@@ -16,7 +16,6 @@ import pytest
         "ember.backends.numpy.float8",
         "ember.backends.numpy.conv",
         "ember.backends.numpy.winograd",
-        "ember.backends.numpy.threads",
         "ember.backends.python.backend",
         "ember.backends.webgpu.backend",
     ],
