@@ -130,8 +130,7 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     slices = fused._views(padded, kernel_size, stride, dilation, out_hw)
     if best is None:
         best = fused.window_max(slices)
-    masked = _zero_unless(grad, np.greater(best, 0), np.empty_like(grad))
-    dx = fused.first_max_scatter(masked, padded, slices, best, kernel_size, stride, dilation, out_hw, spend=True)
+    dx = fused.first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation, out_hw, relu=True)
     h, w = r.shape[-2:]
     return dx[..., top : top + h, left : left + w]
 

@@ -209,14 +209,17 @@ def test_relu_kernels_give_wheres_bits(dtype, layout, monkeypatch):
 
 @pytest.mark.parametrize("hw", [(8, 8), (11, 9)])  # covered by the windows / a row and column left over
 @pytest.mark.parametrize("given", [True, False])
-def test_relu_pool_backward_is_the_relu_gradient_of_the_pool_backward(hw, given):
+@pytest.mark.parametrize("chunks", ["whole", "two images at a time"])
+def test_relu_pool_backward_is_the_relu_gradient_of_the_pool_backward(hw, given, chunks, monkeypatch):
     rng = np.random.RandomState(3)
-    y = rng.randint(-2, 3, size=(2, 3, *hw)).astype(np.float32)  # ties and zeros
+    y = rng.randint(-2, 3, size=(5, 3, *hw)).astype(np.float32)  # ties and zeros
     y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels last, as conv.py's
     r = np.where(y > 0, y, 0).astype(np.float32)
     best = numpy_fused.max_pool2d(r, **POOL)
     g = _relu_input(rng, best.shape)
-    want = np.where(y > 0, numpy_fused.max_pool2d_backward(g, r, **POOL), 0)
+    want = np.where(y > 0, numpy_fused.max_pool2d_backward(g, r, **POOL), 0)  # whole arrays
+    if chunks != "whole":  # chunks of 2, 2 and 1 images
+        monkeypatch.setattr(numpy_fused, "POOLED_BYTES", 2 * best[0].nbytes)
     got = rewrites.relu_max_pool2d_backward(g, r, best if given else None, **POOL)
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
