@@ -95,10 +95,14 @@ def _rows(g):
 #: of a convolution is this block, not the batch's columns.
 BLOCK_BYTES = 4 << 20
 MIN_ROWS = 1024  # keeps each GEMM tall enough to use BLAS's blocking well
+#: Bytes of output a forward block makes at most, so that an epilogue (``then``: a bias and
+#: ReLU, rewrites.py) finds it in cache; it binds where the output rows are wider than the
+#: columns' (few input channels: LeNet's and ResNet's first layers).
+OUT_BLOCK_BYTES = 1 << 20
 
 
 def _blocks(n, rows_per_image, row_bytes):
-    """Slices of the batch of ``n`` images whose columns take about BLOCK_BYTES."""
+    """Slices of the batch of ``n`` images whose rows (columns, or output) take about BLOCK_BYTES."""
     per = max(1, BLOCK_BYTES // max(1, rows_per_image * row_bytes), -(-MIN_ROWS // max(1, rows_per_image)))
     return [slice(a, min(n, a + per)) for a in range(0, n, per)]
 
@@ -107,12 +111,16 @@ def _geometry(input_hw, kernel, stride, padding, dilation):
     return tuple(_out_size(input_hw[i], kernel[i], stride[i], padding[i], dilation[i]) for i in range(2))
 
 
-def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, then=None):
     """The ``conv2d`` primitive: (N, C, H, W) * (O, C/groups, KH, KW) -> (N, O, OH, OW),
-    laid out channels last in memory (see the module doc)."""
+    laid out channels last in memory (see the module doc). ``then(rows)``, if given, is
+    applied in place to each block of output rows (M, O) right after its GEMMs, while they
+    are in cache."""
     wino = winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, np.result_type(x, w))
     # 3x3, stride 1, enough channels: fewer multiplications (winograd.py); None: not finite
     if wino is not None and (y := winograd.conv2d(x, w, padding, wino)) is not None:
+        if then is not None:
+            then(y.transpose(0, 2, 3, 1).reshape(-1, y.shape[1]))  # channels last: a view
         return y
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
@@ -121,11 +129,14 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     xh = _channels_last(x, padding)
     wm = _weight_matrix(w)
     out = np.empty((n, oh, ow, o), dtype=np.result_type(x, w))
-    for b in _blocks(n, oh * ow, wm.shape[1] * xh.itemsize):
+    row_bytes = max(wm.shape[1], o * BLOCK_BYTES // OUT_BLOCK_BYTES) * xh.itemsize
+    for b in _blocks(n, oh * ow, row_bytes):
         rows = out[b].reshape(-1, o)
         for gi in range(groups):
             cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], kernel, stride, dilation, (oh, ow))
             np.matmul(cols, wm[gi * og : (gi + 1) * og].T, out=rows[:, gi * og : (gi + 1) * og])  # BLAS GEMM
+        if then is not None:
+            then(rows)
     return out.transpose(0, 3, 1, 2)
 
 

@@ -159,8 +159,7 @@ def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation,
         r, e = rest[: len(b)], equal[: len(b)]
         if relu:  # the bits where best > 0, else zero
             np.greater(b, 0, out=e)
-            np.negative(e, dtype=itype, out=r)
-            np.bitwise_and(bits[at], r, out=r)
+            np.multiply(bits[at], e, out=r)
         else:
             np.copyto(r, bits[at])
         for piece, target in taking:
