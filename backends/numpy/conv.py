@@ -12,7 +12,9 @@ being copied back to NCHW: elementwise ops lay their results out like their inpu
 whole conv -> batch-norm -> ReLU stack stays channels last, and the next convolution's
 ``transpose(0, 2, 3, 1)`` is free.
 
-Each runs over blocks of the batch whose columns stay in cache (BLOCK_BYTES).
+Each runs over blocks of the batch whose columns stay in cache (BLOCK_BYTES); the forward
+pass can run an epilogue (``then``: a bias and ReLU, rewrites.py) on each block's output rows
+while they are in cache.
 
 The backward pass uses the same layout: the input gradient is one GEMM ``g @ weights``
 into columns (one GEMM per kernel position for at most 128 channels, so that each
@@ -20,7 +22,7 @@ position's columns are contiguous), then col2im adds its k*k kernel-position sli
 preallocated padded buffer (each add a strided slice over whole channel vectors, or whole
 rows of OW * C values per kernel position at stride 1), or, for large stride-1 images,
 the forward convolution of ``g`` with the flipped kernel (no col2im); the weight gradient is
-one GEMM ``g.T @ columns``.
+one GEMM ``g.T @ columns`` (computed as its transpose for narrow layers).
 
 >>> import numpy as np
 >>> x = np.arange(16.0).reshape(1, 1, 4, 4)
