@@ -142,10 +142,12 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, then=
     return out.transpose(0, 3, 1, 2)
 
 
-#: conv2d_grad_weight with at most this many output channels computes the transposed weight
-#: matrix, ``columns.T @ g``, which OpenBLAS runs faster than ``g.T @ columns`` for narrow
-#: ``g`` (measured, one thread, this / the other, same bits: 1 channel in 0.77x, 32 -> 64
-#: 0.97x, 64 -> 64 0.93x, 128 -> 128 0.93x; 256 -> 256 1.07x, 512 -> 512 1.70x).
+#: conv2d_grad_weight with at most this many output channels and a kernel of several positions
+#: computes the transposed weight matrix, ``columns.T @ g``, which OpenBLAS runs faster than
+#: ``g.T @ columns`` for narrow ``g`` and deep columns (measured, this / the other, same bits;
+#: whole kernels, one thread: 1 channel in 0.77x, 32 -> 64 0.97x, 64 -> 64 0.93x, 128 -> 128
+#: 0.93x, 256 -> 256 1.07x, 512 -> 512 1.70x; the products alone on two threads: K = 288 and
+#: 576 with 64 channels 0.88x and 0.93x, but a 1x1 kernel's K = 64 with 128 channels 1.07x).
 COLUMNS_FIRST_MAX_CHANNELS = 128
 
 
@@ -160,7 +162,7 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
     n, _, oh, ow = g.shape
     xh = _channels_last(x, padding)
     gr = _rows(g).reshape(n, oh * ow, o)
-    first = o <= COLUMNS_FIRST_MAX_CHANNELS
+    first = o <= COLUMNS_FIRST_MAX_CHANNELS and kh * kw > 1
     out = np.zeros((kh * kw * cg, o) if first else (o, kh * kw * cg), dtype=np.result_type(x, g))
     for b in _blocks(n, oh * ow, kh * kw * cg * xh.itemsize):
         grb = gr[b].reshape(-1, o)
