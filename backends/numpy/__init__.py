@@ -2,9 +2,7 @@
 
 backend.py (the primitives and ``NumpyBackend``) · host_memory.py (glibc malloc tuning for the
 arrays a training step allocates again each step) · jit_runner.py (ember.jit's runner for
-NumPy-array backends: planned, reused ``out=`` buffers; ``NumpyBackend.jit_runner`` names it) ·
-threads.py (the large passes around BLAS's products split across threads, opt-in:
-``EMBER_NUMPY_THREADS``).
+NumPy-array backends: planned, reused ``out=`` buffers; ``NumpyBackend.jit_runner`` names it).
 
 This module is the ``ember`` entry point: it offers the backend without importing numpy, so
 where numpy is absent (Pyodide without its wheel) nothing is offered and nothing warns.

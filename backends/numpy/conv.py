@@ -12,7 +12,9 @@ being copied back to NCHW: elementwise ops lay their results out like their inpu
 whole conv -> batch-norm -> ReLU stack stays channels last, and the next convolution's
 ``transpose(0, 2, 3, 1)`` is free.
 
-Each runs over blocks of the batch whose columns stay in cache (BLOCK_BYTES).
+Each runs over blocks of the batch whose columns stay in cache (BLOCK_BYTES); the forward
+pass can run an epilogue (``then``: a bias and ReLU, rewrites.py) on each block's output rows
+while they are in cache.
 
 The backward pass uses the same layout: the input gradient is one GEMM ``g @ weights``
 into columns (one GEMM per kernel position for at most 128 channels, so that each
@@ -20,7 +22,7 @@ position's columns are contiguous), then col2im adds its k*k kernel-position sli
 preallocated padded buffer (each add a strided slice over whole channel vectors, or whole
 rows of OW * C values per kernel position at stride 1), or, for large stride-1 images,
 the forward convolution of ``g`` with the flipped kernel (no col2im); the weight gradient is
-one GEMM ``g.T @ columns``.
+one GEMM ``g.T @ columns`` (computed as its transpose for narrow layers).
 
 >>> import numpy as np
 >>> x = np.arange(16.0).reshape(1, 1, 4, 4)
@@ -33,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import threads, winograd
+from . import winograd
 
 
 def _channels_last(x, padding):
@@ -67,18 +69,14 @@ def _columns(xh, kernel, stride, dilation, out_hw):
     if c == 1:
         # runs of KW values are too short for NumPy's copy loop: copy each kernel position's
         # (N, OH, OW) plane instead (runs of OW values), and hand BLAS the transposed view
-        planes = np.empty((kh, kw, n, oh, ow), xh.dtype)
-        planes_of = win[..., 0].transpose(3, 4, 0, 1, 2)
-        threads.split(lambda s: np.copyto(planes[:, :, s], planes_of[:, :, s]), n, planes.nbytes)
+        planes = np.ascontiguousarray(win[..., 0].transpose(3, 4, 0, 1, 2))
         return planes.reshape(kh * kw, n * oh * ow).T
     try:
         return win.reshape(n * oh * ow, kh * kw * c, copy=False)  # 1x1, stride 1: the input itself
     except TypeError:  # NumPy < 2.1 has no copy=: a view where one exists, else a copy, one thread
         return win.reshape(n * oh * ow, kh * kw * c)
-    except ValueError:  # a copy is needed: parts of the batch on the backend's threads
-        cols = np.empty(win.shape, xh.dtype)
-        threads.split(lambda s: np.copyto(cols[s], win[s]), n, cols.nbytes)
-        return cols.reshape(n * oh * ow, kh * kw * c)
+    except ValueError:  # a copy is needed
+        return np.ascontiguousarray(win).reshape(n * oh * ow, kh * kw * c)
 
 
 def _weight_matrix(w):
@@ -99,10 +97,14 @@ def _rows(g):
 #: of a convolution is this block, not the batch's columns.
 BLOCK_BYTES = 4 << 20
 MIN_ROWS = 1024  # keeps each GEMM tall enough to use BLAS's blocking well
+#: Bytes of output a forward block makes at most, so that an epilogue (``then``: a bias and
+#: ReLU, rewrites.py) finds it in cache; it binds where the output rows are wider than the
+#: columns' (few input channels: LeNet's and ResNet's first layers).
+OUT_BLOCK_BYTES = 1 << 20
 
 
 def _blocks(n, rows_per_image, row_bytes):
-    """Slices of the batch of ``n`` images whose columns take about BLOCK_BYTES."""
+    """Slices of the batch of ``n`` images whose rows (columns, or output) take about BLOCK_BYTES."""
     per = max(1, BLOCK_BYTES // max(1, rows_per_image * row_bytes), -(-MIN_ROWS // max(1, rows_per_image)))
     return [slice(a, min(n, a + per)) for a in range(0, n, per)]
 
@@ -111,12 +113,16 @@ def _geometry(input_hw, kernel, stride, padding, dilation):
     return tuple(_out_size(input_hw[i], kernel[i], stride[i], padding[i], dilation[i]) for i in range(2))
 
 
-def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, then=None):
     """The ``conv2d`` primitive: (N, C, H, W) * (O, C/groups, KH, KW) -> (N, O, OH, OW),
-    laid out channels last in memory (see the module doc)."""
+    laid out channels last in memory (see the module doc). ``then(rows)``, if given, is
+    applied in place to each block of output rows (M, O) right after its GEMMs, while they
+    are in cache."""
     wino = winograd.plan(x.shape, w.shape, stride, padding, dilation, groups, np.result_type(x, w))
     # 3x3, stride 1, enough channels: fewer multiplications (winograd.py); None: not finite
     if wino is not None and (y := winograd.conv2d(x, w, padding, wino)) is not None:
+        if then is not None:
+            then(y.transpose(0, 2, 3, 1).reshape(-1, y.shape[1]))  # channels last: a view
         return y
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
@@ -125,17 +131,29 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     xh = _channels_last(x, padding)
     wm = _weight_matrix(w)
     out = np.empty((n, oh, ow, o), dtype=np.result_type(x, w))
-    for b in _blocks(n, oh * ow, wm.shape[1] * xh.itemsize):
+    row_bytes = max(wm.shape[1], o * BLOCK_BYTES // OUT_BLOCK_BYTES) * xh.itemsize
+    for b in _blocks(n, oh * ow, row_bytes):
         rows = out[b].reshape(-1, o)
         for gi in range(groups):
             cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], kernel, stride, dilation, (oh, ow))
             np.matmul(cols, wm[gi * og : (gi + 1) * og].T, out=rows[:, gi * og : (gi + 1) * og])  # BLAS GEMM
+        if then is not None:
+            then(rows)
     return out.transpose(0, 3, 1, 2)
 
 
+#: conv2d_grad_weight with at most this many output channels and a kernel of several positions
+#: computes the transposed weight matrix, ``columns.T @ g``, which OpenBLAS runs faster than
+#: ``g.T @ columns`` for narrow ``g`` and deep columns (measured, this / the other, same bits;
+#: whole kernels, one thread: 1 channel in 0.77x, 32 -> 64 0.97x, 64 -> 64 0.93x, 128 -> 128
+#: 0.93x, 256 -> 256 1.07x, 512 -> 512 1.70x; the products alone on two threads: K = 288 and
+#: 576 with 64 channels 0.88x and 0.93x, but a 1x1 kernel's K = 64 with 128 channels 1.07x).
+COLUMNS_FIRST_MAX_CHANNELS = 128
+
+
 def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    """The ``conv2d_grad_weight`` primitive: ``g.T @ columns`` per group, summed over blocks
-    of the batch."""
+    """The ``conv2d_grad_weight`` primitive: ``g.T @ columns`` per group (or its transpose,
+    COLUMNS_FIRST_MAX_CHANNELS), summed over blocks of the batch."""
     wino = winograd.plan(x.shape, weight_shape, stride, padding, dilation, groups, np.result_type(x, g))
     if wino is not None and (dw := winograd.conv2d_grad_weight(x, g, weight_shape, padding, wino)) is not None:
         return dw
@@ -144,14 +162,19 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
     n, _, oh, ow = g.shape
     xh = _channels_last(x, padding)
     gr = _rows(g).reshape(n, oh * ow, o)
-    out = np.zeros((o, kh * kw * cg), dtype=np.result_type(x, g))
+    first = o <= COLUMNS_FIRST_MAX_CHANNELS and kh * kw > 1
+    out = np.zeros((kh * kw * cg, o) if first else (o, kh * kw * cg), dtype=np.result_type(x, g))
     for b in _blocks(n, oh * ow, kh * kw * cg * xh.itemsize):
         grb = gr[b].reshape(-1, o)
         for gi in range(groups):
             cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], (kh, kw), stride, dilation, (oh, ow))
-            out[gi * og : (gi + 1) * og] += grb[:, gi * og : (gi + 1) * og].T @ cols
+            gb, at = grb[:, gi * og : (gi + 1) * og], slice(gi * og, (gi + 1) * og)
+            if first:
+                out[:, at] += cols.T @ gb
+            else:
+                out[at] += gb.T @ cols
     # laid out like the weight
-    return np.ascontiguousarray(out.reshape(o, kh, kw, cg).transpose(0, 3, 1, 2))
+    return np.ascontiguousarray((out.T if first else out).reshape(o, kh, kw, cg).transpose(0, 3, 1, 2))
 
 
 #: conv2d_grad_input of a stride-1, one-group convolution on images of at least this many
@@ -170,19 +193,13 @@ TAPS_MAX_CHANNELS = 128
 
 def _col2im(target, cols, stride, dilation, out_hw):
     """Add each kernel position's columns ``cols[i, j]`` (B, OH, OW, C) into its strided slice
-    of the padded, channels-last ``target`` (B, HP, WP, C), parts of the batch on the
-    backend's threads (each image's sums in the same order)."""
+    of the padded, channels-last ``target`` (B, HP, WP, C)."""
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
     kh, kw = cols.shape[:2]
-
-    def add(s):
-        for i in range(kh):
-            for j in range(kw):
-                top, left = i * dh, j * dw
-                rows = target[s, top : top + sh * (oh - 1) + 1 : sh, left : left + sw * (ow - 1) + 1 : sw]
-                rows += cols[i, j, s]
-
-    threads.split(add, target.shape[0], cols.nbytes)
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dh, j * dw
+            target[:, top : top + sh * (oh - 1) + 1 : sh, left : left + sw * (ow - 1) + 1 : sw] += cols[i, j]
 
 
 def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):

@@ -113,7 +113,10 @@ POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
 
 
 @pytest.mark.parametrize("xs,k,s,p,d,ceil", POOLS)
-def test_max_pool_kernels_match_the_reference(xs, k, s, p, d, ceil):
+@pytest.mark.parametrize("chunks", ["whole", "one image at a time"])
+def test_max_pool_kernels_match_the_reference(xs, k, s, p, d, ceil, chunks, monkeypatch):
+    if chunks != "whole":
+        monkeypatch.setattr(numpy_fused, "POOLED_BYTES", 1)
     rng = np.random.RandomState(2)
     x = rng.standard_normal(xs).astype(np.float32)
     x.reshape(-1)[::7] = x.reshape(-1)[3]  # ties: the first maximum takes the gradient

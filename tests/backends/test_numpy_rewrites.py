@@ -8,7 +8,7 @@ import pytest
 import ember
 import ember.nn.functional as F
 from ember import nn, optim
-from ember.backends.numpy import fused as numpy_fused, rewrites
+from ember.backends.numpy import conv, fused as numpy_fused, rewrites
 from ember.backends.numpy.backend import IMPLS, NumpyBackend
 
 POOL = {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0), "dilation": (1, 1), "ceil_mode": False}
@@ -209,27 +209,36 @@ def test_relu_kernels_give_wheres_bits(dtype, layout, monkeypatch):
 
 @pytest.mark.parametrize("hw", [(8, 8), (11, 9)])  # covered by the windows / a row and column left over
 @pytest.mark.parametrize("given", [True, False])
-def test_relu_pool_backward_is_the_relu_gradient_of_the_pool_backward(hw, given):
+@pytest.mark.parametrize("chunks", ["whole", "two images at a time"])
+def test_relu_pool_backward_is_the_relu_gradient_of_the_pool_backward(hw, given, chunks, monkeypatch):
     rng = np.random.RandomState(3)
-    y = rng.randint(-2, 3, size=(2, 3, *hw)).astype(np.float32)  # ties and zeros
+    y = rng.randint(-2, 3, size=(5, 3, *hw)).astype(np.float32)  # ties and zeros
     y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels last, as conv.py's
     r = np.where(y > 0, y, 0).astype(np.float32)
     best = numpy_fused.max_pool2d(r, **POOL)
     g = _relu_input(rng, best.shape)
-    want = np.where(y > 0, numpy_fused.max_pool2d_backward(g, r, **POOL), 0)
+    want = np.where(y > 0, numpy_fused.max_pool2d_backward(g, r, **POOL), 0)  # whole arrays
+    if chunks != "whole":  # chunks of 2, 2 and 1 images
+        monkeypatch.setattr(numpy_fused, "POOLED_BYTES", 2 * best[0].nbytes)
     got = rewrites.relu_max_pool2d_backward(g, r, best if given else None, **POOL)
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_conv_bias_relu_is_the_three_nodes(bias, monkeypatch):
+@pytest.mark.parametrize("blocks", ["whole batch", "one image at a time"])
+def test_conv_bias_relu_is_the_three_nodes(bias, blocks, monkeypatch):
     monkeypatch.setattr(rewrites, "CHUNK_BYTES", 256)
+    if blocks != "whole batch":  # the epilogue runs on each block of the convolution's output
+        monkeypatch.setattr(conv, "BLOCK_BYTES", 1)
+        monkeypatch.setattr(conv, "MIN_ROWS", 1)
     rng = np.random.RandomState(4)
     x, w = rng.standard_normal((3, 2, 7, 6)).astype(np.float32), rng.standard_normal((5, 2, 3, 3)).astype(np.float32)
     b = rng.standard_normal(5).astype(np.float32) if bias else None
     kw = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
     a = IMPLS["conv2d"](x, w, **kw)
+    np.testing.assert_array_equal(_bits(rewrites.conv2d_bias(x, w, np.zeros(5, np.float32), **kw)), _bits(a + 0))
     if bias:
+        np.testing.assert_array_equal(_bits(rewrites.conv2d_bias(x, w, b, **kw)), _bits(a + b.reshape(1, -1, 1, 1)))
         a = a + b.reshape(1, -1, 1, 1)
     np.testing.assert_array_equal(_bits(rewrites.conv2d_bias_relu(x, w, b, **kw)), _bits(np.where(a > 0, a, 0)))
 
