@@ -137,19 +137,26 @@ def twin(torch):
 
 
 @pytest.fixture
-def no_storage_backend():
-    """The python backend with its storage dtypes (bfloat16, float8, int4, ...) taken out of its
-    capabilities: a backend that does not list them, as a plugin may (ember.dtypes.MAY_LACK)."""
+def lacking_backend():
+    """A backend that lists none of the dtypes a backend may leave out of its capabilities but
+    ember's contract (the storage dtypes bfloat16, float8, int4, ...; text), as a plugin may:
+    the python backend without them, registered as ``python-lacking`` for the test."""
     import dataclasses
 
     from ember import dtypes as D
+    from ember.backend import BackendInfo
     from ember.backends.python.backend import PythonBackend
+    from ember.registry import REGISTRY
 
-    class WithoutStorage(PythonBackend):
-        name = "python-without-storage"
+    class Lacking(PythonBackend):
+        name = "python-lacking"
 
         def capabilities(self):
             caps = super().capabilities()
-            return dataclasses.replace(caps, dtypes=caps.dtypes - frozenset(D.STORAGE))
+            return dataclasses.replace(caps, dtypes=caps.dtypes - frozenset(D.STORAGE) - frozenset(D.TEXT))
 
-    return WithoutStorage()
+    backend = Lacking()
+    ember.register_backend(BackendInfo(backend.name, lambda: backend))
+    yield backend
+    for table in (REGISTRY.infos, REGISTRY.loaded, REGISTRY.origin):
+        table.pop(backend.name, None)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dtypes import STORAGE
+from ..dtypes import STORAGE, TEXT
 from .buffers import group_donations, liveness, plan_buffers, roots, steps_of  # noqa: F401 - importable from here too
 from .graph import ELEMENTWISE, FUSED, LEAVES, REDUCE, STATEFUL, VIEWS, Graph, Var  # noqa: F401
 
-_STORED = frozenset(d.name for d in STORAGE)
+_STORED = frozenset(d.name for d in (*STORAGE, *TEXT))  # no arithmetic a kernel could fuse
 #: Constant folding stops at results larger than this (they would live in memory for good).
 FOLD_LIMIT = 1 << 14
 
@@ -365,7 +365,7 @@ def fusion_groups(graph: Graph) -> list:
             continue
         producers = [group_of[a.id] for a in v.inputs if a.id in group_of]
         chosen = None
-        # a storage dtype (bfloat16) has no arithmetic in a kernel: its casts run alone
+        # a storage dtype (bfloat16) or text has no arithmetic in a kernel: its nodes run alone
         fusible = (v.op in ELEMENTWISE or v.op in REDUCE) and not any(str(a.dtype) in _STORED for a in (v, *v.inputs))
         if v.op == "fused_output":  # with the fused op it picks from: one opaque group
             chosen = group_of[v.args[0].id]

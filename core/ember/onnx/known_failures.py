@@ -163,7 +163,6 @@ NOT_LISTED = "the backend's capabilities do not list the dtype, so ember refuses
 
 # Cases that fail on one backend only, beyond EXPECTED (the same rule: the lists only shrink).
 BACKEND_REASONS = {
-    "numba": {NOT_LISTED + "dtype string is not supported by backend 'numba'": STRING_CASES},
     "cupy-host": {NOT_LISTED + "dtype string is not supported by backend 'cupy-host'": STRING_CASES},
     "webgpu": {
         "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,

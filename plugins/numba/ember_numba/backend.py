@@ -192,7 +192,7 @@ class NumbaBackend(NumpyBackend):
 
         return Capabilities(
             ops=frozenset(IMPLS),
-            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),  # bfloat16, float8: numpy's buffers
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE) + D.TEXT),  # bfloat16, float8, text: numpy's buffers
             devices=("cpu",),
             fused=frozenset(self.fused_impls),
             compiles_groups=True,

@@ -420,3 +420,18 @@ def test_pad_of_a_storage_dtype_encodes_its_fill_value(dtype):
         got = ember.nn.functional.pad(ember.ones(1, 2, 3, backend="numba").to(dtype), (1, 2, 1, 0), value=value)
         want = ember.nn.functional.pad(ember.ones(1, 2, 3).to(dtype), (1, 2, 1, 0), value=value)
         assert got.dtype is dtype and got.float().tolist() == want.float().tolist()
+
+
+def test_string_tensors_move_and_compare_eager_and_under_jit():
+    """Text on numba is NumPy's object arrays of str, as on numpy: its kernels leave them to
+    NumPy's, and ember.jit keeps the string nodes out of compiled groups."""
+    x = ember.tensor(["a", "b", "c", "d"], backend="numba")
+    y = ember.tensor(["a", "x", "c", "y"], backend="numba")
+    assert (x == y).tolist() == [True, False, True, False] and (x != "b").tolist() == [True, False, True, True]
+    assert x.reshape(2, 2).T.tolist() == [["a", "c"], ["b", "d"]] and ember.cat([x[:1], y[3:]]).tolist() == ["a", "y"]
+    step = ember.jit(lambda a, b: (a == b, ember.where(a == b, a, b).flip(0)))
+    for _ in range(2):  # traced, then compiled
+        same, picked = step(x, y)
+    assert same.tolist() == [True, False, True, False] and picked.tolist() == ["y", "c", "x", "a"]
+    with pytest.raises(ember.DTypeError, match="string tensors have no arithmetic"):
+        x + y
