@@ -121,7 +121,5 @@ def test_a_backend_that_does_not_list_float8_names_it(lacking_backend):
     x = ember.tensor([1.0]).to(ember.float8_e5m2)
     lacking = lacking_backend
     for attempt in (lambda: ember.tensor([1.0], backend=lacking).to(ember.float8_e5m2), lambda: x.to(lacking)):
-        with pytest.raises(
-            ember.DTypeError, match="float8_e5m2 is not supported by backend 'python-lacking'.*float8"
-        ):
+        with pytest.raises(ember.DTypeError, match="float8_e5m2 is not supported by backend 'python-lacking'.*float8"):
             attempt()
