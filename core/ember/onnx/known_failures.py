@@ -41,9 +41,9 @@ if importlib.util.find_spec("PIL") is None:
 
 EXPECTED = {name: reason for reason, names in REASONS.items() for name in names.split()}
 
-# The cases of the storage dtypes a backend may leave out (ember.dtypes.MAY_LACK): bfloat16 and
-# float8 here, float4, e8m0 and the 4- and 2-bit integers in NARROW_CASES. (Every built-in backend
-# computes the optional integers, so their cases are in no backend's list.)
+# The cases of the storage dtypes (bfloat16 and float8 here, float4, e8m0 and the 4- and 2-bit
+# integers in NARROW_CASES): every built-in backend passes them now; tests/onnx runs them on the
+# python backend too, whose storage of them is its own (backends/python/storage.py).
 STORED_CASES = """
     test_cast_BFLOAT16_to_FLOAT test_cast_FLOAT16_to_FLOAT8E4M3FN
     test_cast_FLOAT16_to_FLOAT8E4M3FNUZ test_cast_FLOAT16_to_FLOAT8E5M2
@@ -135,35 +135,8 @@ NARROW_CASES = """
     test_dequantizelinear_uint4 test_quantizelinear_float4e2m1 test_quantizelinear_int2
     test_quantizelinear_int4 test_quantizelinear_uint2 test_quantizelinear_uint4
 """
-E8M0_CASES = " ".join(n for n in NARROW_CASES.split() if "E8M0" in n)
-# The cases of string tensors (ember.string): numpy and python hold text, the other backends do not.
-STRING_CASES = """
-    test_ai_onnx_ml_label_encoder_string_int test_ai_onnx_ml_label_encoder_string_int_no_default
-    test_ai_onnx_ml_label_encoder_tensor_mapping
-    test_ai_onnx_ml_label_encoder_tensor_value_only_mapping test_equal_string
-    test_equal_string_broadcast test_regex_full_match_basic test_regex_full_match_email_domain
-    test_regex_full_match_empty test_string_concat test_string_concat_broadcasting
-    test_string_concat_empty_string test_string_concat_utf8 test_string_concat_zero_dimensional
-    test_string_split_basic test_string_split_consecutive_delimiters
-    test_string_split_empty_string_delimiter test_string_split_empty_tensor
-    test_string_split_maxsplit test_string_split_no_delimiter
-    test_strnorm_model_monday_casesensintive_lower
-    test_strnorm_model_monday_casesensintive_nochangecase
-    test_strnorm_model_monday_casesensintive_upper test_strnorm_model_monday_empty_output
-    test_strnorm_model_monday_insensintive_upper_twodim
-    test_strnorm_model_nostopwords_nochangecase
-    test_strnormalizer_export_monday_casesensintive_lower
-    test_strnormalizer_export_monday_casesensintive_nochangecase
-    test_strnormalizer_export_monday_casesensintive_upper
-    test_strnormalizer_export_monday_empty_output
-    test_strnormalizer_export_monday_insensintive_upper_twodim
-    test_strnormalizer_nostopwords_nochangecase
-"""
-NOT_LISTED = "the backend's capabilities do not list the dtype, so ember refuses it at the user's line: "
-
 # Cases that fail on one backend only, beyond EXPECTED (the same rule: the lists only shrink).
 BACKEND_REASONS = {
-    "cupy-host": {NOT_LISTED + "dtype string is not supported by backend 'cupy-host'": STRING_CASES},
     "webgpu": {
         "ImageDecoder needs Pillow, which the browser's Pyodide does not have": IMAGE_CASES,
         "WGSL promises log only to an absolute 2**-21 on [0.5, 2]: Mish's softplus is the log of "

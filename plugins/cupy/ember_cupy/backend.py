@@ -18,7 +18,7 @@ from ember.backend import Backend, Capabilities
 from ember.primitives import PRIMITIVES
 
 from . import device, fusion
-from .storage import Stored, code_dtype, decode, host_codes, with_storage
+from .storage import Stored, code_dtype, decode, host_codes, is_text, with_storage
 
 #: Fused ops this backend provides (ember.fused's names).
 FUSED = frozenset(
@@ -104,8 +104,8 @@ class CupyBackend(Backend):
             notes.update(device.describe() if self.rt is not None else {})
         return Capabilities(
             ops=frozenset(PRIMITIVES),
-            # int8, int16, uint16, uint64: CuPy has them; the storage dtypes as codes (storage.py)
-            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE)),
+            # int8, int16, uint16, uint64: CuPy has them; the storage dtypes as codes, text on the host (storage.py)
+            dtypes=frozenset(D.ALL + D.OPTIONAL + tuple(D.STORAGE) + D.TEXT),
             devices=(self.device,),
             fused=FUSED,
             compiles_groups=True,
@@ -120,7 +120,7 @@ class CupyBackend(Backend):
         return tuple(buf.shape)
 
     def dtype(self, buf):
-        return D.get(buf.dtype.name)
+        return D.string if is_text(buf) else D.get(buf.dtype.name)
 
     def _upload(self, host):
         self.transfers["to_device"] += 1
@@ -133,11 +133,15 @@ class CupyBackend(Backend):
         return buf.get() if hasattr(buf, "get") else buf.copy()
 
     def from_list(self, flat, shape, dtype):
+        if dtype is D.string:  # text stays on the host (storage.py)
+            return self.np.array(flat, dtype=object).reshape(shape)
         if dtype in D.STORAGE:  # ints stay ints (int4 keeps their low bits), floats round
             return Stored(self._upload(host_codes(self.np.array(flat), dtype).reshape(shape)), dtype)
         return self._upload(self.np.array(flat, dtype=dtype.name).reshape(shape))
 
     def to_list(self, buf):
+        if is_text(buf):
+            return buf.reshape(-1).tolist()
         if isinstance(buf, Stored):
             return self._download(decode(buf, self.xp)).reshape(-1).tolist()
         return self._download(buf).reshape(-1).tolist()
@@ -155,6 +159,8 @@ class CupyBackend(Backend):
         return np.array(host, dtype=host.dtype.newbyteorder("<"), order="C").tobytes()
 
     def from_numpy(self, array):
+        if array.dtype.kind == "O":
+            return self.np.array(array, dtype=object)
         name = array.dtype.names[0] if array.dtype.names else array.dtype.name  # the NumPy backend's record
         if name in D.BY_NAME and D.BY_NAME[name] in D.STORAGE:  # or an ml_dtypes array: its codes
             dtype = D.BY_NAME[name]
@@ -163,6 +169,8 @@ class CupyBackend(Backend):
         return self._upload(self.np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
 
     def to_numpy(self, buf):
+        if is_text(buf):
+            return buf.copy()
         if isinstance(buf, Stored):
             from ember.backends.numpy.bfloat16 import ml_dtypes_view
 
@@ -171,6 +179,9 @@ class CupyBackend(Backend):
         return self._download(buf)
 
     def assign(self, dst, src):
+        if is_text(dst):
+            self.np.copyto(dst, src)
+            return
         if isinstance(dst, Stored):
             self.xp.copyto(
                 dst.codes, src.codes if isinstance(src, Stored) else self.impls["cast"](src, dst.dtype).codes

@@ -10,6 +10,9 @@ upcast from dispatch, never a Stored.
 - Decoding runs on the device: bfloat16 is a shift into float32's top bits, the byte formats a
   lookup in the table of every code's value (the NumPy backend's tables, uploaded once).
 - Encoding bfloat16 runs on the device too (integer round to nearest even, NaN kept quiet).
+- Text (``ember.string``) stays on the host as NumPy object arrays of ``str``, as the NumPy
+  backend holds it: its moving primitives, ``==`` and ``!=`` run there through the NumPy
+  backend's table, and a comparison's bools go to the device.
   The byte formats are encoded on the host by the NumPy backend's rules (a download and an
   upload, counted in the backend's ``transfers``): casting into float8 or int4 converts a
   model or a node's result, it is not a step of a training loop.
@@ -105,9 +108,28 @@ def encode(values: Any, dtype: D.DType, backend: Any) -> Stored:
     return Stored(backend._upload(np.ascontiguousarray(codes)), dtype)
 
 
+def is_text(a: Any) -> bool:
+    """Is ``a`` a text buffer (a NumPy object array on the host)?"""
+    return type(a) is np.ndarray and a.dtype.kind == "O"
+
+
 def with_storage(table: dict, backend: Any) -> dict:
-    """``table`` (the primitive implementations) taught to hold the storage dtypes."""
+    """``table`` (the primitive implementations) taught to hold the storage dtypes and text."""
+    from ember.backends.numpy.backend import IMPLS as ON_HOST
+
     xp, out = backend.xp, dict(table)
+
+    def host(a):
+        return a if type(a) is np.ndarray or not hasattr(a, "shape") else np.asarray(backend._download(a))
+
+    def texts(name, f):
+        def run(*args, **kwargs):
+            if not any(is_text(a) for a in args):
+                return f(*args, **kwargs)
+            result = ON_HOST[name](*(host(a) for a in args), **kwargs)
+            return result if is_text(result) else backend._upload(np.asarray(result))
+
+        return run
 
     def moves(f):
         def run(*args, **kwargs):
@@ -148,4 +170,6 @@ def with_storage(table: dict, backend: Any) -> dict:
         return run
 
     out.update(cast=cast_, pad=pad_, full=made(full), arange=made(arange))
+    for name in D.TEXT_OPS:
+        out[name] = texts(name, out[name])
     return out

@@ -1,4 +1,4 @@
-"""The storage dtypes (bfloat16, float8, float4, e8m0, int4 ... uint2) on the cupy backend
+"""The storage dtypes (bfloat16, float8, float4, e8m0, int4 ... uint2) and text on the cupy backend
 (ember_cupy/storage.py), against the NumPy backend code for code: on the host harness here, and
 on the GPU where there is one."""
 
@@ -78,3 +78,22 @@ def test_arithmetic_on_a_stored_buffer_fails_so_dispatch_upcasts(backend):
     assert isinstance(s, Stored)
     with pytest.raises(TypeError):
         backend.impls["ne"](s, s)
+
+
+def test_text_stays_on_the_host_and_its_comparisons_go_to_the_device(backend):
+    x = ember.tensor(["a", "b", "c", "d"], backend=backend)
+    y = ember.tensor(["a", "x", "c", "y"], backend=backend)
+    assert x.dtype is ember.string and x.backend is backend
+    same = x == y
+    assert same.dtype is D.bool_ and same.tolist() == [True, False, True, False]
+    assert (same.long() * 2).tolist() == [2, 0, 2, 0]  # the bools are a device buffer
+    assert ember.where(same, x, y).flip(0).tolist() == ["y", "c", "x", "a"]
+    assert x.reshape(2, 2).T[1].tolist() == ["b", "d"] and x.take(ember.tensor([3], backend=backend), 0).tolist() == [
+        "d"
+    ]
+    assert (
+        x.to("numpy").tolist() == ["a", "b", "c", "d"]
+        and ember.tensor(x.numpy(), backend=backend).tolist() == x.tolist()
+    )
+    with pytest.raises(ember.DTypeError, match="string tensors have no arithmetic"):
+        x + y
