@@ -20,6 +20,7 @@ from . import (
     nn,
     optional,
     quant,
+    random,
     reduce,
     rnn,
     sequence,
@@ -43,7 +44,9 @@ def _table(*families, attribute="OPS") -> dict:
     return out
 
 
-OPS = _table(elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional, strings, misc)
+OPS = _table(
+    elementwise, reduce, shape, nn, rnn, attention, image, control, quant, sequence, optional, strings, random, misc
+)
 # Each domain has its own table: the default one, the classic-ML domain's numeric operators, the
 # preview domain (FlexAttention) and the training domain's optimizer steps.
 DOMAINS = {
