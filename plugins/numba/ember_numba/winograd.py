@@ -46,7 +46,8 @@ F23 = reference.F23
 #: Measured at batch 128 (loaded 2-core machine; best of 5, alternating), Winograd / im2col
 #: time, forward and input gradient: ResNet-18's 32x32 and 16x16 layers (64 and 128 channels)
 #: 0.78-0.91, a 16-channel 32x32 layer 0.80-1.02; with few tiles a sample the 16 GEMMs are
-#: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74.
+#: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74
+#: (with chunks of 4 MB; for the 8x8 layers see SMALL_MIN_PIXELS).
 MIN_CHANNELS = 16
 MIN_PIXELS = 256
 #: ... and from SMALL_MIN_PIXELS with at least SMALL_MIN_CHANNELS channels, in batches: with the
