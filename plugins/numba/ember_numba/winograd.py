@@ -46,13 +46,24 @@ F23 = reference.F23
 #: Measured at batch 128 (loaded 2-core machine; best of 5, alternating), Winograd / im2col
 #: time, forward and input gradient: ResNet-18's 32x32 and 16x16 layers (64 and 128 channels)
 #: 0.78-0.91, a 16-channel 32x32 layer 0.80-1.02; with few tiles a sample the 16 GEMMs are
-#: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74.
+#: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74
+#: (with chunks of 4 MB; for the 8x8 layers see SMALL_MIN_PIXELS).
 MIN_CHANNELS = 16
 MIN_PIXELS = 256
+#: ... and from SMALL_MIN_PIXELS with at least SMALL_MIN_CHANNELS channels, in batches: with the
+#: chunks in L2 (below) ResNet-18's 8x8 layers (256 channels) at batch 128 ran 0.76-0.88x im2col's
+#: time (forward, 8-12 alternating calls, 3 runs); LeNet's 11x11 (32 -> 64) still lost (1.30).
+SMALL_MIN_PIXELS = 64
+SMALL_MIN_CHANNELS = 128
 #: Bytes of transformed input (V) per chunk at most, and tiles per chunk at least (so the 16
-#: GEMMs stay wide); chunks per thread at least where the batch allows, as in conv.py.
-CHUNK_BYTES = 4 << 20
-MIN_TILES = 1024
+#: GEMMs stay wide); chunks per thread at least where the batch allows, as in conv.py. V and
+#: the products M of a chunk then fit a core's 2 MB L2 cache between the transforms and the
+#: GEMMs: ResNet-18's 64- and 128-channel layers at batch 128 ran 0.73-0.82x the time of 4 MB
+#: and 1,024 tiles (chunks of 4 and 16 samples; 2 runs of 10-12 alternating calls, loaded machine).
+#: 64 tiles rather than 256 keep the 8x8 layers' chunks at 1 MB too (0.63-0.82x im2col's time
+#: against 0.86-0.90x, batch 128; 0.95x against 1.11x at batch 32), the others the same.
+CHUNK_BYTES = 1 << 20
+MIN_TILES = 64
 CHUNKS_PER_THREAD = 4
 #: With fewer chunks than threads (batch 1), a chunk's tile rows are cut into bands that the
 #: threads share: at least BAND_TILES tiles a band, BANDS_PER_THREAD bands a thread where the
@@ -65,17 +76,24 @@ BAND_THREADS = ThreadChoice()
 def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     """Take the Winograd path (``conv2d`` of ``x_shape`` or its input gradient)? 3x3 kernels at
     stride 1, dilation 1, one group, float32/64, padding at most 2, at least
-    :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a sample.
+    :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a sample (in
+    a batch, :data:`SMALL_MIN_CHANNELS` channels and :data:`SMALL_MIN_PIXELS` pixels will do).
 
     >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
     >>> plan((8, 3, 32, 32), (64, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)  # the stem
     False
+    >>> plan((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
+    True
     """
     if not reference.eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype):
         return False
     pixels = (x_shape[2] + 2 * padding[0] - 2) * (x_shape[3] + 2 * padding[1] - 2)
-    return min(w_shape[0], w_shape[1]) >= MIN_CHANNELS and pixels >= MIN_PIXELS
+    channels = min(w_shape[0], w_shape[1])
+    if channels < MIN_CHANNELS:
+        return False
+    small = x_shape[0] > 1 and channels >= SMALL_MIN_CHANNELS and pixels >= SMALL_MIN_PIXELS
+    return pixels >= MIN_PIXELS or small
 
 
 # ----------------------------------------------------------------------------- kernels

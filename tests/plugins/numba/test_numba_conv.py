@@ -67,6 +67,23 @@ def test_every_split_of_the_batch_gives_the_reference(xs, ws, s, p, d, dtype, to
     )
 
 
+@pytest.mark.parametrize("transposed", [True, False], ids=["dW-transposed", "dW"])
+@pytest.mark.parametrize("xs,ws,s,p,d", CASES)
+def test_both_forms_of_the_weight_gradient_product_give_the_reference(xs, ws, s, p, d, transposed, monkeypatch):
+    monkeypatch.setattr(conv, "TRANSPOSED_MIN_PIXELS", 1 if transposed else 10**9)
+    monkeypatch.setattr(conv, "TRANSPOSED_MAX_O", 10**9)
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 700)  # several chunks: per-thread sums of dWᵀ parts
+    monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(conv, "PER_SAMPLE_P", 10**9)
+    rng = np.random.default_rng(1)
+    geo = dict(stride=(s, s), padding=(p, p), dilation=(d, d))
+    x = rng.standard_normal(xs)
+    g = rng.standard_normal(nb.IMPLS["conv2d"](x, rng.standard_normal(ws), groups=1, **geo).shape)
+    dw = conv.conv2d_grad_weight_cols(x, g, ws, *geo.values())
+    assert dw.flags.c_contiguous and dw.shape == ws
+    np.testing.assert_allclose(dw, nb.IMPLS["conv2d_grad_weight"](x, g, ws, groups=1, **geo), rtol=1e-10, atol=1e-9)
+
+
 def test_chunks_share_out_the_batch():
     ch = conv.Chunks((128, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), np.float32)
     # ResNet-18's first stage: 2.4 MB of columns and 1024 output pixels a sample, so chunks of
