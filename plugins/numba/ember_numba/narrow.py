@@ -53,8 +53,8 @@ MAX_P = 64
 MIN_WEIGHT_BYTES = 1 << 20
 #: Columns past the last whole vector computed as dot products (more: padded to a vector).
 MAX_TAIL = 2
-#: Output rows per block that one thread takes (a multiple of the tiles' 12 and 8 rows).
-ROWS_PER_BLOCK = 96
+#: Blocks of output rows per thread, their edges multiples of the tiles' 12 and 8 rows.
+BLOCKS_PER_THREAD, ROW_UNIT = 2, 24
 
 
 def _literal(v, what):
@@ -357,7 +357,10 @@ def matmul(w, x, out=None, threads=1, then=None):
         _pad_columns(np.ascontiguousarray(x).reshape(-1), k, p, cs, xs.reshape(-1))
         xt = xs[:0]
         c = np.empty((o, cs), np.float32)
-    edges = list(range(0, o, ROWS_PER_BLOCK)) + [o]
+    # Two blocks a thread (one in all on one thread): each block is a call from Python, whose
+    # argument checks hold the GIL; blocks of 96 rows gained nothing from a second thread.
+    blocks = 1 if threads <= 1 else min(BLOCKS_PER_THREAD * threads, -(-o // ROW_UNIT))
+    edges = [min(o, -(-o * i // blocks) // ROW_UNIT * ROW_UNIT) for i in range(blocks)] + [o]
     wf, xf, tf, cf = w.reshape(-1), xs.reshape(-1), xt.reshape(-1), c.reshape(-1)
 
     def block(i):
