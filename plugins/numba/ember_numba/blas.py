@@ -53,8 +53,8 @@ _POOL: list = []
 #: libraries loaded then (their files and thread-count setters) and the spin.
 STATE = {"mode": None, "threads": 1, "setters": [], "libraries": [], "spin": None}
 PRODUCT_THREADS = ThreadChoice()
-#: One thread or all for a narrow product (narrow.py), by measurement; its bits are the same on either.
-NARROW_THREADS = ThreadChoice()
+#: One thread or all for a skinny product (skinny.py), by measurement; its bits are the same on either.
+SKINNY_THREADS = ThreadChoice()
 
 
 def _symbol(dynlib, name):
@@ -254,8 +254,8 @@ def matmul(a, b, out=None):
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     n = STATE["threads"] if STATE["mode"] == "blas" else threads()
-    if narrow.takes(a, b):
-        return _narrow(a, b, n, out)
+    if skinny.takes(a, b):
+        return _skinny(a, b, n, out)
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
@@ -297,18 +297,18 @@ def _on_blas_threads(a, b, out=None):
     return out
 
 
-def _narrow(w, x, n, out=None):
-    """``w @ x`` as narrow.matmul (weights read in place, no repacking), for each (K, P) matrix
-    of ``x``, on one thread or ``n``, whichever NARROW_THREADS measured faster."""
+def _skinny(w, x, n, out=None):
+    """``w @ x`` as skinny.matmul (weights read in place, no repacking), for each (K, P) matrix
+    of ``x``, on one thread or ``n``, whichever SKINNY_THREADS measured faster."""
     o, p = w.shape[0], x.shape[-1]
     if out is None:
         out = np.empty(x.shape[:-2] + (o, p), np.float32)
-    one, explore, st = NARROW_THREADS.choose((w.shape, x.shape))
+    one, explore, st = SKINNY_THREADS.choose((w.shape, x.shape))
     t0 = time.perf_counter()
     for i in np.ndindex(x.shape[:-2]):
-        narrow.matmul(w, x[i], out[i], 1 if one or n <= 1 else n)
-    NARROW_THREADS.record(st, one, explore, time.perf_counter() - t0)
+        skinny.matmul(w, x[i], out[i], 1 if one or n <= 1 else n)
+    SKINNY_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return out
 
 
-from . import narrow  # noqa: E402 - last: narrow.py's kernels import this module's names
+from . import skinny  # noqa: E402 - last: skinny.py's kernels import this module's names

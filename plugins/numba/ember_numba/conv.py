@@ -45,7 +45,7 @@ from numba import uint64
 
 from ember.backends.numpy import backend as nb
 
-from . import narrow, winograd
+from . import skinny, winograd
 from .blas import matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
@@ -326,8 +326,8 @@ class Chunks:
         oh, ow = self.geo[-2:]
         if self.pointwise or self.taps is not None or self.p < BAND_MIN_P:
             cols = self.im2col(x, n, 1, threads)
-            if narrow.takes(wm, cols):  # few pixels (ResNet-50's last stage): weights read in place
-                narrow.matmul(wm, cols, out, threads, then)
+            if skinny.takes(wm, cols):  # few pixels (ResNet-50's last stage): weights read in place
+                skinny.matmul(wm, cols, out, threads, then)
                 return
             if threads > 1:
                 shared_matmul(wm, cols, threads, out, then)
@@ -398,8 +398,8 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
 
     def product(n0, m):
         cols = ch.im2col(x, n0, m)
-        if m == 1 and narrow.takes(wm, cols):  # as forward_sample's: the same bits on any thread count
-            narrow.matmul(wm, cols, out[n0].reshape(o, p))
+        if m == 1 and skinny.takes(wm, cols):  # as forward_sample's: the same bits on any thread count
+            skinny.matmul(wm, cols, out[n0].reshape(o, p))
             return
         if m == 1:
             ch.gemm(wm, cols, out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW

@@ -1,30 +1,37 @@
-"""Narrow products: ``W (O, K) @ X (K, P)`` for few output columns (P <= :data:`MAX_P`), float32.
+"""Skinny products: ``W (O, K) @ X (K, P)`` for few output columns (P <= :data:`MAX_P`), float32.
 
-Where P is small (ResNet-50's last two stages: P = 49 and 196) OpenBLAS loses to onnxruntime on
-one thread by 1.15-1.8x: it copies ("packs") the weight matrix into its kernel's layout on every
-call, and the weights are the large operand (those stages hold ~90% of the model's 102 MB).
-This product reads the weights where they are, in their own row-major layout, once, and
-packs only the small operand: X is copied into a zero-padded (K, Pv) buffer, Pv a multiple of
-16. Nothing is kept between calls, so there is no packed copy that could go stale when the
-weights change (a training step, ``load_state_dict``, an in-place update).
+Where P is small (ResNet-50's last stage at batch 1: P = 49) OpenBLAS lost to onnxruntime on
+one thread by 1.65-1.8x: it copies ("packs") the weight matrix into its kernel's layout on
+every call, and the weights are the large operand (the last two stages hold ~90% of the
+model's 102 MB); onnxruntime packs them once, when its session starts. This product packs
+nothing: it reads the weights where they are, row-major, each once, and X in place too.
+Nothing is kept between calls, so there is no packed copy that could go stale when the
+weights change (a training step, ``load_state_dict``, an in-place update): correct by
+construction, where a cache would need a proof that the array did not change.
 
 The microkernel (:func:`_tile`, explicit LLVM vector IR as ``fused/pooling.py``'s) makes a tile
 of RO rows by RV vectors of 16 columns of the output, its RO*RV accumulators in registers:
 
 =============  ===================================================================
 each k step    RO scalar weights ``W[o, k]`` broadcast; RV loads of ``X[k, p:p+16]``;
-               RO*RV fused multiply-adds ``acc[r][v] += W[o0+r, k] * X[k, p0+16v:...]``
-tile shape     :data:`RO` x RV, RV <= :data:`MAX_RV`: RO*RV <= 24 of the 32 vector registers
-order          per tile all K steps at once: its RO weight rows are read front to back
-               (from memory, once: the hardware prefetcher follows them; blocks of k that
-               jumped between rows ran 1.5x slower on K = 4608), then stay in the L1
-               cache for the row's other column tiles; X (K, Pv) is read from L2
-threads        blocks of output rows, taken on demand (:func:`blas.on_demand`)
+               RO*RV fused multiply-adds ``acc[r][v] += W[o+r, k] * X[k, p+16v : +16]``
+tile shapes    12 x 2 and 12 x 1 (so 1, 2, 4, ... vectors), 8 x 3 (3 vectors: P = 48-50);
+               4 x RV and 1 x RV for the last rows: at most 24 of the 32 vector registers
+               hold accumulators, the rest the broadcasts and the loads of X
+order          per tile all K steps at once: its weight rows are read front to back (from
+               memory, once: the hardware prefetcher follows them; blocks of 128 k, which
+               jump between rows, ran 1.5x slower on K = 4608), then stay in cache for the
+               tile's other columns
+last columns   one or two past the last whole vector (P = 49: 3 vectors and 1) as dot
+               products of the weight rows, 16 k at a time (:func:`_dots`), not a vector
+               that would be 15/16 padding; more, or K not a multiple of 16: X is padded
+threads        blocks of output rows, two a thread, taken on demand (:func:`blas.on_demand`)
 =============  ===================================================================
 
-Each output is one chain of fused multiply-adds over k in order, whatever the blocking and
-the threads: the result does not depend on the thread count (so the jit's rewrites, which
-must give their nodes' bits, may use it wherever the plain ``matmul`` does).
+Each output is one fixed chain of fused multiply-adds (the last columns: 16 chains and a
+fixed tree of adds), whatever the threads: the bits do not depend on the thread count, so
+the jit's rewrites, which must give their nodes' bits, use it wherever the plain ``matmul``
+does (:func:`takes`: one rule for blas.matmul, the 1x1 rewrite and batch-1 convolutions).
 
 >>> w = np.arange(12, dtype=np.float32).reshape(3, 4)
 >>> x = np.ones((4, 5), np.float32)
@@ -46,8 +53,8 @@ from .kernels import JIT
 
 #: Lanes of one vector (float32 on AVX-512: 16).
 LANES = 16
-#: Output columns at most: up to 4 vectors (P = 49: 0.73-0.82x OpenBLAS's time on one thread)
-#: it pays; at P = 196 it lost (1.15-1.7x: X, re-read for every tile, no longer stays in L2).
+#: Output columns at most: up to 4 vectors it pays (P = 49: 0.56-0.70x OpenBLAS's time on one
+#: thread); at P = 196 it lost (0.95-1.64x: X, re-read for every tile, outgrows the L2 cache).
 MAX_P = 64
 #: Weights of at least this many bytes (1 MB): where OpenBLAS's repacking was measured to cost.
 MIN_WEIGHT_BYTES = 1 << 20
@@ -307,7 +314,7 @@ VECTORS = _host_has_avx512()
 
 
 def takes(w, x) -> bool:
-    """Does the narrow product take ``w @ x`` (``x`` one (K, P) matrix or a stack of them)? The
+    """Does the skinny product take ``w @ x`` (``x`` one (K, P) matrix or a stack of them)? The
     rule, one place for every caller so that they give the same bits:
 
     ==========================  =========================================================

@@ -1,4 +1,4 @@
-"""ember_numba/narrow.py: the narrow product (weights read in place, vector microkernel) against
+"""ember_numba/skinny.py: the skinny product (weights read in place, vector microkernel) against
 float64 products, its bits on any thread count, and the callers that must agree with it to the
 bit (blas.matmul, the 1x1 rewrite, batch-1 convolutions). Nothing is cached between calls, so
 weights changed between calls (in place, or new arrays) give the new product."""
@@ -19,20 +19,20 @@ def _bits(a):
 
 
 @pytest.fixture
-def narrow_always(monkeypatch):
-    """The narrow product for small weights too, on any machine (LLVM splits the vectors where
+def skinny_always(monkeypatch):
+    """The skinny product for small weights too, on any machine (LLVM splits the vectors where
     there is no AVX-512: slower, the same values)."""
-    from ember_numba import narrow
+    from ember_numba import skinny
 
-    monkeypatch.setattr(narrow, "MIN_WEIGHT_BYTES", 0)
-    monkeypatch.setattr(narrow, "VECTORS", True)
+    monkeypatch.setattr(skinny, "MIN_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(skinny, "VECTORS", True)
     calls = []
-    product = narrow.matmul
-    monkeypatch.setattr(narrow, "matmul", lambda *a, **k: calls.append(a[0].shape) or product(*a, **k))
+    product = skinny.matmul
+    monkeypatch.setattr(skinny, "matmul", lambda *a, **k: calls.append(a[0].shape) or product(*a, **k))
     monkeypatch.setattr(
-        narrow, "calls", calls, raising=False
+        skinny, "calls", calls, raising=False
     )  # the weights' shape of each call, for the tests to see it taken
-    return narrow
+    return skinny
 
 
 def _close(got, w, x):
@@ -49,47 +49,47 @@ def _close(got, w, x):
     [(24, 64, 49), (37, 300, 17), (3, 5, 1), (17, 33, 64), (100, 7, 40), (12, 16, 16), (64, 128, 200)]
     + [(29, 48, 34), (5, 32, 2), (9, 16, 1), (21, 160, 80), (13, 64, 51)],
 )
-def test_narrow_matmul_is_the_product(o, k, p):
-    from ember_numba import narrow
+def test_skinny_matmul_is_the_product(o, k, p):
+    from ember_numba import skinny
 
     rng = np.random.RandomState(o + k + p)
     w, x = rng.standard_normal((o, k)).astype(np.float32), rng.standard_normal((k, p)).astype(np.float32)
-    got = narrow.matmul(w, x)
+    got = skinny.matmul(w, x)
     _close(got, w, x)
     out = np.full((o, p), np.nan, np.float32)
-    assert narrow.matmul(w, x, out) is out
+    assert skinny.matmul(w, x, out) is out
     np.testing.assert_array_equal(_bits(out), _bits(got))
 
 
-def test_narrow_matmul_bits_do_not_depend_on_the_threads():
-    from ember_numba import narrow
+def test_skinny_matmul_bits_do_not_depend_on_the_threads():
+    from ember_numba import skinny
 
     rng = np.random.RandomState(1)
     w, x = rng.standard_normal((300, 256)).astype(np.float32), rng.standard_normal((256, 49)).astype(np.float32)
     blocks = []
-    one = narrow.matmul(w, x, threads=1)
-    two = narrow.matmul(w, x, threads=2, then=lambda *b: blocks.append(b))
+    one = skinny.matmul(w, x, threads=1)
+    two = skinny.matmul(w, x, threads=2, then=lambda *b: blocks.append(b))
     np.testing.assert_array_equal(_bits(one), _bits(two))
     assert sorted(blocks) == [(0, 72, 0, 49), (72, 144, 0, 49), (144, 216, 0, 49), (216, 300, 0, 49)]
 
 
-def test_narrow_matmul_follows_weights_changed_between_calls():
+def test_skinny_matmul_follows_weights_changed_between_calls():
     """No packed copy is kept: in-place updates (an optimizer step), a new array at the old
     array's address (load_state_dict) and views all give the product of the weights now."""
-    from ember_numba import narrow
+    from ember_numba import skinny
 
     rng = np.random.RandomState(2)
     w, x = rng.standard_normal((48, 64)).astype(np.float32), rng.standard_normal((64, 49)).astype(np.float32)
-    first = narrow.matmul(w, x)
+    first = skinny.matmul(w, x)
     w -= 0.5 * rng.standard_normal(w.shape).astype(np.float32)  # in place, as a training step
-    second = narrow.matmul(w, x)
+    second = skinny.matmul(w, x)
     _close(second, w, x)
     assert not np.array_equal(first, second)
     w[...] = 0
-    assert not narrow.matmul(w, x).any()
+    assert not skinny.matmul(w, x).any()
 
 
-def test_blas_matmul_takes_the_narrow_product_with_its_bits(narrow_always):
+def test_blas_matmul_takes_the_skinny_product_with_its_bits(skinny_always):
     from ember_numba import blas
 
     rng = np.random.RandomState(3)
@@ -97,16 +97,16 @@ def test_blas_matmul_takes_the_narrow_product_with_its_bits(narrow_always):
     x = rng.standard_normal((3, 72, 49)).astype(np.float32)  # a stack: one product per matrix
     got = blas.matmul(w, x)
     for i in range(3):
-        np.testing.assert_array_equal(_bits(got[i]), _bits(narrow_always.matmul(w, x[i])))
+        np.testing.assert_array_equal(_bits(got[i]), _bits(skinny_always.matmul(w, x[i])))
     assert blas.matmul(w, x[0].astype(np.float64)).dtype == np.float64  # mixed dtypes: NumPy's rules
-    assert not narrow_always.takes(w, rng.standard_normal((72, 65)).astype(np.float32))  # too wide
+    assert not skinny_always.takes(w, rng.standard_normal((72, 65)).astype(np.float32))  # too wide
 
 
 @pytest.mark.parametrize("one", [True, False], ids=["one-thread", "threads"])
 @pytest.mark.parametrize("residual", [True, False])
-def test_pointwise_rewrite_is_the_nodes_with_the_narrow_product(narrow_always, one, residual, monkeypatch):
+def test_pointwise_rewrite_is_the_nodes_with_the_skinny_product(skinny_always, one, residual, monkeypatch):
     """The 1x1 rewrite at batch 1 (ResNet-50's last stage: 49 pixels) gives the nodes' bits,
-    the product being the narrow one in both."""
+    the product being the skinny one in both."""
     from ember_numba import launch, rewrites
 
     class Always:
@@ -132,11 +132,11 @@ def test_pointwise_rewrite_is_the_nodes_with_the_narrow_product(narrow_always, o
     got = rewrites.pointwise_bias_relu(w, x, bias, r, shape=(1, o, h, h))
     np.testing.assert_array_equal(_bits(got), _bits(want))
     _close(impls["matmul"](w, x)[0], w, x[0])
-    assert narrow_always.calls.count((o, c)) == 3
+    assert skinny_always.calls.count((o, c)) == 3
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_batch1_convolution_takes_it_and_its_rewrite_agrees(narrow_always, threads, monkeypatch):
+def test_batch1_convolution_takes_it_and_its_rewrite_agrees(skinny_always, threads, monkeypatch):
     """A batch-1 3x3 convolution on a 7x7 map (im2col columns, 49 pixels) on one thread or two:
     within float32 rounding of float64, and conv2d_bias_relu gives conv2d's nodes' bits."""
     from ember_numba import conv, launch, rewrites
@@ -148,10 +148,19 @@ def test_batch1_convolution_takes_it_and_its_rewrite_agrees(narrow_always, threa
     bias = rng.standard_normal(64).astype(np.float32)
     geo = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
     y = conv._conv2d(x, w, **geo)
-    assert narrow_always.calls == [(64, 32 * 9)]
+    assert skinny_always.calls == [(64, 32 * 9)]
     want = ember.get_backend("numpy").impls["conv2d"](
         x.astype(np.float64), w.astype(np.float64), (1, 1), (1, 1), (1, 1), 1
     )
     assert np.abs(y - want).max() <= 1e-5 * np.abs(want).max()
     p = y + bias.reshape(1, -1, 1, 1)
     np.testing.assert_array_equal(_bits(rewrites.conv2d_bias_relu(x, w, bias, **geo)), _bits(np.where(p > 0, p, 0)))
+
+
+def test_docstring_examples():
+    import doctest
+
+    from ember_numba import skinny
+
+    result = doctest.testmod(skinny, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
