@@ -241,23 +241,23 @@ def _tile_of(w, K, x, xs, c, cs, o, p, rv, ro):
 
 @numba.njit(inline="always", **JIT)
 def _dots_of(w, K, xt, tail, c, cs, o, p, ro):
-    """The dot-product columns (``tail``: 1 or 2) of ``ro`` rows at row o, column p."""
-    at_w, at_c = o * K, o * cs + p
-    if ro == 12 or ro == 8:
-        for r in range(0, ro, 4):
+    """The dot-product columns (``tail``: 1 or 2) of ``ro`` rows at row o, column p: four rows
+    at a time, then one."""
+    r = 0
+    while r < ro:
+        at_w, at_c = (o + r) * K, (o + r) * cs + p
+        if r + 4 <= ro:
             if tail == 2:
-                _dots(w, at_w + r * K, K, xt, K, c, at_c + r * cs, cs, 4, 2)
+                _dots(w, at_w, K, xt, K, c, at_c, cs, 4, 2)
             else:
-                _dots(w, at_w + r * K, K, xt, K, c, at_c + r * cs, cs, 4, 1)
-    elif ro == 4:
-        if tail == 2:
-            _dots(w, at_w, K, xt, K, c, at_c, cs, 4, 2)
+                _dots(w, at_w, K, xt, K, c, at_c, cs, 4, 1)
+            r += 4
         else:
-            _dots(w, at_w, K, xt, K, c, at_c, cs, 4, 1)
-    elif tail == 2:
-        _dots(w, at_w, K, xt, K, c, at_c, cs, 1, 2)
-    else:
-        _dots(w, at_w, K, xt, K, c, at_c, cs, 1, 1)
+            if tail == 2:
+                _dots(w, at_w, K, xt, K, c, at_c, cs, 1, 2)
+            else:
+                _dots(w, at_w, K, xt, K, c, at_c, cs, 1, 1)
+            r += 1
 
 
 @numba.njit(**JIT)
