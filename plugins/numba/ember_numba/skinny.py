@@ -348,6 +348,11 @@ def matmul(w, x, out=None, threads=1, then=None):
     says where it pays), into ``out`` (O, P) if given, on ``threads`` threads;
     ``then(o0, o1, 0, P)``, if given, after each block of rows is written, on the thread that
     wrote it (a convolution's epilogue)."""
+    if w.dtype != np.float32 or x.dtype != np.float32 or (out is not None and out.dtype != np.float32):
+        raise TypeError(f"skinny.matmul takes float32 operands, not {w.dtype} @ {x.dtype}")
+    if w.ndim != 2 or x.ndim != 2 or w.shape[1] != x.shape[0]:
+        raise ValueError(f"skinny.matmul: shapes {w.shape} and {x.shape} do not multiply as (O, K) @ (K, P)")
+    w = np.ascontiguousarray(w)  # the tiles read its rows in place
     o, k = w.shape
     p = x.shape[1]
     if out is None:

@@ -61,6 +61,17 @@ def test_skinny_matmul_is_the_product(o, k, p):
     np.testing.assert_array_equal(_bits(out), _bits(got))
 
 
+def test_skinny_matmul_says_what_it_cannot_take():
+    from ember_numba import skinny
+
+    with pytest.raises(TypeError, match="float32"):
+        skinny.matmul(np.ones((4, 3)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"\(4, 3\) and \(2, 2\)"):
+        skinny.matmul(np.ones((4, 3), np.float32), np.ones((2, 2), np.float32))
+    w = np.arange(24, dtype=np.float32).reshape(4, 6)
+    np.testing.assert_array_equal(skinny.matmul(w.T, np.ones((4, 1), np.float32))[:, 0], w.sum(0))  # strided w
+
+
 def test_skinny_matmul_bits_do_not_depend_on_the_threads():
     from ember_numba import skinny
 
