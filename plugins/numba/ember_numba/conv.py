@@ -28,7 +28,9 @@ larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 
 At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads,
 not on one — the forward as one-thread BLAS calls on the plugin's threads
-(Chunks.forward_sample), the gradients on BLAS's (blas.matmul).
+(Chunks.forward_sample), the gradients on BLAS's (blas.matmul). A sample's forward product
+with few output pixels and large weights (skinny.takes: ResNet-50's last stage) skips BLAS
+for skinny.py's kernel, which reads the weights in place instead of repacking them.
 """
 
 from __future__ import annotations
