@@ -319,7 +319,9 @@ def takes(w, x) -> bool:
 
     ==========================  =========================================================
     operands                    float32, ``w`` 2-d and C-contiguous, ``x``'s K matching
-    columns                     1 <= P <= :data:`MAX_P` (from 196 OpenBLAS was faster)
+    columns                     2 <= P <= :data:`MAX_P` (from 196 OpenBLAS was faster; at
+                                P = 1, a matrix-vector product, BLAS packs nothing and
+                                the two were even: 1.08x)
     weights                     at least :data:`MIN_WEIGHT_BYTES` (below, they stay in
                                 cache and OpenBLAS's repacking costs little; not measured)
     the machine                 AVX-512 (:data:`VECTORS`)
@@ -339,7 +341,7 @@ def takes(w, x) -> bool:
         and w.flags.c_contiguous
         and w.nbytes >= MIN_WEIGHT_BYTES
         and w.shape[1] == x.shape[-2]
-        and 0 < x.shape[-1] <= MAX_P
+        and 2 <= x.shape[-1] <= MAX_P
     )
 
 

@@ -111,6 +111,7 @@ def test_blas_matmul_takes_the_skinny_product_with_its_bits(skinny_always):
         np.testing.assert_array_equal(_bits(got[i]), _bits(skinny_always.matmul(w, x[i])))
     assert blas.matmul(w, x[0].astype(np.float64)).dtype == np.float64  # mixed dtypes: NumPy's rules
     assert not skinny_always.takes(w, rng.standard_normal((72, 65)).astype(np.float32))  # too wide
+    assert not skinny_always.takes(w, rng.standard_normal((72, 1)).astype(np.float32))  # a matrix-vector product
 
 
 @pytest.mark.parametrize("one", [True, False], ids=["one-thread", "threads"])
