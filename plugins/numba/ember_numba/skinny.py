@@ -74,6 +74,31 @@ def _i64(context, builder, value, ty):
     return context.cast(builder, value, ty, types.int64)
 
 
+def _accumulate(builder, count, step, n, body):
+    """``acc = body(k, acc)`` for k in range(0, count, step), ``acc`` n <16 x float> vectors
+    from zero, as one LLVM loop whose accumulators are phis (so they stay in registers);
+    returns their final values."""
+    i64, zero = ir.IntType(64), ir.Constant(ir.VectorType(ir.FloatType(), LANES), None)
+    pre = builder.block
+    loop, done = builder.append_basic_block("k"), builder.append_basic_block("k.done")
+    builder.cbranch(builder.icmp_signed(">", count, ir.Constant(i64, 0)), loop, done)
+    builder.position_at_end(loop)
+    k = builder.phi(i64)
+    acc = [builder.phi(zero.type) for _ in range(n)]
+    new = body(k, acc)
+    k1 = builder.add(k, ir.Constant(i64, step))
+    builder.cbranch(builder.icmp_signed("<", k1, count), loop, done)
+    k.add_incoming(ir.Constant(i64, 0), pre)
+    k.add_incoming(k1, loop)
+    builder.position_at_end(done)
+    final = [builder.phi(zero.type) for _ in range(n)]  # LLVM wants a block's phis first
+    for a, f, v in zip(acc, final, new):
+        for phi in (a, f):
+            phi.add_incoming(zero, pre)
+            phi.add_incoming(v, loop)
+    return final
+
+
 def _fma(builder, a, b, c):
     module = builder.module
     name = f"llvm.fma.v{a.type.count}f32"
@@ -97,7 +122,6 @@ def _tile(typingctx, w, w0, ws, x, x0, xs, kc, c, c0, cs, RO, RV):
         wa, xa, ca = (context.make_array(signature.args[i])(context, builder, args[i]).data for i in (0, 3, 7))
         w0_, ws_, x0_, xs_, kc_ = (_i64(context, builder, args[i], signature.args[i]) for i in (1, 2, 4, 5, 6))
         c0_, cs_ = (_i64(context, builder, args[i], signature.args[i]) for i in (8, 9))
-        zero = ir.Constant(vec, None)
 
         def vptr(data, index):
             return builder.bitcast(builder.gep(data, [index], inbounds=True), vec.as_pointer())
@@ -105,40 +129,23 @@ def _tile(typingctx, w, w0, ws, x, x0, xs, kc, c, c0, cs, RO, RV):
         def c_at(r, v):
             return builder.add(c0_, builder.add(builder.mul(cs_, ir.Constant(i64, r)), ir.Constant(i64, LANES * v)))
 
-        start = [zero] * (ro * rv)
         rows = [builder.add(w0_, builder.mul(ws_, ir.Constant(i64, r))) for r in range(ro)]
-        pre = builder.block
-        loop = builder.append_basic_block("tile.k")
-        done = builder.append_basic_block("tile.done")
-        builder.cbranch(builder.icmp_signed(">", kc_, ir.Constant(i64, 0)), loop, done)
 
-        builder.position_at_end(loop)
-        k = builder.phi(i64)
-        acc = [builder.phi(vec) for _ in start]
-        xrow = builder.add(x0_, builder.mul(k, xs_))
-        xv = [builder.load(vptr(xa, builder.add(xrow, ir.Constant(i64, LANES * v))), align=4) for v in range(rv)]
-        new = []
-        for r in range(ro):
-            s = builder.load(builder.gep(wa, [builder.add(rows[r], k)], inbounds=True), align=4)
-            b = builder.shuffle_vector(
-                builder.insert_element(ir.Constant(vec, ir.Undefined), s, ir.Constant(ir.IntType(32), 0)),
-                ir.Constant(vec, ir.Undefined),
-                ir.Constant(ir.VectorType(ir.IntType(32), LANES), None),
-            )
-            new.extend(_fma(builder, b, xv[v], acc[r * rv + v]) for v in range(rv))
-        k1 = builder.add(k, ir.Constant(i64, 1))
-        builder.cbranch(builder.icmp_signed("<", k1, kc_), loop, done)
-        k.add_incoming(ir.Constant(i64, 0), pre)
-        k.add_incoming(k1, loop)
-        for a, s, n in zip(acc, start, new):
-            a.add_incoming(s, pre)
-            a.add_incoming(n, loop)
+        def step(k, acc):
+            xrow = builder.add(x0_, builder.mul(k, xs_))
+            xv = [builder.load(vptr(xa, builder.add(xrow, ir.Constant(i64, LANES * v))), align=4) for v in range(rv)]
+            new = []
+            for r in range(ro):
+                s = builder.load(builder.gep(wa, [builder.add(rows[r], k)], inbounds=True), align=4)
+                b = builder.shuffle_vector(
+                    builder.insert_element(ir.Constant(vec, ir.Undefined), s, ir.Constant(ir.IntType(32), 0)),
+                    ir.Constant(vec, ir.Undefined),
+                    ir.Constant(ir.VectorType(ir.IntType(32), LANES), None),
+                )
+                new.extend(_fma(builder, b, xv[v], acc[r * rv + v]) for v in range(rv))
+            return new
 
-        builder.position_at_end(done)
-        final = [builder.phi(vec) for _ in start]  # LLVM wants a block's phis first
-        for out, s, n in zip(final, start, new):
-            out.add_incoming(s, pre)
-            out.add_incoming(n, loop)
+        final = _accumulate(builder, kc_, 1, ro * rv, step)
         for i, out in enumerate(final):
             builder.store(out, vptr(ca, c_at(i // rv, i % rv)), align=4)
         return context.get_dummy_value()
@@ -176,33 +183,18 @@ def _dots(typingctx, w, w0, ws, xt, K, c, c0, cs, RO, T):
         def vptr(data, index):
             return builder.bitcast(builder.gep(data, [index], inbounds=True), vec.as_pointer())
 
-        start = [ir.Constant(vec, None)] * (ro * nt)
         rows = [builder.add(w0_, builder.mul(ws_, ir.Constant(i64, r))) for r in range(ro)]
         cols = [builder.mul(k_, ir.Constant(i64, t)) for t in range(nt)]
-        pre = builder.block
-        loop = builder.append_basic_block("dots.k")
-        done = builder.append_basic_block("dots.done")
-        builder.cbranch(builder.icmp_signed(">", k_, ir.Constant(i64, 0)), loop, done)
-        builder.position_at_end(loop)
-        k = builder.phi(i64)
-        acc = [builder.phi(vec) for _ in start]
-        xv = [builder.load(vptr(xa, builder.add(cols[t], k)), align=4) for t in range(nt)]
-        new = []
-        for r in range(ro):
-            wv = builder.load(vptr(wa, builder.add(rows[r], k)), align=4)
-            new.extend(_fma(builder, wv, xv[t], acc[r * nt + t]) for t in range(nt))
-        k1 = builder.add(k, ir.Constant(i64, LANES))
-        builder.cbranch(builder.icmp_signed("<", k1, k_), loop, done)
-        k.add_incoming(ir.Constant(i64, 0), pre)
-        k.add_incoming(k1, loop)
-        for a, s, n in zip(acc, start, new):
-            a.add_incoming(s, pre)
-            a.add_incoming(n, loop)
-        builder.position_at_end(done)
-        final = [builder.phi(vec) for _ in start]
-        for out, s, n in zip(final, start, new):
-            out.add_incoming(s, pre)
-            out.add_incoming(n, loop)
+
+        def step(k, acc):
+            xv = [builder.load(vptr(xa, builder.add(cols[t], k)), align=4) for t in range(nt)]
+            new = []
+            for r in range(ro):
+                wv = builder.load(vptr(wa, builder.add(rows[r], k)), align=4)
+                new.extend(_fma(builder, wv, xv[t], acc[r * nt + t]) for t in range(nt))
+            return new
+
+        final = _accumulate(builder, k_, LANES, ro * nt, step)
         for i, out in enumerate(final):
             r, t = divmod(i, nt)
             at = builder.add(c0_, builder.add(builder.mul(cs_, ir.Constant(i64, r)), ir.Constant(i64, t)))
@@ -214,7 +206,7 @@ def _dots(typingctx, w, w0, ws, xt, K, c, c0, cs, RO, T):
 
 @numba.njit(inline="always", **JIT)
 def _tile_of(w, K, x, xs, c, cs, o, p, rv, ro):
-    """One tile of ``ro`` rows (12, 8, 4 or 1) by ``rv`` vectors (1 to 3) at row o, column p:
+    """One tile of ``ro`` rows (12, 8 or 1) by ``rv`` vectors (1 to 3) at row o, column p:
     the constants the microkernel is compiled for, chosen by branch."""
     at_w, at_c = o * K, o * cs + p
     if ro == 12:
@@ -224,13 +216,6 @@ def _tile_of(w, K, x, xs, c, cs, o, p, rv, ro):
             _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 12, 1)
     elif ro == 8:
         _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 3)
-    elif ro == 4:
-        if rv == 3:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 4, 3)
-        elif rv == 2:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 4, 2)
-        else:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 4, 1)
     elif rv == 3:
         _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 1, 3)
     elif rv == 2:
@@ -270,7 +255,12 @@ def _rows_block(w, K, x, xs, vectors, xt, tail, c, cs, o0, o1):
     tiles = -(-vectors // per)
     o = o0
     while o < o1:
-        ro = big if o + big <= o1 else (4 if o + 4 <= o1 else 1)
+        if o1 - o0 >= big:
+            # the last tile moved back to end at o1: it makes a few rows again, to the same
+            # bits (each output is the same chain of multiply-adds whatever the tile)
+            o, ro = min(o, o1 - big), big
+        else:
+            ro = 1
         p = 0
         for t in range(tiles):  # the vectors shared out evenly: 5 as 2, 2, 1
             rv = vectors * (t + 1) // tiles - vectors * t // tiles
