@@ -16,8 +16,9 @@ of RO rows by RV vectors of 16 columns of the output, its RO*RV accumulators in 
 each k step    RO scalar weights ``W[o, k]`` broadcast; RV loads of ``X[k, p:p+16]``;
                RO*RV fused multiply-adds ``acc[r][v] += W[o+r, k] * X[k, p+16v : +16]``
 tile shapes    12 x 2 and 12 x 1 (so 1, 2, 4, ... vectors), 8 x 3 (3 vectors: P = 48-50);
-               4 x RV and 1 x RV for the last rows: at most 24 of the 32 vector registers
-               hold accumulators, the rest the broadcasts and the loads of X
+               at most 24 of the 32 vector registers hold accumulators, the rest the
+               broadcasts and the loads of X; a block's last tile moves back to end at the
+               block's end (1 x RV tiles only for blocks of fewer rows than a tile)
 order          per tile all K steps at once: its weight rows are read front to back (from
                memory, once: the hardware prefetcher follows them; blocks of 128 k, which
                jump between rows, ran 1.5x slower on K = 4608), then stay in cache for the
