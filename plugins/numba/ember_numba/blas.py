@@ -53,6 +53,8 @@ _POOL: list = []
 #: libraries loaded then (their files and thread-count setters) and the spin.
 STATE = {"mode": None, "threads": 1, "setters": [], "libraries": [], "spin": None}
 PRODUCT_THREADS = ThreadChoice()
+#: One thread or all for a skinny product (skinny.py), by measurement; its bits are the same on either.
+SKINNY_THREADS = ThreadChoice()
 
 
 def _symbol(dynlib, name):
@@ -252,6 +254,8 @@ def matmul(a, b, out=None):
     if a.dtype.kind != "f" or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     n = STATE["threads"] if STATE["mode"] == "blas" else threads()
+    if skinny.takes(a, b):
+        return _skinny(a, b, n, out)
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
@@ -291,3 +295,20 @@ def _on_blas_threads(a, b, out=None):
         out = np.matmul(a, b, out=out)
     PRODUCT_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return out
+
+
+def _skinny(w, x, n, out=None):
+    """``w @ x`` as skinny.matmul (weights read in place, no repacking), for each (K, P) matrix
+    of ``x``, on one thread or ``n``, whichever SKINNY_THREADS measured faster."""
+    o, p = w.shape[0], x.shape[-1]
+    if out is None:
+        out = np.empty(x.shape[:-2] + (o, p), np.float32)
+    one, explore, st = SKINNY_THREADS.choose((w.shape, x.shape))
+    t0 = time.perf_counter()
+    for i in np.ndindex(x.shape[:-2]):
+        skinny.matmul(w, x[i], out[i], 1 if one or n <= 1 else n)
+    SKINNY_THREADS.record(st, one, explore, time.perf_counter() - t0)
+    return out
+
+
+from . import skinny  # noqa: E402 - last: skinny.py's kernels import this module's names

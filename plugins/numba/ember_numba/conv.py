@@ -28,7 +28,9 @@ larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 
 At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads,
 not on one — the forward as one-thread BLAS calls on the plugin's threads
-(Chunks.forward_sample), the gradients on BLAS's (blas.matmul).
+(Chunks.forward_sample), the gradients on BLAS's (blas.matmul). A sample's forward product
+with few output pixels and large weights (skinny.takes: ResNet-50's last stage) skips BLAS
+for skinny.py's kernel, which reads the weights in place instead of repacking them.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from numba import uint64
 
 from ember.backends.numpy import backend as nb
 
-from . import winograd
+from . import skinny, winograd
 from .blas import matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
@@ -334,6 +336,9 @@ class Chunks:
         oh, ow = self.geo[-2:]
         if self.pointwise or self.taps is not None or self.p < BAND_MIN_P:
             cols = self.im2col(x, n, 1, threads)
+            if skinny.takes(wm, cols):  # few pixels (ResNet-50's last stage): weights read in place
+                skinny.matmul(wm, cols, out, threads, then)
+                return
             if threads > 1:
                 shared_matmul(wm, cols, threads, out, then)
                 return
@@ -403,6 +408,9 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
 
     def product(n0, m):
         cols = ch.im2col(x, n0, m)
+        if m == 1 and skinny.takes(wm, cols):  # as forward_sample's: the same bits on any thread count
+            skinny.matmul(wm, cols, out[n0].reshape(o, p))
+            return
         if m == 1:
             ch.gemm(wm, cols, out[n0].reshape(o, p))  # BLAS GEMM, straight into NCHW
             return

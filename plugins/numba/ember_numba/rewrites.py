@@ -23,7 +23,7 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
-from . import launch
+from . import launch, skinny
 from .blas import MIN_FLOPS, matmul, on_demand, one_thread, shared_matmul
 from .epilogue import Epilogue
 from .fused.common import FLOATS, JIT
@@ -95,7 +95,10 @@ def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):
     one, explore, st = POINTWISE_THREADS.choose((w.shape, x.shape, w.dtype.num))
     t0 = time.perf_counter()
     with one_thread():
-        if one:
+        if skinny.takes(w, x[0]):  # as blas.matmul's: the matmul node's bits
+            then = lambda r0, r1, c0, c1: epilogue(y, 0, 1, r0, r1, c0, c1)  # noqa: E731
+            skinny.matmul(w, x[0], y[0].reshape(o, p), 1 if one else nt, then)
+        elif one:
             np.matmul(w, x[0], out=y[0].reshape(o, p))
             epilogue.whole(y)
         else:
