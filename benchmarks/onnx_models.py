@@ -10,8 +10,9 @@ weights, exports it to ONNX, and times the same file on
 - ``numba+jit`` / ``numpy+jit``: the loaded module's forward through ``ember.jit``.
 
 Every target gets the same input; its output is checked against onnxruntime's (rtol 1e-3)
-before anything is timed. Then the targets take turns, one call each per round (ort, numba,
-numba+jit, ..., ort, numba, ...), so drift of the machine falls on all of them alike; each
+before anything is timed. Then the targets take turns, one call each per round, the first of
+the round rotating (ort, numba, numba+jit; numba, numba+jit, ort; ...), so drift of the machine
+falls on all of them alike and none always follows onnxruntime's still-spinning threads; each
 ratio is ember's time over onnxruntime's *of the same round*, reported as the median with its
 range. The first call (tracing and compiling included) is reported apart.
 
@@ -197,8 +198,11 @@ def measure(name, batch, targets, path, rounds, warmup, threads):
                 runners.pop(t, None)
     for row in rows.values():
         row["seconds"] = []
-    for _ in range(rounds):
-        for t, run in runners.items():
+    order = list(runners.items())
+    for r in range(rounds):
+        # the first target rotates: onnxruntime's threads spin on for a while after a call and
+        # take a core from whoever runs next, so no target may always come right after it
+        for t, run in order[r % len(order) :] + order[: r % len(order)]:
             t0 = time.perf_counter()
             run(x)
             rows[t]["seconds"].append(time.perf_counter() - t0)
