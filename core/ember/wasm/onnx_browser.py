@@ -143,6 +143,17 @@ def write_site(site, cases, pyodide_dir=None, wheels_dir=None, ember_wheel=None,
 
 # ----------------------------------------------------------------------------- 3. the run
 def _open(browser, url, timeout_s):
+    """The suite's page, loaded. A page whose renderer crashes while it loads (before any case
+    has run, so no case is the cause) is opened once more."""
+    try:
+        return _load(browser, url, timeout_s)
+    except Exception as e:  # noqa: BLE001 - Playwright's Error, "Target crashed"
+        if "crash" not in str(e).lower():
+            raise
+        return _load(browser, url, timeout_s)
+
+
+def _load(browser, url, timeout_s):
     from .chromium import new_page
 
     page = new_page(browser, timeout_s)
