@@ -35,18 +35,22 @@ def _float_dtype(node, like=None):
     return dtype
 
 
-def random_uniform(node, like=None):
+def _draw(node, like, sample):
+    """``sample(*shape, ...)`` (ember's rand or randn) in float64, of the ``shape`` attribute or
+    of ``like``'s shape and on its backend (the ``Like`` forms)."""
     shape = tuple(like.shape) if like is not None else tuple(ints(node.attr("shape")))
+    backend = like.backend if like is not None else None
+    return sample(*shape, dtype=D.float64, generator=_generator(node), backend=backend)
+
+
+def random_uniform(node, like=None):
     low, high = node.attr("low", 0.0), node.attr("high", 1.0)
-    u = rand(*shape, dtype=D.float64, generator=_generator(node), backend=like.backend if like is not None else None)
-    return (u * (high - low) + low).to(_float_dtype(node, like))
+    return (_draw(node, like, rand) * (high - low) + low).to(_float_dtype(node, like))
 
 
 def random_normal(node, like=None):
-    shape = tuple(like.shape) if like is not None else tuple(ints(node.attr("shape")))
     mean, scale = node.attr("mean", 0.0), node.attr("scale", 1.0)
-    z = randn(*shape, dtype=D.float64, generator=_generator(node), backend=like.backend if like is not None else None)
-    return (z * scale + mean).to(_float_dtype(node, like))
+    return (_draw(node, like, randn) * scale + mean).to(_float_dtype(node, like))
 
 
 def bernoulli(node, p):
