@@ -54,6 +54,10 @@ def test_right_fused_ops_pass_every_tier4_case(tmp_path):
     rc, cert = run("all_fused", tmp_path, "--tiers", "4")
     assert rc == 0, cert["failures"]
     assert cert["fused"] == {op: {"float32": "pass", "float64": "pass"} for op in FUSED}
+    # a passing run of tier 4 alone certifies no level, and says why rather than just "none"
+    assert cert["certified_tiers"] == []
+    md = (tmp_path / "all_fused" / "certificate.md").read_text()
+    assert "certified no level: a level counts tiers from 0 up, and tier 0 did not run" in md
 
 
 def test_wrong_conv_gradient_primitive_fails_tiers_2_and_3(tmp_path):

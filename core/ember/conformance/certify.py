@@ -422,10 +422,21 @@ def certificate(report: dict, tiers, command=()) -> dict:
     }
 
 
+def _level(cert: dict) -> str:
+    """``tiers 0, 1, 2``, or why none: a level counts tiers from 0 up, so a passing run of
+    ``--tiers 2,3`` alone certifies no level (the tiers it skipped are not known to pass)."""
+    if cert["level"] is not None:
+        return f"tiers {', '.join(map(str, cert['certified_tiers']))}"
+    ran = sorted(int(t) for t in cert["tiers"])
+    if cert["verdict"] == "pass" and ran and ran[0] != 0:
+        return "no level: a level counts tiers from 0 up, and tier 0 did not run"
+    return "none"
+
+
 def markdown(cert: dict) -> str:
     """The certificate as a Markdown page."""
     b, m = cert["backend"], cert["machine"]
-    level = "none" if cert["level"] is None else f"tiers {', '.join(map(str, cert['certified_tiers']))}"
+    level = _level(cert)
     lines = [
         f"# ember conformance certificate: `{b['name']}`",
         "",
@@ -591,7 +602,7 @@ def summary(cert: dict, out: str) -> str:
         f"  tier {t} {row['name']:<24} {row['passed']:4d} passed {row['failed']:4d} failed {row['skipped']:4d} skipped"
         for t, row in cert["tiers"].items()
     ]
-    level = "none" if cert["level"] is None else ", ".join(map(str, cert["certified_tiers"]))
+    level = _level(cert)
     extra = ""
     for root in cert["root_causes"]:
         tiers = sorted({c["tier"] for c in root["consequences"]})
@@ -608,7 +619,7 @@ def summary(cert: dict, out: str) -> str:
     if undeclared:
         extra += f"\n  implemented but undeclared: {', '.join(undeclared)}"
     return (
-        f"ember certify {cert['backend']['name']}: {cert['verdict'].upper()} (certified tiers: {level})\n"
+        f"ember certify {cert['backend']['name']}: {cert['verdict'].upper()} (certified {level})\n"
         + "\n".join(rows)
         + extra
         + f"\n  certificate: {os.path.join(out, 'certificate.md')}"
