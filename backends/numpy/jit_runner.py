@@ -17,7 +17,9 @@ Before planning, the runner rewrites a few node patterns of convolutional traini
 (ReLU and its gradient, a convolution with its bias and ReLU, ReLU's gradient through a max
 pool) as one kernel each (rewrites.py), where the backend runs those nodes with the NumPy
 backend's own functions. On the NumPy backend the functions are the very ones it uses, and
-the rewritten kernels give the same bits, so results are bit-for-bit those of eager execution. ``NumpyBackend.jit_runner`` names it: imported only when a graph
+the rewritten kernels give the same bits, so results are bit-for-bit those of eager execution,
+except that a Linear layer's products with its weight are computed transposed (rewrites.py:
+equal to float32 rounding). ``NumpyBackend.jit_runner`` names it: imported only when a graph
 runs on a NumPy-array backend.
 """
 

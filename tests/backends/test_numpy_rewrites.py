@@ -301,3 +301,71 @@ def _pointwise_arrays(rng, n, c, h, w):
         arrays[f"w{i}"] = rng.randint(-2, 3, size=(c, c, 1, 1)).astype(np.float32)
         arrays[f"b{i}"] = rng.randint(-2, 3, size=c).astype(np.float32)
     return arrays
+
+
+def _wide_mlp():
+    """Layers of at least rewrites.TRANSPOSE_MIN features: their products are computed transposed."""
+    return nn.Sequential(nn.Linear(200, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def _trained(backend, compiled, steps=3, zero_grad_after=False):
+    """A wide MLP after ``steps`` SGD steps (jit'd or eager) on ``backend``: its parameters,
+    gradients (None where zeroed after the step) and the compiled program."""
+    ember.manual_seed(0)
+    model = _wide_mlp().to(backend)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.RandomState(0)
+    x = ember.tensor(rng.standard_normal((160, 200)).astype(np.float32), backend=backend)
+    y = ember.tensor(rng.randint(0, 10, size=160), backend=backend)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        if not zero_grad_after:
+            opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if zero_grad_after:
+            opt.zero_grad()
+        return loss
+
+    run = ember.jit(step) if compiled else step
+    for _ in range(steps):  # the jit traces twice, then runs its planned program
+        run(x, y)
+    params = [p.numpy().copy() for p in model.parameters()]
+    grads = [None if p.grad is None else p.grad.numpy().copy() for p in model.parameters()]
+    return params, grads, (run.lower(x, y).program if compiled else None)
+
+
+def _close(got, want):
+    """Equal to float32 rounding: the products and sums add the same numbers in another layout."""
+    scale = max(float(np.abs(want).max()), 1e-30)
+    assert float(np.abs(got - want).max()) <= 2e-6 * scale
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_weight_products_run_transposed_and_give_eagers_values(backend):
+    """A Linear layer's products with its weight are computed as ``(w.mT @ x.mT).mT`` and the
+    activations after them in that layout (rules _weight_product, _transposed_layout): no
+    activation is copied between layouts, and training gives eager execution's values to
+    float32 rounding."""
+    if backend == "numba":
+        pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
+    want_p, want_g, _ = _trained(backend, compiled=False)
+    got_p, got_g, program = _trained(backend, compiled=True)
+    for g, w in zip(got_p + got_g, want_p + want_g):
+        _close(g, w)
+    nodes = program.graph.nodes
+    # the transposed products: two forward ones (numpy: in their bias-ReLU kernels), the input
+    # gradients of the last two layers
+    products = [v for v in nodes if v.op == "matmul" or (v.op == rewrites.KERNEL and "matmul" in v.params["name"])]
+    assert sum(v.shape == (128, 160) for v in products) == 4
+    # ReLU's masks, gradients and the bias gradients' sums in the transposed layout, never the batch-major one
+    assert not [v for v in nodes if v.shape == (160, 128) and v.op not in ("permute", "reshape", "matmul")]
+    assert [v.shape for v in nodes if v.op == "sum" and v.shape[:1] == (128,)] == [(128, 1)] * 2
+
+
+def test_small_products_keep_their_layout():
+    """Below TRANSPOSE_MIN (a layer's logits, the small MLP above) nothing changes."""
+    _, _, program = _trained("numpy", compiled=True)
+    logits = [v for v in program.graph.nodes if v.op == "matmul" and 10 in v.shape]
+    assert logits and all(v.shape in ((160, 10), (10, 128)) for v in logits)
