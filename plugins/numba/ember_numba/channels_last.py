@@ -32,11 +32,11 @@ from numba import uint64
 from .kernels import JIT
 
 #: Output rows at most this wide: conv.py's runs of OW values are short there. Measured per
-#: layer at batch 128, time with / without (CPU time, 5 alternating calls each, forward, weight
-#: and input gradient): LeNet's 11-wide layer (32 -> 64 channels) 0.91, 0.77, 0.92; ResNet-18's
-#: 8-wide 256 -> 256 0.97, 0.98, 0.84 and 256 -> 512 stride 2 (4-wide out) 1.01, 1.04, 0.82;
-#: 4-wide 512 -> 512 0.97, 0.97, 0.76; but its 16-wide layers 1.17-1.33 (a run of 16 copies
-#: as one vector; the transposes then only cost).
+#: layer at batch 128, time with / without (CPU time, alternating calls; forward, weight and
+#: input gradient): LeNet's 11-wide layer (32 -> 64 channels) 0.78, 0.85, 0.91; ResNet-18's
+#: 8- and 4-wide layers 0.86-0.96, their input gradients 0.76-0.85; but its 16-wide 64 -> 128
+#: stride-2 layer 1.18, 1.35, 1.00 and 128 -> 128 layer 0.92, 1.02, 0.90 (a run of 16 values
+#: is one vector: little left to gain).
 MAX_OW = 12
 #: Contiguous values a kernel row reads (KW*C) at least: shorter runs gain nothing over OW.
 MIN_RUN = 32
