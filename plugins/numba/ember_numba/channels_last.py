@@ -44,12 +44,14 @@ MIN_RUN = 32
 
 def takes(ch) -> bool:
     """Do the chunks ``ch`` (conv.Chunks) go channels last? Narrow output rows, long kernel
-    rows (dilation 1, so a row's taps are neighbours), and chunks to share out among the
-    threads (a lone sample runs conv.py's all-thread forms). Not 1x1 kernels: a run is then
-    one pixel's channels, and the transposes cost more than the copy saves (ResNet-18's
-    strided 1x1 layers ran 1.2-11x slower)."""
+    rows (dilation 1, so a row's taps are neighbours), and chunks of several samples to share
+    out among the threads: a lone sample's GEMM writes its NCHW output directly (conv.py), and
+    runs on all threads or on skinny.py's kernel. Not 1x1 kernels: a run is then one pixel's
+    channels, and the transposes cost more than the copy saves (ResNet-18's strided 1x1 layers
+    ran 1.2-11x slower)."""
     c, kh, kw, dh, dw, ow = ch.geo[1], ch.geo[4], ch.geo[5], ch.geo[10], ch.geo[11], ch.geo[13]
-    return ow <= MAX_OW and kw * c >= MIN_RUN and (kh, kw) != (1, 1) and (dh, dw) == (1, 1) and not ch.wide
+    narrow = ow <= MAX_OW and kw * c >= MIN_RUN and (kh, kw) != (1, 1) and (dh, dw) == (1, 1)
+    return narrow and ch.m > 1 and not ch.wide
 
 
 # ----------------------------------------------------------------------------- kernels

@@ -24,13 +24,22 @@ CASES = [  # x shape, w shape, stride, padding
 ]
 
 
-@pytest.fixture(params=[1, 700, 1 << 22], ids=["one-sample-chunks", "few-sample-chunks", "whole-batch"])
+@pytest.fixture(params=[2, 3, 10**9], ids=["two-sample-chunks", "three-sample-chunks", "a-chunk-per-thread"])
 def everywhere(request, monkeypatch):
-    """Every convolution with dilation 1 and a batch to share out takes the channels-last path."""
+    """Every convolution with dilation 1 and a kernel larger than 1x1 takes the channels-last
+    path, in chunks of (at most) the given number of samples: ``chunk(x shape, w shape, ...)``
+    sets the chunk size for a layer and returns its Chunks."""
     monkeypatch.setattr(channels_last, "MAX_OW", 10**9)
     monkeypatch.setattr(channels_last, "MIN_RUN", 1)
-    monkeypatch.setattr(conv, "CHUNK_BYTES", request.param)
     monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(conv, "CHUNKS_PER_THREAD", 1)
+
+    def chunk(xs, ws, stride, padding, dtype):
+        ch = conv.Chunks(xs, ws, stride, padding, (1, 1), dtype)
+        monkeypatch.setattr(conv, "CHUNK_BYTES", request.param * ch.ckk * ch.p * np.dtype(dtype).itemsize)
+        return conv.Chunks(xs, ws, stride, padding, (1, 1), dtype)
+
+    return chunk
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
@@ -39,8 +48,8 @@ def test_every_split_of_the_batch_gives_the_reference(xs, ws, s, p, dtype, tol, 
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
     geo = dict(stride=(s, s), padding=(p, p), dilation=(1, 1))
-    ch = conv.Chunks(xs, ws, *geo.values(), dtype)
-    assert channels_last.takes(ch) == (not ch.wide and ws[2:] != (1, 1))
+    ch = everywhere(xs, ws, (s, s), (p, p), dtype)
+    assert channels_last.takes(ch) == (ch.m > 1 and not ch.wide and ws[2:] != (1, 1))
     y = nb.IMPLS["conv2d"](x, w, groups=1, **geo)
     np.testing.assert_allclose(conv.conv2d_cols(x, w, *geo.values()), y, rtol=tol, atol=tol)
     g = rng.standard_normal(y.shape).astype(dtype)
@@ -60,6 +69,7 @@ def test_the_epilogue_runs_on_every_chunk(everywhere):
 
     rng = np.random.default_rng(2)
     x, w = rng.standard_normal((7, 4, 9, 9)), rng.standard_normal((5, 4, 3, 3))
+    assert channels_last.takes(everywhere(x.shape, w.shape, (1, 1), (1, 1), x.dtype))
     bias = rng.standard_normal(5)
     y = nb.IMPLS["conv2d"](x, w, (1, 1), (1, 1), (1, 1), 1)
     want = np.maximum(y + bias.reshape(1, -1, 1, 1), 0)
@@ -104,4 +114,4 @@ def test_lenets_second_layer_goes_channels_last():
     sample = conv.Chunks((1, 32, 13, 13), (64, 32, 3, 3), (1, 1), (0, 0), (1, 1), np.float32)
     assert channels_last.takes(lenet2)
     assert not channels_last.takes(lenet1)
-    assert not channels_last.takes(sample) or sample.threads == 1
+    assert not channels_last.takes(sample)
