@@ -47,7 +47,7 @@ from numba import uint64
 
 from ember.backends.numpy import backend as nb
 
-from . import skinny, winograd
+from . import channels_last, skinny, winograd
 from .blas import matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
@@ -288,6 +288,10 @@ class Chunks:
         the threads, the product on all threads (blas.matmul) where they are too few to."""
         return matmul(a, b, out) if self.wide else np.matmul(a, b, out=out)
 
+    def buffer(self, name, size):
+        """This thread's scratch buffer ``name``: ``size`` elements of the convolution's dtype."""
+        return scratch(name, size, self.dtype)
+
     def cols(self, m):
         """This thread's column buffer for ``m`` samples: (CKK, m*P)."""
         return scratch("cols", self.ckk * m * self.p, self.dtype).reshape(self.ckk, m * self.p)
@@ -393,6 +397,8 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
     a band of rows or a block of the product, on the thread that made it."""
     x = np.ascontiguousarray(x)
     ch = Chunks(x.shape, w.shape, stride, padding, dilation, x.dtype)
+    if channels_last.takes(ch):
+        return channels_last.conv2d(ch, x, w, epilogue)
     o, p = ch.o, ch.p
     wm = np.ascontiguousarray(w).reshape(o, ch.ckk)
     out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
@@ -429,6 +435,8 @@ def conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation):
     """``conv2d_grad_weight``: the sum over chunks of ``g_o @ cols.T``, one partial sum per thread."""
     x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
     ch = Chunks(x.shape, weight_shape, stride, padding, dilation, x.dtype)
+    if channels_last.takes(ch):
+        return channels_last.conv2d_grad_weight(ch, x, g, weight_shape)
     sums = {}  # thread id -> its partial dW
 
     transposed = ch.ckk > ch.o and ch.o <= TRANSPOSED_MAX_O and ch.n * ch.p >= TRANSPOSED_MIN_PIXELS
@@ -460,6 +468,8 @@ def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):
     """``conv2d_grad_input``: per chunk ``cols = W.T @ g_o``, scattered back by col2im."""
     g = np.ascontiguousarray(g)
     ch = Chunks(input_shape, w.shape, stride, padding, dilation, g.dtype)
+    if channels_last.takes(ch):
+        return channels_last.conv2d_grad_input(ch, g, w, input_shape)
     wt = np.ascontiguousarray(w).reshape(ch.o, ch.ckk).T
     dx = np.empty(input_shape, g.dtype)
 

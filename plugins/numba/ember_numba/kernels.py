@@ -26,7 +26,6 @@ from numba import prange, uint32, uint64
 
 from ember.backends.numpy import backend as nb
 
-from .blas import matmul
 from .launch import hot, run, threads
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -35,6 +34,10 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 MIN_SIZE = int(os.environ.get("EMBER_NUMBA_MIN_SIZE", 4096))
 REASSOC = {"reassoc"}  # lets LLVM vectorize a sum (it reorders the additions)
 JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+# After JIT: blas.py ends by importing skinny.py, which takes JIT from here, so this module
+# can be imported first (before, only blas.py or skinny.py could).
+from .blas import matmul  # noqa: E402
 
 
 def _contiguous_float(*arrays) -> bool:
