@@ -262,7 +262,7 @@ def conv2d(x, w, padding, epilogue=None):
                 epilogue(out, n0, n0 + m, 0, k, rows.start * ow, rows.stop * ow)
 
     with one_thread():
-        U = kernel_transform(w.astype(dtype, copy=False))  # no BLAS: its workers sleep between layers
+        U = kernel_transform(w.astype(dtype, copy=False))  # on one thread: BLAS's own sleep between layers
         if count >= nt:
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
         else:  # too few chunks to go round: each chunk's tile rows are shared out instead
