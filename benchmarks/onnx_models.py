@@ -48,10 +48,13 @@ CLASSES = 1000
 #: Seconds of untimed pause after each timed call. onnxruntime's intra-op threads spin after a
 #: call returns (its default ``session.intra_op.allow_spinning``): on the 2-core development
 #: machine its other threads used 29-37 ms of CPU time during a 50-200 ms sleep after each call.
-#: numba+jit called right after it took 1.42x (quartiles 1.19-1.59) the time it took after a
-#: 60 ms pause (ResNet-50, batch 1, 30 calls each, alternated, 1-min load 1.65). No target needs
-#: its threads spinning from one round to the next (the other targets run in between), so the
-#: pause costs nobody time and takes the spin out of the next target's.
+#: numba+jit called right after it took 1.55x (quartiles 1.14-1.66) the time of a numba+jit
+#: call right after that one, where a call after a numba+jit call took 1.01x (0.97-1.10) the next
+#: one's (ResNet-50, batch 1, 30 rounds, load 2.8). No target needs its threads spinning from one
+#: round to the next (the other targets run in between), so the pause takes the spin out of the
+#: next target's time and nothing from onnxruntime's. Every call follows the same pause: on a busy
+#: machine the scheduler favours a process that has slept (onnxruntime after a 0.1 s pause took
+#: 0.77x its time right after a numba+jit call, where nothing spins).
 PAUSE = 0.1
 
 
