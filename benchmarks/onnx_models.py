@@ -12,7 +12,8 @@ weights, exports it to ONNX, and times the same file on
 Every target gets the same input; its output is checked against onnxruntime's (rtol 1e-3)
 before anything is timed. Then the targets take turns, one call each per round, the first of
 the round rotating (ort, numba, numba+jit; numba, numba+jit, ort; ...), so drift of the machine
-falls on all of them alike and none always follows onnxruntime's still-spinning threads; each
+falls on all of them alike, and an untimed pause follows each call (``PAUSE``), so no target
+runs while onnxruntime's threads still spin after their call; each
 ratio is ember's time over onnxruntime's *of the same round*, reported as the median with its
 range. The first call (tracing and compiling included) is reported apart.
 
@@ -44,6 +45,17 @@ MODELS = {
     "tiny": ("bottleneck", (1, 1, 1, 1), 8, 32),  # the smoke test's: seconds, not minutes
 }
 CLASSES = 1000
+#: Seconds of untimed pause after each timed call. onnxruntime's intra-op threads spin after a
+#: call returns (its default ``session.intra_op.allow_spinning``): on the 2-core development
+#: machine its other threads used 29-37 ms of CPU time during a 50-200 ms sleep after each call.
+#: numba+jit called right after it took 1.55x (quartiles 1.14-1.66) the time of a numba+jit
+#: call right after that one, where a call after a numba+jit call took 1.01x (0.97-1.10) the next
+#: one's (ResNet-50, batch 1, 30 rounds, load 2.8). No target needs its threads spinning from one
+#: round to the next (the other targets run in between), so the pause takes the spin out of the
+#: next target's time and nothing from onnxruntime's. Every call follows the same pause: on a busy
+#: machine the scheduler favours a process that has slept (onnxruntime after a 0.1 s pause took
+#: 0.77x its time right after a numba+jit call, where nothing spins).
+PAUSE = 0.1
 
 
 # ---------------------------------------------------------------------------------- the model
@@ -168,8 +180,9 @@ def make_runner(target, path, threads):
     return run, f"ember {ember.__version__} on {backend}{' under ember.jit' if mode else ''}"
 
 
-def measure(name, batch, targets, path, rounds, warmup, threads):
-    """One model at one batch size: first calls, the output check, then interleaved rounds."""
+def measure(name, batch, targets, path, rounds, warmup, threads, pause=0.0):
+    """One model at one batch size: first calls, the output check, then interleaved rounds,
+    ``pause`` seconds after each timed call."""
     side = MODELS[name][3]
     x = np.random.default_rng(0).standard_normal((batch, 3, side, side)).astype(np.float32)
     rows, runners = {}, {}
@@ -200,12 +213,15 @@ def measure(name, batch, targets, path, rounds, warmup, threads):
         row["seconds"] = []
     order = list(runners.items())
     for r in range(rounds):
-        # the first target rotates: onnxruntime's threads spin on for a while after a call and
-        # take a core from whoever runs next, so no target may always come right after it
+        # the first target rotates, so drift of the machine falls on every target alike; and
+        # each call is followed by an untimed pause: onnxruntime's pool threads spin on after a
+        # call (about 30 ms of CPU time on the 2-core development machine), which took a core
+        # from whatever ran next (see PAUSE)
         for t, run in order[r % len(order) :] + order[: r % len(order)]:
             t0 = time.perf_counter()
             run(x)
             rows[t]["seconds"].append(time.perf_counter() - t0)
+            time.sleep(pause)
     base = rows.get("ort", {}).get("seconds")
     for t, row in rows.items():
         s = row["seconds"]
@@ -258,6 +274,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--batchnorm", action="store_true", help="torch exporter: keep BatchNormalization nodes (default: folded)"
     )
+    p.add_argument("--pause", type=float, default=PAUSE, help="untimed seconds after each timed call (see PAUSE)")
     p.add_argument("--out", default="benchmarks/results", help="folder for onnx-models-DATE.json and .md")
     args = p.parse_args(argv)
     exporter = args.exporter or ("torch" if _has_torch() else "ember")
@@ -265,13 +282,13 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
-    header = f"Machine: {machine(args.threads)}. Exporter: {exporter}{' (BatchNormalization kept)' if args.batchnorm else ''}. Rounds: {args.rounds}, warm-up {args.warmup}.\n\n"
+    header = f"Machine: {machine(args.threads)}. Exporter: {exporter}{' (BatchNormalization kept)' if args.batchnorm else ''}. Rounds: {args.rounds}, warm-up {args.warmup}, pause {args.pause} s after each call.\n\n"
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             path = str(out / f"{name}-{batch}.onnx")
             export(name, exporter, path, batch, batchnorm=args.batchnorm)
-            rows += measure(name, batch, targets, path, args.rounds, args.warmup, args.threads)
+            rows += measure(name, batch, targets, path, args.rounds, args.warmup, args.threads, args.pause)
             os.remove(path)
             (out / f"onnx-models-{stamp}.json").write_text(json.dumps({"machine": header, "rows": rows}, indent=1))
             print(table(rows[-len(targets) :]), flush=True)

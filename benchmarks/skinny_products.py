@@ -63,13 +63,14 @@ def whole_model(name, threads, calls) -> None:
             ember(x)
     times: dict = {"ort": [], "skinny": [], "blas": []}
     for i in range(calls):
-        # onnxruntime first in every round: its pool's threads spin for a while after a call,
-        # so the next call loses the other core; skinny and BLAS take turns following it
+        # onnxruntime's pool threads spin for a while after a call, so each call is followed by
+        # an untimed pause (onnx_models.PAUSE); skinny and BLAS take turns after onnxruntime
         for t in ("ort", "skinny", "blas") if i % 2 == 0 else ("ort", "blas", "skinny"):
             skinny.VECTORS = found and t == "skinny"
             t0 = time.perf_counter()
             (ort if t == "ort" else ember)(x)
             times[t].append(time.perf_counter() - t0)
+            time.sleep(onnx_models.PAUSE)
     skinny.VECTORS = found
     print(f"{name}, batch 1, {threads} thread(s), {calls} calls each; ms and ratios: median (quartiles)")
     for t, label in (("ort", "onnxruntime"), ("skinny", "numba+jit, skinny on"), ("blas", "numba+jit, OpenBLAS")):

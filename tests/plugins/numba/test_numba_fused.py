@@ -21,6 +21,7 @@ POOLS = [
     dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False),
     dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True),
     dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), dilation=(2, 1), ceil_mode=False),
+    dict(kernel_size=(3, 2), stride=(1, 3), padding=(1, 1), dilation=(1, 1), ceil_mode=True),
     dict(kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=True),
 ]
 
@@ -125,9 +126,9 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
     for kernel in (
         pool_kernels.max_pool_2x2_planes,
         pool_kernels.max_pool_2x2_backward_planes,  # MaxPool2d(2)
-        pool_kernels.max_pool_planes,
+        pool_kernels.max_pool_rows_planes,  # MaxPool2d(3, 2, 1)
         pool_kernels.max_pool_backward_planes,
-    ):  # the other
+    ):
         assert launches.count(kernel) == 3, kernel
     (want_l, want_g, want_b), (got_l, got_g, got_b) = results["numpy"], results["numba"]
     np.testing.assert_allclose(got_l, want_l, rtol=1e-5)
