@@ -36,7 +36,14 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 WRITE = os.environ.get("EMBER_WRITE_REFERENCES") == "1"
-RTOL, ATOL = 1e-5, 1e-6  # stored float vs a fresh torch run (BLAS and versions round differently)
+# A stored float vs a fresh torch run: BLAS libraries, their kernels for each CPU and torch's
+# versions round differently. Each element within RTOL of itself, or within ATOL (the absolute
+# tolerance tests/conftest.py compares ember with torch at: a gradient that is zero in exact
+# arithmetic is rounding noise of about 1e-6 in both), or within RTOL of the array's largest
+# magnitude (an element that training steps brought near zero keeps the rounding of the whole).
+# Seen: MKL on an AMD EPYC, against values stored on another CPU: 7e-6 after six RMSprop steps
+# on values up to about 0.4; a conv bias's gradient under batch norm, 1.3e-6 of noise.
+RTOL, ATOL = 1e-5, 1e-5
 HOW_TO_WRITE = "python tests/references/make_references.py (needs torch)"
 
 
@@ -157,7 +164,10 @@ def _check(stored, fresh, where):
             f"{where}: stored {stored.dtype}{stored.shape}, torch gives {fresh.dtype}{fresh.shape}"
         )
         if fresh.dtype.kind == "f":
-            np.testing.assert_allclose(fresh, stored, rtol=RTOL, atol=ATOL, equal_nan=True, err_msg=where)
+            finite = np.abs(stored[np.isfinite(stored)])
+            scale = float(finite.max()) if finite.size else 0.0
+            atol = max(ATOL, RTOL * scale)
+            np.testing.assert_allclose(fresh, stored, rtol=RTOL, atol=atol, equal_nan=True, err_msg=where)
         else:
             np.testing.assert_array_equal(fresh, stored, err_msg=where)
     elif isinstance(fresh, (list, tuple, dict)):
