@@ -21,9 +21,9 @@ layout; the backward ones free the forward masks the forward ones need). Every r
 the values of the nodes it replaces, bit for bit, but one. The transposed products are the
 same products, which BLAS may sum in another order, and a bias gradient becomes a sum along
 the other axis of the transposed array (NumPy sums a contiguous run pairwise): equal to
-float32 rounding, as for ember.jit's ``transpose_matmuls``. Elsewhere: ReLU's output ``r`` is never NaN and never -0.0, so ``r > 0``
-exactly where its mask was true, and the gradient that reaches a window's maximum passes
-ReLU exactly when the pooled output is above zero.
+float32 rounding, as for ember.jit's ``transpose_matmuls``. Elsewhere: ReLU's output ``r``
+is never NaN and never -0.0, so ``r > 0`` exactly where its mask was true, and the gradient
+that reaches a window's maximum passes ReLU exactly when the pooled output is above zero.
 
 The transposed products are plain nodes, which every backend runs with its own impls: they
 apply everywhere. A kernel applies only where the backend runs every node of the pattern
@@ -507,7 +507,8 @@ def _transposed_layout():
     as on the original one (numba's kernels copy any other layout to C order first; W1's
     ReLU and its gradient took 3-4x as long on the transposed arrays without this rule). The
     elementwise values are the same; a sum adds the same numbers along a contiguous run. The
-    rule keeps the transposed form of each value it has seen (its state is one graph's)."""
+    rule keeps the transposed form of each value it has seen (its state is one graph's; every
+    match it makes is taken, since it replaces only the node it is given)."""
     t: dict = {}  # id -> the C-ordered Var whose .mT the value is
 
     def reshaped(a, shape):
@@ -520,7 +521,7 @@ def _transposed_layout():
         if len(v.shape) != 2 or not any(isinstance(a, Var) and a.id in t for a in v.args):
             return None
         m, n = v.shape
-        if v.op in ("sum",) and v.params["axes"] == (0,) and v.params.get("keepdims") and v.args[0].id in t:
+        if v.op == "sum" and v.params["axes"] == (0,) and v.params.get("keepdims") and v.args[0].id in t:
             total = Var(None, "sum", (t[v.args[0].id],), {"axes": (1,), "keepdims": True}, (n, 1), v.dtype, v.where)
             t[v.id] = total
             return [total, Var(v.id, "reshape", (total,), {"shape": (1, n)}, v.shape, v.dtype, v.where)], []
@@ -545,8 +546,9 @@ def _transposed_layout():
 
 
 #: (rule, the NumPy functions its nodes must run with, the fused ops that must be the NumPy
-#: backend's), in the order they are tried: the backward rules first, since they free ReLU's
-#: mask from its backward use, which the forward rules need.
+#: backend's), in the order they are tried: the transposed products first, so the others
+#: match in their layout; then the backward rules, since they free ReLU's mask from its
+#: backward use, which the forward rules need.
 RULES = (
     (_weight_product, {op: nb.IMPLS[op] for op in ("matmul", "permute")}, set()),
     (_pool_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, {"max_pool2d", "max_pool2d_backward"}),
