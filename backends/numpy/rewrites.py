@@ -464,6 +464,13 @@ def _relu(v, users):
 TRANSPOSE_MIN = 128
 
 
+#: The users a transposed product may have: what :func:`_transposed_layout` carries the
+#: layout through, and products and transpositions, which take either layout as it is. Any
+#: other (a reshape to a convolution's shape: LeNet's first Linear layer's input gradient)
+#: would copy the transposed array back.
+CARRIED = ELEMENTWISE | {"sum", "matmul", "permute"}
+
+
 def _mT(x):
     """``x.mT`` of a 2-d Var: the node under a transposition, else a new permute (id None: the
     rewrite gives it one)."""
@@ -490,7 +497,7 @@ def _weight_product(v, users):
     a, w = v.args
     if not (isinstance(a, Var) and isinstance(w, Var)) or not _is_weight(w) or _is_weight(a) or len(a.shape) != 2:
         return None
-    if min(v.shape) < TRANSPOSE_MIN:
+    if min(v.shape) < TRANSPOSE_MIN or any(u.op not in CARRIED for u in users.get(v.id, ())):
         return None
     wt, at = _mT(w), _mT(a)
     product = Var(None, "matmul", (wt, at), {}, v.shape[::-1], v.dtype, v.where)
