@@ -21,9 +21,9 @@ layout; the backward ones free the forward masks the forward ones need). Every r
 the values of the nodes it replaces, bit for bit, but one. The transposed products are the
 same products, which BLAS may sum in another order, and a bias gradient becomes a sum along
 the other axis of the transposed array (NumPy sums a contiguous run pairwise): equal to
-float32 rounding, as for ember.jit's ``transpose_matmuls``. Elsewhere: ReLU's output ``r`` is never NaN and never -0.0, so ``r > 0``
-exactly where its mask was true, and the gradient that reaches a window's maximum passes
-ReLU exactly when the pooled output is above zero.
+float32 rounding, as for ember.jit's ``transpose_matmuls``. Elsewhere: ReLU's output ``r``
+is never NaN and never -0.0, so ``r > 0`` exactly where its mask was true, and the gradient
+that reaches a window's maximum passes ReLU exactly when the pooled output is above zero.
 
 The transposed products are plain nodes, which every backend runs with its own impls: they
 apply everywhere. A kernel applies only where the backend runs every node of the pattern
@@ -464,6 +464,13 @@ def _relu(v, users):
 TRANSPOSE_MIN = 128
 
 
+#: The users a transposed product may have: what :func:`_transposed_layout` carries the
+#: layout through, and products and transpositions, which take either layout as it is. Any
+#: other (a reshape to a convolution's shape: LeNet's first Linear layer's input gradient)
+#: would copy the transposed array back.
+CARRIED = ELEMENTWISE | {"sum", "matmul", "permute"}
+
+
 def _mT(x):
     """``x.mT`` of a 2-d Var: the node under a transposition, else a new permute (id None: the
     rewrite gives it one)."""
@@ -490,7 +497,7 @@ def _weight_product(v, users):
     a, w = v.args
     if not (isinstance(a, Var) and isinstance(w, Var)) or not _is_weight(w) or _is_weight(a) or len(a.shape) != 2:
         return None
-    if min(v.shape) < TRANSPOSE_MIN:
+    if min(v.shape) < TRANSPOSE_MIN or any(u.op not in CARRIED for u in users.get(v.id, ())):
         return None
     wt, at = _mT(w), _mT(a)
     product = Var(None, "matmul", (wt, at), {}, v.shape[::-1], v.dtype, v.where)
@@ -507,7 +514,8 @@ def _transposed_layout():
     as on the original one (numba's kernels copy any other layout to C order first; W1's
     ReLU and its gradient took 3-4x as long on the transposed arrays without this rule). The
     elementwise values are the same; a sum adds the same numbers along a contiguous run. The
-    rule keeps the transposed form of each value it has seen (its state is one graph's)."""
+    rule keeps the transposed form of each value it has seen (its state is one graph's; every
+    match it makes is taken, since it replaces only the node it is given)."""
     t: dict = {}  # id -> the C-ordered Var whose .mT the value is
 
     def reshaped(a, shape):
@@ -520,7 +528,7 @@ def _transposed_layout():
         if len(v.shape) != 2 or not any(isinstance(a, Var) and a.id in t for a in v.args):
             return None
         m, n = v.shape
-        if v.op in ("sum",) and v.params["axes"] == (0,) and v.params.get("keepdims") and v.args[0].id in t:
+        if v.op == "sum" and v.params["axes"] == (0,) and v.params.get("keepdims") and v.args[0].id in t:
             total = Var(None, "sum", (t[v.args[0].id],), {"axes": (1,), "keepdims": True}, (n, 1), v.dtype, v.where)
             t[v.id] = total
             return [total, Var(v.id, "reshape", (total,), {"shape": (1, n)}, v.shape, v.dtype, v.where)], []
@@ -545,8 +553,9 @@ def _transposed_layout():
 
 
 #: (rule, the NumPy functions its nodes must run with, the fused ops that must be the NumPy
-#: backend's), in the order they are tried: the backward rules first, since they free ReLU's
-#: mask from its backward use, which the forward rules need.
+#: backend's), in the order they are tried: the transposed products first, so the others
+#: match in their layout; then the backward rules, since they free ReLU's mask from its
+#: backward use, which the forward rules need.
 RULES = (
     (_weight_product, {op: nb.IMPLS[op] for op in ("matmul", "permute")}, set()),
     (_pool_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, {"max_pool2d", "max_pool2d_backward"}),

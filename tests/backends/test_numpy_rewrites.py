@@ -369,3 +369,27 @@ def test_small_products_keep_their_layout():
     _, _, program = _trained("numpy", compiled=True)
     logits = [v for v in program.graph.nodes if v.op == "matmul" and 10 in v.shape]
     assert logits and all(v.shape in ((160, 10), (10, 128)) for v in logits)
+
+
+def test_a_product_read_as_another_shape_keeps_its_layout():
+    """An input gradient reshaped to the activation it came from (LeNet's flattened features)
+    stays batch-major: transposed, the reshape would copy it back. The forward product, read
+    by its bias and ReLU, is transposed; the values are eager execution's to float32 rounding."""
+    rng = np.random.RandomState(12)
+    w = ember.tensor(rng.standard_normal((128, 200)).astype(np.float32), requires_grad=True)
+    x = ember.tensor(rng.standard_normal((160, 8, 25)).astype(np.float32), requires_grad=True)
+
+    def step(x):
+        loss = (x.reshape(160, 200) @ w.T).relu().sum()
+        loss.backward()
+        return loss, x.grad.clone()
+
+    want = step(x)[1].numpy()
+    x.grad, w.grad = None, None
+    run = ember.jit(step)
+    for _ in range(3):
+        x.grad, w.grad = None, None
+        got = run(x)[1].numpy()
+    _close(got, want)
+    products = [v for v in run.lower(x).program.graph.nodes if v.op == "matmul"]
+    assert sorted(v.shape for v in products) == [(128, 160), (128, 200), (160, 200)]
