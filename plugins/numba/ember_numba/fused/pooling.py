@@ -1,9 +1,11 @@
 """``max_pool2d`` and ``max_pool2d_backward``: one task per (N*C) plane. Kernel 2, stride 2 (most
 pools) runs on explicit vectors, a block of windows from two row loads; its backward recomputes
 each window's first maximum (reading x again costs what reading saved indices would) and writes
-every cell of the input gradient once. Other geometries build each output row kernel position
-by kernel position, so neighbouring windows are independent work instead of a chain of
-compares; their backward zeroes the plane and adds each gradient at its window's first maximum."""
+every cell of the input gradient once. Other geometries without dilation (ResNet's 3x3, stride 2)
+take the max over each window's rows on whole input rows, then over its columns; with dilation,
+each output row is built kernel position by kernel position, so neighbouring windows are
+independent work instead of a chain of compares. Their backward zeroes the plane and adds each
+gradient at its window's first maximum."""
 
 from __future__ import annotations
 
