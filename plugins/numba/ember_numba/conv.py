@@ -22,6 +22,10 @@ writes the sample's (O, P) block of the NCHW output directly. Chunks are at leas
 :data:`MIN_COLUMNS` wide, so deep layers with few output pixels (P = 16) still hand BLAS a
 GEMM wide enough to run at speed.
 
+Narrow maps, whose runs of OW values are short (LeNet's 11x11 layer), go channels last
+instead: runs of KW*C values, channels_last.py (``channels_last.takes``, asked by the three
+``*_cols`` functions).
+
 At stride 1 the input gradient is itself a forward convolution of the output gradient with
 the kernel flipped and its channels swapped; that is taken when its columns are not much
 larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
