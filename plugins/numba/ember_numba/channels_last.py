@@ -23,8 +23,6 @@ Chunks and threads are conv.py's (:class:`~ember_numba.conv.Chunks`); :func:`tak
 
 from __future__ import annotations
 
-import threading
-
 import numba
 import numpy as np
 from numba import uint64
@@ -158,21 +156,7 @@ def conv2d(ch, x, w, epilogue=None):
 
 def conv2d_grad_weight(ch, x, g, weight_shape):
     """conv.conv2d_grad_weight_cols for chunks that :func:`takes`: one partial dWᵀ per thread."""
-    sums = {}  # thread id -> its partial dWᵀ
-
-    def work(n0, m):
-        part = _columns(ch, x, n0, m).T @ _pixel_major(ch, g, n0, m)
-        mine = sums.get(threading.get_ident())
-        if mine is None:
-            sums[threading.get_ident()] = part
-        else:
-            mine += part
-
-    ch.run(work)
-    parts = list(sums.values())
-    dwt = parts[0]
-    for part in parts[1:]:
-        dwt += part
+    dwt = ch.summed(lambda n0, m: _columns(ch, x, n0, m).T @ _pixel_major(ch, g, n0, m))
     o, c, kh, kw = weight_shape
     return np.ascontiguousarray(dwt.reshape(kh, kw, c, o).transpose(3, 2, 0, 1))
 

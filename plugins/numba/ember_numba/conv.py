@@ -287,6 +287,27 @@ class Chunks:
         with one_thread():  # each chunk makes its own one-thread BLAS calls
             on_demand(self.count, self.threads, chunk)
 
+    def summed(self, part):
+        """The sum of ``part(n0, m)`` over the chunks (:meth:`run`): each thread adds its
+        chunks' parts into a partial of its own, and the partials are added at the end (a
+        weight gradient: no lock, one partial per thread)."""
+        sums = {}  # thread id -> its partial sum
+
+        def work(n0, m):
+            p = part(n0, m)
+            mine = sums.get(threading.get_ident())
+            if mine is None:
+                sums[threading.get_ident()] = p
+            else:
+                mine += p
+
+        self.run(work)
+        parts = list(sums.values())
+        total = parts[0]
+        for p in parts[1:]:
+            total += p
+        return total
+
     def gemm(self, a, b, out=None):
         """``a @ b`` (into ``out``) for a chunk: a one-thread BLAS call where the chunks share out
         the threads, the product on all threads (blas.matmul) where they are too few to."""
@@ -441,30 +462,18 @@ def conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation):
     ch = Chunks(x.shape, weight_shape, stride, padding, dilation, x.dtype)
     if channels_last.takes(ch):
         return channels_last.conv2d_grad_weight(ch, x, g, weight_shape)
-    sums = {}  # thread id -> its partial dW
-
     transposed = ch.ckk > ch.o and ch.o <= TRANSPOSED_MAX_O and ch.n * ch.p >= TRANSPOSED_MIN_PIXELS
 
-    def work(n0, m):
+    def part(n0, m):
         cols = ch.im2col(x, n0, m)
         if ch.per_sample(m) and ch.ckk <= PER_SAMPLE_CKK:  # a GEMM a sample, then their sum
             samples = g[n0 : n0 + m].reshape(m, ch.o, ch.p), cols.reshape(ch.ckk, m, ch.p).transpose(1, 2, 0)
-            part = ch.gemm(*samples).sum(0)
-        elif transposed:
-            part = ch.gemm(cols, ch.o_major(g, n0, m).T).T  # BLAS GEMM, K = m*P
-        else:
-            part = ch.gemm(ch.o_major(g, n0, m), cols.T)
-        mine = sums.get(threading.get_ident())
-        if mine is None:
-            sums[threading.get_ident()] = part
-        else:
-            mine += part
+            return ch.gemm(*samples).sum(0)
+        if transposed:
+            return ch.gemm(cols, ch.o_major(g, n0, m).T).T  # BLAS GEMM, K = m*P
+        return ch.gemm(ch.o_major(g, n0, m), cols.T)
 
-    ch.run(work)
-    parts = list(sums.values())
-    dw = parts[0]
-    for part in parts[1:]:
-        dw += part
+    dw = ch.summed(part)
     return np.ascontiguousarray(dw).reshape(weight_shape)
 
 
