@@ -3,6 +3,8 @@ gives the values of the nodes it replaces as this backend computes them, bit for
 compiled LeNet step on numba takes them, with eager numba's gradients to the bit, is checked
 beside the NumPy backend's rewrites: tests/backends/test_numpy_rewrites.py.)"""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,7 @@ def _bits(a):
     return a.view({4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
+@functools.cache  # a property of this process's BLAS: probed once, not per parametrized case
 def _blas_bits_follow_blocking() -> bool:
     """Does this OpenBLAS give a product different bits when it is computed in blocks of rows,
     or on another number of threads? With ``OPENBLAS_CORETYPE=Haswell`` on an AVX-512 AMD EPYC
