@@ -55,6 +55,7 @@ from . import channels_last, skinny, winograd
 from .blas import matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
+from .scratch import scratch
 
 #: Bytes of columns per chunk (``EMBER_NUMBA_CONV_CHUNK``): in the last-level cache with room
 #: for the GEMM's other operands.
@@ -218,21 +219,6 @@ def _swap01(x, A, B, C, out):
         dst = uint64(t * C)
         for c in range(c_n):
             out[dst + c] = x[src + c]
-
-
-# ----------------------------------------------------------------------------- buffers
-_SCRATCH = threading.local()
-
-
-def scratch(name, size, dtype):
-    """A flat buffer of at least ``size`` elements, kept per thread and reused across calls
-    (grown when too small). Callers use a prefix and never keep it past their own call."""
-    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
-    key = (name, np.dtype(dtype).char)
-    buf = bufs.get(key)
-    if buf is None or buf.size < size:
-        buf = bufs[key] = np.empty(size, dtype)
-    return buf[:size]
 
 
 # ----------------------------------------------------------------------------- the chunks
@@ -533,6 +519,11 @@ def _conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, epil
 def _conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     if not _conv_ok("conv2d_grad_weight", x, g, groups, math.prod(weight_shape) * g.size // max(g.shape[1], 1)):
         return nb.IMPLS["conv2d_grad_weight"](x, g, weight_shape, stride, padding, dilation, groups)
+    if (
+        winograd.plan_weight(x.shape, weight_shape, stride, padding, dilation, groups, x.dtype)
+        and (dw := winograd.conv2d_grad_weight(x, g, weight_shape, padding)) is not None
+    ):
+        return dw
     return conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation)
 
 

@@ -14,11 +14,15 @@ primitive           per chunk of ``m`` samples (T = m * tiles per sample)     th
 ==================  =======================================================  ================
 conv2d              ``V`` (16, C, T); ``M = U (16, K, C) @ V``; ``A^T M A``   into NCHW ``out``
 conv2d_grad_input   conv2d of ``g`` with the kernel flipped, channels swapped
+conv2d_grad_weight  ``V``, ``D`` (16, K, T); ``M += D @ V^T`` (16, K, C)      ``G^T M G``
 ==================  =======================================================  ================
 
-The weight gradient stays on conv.py's im2col GEMMs: its Winograd form (``dW = G^T [sum over
-tiles of (A dY A^T) * V] G``, the NumPy module's) measured 1.25-2.1x slower here, every
-ResNet-18 and LeNet layer at batch 128 (loaded machine).
+The weight gradient is the adjoint of the forward in the kernel: ``dW = G^T [sum over tiles
+of (A dY A^T) * V] G`` (the NumPy module's derivation), so per chunk the same input transform
+``V`` (16, C, T), the output gradient's ``D = A dY A^T`` (16, K, T) and 16 GEMMs
+``D[p] @ V[p]^T`` (K, T) @ (T, C), summed into a partial per thread; ``G^T . G`` once at the end.
+Its chunk buffers are the threads' scratch (scratch.py), not fresh arrays: with fresh ones
+the 64-channel layer ran no faster than im2col (1.01x), with reused ones 0.64x its time.
 
 The transforms of F(2x2, 3x3) are adds and subtracts only; they are written out here as
 scalar code (rows of the tile first, as contiguous vectors, then columns), which LLVM
@@ -29,6 +33,7 @@ a result that is not finite is returned as None, and conv.py computes that one d
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numba
@@ -40,6 +45,7 @@ from ember.backends.numpy import winograd as reference
 from .blas import on_demand, one_thread
 from .kernels import JIT
 from .launch import ThreadChoice, threads
+from .scratch import scratch
 
 F23 = reference.F23
 #: Input and output channels, and output pixels a sample, from which conv.py takes this path.
@@ -71,6 +77,27 @@ CHUNKS_PER_THREAD = 4
 BAND_TILES = 96
 BANDS_PER_THREAD = 2
 BAND_THREADS = ThreadChoice()
+#: The weight gradient takes this path in batches from WEIGHT_MIN_CHANNELS channels in and out,
+#: at any map size: Winograd / im2col time, ResNet-18's 3x3 layers (10 alternating calls,
+#: 2-core machine at load ~1): batch 128 0.64 (64 channels, 32x32), 0.59 (128, 16x16), 0.67
+#: (256, 8x8), 0.83 (512, 4x4); batch 32 0.63, 0.58, 0.70, 0.68. LeNet's 32 -> 64 layer on 13x13
+#: lost (1.20) and a 16-channel 32x32 layer gained little (0.91); one sample lost at 8x8 (2.0).
+WEIGHT_MIN_CHANNELS = 64
+
+
+def plan_weight(x_shape, w_shape, stride, padding, dilation, groups, dtype):
+    """Take the Winograd path for ``conv2d_grad_weight``? 3x3 kernels at stride 1 as for
+    :func:`plan`, in batches (a sample alone runs im2col's product on all threads), with at
+    least :data:`WEIGHT_MIN_CHANNELS` channels in and out, at any number of pixels.
+
+    >>> plan_weight((8, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
+    True
+    >>> plan_weight((1, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
+    False
+    """
+    if not reference.eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype):
+        return False
+    return x_shape[0] > 1 and min(w_shape[0], w_shape[1]) >= WEIGHT_MIN_CHANNELS
 
 
 def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
@@ -194,6 +221,53 @@ def _output_transform(M, N, K, OH, OW, tw, ty0, ty1, out):
                     out[row1 + _2 * full] = y10
 
 
+@numba.njit(**JIT)
+def _gradient_transform(g, N, K, OH, OW, tw, D):
+    """``D`` (16, K, N*th*tw), flat <- ``A dY A^T`` of every 2x2 tile of ``g`` (N, K, OH, OW),
+    flat, zero beyond the output's edge (th = ceil(OH / 2)): the weight gradient's other
+    operand, in V's layout. ``A`` is ``A^T``'s transpose, rows (1, 0), (1, 1), (1, -1), (0, -1)."""
+    th = (OH + 1) // 2
+    T = N * th * tw
+    KT = uint64(K * T)
+    width = 2 * tw  # >= OW: the last tile's second column is zero for an odd width
+    wp = uint64(width)
+    rows = np.zeros(2 * width, g.dtype)  # one tile row's 2 output-gradient rows, zero-padded
+    s = np.empty(4 * width, g.dtype)  # A of them
+    zero = g.dtype.type(0)
+    for t in range(N * K):
+        n = t // K
+        k = t - n * K
+        plane = (n * K + k) * OH * OW
+        for ty in range(th):
+            for i in range(2):
+                y = 2 * ty + i
+                dst = uint64(i) * wp
+                if y < OH:
+                    src = uint64(plane + y * OW)
+                    for j in range(uint64(OW)):
+                        rows[dst + j] = g[src + j]
+                else:
+                    for j in range(uint64(OW)):
+                        rows[dst + j] = zero
+            for j in range(wp):
+                r0, r1 = rows[j], rows[wp + j]
+                s[j] = r0
+                s[wp + j] = r0 + r1
+                s[_2 * wp + j] = r0 - r1
+                s[_3 * wp + j] = -r1
+            dst0 = uint64(k * T + (n * th + ty) * tw)
+            for p in range(4):
+                row = uint64(p) * wp
+                out = uint64(4 * p) * KT + dst0
+                for tx in range(uint64(tw)):
+                    col = row + _2 * tx
+                    a0, a1 = s[col], s[col + _1]
+                    D[out + tx] = a0
+                    D[out + KT + tx] = a0 + a1
+                    D[out + _2 * KT + tx] = a0 - a1
+                    D[out + _3 * KT + tx] = -a1
+
+
 #: ``G (x) G`` (16, 9): row ``4p + q`` takes a kernel's 9 taps to ``(G g G^T)[p, q]``.
 _GG = {dt: np.kron(np.array(F23.G), np.array(F23.G)).astype(dt) for dt in (np.float32, np.float64)}
 
@@ -250,10 +324,12 @@ def conv2d(x, w, padding, epilogue=None):
 
     def tiles(n0, m, ty0, ty1):
         """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread."""
-        V = np.empty((16, c, m * (ty1 - ty0) * tw), dtype)
-        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, V.reshape(-1))
-        M = np.matmul(U, V)  # 16 one-thread BLAS GEMMs (K, C) @ (C, T)
-        _output_transform(M.reshape(-1), m, k, oh, ow, tw, ty0, ty1, out[n0 : n0 + m].reshape(-1))
+        T = m * (ty1 - ty0) * tw
+        V = scratch("winograd_v", 16 * c * T, dtype)
+        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, V)
+        M = scratch("winograd_m", 16 * k * T, dtype)
+        np.matmul(U, V.reshape(16, c, T), out=M.reshape(16, k, T))  # 16 one-thread BLAS GEMMs (K, C) @ (C, T)
+        _output_transform(M, m, k, oh, ow, tw, ty0, ty1, out[n0 : n0 + m].reshape(-1))
         if epilogue is not None:
             rows = slice(2 * ty0, min(2 * ty1, oh))
             if not reference.finite(out[n0 : n0 + m, :, rows]):
@@ -279,3 +355,46 @@ def conv2d_grad_input(g, w, input_shape, padding):
     channels swapped, padded by ``2 - padding``."""
     flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
     return conv2d(g, flipped, (2 - padding[0], 2 - padding[1]))
+
+
+def conv2d_grad_weight(x, g, weight_shape, padding):
+    """``conv2d_grad_weight`` at stride 1 for a 3x3 kernel, or None if it is not finite:
+    ``dW = G^T [sum over tiles of (A dY A^T) * V] G``. Per chunk of samples, the input
+    transform ``V`` (16, C, T), the output gradient's ``D`` (16, K, T) and 16 one-thread GEMMs
+    ``D[p] @ V[p]^T`` (K, T) @ (T, C), added into a partial sum per thread; the kernel-side
+    transform once at the end."""
+    x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
+    n, c, h, wd = x.shape
+    k = weight_shape[0]
+    (ph, pw), dtype = padding, x.dtype
+    oh, ow = g.shape[2:]
+    th, tw = -(-oh // 2), -(-ow // 2)
+    per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)  # as conv2d's: 1 MB of V
+    sums: dict = {}  # thread id -> [its partial sum (16, K, C), a product's buffer]
+
+    @np.errstate(invalid="ignore", over="ignore")  # on each thread: not finite, computed directly
+    def part(i):
+        n0 = i * per
+        m = min(per, n - n0)
+        V = scratch("winograd_v", 16 * c * m * th * tw, dtype)
+        D = scratch("winograd_d", 16 * k * m * th * tw, dtype)
+        _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, 0, th, V)
+        _gradient_transform(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, tw, D)
+        V, D = V.reshape(16, c, -1), D.reshape(16, k, -1)
+        mine = sums.get(threading.get_ident())
+        if mine is None:
+            sums[threading.get_ident()] = [np.matmul(D, V.transpose(0, 2, 1)), None]  # 16 GEMMs (K, T) @ (T, C)
+            return
+        if mine[1] is None:  # this call's, not the thread's scratch: 16 MB a thread for 512 channels
+            mine[1] = np.empty((16, k, c), dtype)
+        mine[0] += np.matmul(D, V.transpose(0, 2, 1), out=mine[1])
+
+    with one_thread(), np.errstate(invalid="ignore", over="ignore"):
+        on_demand(count, nt, part)
+        parts = [p for p, _ in sums.values()]
+        total = parts[0]
+        for p in parts[1:]:
+            total += p
+        # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
+        dw = np.matmul(total.reshape(16, k * c).T, _GG[dtype.type]).reshape(weight_shape)
+    return dw if reference.finite(dw) else None

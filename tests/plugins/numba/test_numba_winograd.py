@@ -1,8 +1,7 @@
 """ember-numba's Winograd F(2x2, 3x3) convolutions (winograd.py) against the NumPy backend's
-direct (im2col) convolutions: the forward and input-gradient primitives (the weight gradient
-stays on im2col), odd outputs and their edge tiles, channel counts that are multiples of
-nothing, batch 1, every way of cutting the batch into chunks; non-finite values; and conv.py's
-choice of the path."""
+direct (im2col) convolutions: all three primitives, odd outputs and their edge tiles, channel
+counts that are multiples of nothing, batch 1, every way of cutting the batch into chunks;
+non-finite values; and conv.py's choice of the path."""
 
 import doctest
 
@@ -47,6 +46,9 @@ def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype
     np.testing.assert_allclose(
         winograd.conv2d_grad_input(g, w, xs, padding), direct["conv2d_grad_input"](g, w, xs, **geo), rtol=tol, atol=tol
     )
+    dw = winograd.conv2d_grad_weight(x, g, w.shape, padding)
+    assert dw.dtype == dtype and dw.shape == w.shape and dw.flags.c_contiguous
+    np.testing.assert_allclose(dw, direct["conv2d_grad_weight"](x, g, w.shape, **geo), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -118,10 +120,15 @@ def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
         conv.IMPLS["conv2d_grad_input"](g, w, x.shape, (1, 1), (1, 1), (1, 1), 1),
         winograd.conv2d_grad_input(g, w, x.shape, (1, 1)),
     )
-    # the weight gradient stays on im2col (measured faster)
+    # the weight gradient from 64 channels (winograd.WEIGHT_MIN_CHANNELS): im2col here
     np.testing.assert_array_equal(
         conv.IMPLS["conv2d_grad_weight"](x, g, w.shape, (1, 1), (1, 1), (1, 1), 1),
         conv.conv2d_grad_weight_cols(x, g, w.shape, (1, 1), (1, 1), (1, 1)),
+    )
+    monkeypatch.setattr(winograd, "WEIGHT_MIN_CHANNELS", 16)
+    np.testing.assert_array_equal(
+        conv.IMPLS["conv2d_grad_weight"](x, g, w.shape, (1, 1), (1, 1), (1, 1), 1),
+        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
     )
 
 
@@ -142,6 +149,36 @@ def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
 )
 def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken):
     assert winograd.plan(xs, ws, stride, padding, (1, 1), 1, np.float32) is taken
+
+
+@pytest.mark.parametrize(
+    "xs,ws,stride,taken",
+    [
+        ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), True),  # ResNet-18's stages, every map size
+        ((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), True),
+        ((8, 512, 4, 4), (512, 512, 3, 3), (1, 1), True),  # unlike the forward: K = tiles, not C
+        ((1, 64, 32, 32), (64, 64, 3, 3), (1, 1), False),  # one sample: im2col on all threads
+        ((8, 32, 13, 13), (64, 32, 3, 3), (1, 1), False),  # LeNet's second layer (measured slower)
+        ((8, 64, 32, 32), (128, 64, 3, 3), (2, 2), False),  # stride 2
+    ],
+)
+def test_the_rule_for_which_weight_gradients_take_winograd(xs, ws, stride, taken):
+    assert winograd.plan_weight(xs, ws, stride, (1, 1), (1, 1), 1, np.float32) is taken
+
+
+def test_a_non_finite_weight_gradient_is_computed_directly(monkeypatch, direct):
+    monkeypatch.setattr(launch, "HOT", 1)
+    monkeypatch.setattr(winograd, "WEIGHT_MIN_CHANNELS", 16)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 16, 8, 8)).astype(np.float32)
+    g = rng.standard_normal((2, 16, 8, 8)).astype(np.float32)
+    x[0, 1, 2, 2] = np.inf
+    assert winograd.conv2d_grad_weight(x, g, (16, 16, 3, 3), (1, 1)) is None
+    got = conv.IMPLS["conv2d_grad_weight"](x, g, (16, 16, 3, 3), (1, 1), (1, 1), (1, 1), 1)
+    want = direct["conv2d_grad_weight"](x, g, (16, 16, 3, 3), (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert np.isinf(got).any()
 
 
 def test_docstring_examples():
