@@ -53,14 +53,21 @@ F23 = reference.F23
 #: time, forward and input gradient: ResNet-18's 32x32 and 16x16 layers (64 and 128 channels)
 #: 0.78-0.91, a 16-channel 32x32 layer 0.80-1.02; with few tiles a sample the 16 GEMMs are
 #: narrow and lose: 8x8 and 4x4 (256 and 512 channels) 1.38-1.77, LeNet's 13x13 1.03-1.74
-#: (with chunks of 4 MB; for the 8x8 layers see SMALL_MIN_PIXELS).
+#: (with chunks of 4 MB; for the 8x8 and 4x4 layers see SMALL).
 MIN_CHANNELS = 16
 MIN_PIXELS = 256
-#: ... and from SMALL_MIN_PIXELS with at least SMALL_MIN_CHANNELS channels, in batches: with the
-#: chunks in L2 (below) ResNet-18's 8x8 layers (256 channels) at batch 128 ran 0.76-0.88x im2col's
-#: time (forward, 8-12 alternating calls, 3 runs); LeNet's 11x11 (32 -> 64) still lost (1.30).
-SMALL_MIN_PIXELS = 64
-SMALL_MIN_CHANNELS = 128
+#: ... and, in batches, from each row's pixels with at least its channels: with the chunks in
+#: L2 (below) ResNet-18's 8x8 layers (256 channels) at batch 128 ran 0.76-0.88x im2col's time
+#: (forward, 8-12 alternating calls, 3 runs); LeNet's 11x11 (32 -> 64) still lost (1.30). With
+#: reused chunk buffers (scratch.py) and chunks at least K/2 tiles wide (:func:`_chunks`), the
+#: 4x4 layers win too: 512 channels 0.68x (batch 128) and 0.78x (batch 32), 256 channels 0.72x,
+#: ResNet-50's 512-channel 7x7 layer 0.68x (batch 32; 8 alternating calls, load ~1).
+# fmt: off
+SMALL = (  # (output pixels a sample at least, channels at least)
+    (64, 128),
+    (16, 256),
+)
+# fmt: on
 #: Bytes of transformed input (V) per chunk at most, and tiles per chunk at least (so the 16
 #: GEMMs stay wide); chunks per thread at least where the batch allows, as in conv.py. V and
 #: the products M of a chunk then fit a core's 2 MB L2 cache between the transforms and the
@@ -104,7 +111,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     """Take the Winograd path (``conv2d`` of ``x_shape`` or its input gradient)? 3x3 kernels at
     stride 1, dilation 1, one group, float32/64, padding at most 2, at least
     :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a sample (in
-    a batch, :data:`SMALL_MIN_CHANNELS` channels and :data:`SMALL_MIN_PIXELS` pixels will do).
+    a batch, a row of :data:`SMALL` will do).
 
     >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
@@ -119,7 +126,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     channels = min(w_shape[0], w_shape[1])
     if channels < MIN_CHANNELS:
         return False
-    small = x_shape[0] > 1 and channels >= SMALL_MIN_CHANNELS and pixels >= SMALL_MIN_PIXELS
+    small = x_shape[0] > 1 and any(pixels >= p and channels >= c for p, c in SMALL)
     return pixels >= MIN_PIXELS or small
 
 
@@ -283,14 +290,14 @@ def kernel_transform(w):
 
 
 # ----------------------------------------------------------------------------- chunks
-def _chunks(n, tiles, bytes_per_sample):
+def _chunks(n, tiles, bytes_per_sample, min_tiles=MIN_TILES):
     """(samples per chunk, chunks, threads): chunks of at most CHUNK_BYTES of V, at least
-    MIN_TILES tiles, CHUNKS_PER_THREAD a thread where the batch allows, and never fewer
+    ``min_tiles`` tiles, CHUNKS_PER_THREAD a thread where the batch allows, and never fewer
     chunks than threads (conv.py's rule, on tiles instead of columns)."""
     nt = threads()
     by_cache = max(1, CHUNK_BYTES // max(bytes_per_sample, 1))
     by_threads = -(-n // (CHUNKS_PER_THREAD * nt))
-    by_gemm = min(-(-MIN_TILES // max(tiles, 1)), -(-n // nt))
+    by_gemm = min(-(-min_tiles // max(tiles, 1)), -(-n // nt))
     m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
     return m, -(-n // m), nt
 
@@ -319,7 +326,9 @@ def conv2d(x, w, padding, epilogue=None):
     oh, ow = h + 2 * ph - 2, wd + 2 * pw - 2
     th, tw = -(-oh // 2), -(-ow // 2)
     out = np.empty((n, k, oh, ow), dtype)
-    per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)
+    # Each of a chunk's 16 GEMMs packs its U[p] (K, C) again: at least K/2 tiles keep that a
+    # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
+    per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize, max(MIN_TILES, k // 2))
     broken = []  # a band that is not finite: the caller computes the whole directly
 
     def tiles(n0, m, ty0, ty1):

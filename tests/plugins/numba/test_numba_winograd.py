@@ -140,7 +140,9 @@ def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
         ((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), True),  # 64 pixels a sample, 256 channels, a batch
         ((1, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), False),  # ... one sample: not measured, im2col
         ((8, 64, 8, 8), (64, 64, 3, 3), (1, 1), (1, 1), False),  # 64 pixels, 64 channels: transforms cost more
-        ((8, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), False),  # 16 pixels a sample: GEMMs too narrow
+        ((8, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), True),  # 16 pixels a sample, 512 channels, a batch
+        ((8, 128, 4, 4), (128, 128, 3, 3), (1, 1), (1, 1), False),  # 16 pixels, 128 channels: not measured
+        ((1, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), False),  # ... one sample: im2col
         ((8, 32, 13, 13), (64, 32, 3, 3), (1, 1), (0, 0), False),  # LeNet's second layer: 121 pixels
         ((8, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), False),  # 3 channels
         ((8, 64, 32, 32), (64, 64, 3, 3), (2, 2), (1, 1), False),  # stride 2
