@@ -290,10 +290,11 @@ def kernel_transform(w):
 
 
 # ----------------------------------------------------------------------------- chunks
-def _chunks(n, tiles, bytes_per_sample, min_tiles=MIN_TILES):
+def _chunks(n, tiles, bytes_per_sample, min_tiles=None):
     """(samples per chunk, chunks, threads): chunks of at most CHUNK_BYTES of V, at least
-    ``min_tiles`` tiles, CHUNKS_PER_THREAD a thread where the batch allows, and never fewer
-    chunks than threads (conv.py's rule, on tiles instead of columns)."""
+    ``min_tiles`` (default MIN_TILES) tiles, CHUNKS_PER_THREAD a thread where the batch allows,
+    and never fewer chunks than threads (conv.py's rule, on tiles instead of columns)."""
+    min_tiles = MIN_TILES if min_tiles is None else min_tiles
     nt = threads()
     by_cache = max(1, CHUNK_BYTES // max(bytes_per_sample, 1))
     by_threads = -(-n // (CHUNKS_PER_THREAD * nt))
