@@ -71,16 +71,22 @@ class ThreadChoice:
     threads or 0.6 ms on one when quiet; GEMMs of 1-100 ms on one thread taking 10-3000 ms on
     two when busy). Which is better changes with the machine's load, so each key (a kernel
     and its size, a GEMM shape) keeps a running mean of its time on one thread and on all,
-    uses the faster, and measures the other again after EXPLORE calls, then after twice as
+    uses the faster, and tries the other again after EXPLORE calls, then after twice as
     many each time it loses again (and enough more that re-tries cost under ~5% of the time
     in between), up to MAX_PERIOD.
+
+    A try is TRIES calls in a row, judged by their median, and a road's first call is not
+    timed at all: it warms up (fresh buffers, a helper thread's first work). One call alone
+    decided before, and one stall in it (another process's time slice, onnxruntime's threads
+    spinning on after a call) kept a layer on one thread for 32 calls or more, longer than a
+    benchmark's run.
 
     A busy machine is busy for every key at once: after STREAK tries in a row (any keys) in
     which all threads stalled (took over STALL times as long as one), a key about to try all
     threads for the first time waits one more period instead of paying for that try at once.
     """
 
-    EXPLORE, MAX_PERIOD, SMOOTH, STREAK, STALL = 16, 4096, 0.3, 3, 2.5
+    EXPLORE, MAX_PERIOD, SMOOTH, STREAK, STALL, TRIES = 16, 4096, 0.3, 3, 2.5, 3
     streak = [0]  # shared by every ThreadChoice: tries in a row that threads lost
 
     def __init__(self):
@@ -92,15 +98,16 @@ class ThreadChoice:
         if st is None:
             if len(self.stats) > 10_000:
                 self.stats.clear()
-            # calls, mean seconds on 1 thread, on all, call of the next try, try period
-            st = self.stats[key] = [0, None, None, 0, self.EXPLORE]
+            # calls, mean seconds on 1 thread, on all, call of the next try, try period,
+            # the current try's times, roads warmed up (bit 1: one thread, bit 2: all)
+            st = self.stats[key] = [0, None, None, 0, self.EXPLORE, [], 0]
         st[0] += 1
         if st[1] is None:
             return True, False, st
         if st[2] is None:
             if st[0] < st[3]:
                 return True, False, st
-            if self.streak[0] >= self.STREAK and st[4] == self.EXPLORE:
+            if self.streak[0] >= self.STREAK and st[4] == self.EXPLORE and not st[5]:
                 st[3], st[4] = st[0] + self.EXPLORE, 2 * self.EXPLORE  # busy: try later, once
                 return True, False, st
             return False, True, st
@@ -111,19 +118,29 @@ class ThreadChoice:
 
     def record(self, st, one, explore, seconds):
         slot = 1 if one else 2
+        if not st[6] & slot:  # the road's first call warms it up: not timed
+            st[6] |= slot
+            return
         if not explore:
             st[slot] = seconds if st[slot] is None else st[slot] + self.SMOOTH * (seconds - st[slot])
             if st[3] == 0:
                 st[3] = st[0] + 1  # the first try of all threads: at the next call
             return
-        # The fresh time of the road not taken replaces its estimate. If it wins it is taken
+        tries = st[5]
+        tries.append(seconds)
+        if len(tries) < self.TRIES:
+            return  # the try goes on at the next call (st[3] is still due)
+        seconds = sorted(tries)[len(tries) // 2]
+        tries.clear()
+        # The try's median replaces the estimate of the road not taken. If it wins it is taken
         # from now on; if it still loses, the next try waits twice as long, and at least long
         # enough that tries cost under ~5% of the calls' time in between.
         other = st[2] if one else st[1]
         st[slot] = seconds
         lost = other is not None and seconds > other
         if lost:
-            st[4] = min(max(2 * st[4], int(20 * (seconds / max(other, 1e-9) - 1))), self.MAX_PERIOD)
+            cost = self.TRIES * 20 * (seconds / max(other, 1e-9) - 1)
+            st[4] = min(max(2 * st[4], int(cost)), self.MAX_PERIOD)
         else:
             st[4] = self.EXPLORE
         st[3] = st[0] + st[4]

@@ -378,20 +378,40 @@ def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
 
     choice = ThreadChoice()
     monkeypatch.setattr(ThreadChoice, "streak", [0])
-    slow_tries = []
+    slow_calls = []
     for call in range(600):
         one, explore, st = choice.choose("k")
         if not one:
-            slow_tries.append(call)
+            slow_calls.append(call)
         choice.record(st, one, explore, 1.0 if one else 10.0)
-    assert slow_tries[0] == 1 and len(slow_tries) <= 4  # tried, then ever more rarely
-    assert all(b - a >= 16 for a, b in zip(slow_tries, slow_tries[1:]))
+    # one thread warms up and is timed (calls 0, 1); all threads warm up and are tried
+    # TRIES times (2-5); then tried ever more rarely, TRIES calls in a row each time
+    assert slow_calls[:4] == [2, 3, 4, 5] and len(slow_calls) <= 4 + 2 * ThreadChoice.TRIES
+    starts = [c for c in slow_calls if c - 1 not in slow_calls]
+    assert all(b - a >= 16 for a, b in zip(starts, starts[1:]))
     uses = []
     for _call in range(2000):  # the next try comes within MAX_PERIOD calls
         one, explore, st = choice.choose("k")
         uses.append(one)
         choice.record(st, one, explore, 1.0 if one else 0.5)
-    assert sum(uses[-500:]) <= 5  # now all threads, re-checking one now and then
+    assert sum(uses[-500:]) <= 2 * ThreadChoice.TRIES  # now all threads, re-checking one now and then
+
+
+def test_thread_choice_is_not_decided_by_one_stall_or_a_first_call(monkeypatch):
+    """All threads take half the time, but their first call (fresh buffers) and one call of
+    the first try stall: the choice still goes to all threads, at once."""
+    from ember_numba.launch import ThreadChoice
+
+    choice = ThreadChoice()
+    monkeypatch.setattr(ThreadChoice, "streak", [0])
+    times = {0: 5.0, 1: 1.0, 2: 20.0, 3: 0.5, 4: 8.0, 5: 0.5}  # call -> seconds, else 1 or 0.5
+    uses = []
+    for call in range(40):
+        one, explore, st = choice.choose("k")
+        uses.append(one)
+        choice.record(st, one, explore, times.get(call, 1.0 if one else 0.5))
+    assert uses[:6] == [True, True, False, False, False, False]
+    assert not any(uses[6:21])  # all threads from the verdict on, until one thread's next try
 
 
 # ----------------------------------------------------------------------------- examples

@@ -1,0 +1,128 @@
+"""Does the second core pay? A model under ember.jit on numba, every thread choice forced to one
+thread or to all, the two alternating call by call in one process.
+
+    python -m benchmarks.onnx_threads --model resnet50 --calls 80
+
+``launch.ThreadChoice`` picks one thread or all per layer by measurement; forcing the choice
+shows what each road costs on its own. Each round runs both (in turn first), each call followed
+by an untimed pause (onnx_models.PAUSE), and records the wall time and the process's CPU time
+(all its threads) of each call. On a shared machine the other processes take the second core
+now and then: each round's CPU time of other processes is read from ``/proc/stat`` (Linux), and
+the rounds in which they used less than ``--quiet`` cores are summarized apart from the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks import onnx_models
+
+ARMS = ("one", "all")
+
+
+def busy_seconds() -> float:
+    """CPU seconds all processes have used (not idle, not waiting for I/O), or NaN without /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(t) for t in f.readline().split()[1:9]]
+    except OSError:
+        return float("nan")
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def forced(arm: list):
+    """Make every ThreadChoice take what ``arm[0]`` says ("one" or "all"); returns the undo."""
+    from ember_numba import launch
+
+    cls = launch.ThreadChoice
+    choose, record = cls.__dict__["choose"], cls.__dict__["record"]
+    cls.choose = lambda self, key: (arm[0] == "one", False, choose(self, key)[2])  # type: ignore[method-assign]
+    cls.record = lambda self, *a: None  # type: ignore[method-assign]
+
+    def undo():
+        cls.choose, cls.record = choose, record  # type: ignore[method-assign]
+
+    return undo
+
+
+def measure(path, side, calls, threads=2):
+    """{arm: [(wall s, cpu s)]} over ``calls`` rounds, and each round's other processes' cores."""
+    run, _ = onnx_models.make_runner("numba+jit", path, threads)
+    x = np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
+    arm = ["one"]
+    undo = forced(arm)
+    try:
+        for a in ARMS * 3:  # traced, compiled, both roads' buffers made
+            arm[0] = a
+            run(x)
+        times: dict = {a: [] for a in ARMS}
+        others = []
+        for i in range(calls):
+            b0, c0, w0 = busy_seconds(), time.process_time(), time.perf_counter()
+            for a in ARMS[i % 2 :] + ARMS[: i % 2]:
+                arm[0] = a
+                c, t = time.process_time(), time.perf_counter()
+                run(x)
+                times[a].append((time.perf_counter() - t, time.process_time() - c))
+                time.sleep(onnx_models.PAUSE)
+            mine = time.process_time() - c0
+            others.append((busy_seconds() - b0 - mine) / (time.perf_counter() - w0))
+    finally:
+        undo()
+    return times, others
+
+
+def summary(times, rounds) -> list[str]:
+    """Markdown rows: per arm the median (quartiles) wall and CPU ms, and all / one paired."""
+    if not rounds:
+        return []
+    q = lambda v: f"{np.percentile(v, 50):.1f} ({np.percentile(v, 25):.1f}-{np.percentile(v, 75):.1f})"  # noqa: E731
+    rows = []
+    for a in ARMS:
+        wall = [1e3 * times[a][i][0] for i in rounds]
+        cpu = [1e3 * times[a][i][1] for i in rounds]
+        ratio = [times[a][i][0] / times["one"][i][0] for i in rounds]
+        rows.append(
+            f"| {a} | {len(rounds)} | {q(wall)} | {q(cpu)} | {np.median(ratio):.3f} ({np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}) |"
+        )
+    return rows
+
+
+def main(argv=None) -> str:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.onnx_threads", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="resnet50", help=f"of {', '.join(onnx_models.MODELS)}")
+    p.add_argument("--calls", type=int, default=60, help="rounds (one call of each arm a round)")
+    p.add_argument("--quiet", type=float, default=0.25, help="other processes' cores below which a round is quiet")
+    p.add_argument("--exporter", choices=("torch", "ember"), default=None, help="default: torch where installed")
+    args = p.parse_args(argv)
+    exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
+    path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")
+    onnx_models.export(args.model, exporter, path)
+    times, others = measure(path, onnx_models.MODELS[args.model][3], args.calls)
+    os.remove(path)
+    quiet = [i for i, o in enumerate(others) if o < args.quiet]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    head = [
+        "| arm | rounds | wall ms | CPU ms (all threads) | wall / one's, paired |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    text = (
+        f"{args.model}, batch 1, numba+jit on 2 threads, {args.calls} rounds; other processes' cores a round: "
+        f"median {statistics.median(others):.2f}; 1-min load at the end {load:.2f}\n\n"
+        f"All rounds:\n\n" + "\n".join(head + summary(times, list(range(args.calls)))) + "\n\n"
+        f"Quiet rounds (other processes under {args.quiet} cores):\n\n"
+        + ("\n".join(head + summary(times, quiet)) if quiet else "(none)")
+        + "\n"
+    )
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

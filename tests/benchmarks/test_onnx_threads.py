@@ -1,0 +1,45 @@
+"""benchmarks/onnx_threads.py: the thread choices forced and restored, and the script end to end
+on a tiny ResNet (no timing is asserted)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the repository, not installed
+
+pytest.importorskip("onnx")
+pytest.importorskip("ember_numba")
+
+from benchmarks import onnx_threads  # noqa: E402
+
+pytestmark = pytest.mark.onnx
+
+
+def test_forced_choices_are_what_the_arm_says_and_are_undone():
+    from ember_numba import launch
+
+    choice, arm = launch.ThreadChoice(), ["all"]
+    undo = onnx_threads.forced(arm)
+    try:
+        assert [choice.choose("k")[0] for _ in range(20)] == [False] * 20
+        arm[0] = "one"
+        assert choice.choose("k")[0] is True
+    finally:
+        undo()
+    assert [choice.choose("j")[0] for _ in range(2)] == [True, True]  # measuring again: one thread first
+
+
+def test_script_runs_a_tiny_resnet():
+    args = ["--model", "tiny", "--calls", "3", "--exporter", "ember", "--quiet", "99"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.onnx_threads", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = re.findall(r"^\| (one|all) \| (\d+) \| ([\d.]+) ", proc.stdout, re.M)
+    # both arms, in all rounds and (every round counts as quiet under 99 cores) in the quiet ones
+    assert [(a, int(n)) for a, n, _ in rows] == [("one", 3), ("all", 3)] * 2
+    assert all(float(ms) > 0 for _, _, ms in rows)
