@@ -89,7 +89,8 @@ class JointChoice:
     def __init__(self):
         self.stats: dict = {}  # product -> [mean on one thread, on all, this window's times]
         self.one = True  # the road taken: one thread first, while the first steps compile
-        self.calls, self.period, self.next_try, self.window = 0, self.EXPLORE, 0, 0
+        # the first window comes after TRIES rounds: within a benchmark's warm-up steps
+        self.calls, self.period, self.next_try, self.window = 0, self.TRIES, 0, 0
         self.counted = 0  # calls of the road taken since the last comparison
 
     def choose(self, key):
