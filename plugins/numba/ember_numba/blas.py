@@ -66,14 +66,15 @@ class JointChoice:
 
     So one road (one thread or all) serves every product. Each product's times on the road
     taken keep a running mean, each time clipped at STALL times the mean (one preempted call
-    does not turn the road). Every ``period`` rounds (a round: as many calls as products known)
-    a window of TRIES rounds runs the other road, the window's first call (the wake-up) not
-    counted, and each product's median there is its estimate on that road. The road with the
-    smaller sum over the products measured on both is taken: after a window, or at the end
-    of any round in which the road taken has become the slower (a machine that got busy).
-    A window that does not turn the road doubles the period, up to MAX_PERIOD; one that does
-    resets it to EXPLORE. A window call that stalls (over STALL times the road taken) ends the
-    window as lost, and the period grows with the stall, so a busy machine pays for few tries.
+    does not turn the road). After TRIES rounds (a round: a call per product known, at most
+    ROUND), then every ``period`` rounds, a window of TRIES rounds runs the other road, the
+    window's first call (the wake-up) not counted, and each product's median there is its
+    estimate on that road. The road with the smaller sum over the products measured on both
+    is taken: after a window, or at the end of any round in which the road taken has become
+    the slower (a machine that got busy). A window that does not turn the road doubles the
+    period, up to MAX_PERIOD; one that does resets it to EXPLORE. A window call that stalls
+    (over STALL times the road taken) ends the window as lost, and the period grows with the
+    stall, so a busy machine pays for few tries.
 
     >>> choice = JointChoice()
     >>> for _ in range(2000):  # two products; one thread 2 s and 3 s, all threads half that
@@ -84,7 +85,7 @@ class JointChoice:
     False
     """
 
-    EXPLORE, MAX_PERIOD, TRIES, SMOOTH, STALL = 16, 1024, 3, 0.3, 2.5
+    EXPLORE, MAX_PERIOD, TRIES, SMOOTH, STALL, ROUND = 16, 1024, 3, 0.3, 2.5, 64
 
     def __init__(self):
         self.stats: dict = {}  # product -> [mean on one thread, on all, this window's times]
@@ -100,16 +101,16 @@ class JointChoice:
             if len(self.stats) > 10_000:
                 self.stats.clear()
             st = self.stats[key] = [None, None, []]
-            self.next_try = max(self.next_try, self.calls + self.period * len(self.stats))
+            self.next_try = max(self.next_try, self.calls + self.period * self._round())
         self.calls += 1
         if not self.window and self.calls >= self.next_try:
-            self.window = self.TRIES * len(self.stats) + 1
+            self.window = self.TRIES * self._round() + 1
         return (not self.one, True, st) if self.window else (self.one, False, st)
 
     def record(self, st, one, explore, seconds):
         taken = st[1 if one else 0]  # the road taken: where a window is, the other one
         if explore:
-            if self.window <= self.TRIES * len(self.stats):  # not the window's first call
+            if self.window <= self.TRIES * self._round():  # not the window's first call
                 st[2].append(seconds)
                 if taken is not None and seconds > self.STALL * taken:
                     # a stall: on a busy machine the rest of the window would stall too
@@ -121,7 +122,7 @@ class JointChoice:
         mean = st[0 if one else 1]
         st[0 if one else 1] = seconds if mean is None else mean + self.SMOOTH * (min(seconds, self.STALL * mean) - mean)
         self.counted += 1
-        if self.counted >= len(self.stats):
+        if self.counted >= self._round():
             self.counted = 0
             if self._slower(self.one):
                 self.one = not self.one
@@ -139,7 +140,11 @@ class JointChoice:
         else:
             self.period = min(max(2 * self.period, int(4 * stalled)), self.MAX_PERIOD)
         self.window, self.counted = 0, 0
-        self.next_try = self.calls + self.period * len(self.stats)
+        self.next_try = self.calls + self.period * self._round()
+
+    def _round(self):
+        """Calls in a round: one per product known (at most ROUND: shapes that never repeat)."""
+        return min(len(self.stats), self.ROUND)
 
     def _slower(self, one):
         """Is the road ``one`` slower, summed over the products measured on both roads?"""
