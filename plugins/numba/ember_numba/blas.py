@@ -66,8 +66,8 @@ class JointChoice:
 
     So one road (one thread or all) serves every product. Each product's times on the road
     taken keep a running mean, each time clipped at STALL times the mean (one preempted call
-    does not turn the road). After TRIES rounds (a round: a call per product known, at most
-    ROUND), then every ``period`` rounds, a window of TRIES rounds runs the other road, the
+    does not turn the road). After 2 * TRIES rounds (a round: a call per product known, at
+    most ROUND), then every ``period`` rounds, a window of TRIES rounds runs the other road, the
     window's first call (the wake-up) not counted, and each product's median there is its
     estimate on that road. The road with the smaller sum over the products measured on both
     is taken: after a window, or at the end of any round in which the road taken has become
@@ -90,8 +90,9 @@ class JointChoice:
     def __init__(self):
         self.stats: dict = {}  # product -> [mean on one thread, on all, this window's times]
         self.one = True  # the road taken: one thread first, while the first steps compile
-        # the first window comes after TRIES rounds: within a benchmark's warm-up steps
-        self.calls, self.period, self.next_try, self.window = 0, self.TRIES, 0, 0
+        # the first window after 2 * TRIES rounds: past the steps that compile (their stalls
+        # would end it), within a benchmark's ten warm-up steps
+        self.calls, self.period, self.next_try, self.window = 0, 2 * self.TRIES, 0, 0
         self.counted = 0  # calls of the road taken since the last comparison
 
     def choose(self, key):
@@ -138,7 +139,8 @@ class JointChoice:
         if not stalled and self._slower(self.one):
             self.one, self.period = not self.one, self.EXPLORE
         else:
-            self.period = min(max(2 * self.period, int(4 * stalled)), self.MAX_PERIOD)
+            # a stall costs about `stalled` calls: wait until that is under ~5% of the rounds between
+            self.period = min(max(2 * self.period, int(20 * stalled / self._round())), self.MAX_PERIOD)
         self.window, self.counted = 0, 0
         self.next_try = self.calls + self.period * self._round()
 
