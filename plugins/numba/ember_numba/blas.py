@@ -72,9 +72,11 @@ class JointChoice:
     estimate on that road. The road with the smaller sum over the products measured on both
     is taken: after a window, or at the end of any round in which the road taken has become
     the slower (a machine that got busy). A window that does not turn the road doubles the
-    period, up to MAX_PERIOD; one that does resets it to EXPLORE. A window call that stalls
-    (over STALL times the road taken) ends the window as lost, and the period grows with the
-    stall, so a busy machine pays for few tries.
+    period, up to MAX_PERIOD; one that does resets it to EXPLORE. A window's second call that
+    stalls (over STALL times the road taken) ends it as lost, and the period grows with the
+    stall, so a busy machine pays for few tries (one stall alone, which a quiet machine has
+    too, does not: a single one ended quiet W1 runs' first windows and kept them on one
+    thread for 240 steps).
 
     >>> choice = JointChoice()
     >>> for _ in range(2000):  # two products; one thread 2 s and 3 s, all threads half that
@@ -94,6 +96,7 @@ class JointChoice:
         # would end it), within a benchmark's ten warm-up steps
         self.calls, self.period, self.next_try, self.window = 0, 2 * self.TRIES, 0, 0
         self.counted = 0  # calls of the road taken since the last comparison
+        self.stalls = 0  # calls of this window that stalled
 
     def choose(self, key):
         """(use one thread?, is this a call of a window?, the product's record)."""
@@ -105,7 +108,7 @@ class JointChoice:
             self.next_try = max(self.next_try, self.calls + self.period * self._round())
         self.calls += 1
         if not self.window and self.calls >= self.next_try:
-            self.window = self.TRIES * self._round() + 1
+            self.window, self.stalls = self.TRIES * self._round() + 1, 0
         return (not self.one, True, st) if self.window else (self.one, False, st)
 
     def record(self, st, one, explore, seconds):
@@ -114,8 +117,11 @@ class JointChoice:
             if self.window <= self.TRIES * self._round():  # not the window's first call
                 st[2].append(seconds)
                 if taken is not None and seconds > self.STALL * taken:
-                    # a stall: on a busy machine the rest of the window would stall too
-                    return self._close_window(seconds / taken)
+                    # a second stall: on a busy machine the rest of the window would stall too
+                    # (one alone happens on a quiet machine too, and the median discards it)
+                    self.stalls += 1
+                    if self.stalls >= 2:
+                        return self._close_window(seconds / taken)
             self.window -= 1
             if not self.window:
                 self._close_window()
