@@ -6,7 +6,8 @@ Like dispatch_overhead.py (whose package layout it reuses), both versions, a git
 out as the installed package (with the numba plugin's package next to it), and each timing
 runs in its own process that imports exactly one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
 then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
-disturbed least) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
+disturbed least; ``--mean``: their mean, the benchmark harness's samples/s measure, which
+counts the slow steps too) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
 step times (working tree / base) as the median of the rounds with its range.
 
     python -m benchmarks.numpy_ab --workload W2-train --batch 128 --rounds 5
@@ -41,13 +42,13 @@ if sys.argv[7].startswith("numba"):
     assert ember_numba.__file__.startswith(sys.argv[1]), ember_numba.__file__
 for _ in range(warmup):
     step()
-best = float("inf")
+times = []
 for _ in range(steps):
     t0 = time.perf_counter()
     float(step().item())
-    best = min(best, time.perf_counter() - t0)
+    times.append(time.perf_counter() - t0)
 import resource
-print(best, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # peak RSS in KiB (Linux)
+print(min(times), sum(times) / len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # RSS in KiB
 """
 
 
@@ -72,8 +73,8 @@ def _time(tree, args):
         check=True,
         env=dict(os.environ, EMBER_BACKEND=args.backend.partition("+")[0]),
     ).stdout
-    best, rss = out.split()[-2:]
-    return float(best), int(rss) / 1024
+    best, mean, rss = out.split()[-3:]
+    return float(mean if args.mean else best), int(rss) / 1024
 
 
 def main(argv=None):
@@ -85,6 +86,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--backend", default="numpy+jit", help="the ember target timed: numpy+jit, numba+jit, numba, ...")
+    ap.add_argument("--mean", action="store_true", help="compare the steps' mean time, not the fastest step")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
     try:
@@ -99,7 +101,7 @@ def main(argv=None):
             peaks.append((bm, wm))
             print(
                 f"round {r + 1}: {args.backend} {args.workload} batch {args.batch}: "
-                f"{b * 1e3:.0f} -> {w * 1e3:.0f} ms/step, peak RSS {bm:.0f} -> {wm:.0f} MiB"
+                f"{b * 1e3:.3g} -> {w * 1e3:.3g} ms/step{' (mean)' if args.mean else ''}, peak RSS {bm:.0f} -> {wm:.0f} MiB"
             )
         print(
             f"step time, working tree / {args.base}: {spread(ratios)}; peak RSS median "

@@ -18,7 +18,7 @@ cycles) when it starts them. Where NumPy's BLAS is an OpenBLAS on pthreads that 
 entry points to read its environment again and to stop its threads, :func:`configure` does
 that once with :data:`SPIN` (the workers restart with the short timeout on the next product)
 and takes way 1 ("blas" mode): products of at least :data:`MIN_FLOPS` run on one BLAS thread
-or all, whichever :class:`~ember_numba.launch.ThreadChoice` measured faster (on a busy
+or all, whichever :class:`JointChoice` measured faster for all of them together (on a busy
 machine a product on all threads waits for the one that is not scheduled). Convolutions run
 their chunks on the plugin's threads, so they set BLAS to one thread while they run
 (:func:`one_thread`). Anywhere else (MKL, Accelerate, another OpenBLAS) it takes way 2
@@ -52,7 +52,119 @@ _POOL: list = []
 #: What :func:`configure` chose: the mode, the thread count, and ("blas" mode) the BLAS
 #: libraries loaded then (their files and thread-count setters) and the spin.
 STATE = {"mode": None, "threads": 1, "setters": [], "libraries": [], "spin": None}
-PRODUCT_THREADS = ThreadChoice()
+
+
+class JointChoice:
+    """One thread or all for every product on BLAS's threads together, by measurement.
+
+    Not per product, as :class:`~ember_numba.launch.ThreadChoice` decides for kernels: a
+    product's time on two threads depends on the others'. OpenBLAS's workers sleep after their
+    short spin (SPIN), and a lone two-thread product among one-thread ones waits for a worker
+    the scheduler has not run yet. In the numba+jit W1 step on the shared 2-core machine (load
+    1.2) the forward product took 1.9 ms that way, 0.49 ms on one thread and 0.30 ms when every
+    product ran on two: each product's own try of two threads lost, so all stayed on one.
+
+    So one road (one thread or all) serves every product. Each product's times on the road
+    taken keep a running mean, each time clipped at STALL times the mean (one preempted call
+    does not turn the road). After 2 * TRIES rounds (a round: a call per product known, at
+    most ROUND), then every ``period`` rounds, a window of TRIES rounds runs the other road, the
+    window's first call (the wake-up) not counted, and each product's median there is its
+    estimate on that road. The road with the smaller sum over the products measured on both
+    is taken: after a window, or at the end of any round in which the road taken has become
+    the slower (a machine that got busy). A window that does not turn the road doubles the
+    period, up to MAX_PERIOD; one that does resets it to EXPLORE. A window's second call that
+    stalls (over STALL times the road taken) ends it as lost, and the period grows with the
+    stall, so a busy machine pays for few tries (one stall alone, which a quiet machine has
+    too, does not: a single one ended quiet W1 runs' first windows and kept them on one
+    thread for 240 steps).
+
+    >>> choice = JointChoice()
+    >>> for _ in range(2000):  # two products; one thread 2 s and 3 s, all threads half that
+    ...     for key, t in (("a", 2.0), ("b", 3.0)):
+    ...         one, explore, st = choice.choose(key)
+    ...         choice.record(st, one, explore, t if one else t / 2)
+    >>> choice.one
+    False
+    """
+
+    EXPLORE, MAX_PERIOD, TRIES, SMOOTH, STALL, ROUND = 16, 1024, 3, 0.3, 2.5, 64
+
+    def __init__(self):
+        self.stats: dict = {}  # product -> [mean on one thread, on all, this window's times]
+        self.one = True  # the road taken: one thread first, while the first steps compile
+        # the first window after 2 * TRIES rounds: past the steps that compile (their stalls
+        # would end it), within a benchmark's ten warm-up steps
+        self.calls, self.period, self.next_try, self.window = 0, 2 * self.TRIES, 0, 0
+        self.counted = 0  # calls of the road taken since the last comparison
+        self.stalls = 0  # calls of this window that stalled
+
+    def choose(self, key):
+        """(use one thread?, is this a call of a window?, the product's record)."""
+        st = self.stats.get(key)
+        if st is None:
+            if len(self.stats) > 10_000:
+                self.stats.clear()
+            st = self.stats[key] = [None, None, []]
+            self.next_try = max(self.next_try, self.calls + self.period * self._round())
+        self.calls += 1
+        if not self.window and self.calls >= self.next_try:
+            self.window, self.stalls = self.TRIES * self._round() + 1, 0
+        return (not self.one, True, st) if self.window else (self.one, False, st)
+
+    def record(self, st, one, explore, seconds):
+        taken = st[1 if one else 0]  # the road taken: where a window is, the other one
+        if explore:
+            if self.window <= self.TRIES * self._round():  # not the window's first call
+                st[2].append(seconds)
+                if taken is not None and seconds > self.STALL * taken:
+                    # a second stall: on a busy machine the rest of the window would stall too
+                    # (one alone happens on a quiet machine too, and the median discards it)
+                    self.stalls += 1
+                    if self.stalls >= 2:
+                        return self._close_window(seconds / taken)
+            self.window -= 1
+            if not self.window:
+                self._close_window()
+            return
+        mean = st[0 if one else 1]
+        st[0 if one else 1] = seconds if mean is None else mean + self.SMOOTH * (min(seconds, self.STALL * mean) - mean)
+        self.counted += 1
+        if self.counted >= self._round():
+            self.counted = 0
+            if self._slower(self.one):
+                self.one = not self.one
+
+    def _close_window(self, stalled=0.0):
+        """The window's medians become the other road's estimates; the faster road is taken.
+        A window that loses (or stalled ``stalled`` times the road taken) waits longer."""
+        other = 1 if self.one else 0
+        for st in self.stats.values():
+            if st[2] and not stalled:
+                st[other] = sorted(st[2])[len(st[2]) // 2]
+            st[2] = []
+        if not stalled and self._slower(self.one):
+            self.one, self.period = not self.one, self.EXPLORE
+        else:
+            # a stall costs about `stalled` calls: wait until that is under ~5% of the rounds between
+            self.period = min(max(2 * self.period, int(20 * stalled / self._round())), self.MAX_PERIOD)
+        self.window, self.counted = 0, 0
+        self.next_try = self.calls + self.period * self._round()
+
+    def _round(self):
+        """Calls in a round: one per product known (at most ROUND: shapes that never repeat)."""
+        return min(len(self.stats), self.ROUND)
+
+    def _slower(self, one):
+        """Is the road ``one`` slower, summed over the products measured on both roads?"""
+        both = [st for st in self.stats.values() if st[0] is not None and st[1] is not None]
+        taken, other = (0, 1) if one else (1, 0)
+        return bool(both) and sum(st[taken] for st in both) > sum(st[other] for st in both)
+
+    def summary(self) -> dict:
+        return {k: tuple(v[:2]) for k, v in self.stats.items()} | {"one thread": self.one}
+
+
+PRODUCT_THREADS = JointChoice()
 #: One thread or all for a skinny product (skinny.py), by measurement; its bits are the same on either.
 SKINNY_THREADS = ThreadChoice()
 

@@ -169,3 +169,58 @@ def test_ember_numba_blas_split_takes_the_other_way():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"mode": "split", "ok": True, "blas_threads": [1] * len(got["blas_threads"])}
+
+
+class _Machine:
+    """Simulated product times on two cores: ``one`` seconds on one thread; on all threads
+    ``all`` seconds, or ``cold`` when the product before ran on one (OpenBLAS's workers were
+    asleep), or ``one * busy`` when the other core is taken."""
+
+    def __init__(self, one=0.5, all=0.3, cold=2.0, busy=None):
+        self.one, self.all, self.cold, self.busy, self.last_one = one, all, cold, busy, True
+
+    def time(self, one):
+        if one:
+            t = self.one
+        elif self.busy:
+            t = self.one * self.busy
+        else:
+            t = self.cold if self.last_one else self.all
+        self.last_one = one
+        return t
+
+
+def _steps(choice, machine, steps, keys=("x W1", "h W2", "dW2", "dx", "dW1")):
+    """Runs ``steps`` steps of five products; returns the fraction of calls on one thread."""
+    ones = 0
+    for _ in range(steps):
+        for key in keys:
+            one, explore, st = choice.choose(key)
+            choice.record(st, one, explore, machine.time(one))
+            ones += one
+    return ones / (steps * len(keys))
+
+
+def test_the_products_take_all_threads_together_where_a_lone_one_would_lose(blas):
+    """A two-thread product after a one-thread one waits for sleeping workers (2.0 against 0.5
+    on one thread), yet all of them on two threads take 0.3: each product's own try of two
+    threads loses, the joint choice's window of all of them wins."""
+    choice = blas.JointChoice()
+    assert _steps(choice, _Machine(), 2000) < 0.02 and not choice.one
+
+
+def test_the_joint_choice_leaves_a_busy_machine_on_one_thread_and_returns(blas):
+    """Two threads 10x slower (the other core busy): one thread within a few steps, and back
+    to all threads within MAX_PERIOD rounds once the machine is quiet again. One stalled call
+    does not turn the road."""
+    choice = blas.JointChoice()
+    busy = _Machine(busy=10.0)
+    _steps(choice, busy, 200)
+    assert choice.one and _steps(choice, busy, 2000) < 1.0  # the windows still try all threads
+    assert choice.one
+    _steps(choice, _Machine(), blas.JointChoice.MAX_PERIOD + 50)
+    assert not choice.one and _steps(choice, _Machine(), 500) < 0.05
+    stalled = _Machine()
+    stalled.all = 20.0  # one preempted call
+    _steps(choice, stalled, 1, keys=("x W1",))
+    assert not choice.one
