@@ -85,7 +85,8 @@ def main(argv=None):
     faults, sys_t, user_t = (statistics.median(c) for c in zip(*per))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"{args.workload} on {args.backend}, batch {args.batch}, {args.steps} steps: median "
+        f"{args.workload} on {args.backend}, batch {1 if args.workload == 'resnet50-b1' else args.batch}, "
+        f"{args.steps} steps: median "
         f"{faults:.0f} minor faults/step (min {min(p[0] for p in per)}, max {max(p[0] for p in per)}), "
         f"system {sys_t * 1e3:.1f} ms/step, user {user_t * 1e3:.1f} ms/step; peak RSS {rss:.0f} MiB"
     )

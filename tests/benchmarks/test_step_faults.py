@@ -1,0 +1,29 @@
+"""benchmarks/step_faults.py: a compiled step's faults, system and user time per step, and the
+runner steps that fault, read from the program the step runs."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reports_every_step_and_the_runner_steps_of_the_program():
+    args = ["--workload", "W2-train", "--backend", "numpy+jit", "--batch", "8", "--steps", "3", "--warmup", "3"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_faults", *args, "--nodes", "--top", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.strip().splitlines()
+    assert re.match(
+        r"W2-train on numpy\+jit, batch 8, 3 steps: median \d+ minor faults/step .* peak RSS \d+ MiB", lines[0]
+    )
+    assert re.match(r"faults per step: \[\d+, \d+, \d+\] system ms: \[\d+, \d+, \d+\]$", lines[1])
+    nodes = lines[2:]
+    assert len(nodes) == 5
+    assert all(re.match(r" *\d+ faults +[\d.]+ ms sys +[\d.]+ ms user  #\d+ +\w+", row) for row in nodes), nodes
