@@ -1,13 +1,14 @@
 """Page faults and system time of compiled steps: per step, and which runner steps fault.
 
-    python -m benchmarks.step_faults --workload W3-train --batch 32 --steps 6 --nodes
+    python -m benchmarks.step_faults --workload W3-train --batch 32 --steps 6 --nodes 6
     python -m benchmarks.step_faults --workload resnet50-b1 --steps 20
 
 ``resource.getrusage`` counts the process's own minor faults and CPU time (all its threads),
 so unlike wall time it does not move with other processes' load. A fresh allocation of the
 size of an activation is mmapped by glibc and faulted page by page on first write: the faults
 and the system time they cost show where a step allocates instead of reusing a buffer.
-``--nodes`` runs the step's program once more with each runner step measured alone.
+``--nodes N`` runs N more steps with each runner step measured alone, and sums them per
+runner step: faults come in bursts, in some steps only.
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ def _setup(workload, backend, batch):
 
 
 def _by_node(program, inputs, captures, rng, rows):
-    """``program.run`` with each runner step's faults and system time added to ``rows``."""
+    """``program.run`` with each runner step's faults, system and user time added to ``rows[i]``."""
     env = program.start(inputs, captures, rng)
     for i, (fn, out, args, free) in enumerate(program.steps):
         bufs = [env[a] for a in args]
         before = _usage()
         env[out] = fn(*bufs)
-        rows.append((_delta(before, _usage()), i))
+        rows[i] = [r + d for r, d in zip(rows.get(i, (0, 0, 0)), _delta(before, _usage()))]
         for f in free:
             env[f] = None
     return [env[s] for s in program.out_slots]
@@ -69,7 +70,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=4)
-    ap.add_argument("--nodes", action="store_true", help="also the runner steps that fault most")
+    ap.add_argument("--nodes", type=int, default=0, help="steps more, summed per runner step (those that fault most)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
 
@@ -83,25 +84,28 @@ def main(argv=None):
         step()
         per.append(_delta(before, _usage()))
     faults, sys_t, user_t = (statistics.median(c) for c in zip(*per))
+    mean_faults, mean_sys = (statistics.fmean(c) for c in list(zip(*per))[:2])
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"{args.workload} on {args.backend}, batch {1 if args.workload == 'resnet50-b1' else args.batch}, "
         f"{args.steps} steps: median "
         f"{faults:.0f} minor faults/step (min {min(p[0] for p in per)}, max {max(p[0] for p in per)}), "
-        f"system {sys_t * 1e3:.1f} ms/step, user {user_t * 1e3:.1f} ms/step; peak RSS {rss:.0f} MiB"
+        f"system {sys_t * 1e3:.1f} ms/step, user {user_t * 1e3:.1f} ms/step (means: {mean_faults:.0f} faults, "
+        f"{mean_sys * 1e3:.1f} ms system); peak RSS {rss:.0f} MiB"
     )
     print("faults per step:", [p[0] for p in per], "system ms:", [round(p[1] * 1e3) for p in per])
     if not args.nodes or not made:
         return
     program = made[-1]
-    cls, real, rows = type(program), type(program).run, []
+    cls, real, rows = type(program), type(program).run, {}
     cls.run = lambda self, *a: _by_node(self, *a, rows) if self is program else real(self, *a)
     try:
-        step()
+        for _ in range(args.nodes):
+            step()
     finally:
         cls.run = real
-    rows.sort(key=lambda r: -r[0][0])
-    for (f, s, u), i in rows[: args.top]:
+    print(f"runner steps by faults, summed over {args.nodes} steps:")
+    for i, (f, s, u) in sorted(rows.items(), key=lambda r: -r[1][0])[: args.top]:
         v = program.origin[i]
         print(f"{f:7d} faults {s * 1e3:6.1f} ms sys {u * 1e3:7.1f} ms user  #{i:<4d} {_name(v):28s} {tuple(v.shape)}")
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_reports_every_step_and_the_runner_steps_of_the_program():
     args = ["--workload", "W2-train", "--backend", "numpy+jit", "--batch", "8", "--steps", "3", "--warmup", "3"]
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step_faults", *args, "--nodes", "--top", "5"],
+        [sys.executable, "-m", "benchmarks.step_faults", *args, "--nodes", "2", "--top", "5"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -24,6 +24,7 @@ def test_reports_every_step_and_the_runner_steps_of_the_program():
         r"W2-train on numpy\+jit, batch 8, 3 steps: median \d+ minor faults/step .* peak RSS \d+ MiB", lines[0]
     )
     assert re.match(r"faults per step: \[\d+, \d+, \d+\] system ms: \[\d+, \d+, \d+\]$", lines[1])
-    nodes = lines[2:]
+    assert lines[2] == "runner steps by faults, summed over 2 steps:"
+    nodes = lines[3:]
     assert len(nodes) == 5
     assert all(re.match(r" *\d+ faults +[\d.]+ ms sys +[\d.]+ ms user  #\d+ +\w+", row) for row in nodes), nodes
