@@ -99,12 +99,18 @@ def main(argv=None):
     program = made[-1]
     cls, real, rows = type(program), type(program).run, {}
     cls.run = lambda self, *a: _by_node(self, *a, rows) if self is program else real(self, *a)
+    whole = (0, 0, 0)
     try:
         for _ in range(args.nodes):
+            before = _usage()
             step()
+            whole = tuple(w + d for w, d in zip(whole, _delta(before, _usage())))
     finally:
         cls.run = real
-    print(f"runner steps by faults, summed over {args.nodes} steps:")
+    inside = [sum(c) for c in zip(*rows.values())]
+    f, s, u = (w - i for w, i in zip(whole, inside))
+    print(f"runner steps by faults, summed over {args.nodes} steps; outside them (the rest of each call):")
+    print(f"{f:7d} faults {s * 1e3:6.1f} ms sys {u * 1e3:7.1f} ms user")
     for i, (f, s, u) in sorted(rows.items(), key=lambda r: -r[1][0])[: args.top]:
         v = program.origin[i]
         print(f"{f:7d} faults {s * 1e3:6.1f} ms sys {u * 1e3:7.1f} ms user  #{i:<4d} {_name(v):28s} {tuple(v.shape)}")

@@ -24,7 +24,8 @@ def test_reports_every_step_and_the_runner_steps_of_the_program():
         r"W2-train on numpy\+jit, batch 8, 3 steps: median \d+ minor faults/step .* peak RSS \d+ MiB", lines[0]
     )
     assert re.match(r"faults per step: \[\d+, \d+, \d+\] system ms: \[\d+, \d+, \d+\]$", lines[1])
-    assert lines[2] == "runner steps by faults, summed over 2 steps:"
-    nodes = lines[3:]
+    assert lines[2] == "runner steps by faults, summed over 2 steps; outside them (the rest of each call):"
+    assert re.match(r" *-?\d+ faults +-?[\d.]+ ms sys +-?[\d.]+ ms user$", lines[3])
+    nodes = lines[4:]
     assert len(nodes) == 5
     assert all(re.match(r" *\d+ faults +[\d.]+ ms sys +[\d.]+ ms user  #\d+ +\w+", row) for row in nodes), nodes
