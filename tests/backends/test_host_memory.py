@@ -1,6 +1,5 @@
-"""backends/host_memory.py: once a NumPy-array backend exists, a 16 MiB array and a 32 MiB one
-(at glibc's largest mmap threshold: mapped whatever the threshold, unless mmap is off) come from
-the heap (below the program break) instead of a fresh mapping, unless the user opted out or tuned
+"""backends/host_memory.py: once a NumPy-array backend exists, a 16 MiB array comes from the
+heap (below the program break) instead of a fresh mapping, unless the user opted out or tuned
 malloc in the environment. Each case runs in a fresh process: the settings are per process."""
 
 import json
@@ -21,8 +20,8 @@ note = ember.get_backend("numpy").capabilities().notes["malloc"]
 libc = ctypes.CDLL(None)
 libc.sbrk.restype = ctypes.c_void_p
 libc.sbrk.argtypes = [ctypes.c_long]
-a, b = np.empty(16 << 20, np.uint8), np.empty(32 << 20, np.uint8)
-print(json.dumps({"note": note, "heap": a.ctypes.data < libc.sbrk(0), "heap32": b.ctypes.data < libc.sbrk(0)}))
+a = np.empty(16 << 20, np.uint8)
+print(json.dumps({"note": note, "heap": a.ctypes.data < libc.sbrk(0)}))
 """
 
 
@@ -37,20 +36,16 @@ def child(**env):
 
 def test_large_arrays_come_from_the_heap_once_the_backend_exists():
     got = child()
-    assert got == {
-        "note": "glibc: mmap threshold 32 MiB, trim threshold 256 MiB, no mmap",
-        "heap": True,
-        "heap32": True,
-    }
+    assert got == {"note": "glibc: mmap threshold 32 MiB, trim threshold 256 MiB", "heap": True}
 
 
 def test_ember_mallopt_0_leaves_malloc_alone():
-    assert child(EMBER_MALLOPT="0") == {"note": "unchanged (EMBER_MALLOPT=0)", "heap": False, "heap32": False}
+    assert child(EMBER_MALLOPT="0") == {"note": "unchanged (EMBER_MALLOPT=0)", "heap": False}
 
 
 def test_the_users_own_malloc_settings_win():
     got = child(MALLOC_TRIM_THRESHOLD_="1048576")
-    assert got == {"note": "unchanged (tuned in the environment)", "heap": False, "heap32": False}
+    assert got == {"note": "unchanged (tuned in the environment)", "heap": False}
 
 
 def test_tune_runs_once_and_reports_the_same():
