@@ -42,7 +42,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import threading
 import time
 
 import numba
@@ -55,7 +54,7 @@ from . import channels_last, skinny, winograd
 from .blas import matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
-from .scratch import scratch
+from .scratch import ThreadSums, scratch
 
 #: Bytes of columns per chunk (``EMBER_NUMBA_CONV_CHUNK``): in the last-level cache with room
 #: for the GEMM's other operands.
@@ -274,25 +273,11 @@ class Chunks:
             on_demand(self.count, self.threads, chunk)
 
     def summed(self, part):
-        """The sum of ``part(n0, m)`` over the chunks (:meth:`run`): each thread adds its
-        chunks' parts into a partial of its own, and the partials are added at the end (a
-        weight gradient: no lock, one partial per thread)."""
-        sums = {}  # thread id -> its partial sum
-
-        def work(n0, m):
-            p = part(n0, m)
-            mine = sums.get(threading.get_ident())
-            if mine is None:
-                sums[threading.get_ident()] = p
-            else:
-                mine += p
-
-        self.run(work)
-        parts = list(sums.values())
-        total = parts[0]
-        for p in parts[1:]:
-            total += p
-        return total
+        """The sum of ``part(n0, m)`` over the chunks (:meth:`run`), a partial per thread
+        (scratch.ThreadSums): a weight gradient."""
+        sums = ThreadSums()
+        self.run(lambda n0, m: sums.add(part(n0, m)))
+        return sums.total()
 
     def gemm(self, a, b, out=None):
         """``a @ b`` (into ``out``) for a chunk: a one-thread BLAS call where the chunks share out

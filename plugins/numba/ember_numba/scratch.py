@@ -1,4 +1,4 @@
-"""Per-thread scratch buffers, reused from call to call.
+"""Per-thread buffers: scratch reused from call to call, and partial sums (:class:`ThreadSums`).
 
 A convolution's chunk buffers (im2col columns, Winograd's transformed tiles) are a few MB,
 made once per chunk. Fresh arrays of that size come from the operating system each time
@@ -30,3 +30,46 @@ def scratch(name, size, dtype):
     if buf is None or buf.size < size:
         buf = bufs[key] = np.empty(size, dtype)
     return buf[:size]
+
+
+class ThreadSums:
+    """A sum of parts that threads compute on demand (a weight gradient over chunks of the
+    batch): each thread adds its parts into a partial of its own, no lock, and :meth:`total`
+    adds the partials at the end.
+
+    >>> sums = ThreadSums()
+    >>> for i in range(3):
+    ...     sums.add(np.matmul(np.full((2, 2), i, np.float32), np.eye(2, dtype=np.float32), out=sums.spare((2, 2), np.float32)))
+    >>> sums.total().tolist()
+    [[3.0, 3.0], [3.0, 3.0]]
+    """
+
+    def __init__(self):
+        self._mine: dict = {}  # thread id -> [its partial sum, a buffer for its next part]
+
+    def spare(self, shape, dtype):
+        """A buffer of this thread's to compute its next part into, or None before its first
+        part (which becomes the partial itself). Made once per thread and sum: a weight
+        gradient's size (16 MB for 512 channels) is not worth keeping as scratch."""
+        mine = self._mine.get(threading.get_ident())
+        if mine is None:
+            return None
+        if mine[1] is None:
+            mine[1] = np.empty(shape, dtype)
+        return mine[1]
+
+    def add(self, part):
+        """Add ``part`` into this thread's partial (the partial is ``part`` itself at first)."""
+        mine = self._mine.get(threading.get_ident())
+        if mine is None:
+            self._mine[threading.get_ident()] = [part, None]
+        else:
+            mine[0] += part
+
+    def total(self):
+        """The partials added up (into the first)."""
+        parts = [p for p, _ in self._mine.values()]
+        total = parts[0]
+        for p in parts[1:]:
+            total += p
+        return total

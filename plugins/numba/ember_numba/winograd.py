@@ -33,7 +33,6 @@ a result that is not finite is returned as None, and conv.py computes that one d
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numba
@@ -45,7 +44,7 @@ from ember.backends.numpy import winograd as reference
 from .blas import on_demand, one_thread
 from .kernels import JIT
 from .launch import ThreadChoice, threads
-from .scratch import scratch
+from .scratch import ThreadSums, scratch
 
 F23 = reference.F23
 #: Input and output channels, and output pixels a sample, from which conv.py takes this path.
@@ -380,7 +379,7 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
     oh, ow = g.shape[2:]
     th, tw = -(-oh // 2), -(-ow // 2)
     per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)  # as conv2d's: 1 MB of V
-    sums: dict = {}  # thread id -> [its partial sum (16, K, C), a product's buffer]
+    sums = ThreadSums()  # (16, K, C) a thread
 
     @np.errstate(invalid="ignore", over="ignore")  # on each thread: not finite, computed directly
     def part(i):
@@ -391,20 +390,11 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
         _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, 0, th, V)
         _gradient_transform(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, tw, D)
         V, D = V.reshape(16, c, -1), D.reshape(16, k, -1)
-        mine = sums.get(threading.get_ident())
-        if mine is None:
-            sums[threading.get_ident()] = [np.matmul(D, V.transpose(0, 2, 1)), None]  # 16 GEMMs (K, T) @ (T, C)
-            return
-        if mine[1] is None:  # this call's, not the thread's scratch: 16 MB a thread for 512 channels
-            mine[1] = np.empty((16, k, c), dtype)
-        mine[0] += np.matmul(D, V.transpose(0, 2, 1), out=mine[1])
+        sums.add(np.matmul(D, V.transpose(0, 2, 1), out=sums.spare((16, k, c), dtype)))  # 16 GEMMs (K, T) @ (T, C)
 
     with one_thread(), np.errstate(invalid="ignore", over="ignore"):
         on_demand(count, nt, part)
-        parts = [p for p, _ in sums.values()]
-        total = parts[0]
-        for p in parts[1:]:
-            total += p
+        total = sums.total()
         # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
         dw = np.matmul(total.reshape(16, k * c).T, _GG[dtype.type]).reshape(weight_shape)
     return dw if reference.finite(dw) else None
