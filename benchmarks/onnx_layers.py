@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from benchmarks import onnx_models
-from benchmarks.step_profile import _name, _programs, _timed
+from benchmarks.step_profile import _name, _programs, instrumented, timer
 
 #: ember's steps that onnxruntime runs as a node of its own (Conv, MaxPool, Gemm), in run order.
 LAYER_STEPS = (
@@ -63,18 +63,14 @@ def ember_steps(path, threads, calls, x, made):
     for _ in range(max(8, calls)):  # traced, compiled, thread choices tried
         run(x)
     program = made[-1]
-    cls, real = type(program), type(program).run
     times: dict = {}
     calls_ms = []
-    cls.run = lambda self, *a: _timed(self, *a, times) if self is program else real(self, *a)
-    try:
+    with instrumented(program, timer(times)):
         for _ in range(calls):
             t0 = time.perf_counter()
             run(x)
             calls_ms.append(1e3 * (time.perf_counter() - t0))
             time.sleep(onnx_models.PAUSE)
-    finally:
-        cls.run = real
     rows, rest = [], 0.0
     for i in sorted(times):
         v, ms = program.origin[i], 1e3 * statistics.median(times[i])

@@ -17,7 +17,7 @@ import argparse
 import resource
 import statistics
 
-from benchmarks.step_profile import _name, _programs
+from benchmarks.step_profile import _name, _programs, instrumented
 
 
 def _usage():
@@ -48,19 +48,6 @@ def _setup(workload, backend, batch):
 
     step = WORKLOADS[workload].setup(Ember(backend, 2), batch)
     return lambda: step().item()
-
-
-def _by_node(program, inputs, captures, rng, rows):
-    """``program.run`` with each runner step's faults, system and user time added to ``rows[i]``."""
-    env = program.start(inputs, captures, rng)
-    for i, (fn, out, args, free) in enumerate(program.steps):
-        bufs = [env[a] for a in args]
-        before = _usage()
-        env[out] = fn(*bufs)
-        rows[i] = [r + d for r, d in zip(rows.get(i, (0, 0, 0)), _delta(before, _usage()))]
-        for f in free:
-            env[f] = None
-    return [env[s] for s in program.out_slots]
 
 
 def main(argv=None):
@@ -97,16 +84,20 @@ def main(argv=None):
     if not args.nodes or not made:
         return
     program = made[-1]
-    cls, real, rows = type(program), type(program).run, {}
-    cls.run = lambda self, *a: _by_node(self, *a, rows) if self is program else real(self, *a)
+    rows: dict = {}  # runner step -> its faults, system and user time, summed
+
+    def counted(i, fn, bufs):
+        before = _usage()
+        out = fn(*bufs)
+        rows[i] = [r + d for r, d in zip(rows.get(i, (0, 0, 0)), _delta(before, _usage()))]
+        return out
+
     whole = (0, 0, 0)
-    try:
+    with instrumented(program, counted):
         for _ in range(args.nodes):
             before = _usage()
             step()
             whole = tuple(w + d for w, d in zip(whole, _delta(before, _usage())))
-    finally:
-        cls.run = real
     inside = [sum(c) for c in zip(*rows.values())]
     f, s, u = (w - i for w, i in zip(whole, inside))
     print(f"runner steps by faults, summed over {args.nodes} steps; outside them (the rest of each call):")

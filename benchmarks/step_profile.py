@@ -13,6 +13,7 @@ operands in cache, of an elementwise pass its speed when not waiting on memory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -33,19 +34,42 @@ def _programs():
     return made
 
 
-def _timed(program, inputs, captures, rng, times, args_of=None):
-    """``program.run`` with each step timed into ``times[i]`` (and its arguments kept in ``args_of``)."""
+def _each_step(program, inputs, captures, rng, on_step):
+    """``program.run`` with each runner step called as ``on_step(i, fn, bufs)``, which returns
+    the step's result (and measures it)."""
     env = program.start(inputs, captures, rng)
     for i, (fn, out, args, free) in enumerate(program.steps):
-        bufs = [env[a] for a in args]
-        if args_of is not None:
-            args_of[i] = bufs
-        t0 = time.perf_counter()
-        env[out] = fn(*bufs)
-        times.setdefault(i, []).append(time.perf_counter() - t0)
+        env[out] = on_step(i, fn, [env[a] for a in args])
         for f in free:
             env[f] = None
     return [env[s] for s in program.out_slots]
+
+
+@contextlib.contextmanager
+def instrumented(program, on_step):
+    """Within the block, ``program`` (and no other) runs its steps through ``on_step``."""
+    cls = type(program)
+    real = cls.run
+    cls.run = lambda self, *a: _each_step(self, *a, on_step) if self is program else real(self, *a)
+    try:
+        yield
+    finally:
+        cls.run = real
+
+
+def timer(times, kept=None):
+    """An ``on_step`` for :func:`instrumented` that times each runner step into ``times[i]``
+    (and keeps its arguments in ``kept[i]``)."""
+
+    def timed(i, fn, bufs):
+        if kept is not None:
+            kept[i] = bufs
+        t0 = time.perf_counter()
+        out = fn(*bufs)
+        times.setdefault(i, []).append(time.perf_counter() - t0)
+        return out
+
+    return timed
 
 
 def _name(v):
@@ -69,16 +93,12 @@ def main(argv=None):
         step()
     best = min(_once(step) for _ in range(args.steps))
     program = made[-1]  # the training step's (earlier ones: a first-step trace)
-    cls = type(program)
     times: dict = {}
-    kept: dict = {}
-    real = cls.run
-    cls.run = lambda self, *a: _timed(self, *a, times, kept) if self is program else real(self, *a)
-    try:
+    kept: dict = {}  # runner step -> its arguments, for --hot
+
+    with instrumented(program, timer(times, kept)):
         for _ in range(args.steps):
             step()
-    finally:
-        cls.run = real
     rows = sorted(((statistics.median(t), i) for i, t in times.items()), reverse=True)
     print(
         f"{args.workload} on {args.backend}, batch {args.batch}: best step {best * 1e3:.2f} ms; "
