@@ -41,6 +41,7 @@ from numba import uint64
 
 from ember.backends.numpy import winograd as reference
 
+from . import winograd43
 from .blas import on_demand, one_thread
 from .kernels import JIT
 from .launch import ThreadChoice, threads
@@ -89,6 +90,34 @@ BAND_THREADS = ThreadChoice()
 #: (256, 8x8), 0.83 (512, 4x4); batch 32 0.63, 0.58, 0.70, 0.68. LeNet's 32 -> 64 layer on 13x13
 #: lost (1.20) and a 16-channel 32x32 layer gained little (0.91); one sample lost at 8x8 (2.0).
 WEIGHT_MIN_CHANNELS = 64
+#: F(4x4, 3x3) (winograd43.py) instead for the forward and input gradient: 36 products a 4x4
+#: tile against F(2x2)'s 64, with transforms vectorized across channels. Taken, in a batch, from
+#: each row's tiles (4x4 output tiles in the whole batch) with at least its channels: F(4x4) /
+#: F(2x2) time at batch 128 (2 threads, 8-12 alternating calls, machine loaded 2-6) 64 ch 32x32
+#: 0.16-0.70, 128 ch 16x16 0.17-0.36, 256 ch 8x8 0.37-0.48, 512 ch 4x4 0.71-0.91; batch 32
+#: 64 ch 0.74-1.13, 128 ch 0.40-0.83, 256 ch 0.63-0.70, but 512 ch 4x4 (32 tiles) 1.01-1.14;
+#: one sample lost (64 ch 32x32, 64 tiles: 1.23-1.26). Its GEMMs are (T, C) @ (C, K) and
+#: narrow chunks lose: F43_MIN_TILES tiles a chunk at least (64 channels, one thread: T = 64
+#: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most.
+# fmt: off
+F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
+    (512, 64),
+    (128, 256),
+)
+# fmt: on
+F43_MIN_TILES = 256
+F43_CHUNK_BYTES = 4 << 20
+
+
+def takes_f43(n, c, k, oh, ow):
+    """F(4x4, 3x3) for a forward of ``n`` samples, ``c`` -> ``k`` channels, ``oh`` x ``ow``
+    outputs (or its input gradient)? A row of :data:`F43_TAKES`; F(2x2, 3x3) otherwise.
+
+    >>> takes_f43(128, 64, 64, 32, 32), takes_f43(128, 512, 512, 4, 4), takes_f43(1, 64, 64, 32, 32)
+    (True, True, False)
+    """
+    tiles = n * -(-oh // 4) * -(-ow // 4)
+    return any(tiles >= t and min(c, k) >= ch for t, ch in F43_TAKES)
 
 
 def plan_weight(x_shape, w_shape, stride, padding, dilation, groups, dtype):
@@ -289,13 +318,15 @@ def kernel_transform(w):
 
 
 # ----------------------------------------------------------------------------- chunks
-def _chunks(n, tiles, bytes_per_sample, min_tiles=None):
-    """(samples per chunk, chunks, threads): chunks of at most CHUNK_BYTES of V, at least
-    ``min_tiles`` (default MIN_TILES) tiles, CHUNKS_PER_THREAD a thread where the batch allows,
-    and never fewer chunks than threads (conv.py's rule, on tiles instead of columns)."""
+def _chunks(n, tiles, bytes_per_sample, min_tiles=None, chunk_bytes=None):
+    """(samples per chunk, chunks, threads): chunks of at most ``chunk_bytes`` (default
+    CHUNK_BYTES) of V, at least ``min_tiles`` (default MIN_TILES) tiles, CHUNKS_PER_THREAD a
+    thread where the batch allows, and never fewer chunks than threads (conv.py's rule, on
+    tiles instead of columns)."""
     min_tiles = MIN_TILES if min_tiles is None else min_tiles
+    chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     nt = threads()
-    by_cache = max(1, CHUNK_BYTES // max(bytes_per_sample, 1))
+    by_cache = max(1, chunk_bytes // max(bytes_per_sample, 1))
     by_threads = -(-n // (CHUNKS_PER_THREAD * nt))
     by_gemm = min(-(-min_tiles // max(tiles, 1)), -(-n // nt))
     m = max(1, min(n, max(min(by_cache, by_threads), by_gemm)))
@@ -318,42 +349,70 @@ def _bands(n0, m, th, tw, nt, tiles, key):
 def conv2d(x, w, padding, epilogue=None):
     """``conv2d`` at stride 1 for NCHW float ``x`` and a 3x3 ``w`` (K, C, 3, 3): contiguous
     NCHW output, or None if it is not finite. ``epilogue`` (epilogue.Epilogue), if given, goes
-    on each band of tile rows as it is made, on its thread, once the band is found finite."""
+    on each band of tile rows as it is made, on its thread, once the band is found finite.
+    F(4x4, 3x3) (winograd43.py) where :func:`takes_f43` says so, F(2x2, 3x3) otherwise."""
     x = np.ascontiguousarray(x)
     n, c, h, wd = x.shape
     k = w.shape[0]
     (ph, pw), dtype = padding, x.dtype
     oh, ow = h + 2 * ph - 2, wd + 2 * pw - 2
-    th, tw = -(-oh // 2), -(-ow // 2)
+    size = 4 if takes_f43(n, c, k, oh, ow) else 2  # output tile: size x size
+    th, tw = -(-oh // size), -(-ow // size)
     out = np.empty((n, k, oh, ow), dtype)
-    # Each of a chunk's 16 GEMMs packs its U[p] (K, C) again: at least K/2 tiles keep that a
-    # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
-    per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize, max(MIN_TILES, k // 2))
+    flat = out.reshape(-1)
     broken = []  # a band that is not finite: the caller computes the whole directly
 
-    def tiles(n0, m, ty0, ty1):
-        """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread."""
+    def f23(n0, m, ty0, ty1):
         T = m * (ty1 - ty0) * tw
         V = scratch("winograd_v", 16 * c * T, dtype)
         _input_transform(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, V)
         M = scratch("winograd_m", 16 * k * T, dtype)
         np.matmul(U, V.reshape(16, c, T), out=M.reshape(16, k, T))  # 16 one-thread BLAS GEMMs (K, C) @ (C, T)
         _output_transform(M, m, k, oh, ow, tw, ty0, ty1, out[n0 : n0 + m].reshape(-1))
+
+    def f43(n0, m, ty0, ty1):
+        nty = ty1 - ty0
+        T = m * nty * tw
+        P = scratch("winograd_p", m * (4 * nty + 2) * (4 * tw + 2) * c, dtype)
+        winograd43.channels_last(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, P)
+        V = scratch("winograd_v", 36 * T * c, dtype)
+        winograd43.input_transform(P, m, c, nty, tw, V, scratch("winograd_s", 6 * (4 * tw + 2) * c, dtype))
+        M = scratch("winograd_m", 36 * T * k, dtype)
+        np.matmul(V.reshape(36, T, c), U, out=M.reshape(36, T, k))  # 36 one-thread BLAS GEMMs (T, C) @ (C, K)
+        Z, O = scratch("winograd_z", 24 * k, dtype), scratch("winograd_o", 16 * tw * k, dtype)
+        winograd43.output_transform(M, m, k, oh, ow, nty, tw, ty0, flat[n0 * k * oh * ow :], Z, O)
+
+    compute = f43 if size == 4 else f23
+
+    def tiles(n0, m, ty0, ty1):
+        """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread."""
+        compute(n0, m, ty0, ty1)
         if epilogue is not None:
-            rows = slice(2 * ty0, min(2 * ty1, oh))
+            rows = slice(size * ty0, min(size * ty1, oh))
             if not reference.finite(out[n0 : n0 + m, :, rows]):
                 broken.append(True)
             elif not broken:
                 epilogue(out, n0, n0 + m, 0, k, rows.start * ow, rows.stop * ow)
 
+    if size == 4:
+        per, count, nt = _chunks(
+            n, th * tw, 36 * c * th * tw * dtype.itemsize, max(F43_MIN_TILES, k // 2), F43_CHUNK_BYTES
+        )
+    else:
+        # Each of a chunk's 16 GEMMs packs its U[p] (K, C) again: at least K/2 tiles keep that a
+        # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
+        per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize, max(MIN_TILES, k // 2))
     with one_thread():
-        U = kernel_transform(w.astype(dtype, copy=False))  # on one thread: BLAS's own sleep between layers
+        w = w.astype(dtype, copy=False)
+        U = (
+            winograd43.kernel_transform(w) if size == 4 else kernel_transform(w)
+        )  # on one thread: BLAS's own sleep between layers
         if count >= nt:
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
         else:  # too few chunks to go round: each chunk's tile rows are shared out instead
             for i in range(count):
                 m = min(per, n - i * per)
-                _bands(i * per, m, th, tw, nt, tiles, (m, c, k, th, tw, dtype.num))
+                _bands(i * per, m, th, tw, nt, tiles, (size, m, c, k, th, tw, dtype.num))
     if epilogue is not None:
         return None if broken else out
     return out if reference.finite(out) else None

@@ -1,7 +1,8 @@
-"""ember-numba's Winograd F(2x2, 3x3) convolutions (winograd.py) against the NumPy backend's
-direct (im2col) convolutions: all three primitives, odd outputs and their edge tiles, channel
-counts that are multiples of nothing, batch 1, every way of cutting the batch into chunks;
-non-finite values; and conv.py's choice of the path."""
+"""ember-numba's Winograd convolutions (winograd.py, F(2x2, 3x3); winograd43.py, F(4x4, 3x3)
+for the forward and input gradient) against the NumPy backend's direct (im2col) convolutions:
+all three primitives, odd outputs and their edge tiles, channel counts that are multiples of
+nothing, batch 1, every way of cutting the batch into chunks; non-finite values; and conv.py's
+choice of the path."""
 
 import doctest
 
@@ -14,7 +15,7 @@ pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip ins
 from winograd_cases import GEOMETRIES  # noqa: E402
 
 from ember.backends.numpy import backend as nb, winograd as numpy_winograd  # noqa: E402
-from ember_numba import conv, launch, winograd  # noqa: E402
+from ember_numba import conv, launch, winograd, winograd43  # noqa: E402
 
 
 @pytest.fixture
@@ -24,17 +25,25 @@ def direct(monkeypatch):
     return nb.IMPLS
 
 
+@pytest.fixture(params=["F(2x2, 3x3)", "F(4x4, 3x3)"])
+def transform(request, monkeypatch):
+    """The forward's and input gradient's transforms, whatever winograd.F43_TAKES would pick."""
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0),) if request.param == "F(4x4, 3x3)" else ())
+    return request.param
+
+
 @pytest.fixture(params=["whole batch", "one sample a chunk", "two samples a chunk"])
 def chunks(request, monkeypatch):
     if request.param != "whole batch":
-        monkeypatch.setattr(winograd, "CHUNK_BYTES", 1 if request.param == "one sample a chunk" else 1 << 10)
-        monkeypatch.setattr(winograd, "MIN_TILES", 1)
+        for bytes_, tiles in (("CHUNK_BYTES", "MIN_TILES"), ("F43_CHUNK_BYTES", "F43_MIN_TILES")):
+            monkeypatch.setattr(winograd, bytes_, 1 if request.param == "one sample a chunk" else 1 << 10)
+            monkeypatch.setattr(winograd, tiles, 1)
     return request.param
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
 @pytest.mark.parametrize("xs,k,padding", GEOMETRIES)
-def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype, tol, chunks, direct):
+def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype, tol, transform, chunks, direct):
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal((k, xs[1], 3, 3)).astype(dtype)
     geo = dict(stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
@@ -53,7 +62,9 @@ def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("xs,k,padding", GEOMETRIES)
-def test_tile_row_bands_shared_among_threads_match_the_direct_convolution(xs, k, padding, batch, monkeypatch, direct):
+def test_tile_row_bands_shared_among_threads_match_the_direct_convolution(
+    xs, k, padding, batch, transform, monkeypatch, direct
+):
     """Fewer chunks than threads (batch 1): each chunk's tile rows are cut into bands that the
     threads take, here one tile row a band, on three threads."""
     monkeypatch.setattr(winograd, "threads", lambda: 3)
@@ -71,11 +82,59 @@ def test_tile_row_bands_shared_among_threads_match_the_direct_convolution(xs, k,
     assert sum(bands) == batch  # every sample went through the bands
 
 
-def test_the_kernels_agree_with_the_numpy_winograd():
+def test_the_kernels_agree_with_the_numpy_winograd(transform):
     """The same algorithm as the NumPy module, so the same numbers up to the GEMMs' order."""
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((3, 16, 9, 7)), rng.standard_normal((24, 16, 3, 3))
-    np.testing.assert_allclose(winograd.conv2d(x, w, (1, 1)), numpy_winograd.conv2d(x, w, (1, 1)), rtol=1e-12)
+    t = numpy_winograd.F43 if transform == "F(4x4, 3x3)" else numpy_winograd.F23
+    np.testing.assert_allclose(
+        winograd.conv2d(x, w, (1, 1)), numpy_winograd.conv2d(x, w, (1, 1), t), rtol=1e-12, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-13), (np.float32, 1e-6)])
+def test_the_f43_kernel_transform_is_the_numpy_modules_in_gemm_order(dtype, tol):
+    w = np.random.default_rng(2).standard_normal((24, 13, 3, 3)).astype(dtype)
+    want = numpy_winograd.kernel_transform(numpy_winograd.F43, w)  # (36, C, K)
+    got = winograd43.kernel_transform(w)
+    assert got.dtype == dtype and got.shape == (36, 13, 24)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    "n,c,hw,taken",
+    [
+        (128, 64, 32, True),  # ResNet-18's stages at batch 128 ...
+        (128, 128, 16, True),
+        (128, 256, 8, True),
+        (128, 512, 4, True),
+        (32, 256, 8, True),  # ... and at batch 32, but for 4x4 maps
+        (32, 512, 4, False),  # 32 tiles: too narrow GEMMs (measured 1.01-1.14x F(2x2))
+        (1, 64, 32, False),  # one sample: 64 tiles (1.23x)
+        (128, 16, 32, False),  # 16 channels: not measured
+    ],
+)
+def test_the_rule_for_which_layers_take_f43(n, c, hw, taken):
+    assert winograd.takes_f43(n, c, c, hw, hw) is taken
+
+
+@pytest.mark.parametrize("n,c,hw", [(8, 64, 32), (32, 128, 16), (32, 256, 8), (128, 512, 4)])
+def test_float32_f43_is_within_the_conformance_tolerance(n, c, hw):
+    """The float32 forward by F(4x4, 3x3) against the float64 definition, as a share of the
+    allowance the conformance suite gives a convolution (tolerances.tolerance): its transforms
+    scale values by up to 25 and 8: measured 5-13% of the allowance at these shapes (7e-6 to
+    1.3e-5 of max |y|), F(2x2)'s about 1%."""
+    from ember.conformance.tolerances import tolerance
+
+    assert winograd.takes_f43(n, c, c, hw, hw)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    w = rng.standard_normal((c, c, 3, 3)).astype(np.float32)
+    want = nb.IMPLS["conv2d"](x.astype(np.float64), w.astype(np.float64), (1, 1), (1, 1), (1, 1), 1)
+    rtol, atol = tolerance("float32", 9 * c, float(np.abs(x).max() * np.abs(w).max()))
+    y = winograd.conv2d(x, w, (1, 1))
+    share = np.max(np.abs(y - want) / (atol + rtol * np.abs(want)))
+    assert share < 0.25, share
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-13), (np.float32, 1e-6)])
@@ -189,7 +248,7 @@ def test_docstring_examples():
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_epilogue_on_each_band_is_the_nodes_after_the_convolution(batch, monkeypatch):
+def test_epilogue_on_each_band_is_the_nodes_after_the_convolution(batch, transform, monkeypatch):
     """The bias and ReLU applied to each band of tile rows as it is made give the bits of the
     nodes applied afterwards; an input whose transform is not finite still comes back None."""
     from ember_numba.epilogue import Epilogue

@@ -1,0 +1,175 @@
+"""Winograd F(4x4, 3x3) kernels, vectorized across channels: 36 products a 4x4 output tile
+instead of F(2x2, 3x3)'s 64 (2.25 against 4 multiplications an output, im2col's 9).
+
+F(4x4, 3x3)'s transforms (the NumPy module's ``F43``) read six input rows and columns a tile
+at a stride of 4. Written on NCHW rows as winograd.py's F(2x2) ones are, a vector holds a few
+tiles and every read is strided (its input transform measured 3x F(2x2)'s). Here the
+transforms work on whole vectors of channels instead: each chunk's input is first copied
+channels-last (``P``: rows x columns x C, zero-padded), so a tile's value at (i, j) is C
+contiguous floats and every step of ``B^T d B`` is a run of unit-stride adds; the GEMMs are
+laid out to match, ``M[p] = V[p] (T, C) @ U[p] (C, K)``, and the output transform works on
+vectors of K before one copy back into NCHW rows.
+
+==================  ==============================================================
+per chunk           of ``m`` samples, tile rows ty0 .. ty1-1 (T = m * rows * tw tiles)
+==================  ==============================================================
+channels last       ``P`` (m, 4 rows + 2, 4 tw + 2, C) <- ``x`` (m, C, H, W)
+input transform     ``V`` (36, T, C) <- ``B^T d B`` of every 6x6 tile of ``P``
+GEMMs               ``M[p] = V[p] @ U[p]``, (T, C) @ (C, K), 36 one-thread BLAS calls
+output transform    ``A^T m A`` of every tile, 4 output rows (4 tw, K) at a time,
+                    copied into NCHW ``out`` cut to its edge
+==================  ==============================================================
+
+winograd.py drives these as it does its own kernels (chunks, bands, the epilogue) and
+:data:`winograd.F43_TAKES` says which layers take them.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import uint64
+
+from ember.backends.numpy import winograd as reference
+
+from .kernels import JIT
+
+F43 = reference.F43
+_2, _3, _4, _5 = uint64(2), uint64(3), uint64(4), uint64(5)
+
+
+@numba.njit(**JIT)
+def channels_last(x, N, C, H, W, ph, pw, tw, ty0, ty1, P):
+    """``P`` (N, 4*(ty1-ty0)+2, 4*tw+2, C), flat <- the rows of ``x`` (N, C, H, W), flat, that
+    tile rows ty0 .. ty1-1 read, channels last, zero outside the image (padding by ph, pw)."""
+    rows = 4 * (ty1 - ty0) + 2
+    width = 4 * tw + 2
+    wc = uint64(width * C)
+    cu = uint64(C)
+    zero = x.dtype.type(0)
+    for n in range(N):
+        for r in range(rows):
+            y = 4 * ty0 + r - ph
+            dst = uint64((n * rows + r) * width) * cu
+            if y < 0 or y >= H:
+                for j in range(wc):
+                    P[dst + j] = zero
+                continue
+            for j in range(uint64(pw) * cu):  # the left padding
+                P[dst + j] = zero
+            for j in range(uint64(pw + W) * cu, wc):  # the right padding and beyond
+                P[dst + j] = zero
+            base = dst + uint64(pw) * cu
+            # 16 channels at a time: each x row is read as it lies, each P row's 16 channels written together
+            for c0 in range(0, C, 16):
+                c1 = min(c0 + 16, C)
+                for c in range(c0, c1):
+                    src = uint64(((n * C + c) * H + y) * W)
+                    cc = uint64(c)
+                    for j in range(uint64(W)):
+                        P[base + j * cu + cc] = x[src + j]
+
+
+@numba.njit(**JIT)
+def input_transform(P, N, C, nty, tw, V, S):
+    """``V`` (36, T, C), flat <- ``B^T d B`` of every 6x6 tile (stride 4) of ``P`` (N, 4*nty+2,
+    4*tw+2, C), flat; ``S`` (6, 4*tw+2, C) is scratch for a tile row's ``B^T d``."""
+    T = uint64(N * nty * tw)
+    cu = uint64(C)
+    wc = uint64((4 * tw + 2) * C)
+    TC = T * cu
+    for n in range(N):
+        for ty in range(nty):
+            src = uint64((n * (4 * nty + 2) + 4 * ty) * (4 * tw + 2)) * cu
+            # B^T d down the tile row's 6 input rows, every column and channel at once
+            for j in range(wc):
+                d0, d1, d2 = P[src + j], P[src + wc + j], P[src + _2 * wc + j]
+                d3, d4, d5 = P[src + _3 * wc + j], P[src + _4 * wc + j], P[src + _5 * wc + j]
+                S[j] = 4 * d0 - 5 * d2 + d4
+                S[wc + j] = d3 + d4 - 4 * (d1 + d2)
+                S[_2 * wc + j] = d4 - d3 + 4 * (d1 - d2)
+                S[_3 * wc + j] = d4 - d2 + 2 * (d3 - d1)
+                S[_4 * wc + j] = d4 - d2 - 2 * (d3 - d1)
+                S[_5 * wc + j] = 4 * d1 - 5 * d3 + d5
+            # (B^T d) B across each tile's 6 columns, a vector of channels at a time
+            t0 = uint64((n * nty + ty) * tw)
+            for p in range(6):
+                for tx in range(uint64(tw)):
+                    s = uint64(p) * wc + uint64(4) * tx * cu
+                    out = (uint64(6 * p) * T + t0 + tx) * cu
+                    for c in range(cu):
+                        d0, d1, d2 = S[s + c], S[s + cu + c], S[s + _2 * cu + c]
+                        d3, d4, d5 = S[s + _3 * cu + c], S[s + _4 * cu + c], S[s + _5 * cu + c]
+                        V[out + c] = 4 * d0 - 5 * d2 + d4
+                        V[out + TC + c] = d3 + d4 - 4 * (d1 + d2)
+                        V[out + _2 * TC + c] = d4 - d3 + 4 * (d1 - d2)
+                        V[out + _3 * TC + c] = d4 - d2 + 2 * (d3 - d1)
+                        V[out + _4 * TC + c] = d4 - d2 - 2 * (d3 - d1)
+                        V[out + _5 * TC + c] = 4 * d1 - 5 * d3 + d5
+
+
+@numba.njit(**JIT)
+def output_transform(M, N, K, OH, OW, nty, tw, ty0, out, Z, O):
+    """Tile rows ty0 .. ty0+nty-1 of ``out`` (N, K, OH, OW), flat <- ``A^T m A`` of every tile
+    of ``M`` (36, T, K), flat, cut to the output's edge. ``Z`` (4, 6, K) and ``O`` (4, 4*tw, K)
+    are scratch: a tile's ``A^T m`` and a tile row's outputs, channels last."""
+    T = uint64(N * nty * tw)
+    ku = uint64(K)
+    TK = T * ku
+    ow4 = uint64(4 * tw) * ku
+    sk = uint64(6) * ku
+    for n in range(N):
+        for ty in range(nty):
+            t0 = uint64((n * nty + ty) * tw)
+            for tx in range(uint64(tw)):
+                # A^T m down the tile's 6 rows, for each of its 6 columns
+                for q in range(uint64(6)):
+                    src = (q * T + t0 + tx) * ku
+                    for k in range(ku):
+                        m0, m1, m2 = M[src + k], M[src + uint64(6) * TK + k], M[src + uint64(12) * TK + k]
+                        m3, m4, m5 = (
+                            M[src + uint64(18) * TK + k],
+                            M[src + uint64(24) * TK + k],
+                            M[src + uint64(30) * TK + k],
+                        )
+                        a, b = m1 + m2, m1 - m2
+                        c, d = m3 + m4, m3 - m4
+                        Z[q * ku + k] = m0 + a + c
+                        Z[sk + q * ku + k] = b + 2 * d
+                        Z[_2 * sk + q * ku + k] = a + 4 * c
+                        Z[_3 * sk + q * ku + k] = b + 8 * d + m5
+                # (A^T m) A across the columns, into the tile row's channels-last outputs
+                for i in range(uint64(4)):
+                    z = i * sk
+                    dst = i * ow4 + uint64(4) * tx * ku
+                    for k in range(ku):
+                        m0, m1, m2 = Z[z + k], Z[z + ku + k], Z[z + _2 * ku + k]
+                        m3, m4, m5 = Z[z + _3 * ku + k], Z[z + _4 * ku + k], Z[z + _5 * ku + k]
+                        a, b = m1 + m2, m1 - m2
+                        c, d = m3 + m4, m3 - m4
+                        O[dst + k] = m0 + a + c
+                        O[dst + ku + k] = b + 2 * d
+                        O[dst + _2 * ku + k] = a + 4 * c
+                        O[dst + _3 * ku + k] = b + 8 * d + m5
+            # back to NCHW, the rows and columns inside the output
+            y0 = 4 * (ty0 + ty)
+            for k in range(K):
+                plane = uint64((n * K + k) * OH * OW)
+                for i in range(min(4, OH - y0)):
+                    row = plane + uint64((y0 + i) * OW)
+                    src = uint64(i) * ow4 + uint64(k)
+                    for j in range(uint64(OW)):
+                        out[row + j] = O[src + j * ku]
+
+
+#: ``G (x) G`` (36, 9): row ``6p + q`` takes a kernel's 9 taps to ``(G g G^T)[p, q]``.
+_GG = {dt: np.kron(np.array(F43.G), np.array(F43.G)).astype(dt) for dt in (np.float32, np.float64)}
+
+
+def kernel_transform(w):
+    """``U`` (36, C, K) = ``G g G^T`` of every 3x3 kernel of ``w`` (K, C, 3, 3), in the GEMMs'
+    (C, K) order as a transposed view of one product (36, 9) @ (9, K*C) (call it with BLAS on
+    one thread): BLAS reads it transposed."""
+    k, c = w.shape[:2]
+    taps = np.ascontiguousarray(w).reshape(k * c, 9)
+    return np.matmul(_GG[w.dtype.type], taps.T).reshape(36, k, c).transpose(0, 2, 1)
