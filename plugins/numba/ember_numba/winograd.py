@@ -1,4 +1,5 @@
-"""Winograd F(2x2, 3x3) convolutions: 3x3 kernels at stride 1 with 2.25x fewer multiplications.
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions: 3x3 kernels at stride 1 with 2.25x and 4x
+fewer multiplications.
 
 The algorithm and its matrices are the NumPy backend's (``ember.backends.numpy.winograd``,
 whose docstring derives it): each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B)] A`` of the
@@ -23,6 +24,10 @@ of (A dY A^T) * V] G`` (the NumPy module's derivation), so per chunk the same in
 ``D[p] @ V[p]^T`` (K, T) @ (T, C), summed into a partial per thread; ``G^T . G`` once at the end.
 Its chunk buffers are the threads' scratch (scratch.py), not fresh arrays: with fresh ones
 the 64-channel layer ran no faster than im2col (1.01x), with reused ones 0.64x its time.
+
+In batches with enough tiles (:func:`takes_f43`), all three take F(4x4, 3x3) instead
+(winograd43.py: 36 products a 4x4 tile, its transforms vectorized across channels on a
+channels-last copy of each chunk), driven by the same chunks and bands.
 
 The transforms of F(2x2, 3x3) are adds and subtracts only; they are written out here as
 scalar code (rows of the tile first, as contiguous vectors, then columns), which LLVM
@@ -90,14 +95,16 @@ BAND_THREADS = ThreadChoice()
 #: (256, 8x8), 0.83 (512, 4x4); batch 32 0.63, 0.58, 0.70, 0.68. LeNet's 32 -> 64 layer on 13x13
 #: lost (1.20) and a 16-channel 32x32 layer gained little (0.91); one sample lost at 8x8 (2.0).
 WEIGHT_MIN_CHANNELS = 64
-#: F(4x4, 3x3) (winograd43.py) instead for the forward and input gradient: 36 products a 4x4
-#: tile against F(2x2)'s 64, with transforms vectorized across channels. Taken, in a batch, from
+#: F(4x4, 3x3) (winograd43.py) instead, for all three primitives: 36 products a 4x4 tile
+#: against F(2x2)'s 64, with transforms vectorized across channels. Taken, in a batch, from
 #: each row's tiles (4x4 output tiles in the whole batch) with at least its channels: F(4x4) /
 #: F(2x2) time at batch 128 (2 threads, 8-12 alternating calls, machine loaded 2-6) 64 ch 32x32
 #: 0.16-0.70, 128 ch 16x16 0.17-0.36, 256 ch 8x8 0.37-0.48, 512 ch 4x4 0.71-0.91; batch 32
 #: 64 ch 0.74-1.13, 128 ch 0.40-0.83, 256 ch 0.63-0.70, but 512 ch 4x4 (32 tiles) 1.01-1.14;
-#: one sample lost (64 ch 32x32, 64 tiles: 1.23-1.26). Its GEMMs are (T, C) @ (C, K) and
-#: narrow chunks lose: F43_MIN_TILES tiles a chunk at least (64 channels, one thread: T = 64
+#: one sample lost (64 ch 32x32, 64 tiles: 1.23-1.26). The weight gradient, the same way:
+#: batch 128 0.57, 0.57, 0.34, 0.38; batch 32 0.59, 0.51, 0.38, but 512 ch 4x4 0.99 (its
+#: (36, K, C) partial sums, 38 MB a thread); batch 4 256 ch 8x8 2.7. Its GEMMs are narrow and
+#: lose: F43_MIN_TILES tiles a chunk at least (64 channels, one thread: T = 64
 #: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most.
 # fmt: off
 F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
@@ -110,8 +117,9 @@ F43_CHUNK_BYTES = 4 << 20
 
 
 def takes_f43(n, c, k, oh, ow):
-    """F(4x4, 3x3) for a forward of ``n`` samples, ``c`` -> ``k`` channels, ``oh`` x ``ow``
-    outputs (or its input gradient)? A row of :data:`F43_TAKES`; F(2x2, 3x3) otherwise.
+    """F(4x4, 3x3) for a convolution of ``n`` samples, ``c`` -> ``k`` channels, ``oh`` x ``ow``
+    outputs (its forward, input gradient or weight gradient)? A row of :data:`F43_TAKES`;
+    F(2x2, 3x3) otherwise.
 
     >>> takes_f43(128, 64, 64, 32, 32), takes_f43(128, 512, 512, 4, 4), takes_f43(1, 64, 64, 32, 32)
     (True, True, False)
@@ -430,12 +438,14 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
     ``dW = G^T [sum over tiles of (A dY A^T) * V] G``. Per chunk of samples, the input
     transform ``V`` (16, C, T), the output gradient's ``D`` (16, K, T) and 16 one-thread GEMMs
     ``D[p] @ V[p]^T`` (K, T) @ (T, C), added into a partial sum per thread; the kernel-side
-    transform once at the end."""
+    transform once at the end. F(4x4, 3x3) where :func:`takes_f43` says so."""
     x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
     n, c, h, wd = x.shape
     k = weight_shape[0]
     (ph, pw), dtype = padding, x.dtype
     oh, ow = g.shape[2:]
+    if takes_f43(n, c, k, oh, ow):
+        return _grad_weight_f43(x, g, weight_shape, padding)
     th, tw = -(-oh // 2), -(-ow // 2)
     per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)  # as conv2d's: 1 MB of V
     sums = ThreadSums()  # (16, K, C) a thread
@@ -456,4 +466,41 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
         total = sums.total()
         # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
         dw = np.matmul(total.reshape(16, k * c).T, _GG[dtype.type]).reshape(weight_shape)
+    return dw if reference.finite(dw) else None
+
+
+def _grad_weight_f43(x, g, weight_shape, padding):
+    """:func:`conv2d_grad_weight` by F(4x4, 3x3) (winograd43.py): per chunk the input and the
+    output gradient channels last, ``V`` (36, T, C), ``D`` (36, T, K) and 36 one-thread GEMMs
+    ``D[p]^T @ V[p]`` (K, T) @ (T, C) into a partial sum per thread; ``G^T . G`` at the end."""
+    n, c, h, wd = x.shape
+    k = weight_shape[0]
+    (ph, pw), dtype = padding, x.dtype
+    oh, ow = g.shape[2:]
+    th, tw = -(-oh // 4), -(-ow // 4)
+    per, count, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, F43_MIN_TILES, F43_CHUNK_BYTES)
+    sums = ThreadSums()  # (36, K, C) a thread
+    rows, width = 4 * th + 2, 4 * tw + 2
+
+    @np.errstate(invalid="ignore", over="ignore")  # on each thread: not finite, computed directly
+    def part(i):
+        n0 = i * per
+        m = min(per, n - n0)
+        T = m * th * tw
+        P = scratch("winograd_p", m * rows * width * max(c, k), dtype)
+        S = scratch("winograd_s", 6 * width * max(c, k), dtype)
+        V = scratch("winograd_v", 36 * T * c, dtype)
+        D = scratch("winograd_d", 36 * T * k, dtype)
+        winograd43.channels_last(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, 0, th, P)
+        winograd43.input_transform(P, m, c, th, tw, V, S)
+        winograd43.channels_last(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, 0, 0, tw, 0, th, P)
+        winograd43.gradient_transform(P, m, k, th, tw, D, S)
+        V, D = V.reshape(36, T, c), D.reshape(36, T, k)
+        sums.add(np.matmul(D.transpose(0, 2, 1), V, out=sums.spare((36, k, c), dtype)))  # 36 GEMMs (K, T) @ (T, C)
+
+    with one_thread(), np.errstate(invalid="ignore", over="ignore"):
+        on_demand(count, nt, part)
+        total = sums.total()
+        # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
+        dw = np.matmul(total.reshape(36, k * c).T, winograd43.GG[dtype.type]).reshape(weight_shape)
     return dw if reference.finite(dw) else None

@@ -20,6 +20,10 @@ output transform    ``A^T m A`` of every tile, 4 output rows (4 tw, K) at a time
                     copied into NCHW ``out`` cut to its edge
 ==================  ==============================================================
 
+The weight gradient is the forward's adjoint in the kernel, as for F(2x2): per chunk ``V``
+as above, the output gradient channels last and ``D = A dY A^T`` (36, T, K) on vectors of K,
+then ``D[p]^T @ V[p]`` (K, T) @ (T, C) summed per thread, and ``G^T . G`` once at the end.
+
 winograd.py drives these as it does its own kernels (chunks, bands, the epilogue) and
 :data:`winograd.F43_TAKES` says which layers take them.
 """
@@ -162,8 +166,50 @@ def output_transform(M, N, K, OH, OW, nty, tw, ty0, out, Z, O):
                         out[row + j] = O[src + j * ku]
 
 
+@numba.njit(**JIT)
+def gradient_transform(P, N, K, th, tw, D, S):
+    """``D`` (36, T, K), flat <- ``A dY A^T`` of every 4x4 tile of the output gradient, given
+    channels last as ``P`` (N, 4*th+2, 4*tw+2, K), flat (:func:`channels_last` unpadded: zero
+    beyond the output's edge); ``S`` (6, 4*tw+2, K) is scratch. ``A`` is ``A^T``'s transpose:
+    rows (1, 0, 0, 0), (1, 1, 1, 1), (1, -1, 1, -1), (1, 2, 4, 8), (1, -2, 4, -8), (0, 0, 0, 1)."""
+    T = uint64(N * th * tw)
+    ku = uint64(K)
+    wk = uint64((4 * tw + 2) * K)
+    TK = T * ku
+    for n in range(N):
+        for ty in range(th):
+            src = uint64((n * (4 * th + 2) + 4 * ty) * (4 * tw + 2)) * ku
+            # A g down the tile row's 4 rows
+            for j in range(wk):
+                g0, g1, g2, g3 = P[src + j], P[src + wk + j], P[src + _2 * wk + j], P[src + _3 * wk + j]
+                a, b = g0 + g2, g1 + g3
+                c, d = g0 + 4 * g2, 2 * g1 + 8 * g3
+                S[j] = g0
+                S[wk + j] = a + b
+                S[_2 * wk + j] = a - b
+                S[_3 * wk + j] = c + d
+                S[_4 * wk + j] = c - d
+                S[_5 * wk + j] = g3
+            # (A g) A^T across each tile's 4 columns
+            t0 = uint64((n * th + ty) * tw)
+            for p in range(6):
+                for tx in range(uint64(tw)):
+                    s = uint64(p) * wk + uint64(4) * tx * ku
+                    out = (uint64(6 * p) * T + t0 + tx) * ku
+                    for k in range(ku):
+                        g0, g1, g2, g3 = S[s + k], S[s + ku + k], S[s + _2 * ku + k], S[s + _3 * ku + k]
+                        a, b = g0 + g2, g1 + g3
+                        c, d = g0 + 4 * g2, 2 * g1 + 8 * g3
+                        D[out + k] = g0
+                        D[out + TK + k] = a + b
+                        D[out + _2 * TK + k] = a - b
+                        D[out + _3 * TK + k] = c + d
+                        D[out + _4 * TK + k] = c - d
+                        D[out + _5 * TK + k] = g3
+
+
 #: ``G (x) G`` (36, 9): row ``6p + q`` takes a kernel's 9 taps to ``(G g G^T)[p, q]``.
-_GG = {dt: np.kron(np.array(F43.G), np.array(F43.G)).astype(dt) for dt in (np.float32, np.float64)}
+GG = {dt: np.kron(np.array(F43.G), np.array(F43.G)).astype(dt) for dt in (np.float32, np.float64)}
 
 
 def kernel_transform(w):
@@ -172,4 +218,4 @@ def kernel_transform(w):
     one thread): BLAS reads it transposed."""
     k, c = w.shape[:2]
     taps = np.ascontiguousarray(w).reshape(k * c, 9)
-    return np.matmul(_GG[w.dtype.type], taps.T).reshape(36, k, c).transpose(0, 2, 1)
+    return np.matmul(GG[w.dtype.type], taps.T).reshape(36, k, c).transpose(0, 2, 1)

@@ -270,10 +270,10 @@ def test_epilogue_on_each_band_is_the_nodes_after_the_convolution(batch, transfo
 
 
 @pytest.mark.parametrize("n,c,hw,k", [(2, 64, 16, 64), (4, 256, 8, 128), (8, 128, 4, 512)])
-def test_float32_weight_gradient_is_within_the_conformance_tolerance(n, c, hw, k):
+def test_float32_weight_gradient_is_within_the_conformance_tolerance(n, c, hw, k, transform):
     """The float32 weight gradient against the float64 definition, as a share of the allowance
     the conformance suite gives a convolution (tolerances.tolerance): measured 0.6-1.0% at these
-    shapes, im2col's 0.7-1.0%."""
+    shapes by F(2x2) (im2col's 0.7-1.0%), 5.8-11.4% by F(4x4) (2.7e-6-3.0e-6 of max |dW|)."""
     from ember.conformance.tolerances import tolerance
 
     rng = np.random.default_rng(2)
@@ -285,4 +285,5 @@ def test_float32_weight_gradient_is_within_the_conformance_tolerance(n, c, hw, k
     rtol, atol = tolerance("float32", n * hw * hw, float(np.abs(x).max() * np.abs(g).max()))
     dw = winograd.conv2d_grad_weight(x, g, (k, c, 3, 3), (1, 1))
     assert dw.dtype == np.float32
-    assert np.max(np.abs(dw - want) / (atol + rtol * np.abs(want))) < 0.05
+    share = np.max(np.abs(dw - want) / (atol + rtol * np.abs(want)))
+    assert share < (0.05 if transform == "F(2x2, 3x3)" else 0.25), share
