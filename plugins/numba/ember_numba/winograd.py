@@ -411,10 +411,9 @@ def conv2d(x, w, padding, epilogue=None):
         # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
         per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize, max(MIN_TILES, k // 2))
     with one_thread():
+        # on one thread: BLAS's own sleep between layers
         w = w.astype(dtype, copy=False)
-        U = (
-            winograd43.kernel_transform(w) if size == 4 else kernel_transform(w)
-        )  # on one thread: BLAS's own sleep between layers
+        U = winograd43.kernel_transform(w) if size == 4 else kernel_transform(w)
         if count >= nt:
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
         else:  # too few chunks to go round: each chunk's tile rows are shared out instead

@@ -64,14 +64,12 @@ def channels_last(x, N, C, H, W, ph, pw, tw, ty0, ty1, P):
             for j in range(uint64(pw + W) * cu, wc):  # the right padding and beyond
                 P[dst + j] = zero
             base = dst + uint64(pw) * cu
-            # 16 channels at a time: each x row is read as it lies, each P row's 16 channels written together
-            for c0 in range(0, C, 16):
-                c1 = min(c0 + 16, C)
-                for c in range(c0, c1):
-                    src = uint64(((n * C + c) * H + y) * W)
-                    cc = uint64(c)
-                    for j in range(uint64(W)):
-                        P[base + j * cu + cc] = x[src + j]
+            # each x row read as it lies, its values stored C apart (one channel of P's row)
+            for c in range(C):
+                src = uint64(((n * C + c) * H + y) * W)
+                cc = uint64(c)
+                for j in range(uint64(W)):
+                    P[base + j * cu + cc] = x[src + j]
 
 
 @numba.njit(**JIT)
