@@ -148,7 +148,7 @@ def test_the_kernel_transform_is_the_numpy_modules_in_gemm_order(dtype, tol):
     np.testing.assert_array_equal(winograd.kernel_transform(strided), got)
 
 
-def test_non_finite_results_are_computed_directly(monkeypatch, direct):
+def test_non_finite_results_are_computed_directly(transform, monkeypatch, direct):
     monkeypatch.setattr(launch, "HOT", 1)
     rng = np.random.default_rng(2)
     x, w = (
@@ -227,7 +227,7 @@ def test_the_rule_for_which_weight_gradients_take_winograd(xs, ws, stride, taken
     assert winograd.plan_weight(xs, ws, stride, (1, 1), (1, 1), 1, np.float32) is taken
 
 
-def test_a_non_finite_weight_gradient_is_computed_directly(monkeypatch, direct):
+def test_a_non_finite_weight_gradient_is_computed_directly(transform, monkeypatch, direct):
     monkeypatch.setattr(launch, "HOT", 1)
     monkeypatch.setattr(winograd, "WEIGHT_MIN_CHANNELS", 16)
     rng = np.random.default_rng(4)
