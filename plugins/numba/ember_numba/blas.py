@@ -70,13 +70,16 @@ class JointChoice:
     most ROUND), then every ``period`` rounds, a window of TRIES rounds runs the other road, the
     window's first call (the wake-up) not counted, and each product's median there is its
     estimate on that road. The road with the smaller sum over the products measured on both
-    is taken: after a window, or at the end of any round in which the road taken has become
-    the slower (a machine that got busy). A window that does not turn the road doubles the
-    period, up to MAX_PERIOD; one that does resets it to EXPLORE. A window's second call that
-    stalls (over STALL times the road taken) ends it as lost, and the period grows with the
-    stall, so a busy machine pays for few tries (one stall alone, which a quiet machine has
-    too, does not: a single one ended quiet W1 runs' first windows and kept them on one
-    thread for 240 steps).
+    is taken after a window; all threads are also left at the end of any round in which they
+    have become the slower (a machine that got busy), and tried again EXPLORE rounds later,
+    so a burst of load does not hold a quiet machine on one thread for a long period. (One
+    thread that got slower is load too: it waits for a window.) A window that does not turn
+    the road doubles the period, or more, so that windows lost by a wide margin cost ~2% of
+    the time between them (up to MAX_PERIOD); one that does resets it to EXPLORE. A window's
+    second call that stalls (over STALL times the road taken) ends it as lost, and the period
+    grows with the stall, so a busy machine pays for few tries (one stall alone, which a
+    quiet machine has too, does not: a single one ended quiet W1 runs' first windows and
+    kept them on one thread for 240 steps).
 
     >>> choice = JointChoice()
     >>> for _ in range(2000):  # two products; one thread 2 s and 3 s, all threads half that
@@ -131,8 +134,14 @@ class JointChoice:
         self.counted += 1
         if self.counted >= self._round():
             self.counted = 0
-            if self._slower(self.one):
-                self.one = not self.one
+            if not self.one and self._slower(False):
+                # Load came (all threads wait for a core): one thread, and all threads tried
+                # again after EXPLORE rounds, not after the period (up to MAX_PERIOD rounds), so
+                # a burst does not keep a quiet machine on one thread. Not the other way: one
+                # thread slower than all threads' last window is load too, which two threads
+                # would only feel worse.
+                self.one = True
+                self.next_try = min(self.next_try, self.calls + self.EXPLORE * self._round())
 
     def _close_window(self, stalled=0.0):
         """The window's medians become the other road's estimates; the faster road is taken.
@@ -145,14 +154,23 @@ class JointChoice:
         if not stalled and self._slower(self.one):
             self.one, self.period = not self.one, self.EXPLORE
         else:
-            # a stall costs about `stalled` calls: wait until that is under ~5% of the rounds between
-            self.period = min(max(2 * self.period, int(20 * stalled / self._round())), self.MAX_PERIOD)
+            # a stall costs about `stalled` calls, a lost window TRIES rounds times the loss:
+            # wait until that is under ~5% (a stall) or ~2% (a window) of the rounds between
+            lost = self.TRIES * (self._ratio(self.one) - 1)
+            wait = max(20 * stalled / self._round(), 50 * lost)
+            self.period = min(max(2 * self.period, int(wait)), self.MAX_PERIOD)
         self.window, self.counted = 0, 0
         self.next_try = self.calls + self.period * self._round()
 
     def _round(self):
         """Calls in a round: one per product known (at most ROUND: shapes that never repeat)."""
         return min(len(self.stats), self.ROUND)
+
+    def _ratio(self, one):
+        """The other road's time over the road ``one``'s, summed over the products measured on both."""
+        both = [st for st in self.stats.values() if st[0] is not None and st[1] is not None]
+        taken, other = (0, 1) if one else (1, 0)
+        return sum(st[other] for st in both) / max(sum(st[taken] for st in both), 1e-12) if both else 1.0
 
     def _slower(self, one):
         """Is the road ``one`` slower, summed over the products measured on both roads?"""

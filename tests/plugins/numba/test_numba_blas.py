@@ -224,3 +224,35 @@ def test_the_joint_choice_leaves_a_busy_machine_on_one_thread_and_returns(blas):
     stalled.all = 20.0  # one preempted call
     _steps(choice, stalled, 1, keys=("x W1",))
     assert not choice.one
+
+
+def test_a_burst_of_load_does_not_keep_a_quiet_machine_on_one_thread(blas):
+    """Load for a few steps turns the road to one thread; once quiet again, all threads come
+    back after EXPLORE rounds, not after the period the lost windows had grown to."""
+    choice = blas.JointChoice()
+    _steps(choice, _Machine(), 3000)  # long enough for the period to reach MAX_PERIOD
+    assert not choice.one and choice.period == blas.JointChoice.MAX_PERIOD
+    _steps(choice, _Machine(busy=10.0), 3)
+    assert choice.one
+    back = blas.JointChoice.EXPLORE + 2 * blas.JointChoice.TRIES
+    assert _steps(choice, _Machine(), back) < 0.9 and not choice.one
+
+
+def test_a_busy_machine_tries_all_threads_only_in_windows(blas):
+    """On one thread because the other core is busy, the road is not turned back to all
+    threads at the end of a round (one thread's time rising is load too): only the windows
+    try them, fewer and fewer."""
+    choice = blas.JointChoice()
+    _steps(choice, _Machine(), 200)  # the last window's two-thread times are a quiet machine's
+    busy = _Machine(one=1.0, busy=10.0)  # load: one thread twice as slow, two ten times
+    _steps(choice, busy, 2)
+    assert choice.one and _steps(choice, busy, blas.JointChoice.EXPLORE - 2) == 1.0
+    assert _steps(choice, busy, 2000) > 0.995
+
+
+def test_a_lost_window_waits_longer_the_more_it_lost(blas):
+    """A window that lost by 70% (the one-thread road on a quiet machine) costs 2.1 rounds'
+    time: the next waits about fifty times that, not just twice the period."""
+    choice = blas.JointChoice()
+    _steps(choice, _Machine(one=0.51, all=0.3), 45)  # all threads from step ~10, a window lost at ~26
+    assert not choice.one and choice.period >= 100
