@@ -75,7 +75,9 @@ class JointChoice:
     so a burst of load does not hold a quiet machine on one thread for a long period. (One
     thread that got slower is load too: it waits for a window.) A window that does not turn
     the road doubles the period, or more, so that windows lost by a wide margin cost ~2% of
-    the time between them (up to MAX_PERIOD); one that does resets it to EXPLORE. A window's
+    the time between them (up to MAX_PERIOD); so does one that turns it to all threads (the
+    next window, of one thread, would lose by that margin); one that turns it to one thread
+    resets it to EXPLORE. A window's
     second call that stalls (over STALL times the road taken) ends it as lost, and the period
     grows with the stall, so a busy machine pays for few tries (one stall alone, which a
     quiet machine has too, does not: a single one ended quiet W1 runs' first windows and
@@ -152,15 +154,23 @@ class JointChoice:
                 st[other] = sorted(st[2])[len(st[2]) // 2]
             st[2] = []
         if not stalled and self._slower(self.one):
-            self.one, self.period = not self.one, self.EXPLORE
+            self.one = not self.one
+            # One thread may win back soon (the load goes). A window of one thread after all
+            # threads won would lose by this window's margin (load only slows, and its coming
+            # turns the road at once, see record): it waits as a lost window does.
+            self.period = self.EXPLORE if self.one else self._wait(0.0, self.EXPLORE // 2)
         else:
-            # a stall costs about `stalled` calls, a lost window TRIES rounds times the loss:
-            # wait until that is under ~5% (a stall) or ~2% (a window) of the rounds between
-            lost = self.TRIES * (self._ratio(self.one) - 1)
-            wait = max(20 * stalled / self._round(), 50 * lost)
-            self.period = min(max(2 * self.period, int(wait)), self.MAX_PERIOD)
+            self.period = self._wait(stalled, self.period)
         self.window, self.counted = 0, 0
         self.next_try = self.calls + self.period * self._round()
+
+    def _wait(self, stalled, period):
+        """Rounds to the next window: twice ``period``, or more where a window costs more. A stall
+        costs about ``stalled`` calls, a lost window TRIES rounds times its loss: the wait keeps
+        that under ~5% (a stall) or ~2% (a window) of the time between windows."""
+        lost = self.TRIES * (self._ratio(self.one) - 1)
+        wait = max(20 * stalled / self._round(), 50 * lost)
+        return min(max(2 * period, int(wait)), self.MAX_PERIOD)
 
     def _round(self):
         """Calls in a round: one per product known (at most ROUND: shapes that never repeat)."""
