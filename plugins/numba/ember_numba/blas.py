@@ -77,11 +77,10 @@ class JointChoice:
     the road doubles the period, or more, so that windows lost by a wide margin cost ~2% of
     the time between them (up to MAX_PERIOD); so does one that turns it to all threads (the
     next window, of one thread, would lose by that margin); one that turns it to one thread
-    resets it to EXPLORE. A window's
-    second call that stalls (over STALL times the road taken) ends it as lost, and the period
-    grows with the stall, so a busy machine pays for few tries (one stall alone, which a
-    quiet machine has too, does not: a single one ended quiet W1 runs' first windows and
-    kept them on one thread for 240 steps).
+    resets it to EXPLORE. A window's second call that stalls (over STALL times the road
+    taken) ends it as lost, and the period grows with the stall, so a busy machine pays for
+    few tries (one stall alone, which a quiet machine has too, does not: a single one ended
+    quiet W1 runs' first windows and kept them on one thread for 240 steps).
 
     >>> choice = JointChoice()
     >>> for _ in range(2000):  # two products; one thread 2 s and 3 s, all threads half that
