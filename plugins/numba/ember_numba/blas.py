@@ -70,14 +70,13 @@ class JointChoice:
     most ROUND), then every ``period`` rounds, a window of TRIES rounds runs the other road, the
     window's first call (the wake-up) not counted, and each product's median there is its
     estimate on that road. The road with the smaller sum over the products measured on both
-    is taken after a window; all threads are also left at the end of any round in which they
-    have become the slower (a machine that got busy), and tried again EXPLORE rounds later,
-    so a burst of load does not hold a quiet machine on one thread for a long period. (One
-    thread that got slower is load too: it waits for a window.) A window that does not turn
-    the road doubles the period, or more, so that windows lost by a wide margin cost ~2% of
-    the time between them (up to MAX_PERIOD); so does one that turns it to all threads (the
-    next window, of one thread, would lose by that margin); one that turns it to one thread
-    resets it to EXPLORE. A window's second call that stalls (over STALL times the road
+    is taken: after a window, or at the end of any round in which the road taken has become
+    the slower (a machine that got busy). All threads left that way are tried again EXPLORE
+    rounds later, so a burst of load does not hold a quiet machine on one thread for a long
+    period. A window that does not turn the road doubles the period, or more, so that windows
+    lost by a wide margin cost ~2% of the time between them (up to MAX_PERIOD); so does one
+    that turns it to all threads (the next window, of one thread, would lose by that margin);
+    one that turns it to one thread resets it to EXPLORE. A window's second call that stalls (over STALL times the road
     taken) ends it as lost, and the period grows with the stall, so a busy machine pays for
     few tries (one stall alone, which a quiet machine has too, does not: a single one ended
     quiet W1 runs' first windows and kept them on one thread for 240 steps).
@@ -135,14 +134,14 @@ class JointChoice:
         self.counted += 1
         if self.counted >= self._round():
             self.counted = 0
-            if not self.one and self._slower(False):
-                # Load came (all threads wait for a core): one thread, and all threads tried
-                # again after EXPLORE rounds, not after the period (up to MAX_PERIOD rounds), so
-                # a burst does not keep a quiet machine on one thread. Not the other way: one
-                # thread slower than all threads' last window is load too, which two threads
-                # would only feel worse.
-                self.one = True
-                self.next_try = min(self.next_try, self.calls + self.EXPLORE * self._round())
+            if self._slower(self.one):
+                self.one = not self.one
+                if self.one:
+                    # Load came (all threads wait for a core): all threads are tried again
+                    # after EXPLORE rounds, not after the period (up to MAX_PERIOD rounds), so
+                    # a burst does not keep a quiet machine on one thread.
+                    self.period = self.EXPLORE
+                    self.next_try = min(self.next_try, self.calls + self.period * self._round())
 
     def _close_window(self, stalled=0.0):
         """The window's medians become the other road's estimates; the faster road is taken.

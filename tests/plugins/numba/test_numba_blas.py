@@ -238,18 +238,6 @@ def test_a_burst_of_load_does_not_keep_a_quiet_machine_on_one_thread(blas):
     assert _steps(choice, _Machine(), back) < 0.9 and not choice.one
 
 
-def test_a_busy_machine_tries_all_threads_only_in_windows(blas):
-    """On one thread because the other core is busy, the road is not turned back to all
-    threads at the end of a round (one thread's time rising is load too): only the windows
-    try them, fewer and fewer."""
-    choice = blas.JointChoice()
-    _steps(choice, _Machine(), 200)  # the last window's two-thread times are a quiet machine's
-    busy = _Machine(one=1.0, busy=10.0)  # load: one thread twice as slow, two ten times
-    _steps(choice, busy, 2)
-    assert choice.one and _steps(choice, busy, blas.JointChoice.EXPLORE - 2) == 1.0
-    assert _steps(choice, busy, 2000) > 0.995
-
-
 def test_windows_of_one_thread_are_rare_where_all_threads_win_by_far(blas):
     """All threads 70% faster (W1 on the quiet machine): a window of one thread costs 2.1 rounds'
     time, so after all threads won (by step ~10, within a benchmark's warm-up) the next window
