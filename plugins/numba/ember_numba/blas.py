@@ -71,12 +71,15 @@ class JointChoice:
     window's first call (the wake-up) not counted, and each product's median there is its
     estimate on that road. The road with the smaller sum over the products measured on both
     is taken: after a window, or at the end of any round in which the road taken has become
-    the slower (a machine that got busy). A window that does not turn the road doubles the
-    period, up to MAX_PERIOD; one that does resets it to EXPLORE. A window's second call that
-    stalls (over STALL times the road taken) ends it as lost, and the period grows with the
-    stall, so a busy machine pays for few tries (one stall alone, which a quiet machine has
-    too, does not: a single one ended quiet W1 runs' first windows and kept them on one
-    thread for 240 steps).
+    the slower (a machine that got busy). All threads left that way are tried again EXPLORE
+    rounds later, so a burst of load does not hold a quiet machine on one thread for a long
+    period. A window that does not turn the road doubles the period, or more, so that windows
+    lost by a wide margin cost ~2% of the time between them (up to MAX_PERIOD); so does one
+    that turns it to all threads (the next window, of one thread, would lose by that margin);
+    one that turns it to one thread resets it to EXPLORE. A window's second call that stalls (over STALL times the road
+    taken) ends it as lost, and the period grows with the stall, so a busy machine pays for
+    few tries (one stall alone, which a quiet machine has too, does not: a single one ended
+    quiet W1 runs' first windows and kept them on one thread for 240 steps).
 
     >>> choice = JointChoice()
     >>> for _ in range(2000):  # two products; one thread 2 s and 3 s, all threads half that
@@ -133,6 +136,12 @@ class JointChoice:
             self.counted = 0
             if self._slower(self.one):
                 self.one = not self.one
+                if self.one:
+                    # Load came (all threads wait for a core): all threads are tried again
+                    # after EXPLORE rounds, not after the period (up to MAX_PERIOD rounds), so
+                    # a burst does not keep a quiet machine on one thread.
+                    self.period = self.EXPLORE
+                    self.next_try = min(self.next_try, self.calls + self.period * self._round())
 
     def _close_window(self, stalled=0.0):
         """The window's medians become the other road's estimates; the faster road is taken.
@@ -143,16 +152,33 @@ class JointChoice:
                 st[other] = sorted(st[2])[len(st[2]) // 2]
             st[2] = []
         if not stalled and self._slower(self.one):
-            self.one, self.period = not self.one, self.EXPLORE
+            self.one = not self.one
+            # One thread may win back soon (the load goes). A window of one thread after all
+            # threads won would lose by this window's margin (load only slows, and its coming
+            # turns the road at once, see record): it waits as a lost window does.
+            self.period = self.EXPLORE if self.one else self._wait(0.0, self.EXPLORE // 2)
         else:
-            # a stall costs about `stalled` calls: wait until that is under ~5% of the rounds between
-            self.period = min(max(2 * self.period, int(20 * stalled / self._round())), self.MAX_PERIOD)
+            self.period = self._wait(stalled, self.period)
         self.window, self.counted = 0, 0
         self.next_try = self.calls + self.period * self._round()
+
+    def _wait(self, stalled, period):
+        """Rounds to the next window: twice ``period``, or more where a window costs more. A stall
+        costs about ``stalled`` calls, a lost window TRIES rounds times its loss: the wait keeps
+        that under ~5% (a stall) or ~2% (a window) of the time between windows."""
+        lost = self.TRIES * (self._ratio(self.one) - 1)
+        wait = max(20 * stalled / self._round(), 50 * lost)
+        return min(max(2 * period, int(wait)), self.MAX_PERIOD)
 
     def _round(self):
         """Calls in a round: one per product known (at most ROUND: shapes that never repeat)."""
         return min(len(self.stats), self.ROUND)
+
+    def _ratio(self, one):
+        """The other road's time over the road ``one``'s, summed over the products measured on both."""
+        both = [st for st in self.stats.values() if st[0] is not None and st[1] is not None]
+        taken, other = (0, 1) if one else (1, 0)
+        return sum(st[other] for st in both) / max(sum(st[taken] for st in both), 1e-12) if both else 1.0
 
     def _slower(self, one):
         """Is the road ``one`` slower, summed over the products measured on both roads?"""

@@ -224,3 +224,27 @@ def test_the_joint_choice_leaves_a_busy_machine_on_one_thread_and_returns(blas):
     stalled.all = 20.0  # one preempted call
     _steps(choice, stalled, 1, keys=("x W1",))
     assert not choice.one
+
+
+def test_a_burst_of_load_does_not_keep_a_quiet_machine_on_one_thread(blas):
+    """Load for a few steps turns the road to one thread; once quiet again, all threads come
+    back after EXPLORE rounds, not after the period the lost windows had grown to."""
+    choice = blas.JointChoice()
+    _steps(choice, _Machine(), 3000)  # long enough for the period to reach MAX_PERIOD
+    assert not choice.one and choice.period == blas.JointChoice.MAX_PERIOD
+    _steps(choice, _Machine(busy=10.0), 3)
+    assert choice.one
+    back = blas.JointChoice.EXPLORE + 2 * blas.JointChoice.TRIES
+    assert _steps(choice, _Machine(), back) < 0.9 and not choice.one
+
+
+def test_windows_of_one_thread_are_rare_where_all_threads_win_by_far(blas):
+    """All threads 70% faster (W1 on the quiet machine): a window of one thread costs 2.1 rounds'
+    time, so after all threads won (by step ~10, within a benchmark's warm-up) the next window
+    waits about fifty times that, and a 300-step measurement runs about one window (3 rounds
+    and a call) on one thread, not four."""
+    choice = blas.JointChoice()
+    machine = _Machine(one=0.51, all=0.3)
+    _steps(choice, machine, 10)
+    assert not choice.one and choice.period >= 100
+    assert _steps(choice, machine, 300) < 0.015
