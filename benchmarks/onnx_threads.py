@@ -106,15 +106,15 @@ def summary(times, rounds) -> list[str]:
     return rows
 
 
-def per_step(steps, top) -> list[str]:
-    """Markdown rows: the ``top`` layers whose arms differ most (ms a call), each arm's median,
-    all / one, and the sums over every step."""
+def per_step(steps, top, rounds=None) -> list[str]:
+    """Markdown rows: the ``top`` layers whose arms differ most (ms a call), each arm's median
+    over ``rounds`` (default: all), all / one, and the sums over every step."""
     program = steps.get("program")
     if program is None or "one" not in steps or "all" not in steps:
         return []
     rows = []
     for i in sorted(steps["one"]):
-        one, alls = (1e3 * statistics.median(steps[a].get(i, [0.0])) for a in ARMS)
+        one, alls = (1e3 * statistics.median(_at(steps[a].get(i, [0.0]), rounds)) for a in ARMS)
         v = program.origin[i]
         rows.append((abs(alls - one), i, step_profile._name(v), tuple(v.shape), one, alls))
     total = [sum(r[4] for r in rows), sum(r[5] for r in rows)]
@@ -123,6 +123,12 @@ def per_step(steps, top) -> list[str]:
         lines.append(f"| {i} | {name} | {shape} | {one:.3f} | {alls:.3f} | {alls / max(one, 1e-9):.2f} |")
     lines.append(f"| | every step | | {total[0]:.2f} | {total[1]:.2f} | {total[1] / max(total[0], 1e-9):.2f} |")
     return lines
+
+
+def _at(values, rounds):
+    """``values`` of the rounds listed (all of them where ``rounds`` is None or names none of them)."""
+    picked = [values[i] for i in rounds or () if i < len(values)]
+    return picked or values
 
 
 def main(argv=None) -> str:
@@ -156,6 +162,8 @@ def main(argv=None) -> str:
     )
     if steps is not None:
         text += "\nPer step, all rounds (median ms a call):\n\n" + "\n".join(per_step(steps, args.top)) + "\n"
+        if quiet:
+            text += "\nPer step, quiet rounds:\n\n" + "\n".join(per_step(steps, args.top, quiet)) + "\n"
     print(text)
     return text
 

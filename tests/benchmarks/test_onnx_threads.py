@@ -46,12 +46,13 @@ def test_script_runs_a_tiny_resnet():
 
 
 def test_steps_lists_each_layer_under_both_arms():
-    args = ["--model", "tiny", "--calls", "2", "--exporter", "ember", "--steps", "--top", "3"]
+    args = ["--model", "tiny", "--calls", "2", "--exporter", "ember", "--steps", "--top", "3", "--quiet", "99"]
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.onnx_threads", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    table = proc.stdout.split("Per step")[1]
+    table, quiet = proc.stdout.split("Per step")[1:]  # all rounds, then (under 99 cores: all) the quiet ones
+    assert quiet.startswith(", quiet rounds") and quiet.count("| every step |") == 1
     rows = re.findall(r"^\| (\d+) \| (\w+) \| \(([\d, ]+)\) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", table, re.M)
     assert len(rows) == 3, table  # --top 3: the three steps whose arms differ most, in program order
     assert [int(r[0]) for r in rows] == sorted(int(r[0]) for r in rows)
