@@ -43,3 +43,19 @@ def test_script_runs_a_tiny_resnet():
     # both arms, in all rounds and (every round counts as quiet under 99 cores) in the quiet ones
     assert [(a, int(n)) for a, n, _ in rows] == [("one", 3), ("all", 3)] * 2
     assert all(float(ms) > 0 for _, _, ms in rows)
+
+
+def test_steps_lists_each_layer_under_both_arms():
+    args = ["--model", "tiny", "--calls", "2", "--exporter", "ember", "--steps", "--top", "3", "--quiet", "99"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.onnx_threads", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table, quiet = proc.stdout.split("Per step")[1:]  # all rounds, then (under 99 cores: all) the quiet ones
+    assert quiet.startswith(", quiet rounds") and quiet.count("| every step |") == 1
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| \(([\d, ]+)\) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", table, re.M)
+    assert len(rows) == 3, table  # --top 3: the three steps whose arms differ most, in program order
+    assert [int(r[0]) for r in rows] == sorted(int(r[0]) for r in rows)
+    total = re.search(r"^\| \| every step \| \| ([\d.]+) \| ([\d.]+) \|", table, re.M)
+    assert total and float(total[1]) > 0 and float(total[2]) > 0
+    assert sum(float(r[3]) for r in rows) <= float(total[1]) + 1e-3

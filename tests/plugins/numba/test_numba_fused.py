@@ -42,6 +42,29 @@ def test_max_pool_kernels_match_the_reference(backend, rng, dtype, params):
         )
 
 
+@pytest.mark.parametrize("params", POOLS[:3])
+@pytest.mark.parametrize("one", [True, False])
+def test_a_samples_pool_on_blocks_of_planes_matches_the_reference(backend, rng, monkeypatch, params, one):
+    """Batch 1, large enough for threads: blocks of planes on the plugin's threads, or all on one."""
+    from ember_numba.fused import pooling
+
+    x = rng.standard_normal((1, 67, 64, 64)).astype(np.float32)  # 67 planes: blocks of unequal sizes
+    x[0, 66, 3, 3] = np.nan
+    seen = []
+    choose = pooling.SAMPLE_THREADS.choose
+
+    def forced(key):
+        seen.append(key)
+        return one, False, choose(key)[2]
+
+    monkeypatch.setattr(pooling.SAMPLE_THREADS, "choose", forced)
+    out = backend.fused_impls["max_pool2d"](x, **params)
+    close(out, reference("max_pool2d", x, **params), rtol=0, atol=0)
+    from ember_numba import launch
+
+    assert seen or launch.threads() == 1
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [(32, 16, 12, 12), (64, 96, 2, 2), (300, 40), (8, 6, 50), (1, 5, 1, 2)])
 def test_batch_norm_kernels_match_the_reference(backend, rng, dtype, shape):

@@ -10,6 +10,7 @@ gradient at its window's first maximum."""
 from __future__ import annotations
 
 import functools
+import time
 
 import numba
 import numpy as np
@@ -19,6 +20,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from .. import launch
+from ..blas import on_demand
 from .common import FLOATS, JIT, _reference
 
 
@@ -411,12 +413,46 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
         return _reference("max_pool2d", x, **params)
     out = np.empty(x.shape[:-2] + args[3:5], x.dtype)
     if _is_2x2(args):
-        launch.run(max_pool_2x2_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args[:5], out.reshape(-1))
+        kernel, args = max_pool_2x2_planes, args[:5]
     elif args[-2:] == (1, 1):  # no dilation: rows, then columns
-        launch.run(max_pool_rows_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args[:-2], out.reshape(-1))
+        kernel, args = max_pool_rows_planes, args[:-2]
     else:
-        launch.run(max_pool_planes, x.size, np.ascontiguousarray(x).reshape(-1), *args, out.reshape(-1))
+        kernel = max_pool_planes
+    xs, outs = np.ascontiguousarray(x).reshape(-1), out.reshape(-1)
+    if x.ndim == 4 and x.shape[0] == 1:
+        _sample_planes(kernel, xs, args, outs)
+    else:
+        launch.run(kernel, x.size, xs, *args, outs)
     return out
+
+
+#: One thread or all for one sample's pool (:func:`_sample_planes`), by measurement.
+SAMPLE_THREADS = launch.ThreadChoice()
+
+
+def _sample_planes(kernel, xs, args, outs):
+    """``kernel(xs, *args, outs)`` (args: P, H, W, OH, OW, ...) for one sample's planes, as its
+    one-thread twin on blocks of planes that the plugin's threads take on demand (blas.on_demand),
+    as the batch-1 convolutions before and after it run. numba's own threads would have to be
+    woken for it, and its parallel loop ends at a barrier that waits for each of them: on the
+    2-core development machine, busy, the stem's pool forced onto two of them took 6.2 ms
+    against 0.45 on one, where on_demand's caller never waits for a helper that has not started."""
+    nt = launch.threads()
+    if nt == 1 or xs.size < launch.PAR_MIN:
+        launch.for_work(kernel, 0)(xs, *args, outs)
+        return
+    one, explore, st = SAMPLE_THREADS.choose((kernel, args))
+    planes, hw, ohw = args[0], args[1] * args[2], args[3] * args[4]
+    blocks = 1 if one else min(planes, 2 * nt)
+    e = [planes * i // blocks for i in range(blocks + 1)]
+    twin = launch.for_work(kernel, 0)
+    t0 = time.perf_counter()
+    on_demand(
+        blocks,
+        nt,
+        lambda i: twin(xs[e[i] * hw : e[i + 1] * hw], e[i + 1] - e[i], *args[1:], outs[e[i] * ohw : e[i + 1] * ohw]),
+    )
+    SAMPLE_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 
 def relu_max_pool_2x2_backward(grad, r, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
