@@ -130,18 +130,20 @@ def layer_kind(v):
 
 def layers(program, times, steps, usage):
     """Print the median times of ``program``'s runner steps added up by :func:`layer_kind`,
-    and what each step spent outside them; ``steps`` the steps' wall times, ``usage`` their
-    (system, user) CPU seconds (all threads)."""
+    and the time each step spent outside them (the runner's loop, freeing buffers: the median
+    of each step's own difference, not of the medians'); ``steps`` the steps' wall times,
+    ``usage`` their (system, user) CPU seconds (all threads)."""
     groups, counts = collections.Counter(), collections.Counter()
     for i, t in times.items():
         kind = layer_kind(program.origin[i])
         groups[kind] += statistics.median(t)
         counts[kind] += 1
-    nodes, step = sum(groups.values()), statistics.median(steps)
+    nodes = sum(groups.values())
+    outside = statistics.median(t - sum(ts[k] for ts in times.values()) for k, t in enumerate(steps))
     system, user = (statistics.median(u[k] for u in usage) for k in (0, 1))
     print(
-        f"by layer: step median {step * 1e3:.1f} ms, runner steps {nodes * 1e3:.1f} ms, outside them "
-        f"{(step - nodes) * 1e3:.1f} ms; CPU a step: system {system * 1e3:.1f} ms, user {user * 1e3:.1f} ms"
+        f"by layer: step median {statistics.median(steps) * 1e3:.1f} ms, runner steps {nodes * 1e3:.1f} ms "
+        f"(medians), outside them {outside * 1e3:.1f} ms; CPU a step: system {system * 1e3:.1f} ms, user {user * 1e3:.1f} ms"
     )
     for kind, t in groups.most_common():
         print(f"{t * 1e3:10.2f} ms {100 * t / nodes:5.1f}%  {counts[kind]:4d}  {kind}")
