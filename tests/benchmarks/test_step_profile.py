@@ -57,3 +57,15 @@ def test_torch_ops_groups_pytorchs_ops_the_same_way():
     assert groups["3x3 s1 forward"][2] == 1
     assert groups["3x3 s1 input + weight gradients"][2] == 1
     assert groups["stem forward"][2] == 1
+
+
+def test_layers_vs_torch_times_both_on_the_same_layers():
+    pytest.importorskip("torch")
+    pytest.importorskip("ember_numba")
+    lines = _run("benchmarks.layers_vs_torch", "--batch", "2", "--calls", "3", "--kinds", "1x1,bn")
+    assert re.match(r"ember numba / PyTorch .*, 1 threads each, batch 2, medians of 3 calls$", lines[0])
+    rows = [line for line in lines[1:] if not line.startswith("USDT")]
+    assert len(rows) == 3 + 4
+    row = r" +forward ember +[\d.]+ torch +[\d.]+ ms \([\d.]+x\); {} ember +[\d.]+ torch +[\d.]+ ms \([\d.]+x\)$"
+    assert all(re.match(r"1x1 s2 \d+->\d+ \d+x\d+" + row.format(r"dX\+dW"), r) for r in rows[:3]), rows
+    assert all(re.match(r"batch norm \d+x\d+x\d+" + row.format("backward"), r) for r in rows[3:]), rows
