@@ -4,6 +4,12 @@ on its own, in the step (in-step) and, with ``--hot``, repeated alone on the sam
 
     python -m benchmarks.step_profile --workload W1-train --backend numba+jit --hot
     python -m benchmarks.step_profile --workload W2-train --groups
+    python -m benchmarks.step_profile --workload W3-train --layers
+
+``--layers`` adds up the runner steps by kind of layer (:func:`layer_kind`: convolutions by
+kernel, stride and primitive, batch norm, ReLU, ...), beside the time a step spends outside
+them (the runner, allocation) and its system and user CPU time; benchmarks/torch_ops.py
+groups PyTorch's own per-op times the same way, for a side-by-side map.
 
 Run speed measurements through the project's quiet-machine wrapper (docs/performance.md).
 The in-step times add up to the step's time; "hot" times of a product are its speed with its
@@ -13,7 +19,9 @@ operands in cache, of an elementwise pass its speed when not waiting on memory.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import resource
 import statistics
 import time
 
@@ -76,6 +84,71 @@ def _name(v):
     return str(v.params.get("name", v.op)) if v.op in ("fused", "numpy_kernel") else v.op
 
 
+#: Convolution ops -> the primitive's name in :func:`layer_kind` (the rewrites' fused kernels too).
+CONV_PRIMITIVES = {
+    "conv2d": "forward",
+    "conv2d_bias": "forward",
+    "conv2d_bias_relu": "forward",
+    "conv2d_grad_input": "input gradient",
+    "conv2d_grad_weight": "weight gradient",
+}
+#: Other ops -> their group; an op not named here is its own group.
+OP_GROUPS = {
+    "batch_norm": "batch norm",
+    "batch_norm_backward": "batch norm backward",
+    "gt": "ReLU (gt/where)",
+    "where": "ReLU (gt/where)",
+    "relu_max_pool2d_backward": "pooling",
+    "max_pool2d": "pooling",
+    "max_pool2d_backward": "pooling",
+    "add": "add",
+    "mul": "scalar ops (update, running stats)",
+    "fused_output": "scalar ops (update, running stats)",
+    "matmul": "linear, pooling by mean, loss",
+    "mean": "linear, pooling by mean, loss",
+    "sum": "linear, pooling by mean, loss",
+    "div": "linear, pooling by mean, loss",
+    "cross_entropy": "linear, pooling by mean, loss",
+    "cross_entropy_backward": "linear, pooling by mean, loss",
+}
+
+
+def conv_kind(weight_shape, stride, primitive):
+    """``"3x3 s2 forward"``; a convolution reading at most 4 channels (an image) is the ``stem``."""
+    o, c, kh, kw = weight_shape
+    return f"stem {primitive}" if c <= 4 else f"{kh}x{kw} s{stride[0]} {primitive}"
+
+
+def layer_kind(v):
+    """The group of runner step ``v`` (the Var it computes) in ``--layers``."""
+    name = _name(v)
+    if name in CONV_PRIMITIVES:
+        shape = v.params["weight_shape"] if name == "conv2d_grad_weight" else v.inputs[1].shape
+        return conv_kind(shape, tuple(v.params.get("stride", (1, 1))), CONV_PRIMITIVES[name])
+    return OP_GROUPS.get(name, name)
+
+
+def layers(program, times, steps, usage):
+    """Print the median times of ``program``'s runner steps added up by :func:`layer_kind`,
+    and the time each step spent outside them (the runner's loop, freeing buffers: the median
+    of each step's own difference, not of the medians'); ``steps`` the steps' wall times,
+    ``usage`` their (system, user) CPU seconds (all threads)."""
+    groups, counts = collections.Counter(), collections.Counter()
+    for i, t in times.items():
+        kind = layer_kind(program.origin[i])
+        groups[kind] += statistics.median(t)
+        counts[kind] += 1
+    nodes = sum(groups.values())
+    outside = statistics.median(t - sum(ts[k] for ts in times.values()) for k, t in enumerate(steps))
+    system, user = (statistics.median(u[k] for u in usage) for k in (0, 1))
+    print(
+        f"by layer: step median {statistics.median(steps) * 1e3:.1f} ms, runner steps {nodes * 1e3:.1f} ms "
+        f"(medians), outside them {outside * 1e3:.1f} ms; CPU a step: system {system * 1e3:.1f} ms, user {user * 1e3:.1f} ms"
+    )
+    for kind, t in groups.most_common():
+        print(f"{t * 1e3:10.2f} ms {100 * t / nodes:5.1f}%  {counts[kind]:4d}  {kind}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="W1-train")
@@ -85,6 +158,7 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=30, help="rows shown")
     ap.add_argument("--hot", action="store_true", help="also time each step repeated alone")
     ap.add_argument("--groups", action="store_true", help="print the program's fusion groups")
+    ap.add_argument("--layers", action="store_true", help="add up the runner steps by kind of layer")
     args = ap.parse_args(argv)
 
     made = _programs()
@@ -96,9 +170,14 @@ def main(argv=None):
     times: dict = {}
     kept: dict = {}  # runner step -> its arguments, for --hot
 
+    steps, usage = [], []
     with instrumented(program, timer(times, kept)):
         for _ in range(args.steps):
-            step()
+            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            step().item()
+            steps.append(time.perf_counter() - t0)
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            usage.append((r1.ru_stime - r0.ru_stime, r1.ru_utime - r0.ru_utime))
     rows = sorted(((statistics.median(t), i) for i, t in times.items()), reverse=True)
     print(
         f"{args.workload} on {args.backend}, batch {args.batch}: best step {best * 1e3:.2f} ms; "
@@ -110,6 +189,8 @@ def main(argv=None):
         if args.hot:
             hot = f"{_hot(program.steps[i][0], kept[i]) * 1e6:9.1f} µs hot"
         print(f"{t * 1e6:9.1f} µs  {hot}  #{i:<3d} {_name(v):28s} {tuple(v.shape)}")
+    if args.layers:
+        layers(program, times, steps, usage)
     if args.groups:
         for g in program.groups:
             kind = (g.kind if g.fused else "-") + (" compiled" if program.kernels.get(id(g)) else "")
