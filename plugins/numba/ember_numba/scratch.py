@@ -44,16 +44,19 @@ class ThreadSums:
     [[3.0, 3.0], [3.0, 3.0]]
     """
 
-    def __init__(self):
+    def __init__(self, keep=None):
         self._mine: dict = {}  # thread id -> [its partial sum, a buffer for its next part]
+        self._keep = keep
 
     def spare(self, shape, dtype):
-        """A buffer of this thread's to compute its next part into, or None before its first
-        part (which becomes the partial itself). Made once per thread and sum: a weight
-        gradient's size (16 MB for 512 channels) is not worth keeping as scratch."""
+        """A buffer of this thread's to compute its next part into. Before its first part (which
+        becomes the partial itself) that is None, or with ``keep`` (a name) that thread's
+        scratch buffer of that name. Other spares are made once per thread and sum."""
         mine = self._mine.get(threading.get_ident())
         if mine is None:
-            return None
+            if self._keep is None:
+                return None
+            return scratch(self._keep, int(np.prod(shape)), dtype).reshape(shape)
         if mine[1] is None:
             mine[1] = np.empty(shape, dtype)
         return mine[1]

@@ -114,6 +114,11 @@ F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
 # fmt: on
 F43_MIN_TILES = 256
 F43_CHUNK_BYTES = 4 << 20
+#: The scratch buffer (scratch.py) of F(4x4)'s kernel-sized operands, 36 MiB at 512 channels:
+#: the forward's ``U`` on the calling thread, the weight gradient's first partial sum on each.
+#: Fresh arrays that size are above malloc's mmap threshold (32 MiB) and were mapped and zeroed
+#: afresh each call (ResNet-18's 512-channel weight gradient: 1,089 faults, 6.9 ms system time).
+WIDE = "winograd_wide"
 
 
 def takes_f43(n, c, k, oh, ow):
@@ -413,7 +418,10 @@ def conv2d(x, w, padding, epilogue=None):
     with one_thread():
         # on one thread: BLAS's own sleep between layers
         w = w.astype(dtype, copy=False)
-        U = winograd43.kernel_transform(w) if size == 4 else kernel_transform(w)
+        if size == 4:  # U in scratch: 36 MiB at 512 channels, faulted in afresh each call otherwise
+            U = winograd43.kernel_transform(w, scratch(WIDE, 36 * k * c, dtype))
+        else:
+            U = kernel_transform(w)
         if count >= nt:
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
         else:  # too few chunks to go round: each chunk's tile rows are shared out instead
@@ -478,7 +486,7 @@ def _grad_weight_f43(x, g, weight_shape, padding):
     oh, ow = g.shape[2:]
     th, tw = -(-oh // 4), -(-ow // 4)
     per, count, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, F43_MIN_TILES, F43_CHUNK_BYTES)
-    sums = ThreadSums()  # (36, K, C) a thread
+    sums = ThreadSums(WIDE)  # (36, K, C) a thread, its first part in scratch
     rows, width = 4 * th + 2, 4 * tw + 2
 
     @np.errstate(invalid="ignore", over="ignore")  # on each thread: not finite, computed directly

@@ -210,10 +210,11 @@ def gradient_transform(P, N, K, th, tw, D, S):
 GG = {dt: np.kron(np.array(F43.G), np.array(F43.G)).astype(dt) for dt in (np.float32, np.float64)}
 
 
-def kernel_transform(w):
+def kernel_transform(w, out=None):
     """``U`` (36, C, K) = ``G g G^T`` of every 3x3 kernel of ``w`` (K, C, 3, 3), in the GEMMs'
     (C, K) order as a transposed view of one product (36, 9) @ (9, K*C) (call it with BLAS on
-    one thread): BLAS reads it transposed."""
+    one thread): BLAS reads it transposed. Into ``out`` (36*K*C of w's dtype), if given."""
     k, c = w.shape[:2]
     taps = np.ascontiguousarray(w).reshape(k * c, 9)
-    return np.matmul(GG[w.dtype.type], taps.T).reshape(36, k, c).transpose(0, 2, 1)
+    out = None if out is None else out.reshape(36, k * c)
+    return np.matmul(GG[w.dtype.type], taps.T, out=out).reshape(36, k, c).transpose(0, 2, 1)
