@@ -389,11 +389,11 @@ def conv2d(x, w, padding, epilogue=None):
         P = scratch("winograd_p", m * (4 * nty + 2) * (4 * tw + 2) * c, dtype)
         winograd43.channels_last(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, ty0, ty1, P)
         V = scratch("winograd_v", 36 * T * c, dtype)
-        winograd43.input_transform(P, m, c, nty, tw, V, scratch("winograd_s", 6 * (4 * tw + 2) * c, dtype))
+        winograd43.input_transform(P, m, c, nty, tw, T, V, scratch("winograd_s", 6 * (4 * tw + 2) * c, dtype))
         M = scratch("winograd_m", 36 * T * k, dtype)
         np.matmul(V.reshape(36, T, c), U, out=M.reshape(36, T, k))  # 36 one-thread BLAS GEMMs (T, C) @ (C, K)
         Z, O = scratch("winograd_z", 24 * k, dtype), scratch("winograd_o", 16 * tw * k, dtype)
-        winograd43.output_transform(M, m, k, oh, ow, nty, tw, ty0, flat[n0 * k * oh * ow :], Z, O)
+        winograd43.output_transform(M, m, k, oh, ow, nty, tw, ty0, T, flat[n0 * k * oh * ow :], Z, O)
 
     compute = f43 if size == 4 else f23
 
@@ -411,6 +411,13 @@ def conv2d(x, w, padding, epilogue=None):
         per, count, nt = _chunks(
             n, th * tw, 36 * c * th * tw * dtype.itemsize, max(F43_MIN_TILES, k // 2), F43_CHUNK_BYTES
         )
+        if _by_position(n, per, th * tw, nt):
+            with one_thread():
+                U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype))
+                _f43_by_position(x, U, padding, out, epilogue, broken)
+            if epilogue is not None:
+                return None if broken else out
+            return out if reference.finite(out) else None
     else:
         # Each of a chunk's 16 GEMMs packs its U[p] (K, C) again: at least K/2 tiles keep that a
         # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
@@ -452,6 +459,10 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
     (ph, pw), dtype = padding, x.dtype
     oh, ow = g.shape[2:]
     if takes_f43(n, c, k, oh, ow):
+        th, tw = -(-oh // 4), -(-ow // 4)
+        per, _, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, F43_MIN_TILES, F43_CHUNK_BYTES)
+        if _by_position(n, per, th * tw, nt):
+            return _grad_weight_f43_by_position(x, g, weight_shape, padding)
         return _grad_weight_f43(x, g, weight_shape, padding)
     th, tw = -(-oh // 2), -(-ow // 2)
     per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)  # as conv2d's: 1 MB of V
@@ -499,15 +510,105 @@ def _grad_weight_f43(x, g, weight_shape, padding):
         V = scratch("winograd_v", 36 * T * c, dtype)
         D = scratch("winograd_d", 36 * T * k, dtype)
         winograd43.channels_last(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, 0, th, P)
-        winograd43.input_transform(P, m, c, th, tw, V, S)
+        winograd43.input_transform(P, m, c, th, tw, T, V, S)
         winograd43.channels_last(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, 0, 0, tw, 0, th, P)
-        winograd43.gradient_transform(P, m, k, th, tw, D, S)
+        winograd43.gradient_transform(P, m, k, th, tw, T, D, S)
         V, D = V.reshape(36, T, c), D.reshape(36, T, k)
         sums.add(np.matmul(D.transpose(0, 2, 1), V, out=sums.spare((36, k, c), dtype)))  # 36 GEMMs (K, T) @ (T, C)
 
     with one_thread(), np.errstate(invalid="ignore", over="ignore"):
         on_demand(count, nt, part)
         total = sums.total()
+        # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
+        dw = np.matmul(total.reshape(36, k * c).T, winograd43.GG[dtype.type]).reshape(weight_shape)
+    return dw if reference.finite(dw) else None
+
+
+# ----------------------------------------------------------------------------- by position
+def _by_position(n, per, tiles, nt):
+    """F(4x4) by tile position (:func:`_f43_by_position`) rather than by chunks of ``per`` of
+    the ``n`` samples? Where the chunks were cut below F43_MIN_TILES tiles to give each of
+    ``nt`` threads one (ResNet-18's 512-channel 4x4 layer at batch 128: 64 tiles a chunk);
+    with fewer chunks than threads (batch 1) the tile rows go as bands instead."""
+    return 1 < nt <= -(-n // per) and per * tiles < F43_MIN_TILES
+
+
+def _pieces(n, nt):
+    """Samples in pieces for the threads' transforms: 2 a thread where the batch allows."""
+    per = -(-n // (2 * nt))
+    return per, -(-n // per)
+
+
+def _f43_by_position(x, U, padding, out, epilogue, broken):
+    """:func:`conv2d` by F(4x4) with the whole batch's tiles in each GEMM: the transforms by
+    pieces of samples, the 36 GEMMs ``V[p] (T, C) @ U[p]`` taken by the threads one position
+    at a time, so each packs its U[p] for all T tiles (one thread, 512 channels: 155 GFLOP/s
+    at T = 128 against 123 at the chunks' T = 64)."""
+    n, c, h, wd = x.shape
+    k = out.shape[1]
+    (ph, pw), dtype = padding, x.dtype
+    oh, ow = out.shape[2:]
+    th, tw = -(-oh // 4), -(-ow // 4)
+    nt = threads()
+    T, (per, count) = n * th * tw, _pieces(n, nt)
+    V, M = np.empty(36 * T * c, dtype), np.empty(36 * T * k, dtype)
+    flat = out.reshape(-1)
+
+    def transform(i):
+        n0 = i * per
+        m = min(per, n - n0)
+        P = scratch("winograd_p", m * (4 * th + 2) * (4 * tw + 2) * c, dtype)
+        winograd43.channels_last(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, 0, th, P)
+        S = scratch("winograd_s", 6 * (4 * tw + 2) * c, dtype)
+        winograd43.input_transform(P, m, c, th, tw, T, V[n0 * th * tw * c :], S)
+
+    def output(i):
+        n0 = i * per
+        m = min(per, n - n0)
+        Z, O = scratch("winograd_z", 24 * k, dtype), scratch("winograd_o", 16 * tw * k, dtype)
+        winograd43.output_transform(M[n0 * th * tw * k :], m, k, oh, ow, th, tw, 0, T, flat[n0 * k * oh * ow :], Z, O)
+        if epilogue is not None:
+            if not reference.finite(out[n0 : n0 + m]):
+                broken.append(True)
+            elif not broken:
+                epilogue(out, n0, n0 + m, 0, k, 0, oh * ow)
+
+    V3, M3 = V.reshape(36, T, c), M.reshape(36, T, k)
+    on_demand(count, nt, transform)
+    on_demand(36, nt, lambda p: np.matmul(V3[p], U[p], out=M3[p]))
+    on_demand(count, nt, output)
+
+
+def _grad_weight_f43_by_position(x, g, weight_shape, padding):
+    """:func:`_grad_weight_f43` with the whole batch's tiles in each GEMM: ``V`` and ``D`` by
+    pieces of samples, then the 36 GEMMs ``D[p]^T @ V[p]`` (K, T) @ (T, C) taken by the threads
+    one position at a time, each into its own slice of one (36, K, C) sum: no partial sums a
+    thread, nor their adding up."""
+    n, c, h, wd = x.shape
+    k = weight_shape[0]
+    (ph, pw), dtype = padding, x.dtype
+    oh, ow = g.shape[2:]
+    th, tw = -(-oh // 4), -(-ow // 4)
+    nt = threads()
+    T, (per, count) = n * th * tw, _pieces(n, nt)
+    V, D = np.empty(36 * T * c, dtype), np.empty(36 * T * k, dtype)
+    rows, width = 4 * th + 2, 4 * tw + 2
+
+    def transform(i):
+        n0 = i * per
+        m = min(per, n - n0)
+        P = scratch("winograd_p", m * rows * width * max(c, k), dtype)
+        S = scratch("winograd_s", 6 * width * max(c, k), dtype)
+        winograd43.channels_last(x[n0 : n0 + m].reshape(-1), m, c, h, wd, ph, pw, tw, 0, th, P)
+        winograd43.input_transform(P, m, c, th, tw, T, V[n0 * th * tw * c :], S)
+        winograd43.channels_last(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, 0, 0, tw, 0, th, P)
+        winograd43.gradient_transform(P, m, k, th, tw, T, D[n0 * th * tw * k :], S)
+
+    with one_thread(), np.errstate(invalid="ignore", over="ignore"):
+        total = scratch(WIDE, 36 * k * c, dtype).reshape(36, k, c)
+        V3, D3 = V.reshape(36, T, c), D.reshape(36, T, k)
+        on_demand(count, nt, transform)
+        on_demand(36, nt, lambda p: np.matmul(D3[p].T, V3[p], out=total[p]))  # (K, T) @ (T, C)
         # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
         dw = np.matmul(total.reshape(36, k * c).T, winograd43.GG[dtype.type]).reshape(weight_shape)
     return dw if reference.finite(dw) else None

@@ -73,10 +73,11 @@ def channels_last(x, N, C, H, W, ph, pw, tw, ty0, ty1, P):
 
 
 @numba.njit(**JIT)
-def input_transform(P, N, C, nty, tw, V, S):
+def input_transform(P, N, C, nty, tw, T, V, S):
     """``V`` (36, T, C), flat <- ``B^T d B`` of every 6x6 tile (stride 4) of ``P`` (N, 4*nty+2,
-    4*tw+2, C), flat; ``S`` (6, 4*tw+2, C) is scratch for a tile row's ``B^T d``."""
-    T = uint64(N * nty * tw)
+    4*tw+2, C), flat, into V's first N*nty*tw tiles (T: V's tiles, at least those);
+    ``S`` (6, 4*tw+2, C) is scratch for a tile row's ``B^T d``."""
+    T = uint64(T)
     cu = uint64(C)
     wc = uint64((4 * tw + 2) * C)
     TC = T * cu
@@ -111,11 +112,11 @@ def input_transform(P, N, C, nty, tw, V, S):
 
 
 @numba.njit(**JIT)
-def output_transform(M, N, K, OH, OW, nty, tw, ty0, out, Z, O):
-    """Tile rows ty0 .. ty0+nty-1 of ``out`` (N, K, OH, OW), flat <- ``A^T m A`` of every tile
-    of ``M`` (36, T, K), flat, cut to the output's edge. ``Z`` (4, 6, K) and ``O`` (4, 4*tw, K)
-    are scratch: a tile's ``A^T m`` and a tile row's outputs, channels last."""
-    T = uint64(N * nty * tw)
+def output_transform(M, N, K, OH, OW, nty, tw, ty0, T, out, Z, O):
+    """Tile rows ty0 .. ty0+nty-1 of ``out`` (N, K, OH, OW), flat <- ``A^T m A`` of the first
+    N*nty*tw tiles of ``M`` (36, T, K), flat, cut to the output's edge. ``Z`` (4, 6, K) and
+    ``O`` (4, 4*tw, K) are scratch: a tile's ``A^T m`` and a tile row's outputs, channels last."""
+    T = uint64(T)
     ku = uint64(K)
     TK = T * ku
     ow4 = uint64(4 * tw) * ku
@@ -165,12 +166,13 @@ def output_transform(M, N, K, OH, OW, nty, tw, ty0, out, Z, O):
 
 
 @numba.njit(**JIT)
-def gradient_transform(P, N, K, th, tw, D, S):
+def gradient_transform(P, N, K, th, tw, T, D, S):
     """``D`` (36, T, K), flat <- ``A dY A^T`` of every 4x4 tile of the output gradient, given
     channels last as ``P`` (N, 4*th+2, 4*tw+2, K), flat (:func:`channels_last` unpadded: zero
-    beyond the output's edge); ``S`` (6, 4*tw+2, K) is scratch. ``A`` is ``A^T``'s transpose:
-    rows (1, 0, 0, 0), (1, 1, 1, 1), (1, -1, 1, -1), (1, 2, 4, 8), (1, -2, 4, -8), (0, 0, 0, 1)."""
-    T = uint64(N * th * tw)
+    beyond the output's edge), into D's first N*th*tw tiles; ``S`` (6, 4*tw+2, K) is scratch.
+    ``A`` is ``A^T``'s transpose: rows (1, 0, 0, 0), (1, 1, 1, 1), (1, -1, 1, -1), (1, 2, 4, 8),
+    (1, -2, 4, -8), (0, 0, 0, 1)."""
+    T = uint64(T)
     ku = uint64(K)
     wk = uint64((4 * tw + 2) * K)
     TK = T * ku

@@ -32,9 +32,12 @@ def transform(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(params=["whole batch", "one sample a chunk", "two samples a chunk"])
+@pytest.fixture(params=["whole batch", "one sample a chunk", "two samples a chunk", "by tile position"])
 def chunks(request, monkeypatch):
-    if request.param != "whole batch":
+    if request.param == "by tile position":  # F(4x4): whole-batch GEMMs a position (two threads)
+        monkeypatch.setattr(winograd, "threads", lambda: 2)
+        monkeypatch.setattr(winograd, "F43_MIN_TILES", 1 << 30)
+    elif request.param != "whole batch":
         for bytes_, tiles in (("CHUNK_BYTES", "MIN_TILES"), ("F43_CHUNK_BYTES", "F43_MIN_TILES")):
             monkeypatch.setattr(winograd, bytes_, 1 if request.param == "one sample a chunk" else 1 << 10)
             monkeypatch.setattr(winograd, tiles, 1)
@@ -287,3 +290,43 @@ def test_float32_weight_gradient_is_within_the_conformance_tolerance(n, c, hw, k
     assert dw.dtype == np.float32
     share = np.max(np.abs(dw - want) / (atol + rtol * np.abs(want)))
     assert share < (0.05 if transform == "F(2x2, 3x3)" else 0.25), share
+
+
+def test_f43_by_tile_position_where_chunks_would_be_narrow(monkeypatch, direct):
+    """Few tiles a sample (ResNet-18's 512-channel 4x4 layer at batch 128): the forward, input
+    gradient and weight gradient take whole-batch GEMMs a tile position, the epilogue on each
+    piece of samples, and match the direct convolution; a non-finite input still gives None."""
+    from ember_numba.epilogue import Epilogue
+
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0),))
+    monkeypatch.setattr(winograd, "threads", lambda: 2)
+    taken = []
+    for name in ("_f43_by_position", "_grad_weight_f43_by_position"):
+        real = getattr(winograd, name)
+        monkeypatch.setattr(winograd, name, lambda *a, real=real, name=name: taken.append(name) or real(*a))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((7, 24, 4, 5)).astype(np.float32)  # 2 tiles a sample: 4 samples a chunk
+    w = rng.standard_normal((20, 24, 3, 3)).astype(np.float32)
+    geo = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    want = direct["conv2d"](x, w, **geo)
+    np.testing.assert_allclose(winograd.conv2d(x, w, (1, 1)), want, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    np.testing.assert_allclose(
+        winograd.conv2d_grad_input(g, w, x.shape, (1, 1)),
+        direct["conv2d_grad_input"](g, w, x.shape, **geo),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    np.testing.assert_allclose(
+        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
+        direct["conv2d_grad_weight"](x, g, w.shape, **geo),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    bias = rng.standard_normal(20).astype(np.float32)
+    v = winograd.conv2d(x, w, (1, 1)) + bias.reshape(1, -1, 1, 1)
+    got = winograd.conv2d(x, w, (1, 1), Epilogue(bias, relu=True))
+    np.testing.assert_array_equal(got.view(np.uint32), np.where(v > 0, v, 0).view(np.uint32))
+    x[5, 3, 2, 2] = np.inf
+    assert winograd.conv2d(x, w, (1, 1), Epilogue(bias, relu=True)) is None
+    assert taken == ["_f43_by_position"] * 2 + ["_grad_weight_f43_by_position"] + ["_f43_by_position"] * 3
