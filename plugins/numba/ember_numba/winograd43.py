@@ -40,6 +40,10 @@ from .kernels import JIT
 
 F43 = reference.F43
 _2, _3, _4, _5 = uint64(2), uint64(3), uint64(4), uint64(5)
+#: Channels :func:`channels_last` copies together. Per sample, one thread, 25 alternating
+#: calls, against a channel at a time: 64 ch 32x32 0.68x, 128 ch 16x16 0.80x, 256 ch 8x8
+#: 0.83x (2 channels: 0.76-0.95x; 8: 0.70-1.38x; 16: 0.98-1.27x).
+CL_BLOCK = 4
 
 
 @numba.njit(**JIT)
@@ -64,8 +68,18 @@ def channels_last(x, N, C, H, W, ph, pw, tw, ty0, ty1, P):
             for j in range(uint64(pw + W) * cu, wc):  # the right padding and beyond
                 P[dst + j] = zero
             base = dst + uint64(pw) * cu
-            # each x row read as it lies, its values stored C apart (one channel of P's row)
-            for c in range(C):
+            # x's rows of CL_BLOCK channels at a time, each column's CL_BLOCK values stored
+            # side by side in P's row; the channels left over a row each, stored C apart
+            hw = uint64(H * W)
+            c0 = 0
+            while c0 + CL_BLOCK <= C:
+                src = uint64(((n * C + c0) * H + y) * W)
+                for j in range(uint64(W)):
+                    d = base + j * cu + uint64(c0)
+                    for c in range(uint64(CL_BLOCK)):
+                        P[d + c] = x[src + c * hw + j]
+                c0 += CL_BLOCK
+            for c in range(c0, C):
                 src = uint64(((n * C + c) * H + y) * W)
                 cc = uint64(c)
                 for j in range(uint64(W)):
