@@ -112,7 +112,8 @@ def test_the_f43_kernel_transform_is_the_numpy_modules_in_gemm_order(dtype, tol)
         (128, 256, 8, True),
         (128, 512, 4, True),
         (32, 256, 8, True),  # ... and at batch 32, but for 4x4 maps
-        (32, 512, 4, False),  # 32 tiles: too narrow GEMMs (measured 1.01-1.14x F(2x2))
+        (32, 512, 4, True),  # 32 tiles: GEMMs by tile position (0.69-0.95x F(2x2))
+        (4, 512, 4, False),  # 4 tiles: not measured
         (1, 64, 32, False),  # one sample: 64 tiles (1.23x)
         (128, 16, 32, False),  # 16 channels: not measured
     ],
@@ -121,7 +122,7 @@ def test_the_rule_for_which_layers_take_f43(n, c, hw, taken):
     assert winograd.takes_f43(n, c, c, hw, hw) is taken
 
 
-@pytest.mark.parametrize("n,c,hw", [(8, 64, 32), (32, 128, 16), (32, 256, 8), (128, 512, 4)])
+@pytest.mark.parametrize("n,c,hw", [(8, 64, 32), (32, 128, 16), (32, 256, 8), (32, 512, 4), (128, 512, 4)])
 def test_float32_f43_is_within_the_conformance_tolerance(n, c, hw):
     """The float32 forward by F(4x4, 3x3) against the float64 definition, as a share of the
     allowance the conformance suite gives a convolution (tolerances.tolerance): its transforms
