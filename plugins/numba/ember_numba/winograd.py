@@ -27,7 +27,9 @@ the 64-channel layer ran no faster than im2col (1.01x), with reused ones 0.64x i
 
 In batches with enough tiles (:func:`takes_f43`), all three take F(4x4, 3x3) instead
 (winograd43.py: 36 products a 4x4 tile, its transforms vectorized across channels on a
-channels-last copy of each chunk), driven by the same chunks and bands.
+channels-last copy of each chunk), driven by the same chunks and bands; where those chunks
+would hold too few tiles for wide GEMMs (:func:`_by_position`: 4x4 maps), the transforms go
+by pieces of samples and each of the 36 GEMMs over the whole batch's tiles instead.
 
 The transforms of F(2x2, 3x3) are adds and subtracts only; they are written out here as
 scalar code (rows of the tile first, as contiguous vectors, then columns), which LLVM
@@ -115,8 +117,17 @@ F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
     (32, 512),
 )
 # fmt: on
+#: 2 MB rather than 4 (64 ch 32x32, batch 128: 4 samples a chunk, not 7): CPU time 0.89-0.90
+#: forward, 0.89-0.96 input gradient (2 runs of 10 alternating calls, load 5-6), the other
+#: layers' chunks the same.
 F43_MIN_TILES = 256
-F43_CHUNK_BYTES = 4 << 20
+F43_CHUNK_BYTES = 2 << 20
+#: ... and the weight gradient's, whose chunks hold D beside V: F43_WEIGHT_CHUNK_BYTES of V at
+#: most, F43_WEIGHT_MIN_TILES tiles (and K) at least. Against the forward's (4 MB, 256 tiles),
+#: CPU time, 10 alternating calls, load 6-7: 64 ch 32x32 0.69 (batch 128, 2 samples a chunk),
+#: 0.83 (batch 32); 128 ch 16x16 0.91; 256 ch the same chunks (with 128 tiles, not K: 1.03-1.05).
+F43_WEIGHT_CHUNK_BYTES = 1 << 20
+F43_WEIGHT_MIN_TILES = 128
 #: The scratch buffer (scratch.py) of F(4x4)'s kernel-sized operands, 36 MiB at 512 channels:
 #: the forward's ``U`` on the calling thread, the weight gradient's first partial sum on each.
 #: Fresh arrays that size are above malloc's mmap threshold (32 MiB) and were mapped and zeroed
@@ -463,8 +474,9 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
     oh, ow = g.shape[2:]
     if takes_f43(n, c, k, oh, ow):
         th, tw = -(-oh // 4), -(-ow // 4)
-        per, _, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, F43_MIN_TILES, F43_CHUNK_BYTES)
-        if _by_position(n, per, th * tw, nt):
+        least = max(F43_WEIGHT_MIN_TILES, k)
+        per, _, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, least, F43_WEIGHT_CHUNK_BYTES)
+        if _by_position(n, per, th * tw, nt, least):
             return _grad_weight_f43_by_position(x, g, weight_shape, padding)
         return _grad_weight_f43(x, g, weight_shape, padding)
     th, tw = -(-oh // 2), -(-ow // 2)
@@ -499,7 +511,8 @@ def _grad_weight_f43(x, g, weight_shape, padding):
     (ph, pw), dtype = padding, x.dtype
     oh, ow = g.shape[2:]
     th, tw = -(-oh // 4), -(-ow // 4)
-    per, count, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, F43_MIN_TILES, F43_CHUNK_BYTES)
+    least = max(F43_WEIGHT_MIN_TILES, k)
+    per, count, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, least, F43_WEIGHT_CHUNK_BYTES)
     sums = ThreadSums(WIDE)  # (36, K, C) a thread, its first part in scratch
     rows, width = 4 * th + 2, 4 * tw + 2
 
@@ -528,12 +541,13 @@ def _grad_weight_f43(x, g, weight_shape, padding):
 
 
 # ----------------------------------------------------------------------------- by position
-def _by_position(n, per, tiles, nt):
+def _by_position(n, per, tiles, nt, min_tiles=None):
     """F(4x4) by tile position (:func:`_f43_by_position`) rather than by chunks of ``per`` of
-    the ``n`` samples? Where the chunks were cut below F43_MIN_TILES tiles to give each of
-    ``nt`` threads one (ResNet-18's 512-channel 4x4 layer at batch 128: 64 tiles a chunk);
-    with fewer chunks than threads (batch 1) the tile rows go as bands instead."""
-    return 1 < nt <= -(-n // per) and per * tiles < F43_MIN_TILES
+    the ``n`` samples? Where the chunks were cut below ``min_tiles`` (default F43_MIN_TILES)
+    tiles to give each of ``nt`` threads one (ResNet-18's 512-channel 4x4 layer at batch 128:
+    64 tiles a chunk); with fewer chunks than threads (batch 1) the tile rows go as bands."""
+    min_tiles = F43_MIN_TILES if min_tiles is None else min_tiles
+    return 1 < nt <= -(-n // per) and per * tiles < min_tiles
 
 
 def _pieces(n, nt):

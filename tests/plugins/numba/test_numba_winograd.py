@@ -37,8 +37,13 @@ def chunks(request, monkeypatch):
     if request.param == "by tile position":  # F(4x4): whole-batch GEMMs a position (two threads)
         monkeypatch.setattr(winograd, "threads", lambda: 2)
         monkeypatch.setattr(winograd, "F43_MIN_TILES", 1 << 30)
+        monkeypatch.setattr(winograd, "F43_WEIGHT_MIN_TILES", 1 << 30)
     elif request.param != "whole batch":
-        for bytes_, tiles in (("CHUNK_BYTES", "MIN_TILES"), ("F43_CHUNK_BYTES", "F43_MIN_TILES")):
+        for bytes_, tiles in (
+            ("CHUNK_BYTES", "MIN_TILES"),
+            ("F43_CHUNK_BYTES", "F43_MIN_TILES"),
+            ("F43_WEIGHT_CHUNK_BYTES", "F43_WEIGHT_MIN_TILES"),
+        ):
             monkeypatch.setattr(winograd, bytes_, 1 if request.param == "one sample a chunk" else 1 << 10)
             monkeypatch.setattr(winograd, tiles, 1)
     return request.param
