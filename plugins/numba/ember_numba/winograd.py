@@ -105,10 +105,14 @@ WEIGHT_MIN_CHANNELS = 64
 #: batch 128 0.57, 0.57, 0.34, 0.38; batch 32 0.59, 0.51, 0.38, but 512 ch 4x4 0.99 (its
 #: (36, K, C) partial sums, 38 MB a thread); batch 4 256 ch 8x8 2.7. Its GEMMs are narrow and
 #: lose: F43_MIN_TILES tiles a chunk at least (64 channels, one thread: T = 64
-#: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most.
+#: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most. From 144 tiles, 64
+#: channels win too (forward with bias and ReLU, one thread, 30-40 alternating calls, load ~2.3):
+#: one sample of 56x56 (ResNet-50's first stage, 196 tiles) 0.75-0.76x F(2x2)'s time, 48x48
+#: 0.74x, 64x64 0.78x, 4 x 28x28 0.81x, 2 x 40x40 0.70x; 128 channels at 28x28 (49 tiles) 0.96x
+#: and 256 at 14x14 1.66x stay on F(2x2).
 # fmt: off
 F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
-    (512, 64),
+    (144, 64),
     (128, 256),
 )
 # fmt: on
