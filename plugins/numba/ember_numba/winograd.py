@@ -105,15 +105,17 @@ WEIGHT_MIN_CHANNELS = 64
 #: batch 128 0.57, 0.57, 0.34, 0.38; batch 32 0.59, 0.51, 0.38, but 512 ch 4x4 0.99 (its
 #: (36, K, C) partial sums, 38 MB a thread); batch 4 256 ch 8x8 2.7. Its GEMMs are narrow and
 #: lose: F43_MIN_TILES tiles a chunk at least (64 channels, one thread: T = 64
-#: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most. From 144 tiles, 64
-#: channels win too (forward with bias and ReLU, one thread, 30-40 alternating calls, load ~2.3):
-#: one sample of 56x56 (ResNet-50's first stage, 196 tiles) 0.75-0.76x F(2x2)'s time, 48x48
-#: 0.74x, 64x64 0.78x, 4 x 28x28 0.81x, 2 x 40x40 0.70x; 128 channels at 28x28 (49 tiles) 0.96x
-#: and 256 at 14x14 1.66x stay on F(2x2).
+#: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most. One sample wins from
+#: 144 tiles at 64 channels (forward with bias and ReLU, one thread, 30-40 alternating calls,
+#: load ~2.3): 56x56 (ResNet-50's first stage, 196 tiles) 0.75-0.76x F(2x2)'s time, 48x48
+#: 0.74x, 64x64 0.78x; 128 channels at 28x28 (49 tiles) 0.96x and 256 at 14x14 1.66x stay on
+#: F(2x2). (Small batches' forwards won as well, 4 x 28x28 0.81x, 2 x 40x40 0.70x, but their
+#: weight gradients were not measured, and the row is for one sample, which has none here.)
 # fmt: off
-F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
-    (144, 64),
-    (128, 256),
+F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least, samples at most; 0: any)
+    (512, 64, 0),
+    (128, 256, 0),
+    (144, 64, 1),
 )
 # fmt: on
 F43_MIN_TILES = 256
@@ -127,9 +129,11 @@ def takes_f43(n, c, k, oh, ow):
 
     >>> takes_f43(128, 64, 64, 32, 32), takes_f43(128, 512, 512, 4, 4), takes_f43(1, 64, 64, 32, 32)
     (True, True, False)
+    >>> takes_f43(1, 64, 64, 56, 56), takes_f43(4, 64, 64, 28, 28)  # a sample of 196 tiles; four of 49
+    (True, False)
     """
     tiles = n * -(-oh // 4) * -(-ow // 4)
-    return any(tiles >= t and min(c, k) >= ch for t, ch in F43_TAKES)
+    return any(tiles >= t and min(c, k) >= ch and n <= (most or n) for t, ch, most in F43_TAKES)
 
 
 def plan_weight(x_shape, w_shape, stride, padding, dilation, groups, dtype):

@@ -28,7 +28,7 @@ def direct(monkeypatch):
 @pytest.fixture(params=["F(2x2, 3x3)", "F(4x4, 3x3)"])
 def transform(request, monkeypatch):
     """The forward's and input gradient's transforms, whatever winograd.F43_TAKES would pick."""
-    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0),) if request.param == "F(4x4, 3x3)" else ())
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),) if request.param == "F(4x4, 3x3)" else ())
     return request.param
 
 
