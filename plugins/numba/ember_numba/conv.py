@@ -83,6 +83,11 @@ TRANSPOSED_MIN_PIXELS = 4096
 #: cost more than its copy (ResNet-18's 4x4 stage: 3.9 ms against 8.4 ms a half batch; equal
 #: at 16 wide, 3x slower at 32).
 TAPS_MAX_OW = 8
+#: Input columns (KW) from which a stride-2 im2col splits each input row into its even and
+#: odd columns first (:func:`_im2col_split`), so that each of the KW taps copies a straight run:
+#: the stem (7x7) 0.57x the row kernel's time; 3x3 layers lost (1.2-1.9x: 3 taps do not repay
+#: the split).
+SPLIT_MIN_KW = 5
 #: Column bytes from which one sample's im2col is shared out among the threads, when a chunk's
 #: products run on all of them (Chunks.wide): ~0.1 ms of copying, twice what waking a helper costs.
 SHARED_IM2COL_BYTES = 1 << 20
@@ -97,6 +102,10 @@ SAMPLE_THREADS = ThreadChoice()
 
 
 # ----------------------------------------------------------------------------- kernels
+# Index arithmetic in uint64 where it can be (kernels.py: signed indices stop LLVM vectorizing).
+_1, _2 = uint64(1), uint64(2)
+
+
 @numba.njit(inline="always", **JIT)
 def _inside(x0, sw, W, OW):
     """The range [lo, hi) of ow whose column ow * sw + x0 lies inside [0, W)."""
@@ -138,6 +147,85 @@ def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, oh0, oh1, col
                     cols[row + uint64(ow)] = x[uint64(src + ow * sw)]
             for ow in range(hi, OW):
                 cols[row + uint64(ow)] = 0
+
+
+@numba.njit(**JIT)
+def _im2col_split(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, oh0, oh1, cols):
+    """_im2col at column stride 2: each input row is split once into its even and odd columns
+    (a strided pass that LLVM vectorizes as an interleaved load), then each of the KW taps
+    copies a straight run from one of the halves instead of a strided one of its own."""
+    P = (oh1 - oh0) * OW
+    half = (W + 1) // 2
+    buf = np.empty(2 * half, x.dtype)  # [even columns | odd columns]
+    zero = cols.dtype.type(0)
+    for t in range(C * KH * N):
+        r = t // N  # (c, kh)
+        n = t - r * N
+        c = r // KH
+        kh = r - c * KH
+        src_plane = (n * C + c) * H
+        for oh in range(oh0, oh1):
+            y = oh * sh + kh * dh - ph
+            inside = 0 <= y < H
+            if inside:
+                s = uint64((src_plane + y) * W)
+                for i in range(uint64(W // 2)):
+                    buf[i] = x[s + _2 * i]
+                    buf[uint64(half) + i] = x[s + _2 * i + _1]
+                if W % 2:
+                    buf[half - 1] = x[s + uint64(W - 1)]
+            for kw in range(KW):
+                row = uint64(((r * KW + kw) * N + n) * P + (oh - oh0) * OW)
+                if not inside:
+                    for ow in range(uint64(OW)):
+                        cols[row + ow] = zero
+                    continue
+                x0 = kw * dw - pw
+                lo, hi = _inside(x0, sw, W, OW)
+                for ow in range(lo):
+                    cols[row + uint64(ow)] = zero
+                # input column 2*ow + x0 = 2*(ow + x0 // 2) + x0 % 2: half x0 % 2, index ow + x0 // 2
+                at, b0 = row + uint64(lo), uint64((x0 % 2) * half + x0 // 2 + lo)
+                for i in range(uint64(hi - lo)):
+                    cols[at + i] = buf[b0 + i]
+                for ow in range(hi, OW):
+                    cols[row + uint64(ow)] = zero
+
+
+@numba.njit(**JIT)
+def _im2col_same(x, N, C, H, W, KH, KW, ph, pw, dh, dw, cols):
+    """_im2col at stride 1 where the output is the input's size (OH, OW = H, W: "same"
+    padding): a tap's columns are the whole input plane shifted by ``y0 * W + x0``, so one
+    straight copy of the plane, then zeros where the shift left the plane or wrapped around a
+    row's ends (|x0| columns a row), instead of a short run and its bounds per output row."""
+    P = H * W
+    zero = cols.dtype.type(0)
+    for t in range(C * KH * KW * N):
+        k = t // N
+        n = t - k * N
+        c = k // (KH * KW)
+        kh = (k // KW) % KH
+        kw = k % KW
+        src = uint64((n * C + c) * P)
+        dst = uint64((k * N + n) * P)
+        y0, x0 = kh * dh - ph, kw * dw - pw
+        shift = y0 * W + x0
+        lo = min(max(0, -y0), H) * W  # the output rows whose input row is inside: [lo, hi)
+        hi = max(min(H, H - y0) * W, lo)
+        a = min(max(lo, -shift), hi)  # ... and whose source lies in the plane: [a, b)
+        b = max(min(hi, P - shift), a)
+        for p in range(uint64(0), uint64(a)):
+            cols[dst + p] = zero
+        s = src + uint64(a + shift)
+        for p in range(uint64(b - a)):
+            cols[dst + uint64(a) + p] = x[s + p]
+        for p in range(uint64(b), uint64(P)):
+            cols[dst + p] = zero
+        if x0 != 0:  # the columns that wrapped around a row's ends
+            c0, c1 = (0, min(-x0, W)) if x0 < 0 else (max(W - x0, 0), W)
+            for row in range(lo, hi, W):
+                for ow in range(c0, c1):
+                    cols[dst + uint64(row + ow)] = zero
 
 
 @numba.njit(**JIT)
@@ -229,6 +317,34 @@ def _geometry(x_shape, w_shape, stride, padding, dilation):
     return (n, c, h, w, kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], oh, ow)
 
 
+#: How a convolution's columns are copied (Chunks.form): the first row whose geometry fits.
+#: One sample's columns, one thread (14x14 and 28x28 3x3 layers of 256 and 128 channels, the
+#: stem's band of 7 output rows, 200 alternating calls), against the row kernel or, at 7x7, the
+#: tap kernel:
+#:
+#: ======  ==================================================  ========================  =======
+#: form    geometry                                            kernel                    time
+#: ======  ==================================================  ========================  =======
+#: same    stride 1, output the input's size ("same" padding)  :func:`_im2col_same`      0.50x (0.96x at 7x7)
+#: split   column stride 2, at least SPLIT_MIN_KW taps wide    :func:`_im2col_split`     0.57x
+#: taps    outputs at most TAPS_MAX_OW wide                    :func:`_im2col_taps`
+#: rows    any                                                 :func:`_im2col`
+#: ======  ==================================================  ========================  =======
+#:
+#: ("same" copies whole planes: a band of output rows, Chunks.forward_sample's, takes the row kernel.)
+FORMS = (
+    ("same", lambda g, taps: g[6] == g[7] == 1 and g[12:14] == g[2:4]),
+    ("split", lambda g, taps: g[7] == 2 and g[5] >= SPLIT_MIN_KW),
+    ("taps", lambda g, taps: taps),
+    ("rows", lambda g, taps: True),
+)
+
+
+def _form(geo, taps):
+    """The first of :data:`FORMS` that fits ``geo`` (_geometry's tuple); ``taps``: a tap table exists."""
+    return next(name for name, fits in FORMS if fits(geo, taps))
+
+
 class Chunks:
     """The batch of one convolution cut into chunks of ``m`` samples, and the per-chunk steps
     the three primitives share. :meth:`run` hands the chunks to the threads on demand; each
@@ -254,6 +370,7 @@ class Chunks:
         #: one after another, and each of their products takes all threads instead (:meth:`gemm`).
         self.wide = self.count < self.threads
         self.taps = _tap_table(self.geo[2:]) if self.geo[-1] <= TAPS_MAX_OW else None
+        self.form = _form(self.geo, self.taps is not None)
         #: A 1x1 kernel at stride 1 without padding reads each input pixel once, in place: a
         #: sample's columns are its (C, H*W) plane itself (ResNet-50's bottlenecks: 2 of 3 layers).
         self.pointwise = (kh, kw) == (1, 1) and self.geo[6:10] == (1, 1, 0, 0)
@@ -354,7 +471,7 @@ class Chunks:
         def band(i):
             r0, r1 = edges[i], edges[i + 1]
             cols = scratch("band", self.ckk * (r1 - r0) * ow, self.dtype)
-            _im2col(sample, 1, *self.geo[1:], r0, r1, cols)
+            self._rows(sample, 1, self.geo[1], r0, r1, cols)
             np.matmul(wm, cols.reshape(self.ckk, -1), out=out[:, r0 * ow : r1 * ow])
             if then is not None:
                 then(0, self.o, r0 * ow, r1 * ow)
@@ -364,11 +481,17 @@ class Chunks:
     def _fill(self, xs, cols):
         """im2col of contiguous ``xs`` (m, C', H, W) — C' of the C channels — into ``cols``."""
         m, c = xs.shape[:2]
-        g = self.geo
-        if self.taps is not None:
-            _im2col_taps(xs.reshape(-1), m, c, g[2], g[3], g[4] * g[5], self.taps, self.p, cols.reshape(-1))
+        g, flat, out = self.geo, xs.reshape(-1), cols.reshape(-1)
+        if self.form == "same":
+            _im2col_same(flat, m, c, g[2], g[3], g[4], g[5], g[8], g[9], g[10], g[11], out)
+        elif self.form == "taps":
+            _im2col_taps(flat, m, c, g[2], g[3], g[4] * g[5], self.taps, self.p, out)
         else:
-            _im2col(xs.reshape(-1), m, c, *g[2:], 0, g[-2], cols.reshape(-1))
+            self._rows(flat, m, c, 0, g[-2], out)
+
+    def _rows(self, flat, m, c, oh0, oh1, out):
+        """Columns of output rows oh0 .. oh1-1 of ``m`` samples of ``c`` channels, flat."""
+        (_im2col_split if self.form == "split" else _im2col)(flat, m, c, *self.geo[2:], oh0, oh1, out)
 
     def per_sample(self, m):
         """Run this chunk's GEMMs one sample at a time (batched matmul over strided views of the

@@ -110,11 +110,18 @@ WEIGHT_MIN_CHANNELS = 64
 #: ran at 96-100 GFLOP/s, 256 at 160-175), F43_CHUNK_BYTES of V at most. With the GEMMs by
 #: tile position (:func:`_by_position`), 512 ch 4x4 at batch 32 takes it too: F(4x4) / F(2x2)
 #: CPU time 0.95 forward, 0.93 input gradient, 0.69 weight gradient (12 alternating calls).
+#: One sample wins from 144 tiles at 64 channels (forward with bias and ReLU, one thread, 30-40
+#: alternating calls, load ~2.3): 56x56 (ResNet-50's first stage, 196 tiles) 0.75-0.76x
+#: F(2x2)'s time, 48x48 0.74x, 64x64 0.78x; 128 channels at 28x28 (49 tiles) 0.96x and 256 at
+#: 14x14 1.66x stay on F(2x2). (Small batches' forwards won as well, 4 x 28x28 0.81x, 2 x 40x40
+#: 0.70x, but their weight gradients were not measured, and the row is for one sample, which
+#: has none here.)
 # fmt: off
-F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least)
-    (512, 64),
-    (128, 256),
-    (32, 512),
+F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least, samples at most; 0: any)
+    (512, 64, 0),
+    (128, 256, 0),
+    (32, 512, 0),
+    (144, 64, 1),
 )
 # fmt: on
 #: 2 MB rather than 4 (64 ch 32x32, batch 128: 4 samples a chunk, not 7): CPU time 0.89-0.90
@@ -142,9 +149,11 @@ def takes_f43(n, c, k, oh, ow):
 
     >>> takes_f43(128, 64, 64, 32, 32), takes_f43(128, 512, 512, 4, 4), takes_f43(1, 64, 64, 32, 32)
     (True, True, False)
+    >>> takes_f43(1, 64, 64, 56, 56), takes_f43(4, 64, 64, 28, 28)  # a sample of 196 tiles; four of 49
+    (True, False)
     """
     tiles = n * -(-oh // 4) * -(-ow // 4)
-    return any(tiles >= t and min(c, k) >= ch for t, ch in F43_TAKES)
+    return any(tiles >= t and min(c, k) >= ch and n <= (most or n) for t, ch, most in F43_TAKES)
 
 
 def plan_weight(x_shape, w_shape, stride, padding, dilation, groups, dtype):

@@ -139,6 +139,41 @@ def test_both_im2col_kernels_write_the_same_columns(xs, ws, s, p, d, monkeypatch
     np.testing.assert_array_equal(columns[0], columns[1])
 
 
+@pytest.mark.parametrize(
+    "xs,ws,s,p,d,form",
+    [
+        ((2, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), "same"),
+        ((3, 2, 10, 9), (5, 2, 3, 3), (1, 1), (2, 2), (2, 2), "same"),  # dilated
+        ((1, 2, 6, 5), (3, 2, 5, 3), (1, 1), (2, 1), (1, 1), "same"),  # taller than wide
+        ((2, 2, 3, 2), (3, 2, 5, 7), (1, 1), (4, 6), (2, 2), "same"),  # taps that miss the plane
+        ((1, 2, 7, 7), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1), "same"),  # a 7x7 layer: not the tap kernel
+        ((2, 3, 23, 21), (5, 3, 7, 7), (2, 2), (3, 3), (1, 1), "split"),  # a stem, odd width
+        ((1, 2, 16, 24), (3, 2, 5, 5), (1, 2), (2, 0), (1, 1), "split"),  # no padding, even width
+        ((2, 2, 19, 30), (3, 2, 3, 5), (2, 2), (1, 5), (1, 2), "split"),  # dilated, wide padding
+        ((2, 2, 19, 30), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1), "rows"),  # 3 taps do not repay a split
+    ],
+)
+def test_each_im2col_form_writes_the_row_kernels_columns(xs, ws, s, p, d, form):
+    """The plane-shift and split-row kernels (Chunks.form) give the row kernel's columns bit
+    for bit, inf and NaN inputs and zero padding included: whole samples and, for a split,
+    bands of output rows."""
+    x = np.random.default_rng(4).standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[::7] = np.inf
+    x.reshape(-1)[3::11] = np.nan
+    ch = conv.Chunks(xs, ws, s, p, d, x.dtype)
+    assert ch.form == form
+    g, flat = ch.geo, x.reshape(-1)
+    rows = np.full(ch.ckk * xs[0] * ch.p, -1.0, np.float32)
+    conv._im2col(flat, xs[0], *g[1:], 0, g[-2], rows)
+    np.testing.assert_array_equal(ch.im2col(x, 0, xs[0]).reshape(-1), rows)
+    if form == "split":  # a band of output rows, as Chunks.forward_sample's
+        r0, r1 = 1, g[-2] - 2
+        band, expected = (np.full(ch.ckk * (r1 - r0) * g[-1], -1.0, np.float32) for _ in range(2))
+        ch._rows(x[0].reshape(-1), 1, g[1], r0, r1, band)
+        conv._im2col(flat, 1, *g[1:], r0, r1, expected)
+        np.testing.assert_array_equal(band, expected)
+
+
 @pytest.mark.parametrize("mode", ["blas", "split"])
 @pytest.mark.parametrize("k", [3, 1], ids=["3x3", "pointwise"])
 @pytest.mark.parametrize("batch,per_sample_p", [(1, 10**9), (4, 1)], ids=["batch-1", "two-chunks-per-sample-gemms"])

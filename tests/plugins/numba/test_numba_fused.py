@@ -23,6 +23,8 @@ POOLS = [
     dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), dilation=(2, 1), ceil_mode=False),
     dict(kernel_size=(3, 2), stride=(1, 3), padding=(1, 1), dilation=(1, 1), ceil_mode=True),
     dict(kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=True),
+    # column stride 2, four columns a window, two of padding: the row's halves at even and odd offsets
+    dict(kernel_size=(3, 4), stride=(2, 2), padding=(1, 2), dilation=(1, 1), ceil_mode=False),
 ]
 
 

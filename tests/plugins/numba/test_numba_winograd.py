@@ -28,7 +28,7 @@ def direct(monkeypatch):
 @pytest.fixture(params=["F(2x2, 3x3)", "F(4x4, 3x3)"])
 def transform(request, monkeypatch):
     """The forward's and input gradient's transforms, whatever winograd.F43_TAKES would pick."""
-    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0),) if request.param == "F(4x4, 3x3)" else ())
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),) if request.param == "F(4x4, 3x3)" else ())
     return request.param
 
 
@@ -304,7 +304,7 @@ def test_f43_by_tile_position_where_chunks_would_be_narrow(monkeypatch, direct):
     piece of samples, and match the direct convolution; a non-finite input still gives None."""
     from ember_numba.epilogue import Epilogue
 
-    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0),))
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),))
     monkeypatch.setattr(winograd, "threads", lambda: 2)
     taken = []
     for name in ("_f43_by_position", "_grad_weight_f43_by_position"):
