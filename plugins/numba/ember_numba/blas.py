@@ -48,10 +48,29 @@ BLOCK = 128  # rows or columns per block at least (narrower ones starve the GEMM
 #: (2**SPIN cycles, ~0.1 ms): enough to bridge the kernels between the products of one
 #: backward pass, short enough not to take a core from the work that follows.
 SPIN = 18
+#: The spin while the products are the only threaded work (an MLP's step): 2**20 cycles (~0.4
+#: ms) bridge the small kernels between products and the step's end, where the workers of
+#: SPIN sleep and each product waits for them to wake. Where convolutions run chunks on the
+#: plugin's threads, a worker spinning that long takes a core from them (W2 3.7% slower).
+LONG_SPIN = 20
+#: Products on all threads in a row, with no convolution's one-thread block (:func:`one_thread`)
+#: among them, before the workers restart with LONG_SPIN: about a dozen steps of an MLP.
+LONG_AFTER = 64
 _POOL: list = []
 #: What :func:`configure` chose: the mode, the thread count, and ("blas" mode) the BLAS
-#: libraries loaded then (their files and thread-count setters) and the spin.
-STATE = {"mode": None, "threads": 1, "setters": [], "libraries": [], "spin": None}
+#: libraries loaded then (their files, thread-count setters and restart entry points), the spin
+#: in force, whether the plugin may change it (not the user's), and the run of products on all
+#: threads since the last one-thread block.
+STATE = {
+    "mode": None,
+    "threads": 1,
+    "setters": [],
+    "restarts": [],
+    "libraries": [],
+    "spin": None,
+    "respin": False,
+    "run": 0,
+}
 
 
 class JointChoice:
@@ -229,19 +248,29 @@ def _openblas_handles():
     return found or None
 
 
-def _shorten_spin(handles):
-    """Restart each OpenBLAS's workers with a spin of 2**SPIN cycles (the user's
-    ``OPENBLAS_THREAD_TIMEOUT`` wins). The variable is set only while OpenBLAS reads it.
-    Called once, when the plugin loads, before any product of the plugin's runs."""
-    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
-        return os.environ["OPENBLAS_THREAD_TIMEOUT"] + " (the user's)"
-    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(SPIN)
+def _respin(restarts, spin):
+    """Restart each OpenBLAS's workers with a spin of 2**``spin`` cycles: OpenBLAS reads
+    ``OPENBLAS_THREAD_TIMEOUT`` only when it starts its workers. The variable is set only while
+    OpenBLAS reads it. Called between products, never during one (the jit runner and the
+    eager path call products one at a time)."""
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(spin)
     try:
-        for _, read_env, stop, _ in handles:
+        for read_env, stop in restarts:
             read_env()
             stop()  # what OpenBLAS's own fork handler does; threads restart on demand
     finally:
         del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+    STATE["spin"] = str(spin)
+
+
+def _shorten_spin(handles):
+    """Restart each OpenBLAS's workers with a spin of 2**SPIN cycles (the user's
+    ``OPENBLAS_THREAD_TIMEOUT`` wins, and is never changed). Called once, when the plugin
+    loads, before any product of the plugin's runs."""
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        return os.environ["OPENBLAS_THREAD_TIMEOUT"] + " (the user's)"
+    STATE["respin"] = True
+    _respin([(h[1], h[2]) for h in handles], SPIN)
     return str(SPIN)
 
 
@@ -254,6 +283,7 @@ def configure(n: int) -> str:
         if STATE["spin"] is None:
             STATE["spin"] = _shorten_spin(handles)
         STATE["mode"], STATE["setters"], STATE["libraries"] = "blas", [h[0] for h in handles], [h[3] for h in handles]
+        STATE["restarts"] = [(h[1], h[2]) for h in handles]
         _set(n)
         return f"{n} (OpenBLAS's threads, spin 2**{STATE['spin']} cycles; one inside convolutions)"
     STATE["mode"] = "split"
@@ -265,10 +295,25 @@ def _set(n):
         setter(n)
 
 
-@contextlib.contextmanager
 def one_thread():
     """BLAS on one thread inside the block ("blas" mode; in "split" mode it always is): for
-    work that runs its own one-thread BLAS calls on the plugin's threads."""
+    work that runs its own one-thread BLAS calls on the plugin's threads. Its threads need the
+    cores: BLAS's workers go back to the short spin (SPIN) if they had the long one."""
+    _short_spin()
+    return _blas_on_one()
+
+
+def _short_spin():
+    """The plugin's threads are about to run: BLAS's workers back to the short spin (stopping
+    any that spin now: the cores are free at once), and the run of products starts again."""
+    STATE["run"] = 0
+    if STATE["spin"] == str(LONG_SPIN) and STATE["respin"]:
+        _respin(STATE["restarts"], SPIN)
+
+
+@contextlib.contextmanager
+def _blas_on_one():
+    """BLAS on one thread inside the block, the spin unchanged (a product of the plugin's own)."""
     if STATE["mode"] != "blas" or STATE["threads"] <= 1:
         yield
         return
@@ -400,7 +445,7 @@ def matmul(a, b, out=None):
         if n > 1 and STATE["mode"] == "blas":
             # OpenBLAS would thread it by its own rule (from ~2.6e5 multiply-adds): on a busy
             # machine the caller then waits for a worker that is not scheduled.
-            with one_thread():
+            with _blas_on_one():
                 return np.matmul(a, b, out=out)
         return nb.IMPLS["matmul"](a, b) if out is None else np.matmul(a, b, out=out)
     if STATE["mode"] == "blas":
@@ -425,14 +470,27 @@ def matmul(a, b, out=None):
 def _on_blas_threads(a, b, out=None):
     """``a @ b`` on BLAS's threads, or on one where PRODUCT_THREADS measured that faster."""
     one, explore, st = PRODUCT_THREADS.choose((a.shape, b.shape, a.strides, b.strides, a.dtype.num))
+    _spin_for(PRODUCT_THREADS.one)  # before the clock starts: a restart is not the product's
     t0 = time.perf_counter()
     if one:
-        with one_thread():
+        with _blas_on_one():
             out = np.matmul(a, b, out=out)
     else:
         out = np.matmul(a, b, out=out)
     PRODUCT_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return out
+
+
+def _spin_for(one_road):
+    """The long spin (LONG_SPIN) once LONG_AFTER products have come on the road of all threads
+    with no convolution's one-thread block among them. The road turning to one thread (a busy
+    machine) keeps it: on one thread the workers are not woken, and a restart costs 3-10 ms
+    under load (stopping workers that wait for a core, starting new ones)."""
+    if one_road or not STATE["respin"]:
+        return
+    STATE["run"] += 1
+    if STATE["run"] >= LONG_AFTER and STATE["spin"] != str(LONG_SPIN):
+        _respin(STATE["restarts"], LONG_SPIN)
 
 
 def _skinny(w, x, n, out=None):
@@ -442,6 +500,8 @@ def _skinny(w, x, n, out=None):
     if out is None:
         out = np.empty(x.shape[:-2] + (o, p), np.float32)
     one, explore, st = SKINNY_THREADS.choose((w.shape, x.shape))
+    if not one and n > 1:
+        _short_spin()  # its blocks run on the plugin's threads
     t0 = time.perf_counter()
     for i in np.ndindex(x.shape[:-2]):
         skinny.matmul(w, x[i], out[i], 1 if one or n <= 1 else n)

@@ -248,3 +248,54 @@ def test_windows_of_one_thread_are_rare_where_all_threads_win_by_far(blas):
     _steps(choice, machine, 10)
     assert not choice.one and choice.period >= 100
     assert _steps(choice, machine, 300) < 0.015
+
+
+def _openblas_spins(blas):
+    """What each OpenBLAS the plugin configured read as its workers' spin (2**value cycles)."""
+    libs = [
+        lib
+        for lib in threadpoolctl.ThreadpoolController().lib_controllers
+        if lib.user_api == "blas" and lib.filepath in blas.STATE["libraries"]
+    ]
+    return [blas._symbol(lib.dynlib, "openblas_thread_timeout")() for lib in libs]
+
+
+def test_the_workers_spin_long_only_while_products_are_the_only_threaded_work(blas, monkeypatch):
+    """An MLP's products on all threads: after LONG_AFTER of them the workers restart with
+    LONG_SPIN (they bridge the kernels between products). A convolution's one-thread block
+    brings back the short SPIN at once; products on the road of one thread do not count."""
+    needs_blas_mode(blas)
+    if not blas.STATE["respin"]:
+        pytest.skip("OPENBLAS_THREAD_TIMEOUT set by the user")
+
+    class Road(blas.JointChoice):
+        """The road this test sets: its measurements do not turn it (the choice is tested above)."""
+
+        def record(self, *args):
+            pass
+
+    choice = Road()
+    choice.one, choice.period = False, 10**9  # the road of all threads, and no window on this test's time
+    monkeypatch.setattr(blas, "PRODUCT_THREADS", choice)
+    monkeypatch.setitem(blas.STATE, "run", 0)
+    a = np.ones((256, 256), np.float32)
+    try:
+        for _ in range(blas.LONG_AFTER - 1):
+            blas.matmul(a, a)
+        assert blas.STATE["spin"] == str(blas.SPIN)
+        blas.matmul(a, a)
+        assert blas.STATE["spin"] == str(blas.LONG_SPIN)
+        assert set(_openblas_spins(blas)) == {blas.LONG_SPIN}
+        np.testing.assert_array_equal(blas.matmul(a, a), a @ a)
+        with blas.one_thread():  # what a convolution's chunks run in
+            assert blas.STATE["spin"] == str(blas.SPIN) and set(_openblas_spins(blas)) == {blas.SPIN}
+        choice.one = True  # load came: the products go on one thread
+        for _ in range(blas.LONG_AFTER):
+            blas.matmul(a, a)
+        assert blas.STATE["spin"] == str(blas.SPIN) and blas.STATE["run"] == 0
+        choice.one = False
+        for _ in range(blas.LONG_AFTER):
+            blas.matmul(a, a)
+        assert blas.STATE["spin"] == str(blas.LONG_SPIN) and set(_openblas_spins(blas)) == {blas.LONG_SPIN}
+    finally:
+        blas._respin(blas.STATE["restarts"], blas.SPIN)
