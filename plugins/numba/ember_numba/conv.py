@@ -32,7 +32,8 @@ larger than col2im's (ResNet's C -> C convolutions run 2-3x faster that way).
 
 At batch 1 there is one chunk, and its GEMM is the whole call: it then runs on all threads,
 not on one — the forward as one-thread BLAS calls on the plugin's threads
-(Chunks.forward_sample), the gradients on BLAS's (blas.matmul). A sample's forward product
+(Chunks.forward_sample), the gradients on BLAS's (blas.matmul). A lone sample's forward on a
+one-thread pool takes the same bands of output rows, so its columns stay in L2. A sample's forward product
 with few output pixels and large weights (skinny.takes: ResNet-50's last stage) skips BLAS
 for skinny.py's kernel, which reads the weights in place instead of repacking them.
 """
@@ -99,6 +100,9 @@ BAND_BYTES = 512 << 10
 BANDS_PER_THREAD = 2
 #: One thread or all for one sample's forward convolution, by measurement (launch.ThreadChoice).
 SAMPLE_THREADS = ThreadChoice()
+#: A batch of one on one thread goes the same way (bands of output rows, each band's columns
+#: in L2), not as one chunk whose columns outgrow the cache (the stem: 7.4 MB).
+SOLO_BANDS = True
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -523,7 +527,7 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
     out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
 
     def work(n0, m):
-        if m == 1 and ch.wide:
+        if m == 1 and (ch.wide or (ch.n == 1 and SOLO_BANDS)):
             then = None if epilogue is None else lambda o0, o1, p0, p1: epilogue(out, n0, n0 + 1, o0, o1, p0, p1)
             ch.forward_sample(x, n0, wm, out[n0].reshape(o, p), then)
             return

@@ -267,6 +267,42 @@ def test_one_sample_forward_on_all_threads_gives_the_reference(xs, ws, s, p, wor
 
 
 @pytest.mark.parametrize("relu", [True, False], ids=["bias-relu", "bias"])
+def test_one_sample_on_a_one_thread_pool_goes_in_bands(relu, monkeypatch):
+    """With one thread a sample is one chunk that is not :attr:`Chunks.wide`; its forward still
+    goes as forward_sample's bands of output rows (the columns of one band at a time, in
+    cache), with the epilogue on each band: the bits of the bias and ReLU applied after the
+    plain convolution (which goes in the same bands), and the reference's numbers."""
+    from ember_numba.epilogue import Epilogue
+
+    monkeypatch.setattr(conv, "BAND_MIN_P", 1)
+    monkeypatch.setattr(conv, "BAND_BYTES", 1)  # one output row a band
+    monkeypatch.setattr(conv, "threads", lambda: 1)
+    rng = np.random.default_rng(6)
+    xs, ws, geo = (1, 3, 23, 21), (5, 3, 7, 7), ((2, 2), (3, 3), (1, 1))
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    ch = conv.Chunks(xs, ws, *geo, x.dtype)
+    assert not ch.wide and ch.p >= conv.BAND_MIN_P
+    bands = []
+    real = conv.Chunks._rows
+    monkeypatch.setattr(conv.Chunks, "_rows", lambda self, *a: bands.append(a[3:5]) or real(self, *a))
+    got = conv.conv2d_cols(x, w, *geo, epilogue=Epilogue(bias, relu=relu))
+    assert bands == [(r, r + 1) for r in range(ch.geo[-2])]  # a band a row, none whole
+    want = _bias_relu(conv.conv2d_cols(x, w, *geo), bias, relu)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(got, _bias_relu(nb.IMPLS["conv2d"](x, w, *geo, 1), bias, relu), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(conv, "SOLO_BANDS", False)  # the sample whole: one im2col, one product
+    bands.clear()
+    conv.conv2d_cols(x, w, *geo)
+    assert bands == [(0, ch.geo[-2])]
+
+
+def _bias_relu(y, bias, relu):
+    v = y + bias.reshape(1, -1, 1, 1)
+    return np.where(v > 0, v, 0) if relu else v
+
+
+@pytest.mark.parametrize("relu", [True, False], ids=["bias-relu", "bias"])
 @pytest.mark.parametrize(
     "xs,ws,s,p",
     [
