@@ -1,0 +1,42 @@
+"""benchmarks/onnx_ab.py: a switch of the plugin's code off and on, end to end on a tiny ResNet
+(no timing is asserted)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytest.importorskip("onnx")
+pytest.importorskip("ember_numba")
+
+pytestmark = pytest.mark.onnx
+
+
+def _script(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.onnx_ab", "--model", "tiny", "--exporter", "ember", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_script_times_both_arms_and_lists_every_step():
+    proc = _script("--flag", "ember_numba.conv.SOLO_BANDS", "--calls", "2", "--every")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    head = re.search(r"old ([\d.]+), new ([\d.]+); new / old paired ([\d.]+) .*largest difference (\S+)", proc.stdout)
+    assert head and float(head[1]) > 0 and float(head[2]) > 0 and float(head[3]) > 0, proc.stdout
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| \(([\d, ]+)\) \| ([\d.]+) \| ([\d.]+) \|", proc.stdout, re.M)
+    assert rows and any(name.startswith("conv2d") for _, name, *_ in rows)
+    assert [int(r[0]) for r in rows] == sorted(int(r[0]) for r in rows)
+    assert re.search(r"^\| \| every step \| \| [\d.]+ \| [\d.]+ \|", proc.stdout, re.M)
+
+
+def test_a_flag_the_module_lacks_is_refused():
+    proc = _script("--flag", "ember_numba.conv.NO_SUCH_SWITCH", "--calls", "1")
+    assert proc.returncode != 0 and "has no attribute NO_SUCH_SWITCH" in proc.stderr
