@@ -336,13 +336,15 @@ def single_threaded() -> str:
     return "1 (products are split across the plugin's threads)"
 
 
-def _pool(helpers):
-    """A pool of ``helpers`` daemon threads, made once."""
-    from concurrent.futures import ThreadPoolExecutor
+def _crew(helpers):
+    """The plugin's helper threads (crew.py), at least ``helpers`` of them, made once."""
+    from .crew import Crew
 
-    if not _POOL or _POOL[0][0] < helpers:
-        _POOL[:] = [(helpers, ThreadPoolExecutor(helpers, thread_name_prefix="ember-numba"))]
-    return _POOL[0][1]
+    if not _POOL or _POOL[0].helpers < helpers:
+        _POOL[:] = [Crew(helpers)]
+        if STATE["mode"] == "split":
+            single_threaded()  # the crew's first compile may load another BLAS (scipy's, via numba)
+    return _POOL[0]
 
 
 def on_demand(count, threads, work):
@@ -365,7 +367,7 @@ def on_demand(count, threads, work):
         return
     lock = threading.Lock()
     state = {"next": 0, "done": 0, "error": None}
-    finished = threading.Event()
+    team = _crew(threads - 1)
 
     def loop():
         while True:
@@ -381,13 +383,12 @@ def on_demand(count, threads, work):
             with lock:
                 state["done"] += 1
                 if state["done"] == count or state["error"] is not None:
-                    finished.set()
+                    team.finished()
 
-    pool = _pool(threads - 1)
-    for _ in range(min(threads, count) - 1):
-        pool.submit(loop)
-    loop()
-    finished.wait()
+    with team.pinned():
+        team.post(loop, min(threads, count) - 1)
+        loop()
+        team.wait(lambda: state["done"] == count or state["error"] is not None)
     if state["error"] is not None:
         raise state["error"]
 
