@@ -162,7 +162,7 @@ def _forget():
     """A forked child has none of the parent's threads: the next call makes its own crew."""
     from . import blas
 
-    blas._POOL.clear()
+    blas._CREW.clear()
 
 
 if hasattr(os, "register_at_fork"):
