@@ -337,12 +337,42 @@ def single_threaded() -> str:
 
 
 def _pool(helpers):
-    """A pool of ``helpers`` daemon threads, made once."""
+    """A pool of ``helpers`` daemon threads, made once (helpers that sleep between jobs)."""
     from concurrent.futures import ThreadPoolExecutor
 
     if not _POOL or _POOL[0][0] < helpers:
         _POOL[:] = [(helpers, ThreadPoolExecutor(helpers, thread_name_prefix="ember-numba"))]
     return _POOL[0][1]
+
+
+#: Open :func:`awake` scopes (a sample's layers): on_demand's helpers then stay awake (crew.py).
+_AWAKE = [0]
+_CREW: list = []
+
+
+@contextlib.contextmanager
+def awake():
+    """Inside the block, :func:`on_demand` runs on the crew (crew.py): helpers that stay awake
+    between a network's layers and keep off the caller's core. For one sample's layers, whose
+    blocks last 0.1-1 ms: a sleeping helper came too late for them. Elsewhere (a batch's
+    chunks, of several ms) the helpers sleep as before: a spinning one took the core from
+    the BLAS and OpenMP threads that follow (W2 3-4% slower)."""
+    _AWAKE[0] += 1
+    try:
+        yield
+    finally:
+        _AWAKE[0] -= 1
+
+
+def _crew(helpers):
+    """The plugin's helper threads (crew.py), at least ``helpers`` of them, made once."""
+    from .crew import Crew
+
+    if not _CREW or _CREW[0].helpers < helpers:
+        _CREW[:] = [Crew(helpers)]
+        if STATE["mode"] == "split":
+            single_threaded()  # the crew's first compile may load another BLAS (scipy's, via numba)
+    return _CREW[0]
 
 
 def on_demand(count, threads, work):
@@ -365,6 +395,7 @@ def on_demand(count, threads, work):
         return
     lock = threading.Lock()
     state = {"next": 0, "done": 0, "error": None}
+    team = _crew(threads - 1) if _AWAKE[0] else None
     finished = threading.Event()
 
     def loop():
@@ -382,12 +413,20 @@ def on_demand(count, threads, work):
                 state["done"] += 1
                 if state["done"] == count or state["error"] is not None:
                     finished.set()
+                    if team is not None:
+                        team.finished()
 
-    pool = _pool(threads - 1)
-    for _ in range(min(threads, count) - 1):
-        pool.submit(loop)
-    loop()
-    finished.wait()
+    if team is None:
+        pool = _pool(threads - 1)
+        for _ in range(min(threads, count) - 1):
+            pool.submit(loop)
+        loop()
+        finished.wait()
+    else:
+        with team.pinned():
+            team.post(loop, min(threads, count) - 1)
+            loop()
+            team.wait(finished.is_set)
     if state["error"] is not None:
         raise state["error"]
 

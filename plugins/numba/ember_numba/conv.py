@@ -52,7 +52,7 @@ from numba import uint64
 from ember.backends.numpy import backend as nb
 
 from . import channels_last, skinny, winograd
-from .blas import matmul, on_demand, one_thread, shared_matmul
+from .blas import awake, matmul, on_demand, one_thread, shared_matmul
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
 from .scratch import ThreadSums, scratch
@@ -449,7 +449,7 @@ class Chunks:
         pixels p0 .. p1-1) once it is made, on the thread that made it (an epilogue)."""
         one, explore, st = SAMPLE_THREADS.choose((self.geo, wm.shape, self.dtype.num))
         t0 = time.perf_counter()
-        with one_thread():
+        with one_thread(), awake():
             self._forward_sample(x, n, wm, out, 1 if one else self.threads, then)
         SAMPLE_THREADS.record(st, one, explore, time.perf_counter() - t0)
 

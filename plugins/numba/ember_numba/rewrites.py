@@ -24,7 +24,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import launch, skinny
-from .blas import MIN_FLOPS, matmul, on_demand, one_thread, shared_matmul
+from .blas import MIN_FLOPS, awake, matmul, on_demand, one_thread, shared_matmul
 from .epilogue import Epilogue
 from .fused.common import FLOATS, JIT
 from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
@@ -94,7 +94,7 @@ def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):
         return y
     one, explore, st = POINTWISE_THREADS.choose((w.shape, x.shape, w.dtype.num))
     t0 = time.perf_counter()
-    with one_thread():
+    with one_thread(), awake():
         if skinny.takes(w, x[0]):  # as blas.matmul's: the matmul node's bits
             then = lambda r0, r1, c0, c1: epilogue(y, 0, 1, r0, r1, c0, c1)  # noqa: E731
             skinny.matmul(w, x[0], y[0].reshape(o, p), 1 if one else nt, then)

@@ -40,6 +40,7 @@ a result that is not finite is returned as None, and conv.py computes that one d
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numba
@@ -49,7 +50,7 @@ from numba import uint64
 from ember.backends.numpy import winograd as reference
 
 from . import winograd43
-from .blas import on_demand, one_thread
+from .blas import awake, on_demand, one_thread
 from .kernels import JIT
 from .launch import ThreadChoice, threads
 from .scratch import ThreadSums, scratch
@@ -378,7 +379,8 @@ def _bands(n0, m, th, tw, nt, tiles, key):
     bands = 1 if one else max(1, min(BANDS_PER_THREAD * nt, m * th * tw // BAND_TILES, th))
     edges = [th * i // bands for i in range(bands + 1)]
     t0 = time.perf_counter()
-    on_demand(bands, nt, lambda i: tiles(n0, m, edges[i], edges[i + 1]))
+    with awake() if m == 1 else contextlib.nullcontext():  # a sample's bands: helpers kept awake
+        on_demand(bands, nt, lambda i: tiles(n0, m, edges[i], edges[i + 1]))
     BAND_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 

@@ -20,7 +20,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from .. import launch
-from ..blas import on_demand
+from ..blas import awake, on_demand
 from .common import FLOATS, JIT, _reference
 
 
@@ -463,11 +463,14 @@ def _sample_planes(kernel, xs, args, outs):
     e = [planes * i // blocks for i in range(blocks + 1)]
     twin = launch.for_work(kernel, 0)
     t0 = time.perf_counter()
-    on_demand(
-        blocks,
-        nt,
-        lambda i: twin(xs[e[i] * hw : e[i + 1] * hw], e[i + 1] - e[i], *args[1:], outs[e[i] * ohw : e[i + 1] * ohw]),
-    )
+    with awake():
+        on_demand(
+            blocks,
+            nt,
+            lambda i: twin(
+                xs[e[i] * hw : e[i + 1] * hw], e[i + 1] - e[i], *args[1:], outs[e[i] * ohw : e[i + 1] * ohw]
+            ),
+        )
     SAMPLE_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 
