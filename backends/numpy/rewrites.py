@@ -122,10 +122,10 @@ def pointwise_bias(w, x, bias, *, shape):
     return pointwise_bias_relu(w, x, bias, shape=shape, relu=False)
 
 
-def matmul_bias_relu(x, w, bias):
+def matmul_bias_relu(x, w, bias, out=None):
     """``relu(x @ w + bias)``: the product (BLAS), then the bias and ReLU in place, a chunk of
     rows at a time (``bias`` one value per column, or a (rows, 1) column of one per row)."""
-    y = np.matmul(x, w)
+    y = np.matmul(x, w, out=out)
     _bias_relu_(y.reshape(-1, y.shape[-1]), bias, _INT[y.dtype.itemsize])
     return y
 
@@ -215,7 +215,7 @@ KERNELS = {
     "batch_norm_relu": batch_norm_relu,
 }
 #: The kernels that take a destination (``out=``): the runner plans their buffers.
-WRITES_INTO = frozenset(("relu", "relu_backward"))
+WRITES_INTO = frozenset(("relu", "relu_backward", "matmul_bias_relu"))
 
 
 # ----------------------------------------------------------------------------- matching
