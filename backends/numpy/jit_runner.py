@@ -156,6 +156,20 @@ def _into(v, out, impl, scratch=None):
     raise AssertionError(v.op)
 
 
+def _kept_in(i, buffer):
+    """Pick result ``i`` of a compiled group given ``buffer`` as its destination, copied into
+    it if the kernel wrote elsewhere (it may: numba's write only C-contiguous destinations), so
+    the value always lives in ``buffer`` and views made of it once see it."""
+
+    def pick(results):
+        r = results[i]
+        if r is not buffer:
+            np.copyto(buffer, r)
+        return buffer
+
+    return pick
+
+
 def _layout(result):
     """The strides of a NumPy result (None for anything else)."""
     return result.strides if isinstance(result, np.ndarray) else None
@@ -287,7 +301,14 @@ class NumpyProgram(Program):
         for g in self.groups:
             kernel = self.kernels[id(g)]
             if kernel is not None:
-                self.emit_kernel(g, kernel, self.destinations(g, kernel))
+                into = self.destinations(g, kernel)
+                self.emit_kernel(g, kernel, into)
+                first = len(self.steps) - len(g.outputs)  # the steps picking its outputs
+                for i, (o, d) in enumerate(zip(g.outputs, into)):
+                    if isinstance(d, np.ndarray):
+                        fn, out, args, free = self.steps[first + i]
+                        self.steps[first + i] = (_kept_in(i, d), out, args, free)
+                        fixed[o.id] = d
                 continue
             for v in g.nodes:
                 plan = self.assignment.get(v.id)
@@ -309,7 +330,7 @@ class NumpyProgram(Program):
 
     def _fixed_view(self, v, fixed):
         """View node ``v`` made once, if it views a pooled buffer (which every call writes in
-        place, so the view sees each call's values) and the backend's impl gives a view, not a
+        place, a compiled group's output included, so the view sees each call's values) and the backend's impl gives a view, not a
         copy; else None. A training step's transposes and reshapes of its activations and
         gradients cost ~1 µs each as steps (W1: about 20 of them)."""
         base = v.args[0]
