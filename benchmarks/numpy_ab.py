@@ -7,7 +7,7 @@ out as the installed package (with the numba plugin's package next to it), and e
 runs in its own process that imports exactly one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
 then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
 disturbed least; ``--mean``: their mean, the benchmark harness's samples/s measure, which
-counts the slow steps too) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
+counts the slow steps too; ``--cpu``: CPU time instead of wall time) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
 step times (working tree / base) as the median of the rounds with its range.
 
     python -m benchmarks.numpy_ab --workload W2-train --batch 128 --rounds 5
@@ -42,11 +42,12 @@ if sys.argv[7].startswith("numba"):
     assert ember_numba.__file__.startswith(sys.argv[1]), ember_numba.__file__
 for _ in range(warmup):
     step()
+clock = time.process_time if sys.argv[8] == "cpu" else time.perf_counter
 times = []
 for _ in range(steps):
-    t0 = time.perf_counter()
+    t0 = clock()
     float(step().item())
-    times.append(time.perf_counter() - t0)
+    times.append(clock() - t0)
 import resource
 print(min(times), sum(times) / len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # RSS in KiB
 """
@@ -67,6 +68,7 @@ def _time(tree, args):
             str(args.warmup),
             str(args.steps),
             args.backend,
+            "cpu" if args.cpu else "wall",
         ],
         capture_output=True,
         text=True,
@@ -87,6 +89,12 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--backend", default="numpy+jit", help="the ember target timed: numpy+jit, numba+jit, numba, ...")
     ap.add_argument("--mean", action="store_true", help="compare the steps' mean time, not the fastest step")
+    ap.add_argument(
+        "--cpu",
+        action="store_true",
+        help="time each step's CPU time (process_time: all the process's threads, BLAS's spinning "
+        "workers too; with OPENBLAS_NUM_THREADS=1 the step's work, which others' load moves less)",
+    )
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
     try:

@@ -4,7 +4,8 @@ buffers with ``out=``.
 Elementwise ufuncs, casts, sums/max/min and matmul write into buffers planned by
 ``passes.plan_buffers``: a value that dies frees its buffer for a later value of the same
 shape and dtype, and the buffers are kept from call to call, so a training step allocates
-almost nothing. A new parameter value computed by an optimizer step is written straight into
+almost nothing. A view (a transpose, a reshape) of a pooled buffer is made once, when the
+buffers are planned, and is no step at all: it shows each call's values as they are written. A new parameter value computed by an optimizer step is written straight into
 the parameter's own buffer (donation) when nothing reads the old value afterwards.
 
 A backend that compiles fusion groups (numba) gets the same plan: its kernels that take
@@ -28,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember import dtypes as D
+from ember.jit.graph import VIEWS, Var
 from ember.jit.passes import ELEMENTWISE, plan_buffers
 from ember.jit.runner import NO_CALL, Program
 
@@ -152,6 +154,20 @@ def _into(v, out, impl, scratch=None):
             return lambda x, o: f(x, axis=axes, dtype=dtype, keepdims=keep, out=o)
         return lambda x: f(x, axis=axes, dtype=dtype, keepdims=keep, out=out)
     raise AssertionError(v.op)
+
+
+def _kept_in(i, buffer):
+    """Pick result ``i`` of a compiled group given ``buffer`` as its destination, copied into
+    it if the kernel wrote elsewhere (it may: numba's write only C-contiguous destinations), so
+    the value always lives in ``buffer`` and views made of it once see it."""
+
+    def pick(results):
+        r = results[i]
+        if r is not buffer:
+            np.copyto(buffer, r)
+        return buffer
+
+    return pick
 
 
 def _layout(result):
@@ -281,14 +297,29 @@ class NumpyProgram(Program):
 
     def _lower(self):
         # Nodes outside compiled groups one by one, each into its planned buffer if it has one.
+        fixed: dict = {}  # var id -> the array it always is: a pooled buffer, or a view of one
         for g in self.groups:
             kernel = self.kernels[id(g)]
             if kernel is not None:
-                self.emit_kernel(g, kernel, self.destinations(g, kernel))
+                into = self.destinations(g, kernel)
+                self.emit_kernel(g, kernel, into)
+                first = len(self.steps) - len(g.outputs)  # the steps picking its outputs
+                for i, (o, d) in enumerate(zip(g.outputs, into)):
+                    if isinstance(d, np.ndarray):
+                        fn, out, args, free = self.steps[first + i]
+                        self.steps[first + i] = (_kept_in(i, d), out, args, free)
+                        fixed[o.id] = d
                 continue
             for v in g.nodes:
                 plan = self.assignment.get(v.id)
+                view = self._fixed_view(v, fixed) if plan is None and v.op in VIEWS else None
+                if view is not None:  # made once, here: no step
+                    fixed[v.id] = view
+                    self.slot[v.id] = self.new_slot(view)
+                    continue
                 args = [self.arg_slot(a) for a in v.args]
+                if plan is not None and plan[0] == "pool":
+                    fixed[v.id] = self.buffers[plan[1]]
                 if plan is None:
                     self.emit(self.lower(v), v, args)
                 elif plan[0] == "pool":
@@ -296,3 +327,15 @@ class NumpyProgram(Program):
                 else:  # donated: write into the captured tensor
                     self.emit(_into(v, None, self.impls.get(v.op), self.scratch), v, args + [self.slot[plan[1].id]])
                 self.calls += v.op not in NO_CALL
+
+    def _fixed_view(self, v, fixed):
+        """View node ``v`` made once, if it views a pooled buffer (which every call writes in
+        place, a compiled group's output included, so the view sees each call's values) and the backend's impl gives a view, not a
+        copy; else None. A training step's transposes and reshapes of its activations and
+        gradients cost ~1 µs each as steps (W1: about 20 of them)."""
+        base = v.args[0]
+        if not isinstance(base, Var) or base.id not in fixed or any(isinstance(a, Var) for a in v.args[1:]):
+            return None
+        src = fixed[base.id]
+        view = self.lower(v)(src, *v.args[1:])
+        return view if isinstance(view, np.ndarray) and view.size and np.shares_memory(view, src) else None

@@ -441,3 +441,17 @@ def test_functions_returning_nothing_or_an_empty_tuple():
     g = ember.jit(lambda x: ())
     assert f(ember.ones(2)) is None and g(ember.ones(2)) == ()
     assert w.tolist() == [1.0, 1.0]
+
+
+def test_a_modules_key_walks_its_tree_as_modules_parameters_and_buffers_do():
+    from ember import nn
+    from ember.jit.api import _module_walk
+
+    shared = nn.Linear(3, 3)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Sequential(shared, nn.ReLU(), shared), nn.Linear(4, 2))
+    model.eval()
+    model[2].train()
+    flags, params, bufs = _module_walk(model)
+    assert flags == tuple(m.training for m in model.modules())
+    assert params == tuple(map(id, model.parameters())) and len(params) == 8  # the shared layer's once
+    assert bufs == tuple(map(id, model.buffers())) and bufs

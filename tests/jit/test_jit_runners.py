@@ -315,3 +315,40 @@ def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
         assert pooled  # intermediate results in planned buffers
     else:
         assert backend.written == [] and len(copies) == len(donations)
+
+
+def test_views_of_pooled_buffers_are_made_once_and_see_each_calls_values():
+    # The transpose of a pooled value is a view made when the buffers are planned, not a
+    # step, and each call's values show through it; the reshape of that transposed view is a
+    # copy (NumPy cannot reshape it in place), so it stays a step.
+    step = ember.jit(lambda x: (((x.T * 2.0).exp().T + 1.0) * 3.0).T.reshape(-1).sum(0))
+    program = None
+    for i in range(4):
+        x = ember.randn(48, 64) * (i + 1)
+        want = (((x.T * 2.0).exp().T + 1.0) * 3.0).T.reshape(-1).sum(0).numpy()
+        np.testing.assert_allclose(step(x).numpy(), want, rtol=1e-5)
+        program = step.lower(x).program
+    ops = [v.op for v in program.origin]
+    assert program.planned and "permute" in ops  # x.T: an input's view stays a step
+    assert ops.count("permute") == 1 and ops.count("reshape") == 1
+
+
+@pytest.mark.parametrize("writes", [True, False], ids=["writes", "declines"])
+def test_views_of_compiled_groups_outputs_see_each_calls_values(writes, monkeypatch):
+    # A group's output with a planned destination lives there (copied in when the kernel
+    # declines it), so its transpose is made once and still reads each call's values.
+    ember.register_backend(ember.BackendInfo(FusingIntoNumpy.name, FusingIntoNumpy))
+    backend = ember.get_backend(FusingIntoNumpy.name)
+    monkeypatch.setattr(backend, "writes", writes)
+    monkeypatch.setattr(backend, "written", [], raising=False)
+    f = ember.jit(lambda a, b, c: (a * b + 1.0).exp().T @ c)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a, b, c = (
+            ember.tensor(rng.standard_normal(s).astype(np.float32), backend=backend.name)
+            for s in ((6, 5), (6, 5), (6, 3))
+        )
+        want = np.exp(a.numpy() * b.numpy() + np.float32(1.0)).T @ c.numpy()
+        np.testing.assert_allclose(f(a, b, c).numpy(), want, rtol=1e-5)
+    program = f.lower(a, b, c).program
+    assert program.planned and program.compiled and "permute" not in [v.op for v in program.origin]

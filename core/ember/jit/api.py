@@ -184,6 +184,8 @@ def static_key(x: Any) -> tuple[Any, ...]:
     if _is_module(x):
         # Train/eval flags change what forward does; the tensors' identities catch a layer
         # replaced by another (the graph would still read the old one's weights).
+        if hasattr(x, "_modules"):
+            return ("module", x, *_module_walk(x))
         return (
             "module",
             x,
@@ -207,6 +209,34 @@ def static_key(x: Any) -> tuple[Any, ...]:
         return ("object", x)
     except TypeError:
         return ("object", id(x))
+
+
+def _module_walk(root: Any) -> tuple[tuple[Any, ...], ...]:
+    """The train flags of ``root``'s modules and the ids of their parameters and buffers, in
+    the order ``modules()``, ``parameters()`` and ``buffers()`` give them (depth first, each
+    once), from one walk of the tree: the three generators with their dotted names cost a
+    W1 step ~11 µs, this ~3."""
+    mods: list[Any] = []
+    seen: set[int] = set()
+
+    def walk(m: Any) -> None:
+        seen.add(id(m))
+        mods.append(m)
+        for c in m._modules.values():
+            if c is not None and id(c) not in seen:
+                walk(c)
+
+    walk(root)
+
+    def ids(table: str) -> tuple[int, ...]:
+        found: dict[int, None] = {}
+        for m in mods:
+            for v in getattr(m, table).values():
+                if v is not None:
+                    found.setdefault(id(v))
+        return tuple(found)
+
+    return tuple(m.training for m in mods), ids("_parameters"), ids("_buffers")
 
 
 def _tensor_key(t: Any) -> tuple[Any, ...]:

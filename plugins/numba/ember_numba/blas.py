@@ -481,7 +481,7 @@ def matmul(a, b, out=None):
     m, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = max(a.size // max(m * k, 1), b.size // max(k * cols, 1), 1)
     if n <= 1 or 2 * m * k * cols * batch < MIN_FLOPS:
-        if n > 1 and STATE["mode"] == "blas":
+        if n > 1 and STATE["mode"] == "blas" and not _workers_awake():
             # OpenBLAS would thread it by its own rule (from ~2.6e5 multiply-adds): on a busy
             # machine the caller then waits for a worker that is not scheduled.
             with _blas_on_one():
@@ -518,6 +518,15 @@ def _on_blas_threads(a, b, out=None):
         out = np.matmul(a, b, out=out)
     PRODUCT_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return out
+
+
+def _workers_awake() -> bool:
+    """Are BLAS's workers spinning between products, on a machine measured quiet? So while
+    the large products take all threads with the long spin (an MLP's step): a small product
+    then runs by OpenBLAS's own rule with no wake-up to wait for, and setting BLAS to one
+    thread and back around it would cost more than the product (W1's three products with its
+    10-wide layer: 17-27 µs each that way, 8-17 µs not)."""
+    return STATE["spin"] == str(LONG_SPIN) and not PRODUCT_THREADS.one
 
 
 def _spin_for(one_road):

@@ -90,8 +90,10 @@ def test_one_thread_sets_blas_to_one_thread_and_back(blas):
 
 def test_products_below_the_threshold_run_on_one_blas_thread(blas, rng, monkeypatch):
     """OpenBLAS threads a product by its own rule from ~2.6e5 multiply-adds, far below
-    MIN_FLOPS: the plugin holds such products to one thread, as it means to."""
+    MIN_FLOPS: the plugin holds such products to one thread, as it means to, unless BLAS's
+    workers are spinning between the large products of a quiet machine (the next test)."""
     needs_blas_mode(blas)
+    monkeypatch.setattr(blas, "_workers_awake", lambda: False)
     seen = []
 
     class Watching:
@@ -109,6 +111,24 @@ def test_products_below_the_threshold_run_on_one_blas_thread(blas, rng, monkeypa
     close(blas.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
     assert seen and all(set(s) == {1} for s in seen)
     assert blas_threads() == [blas.STATE["threads"]] * len(blas_threads())  # and back after
+
+
+def test_small_products_keep_blas_threads_while_its_workers_spin_long(blas, rng, monkeypatch):
+    """With the long spin on and the products on all threads (an MLP's step on a quiet
+    machine), a small product runs by OpenBLAS's own rule: no switch to one thread and back."""
+    needs_blas_mode(blas)
+    monkeypatch.setitem(blas.STATE, "spin", str(blas.LONG_SPIN))
+    monkeypatch.setattr(blas.PRODUCT_THREADS, "one", False)
+    assert blas._workers_awake()
+    switched = []
+    monkeypatch.setattr(blas, "_set", lambda n: switched.append(n))
+    a = rng.standard_normal((128, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 10)).astype(np.float32)
+    close(blas.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert switched == []
+    monkeypatch.setattr(blas.PRODUCT_THREADS, "one", True)  # a busy machine: one thread again
+    blas.matmul(a, b)
+    assert switched == [1, blas.STATE["threads"]]
 
 
 def test_openblas_workers_stop_spinning_soon_after_a_product(blas):
