@@ -104,3 +104,63 @@ def test_outside_awake_the_helpers_are_the_sleeping_pool(blas):
         blas.on_demand(8, 2, block)
     assert names, "no block ran"
     assert not any(n.startswith("ember-numba-") and n[len("ember-numba-") :].isdigit() for n in names)
+
+
+class _Sample:
+    """A sample's layers, in seconds: ``one`` on one thread, ``all`` on the crew; ``busy`` times
+    one thread on all threads (the other core taken); each layer's first call compiles (100 s)."""
+
+    def __init__(self, one=0.41, all=0.29, busy=0.0):
+        self.one, self.all, self.busy, self.seen = one, all, busy, set()
+
+    def time(self, key, one):
+        if key not in self.seen:
+            self.seen.add(key)
+            return 100.0
+        return self.one if one else self.one * self.busy if self.busy else self.all
+
+
+def _calls(choice, sample, calls, layers=("stem", "a", "b", "a", "c", "pool", "b", "d")):
+    """Runs ``calls`` calls of a network's layers (some repeat); returns the fraction on one thread."""
+    ones = 0
+    for _ in range(calls):
+        for key in layers:
+            one, explore, st = choice.choose(key)
+            choice.record(st, one, explore, sample.time(key, one))
+            ones += one
+    return ones / (calls * len(layers))
+
+
+def test_a_samples_layers_share_one_choice():
+    """The layers on the crew (convolutions, Winograd bands, 1x1 products, the pool) take one
+    road together: a layer alone on two threads among one-thread ones finds the helpers asleep."""
+    from ember_numba import conv, crew, rewrites, winograd
+    from ember_numba.fused import pooling
+
+    users = (conv.SAMPLE_THREADS, winograd.SAMPLE_THREADS, rewrites.POINTWISE_THREADS, pooling.SAMPLE_THREADS)
+    assert all(u is crew.SAMPLE_THREADS for u in users)
+    assert winograd.BAND_THREADS is not crew.SAMPLE_THREADS  # several samples' bands: per key
+
+
+def test_a_quiet_machine_runs_a_sample_on_all_threads_from_the_first_call():
+    """All threads faster (ResNet-50 at batch 1 with the crew: 28.7 against 41.5 ms): every call
+    but the one-thread window's runs on all threads, the compiling first calls notwithstanding."""
+    from ember_numba.crew import SampleChoice
+
+    choice, sample = SampleChoice(), _Sample()
+    assert _calls(choice, sample, 3) == 0.0  # the warm-up calls: all threads
+    assert _calls(choice, sample, 100) < 0.1 and not choice.one
+
+
+def test_a_busy_machine_runs_a_sample_on_one_thread_within_a_few_calls():
+    """Two threads 3x slower (the other core busy): one thread after the first window, a few
+    calls in, and all threads again within MAX_PERIOD rounds once the machine is quiet."""
+    from ember_numba.crew import SampleChoice
+
+    choice = SampleChoice()
+    busy = _Sample(busy=3.0)
+    _calls(choice, busy, 10)
+    assert choice.one and _calls(choice, busy, 100) < 1.0  # windows still try all threads
+    assert choice.one
+    _calls(choice, _Sample(), SampleChoice.MAX_PERIOD)
+    assert not choice.one and _calls(choice, _Sample(), 100) < 0.1
