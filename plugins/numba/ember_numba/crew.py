@@ -171,7 +171,9 @@ class SampleChoice(JointChoice):
     a busy machine's stalls turn it to one thread), but it starts on all threads: with the
     crew the forced two-thread ResNet-50 call at batch 1 took 28.7 ms against 41.5 on one
     (quiet), so the first window, a few calls in, tries one thread, where a try of all threads
-    came a benchmark's warm-up too late. Each layer's first call is not timed: it compiles.
+    came a benchmark's warm-up too late. Each layer's first call is not timed: it compiles. A
+    window of one thread whose calls stall runs to its end and is judged by its medians, not
+    ended as lost: stalls say the machine is busy, the case for one thread.
     """
 
     def __init__(self):
@@ -182,6 +184,8 @@ class SampleChoice(JointChoice):
         if not explore and len(st) == 3:  # the layer's first call (compiles): marked, not timed
             st.append(True)
             return
+        if explore and one:
+            self.stalls = -1  # a window of one thread runs to its end: no two stalls end it
         super().record(st, one, explore, seconds)
 
 

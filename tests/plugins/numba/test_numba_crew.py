@@ -164,3 +164,21 @@ def test_a_busy_machine_runs_a_sample_on_one_thread_within_a_few_calls():
     assert choice.one
     _calls(choice, _Sample(), SampleChoice.MAX_PERIOD)
     assert not choice.one and _calls(choice, _Sample(), 100) < 0.1
+
+
+def test_a_window_of_one_thread_that_stalls_still_counts():
+    """The other core taken in bursts: one thread stalls now and then too, but all threads lose
+    more; the first window of one thread, stalls and all, turns the road to one thread."""
+    from ember_numba.crew import SampleChoice
+
+    class Bursts(_Sample):
+        n = 0
+
+        def time(self, key, one):
+            self.n += 1
+            t = super().time(key, one)
+            return 40 * t if one and self.n % 5 == 0 else t
+
+    choice = SampleChoice()
+    _calls(choice, Bursts(busy=6.0), 8)
+    assert choice.one
