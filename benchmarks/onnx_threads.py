@@ -41,23 +41,16 @@ def busy_seconds() -> float:
 
 
 def forced(arm: list):
-    """Make every ThreadChoice and JointChoice (a sample's layers together: crew.SampleChoice)
-    take what ``arm[0]`` says ("one" or "all"); returns the undo."""
-    from ember_numba import blas, crew, launch
+    """Make every ThreadChoice take what ``arm[0]`` says ("one" or "all"); returns the undo."""
+    from ember_numba import launch
 
-    saved = [(cls, dict(cls.__dict__)) for cls in (launch.ThreadChoice, blas.JointChoice, crew.SampleChoice)]
-    for cls, _ in saved:
-        choose = cls.choose
-        cls.choose = lambda self, key, choose=choose: (arm[0] == "one", False, choose(self, key)[2])  # type: ignore[method-assign]
-        cls.record = lambda self, *a: None  # type: ignore[method-assign]
+    cls = launch.ThreadChoice
+    choose, record = cls.__dict__["choose"], cls.__dict__["record"]
+    cls.choose = lambda self, key: (arm[0] == "one", False, choose(self, key)[2])  # type: ignore[method-assign]
+    cls.record = lambda self, *a: None  # type: ignore[method-assign]
 
     def undo():
-        for cls, own in saved:
-            for name in ("choose", "record"):
-                if name in own:
-                    setattr(cls, name, own[name])
-                else:
-                    delattr(cls, name)
+        cls.choose, cls.record = choose, record  # type: ignore[method-assign]
 
     return undo
 

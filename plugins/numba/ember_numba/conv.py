@@ -52,9 +52,8 @@ from ember.backends.numpy import backend as nb
 
 from . import channels_last, skinny, winograd
 from .blas import awake, matmul, on_demand, one_thread, shared_matmul
-from .crew import SAMPLE_THREADS
 from .kernels import FLOATS, JIT, MIN_SIZE
-from .launch import hot, threads
+from .launch import ThreadChoice, hot, threads
 from .scratch import ThreadSums, scratch
 
 #: Bytes of columns per chunk (``EMBER_NUMBA_CONV_CHUNK``): in the last-level cache with room
@@ -98,7 +97,8 @@ SHARED_IM2COL_BYTES = 1 << 20
 BAND_MIN_P = 1024
 BAND_BYTES = 512 << 10
 BANDS_PER_THREAD = 2
-# One thread or all for one sample's forward convolution: crew.SAMPLE_THREADS, with its other layers.
+#: One thread or all for one sample's forward convolution, by measurement (launch.ThreadChoice).
+SAMPLE_THREADS = ThreadChoice()
 
 
 # ----------------------------------------------------------------------------- kernels

@@ -11,10 +11,6 @@ the core to anything else runnable) for AWAKE seconds, watching the job number; 
 meanwhile starts at once, on the core the helper holds. Only then does it sleep on its event.
 A network's layers come 20-100 µs apart, so the helper stays awake through one call and sleeps
 after it. The caller waits for the last block the same way (:func:`wait`), then on an event.
-
-One thread or all is chosen for all of a sample's layers on the crew together
-(:data:`SAMPLE_THREADS`): a layer tried on two threads between one-thread layers finds the
-helpers asleep, so per layer two threads lost where the whole call on two won.
 """
 
 from __future__ import annotations
@@ -29,8 +25,6 @@ import numba
 import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
-
-from .blas import JointChoice
 
 #: Seconds a helper spins after its last block before it sleeps: longer than the gap between
 #: two layers of a network (20-100 µs), short enough that a call's end frees the core.
@@ -162,36 +156,6 @@ class Crew:
                 self.events[i].wait()
             self.events[i].clear()
             self.asleep[i] = False
-
-
-class SampleChoice(JointChoice):
-    """One thread or all for every layer of one sample on the crew (:func:`blas.awake`), together.
-
-    A :class:`~ember_numba.blas.JointChoice` (a window of the other road, the faster sum taken,
-    a busy machine's stalls turn it to one thread), but it starts on all threads: with the
-    crew the forced two-thread ResNet-50 call at batch 1 took 28.7 ms against 41.5 on one
-    (quiet), so the first window, a few calls in, tries one thread, where a try of all threads
-    came a benchmark's warm-up too late. Each layer's first call is not timed: it compiles. A
-    window of one thread whose calls stall runs to its end and is judged by its medians, not
-    ended as lost: stalls say the machine is busy, the case for one thread.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.one = False
-
-    def record(self, st, one, explore, seconds):
-        if not explore and len(st) == 3:  # the layer's first call (compiles): marked, not timed
-            st.append(True)
-            return
-        if explore and one:
-            self.stalls = -1  # a window of one thread runs to its end: no two stalls end it
-        super().record(st, one, explore, seconds)
-
-
-#: The road of a sample's layers on the crew: the batch-1 convolutions (conv.py), Winograd bands
-#: (winograd.py), 1x1 products (rewrites.py) and max pools (fused/pooling.py).
-SAMPLE_THREADS = SampleChoice()
 
 
 def _forget():

@@ -25,7 +25,6 @@ from numba import prange, uint64
 
 from . import launch, skinny
 from .blas import MIN_FLOPS, awake, matmul, on_demand, one_thread, shared_matmul
-from .crew import SAMPLE_THREADS
 from .epilogue import Epilogue
 from .fused.common import FLOATS, JIT
 from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
@@ -75,8 +74,8 @@ def conv2d_bias_relu(x, w, bias, **params):
     return conv._conv2d(x, w, epilogue=Epilogue(bias, relu=True), **params)
 
 
-#: One thread or all for a 1x1 convolution's product at batch 1, with the sample's other layers.
-POINTWISE_THREADS = SAMPLE_THREADS
+#: One thread or all for a 1x1 convolution's product at batch 1, by measurement (a busy machine takes one).
+POINTWISE_THREADS = launch.ThreadChoice()
 
 
 def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):

@@ -51,7 +51,6 @@ from ember.backends.numpy import winograd as reference
 
 from . import winograd43
 from .blas import awake, on_demand, one_thread
-from .crew import SAMPLE_THREADS
 from .kernels import JIT
 from .launch import ThreadChoice, threads
 from .scratch import ThreadSums, scratch
@@ -89,8 +88,7 @@ MIN_TILES = 64
 CHUNKS_PER_THREAD = 4
 #: With fewer chunks than threads (batch 1), a chunk's tile rows are cut into bands that the
 #: threads share: at least BAND_TILES tiles a band, BANDS_PER_THREAD bands a thread where the
-#: tiles allow; one thread or all by measurement (a busy machine takes one): a sample's bands with
-#: its other layers (crew.SAMPLE_THREADS), several samples' per key (BAND_THREADS).
+#: tiles allow; one thread or all by measurement (BAND_THREADS: a busy machine takes one).
 BAND_TILES = 96
 BANDS_PER_THREAD = 2
 BAND_THREADS = ThreadChoice()
@@ -376,15 +374,14 @@ def _bands(n0, m, th, tw, nt, tiles, key):
     """``tiles`` of samples n0 .. n0+m-1 as bands of tile rows that ``nt`` threads take on
     demand (at least :data:`BAND_TILES` tiles a band, BANDS_PER_THREAD a thread where there are
     enough), or all on the calling thread where that measured faster (:data:`BAND_THREADS`,
-    per ``key``; a sample's with its other layers, :data:`crew.SAMPLE_THREADS`)."""
-    choice = SAMPLE_THREADS if m == 1 else BAND_THREADS
-    one, explore, st = choice.choose(key)
+    per ``key``)."""
+    one, explore, st = BAND_THREADS.choose(key)
     bands = 1 if one else max(1, min(BANDS_PER_THREAD * nt, m * th * tw // BAND_TILES, th))
     edges = [th * i // bands for i in range(bands + 1)]
     t0 = time.perf_counter()
     with awake() if m == 1 else contextlib.nullcontext():  # a sample's bands: helpers kept awake
         on_demand(bands, nt, lambda i: tiles(n0, m, edges[i], edges[i + 1]))
-    choice.record(st, one, explore, time.perf_counter() - t0)
+    BAND_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 
 def conv2d(x, w, padding, epilogue=None):

@@ -19,7 +19,7 @@ from numba import prange, types, uint64
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from .. import crew, launch
+from .. import launch
 from ..blas import awake, on_demand
 from .common import FLOATS, JIT, _reference
 
@@ -442,8 +442,8 @@ def max_pool2d(x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
     return out
 
 
-#: One thread or all for one sample's pool (:func:`_sample_planes`), with its other layers.
-SAMPLE_THREADS = crew.SAMPLE_THREADS
+#: One thread or all for one sample's pool (:func:`_sample_planes`), by measurement.
+SAMPLE_THREADS = launch.ThreadChoice()
 
 
 def _sample_planes(kernel, xs, args, outs):
