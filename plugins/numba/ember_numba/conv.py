@@ -118,16 +118,21 @@ def _inside(x0, sw, W, OW):
     return lo, max(lo, hi)
 
 
+@numba.njit(inline="always", **JIT)
+def _tap(t, N, KH, KW):
+    """Job ``t`` of an im2col copy as (row block k, sample n, channel c, tap kh, kw): the
+    copies run over k = (c, kh, kw) outer, n inner, so each job writes one sample's columns
+    of one tap."""
+    k = t // N
+    return k, t - k * N, k // (KH * KW), (k // KW) % KH, k % KW
+
+
 @numba.njit(**JIT)
 def _im2col(x, N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, oh0, oh1, cols):
     """Columns of output rows ``oh0 .. oh1-1`` (all: 0, OH), each a run of OW values."""
     P = (oh1 - oh0) * OW
     for t in range(C * KH * KW * N):
-        k = t // N
-        n = t - k * N
-        c = k // (KH * KW)
-        kh = (k // KW) % KH
-        kw = k % KW
+        k, n, c, kh, kw = _tap(t, N, KH, KW)
         src_plane = (n * C + c) * H
         dst = uint64((k * N + n) * P)
         x0 = kw * dw - pw
@@ -205,11 +210,7 @@ def _im2col_same(x, N, C, H, W, KH, KW, ph, pw, dh, dw, cols):
     P = H * W
     zero = cols.dtype.type(0)
     for t in range(C * KH * KW * N):
-        k = t // N
-        n = t - k * N
-        c = k // (KH * KW)
-        kh = (k // KW) % KH
-        kw = k % KW
+        k, n, c, kh, kw = _tap(t, N, KH, KW)
         src = uint64((n * C + c) * P)
         dst = uint64((k * N + n) * P)
         y0, x0 = kh * dh - ph, kw * dw - pw

@@ -567,6 +567,15 @@ def _pieces(n, nt):
     return per, -(-n // per)
 
 
+def _position_plan(n, oh, ow):
+    """The by-position paths' split of ``n`` samples of ``oh`` x ``ow`` outputs: tile rows and
+    columns (4x4 tiles), the threads, the batch's tiles ``T``, and the transforms' pieces
+    (samples a piece, pieces)."""
+    th, tw = -(-oh // 4), -(-ow // 4)
+    nt = threads()
+    return (th, tw, nt, n * th * tw, *_pieces(n, nt))
+
+
 def _f43_by_position(x, U, padding, out, epilogue, broken):
     """:func:`conv2d` by F(4x4) with the whole batch's tiles in each GEMM: the transforms by
     pieces of samples, the 36 GEMMs ``V[p] (T, C) @ U[p]`` taken by the threads one position
@@ -576,9 +585,7 @@ def _f43_by_position(x, U, padding, out, epilogue, broken):
     k = out.shape[1]
     (ph, pw), dtype = padding, x.dtype
     oh, ow = out.shape[2:]
-    th, tw = -(-oh // 4), -(-ow // 4)
-    nt = threads()
-    T, (per, count) = n * th * tw, _pieces(n, nt)
+    th, tw, nt, T, per, count = _position_plan(n, oh, ow)
     V, M = np.empty(36 * T * c, dtype), np.empty(36 * T * k, dtype)
     flat = out.reshape(-1)
 
@@ -616,9 +623,7 @@ def _grad_weight_f43_by_position(x, g, weight_shape, padding):
     k = weight_shape[0]
     (ph, pw), dtype = padding, x.dtype
     oh, ow = g.shape[2:]
-    th, tw = -(-oh // 4), -(-ow // 4)
-    nt = threads()
-    T, (per, count) = n * th * tw, _pieces(n, nt)
+    th, tw, nt, T, per, count = _position_plan(n, oh, ow)
     V, D = np.empty(36 * T * c, dtype), np.empty(36 * T * k, dtype)
     rows, width = 4 * th + 2, 4 * tw + 2
 
