@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import runner
+from . import recording, runner
 from .workloads import WORKLOADS
 
 
@@ -72,8 +71,10 @@ def main(argv=None):
             if why:
                 not_run[f"{w} {t.label}"] = why
 
-    command = shlex.join(["python", "-m", "benchmarks", *argv])
+    # the command as the docs show it: a --json or --docs path outside the repository left out
+    command = recording.portable_command("python -m benchmarks", argv, ("--json", "--docs"))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    recording.warn_blas_overrides("python -m benchmarks run")
     log(f"{command}: {len(workloads)} workloads x {', '.join(t.label for t in targets)}, {settings.rounds} round(s)")
     records = runner.run(workloads, targets, settings, not_run, log=log)
     report = runner.report(command, workloads, targets, not_run, settings, records)

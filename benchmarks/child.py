@@ -21,6 +21,8 @@ import statistics
 import sys
 import time
 
+from benchmarks.recording import BLAS_OVERRIDES
+
 STARTED = time.monotonic()  # before numpy, torch or ember load: W5 counts their import
 
 _LIMITS = None  # threadpoolctl's limiter, kept alive: collecting it undoes the limits
@@ -218,7 +220,7 @@ def main(argv=None):
             traceback=traceback.format_exc()[-4000:],
         )
     record["maxrss_mib"] = maxrss_mib()
-    record["env"] = {k: os.environ.get(k) for k in THREAD_VARIABLES + ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")}
+    record["env"] = {k: os.environ.get(k) for k in (*THREAD_VARIABLES, *BLAS_OVERRIDES, "OMP_WAIT_POLICY")}
     print(json.dumps(record), file=line_out, flush=True)
 
 

@@ -18,6 +18,8 @@ import os
 import statistics
 import time
 
+from benchmarks import recording
+
 #: Layer kind -> its ResNet-18 (CIFAR) layers: (name, C, O, H, kernel, stride, padding).
 LAYERS = {
     "s2": [
@@ -125,6 +127,7 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=9)
     ap.add_argument("--kinds", default="s2,1x1,stem,bn", help="of s2, 1x1, stem, s1 (Winograd), bn")
     args = ap.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.layers_vs_torch")
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)  # before the numba plugin starts its threads
 
     import numpy as np

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks import recording
 from benchmarks.dispatch_overhead import ROOT, TOPS, _from_git, _from_tree, alternating, spread
 
 CHILD = r"""
@@ -96,6 +97,7 @@ def main(argv=None):
         "workers too; with OPENBLAS_NUM_THREADS=1 the step's work, which others' load moves less)",
     )
     args = ap.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.numpy_ab")
     tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
     try:
         base, work = os.path.join(tmp, "base"), os.path.join(tmp, "work")

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks import onnx_models, onnx_threads, step_profile
+from benchmarks import onnx_models, onnx_threads, recording, step_profile
 
 ARMS = ("old", "new")
 
@@ -101,6 +101,7 @@ def main(argv=None) -> str:
     p.add_argument("--exporter", choices=("torch", "ember"), default=None, help="default: torch where installed")
     p.add_argument("--every", action="store_true", help="list every step, not only those that differ")
     args = p.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.onnx_ab")
     values = {"old": ast.literal_eval(args.old), "new": ast.literal_eval(args.new)}
     exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
     path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from benchmarks import onnx_models
+from benchmarks import onnx_models, recording
 from benchmarks.step_profile import _name, _programs, instrumented, timer
 
 #: ember's steps that onnxruntime runs as a node of its own (Conv, MaxPool, Gemm), in run order.
@@ -159,6 +159,7 @@ def main(argv=None) -> str:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--exporter", choices=("torch", "ember"), default=None, help="default: torch where installed")
     args = p.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.onnx_layers")
     exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
     counts = sorted({int(n) for n in args.threads.split(",")}, reverse=True)
     path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")

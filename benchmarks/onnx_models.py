@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import recording
+
 TARGETS = ("ort", "numba", "numba+jit", "numpy+jit")
 #: name -> (block kind, blocks per stage, stem width, image side)
 MODELS = {
@@ -259,6 +261,7 @@ def machine(threads) -> str:
     return (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {threads} threads per target, "
         f"1-min load average at start {load:.2f}, Python {platform.python_version()}, numpy {np.__version__}"
+        + "".join(f", {k}={v}" for k, v in recording.blas_overrides().items())
     )
 
 
@@ -277,12 +280,14 @@ def main(argv=None) -> int:
     p.add_argument("--pause", type=float, default=PAUSE, help="untimed seconds after each timed call (see PAUSE)")
     p.add_argument("--out", default="benchmarks/results", help="folder for onnx-models-DATE.json and .md")
     args = p.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.onnx_models")
     exporter = args.exporter or ("torch" if _has_torch() else "ember")
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
     header = f"Machine: {machine(args.threads)}. Exporter: {exporter}{' (BatchNormalization kept)' if args.batchnorm else ''}. Rounds: {args.rounds}, warm-up {args.warmup}, pause {args.pause} s after each call.\n\n"
+    env = {k: os.environ.get(k) for k in recording.BLAS_OVERRIDES}
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
@@ -290,7 +295,9 @@ def main(argv=None) -> int:
             export(name, exporter, path, batch, batchnorm=args.batchnorm)
             rows += measure(name, batch, targets, path, args.rounds, args.warmup, args.threads, args.pause)
             os.remove(path)
-            (out / f"onnx-models-{stamp}.json").write_text(json.dumps({"machine": header, "rows": rows}, indent=1))
+            (out / f"onnx-models-{stamp}.json").write_text(
+                json.dumps({"machine": header, "env": env, "rows": rows}, indent=1)
+            )
             print(table(rows[-len(targets) :]), flush=True)
     text = header + table(rows)
     (out / f"onnx-models-{stamp}.md").write_text(text)

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks import onnx_models, step_profile
+from benchmarks import onnx_models, recording, step_profile
 
 ARMS = ("one", "all")
 
@@ -140,6 +140,7 @@ def main(argv=None) -> str:
     p.add_argument("--steps", action="store_true", help="also time each step: per layer, one thread against all")
     p.add_argument("--top", type=int, default=30, help="layers listed with --steps")
     args = p.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.onnx_threads")
     exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
     path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")
     onnx_models.export(args.model, exporter, path)

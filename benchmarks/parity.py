@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+from . import recording
 from .child import pin_threads
 
 
@@ -93,6 +94,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.parity")
     pin_threads(args.threads)
     from .workloads import Ember, Torch, mlp
 

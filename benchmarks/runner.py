@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .child import COLD_CACHE_VARIABLES, THREAD_VARIABLES
+from .recording import BLAS_OVERRIDES
 from .workloads import FIRST_STEPS, WORKLOADS, flops_per_sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ JIT_WARMUP = 3  # warm-up steps at least for NAME+jit targets and COMPILES_ON_RE
 #: ember backends that compile a kernel when its shapes come for the third time (ember-numba's
 #: EMBER_NUMBA_HOT): eagerly, too, their third step pays for compiling.
 COMPILES_ON_REPEAT = ("numba",)
-RECORDED_ENV = ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY")  # change BLAS kernels / thread waiting
+RECORDED_ENV = (*BLAS_OVERRIDES, "OMP_WAIT_POLICY")  # change BLAS kernels / thread waiting
 BUSY = 0.25  # CPU busy fraction (all cores) before a run above which the run is flagged
 
 # metric -> (label, higher is better)

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from benchmarks import recording
+
 #: ResNet-50's skinny products at batch 1: (O, K, P); the 3x3 layers' im2col included.
 SHAPES = [
     (2048, 512, 49),
@@ -87,6 +89,7 @@ def main(argv=None) -> None:
     ap.add_argument("--shapes", default="", help="O,K,P;O,K,P... (default: ResNet-50's)")
     ap.add_argument("--model", default="", help="time this model of benchmarks.onnx_models instead")
     args = ap.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.skinny_products")
     if args.model:
         return whole_model(args.model, args.threads, args.calls)
     import threadpoolctl

@@ -17,6 +17,7 @@ import argparse
 import resource
 import statistics
 
+from benchmarks import recording
 from benchmarks.step_profile import _name, _programs, instrumented
 
 
@@ -60,6 +61,7 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, default=0, help="steps more, summed per runner step (those that fault most)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.step_faults")
 
     made = _programs()
     step = _setup(args.workload, args.backend, args.batch)

@@ -25,6 +25,7 @@ import resource
 import statistics
 import time
 
+from benchmarks import recording
 from benchmarks.workloads import WORKLOADS, Ember
 
 
@@ -160,6 +161,7 @@ def main(argv=None):
     ap.add_argument("--groups", action="store_true", help="print the program's fusion groups")
     ap.add_argument("--layers", action="store_true", help="add up the runner steps by kind of layer")
     args = ap.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.step_profile")
 
     made = _programs()
     step = WORKLOADS[args.workload].setup(Ember(args.backend, 2), args.batch)

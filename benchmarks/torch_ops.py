@@ -16,6 +16,7 @@ import argparse
 import collections
 import time
 
+from benchmarks import recording
 from benchmarks.step_profile import conv_kind
 from benchmarks.workloads import WORKLOADS, Torch
 
@@ -71,6 +72,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=2)
     args = ap.parse_args(argv)
+    recording.warn_blas_overrides("python -m benchmarks.torch_ops")
 
     from torch.profiler import ProfilerActivity, profile
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import assert_blas_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +30,7 @@ def _script(*args):
 def test_script_times_both_arms_and_lists_every_step():
     proc = _script("--flag", "ember_numba.conv.SOLO_BANDS", "--calls", "2", "--every")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_blas_warning(proc.stderr, "python -m benchmarks.onnx_ab")
     head = re.search(r"old ([\d.]+), new ([\d.]+); new / old paired ([\d.]+) .*largest difference (\S+)", proc.stdout)
     assert head and float(head[1]) > 0 and float(head[2]) > 0 and float(head[3]) > 0, proc.stdout
     rows = re.findall(r"^\| (\d+) \| (\w+) \| \(([\d, ]+)\) \| ([\d.]+) \| ([\d.]+) \|", proc.stdout, re.M)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import assert_blas_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +24,7 @@ def test_layers_of_a_tiny_resnet_pair_with_onnxruntimes_nodes():
         [sys.executable, "-m", "benchmarks.onnx_layers", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_blas_warning(proc.stderr, "python -m benchmarks.onnx_layers")
     out = proc.stdout
     assert "pairs are approximate" not in out  # as many layer steps as onnxruntime's nodes
     pairs = re.findall(r"^\| (\d+) \| (\w+) \| \(([\d, ]+)\) \| (\w+) ", out, re.M)

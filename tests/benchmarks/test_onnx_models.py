@@ -3,11 +3,13 @@ runs, checks outputs against onnxruntime and reports ratios (no timing is assert
 numbers mean nothing on a shared machine)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import assert_blas_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the repository, not installed
@@ -16,7 +18,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("ember_numba")
 
-from benchmarks import onnx_models  # noqa: E402
+from benchmarks import onnx_models, recording  # noqa: E402
 
 pytestmark = pytest.mark.onnx
 
@@ -46,8 +48,11 @@ def test_script_runs_a_tiny_resnet_on_every_target(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_blas_warning(proc.stderr, "python -m benchmarks.onnx_models")
     (report,) = tmp_path.glob("onnx-models-*.json")
-    rows = json.loads(report.read_text())["rows"]
+    saved = json.loads(report.read_text())
+    rows = saved["rows"]
+    assert saved["env"] == {k: os.environ.get(k) for k in recording.BLAS_OVERRIDES}
     assert [(r["batch"], r["target"]) for r in rows] == [(b, t) for b in (1, 2) for t in onnx_models.TARGETS]
     for r in rows:
         assert "error" not in r, r

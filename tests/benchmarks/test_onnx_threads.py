@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import assert_blas_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the repository, not installed
@@ -39,6 +40,7 @@ def test_script_runs_a_tiny_resnet():
         [sys.executable, "-m", "benchmarks.onnx_threads", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_blas_warning(proc.stderr, "python -m benchmarks.onnx_threads")
     rows = re.findall(r"^\| (one|all) \| (\d+) \| ([\d.]+) ", proc.stdout, re.M)
     # both arms, in all rounds and (every round counts as quiet under 99 cores) in the quiet ones
     assert [(a, int(n)) for a, n, _ in rows] == [("one", 3), ("all", 3)] * 2

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_helpers import assert_blas_warning
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,6 +21,7 @@ def test_reports_every_step_and_the_runner_steps_of_the_program():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_blas_warning(proc.stderr, "python -m benchmarks.step_faults")
     lines = proc.stdout.strip().splitlines()
     assert re.match(
         r"W2-train on numpy\+jit, batch 8, 3 steps: median \d+ minor faults/step .* peak RSS \d+ MiB", lines[0]

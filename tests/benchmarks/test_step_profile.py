@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import assert_blas_warning
 
 from benchmarks.step_profile import conv_kind
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(module, *args):
     proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_blas_warning(proc.stderr, f"python -m {module}")
     return proc.stdout.strip().splitlines()
 
 
