@@ -1,17 +1,19 @@
-"""A training workload before and after a change to a backend, side by side (numpy+jit unless
+"""A workload before and after a change to a backend, side by side (numpy+jit unless
 ``--backend`` names another target, such as ``numba+jit``).
 
 Like dispatch_overhead.py (whose package layout it reuses), both versions, a git revision
 (``--base``, default ``main``) and the working tree, are copied into a temporary folder laid
 out as the installed package (with the numba plugin's package next to it), and each timing
 runs in its own process that imports exactly one version. A process builds the workload (benchmarks/workloads.py), runs ``--warmup`` steps,
-then times ``--steps`` steps one by one and reports the fastest (the one the machine's load
+then times ``--steps`` steps one by one (a training step up to its loss read as a number, an
+inference workload's forward call up to its logits read into a NumPy array) and reports the fastest (the one the machine's load
 disturbed least; ``--mean``: their mean, the benchmark harness's samples/s measure, which
 counts the slow steps too; ``--cpu``: CPU time instead of wall time) and its peak RSS. Rounds alternate which version runs first; the report gives the ratio of
 step times (working tree / base) as the median of the rounds with its range.
 
     python -m benchmarks.numpy_ab --workload W2-train --batch 128 --rounds 5
     python -m benchmarks.numpy_ab --workload W3-train --backend numba+jit --rounds 3
+    python -m benchmarks.numpy_ab --workload W3-infer-b1 --backend numba+jit --steps 20
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import tempfile
 
 from benchmarks import recording
 from benchmarks.dispatch_overhead import ROOT, TOPS, _from_git, _from_tree, alternating, spread
+from benchmarks.workloads import WORKLOADS
 
 CHILD = r"""
 import sys, time
@@ -47,7 +50,10 @@ clock = time.process_time if sys.argv[8] == "cpu" else time.perf_counter
 times = []
 for _ in range(steps):
     t0 = clock()
-    float(step().item())
+    out = step()
+    # the host read ends the step: a training step's loss as a number, a forward call's
+    # (batch, classes) logits as an array
+    out.item() if out.numel() == 1 else out.numpy()
     times.append(clock() - t0)
 import resource
 print(min(times), sum(times) / len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # RSS in KiB
@@ -84,7 +90,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="main", help="git revision to compare against")
     ap.add_argument("--workload", default="W2-train")
-    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--batch", type=int, help="default: the workload's own (W3-infer-b1: 1), else 128")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
@@ -97,6 +103,12 @@ def main(argv=None):
         "workers too; with OPENBLAS_NUM_THREADS=1 the step's work, which others' load moves less)",
     )
     args = ap.parse_args(argv)
+    if args.workload not in WORKLOADS or WORKLOADS[args.workload].setup is None:
+        stepped = ", ".join(w for w, k in WORKLOADS.items() if k.setup is not None)
+        print(f"numpy_ab: --workload {args.workload}: not a workload with steps ({stepped})", file=sys.stderr)
+        raise SystemExit(2)
+    if args.batch is None:
+        args.batch = WORKLOADS[args.workload].batch or 128
     recording.warn_blas_overrides("python -m benchmarks.numpy_ab")
     tmp = tempfile.mkdtemp(prefix="ember-numpy-ab-")
     try:
