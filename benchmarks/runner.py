@@ -378,6 +378,12 @@ def summarize(records, workloads, targets):
         if any(r["target"] == t for r in ok)
     }
     peak = max((g["median"] for g in gemm.values()), default=None)
+    # the host's speed round by round (a shared machine's GEMM rate moves from minute to
+    # minute): shown beside each round's ratios, so a slow round reads as one
+    gemm_by_round = {
+        t: {str(r["round"]): r["metrics"]["gflops"] for r in ok if r["workload"] == "gemm" and r["target"] == t}
+        for t in gemm
+    }
     rows = []
     for workload in workloads:
         for target in targets:
@@ -399,7 +405,7 @@ def summarize(records, workloads, targets):
                     "maxrss_mib": max(r["maxrss_mib"] for r in mine),
                 }
                 # Ratios within each round: >1 is faster, for rates and times alike.
-                ratios, to_best = [], []
+                ratios, to_best, by_round = [], [], {}
                 for r in mine:
                     mine_v = r["metrics"].get(metric)
                     if mine_v is None:
@@ -409,8 +415,11 @@ def summarize(records, workloads, targets):
                     for base, into in ((ref, ratios), (best, to_best)):
                         if base:
                             into.append(mine_v / base if higher else base / mine_v)
+                    if ref:
+                        by_round[str(r["round"])] = ratios[-1]
                 if ratios:
                     row["speed_vs_torch_eager"] = _spread(ratios)
+                    row["speed_vs_torch_eager_by_round"] = by_round
                 if to_best:
                     row["speed_vs_best_torch"] = _spread(to_best)
                 flops = flops_per_sample(workload)
@@ -424,7 +433,7 @@ def summarize(records, workloads, targets):
                         if all(k in r["metrics"] for r in mine)
                     }
                 rows.append(row)
-    return {"gemm": gemm, "gemm_peak_gflops": peak, "rows": rows}
+    return {"gemm": gemm, "gemm_peak_gflops": peak, "gemm_by_round": gemm_by_round, "rows": rows}
 
 
 # ------------------------------------------------------------------------------------ the report
@@ -468,6 +477,33 @@ PARTS = {
     "second_step_s": "step 2",
     **{f"step{i + 1}_s": f"step {i + 1}" for i in range(FIRST_STEPS)},
 }
+
+
+def by_round(summary):
+    """Lines of the per-round table: each round's GEMM rate (the host's speed then), and beside
+    it each row's speed vs torch eager in that round. Empty for reports without them (older ones)."""
+    gemm = summary.get("gemm_by_round") or {}
+    rows = [r for r in summary["rows"] if r.get("speed_vs_torch_eager_by_round") and r["target"] != REFERENCE.label]
+    rounds = sorted(
+        {int(k) for g in gemm.values() for k in g} | {int(k) for r in rows for k in r["speed_vs_torch_eager_by_round"]}
+    )
+    if not gemm:
+        return []
+    cells = lambda values, f: " | ".join(f(values[str(k)]) if str(k) in values else "–" for k in rounds)  # noqa: E731
+    out = [
+        "",
+        "Per round: the float32 GEMM rate measured at the round's start (GFLOP/s: the host's speed "
+        "then), and each row's speed vs torch eager in that round.",
+        "",
+        "| | " + " | ".join(f"round {k}" for k in rounds) + " |",
+        "|---|" + "---|" * len(rounds),
+    ]
+    out += [f"| GEMM {t.split('/')[1]} GFLOP/s | {cells(g, fmt)} |" for t, g in gemm.items()]
+    out += [
+        f"| {r['workload']} {r['target']} ({r['unit']}) | {cells(r['speed_vs_torch_eager_by_round'], fmt_ratio)} |"
+        for r in rows
+    ]
+    return out
 
 
 def markdown(report):
@@ -520,6 +556,7 @@ def markdown(report):
             f"| {row['workload']} | {row['target']} | {row['unit']} | {_range(row)} | {ratio} | {best} | {peak} "
             f"| {row['maxrss_mib']:.0f} | {', '.join(notes)} |"
         )
+    out += by_round(summary)
     problems = {}  # reason -> pairs, so a missing backend is one line, not one per workload
     for w, row in report["status"].items():
         for t, status in row.items():

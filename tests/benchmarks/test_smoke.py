@@ -269,3 +269,52 @@ def test_w5_times_three_steps_and_the_cold_variant_starts_with_empty_caches():
     assert dirs[0] != dirs[1]
     warm = runner.run_one("W5-first-step", runner.Target("ember", "numpy+jit"), s)
     assert warm["status"] == "ok" and warm["cache_dirs"]["EMBER_CACHE"] != dirs[0]
+
+
+def test_each_rounds_gemm_rate_stands_beside_that_rounds_ratios():
+    """The host's speed moves between rounds: the table shows each round's GEMM rate and each
+    row's ratio to torch eager of the same round, so a slow round reads as one."""
+    ember = runner.Target("ember", "numba+jit")
+    records = [
+        _record("gemm", "gemm/numpy", 1, {"gflops": 400.0}),
+        _record("gemm", "gemm/numpy", 2, {"gflops": 250.0}),  # the host slowed in round 2
+        _record("gemm", "gemm/torch", 1, {"gflops": 300.0}),  # torch's GEMM failed in round 2
+        _record("W1-train", "ember/numba+jit", 1, {"samples_per_s": 300.0}),
+        _record("W1-train", "torch/eager", 1, {"samples_per_s": 100.0}),
+        _record("W1-train", "ember/numba+jit", 2, {"samples_per_s": 150.0}),
+        _record("W1-train", "torch/eager", 2, {"samples_per_s": 100.0}),
+        _record("W1-train", "ember/numba+jit", 3, {"samples_per_s": 100.0}),  # no torch: no ratio, no column
+    ]
+    summary = runner.summarize(records, ["W1-train"], [ember, runner.REFERENCE])
+    assert summary["gemm_by_round"] == {"gemm/numpy": {"1": 400.0, "2": 250.0}, "gemm/torch": {"1": 300.0}}
+    row = next(r for r in summary["rows"] if r["target"] == "ember/numba+jit")
+    assert row["speed_vs_torch_eager_by_round"] == {"1": 3.0, "2": 1.5}
+    report = {
+        "command": "test",
+        "date": "today",
+        "settings": runner.Settings().__dict__,
+        "machine": runner.machine(runner.Settings()),
+        "workloads": ["W1-train"],
+        "records": records,
+        "status": {},
+        "summary": summary,
+    }
+    table = runner.markdown(report)
+    assert "| | round 1 | round 2 |" in table
+    assert "| GEMM numpy GFLOP/s | 400 | 250 |" in table and "| GEMM torch GFLOP/s | 300 | – |" in table
+    assert "| W1-train ember/numba+jit (samples/s) | 3.00× | 1.50× |" in table
+    assert "| W1-train torch/eager (samples/s) |" not in table  # the reference's ratio is 1 by definition
+    # a report saved before the per-round table still prints, without it
+    old = {**report, "summary": {k: v for k, v in summary.items() if k != "gemm_by_round"}}
+    assert "round 1" not in runner.markdown(json.loads(json.dumps(old)))
+    # and a saved report prints the same table as the run did (the round keys survive JSON)
+    assert runner.markdown(json.loads(json.dumps(report))) == table
+
+
+def test_a_run_of_two_rounds_shows_both_rounds_gemm_rates(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_benchmarks("--smoke", "--rounds", "2", "--workloads", "W4", "--backends", "numpy", "--json", str(out))
+    gemm = json.loads(out.read_text())["summary"]["gemm_by_round"]["gemm/numpy"]
+    assert sorted(gemm) == ["1", "2"] and all(v > 0 for v in gemm.values())
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("| GEMM numpy GFLOP/s |"))
+    assert [c.strip() for c in line.split("|")[2:4]] == [runner.fmt(gemm["1"]), runner.fmt(gemm["2"])]
