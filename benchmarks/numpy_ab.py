@@ -60,6 +60,13 @@ print(min(times), sum(times) / len(times), resource.getrusage(resource.RUSAGE_SE
 """
 
 
+def untraced(env):
+    """``env`` without coverage.py's subprocess hook (set under ``coverage run``, as in CI): a
+    timing process runs untraced, and the copies of ember it imports are deleted before any
+    coverage report could read them (which then fails with "No source for code")."""
+    return {k: v for k, v in env.items() if k not in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")}
+
+
 def _time(tree, args):
     out = subprocess.run(
         [
@@ -80,7 +87,7 @@ def _time(tree, args):
         capture_output=True,
         text=True,
         check=True,
-        env=dict(os.environ, EMBER_BACKEND=args.backend.partition("+")[0]),
+        env=untraced(dict(os.environ, EMBER_BACKEND=args.backend.partition("+")[0])),
     ).stdout
     best, mean, rss = out.split()[-3:]
     return float(mean if args.mean else best), int(rss) / 1024

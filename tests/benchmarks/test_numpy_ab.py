@@ -56,3 +56,10 @@ def test_a_workload_without_steps_is_a_one_line_error():
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "W4-overhead" in proc.stderr and "W1-infer" in proc.stderr
+
+
+def test_timing_processes_run_without_coverages_subprocess_hook():
+    """Under `coverage run` (CI) the hook would trace the timing processes and record the
+    temporary copies of ember they import, gone before `coverage report` reads them."""
+    env = {"COVERAGE_PROCESS_CONFIG": "{}", "COVERAGE_PROCESS_START": "pyproject.toml", "EMBER_BACKEND": "numpy"}
+    assert numpy_ab.untraced(env) == {"EMBER_BACKEND": "numpy"}
