@@ -23,6 +23,11 @@ NAMES = (("scipy_cblas_", "64_", ctypes.c_int64), ("scipy_cblas_", "", ctypes.c_
 _FOUND: dict = {}
 
 
+def _address(a):
+    """The first byte of contiguous, writable ``a`` (0.5 µs, against 1.6 for ``a.ctypes.data``)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a))
+
+
 def _library():
     """The bundled OpenBLAS, or None."""
     if "lib" not in _FOUND:
@@ -38,7 +43,7 @@ def _library():
 
 
 def axpy_for(dtype):
-    """``f(n, a, x, y)``: ``y[:n] += a * x[:n]`` for contiguous float32/float64 arrays (one pass,
+    """``f(n, a, x, y)``: ``y[:n] += a * x[:n]`` for contiguous, writable float32/float64 arrays (one pass,
     each element rounded once: a fused multiply-add where the CPU has one), or None."""
     dtype = np.dtype(dtype)
     if dtype not in _FOUND:
@@ -50,6 +55,6 @@ def axpy_for(dtype):
                 scalar = ctypes.c_float if letter == "s" else ctypes.c_double
                 f.argtypes = [integer, scalar, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
                 f.restype = None
-                _FOUND[dtype] = lambda n, a, x, y, f=f: f(n, a, x.ctypes.data, 1, y.ctypes.data, 1)
+                _FOUND[dtype] = lambda n, a, x, y, f=f: f(n, a, _address(x), 1, _address(y), 1)
                 break
     return _FOUND[dtype]

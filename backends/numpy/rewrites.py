@@ -15,7 +15,7 @@ computes them fastest.
 | ``where(gt(p, 0), p, 0)`` with ``p = matmul(x, w) + bias`` (a Linear layer) | :func:`matmul_bias_relu`: the bias and ReLU applied in place to the product, a cache-sized chunk at a time | two passes over the activation |
 | ``where(gt(p, 0), p, 0)`` with ``p`` batch norm's output, or that plus a residual | :func:`batch_norm_relu`: the sum and ReLU applied to each chunk of batch norm's output while it is in cache | the sum's and ReLU's passes, and their outputs' memory |
 | ``where(gt(x, 0), x, 0)`` whose mask nothing else reads | :func:`relu`: one pass | the mask |
-| ``add(x, mul(y, a))`` of 2-d arrays, ``a`` a scalar, at least AXPY_MIN elements (a Linear layer's SGD update ``p + g * -lr``) | :func:`axpy`: BLAS's axpy on NumPy's OpenBLAS, in place in the parameter | a pass over the weights, and the product's buffer (W1's 784x512 weight: 40-44 µs against 75-82) |
+| ``add(x, mul(y, a))`` of 2-d arrays, ``a`` a scalar, at least AXPY_MIN elements (a Linear layer's SGD update ``p + g * -lr``) | :func:`axpy`: BLAS's axpy on NumPy's OpenBLAS, in place in the parameter | a pass over the weights, and the product's buffer (W1's 784x512 weight, hot: 28 against 78 µs on two threads, 46 against 74 on one) |
 
 The rules run in that order (the transposed products first, so the others match in their
 layout; the backward ones free the forward masks the forward ones need). Every rewrite gives
@@ -218,9 +218,10 @@ def batch_norm_relu(x, weight, bias, residual=None, *, eps=1e-5):
     return fused.batch_norm(x, weight, bias, eps=eps, then=then)
 
 
-#: Elements an ``x + y * a`` needs at least to be one BLAS call: below it NumPy's two passes are
-#: in cache, and the call through ctypes costs more than they do.
-AXPY_MIN = 1 << 14
+#: Elements an ``x + y * a`` needs at least to be one BLAS call: below it the call's fixed cost
+#: (~2.5 µs through ctypes) is more than the pass it saves (one thread, medians of 3000: 16384
+#: elements 3.7 against 2.6 µs for NumPy's two passes; 65536: 8.3-10.7 against 9.2-11.7).
+AXPY_MIN = 1 << 16
 
 
 def axpy(x, y, a, out=None):
@@ -232,7 +233,7 @@ def axpy(x, y, a, out=None):
     f = openblas.axpy_for(x.dtype)
     out = np.empty_like(x) if out is None else out
     same = x.dtype == y.dtype == out.dtype and x.shape == y.shape == out.shape
-    flat = x.flags.c_contiguous and y.flags.c_contiguous and out.flags.c_contiguous
+    flat = x.flags.c_contiguous and y.flags.writeable and y.flags.c_contiguous and out.flags.c_contiguous
     if f is None or not same or not flat or np.may_share_memory(out, y):
         return np.add(x, np.multiply(y, a), out=out)
     if out is not x:

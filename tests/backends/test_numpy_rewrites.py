@@ -367,10 +367,11 @@ def test_weight_products_run_transposed_and_give_eagers_values(backend):
     assert [v.shape for v, n in zip(nodes, named) if n == sums and v.shape[:1] == (128,)] == [(128, 1)] * 2
 
 
-def test_sgd_updates_are_one_pass_in_the_parameters_buffers():
+def test_sgd_updates_are_one_pass_in_the_parameters_buffers(monkeypatch):
     """A weight's SGD update ``p + g * -lr`` (at least AXPY_MIN elements) is one axpy kernel
     written into the parameter's own buffer; the values are eager execution's to float32
     rounding (axpy rounds each element once)."""
+    monkeypatch.setattr(rewrites, "AXPY_MIN", 128 * 128)  # the test's weights, smaller than W1's
     want_p, _, _ = _trained("numpy", compiled=False)
     got_p, _, program = _trained("numpy", compiled=True)
     for g, w in zip(got_p, want_p):
@@ -391,8 +392,10 @@ def test_axpy_is_the_two_nodes_to_one_rounding(dtype):
     ulp = np.spacing(np.abs(want)) + np.spacing(np.abs(y * a))  # the sum's rounding and the product's
     for got in (rewrites.axpy(x, y, a), into):
         assert np.all(np.abs(got - want) <= ulp)
-    # not contiguous: NumPy's two passes, bit for bit
+    # not contiguous, or read-only: NumPy's two passes, bit for bit
     np.testing.assert_array_equal(_bits(rewrites.axpy(x.T, y.T, a)), _bits(x.T + y.T * a))
+    y.flags.writeable = False
+    np.testing.assert_array_equal(_bits(rewrites.axpy(x, y, a)), _bits(want))
 
 
 def test_small_products_keep_their_layout():
