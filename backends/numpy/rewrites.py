@@ -228,17 +228,25 @@ def axpy(x, y, a, out=None):
     """``x + y * a`` for a scalar ``a`` (an SGD update, ``p + g * -lr``) in one pass: BLAS's
     axpy on NumPy's OpenBLAS (openblas.py), into ``out`` (``x`` itself when the runner donates
     the parameter's buffer). Each element is rounded once (a fused multiply-add) where NumPy
-    rounds the product and the sum: equal to float32 rounding. Two NumPy passes where there is
-    no such BLAS or the arrays are not contiguous."""
+    rounds the product and the sum: equal to float32 rounding. The bits depend on the shape
+    only, not on the layouts or the destination (a run resumed from a checkpoint plans its
+    first steps' destinations unlike one never stopped): BLAS always runs over the elements
+    in C order (its last few, past its vector blocks, are rounded otherwise), and an operand
+    it cannot take as it is, or that the destination overwrites (Adam's second moment,
+    donated into its own buffer), is copied first. NumPy's two passes where there is no such
+    BLAS."""
     f = openblas.axpy_for(x.dtype)
     out = np.empty_like(x) if out is None else out
-    same = x.dtype == y.dtype == out.dtype and x.shape == y.shape == out.shape
-    flat = x.flags.c_contiguous and y.flags.writeable and y.flags.c_contiguous and out.flags.c_contiguous
-    if f is None or not same or not flat or np.may_share_memory(out, y):
+    if f is None or not (x.dtype == y.dtype == out.dtype and x.shape == y.shape == out.shape):
         return np.add(x, np.multiply(y, a), out=out)
-    if out is not x:
-        np.copyto(out, x)
-    f(out.size, float(a), y, out)
+    if not y.flags.c_contiguous or np.may_share_memory(out, y):
+        y = np.array(y, order="C")
+    into = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+    if into is not x:
+        np.copyto(into, x)
+    f(into.size, float(a), y, into)
+    if into is not out:
+        np.copyto(out, into)
     return out
 
 

@@ -392,10 +392,19 @@ def test_axpy_is_the_two_nodes_to_one_rounding(dtype):
     ulp = np.spacing(np.abs(want)) + np.spacing(np.abs(y * a))  # the sum's rounding and the product's
     for got in (rewrites.axpy(x, y, a), into):
         assert np.all(np.abs(got - want) <= ulp)
-    # not contiguous, or read-only: NumPy's two passes, bit for bit
-    np.testing.assert_array_equal(_bits(rewrites.axpy(x.T, y.T, a)), _bits(x.T + y.T * a))
+    # the same bits whatever the layouts and the destination (a run resumed from a checkpoint
+    # plans other destinations than one never stopped): read-only, transposed, the result
+    # written over y (Adam's second moment, donated into its own buffer)
     y.flags.writeable = False
-    np.testing.assert_array_equal(_bits(rewrites.axpy(x, y, a)), _bits(want))
+    np.testing.assert_array_equal(_bits(rewrites.axpy(x, y, a)), _bits(into))
+    xt, yt = np.ascontiguousarray(x.T), np.ascontiguousarray(y.T)  # BLAS's own order: C order of the shape
+    np.testing.assert_array_equal(_bits(rewrites.axpy(x.T, y.T, a)), _bits(rewrites.axpy(xt, yt, a)))
+    np.testing.assert_array_equal(
+        _bits(rewrites.axpy(x, y.T.copy().T, a, out=np.empty_like(x).T.copy().T)), _bits(into)
+    )
+    over = y.copy()
+    assert rewrites.axpy(x, over, a, out=over) is over
+    np.testing.assert_array_equal(_bits(over), _bits(into))
 
 
 def test_small_products_keep_their_layout():
