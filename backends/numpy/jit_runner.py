@@ -156,6 +156,16 @@ def _into(v, out, impl, scratch=None):
     raise AssertionError(v.op)
 
 
+#: Ops that may write over an input (a donated parameter): the elementwise ones but ``where``,
+#: whose bit operations (_select) write the output before they have read all of ``b``.
+IN_PLACE = ELEMENTWISE - {"where"}
+
+
+def _in_place(v) -> bool:
+    """May node ``v`` write its output over an input it reads (plan_buffers' ``in_place``)?"""
+    return v.op in IN_PLACE or (v.op == rewrites.KERNEL and v.params["name"] in rewrites.IN_PLACE)
+
+
 def _kept_in(i, buffer):
     """Pick result ``i`` of a compiled group given ``buffer`` as its destination, copied into
     it if the kernel wrote elsewhere (it may: numba's write only C-contiguous destinations), so
@@ -280,7 +290,7 @@ class NumpyProgram(Program):
             self._writes_into,
             key=key,
             donatable=donatable,
-            in_place=ELEMENTWISE - {"where"},
+            in_place=_in_place,
             together=together,
         )
         self.buffers = [_empty(shape, nb.NP[dtype], strides) for shape, dtype, strides in kinds]

@@ -367,6 +367,46 @@ def test_weight_products_run_transposed_and_give_eagers_values(backend):
     assert [v.shape for v, n in zip(nodes, named) if n == sums and v.shape[:1] == (128,)] == [(128, 1)] * 2
 
 
+def test_sgd_updates_are_one_pass_in_the_parameters_buffers(monkeypatch):
+    """A weight's SGD update ``p + g * -lr`` (at least AXPY_MIN elements) is one axpy kernel
+    written into the parameter's own buffer; the values are eager execution's to float32
+    rounding (axpy rounds each element once)."""
+    monkeypatch.setattr(rewrites, "AXPY_MIN", 128 * 128)  # the test's weights, smaller than W1's
+    want_p, _, _ = _trained("numpy", compiled=False)
+    got_p, _, program = _trained("numpy", compiled=True)
+    for g, w in zip(got_p, want_p):
+        _close(g, w)
+    updates = [v for v in program.graph.nodes if v.op == rewrites.KERNEL and v.params["name"] == "axpy"]
+    assert sorted(v.shape for v in updates) == [(128, 128), (128, 200)]  # the biases stay two ufuncs
+    assert [program.assignment[v.id][0] for v in updates] == ["donate", "donate"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_axpy_is_the_two_nodes_to_one_rounding(dtype):
+    rng = np.random.RandomState(3)
+    x, y = (rng.standard_normal((300, 70)).astype(dtype) for _ in range(2))
+    a = np.array(-0.1, dtype)
+    want = x + y * a
+    into = x.copy()
+    assert rewrites.axpy(into, y, a, out=into) is into
+    ulp = np.spacing(np.abs(want)) + np.spacing(np.abs(y * a))  # the sum's rounding and the product's
+    for got in (rewrites.axpy(x, y, a), into):
+        assert np.all(np.abs(got - want) <= ulp)
+    # the same bits whatever the layouts and the destination (a run resumed from a checkpoint
+    # plans other destinations than one never stopped): read-only, transposed, the result
+    # written over y (Adam's second moment, donated into its own buffer)
+    y.flags.writeable = False
+    np.testing.assert_array_equal(_bits(rewrites.axpy(x, y, a)), _bits(into))
+    xt, yt = np.ascontiguousarray(x.T), np.ascontiguousarray(y.T)  # BLAS's own order: C order of the shape
+    np.testing.assert_array_equal(_bits(rewrites.axpy(x.T, y.T, a)), _bits(rewrites.axpy(xt, yt, a)))
+    np.testing.assert_array_equal(
+        _bits(rewrites.axpy(x, y.T.copy().T, a, out=np.empty_like(x).T.copy().T)), _bits(into)
+    )
+    over = y.copy()
+    assert rewrites.axpy(x, over, a, out=over) is over
+    np.testing.assert_array_equal(_bits(over), _bits(into))
+
+
 def test_small_products_keep_their_layout():
     """Below TRANSPOSE_MIN (a layer's logits, the small MLP above) nothing changes."""
     _, _, program = _trained("numpy", compiled=True)

@@ -75,6 +75,9 @@ def plan_buffers(
     ``key(var)`` which values may share a buffer (default: same shape and dtype; a backend
     adds the memory layout); ``donatable(var, capture)`` whether ``var`` may be computed in
     the captured tensor's buffer (default: yes, when the rules below allow it).
+    ``in_place`` names the ops whose kernels read an element of each input before they write
+    that element of the output, so they may write over an input (a function of the node where
+    a name is not enough: the NumPy runner's rewritten kernels share one op name).
     ``together`` lists groups whose nodes run as one kernel (compiled fusion groups): the
     kernel reads all its inputs while it writes all its outputs, so none of its outputs may
     take the buffer of a value that dies inside it.
@@ -95,6 +98,7 @@ def plan_buffers(
     buffers: list[Any] = []
     free: dict[Any, Any] = {}
     donated = set()
+    elementwise = in_place if callable(in_place) else (lambda v: v.op in in_place)
     for i, cap in graph.donate.items():
         v = graph.outputs[i]
         if v.id not in position or out_count[v.id] != 1 or not writes_into(v) or v.id in assignment:
@@ -108,7 +112,7 @@ def plan_buffers(
         direct = [a for a in v.inputs if a is cap]
         if reads < pos or (
             reads == pos
-            and v.op in in_place
+            and elementwise(v)
             and direct
             and cap.shape == v.shape
             and not any(root.get(a.id) == cap.id and a is not cap for a in v.inputs)

@@ -1,0 +1,61 @@
+"""NumPy's own OpenBLAS, called directly for what NumPy has no function for.
+
+NumPy's wheels bundle an OpenBLAS (``numpy.libs`` on Linux, ``numpy/.dylibs`` on macOS) whose
+CBLAS entry points carry a prefix and, for 64-bit integers, a suffix
+(``scipy_cblas_saxpy64_``). Opening the same file again gives the library NumPy already
+loaded: the same code and the same threads as its products. Where there is none (another
+BLAS, Pyodide) :func:`axpy_for` returns None and callers keep NumPy's functions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import numpy as np
+
+#: The bundled library's folders, relative to NumPy's package folder.
+FOLDERS = (os.path.join(os.pardir, "numpy.libs"), ".dylibs")
+#: (prefix, suffix, C integer type) of the CBLAS names NumPy's wheels export.
+NAMES = (("scipy_cblas_", "64_", ctypes.c_int64), ("scipy_cblas_", "", ctypes.c_int32))
+
+_FOUND: dict = {}
+
+
+def _address(a):
+    """The first byte of contiguous ``a``: 0.5 µs for a writable one (``ctypes.c_char.from_buffer``),
+    1.6 µs for ``a.ctypes.data``, which a read-only one (a tensor loaded from a file) needs."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a)) if a.flags.writeable else a.ctypes.data
+
+
+def _library():
+    """The bundled OpenBLAS, or None."""
+    if "lib" not in _FOUND:
+        _FOUND["lib"] = None
+        here = os.path.dirname(np.__file__)
+        for path in sorted(p for f in FOLDERS for p in glob.glob(os.path.join(here, f, "*openblas*"))):
+            try:
+                _FOUND["lib"] = ctypes.CDLL(path)
+                break
+            except OSError:
+                continue
+    return _FOUND["lib"]
+
+
+def axpy_for(dtype):
+    """``f(n, a, x, y)``: ``y[:n] += a * x[:n]`` for contiguous float32/float64 arrays (one pass,
+    each element rounded once: a fused multiply-add where the CPU has one), or None."""
+    dtype = np.dtype(dtype)
+    if dtype not in _FOUND:
+        _FOUND[dtype] = None
+        lib, letter = _library(), {"float32": "s", "float64": "d"}.get(dtype.name)
+        for prefix, suffix, integer in NAMES if lib is not None and letter else ():
+            f = getattr(lib, f"{prefix}{letter}axpy{suffix}", None)
+            if f is not None:
+                scalar = ctypes.c_float if letter == "s" else ctypes.c_double
+                f.argtypes = [integer, scalar, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
+                f.restype = None
+                _FOUND[dtype] = lambda n, a, x, y, f=f: f(n, a, _address(x), 1, _address(y), 1)
+                break
+    return _FOUND[dtype]
