@@ -46,7 +46,7 @@ def forced(arm: list):
 
     cls = launch.ThreadChoice
     choose, record = cls.__dict__["choose"], cls.__dict__["record"]
-    cls.choose = lambda self, key: (arm[0] == "one", False, choose(self, key)[2])  # type: ignore[method-assign]
+    cls.choose = lambda self, key, watch=False: (arm[0] == "one", False, choose(self, key, watch)[2])  # type: ignore[method-assign]
     cls.record = lambda self, *a: None  # type: ignore[method-assign]
 
     def undo():

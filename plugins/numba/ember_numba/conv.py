@@ -448,7 +448,7 @@ class Chunks:
         thread measured faster (:data:`SAMPLE_THREADS`: a busy machine), all of it runs on one.
         ``then(o0, o1, p0, p1)``, if given, runs on each block of ``out`` (channels o0 .. o1-1,
         pixels p0 .. p1-1) once it is made, on the thread that made it (an epilogue)."""
-        one, explore, st = SAMPLE_THREADS.choose((self.geo, wm.shape, self.dtype.num))
+        one, explore, st = SAMPLE_THREADS.choose((self.geo, wm.shape, self.dtype.num), watch=True)
         t0 = time.perf_counter()
         with one_thread(), awake():
             self._forward_sample(x, n, wm, out, 1 if one else self.threads, then)

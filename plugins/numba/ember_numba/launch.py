@@ -81,6 +81,11 @@ class ThreadChoice:
     spinning on after a call) kept a layer on one thread for 32 calls or more, longer than a
     benchmark's run.
 
+    A call may ``watch`` the machine (the layers of a network at batch 1): a key kept on one
+    thread tries all threads at once when the machine goes quiet (:class:`Quieted`), not after
+    the period that a busy spell grew, up to thousands of calls: the estimate of all threads is
+    from the busy spell, and stale in the quiet one.
+
     A busy machine is busy for every key at once: after STREAK tries in a row (any keys) in
     which all threads stalled (took over STALL times as long as one), a key about to try all
     threads for the first time waits one more period instead of paying for that try at once.
@@ -92,15 +97,16 @@ class ThreadChoice:
     def __init__(self):
         self.stats: dict = {}
 
-    def choose(self, key):
+    def choose(self, key, watch=False):
         """(use one thread?, is this a try of the road not taken?, the key's record)."""
         st = self.stats.get(key)
         if st is None:
             if len(self.stats) > 10_000:
                 self.stats.clear()
             # calls, mean seconds on 1 thread, on all, call of the next try, try period,
-            # the current try's times, roads warmed up (bit 1: one thread, bit 2: all)
-            st = self.stats[key] = [0, None, None, 0, self.EXPLORE, [], 0]
+            # the current try's times, roads warmed up (bit 1: one thread, bit 2: all),
+            # the machine's quiet spell (Quieted.spell) when a try of all threads last lost
+            st = self.stats[key] = [0, None, None, 0, self.EXPLORE, [], 0, None]
         st[0] += 1
         if st[1] is None:
             return True, False, st
@@ -112,6 +118,8 @@ class ThreadChoice:
                 return True, False, st
             return False, True, st
         one = st[1] <= st[2]
+        if one and watch and st[7] is not None and st[7] != QUIETED.spell():
+            st[3], st[7] = st[0], None  # quiet since that verdict: all threads' try is due
         if st[0] >= st[3]:
             return not one, True, st
         return one, False, st
@@ -144,6 +152,7 @@ class ThreadChoice:
         else:
             st[4] = self.EXPLORE
         st[3] = st[0] + st[4]
+        st[7] = QUIETED.spell(now=False) if st[1] <= st[2] else None
         # A stall — all threads several times slower than one — is what a busy core does; a
         # memory-bound loop that merely gains nothing from a second thread is not evidence.
         slow, fast = (seconds, other) if not one else (other, seconds)
@@ -155,6 +164,47 @@ class ThreadChoice:
 
 
 KERNEL_THREADS = ThreadChoice()
+
+
+class Quieted:
+    """Counts the machine's turns from busy to quiet: other processes' cores (all cores' busy
+    time in /proc/stat less this process's CPU time, over windows of at least WINDOW seconds)
+    over BUSY, then under QUIET. Linux; elsewhere the count stays 0.
+
+    Why: on the shared 2-core development machine other engineers' jobs come and go within
+    seconds; a busy spell sends a network's layers to one thread and grows the period before
+    their next try of all threads, so the quiet minutes after it ran on one thread (ResNet-50 at
+    batch 1: every layer on two threads took 0.85-0.88x the chosen roads' time in them)."""
+
+    WINDOW, BUSY, QUIET = 0.2, 0.6, 0.25
+
+    def __init__(self):
+        self.count, self.busy, self.at = 0, False, None
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.watching = os.path.exists("/proc/stat")
+
+    def _sample(self):
+        """(wall, all cores' busy seconds, this process's CPU seconds)."""
+        with open("/proc/stat", "rb") as f:  # opened each time: a forked child shares no offset
+            v = [int(a) for a in f.readline().split()[1:8]]
+        return time.perf_counter(), (sum(v) - v[3] - v[4]) / self.tick, time.process_time()
+
+    def spell(self, now=True) -> int:
+        """The number of quiet spells begun so far; with ``now``, a window due is read first."""
+        if now and self.watching:
+            t = time.perf_counter()
+            if self.at is None or t - self.at[0] >= self.WINDOW:
+                at, self.at = self.at, self._sample()
+                if at is not None:
+                    others = (self.at[1] - at[1] - (self.at[2] - at[2])) / (self.at[0] - at[0])
+                    if others > self.BUSY:
+                        self.busy = True
+                    elif self.busy and others < self.QUIET:
+                        self.busy, self.count = False, self.count + 1
+        return self.count
+
+
+QUIETED = Quieted()
 
 
 _COUNT: list = []

@@ -92,7 +92,7 @@ def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):
         y3 = matmul(w, x, out=y.reshape(n, o, p))
         on_demand(n, nt if y3.size * y3.itemsize >= 1 << 20 else 1, lambda i: epilogue(y, i, i + 1, 0, o, 0, p))
         return y
-    one, explore, st = POINTWISE_THREADS.choose((w.shape, x.shape, w.dtype.num))
+    one, explore, st = POINTWISE_THREADS.choose((w.shape, x.shape, w.dtype.num), watch=True)
     t0 = time.perf_counter()
     with one_thread(), awake():
         if skinny.takes(w, x[0]):  # as blas.matmul's: the matmul node's bits

@@ -375,7 +375,7 @@ def _bands(n0, m, th, tw, nt, tiles, key):
     demand (at least :data:`BAND_TILES` tiles a band, BANDS_PER_THREAD a thread where there are
     enough), or all on the calling thread where that measured faster (:data:`BAND_THREADS`,
     per ``key``)."""
-    one, explore, st = BAND_THREADS.choose(key)
+    one, explore, st = BAND_THREADS.choose(key, watch=m == 1)
     bands = 1 if one else max(1, min(BANDS_PER_THREAD * nt, m * th * tw // BAND_TILES, th))
     edges = [th * i // bands for i in range(bands + 1)]
     t0 = time.perf_counter()

@@ -414,6 +414,57 @@ def test_thread_choice_is_not_decided_by_one_stall_or_a_first_call(monkeypatch):
     assert not any(uses[6:21])  # all threads from the verdict on, until one thread's next try
 
 
+@pytest.mark.parametrize("watch", [False, True])
+def test_thread_choice_watching_tries_all_threads_once_the_machine_quiets(watch, monkeypatch):
+    """A busy spell (one thread 2 s, all threads 8 s) keeps the key on one thread and grows the
+    period between tries; then the machine goes quiet (one thread 1 s, all 0.5 s). A watching
+    key tries all threads at once and keeps them; without watching it waits out the period."""
+    from ember_numba import launch
+    from ember_numba.launch import ThreadChoice
+
+    class Machine:
+        count = 0
+
+        def spell(self, now=True):
+            return self.count
+
+    machine = Machine()
+    monkeypatch.setattr(launch, "QUIETED", machine)
+    choice = ThreadChoice()
+    monkeypatch.setattr(ThreadChoice, "streak", [0])
+    for _call in range(300):
+        one, explore, st = choice.choose("k", watch)
+        choice.record(st, one, explore, 2.0 if one else 8.0)
+    machine.count += 1  # quiet now
+    uses = []
+    for _call in range(60):
+        one, explore, st = choice.choose("k", watch)
+        uses.append(one)
+        choice.record(st, one, explore, 1.0 if one else 0.5)
+    if watch:
+        assert not uses[0] and sum(uses) <= ThreadChoice.TRIES  # all threads, but for one's re-try
+    else:
+        assert all(uses)
+
+
+def test_quieted_counts_turns_from_busy_to_quiet(monkeypatch):
+    """Other processes' cores per window (all cores' busy time less this process's): 0.1 (not
+    busy yet), 1.0 (busy), 0.4 (neither), 0.1 (quiet: one turn), 0.1, 1.5, 0.0 (a second)."""
+    from ember_numba.launch import Quieted
+
+    others = [0.1, 1.0, 0.4, 0.1, 0.1, 1.5, 0.0]
+    samples = [(0.0, 0.0, 0.0)]
+    for k, o in enumerate(others):  # windows of 1 s, this process using 0.5 cores of them
+        samples.append((k + 1.0, samples[-1][1] + o + 0.5, samples[-1][2] + 0.5))
+    quieted = Quieted()
+    monkeypatch.setattr(quieted, "watching", True)
+    monkeypatch.setattr(quieted, "_sample", lambda: samples.pop(0))
+    times = iter(range(100))
+    monkeypatch.setattr("time.perf_counter", lambda: float(next(times)))
+    counts = [quieted.spell() for _ in range(len(others) + 1)]
+    assert counts == [0, 0, 0, 0, 1, 1, 1, 2]
+
+
 # ----------------------------------------------------------------------------- examples
 @pytest.mark.parametrize("name", ["render", "launch", "cache", "backend", "blas", "fused.common", "jit"])
 def test_docstring_examples(name):

@@ -337,7 +337,7 @@ def test_epilogue_on_each_block_is_the_nodes_after_the_convolution(xs, ws, s, p,
 class _AllThreads:
     """A ThreadChoice that always takes all threads (the blocks are what the test checks)."""
 
-    def choose(self, key):
+    def choose(self, key, watch=False):
         return False, False, None
 
     def record(self, *args):

@@ -55,7 +55,7 @@ def test_a_samples_pool_on_blocks_of_planes_matches_the_reference(backend, rng, 
     seen = []
     choose = pooling.SAMPLE_THREADS.choose
 
-    def forced(key):
+    def forced(key, watch=False):
         seen.append(key)
         return one, False, choose(key)[2]
 

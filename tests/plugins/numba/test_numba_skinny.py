@@ -122,7 +122,7 @@ def test_pointwise_rewrite_is_the_nodes_with_the_skinny_product(skinny_always, o
     from ember_numba import launch, rewrites
 
     class Always:
-        def choose(self, key):
+        def choose(self, key, watch=False):
             return one, False, None
 
         def record(self, *args):

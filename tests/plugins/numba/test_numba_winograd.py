@@ -77,7 +77,7 @@ def test_tile_row_bands_shared_among_threads_match_the_direct_convolution(
     threads take, here one tile row a band, on three threads."""
     monkeypatch.setattr(winograd, "threads", lambda: 3)
     monkeypatch.setattr(winograd, "BAND_TILES", 1)
-    monkeypatch.setattr(winograd.BAND_THREADS, "choose", lambda key: (False, False, None))  # all threads
+    monkeypatch.setattr(winograd.BAND_THREADS, "choose", lambda key, watch=False: (False, False, None))  # all threads
     monkeypatch.setattr(winograd.BAND_THREADS, "record", lambda *args: None)
     bands = []
     real = winograd._bands
@@ -265,7 +265,7 @@ def test_epilogue_on_each_band_is_the_nodes_after_the_convolution(batch, transfo
     monkeypatch.setattr(winograd, "BAND_TILES", 1)  # many bands
     # Both calls cut the same bands: a GEMM's bits may depend on its width (OpenBLAS's
     # Haswell kernels), and one thread or all, measured call by call, cuts them differently.
-    monkeypatch.setattr(winograd.BAND_THREADS, "choose", lambda key: (False, False, None))
+    monkeypatch.setattr(winograd.BAND_THREADS, "choose", lambda key, watch=False: (False, False, None))
     monkeypatch.setattr(winograd.BAND_THREADS, "record", lambda *args: None)
     rng = np.random.default_rng(8)
     x = rng.standard_normal((batch, 16, 20, 19)).astype(np.float32)

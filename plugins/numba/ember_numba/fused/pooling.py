@@ -457,7 +457,7 @@ def _sample_planes(kernel, xs, args, outs):
     if nt == 1 or xs.size < launch.PAR_MIN:
         launch.for_work(kernel, 0)(xs, *args, outs)
         return
-    one, explore, st = SAMPLE_THREADS.choose((kernel, args))
+    one, explore, st = SAMPLE_THREADS.choose((kernel, args), watch=True)
     planes, hw, ohw = args[0], args[1] * args[2], args[3] * args[4]
     blocks = 1 if one else min(planes, 2 * nt)
     e = [planes * i // blocks for i in range(blocks + 1)]
