@@ -20,7 +20,6 @@ import ast
 import importlib
 import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -103,12 +102,9 @@ def main(argv=None) -> str:
     args = p.parse_args(argv)
     recording.warn_blas_overrides("python -m benchmarks.onnx_ab")
     values = {"old": ast.literal_eval(args.old), "new": ast.literal_eval(args.new)}
-    exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
-    path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")
-    onnx_models.export(args.model, exporter, path)
     side = onnx_models.MODELS[args.model][3]
-    cpu, steps, program, diff = measure(path, side, args.flag, values, args.calls, args.threads, args.one)
-    os.remove(path)
+    with onnx_models.exported(args.model, args.exporter) as path:
+        cpu, steps, program, diff = measure(path, side, args.flag, values, args.calls, args.threads, args.one)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     road = f"{args.threads} thread(s)" + (", every choice forced onto one" if args.one else "")
     text = (

@@ -89,7 +89,7 @@ def ort_nodes(path, threads, calls, x):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    opts.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"ember-ort-{os.getpid()}")
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: x}
     warm = 5
@@ -101,8 +101,10 @@ def ort_nodes(path, threads, calls, x):
         session.run(None, feed)
         calls_ms.append(1e3 * (time.perf_counter() - t0))
         time.sleep(onnx_models.PAUSE)
-    with open(session.end_profiling()) as f:
+    profile = session.end_profiling()
+    with open(profile) as f:
         events = json.load(f)
+    os.remove(profile)
     per: dict = {}
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
@@ -160,16 +162,14 @@ def main(argv=None) -> str:
     p.add_argument("--exporter", choices=("torch", "ember"), default=None, help="default: torch where installed")
     args = p.parse_args(argv)
     recording.warn_blas_overrides("python -m benchmarks.onnx_layers")
-    exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
     counts = sorted({int(n) for n in args.threads.split(",")}, reverse=True)
-    path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")
-    onnx_models.export(args.model, exporter, path)
     side = onnx_models.MODELS[args.model][3]
     x = np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
     ember, ort, made = {}, {}, _programs()
-    for n in counts:
-        ember[n] = ember_steps(path, n, args.calls, x, made)
-        ort[n] = ort_nodes(path, n, args.calls, x)
+    with onnx_models.exported(args.model, args.exporter) as path:
+        for n in counts:
+            ember[n] = ember_steps(path, n, args.calls, x, made)
+            ort[n] = ort_nodes(path, n, args.calls, x)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     text = f"{args.model}, batch 1, {args.calls} calls a thread count, 1-min load at the end {load:.2f}; ms\n\n"
     text += report(counts, ember, ort)

@@ -27,11 +27,13 @@ installed (``--exporter torch``: what users bring), else with ``ember.nn`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -104,6 +106,25 @@ def resnet(nn, kind, blocks, width, classes=CLASSES):
             return self.fc(self.layers(self.stem(x)).mean((2, 3)))
 
     return ResNet()
+
+
+@contextlib.contextmanager
+def exported(name, exporter=None, batch=1, **options):
+    """The path of model ``name`` written by :func:`export` (``exporter``: torch where installed)
+    into a temporary folder, removed with the folder on leaving, a failed measurement too: a
+    ResNet-50 file is 100 MB, and the copies that tools left behind once filled the disk.
+
+    >>> with exported("tiny", "ember") as path:
+    ...     os.path.getsize(path) > 0
+    True
+    >>> os.path.exists(path)
+    False
+    """
+    exporter = exporter or ("torch" if _has_torch() else "ember")
+    with tempfile.TemporaryDirectory(prefix="ember-onnx-") as folder:
+        path = os.path.join(folder, f"{name}-{batch}.onnx")
+        export(name, exporter, path, batch, **options)
+        yield path
 
 
 def export(name, exporter, path, batch=1, seed=0, batchnorm=False):

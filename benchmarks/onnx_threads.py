@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -141,12 +140,9 @@ def main(argv=None) -> str:
     p.add_argument("--top", type=int, default=30, help="layers listed with --steps")
     args = p.parse_args(argv)
     recording.warn_blas_overrides("python -m benchmarks.onnx_threads")
-    exporter = args.exporter or ("torch" if onnx_models._has_torch() else "ember")
-    path = os.path.join(tempfile.mkdtemp(), f"{args.model}.onnx")
-    onnx_models.export(args.model, exporter, path)
     steps: dict | None = {} if args.steps else None
-    times, others = measure(path, onnx_models.MODELS[args.model][3], args.calls, steps=steps)
-    os.remove(path)
+    with onnx_models.exported(args.model, args.exporter) as path:
+        times, others = measure(path, onnx_models.MODELS[args.model][3], args.calls, steps=steps)
     quiet = [i for i, o in enumerate(others) if o < args.quiet]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     head = [

@@ -44,16 +44,13 @@ def _quartiles(values) -> str:
 
 def whole_model(name, threads, calls) -> None:
     """The model at batch 1 with the skinny product on and off, and onnxruntime, in turns."""
-    import os
-    import tempfile
 
     from benchmarks import onnx_models
     from ember_numba import skinny
 
-    path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
-    onnx_models.export(name, "torch" if onnx_models._has_torch() else "ember", path)
-    ort, _ = onnx_models.make_runner("ort", path, threads)
-    ember, _ = onnx_models.make_runner("numba+jit", path, threads)
+    with onnx_models.exported(name) as path:
+        ort, _ = onnx_models.make_runner("ort", path, threads)
+        ember, _ = onnx_models.make_runner("numba+jit", path, threads)
     side = onnx_models.MODELS[name][3]
     x = np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
     ref, found = ort(x), skinny.VECTORS

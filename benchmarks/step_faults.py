@@ -33,16 +33,12 @@ def _delta(before, after):
 def _setup(workload, backend, batch):
     """The step function of ``workload`` (a training workload, or ``resnet50-b1``: ONNX inference)."""
     if workload == "resnet50-b1":
-        import os
-        import tempfile
-
         import numpy as np
 
         from benchmarks import onnx_models
 
-        path = os.path.join(tempfile.mkdtemp(), "resnet50.onnx")
-        onnx_models.export("resnet50", "ember", path, 1)
-        run, _ = onnx_models.make_runner(backend, path, 2)
+        with onnx_models.exported("resnet50", "ember") as path:
+            run, _ = onnx_models.make_runner(backend, path, 2)
         x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
         return lambda: run(x)
     from benchmarks.workloads import WORKLOADS, Ember

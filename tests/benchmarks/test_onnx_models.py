@@ -85,3 +85,21 @@ def test_a_wrong_output_is_an_error_row_not_a_timing(tmp_path, monkeypatch):
     assert "median_ms" in rows[0]
     assert "differs from onnxruntime" in rows[1]["error"] and rows[1]["seconds"] == []
     assert "differs from onnxruntime" in onnx_models.table(rows)
+
+
+def test_an_exported_file_goes_with_its_folder_when_the_measurement_fails():
+    # a ResNet-50 file is 100 MB: the copies that failed or killed tools left once filled the disk
+    paths = []
+    with pytest.raises(RuntimeError, match="measurement failed"), onnx_models.exported("tiny", "ember") as path:
+        paths.append(path)
+        assert os.path.getsize(path) > 0
+        raise RuntimeError("measurement failed")
+    assert not os.path.exists(os.path.dirname(paths[0]))
+
+
+def test_exported_docstring_example_runs():
+    import doctest
+
+    finder = doctest.DocTestFinder()
+    (test,) = finder.find(onnx_models.exported, "exported", globs={"exported": onnx_models.exported, "os": os})
+    assert doctest.DocTestRunner().run(test).failed == 0
