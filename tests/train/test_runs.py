@@ -48,7 +48,8 @@ def test_eval_without_a_path_prints_a_table_of_the_newest_run(tmp_path, monkeypa
     code, _, err = ember("eval")
     assert_clean_error(code, err, "no run to evaluate")
     for _ in range(2):
-        assert ember("train", *RUN, "--max-steps", 1)[0] == 0
+        code, _, err = ember("train", *RUN, "--max-steps", 1)
+        assert code == 0, err  # the CLI's one-line error says why
     code, out, err = ember("eval")
     assert code == 0, err
     lines = out.splitlines()
