@@ -580,7 +580,24 @@ def markdown(report):
     return "\n".join(out)
 
 
+def _portable(record):
+    """``record`` with the scratch cache folders of a cold run (W5-cold: new folders under the
+    temporary directory, removed after the run) named as such, not by their machine paths, so a
+    saved report can be committed; the records :func:`run_one` returns keep the paths."""
+    scratch = Path(tempfile.gettempdir())
+    dirs = record.get("cache_dirs")
+    if not dirs:
+        return record
+    named = {k: SCRATCH if v and Path(v).is_relative_to(scratch) else v for k, v in dirs.items()}
+    return {**record, "cache_dirs": named}
+
+
+#: What a report says for a cold run's cache folder (see :func:`_portable`).
+SCRATCH = "(a new temporary folder, removed after the run)"
+
+
 def report(command, workloads, targets, not_run, s: Settings, records):
+    records = [_portable(r) for r in records]
     return {
         "command": command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

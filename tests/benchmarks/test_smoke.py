@@ -269,6 +269,11 @@ def test_w5_times_three_steps_and_the_cold_variant_starts_with_empty_caches():
     assert dirs[0] != dirs[1]
     warm = runner.run_one("W5-first-step", runner.Target("ember", "numpy+jit"), s)
     assert warm["status"] == "ok" and warm["cache_dirs"]["EMBER_CACHE"] != dirs[0]
+    # the saved report names the scratch folders as such: no machine path in a committed JSON
+    rounds = [dict(rec, round=1) for rec in records]  # as runner.run numbers them
+    saved = runner.report("python -m benchmarks run", ["W5-cold"], [], {}, s, rounds)["records"]
+    assert all(rec["cache_dirs"] == dict.fromkeys(COLD_CACHE_VARIABLES, runner.SCRATCH) for rec in saved)
+    assert records[0]["cache_dirs"]["EMBER_CACHE"] == dirs[0]  # what run_one returned is left as it was
 
 
 def test_each_rounds_gemm_rate_stands_beside_that_rounds_ratios():
