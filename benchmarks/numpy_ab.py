@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 from benchmarks import recording
-from benchmarks.dispatch_overhead import ROOT, TOPS, _from_git, _from_tree, alternating, spread
+from benchmarks.dispatch_overhead import ROOT, TOPS, _from_git, _from_tree, alternating, spread, untraced
 from benchmarks.workloads import WORKLOADS
 
 CHILD = r"""
@@ -58,13 +58,6 @@ for _ in range(steps):
 import resource
 print(min(times), sum(times) / len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # RSS in KiB
 """
-
-
-def untraced(env):
-    """``env`` without coverage.py's subprocess hook (set under ``coverage run``, as in CI): a
-    timing process runs untraced, and the copies of ember it imports are deleted before any
-    coverage report could read them (which then fails with "No source for code")."""
-    return {k: v for k, v in env.items() if k not in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")}
 
 
 def _time(tree, args):

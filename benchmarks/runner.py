@@ -483,12 +483,12 @@ def by_round(summary):
     """Lines of the per-round table: each round's GEMM rate (the host's speed then), and beside
     it each row's speed vs torch eager in that round. Empty for reports without them (older ones)."""
     gemm = summary.get("gemm_by_round") or {}
+    if not gemm:
+        return []
     rows = [r for r in summary["rows"] if r.get("speed_vs_torch_eager_by_round") and r["target"] != REFERENCE.label]
     rounds = sorted(
         {int(k) for g in gemm.values() for k in g} | {int(k) for r in rows for k in r["speed_vs_torch_eager_by_round"]}
     )
-    if not gemm:
-        return []
     cells = lambda values, f: " | ".join(f(values[str(k)]) if str(k) in values else "–" for k in rounds)  # noqa: E731
     out = [
         "",
@@ -580,6 +580,10 @@ def markdown(report):
     return "\n".join(out)
 
 
+#: What a report says for a cold run's cache folder (see :func:`_portable`).
+SCRATCH = "(a new temporary folder, removed after the run)"
+
+
 def _portable(record):
     """``record`` with the scratch cache folders of a cold run (W5-cold: new folders under the
     temporary directory, removed after the run) named as such, not by their machine paths, so a
@@ -590,10 +594,6 @@ def _portable(record):
         return record
     named = {k: SCRATCH if v and Path(v).is_relative_to(scratch) else v for k, v in dirs.items()}
     return {**record, "cache_dirs": named}
-
-
-#: What a report says for a cold run's cache folder (see :func:`_portable`).
-SCRATCH = "(a new temporary folder, removed after the run)"
 
 
 def report(command, workloads, targets, not_run, s: Settings, records):

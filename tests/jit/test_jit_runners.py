@@ -285,12 +285,19 @@ class FusingIntoNumpy(FusingNumpy):
         return run
 
 
-@pytest.mark.parametrize("writes", [True, False], ids=["writes", "declines"])
-def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
+def _fusing_into_numpy(writes, monkeypatch):
+    """The FusingIntoNumpy backend, registered, its kernels writing into the runner's buffers
+    (``writes``) or declining them, with a fresh list of the arrays they wrote into."""
     ember.register_backend(ember.BackendInfo(FusingIntoNumpy.name, FusingIntoNumpy))
     backend = ember.get_backend(FusingIntoNumpy.name)
     monkeypatch.setattr(backend, "writes", writes)
     monkeypatch.setattr(backend, "written", [], raising=False)
+    return backend
+
+
+@pytest.mark.parametrize("writes", [True, False], ids=["writes", "declines"])
+def test_compiled_groups_write_updates_into_the_parameters(writes, monkeypatch):
+    backend = _fusing_into_numpy(writes, monkeypatch)
     ref, model, opts = mlp_twins(backend.name)
     jstep = ember.jit(train_step)
     x, y = ember.randn(4, 6), ember.tensor([0, 2, 1, 1])
@@ -337,10 +344,7 @@ def test_views_of_pooled_buffers_are_made_once_and_see_each_calls_values():
 def test_views_of_compiled_groups_outputs_see_each_calls_values(writes, monkeypatch):
     # A group's output with a planned destination lives there (copied in when the kernel
     # declines it), so its transpose is made once and still reads each call's values.
-    ember.register_backend(ember.BackendInfo(FusingIntoNumpy.name, FusingIntoNumpy))
-    backend = ember.get_backend(FusingIntoNumpy.name)
-    monkeypatch.setattr(backend, "writes", writes)
-    monkeypatch.setattr(backend, "written", [], raising=False)
+    backend = _fusing_into_numpy(writes, monkeypatch)
     f = ember.jit(lambda a, b, c: (a * b + 1.0).exp().T @ c)
     rng = np.random.default_rng(0)
     for _ in range(4):
