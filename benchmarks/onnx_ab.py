@@ -10,7 +10,8 @@ the two take turns, each first in every other round, each call followed by an un
 millisecond, so each step of the jitted program is timed too (step_profile's timer), and the
 steps whose medians differ are listed. ``--threads 2 --one`` forces every thread choice onto
 one thread of two (onnx_threads.forced): the road the benchmark takes where it keeps a layer on
-one thread. CPU time is the process's (``time.process_time``): on one thread, the work itself.
+one thread; ``--all`` onto all of them, so a change to the threads' hand-offs is measured on
+every layer, not only where a busy moment left the choice. CPU time is the process's (``time.process_time``): on one thread, the work itself.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from benchmarks import onnx_models, onnx_threads, recording, step_profile
 ARMS = ("old", "new")
 
 
-def measure(path, side, flag, values, calls, threads, one):
+def measure(path, side, flag, values, calls, threads, road=None):
     """({arm: [CPU s a call]}, {arm: {step: [s]}}, program, the largest difference of the
     arms' outputs)."""
     module, name = flag.rsplit(".", 1)
@@ -38,7 +39,7 @@ def measure(path, side, flag, values, calls, threads, one):
         raise SystemExit(f"{module} has no attribute {name}")
     made = step_profile._programs()
     run, _ = onnx_models.make_runner("numba+jit", path, threads)
-    undo = onnx_threads.forced(["one"]) if one else (lambda: None)
+    undo = onnx_threads.forced([road]) if road else (lambda: None)
     kept = getattr(target, name)
     x = np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
     try:
@@ -96,17 +97,21 @@ def main(argv=None) -> str:
     p.add_argument("--new", default="True", help="the new arm's value (a Python literal)")
     p.add_argument("--threads", type=int, default=1, help="numba's threads (1: a one-thread pool)")
     p.add_argument("--one", action="store_true", help="every thread choice forced onto one thread")
+    p.add_argument("--all", action="store_true", help="every thread choice forced onto all threads")
     p.add_argument("--calls", type=int, default=40, help="rounds (one call of each arm a round)")
     p.add_argument("--exporter", choices=("torch", "ember"), default=None, help="default: torch where installed")
     p.add_argument("--every", action="store_true", help="list every step, not only those that differ")
     args = p.parse_args(argv)
+    if args.one and args.all:
+        p.error("--one and --all: choose one road")
+    forced = "one" if args.one else "all" if args.all else None
     recording.warn_blas_overrides("python -m benchmarks.onnx_ab")
     values = {"old": ast.literal_eval(args.old), "new": ast.literal_eval(args.new)}
     side = onnx_models.MODELS[args.model][3]
     with onnx_models.exported(args.model, args.exporter) as path:
-        cpu, steps, program, diff = measure(path, side, args.flag, values, args.calls, args.threads, args.one)
+        cpu, steps, program, diff = measure(path, side, args.flag, values, args.calls, args.threads, forced)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    road = f"{args.threads} thread(s)" + (", every choice forced onto one" if args.one else "")
+    road = f"{args.threads} thread(s)" + (f", every choice forced onto {forced}" if forced else "")
     text = (
         f"{args.model}, batch 1, numba+jit on {road}; {args.flag}: old {args.old}, new {args.new}; "
         f"{args.calls} rounds; 1-min load at the end {load:.2f}\n\n" + report(cpu, steps, program, diff, args.every)

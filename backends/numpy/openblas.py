@@ -59,3 +59,29 @@ def axpy_for(dtype):
                 _FOUND[dtype] = lambda n, a, x, y, f=f: f(n, a, _address(x), 1, _address(y), 1)
                 break
     return _FOUND[dtype]
+
+
+def gemm_for(dtype):
+    """CBLAS ``?gemm`` of the bundled OpenBLAS for float32/float64, as a ctypes function whose
+    pointer arguments are plain integers (addresses), so that numba-compiled code can call it
+    without the GIL; or None. Its arguments: (order, trans_a, trans_b, m, n, k, alpha, a, lda,
+    b, ldb, beta, c, ldc), order and transpositions as CBLAS numbers (row-major 101, no
+    transposition 111). ``np.matmul`` of C-ordered float operands makes the same call, so
+    blocks of a product computed this way carry its bits."""
+    dtype = np.dtype(dtype)
+    key = ("gemm", dtype)
+    if key not in _FOUND:
+        _FOUND[key] = None
+        lib, letter = _library(), {"float32": "s", "float64": "d"}.get(dtype.name)
+        for prefix, suffix, integer in NAMES if lib is not None and letter else ():
+            f = getattr(lib, f"{prefix}{letter}gemm{suffix}", None)
+            if f is not None:
+                scalar = ctypes.c_float if letter == "s" else ctypes.c_double
+                word, address = ctypes.c_int, ctypes.c_int64
+                proto = ctypes.CFUNCTYPE(
+                    None, word, word, word, integer, integer, integer, scalar,
+                    address, integer, address, integer, scalar, address, integer,
+                )  # fmt: skip
+                _FOUND[key] = proto(ctypes.cast(f, ctypes.c_void_p).value)
+                break
+    return _FOUND[key]

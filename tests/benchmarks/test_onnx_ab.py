@@ -42,3 +42,11 @@ def test_script_times_both_arms_and_lists_every_step():
 def test_a_flag_the_module_lacks_is_refused():
     proc = _script("--flag", "ember_numba.conv.NO_SUCH_SWITCH", "--calls", "1")
     assert proc.returncode != 0 and "has no attribute NO_SUCH_SWITCH" in proc.stderr
+
+
+def test_all_forces_every_choice_onto_all_threads_and_one_excludes_it():
+    proc = _script("--flag", "ember_numba.crew.NATIVE", "--calls", "1", "--threads", "2", "--all")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 thread(s), every choice forced onto all; ember_numba.crew.NATIVE: old False, new True" in proc.stdout
+    both = _script("--flag", "ember_numba.crew.NATIVE", "--calls", "1", "--one", "--all")
+    assert both.returncode == 2 and "--one and --all" in both.stderr

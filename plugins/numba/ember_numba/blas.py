@@ -454,6 +454,8 @@ def shared_matmul(a, b, threads, out=None, then=None):
         out = np.empty((m, n), np.result_type(a, b))
     by_columns = n >= m or n >= threads * BLOCK
     e = _edges(n if by_columns else m, threads)
+    if _native_blocks(a, b, out, e, by_columns, threads, then):
+        return out
 
     def block(i):
         lo, hi = e[i], e[i + 1]
@@ -466,6 +468,52 @@ def shared_matmul(a, b, threads, out=None, then=None):
 
     on_demand(len(e) - 1, threads, block)
     return out
+
+
+_KINDS = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
+
+
+def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
+    """``out = a @ b`` as native blocks on the crew (crew.Crew.run_blocks: the helpers take
+    them without the GIL), the blocks of columns or rows ``edges``, each with ``then``'s
+    epilogue (epilogue.Block.native) after it; False, having done nothing, where that cannot
+    be: no crew awake, no native BLAS, an epilogue with no native form, or an operand whose
+    rows are not contiguous (BLAS takes a leading dimension, not an inner stride)."""
+    kind = _KINDS.get(a.dtype)
+    if not _AWAKE[0] or kind is None or not a.dtype == b.dtype == out.dtype or len(edges) - 1 > 64:
+        return False
+    after = None if then is None else getattr(then, "native", None)
+    if then is not None and (after is None or then.y.dtype != a.dtype):
+        return False
+    size = a.dtype.itemsize
+    if any(x.strides[1] != size or x.strides[0] % size or x.strides[0] < x.shape[1] * size for x in (a, b, out)):
+        return False
+    from . import crew
+
+    team = _crew(threads - 1)
+    if team.native is None or not crew.NATIVE:
+        return False
+    BLOCKS = crew.BLOCKS
+
+    k = a.shape[1]
+    lda, ldb, ldc = (x.strides[0] // size for x in (a, b, out))
+    pa, pb, pc = (x.ctypes.data for x in (a, b, out))
+    m, n = out.shape
+    for i in range(len(edges) - 1):
+        lo, hi = edges[i], edges[i + 1]
+        if by_columns:
+            BLOCKS[i, :10] = (kind, m, hi - lo, k, pa, lda, pb + lo * size, ldb, pc + lo * size, ldc)
+            rows, cols = (0, m), (lo, hi)
+        else:
+            BLOCKS[i, :10] = (kind, hi - lo, n, k, pa + lo * lda * size, lda, pb, ldb, pc + lo * ldc * size, ldc)
+            rows, cols = (lo, hi), (0, n)
+        BLOCKS[i, 10] = after is not None
+        if after is not None:
+            y, o, p, bias, residual, relu = after
+            BLOCKS[i, 11:] = (y, o, p, *rows, *cols, bias, residual, relu)
+    with team.pinned():
+        team.run_blocks(len(edges) - 1)
+    return True
 
 
 def matmul(a, b, out=None):

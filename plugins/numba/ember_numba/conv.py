@@ -529,7 +529,7 @@ def conv2d_cols(x, w, stride, padding, dilation, epilogue=None):
 
     def work(n0, m):
         if m == 1 and (ch.wide or (ch.n == 1 and SOLO_BANDS)):
-            then = None if epilogue is None else lambda o0, o1, p0, p1: epilogue(out, n0, n0 + 1, o0, o1, p0, p1)
+            then = None if epilogue is None else epilogue.on(out, n0)
             ch.forward_sample(x, n0, wm, out[n0].reshape(o, p), then)
             return
         product(n0, m)

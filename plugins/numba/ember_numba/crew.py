@@ -11,6 +11,18 @@ the core to anything else runnable) for AWAKE seconds, watching the job number; 
 meanwhile starts at once, on the core the helper holds. Only then does it sleep on its event.
 A network's layers come 20-100 µs apart, so the helper stays awake through one call and sleeps
 after it. The caller waits for the last block the same way (:func:`wait`), then on an event.
+
+A block that is Python code needs the GIL, and that costs the hand-off again: the helper's spin
+sees the job while the caller still holds the GIL (on its way into its own block), so the
+helper sleeps on the GIL and is woken only when the caller's BLAS call releases it. On the
+development machine (a Firecracker VM whose idle cores halt at once, so every wake-up is an
+interrupt through the host) the helper started its block 64-82 µs after the caller, and a
+product split in two took 0.70-0.85 of one thread's time where each half alone took 0.51-0.57.
+So a product's blocks can also be posted as **native blocks** (:meth:`Crew.run_blocks`): rows
+of :data:`BLOCKS` that name a BLAS ``gemm`` call by its operands' addresses, which the helpers'
+spin runs itself, without returning to Python (:func:`_take`, claimed one at a time through
+:data:`CTRL`, so a helper the machine does not schedule takes none). The same products then
+took 0.43-0.54 of one thread's time.
 """
 
 from __future__ import annotations
@@ -26,11 +38,27 @@ import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from .epilogue import _apply
+
 #: Seconds a helper spins after its last block before it sleeps: longer than the gap between
 #: two layers of a network (20-100 µs), short enough that a call's end frees the core.
 AWAKE = 1e-3
+#: Whether products go as native blocks (:meth:`Crew.run_blocks`) where the BLAS allows (read
+#: at each product: ``python -m benchmarks.onnx_ab --flag ember_numba.crew.NATIVE`` compares).
+NATIVE = True
 #: The job number the helpers watch ([0]) and the number of the last job finished ([1]).
 FLAGS = np.zeros(2, np.int64)
+#: A native job's blocks, one row each: (kind, m, n, k, a, lda, b, ldb, c, ldc), kind 1 a
+#: float32 ``gemm`` and 2 a float64 one, ``a``, ``b``, ``c`` addresses (row-major, no
+#: transposition): ``c[:m, :n] = a[:m, :k] @ b[:k, :n]``; then, if column 10 is 1, an
+#: epilogue (epilogue.py) on that block, columns 11-20: (y, O, P, o0, o1, p0, p1, bias,
+#: residual or 0, relu), ``y`` a sample's (O, P) output.
+BLOCKS = np.zeros((64, 21), np.int64)
+#: [0] the native job's claim word: its number (low 31 bits) << 32 | block count << 16 | next
+#: block to take; [1] its blocks done. One word, so a helper late for a finished job (still
+#: holding its number) can never take a block of the next one.
+CTRL = np.zeros(2, np.int64)
+_NUMBER = (1 << 31) - 1
 
 
 @intrinsic
@@ -43,6 +71,42 @@ def _load_acquire(typingctx, flags, i):
         return builder.load_atomic(ptr, "acquire", 8)
 
     return types.int64(flags, i), codegen
+
+
+@intrinsic
+def _compare_swap(typingctx, words, i, old, new):
+    """Atomically ``words[i] = new`` if it holds ``old``; returns whether it did."""
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        pair = builder.cmpxchg(ptr, args[2], args[3], "acq_rel", "acquire")
+        return builder.extract_value(pair, 1)
+
+    return types.boolean(words, i, old, new), codegen
+
+
+@intrinsic
+def _fetch_add(typingctx, words, i, value):
+    """Atomically ``words[i] += value``; returns the old value."""
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        return builder.atomic_rmw("add", ptr, args[2], "acq_rel")
+
+    return types.int64(words, i, value), codegen
+
+
+@intrinsic
+def _pointer(typingctx, address, like):
+    """The address as a pointer to ``like``'s dtype (a 0-d marker array)."""
+    ptr = types.CPointer(like.dtype)
+
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptr))
+
+    return ptr(address, like), codegen
 
 
 _LIBC = ctypes.CDLL(None)
@@ -60,6 +124,83 @@ def _spin(flags, i, seen, rounds):  # pragma: no cover - compiled
             return True
         _yield()  # the core to any thread waiting for it (an OpenMP worker, another process)
     return _load_acquire(flags, i) != seen
+
+
+F32, F64 = np.zeros((), np.float32), np.zeros((), np.float64)  # dtype markers for _pointer
+
+
+@numba.njit(nogil=True)
+def _epilogue(r, like):  # pragma: no cover - compiled
+    """epilogue._apply on the block that row ``r`` of BLOCKS describes (columns 11-20)."""
+    size = r[12] * r[13]
+    y = numba.carray(_pointer(r[11], like), size)
+    bias = numba.carray(_pointer(r[18], like), r[12])
+    residual = numba.carray(_pointer(r[19] if r[19] else r[11], like), size if r[19] else 0)
+    _apply(y, r[12], r[13], 0, 1, r[14], r[15], r[16], r[17], bias, residual, r[20] != 0)
+
+
+def _native_kernels():
+    """(take, serve, wait_done): the native blocks' kernels, compiled around the bundled
+    OpenBLAS's ``sgemm`` and ``dgemm`` (their addresses are constants of the machine code, so
+    these are compiled in each process, not cached); None where NumPy has no such library."""
+    from ember.backends.numpy import openblas
+
+    sgemm, dgemm = openblas.gemm_for(np.float32), openblas.gemm_for(np.float64)
+    if sgemm is None or dgemm is None:
+        return None
+
+    @numba.njit(nogil=True)
+    def take(ctrl, blocks, number):  # pragma: no cover - compiled
+        """Take job ``number``'s blocks one at a time until none is left (or the job is over)."""
+        while True:
+            word = _load_acquire(ctrl, 0)
+            count, i = (word >> 16) & 0xFFFF, word & 0xFFFF
+            if (word >> 32) != (number & 0x7FFFFFFF) or i >= count:
+                return
+            if not _compare_swap(ctrl, 0, word, word + 1):
+                continue
+            r = blocks[i]
+            if r[0] == 1:
+                sgemm(101, 111, 111, r[1], r[2], r[3], np.float32(1.0), r[4], r[5], r[6], r[7], np.float32(0.0), r[8], r[9])
+                if r[10]:
+                    _epilogue(r, F32)
+            else:
+                dgemm(101, 111, 111, r[1], r[2], r[3], 1.0, r[4], r[5], r[6], r[7], 0.0, r[8], r[9])
+                if r[10]:
+                    _epilogue(r, F64)
+            _fetch_add(ctrl, 1, 1)
+
+    @numba.njit(nogil=True)
+    def serve(flags, ctrl, blocks, seen, rounds):  # pragma: no cover - compiled
+        """:func:`_spin` that runs the native jobs posted meanwhile itself and spins on. Returns
+        (the last job number seen, whether a Python job is waiting); at most ``rounds`` rounds
+        with nothing to do."""
+        left = rounds
+        while left > 0:
+            number = _load_acquire(flags, 0)
+            if number != seen:
+                if (_load_acquire(ctrl, 0) >> 32) != (number & 0x7FFFFFFF):
+                    return seen, True
+                take(ctrl, blocks, number)
+                seen, left = number, rounds
+                continue
+            _yield()
+            left -= 1
+        return seen, False
+
+    @numba.njit(nogil=True)
+    def wait_done(ctrl, count, rounds):  # pragma: no cover - compiled
+        """Spin until ``count`` blocks are done, at most ``rounds`` rounds; whether they are."""
+        for _ in range(rounds):
+            if _load_acquire(ctrl, 1) >= count:
+                return True
+            _yield()
+        return _load_acquire(ctrl, 1) >= count
+
+    take(CTRL, BLOCKS, -1)  # compile them now, not in a helper's first spin
+    serve(FLAGS, CTRL, BLOCKS, FLAGS[0], 1)
+    wait_done(CTRL, 0, 1)
+    return take, serve, wait_done
 
 
 def _rounds_per_second():
@@ -84,6 +225,8 @@ class Crew:
     def __init__(self, helpers):
         self.helpers = helpers
         self.rounds = max(1, int(AWAKE * _rounds_per_second()))
+        #: (take, serve, wait_done) where native blocks can run here (:meth:`run_blocks`), else None
+        self.native = _native_kernels()
         self.job = (int(FLAGS[0]), None, 0)
         self.events = [threading.Event() for _ in range(helpers)]
         self.asleep = [True] * helpers
@@ -139,16 +282,38 @@ class Crew:
                 time.sleep(1e-4)  # a helper preempted in its block: stop burning the core
             seen = int(FLAGS[1])
 
+    def run_blocks(self, count):
+        """Run the native blocks ``BLOCKS[:count]`` (filled by the caller) on the caller and the
+        awake helpers, each block taken once by whoever is free; returns when all are done."""
+        take, _, wait_done = self.native
+        number = int(FLAGS[0]) + 1
+        self.job = (number, None, self.helpers)
+        CTRL[1] = 0
+        CTRL[0] = ((number & _NUMBER) << 32) | (count << 16)
+        FLAGS[0] = number
+        for i in range(self.helpers):
+            if self.asleep[i]:
+                self.events[i].set()
+        take(CTRL, BLOCKS, number)
+        while not wait_done(CTRL, count, self.rounds):
+            time.sleep(1e-4)  # a helper preempted in its block: stop burning the core
+
     def _main(self, i):
         seen = self.job[0]
         while True:
             number, job, helpers = self.job
             if number != seen:
                 seen = number
-                if i < helpers:
+                if job is None:  # native blocks, posted while this helper slept
+                    self.native[0](CTRL, BLOCKS, number)
+                elif i < helpers:
                     job()
                 continue
-            if _spin(FLAGS, 0, seen, self.rounds):
+            if self.native is not None:
+                seen, python = self.native[1](FLAGS, CTRL, BLOCKS, seen, self.rounds)
+                if python or self.job[0] != seen:
+                    continue
+            elif _spin(FLAGS, 0, seen, self.rounds):
                 continue
             # sleep: the call is over (or the machine busy); the next post sets the event
             self.asleep[i] = True

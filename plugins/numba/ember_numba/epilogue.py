@@ -90,7 +90,33 @@ class Epilogue:
             v = np.add(v, r.reshape(y.shape)[at], dtype=y.dtype)
         block[...] = np.where(v > 0, v, 0) if self.relu else v
 
+    def on(self, y, n):
+        """This epilogue on blocks of sample ``n`` of ``y``, as ``then(o0, o1, p0, p1)``
+        (a product's blocks: blas.shared_matmul), with its :attr:`Block.native` form."""
+        return Block(self, y, n)
+
     def whole(self, y):
         """The epilogue on all of ``y`` (N, O, OH, OW); returns ``y``."""
         self(y, 0, y.shape[0], 0, y.shape[1], 0, y.shape[2] * y.shape[3])
         return y
+
+
+class Block:
+    """:class:`Epilogue` ``e`` on blocks of sample ``n`` of ``y``: ``block(o0, o1, p0, p1)``.
+    ``native`` is the same epilogue as plain numbers, for a helper that applies it without
+    the GIL (crew.py's native blocks: ``_apply`` on the sample at ``y_address``): (y_address,
+    O, P, bias_address, residual_address or 0, relu); None where ``_apply`` would not take it."""
+
+    def __init__(self, e, y, n):
+        self.e, self.y, self.n = e, y, n
+        r, fast = e.residual, y.flags.c_contiguous and y.dtype == e.bias.dtype and y.dtype.kind == "f"
+        if fast and r is not None:
+            fast = r.shape == y.shape and r.dtype == y.dtype and r.flags.c_contiguous
+        self.native = None
+        if fast:
+            o, p = y.shape[1], y.shape[2] * y.shape[3]
+            at = n * o * p * y.dtype.itemsize
+            self.native = (y.ctypes.data + at, o, p, e.bias.ctypes.data, 0 if r is None else r.ctypes.data + at, int(e.relu))
+
+    def __call__(self, o0, o1, p0, p1):
+        self.e(self.y, self.n, self.n + 1, o0, o1, p0, p1)

@@ -102,7 +102,7 @@ def pointwise_bias_relu(w, x, bias, residual=None, *, shape, relu=True):
             np.matmul(w, x[0], out=y[0].reshape(o, p))
             epilogue.whole(y)
         else:
-            shared_matmul(w, x[0], nt, y[0].reshape(o, p), lambda r0, r1, c0, c1: epilogue(y, 0, 1, r0, r1, c0, c1))
+            shared_matmul(w, x[0], nt, y[0].reshape(o, p), epilogue.on(y, 0))
     POINTWISE_THREADS.record(st, one, explore, time.perf_counter() - t0)
     return y
 

@@ -104,3 +104,85 @@ def test_outside_awake_the_helpers_are_the_sleeping_pool(blas):
         blas.on_demand(8, 2, block)
     assert names, "no block ran"
     assert not any(n.startswith("ember-numba-") and n[len("ember-numba-") :].isdigit() for n in names)
+
+
+def _native(blas):
+    if blas._crew(1).native is None:
+        pytest.skip("NumPy's BLAS is not a bundled OpenBLAS with CBLAS entry points")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(256, 300, 196), (64, 147, 1100), (3, 5, 700), (700, 9, 2)])
+def test_native_blocks_carry_the_products_bits(blas, m, k, n, dtype):
+    """A product's blocks run by the helpers' spin (crew.Crew.run_blocks, no GIL) are the
+    same BLAS calls as np.matmul's on the same blocks: the bits of the Python blocks."""
+    _native(blas)
+    from ember_numba import crew
+
+    rng = np.random.default_rng(m + n)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    with blas.one_thread():
+        python = blas.shared_matmul(a, b, 2)  # not awake: Python blocks on the pool
+        runs = []
+        original = crew.Crew.run_blocks
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(crew.Crew, "run_blocks", lambda self, count: runs.append(count) or original(self, count))
+            with blas.awake():
+                native = blas.shared_matmul(a, b, 2)
+    assert runs, "the native blocks were not taken"
+    assert np.array_equal(native, python)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("relu", [False, True])
+def test_native_blocks_apply_the_epilogue_as_the_python_blocks_do(blas, residual, relu):
+    _native(blas)
+    from ember_numba import crew
+    from ember_numba.epilogue import Epilogue
+
+    rng = np.random.default_rng(7)
+    o, c, p = 96, 64, 600
+    w, x = rng.standard_normal((o, c)).astype(np.float32), rng.standard_normal((c, p)).astype(np.float32)
+    r = rng.standard_normal((2, o, p, 1)).astype(np.float32) if residual else None
+    e = Epilogue(rng.standard_normal(o).astype(np.float32), r, relu)
+    ys = {}
+    for native in (False, True):
+        y = np.full((2, o, p, 1), np.nan, np.float32)
+        with pytest.MonkeyPatch.context() as mp, blas.one_thread(), blas.awake():
+            mp.setattr(crew, "NATIVE", native)
+            blas.shared_matmul(w, x, 2, y[1].reshape(o, p), e.on(y, 1))  # the second sample
+        ys[native] = y
+    assert np.array_equal(ys[True], ys[False], equal_nan=True)
+    assert np.isnan(ys[True][0]).all()  # the other sample untouched
+    expected = w @ x + e.bias[:, None] + (r[1, :, :, 0] if residual else 0)
+    np.testing.assert_allclose(ys[True][1, :, :, 0], np.maximum(expected, 0) if relu else expected, rtol=1e-4, atol=1e-4)
+
+
+def test_native_blocks_leave_operands_blas_cannot_take_to_python(blas):
+    """An inner stride BLAS cannot express (a column view with step 2) goes as Python blocks."""
+    _native(blas)
+    from ember_numba import crew
+
+    a = np.arange(64 * 80, dtype=np.float32).reshape(64, 80) / 1000
+    b = (np.arange(80 * 1200, dtype=np.float32).reshape(80, 1200) / 1000)[:, ::2]
+    runs = []
+    original = crew.Crew.run_blocks
+    with pytest.MonkeyPatch.context() as mp, blas.one_thread(), blas.awake():
+        mp.setattr(crew.Crew, "run_blocks", lambda self, count: runs.append(count) or original(self, count))
+        out = blas.shared_matmul(a, b, 2)
+    assert not runs
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+
+
+def test_native_blocks_are_done_by_the_caller_when_the_helper_sleeps(blas):
+    """After a pause the helper is asleep: the caller takes every block itself if need be,
+    and a helper woken late finds none left (nor a block of a later job)."""
+    _native(blas)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((256, 128)).astype(np.float32), rng.standard_normal((128, 800)).astype(np.float32)
+    expected = a @ b
+    for i in range(20):
+        time.sleep(0.003 if i % 2 else 0)  # longer than crew.AWAKE: the helper sleeps
+        with blas.one_thread(), blas.awake():
+            out = blas.shared_matmul(a, b, 2)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
