@@ -106,7 +106,10 @@ def main(argv=None) -> str:
         p.error("--one and --all: choose one road")
     forced = "one" if args.one else "all" if args.all else None
     recording.warn_blas_overrides("python -m benchmarks.onnx_ab")
-    values = {"old": ast.literal_eval(args.old), "new": ast.literal_eval(args.new)}
+    try:
+        values = {"old": ast.literal_eval(args.old), "new": ast.literal_eval(args.new)}
+    except (ValueError, SyntaxError):
+        p.error(f"--old {args.old!r} / --new {args.new!r}: each must be a Python literal (1048576, not 1 << 20)")
     side = onnx_models.MODELS[args.model][3]
     with onnx_models.exported(args.model, args.exporter) as path:
         cpu, steps, program, diff = measure(path, side, args.flag, values, args.calls, args.threads, forced)

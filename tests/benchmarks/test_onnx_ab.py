@@ -50,3 +50,8 @@ def test_all_forces_every_choice_onto_all_threads_and_one_excludes_it():
     assert "2 thread(s), every choice forced onto all; ember_numba.crew.NATIVE: old False, new True" in proc.stdout
     both = _script("--flag", "ember_numba.crew.NATIVE", "--calls", "1", "--one", "--all")
     assert both.returncode == 2 and "--one and --all" in both.stderr
+
+
+def test_a_value_that_is_no_literal_is_one_line_and_exit_2():
+    proc = _script("--flag", "ember_numba.conv.SOLO_BANDS", "--old", "1 << 20", "--calls", "1")
+    assert proc.returncode == 2 and "must be a Python literal" in proc.stderr and "Traceback" not in proc.stderr
