@@ -43,22 +43,32 @@ def _library():
     return _FOUND["lib"]
 
 
+def _cblas(name, dtype, make):
+    """``make(entry, scalar, integer)`` for CBLAS routine ``?name`` of the bundled library at
+    ``dtype`` (float32 or float64: ``s`` or ``d``), made once; None where there is none."""
+    dtype = np.dtype(dtype)
+    key = (name, dtype)
+    if key not in _FOUND:
+        _FOUND[key] = None
+        lib, letter = _library(), {"float32": "s", "float64": "d"}.get(dtype.name)
+        for prefix, suffix, integer in NAMES if lib is not None and letter else ():
+            f = getattr(lib, f"{prefix}{letter}{name}{suffix}", None)
+            if f is not None:
+                _FOUND[key] = make(f, ctypes.c_float if letter == "s" else ctypes.c_double, integer)
+                break
+    return _FOUND[key]
+
+
 def axpy_for(dtype):
     """``f(n, a, x, y)``: ``y[:n] += a * x[:n]`` for contiguous float32/float64 arrays (one pass,
     each element rounded once: a fused multiply-add where the CPU has one), or None."""
-    dtype = np.dtype(dtype)
-    if dtype not in _FOUND:
-        _FOUND[dtype] = None
-        lib, letter = _library(), {"float32": "s", "float64": "d"}.get(dtype.name)
-        for prefix, suffix, integer in NAMES if lib is not None and letter else ():
-            f = getattr(lib, f"{prefix}{letter}axpy{suffix}", None)
-            if f is not None:
-                scalar = ctypes.c_float if letter == "s" else ctypes.c_double
-                f.argtypes = [integer, scalar, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
-                f.restype = None
-                _FOUND[dtype] = lambda n, a, x, y, f=f: f(n, a, _address(x), 1, _address(y), 1)
-                break
-    return _FOUND[dtype]
+
+    def make(f, scalar, integer):
+        f.argtypes = [integer, scalar, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
+        f.restype = None
+        return lambda n, a, x, y: f(n, a, _address(x), 1, _address(y), 1)
+
+    return _cblas("axpy", dtype, make)
 
 
 def gemm_for(dtype):
@@ -68,20 +78,13 @@ def gemm_for(dtype):
     b, ldb, beta, c, ldc), order and transpositions as CBLAS numbers (row-major 101, no
     transposition 111). ``np.matmul`` of C-ordered float operands makes the same call, so
     blocks of a product computed this way carry its bits."""
-    dtype = np.dtype(dtype)
-    key = ("gemm", dtype)
-    if key not in _FOUND:
-        _FOUND[key] = None
-        lib, letter = _library(), {"float32": "s", "float64": "d"}.get(dtype.name)
-        for prefix, suffix, integer in NAMES if lib is not None and letter else ():
-            f = getattr(lib, f"{prefix}{letter}gemm{suffix}", None)
-            if f is not None:
-                scalar = ctypes.c_float if letter == "s" else ctypes.c_double
-                word, address = ctypes.c_int, ctypes.c_int64
-                proto = ctypes.CFUNCTYPE(
-                    None, word, word, word, integer, integer, integer, scalar,
-                    address, integer, address, integer, scalar, address, integer,
-                )  # fmt: skip
-                _FOUND[key] = proto(ctypes.cast(f, ctypes.c_void_p).value)
-                break
-    return _FOUND[key]
+
+    def make(f, scalar, integer):
+        word, address = ctypes.c_int, ctypes.c_int64
+        proto = ctypes.CFUNCTYPE(
+            None, word, word, word, integer, integer, integer, scalar,
+            address, integer, address, integer, scalar, address, integer,
+        )  # fmt: skip
+        return proto(ctypes.cast(f, ctypes.c_void_p).value)
+
+    return _cblas("gemm", dtype, make)
