@@ -71,20 +71,13 @@ def axpy_for(dtype):
     return _cblas("axpy", dtype, make)
 
 
-def gemm_for(dtype):
-    """CBLAS ``?gemm`` of the bundled OpenBLAS for float32/float64, as a ctypes function whose
-    pointer arguments are plain integers (addresses), so that numba-compiled code can call it
-    without the GIL; or None. Its arguments: (order, trans_a, trans_b, m, n, k, alpha, a, lda,
-    b, ldb, beta, c, ldc), order and transpositions as CBLAS numbers (row-major 101, no
-    transposition 111). ``np.matmul`` of C-ordered float operands makes the same call, so
-    blocks of a product computed this way carry its bits."""
+def gemm_address(dtype):
+    """The address of the bundled OpenBLAS's CBLAS ``?gemm`` for float32/float64 with 64-bit
+    integers (NumPy 2's wheels: ``scipy_cblas_sgemm64_``), for machine code that calls it by
+    address without the GIL; or None. ``np.matmul`` of C-ordered float operands makes the same
+    call (row-major, no transposition), so blocks of a product computed this way carry its bits."""
 
     def make(f, scalar, integer):
-        word, address = ctypes.c_int, ctypes.c_int64
-        proto = ctypes.CFUNCTYPE(
-            None, word, word, word, integer, integer, integer, scalar,
-            address, integer, address, integer, scalar, address, integer,
-        )  # fmt: skip
-        return proto(ctypes.cast(f, ctypes.c_void_p).value)
+        return ctypes.cast(f, ctypes.c_void_p).value if integer is ctypes.c_int64 else None
 
     return _cblas("gemm", dtype, make)

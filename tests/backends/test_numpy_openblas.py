@@ -1,5 +1,5 @@
 """backends/numpy/openblas.py: NumPy's bundled OpenBLAS called directly: ``axpy`` rounds once
-per element, and ``gemm`` by addresses makes np.matmul's own call (its bits)."""
+per element, and ``gemm`` at its address makes np.matmul's own call (its bits)."""
 
 import numpy as np
 import pytest
@@ -22,8 +22,13 @@ def test_axpy_adds_a_scaled_vector_in_place(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gemm_by_addresses_has_matmuls_bits(dtype):
-    gemm = _needs(openblas.gemm_for(dtype))
+def test_gemm_at_its_address_has_matmuls_bits(dtype):
+    import ctypes
+
+    address = _needs(openblas.gemm_address(dtype))
+    i, p, scalar = ctypes.c_int64, ctypes.c_int64, ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    w = ctypes.c_int
+    gemm = ctypes.CFUNCTYPE(None, w, w, w, i, i, i, scalar, p, i, p, i, scalar, p, i)(address)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((37, 300)).astype(dtype), rng.standard_normal((300, 900)).astype(dtype)
     out = np.zeros((37, 1000), dtype)  # a wider buffer: ldc is its row length
@@ -32,6 +37,6 @@ def test_gemm_by_addresses_has_matmuls_bits(dtype):
     assert not out[:, 900:].any()
 
 
-def test_other_dtypes_have_no_gemm():
-    assert openblas.gemm_for(np.int32) is None
+def test_other_dtypes_have_neither():
+    assert openblas.gemm_address(np.int32) is None
     assert openblas.axpy_for(np.complex64) is None

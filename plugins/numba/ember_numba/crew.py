@@ -35,6 +35,7 @@ import time
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
@@ -139,68 +140,98 @@ def _epilogue(r, like):  # pragma: no cover - compiled
     _apply(y, r[12], r[13], 0, 1, r[14], r[15], r[16], r[17], bias, residual, r[20] != 0)
 
 
-def _native_kernels():
-    """(take, serve, wait_done): the native blocks' kernels, compiled around the bundled
-    OpenBLAS's ``sgemm`` and ``dgemm`` (their addresses are constants of the machine code, so
-    these are compiled in each process, not cached); None where NumPy has no such library."""
+@intrinsic
+def _gemm_at(typingctx, address, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """Call the CBLAS ``?gemm`` at ``address`` (64-bit integers; ``alpha`` and ``beta`` of
+    its precision) row-major with no transposition; ``a``, ``b``, ``c`` addresses. The
+    address is an argument, not a constant of the machine code, so the callers are cached."""
+    scalar = alpha
+
+    def codegen(context, builder, sig, args):
+        i32, i64, fl = ir.IntType(32), ir.IntType(64), context.get_value_type(scalar)
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, fl, i64, i64, i64, i64, fl, i64, i64])
+        fn = builder.inttoptr(args[0], fnty.as_pointer())
+        row_major, no_transpose = ir.Constant(i32, 101), ir.Constant(i32, 111)
+        builder.call(fn, [row_major, no_transpose, no_transpose, *args[1:]])
+        return context.get_dummy_value()
+
+    i = types.int64
+    return types.none(i, i, i, i, scalar, i, i, i, i, scalar, i, i), codegen
+
+
+@intrinsic
+def _call_at(typingctx, address):
+    """Call the C function ``int f(void)`` at ``address`` (sched_yield), ignoring its result."""
+
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), [])
+        return context.get_dummy_value()
+
+    return types.none(types.int64), codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def _take(ctrl, blocks, number, fns):  # pragma: no cover - compiled
+    """Take job ``number``'s native blocks one at a time until none is left (or the job is
+    over); ``fns``: the addresses of :func:`native_functions`."""
+    while True:
+        word = _load_acquire(ctrl, 0)
+        count, i = (word >> 16) & 0xFFFF, word & 0xFFFF
+        if (word >> 32) != (number & 0x7FFFFFFF) or i >= count:
+            return
+        if not _compare_swap(ctrl, 0, word, word + 1):
+            continue
+        r = blocks[i]
+        if r[0] == 1:
+            _gemm_at(fns[0], r[1], r[2], r[3], np.float32(1.0), r[4], r[5], r[6], r[7], np.float32(0.0), r[8], r[9])
+            if r[10]:
+                _epilogue(r, F32)
+        else:
+            _gemm_at(fns[1], r[1], r[2], r[3], 1.0, r[4], r[5], r[6], r[7], 0.0, r[8], r[9])
+            if r[10]:
+                _epilogue(r, F64)
+        _fetch_add(ctrl, 1, 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _serve(flags, ctrl, blocks, seen, rounds, fns):  # pragma: no cover - compiled
+    """:func:`_spin` that runs the native jobs posted meanwhile itself and spins on. Returns
+    (the last job number seen, whether a Python job is waiting); at most ``rounds`` rounds
+    with nothing to do."""
+    left = rounds
+    while left > 0:
+        number = _load_acquire(flags, 0)
+        if number != seen:
+            if (_load_acquire(ctrl, 0) >> 32) != (number & 0x7FFFFFFF):
+                return seen, True
+            _take(ctrl, blocks, number, fns)
+            seen, left = number, rounds
+            continue
+        _call_at(fns[2])
+        left -= 1
+    return seen, False
+
+
+@numba.njit(cache=True, nogil=True)
+def _wait_done(ctrl, count, rounds, fns):  # pragma: no cover - compiled
+    """Spin until ``count`` native blocks are done, at most ``rounds`` rounds; whether they are."""
+    for _ in range(rounds):
+        if _load_acquire(ctrl, 1) >= count:
+            return True
+        _call_at(fns[2])
+    return _load_acquire(ctrl, 1) >= count
+
+
+def native_functions():
+    """The addresses the native blocks call, (sgemm, dgemm, sched_yield): the bundled
+    OpenBLAS's 64-bit-integer CBLAS entries; None where NumPy has no such library."""
     from ember.backends.numpy import openblas
 
-    sgemm, dgemm = openblas.gemm_for(np.float32), openblas.gemm_for(np.float64)
-    if sgemm is None or dgemm is None:
+    found = [openblas.gemm_address(np.float32), openblas.gemm_address(np.float64)]
+    if None in found:
         return None
-
-    @numba.njit(nogil=True)
-    def take(ctrl, blocks, number):  # pragma: no cover - compiled
-        """Take job ``number``'s blocks one at a time until none is left (or the job is over)."""
-        while True:
-            word = _load_acquire(ctrl, 0)
-            count, i = (word >> 16) & 0xFFFF, word & 0xFFFF
-            if (word >> 32) != (number & 0x7FFFFFFF) or i >= count:
-                return
-            if not _compare_swap(ctrl, 0, word, word + 1):
-                continue
-            r = blocks[i]
-            if r[0] == 1:
-                sgemm(101, 111, 111, r[1], r[2], r[3], np.float32(1.0), r[4], r[5], r[6], r[7], np.float32(0.0), r[8], r[9])
-                if r[10]:
-                    _epilogue(r, F32)
-            else:
-                dgemm(101, 111, 111, r[1], r[2], r[3], 1.0, r[4], r[5], r[6], r[7], 0.0, r[8], r[9])
-                if r[10]:
-                    _epilogue(r, F64)
-            _fetch_add(ctrl, 1, 1)
-
-    @numba.njit(nogil=True)
-    def serve(flags, ctrl, blocks, seen, rounds):  # pragma: no cover - compiled
-        """:func:`_spin` that runs the native jobs posted meanwhile itself and spins on. Returns
-        (the last job number seen, whether a Python job is waiting); at most ``rounds`` rounds
-        with nothing to do."""
-        left = rounds
-        while left > 0:
-            number = _load_acquire(flags, 0)
-            if number != seen:
-                if (_load_acquire(ctrl, 0) >> 32) != (number & 0x7FFFFFFF):
-                    return seen, True
-                take(ctrl, blocks, number)
-                seen, left = number, rounds
-                continue
-            _yield()
-            left -= 1
-        return seen, False
-
-    @numba.njit(nogil=True)
-    def wait_done(ctrl, count, rounds):  # pragma: no cover - compiled
-        """Spin until ``count`` blocks are done, at most ``rounds`` rounds; whether they are."""
-        for _ in range(rounds):
-            if _load_acquire(ctrl, 1) >= count:
-                return True
-            _yield()
-        return _load_acquire(ctrl, 1) >= count
-
-    take(CTRL, BLOCKS, -1)  # compile them now, not in a helper's first spin
-    serve(FLAGS, CTRL, BLOCKS, FLAGS[0], 1)
-    wait_done(CTRL, 0, 1)
-    return take, serve, wait_done
+    return np.array([*found, ctypes.cast(_yield, ctypes.c_void_p).value], np.int64)
 
 
 def _rounds_per_second():
@@ -225,8 +256,8 @@ class Crew:
     def __init__(self, helpers):
         self.helpers = helpers
         self.rounds = max(1, int(AWAKE * _rounds_per_second()))
-        #: (take, serve, wait_done) where native blocks can run here (:meth:`run_blocks`), else None
-        self.native = _native_kernels()
+        #: The addresses the native blocks call (:func:`native_functions`), or None: no native blocks
+        self.native = native_functions()
         self.job = (int(FLAGS[0]), None, 0)
         self.events = [threading.Event() for _ in range(helpers)]
         self.asleep = [True] * helpers
@@ -285,7 +316,6 @@ class Crew:
     def run_blocks(self, count):
         """Run the native blocks ``BLOCKS[:count]`` (filled by the caller) on the caller and the
         awake helpers, each block taken once by whoever is free; returns when all are done."""
-        take, _, wait_done = self.native
         number = int(FLAGS[0]) + 1
         self.job = (number, None, self.helpers)
         CTRL[1] = 0
@@ -294,8 +324,8 @@ class Crew:
         for i in range(self.helpers):
             if self.asleep[i]:
                 self.events[i].set()
-        take(CTRL, BLOCKS, number)
-        while not wait_done(CTRL, count, self.rounds):
+        _take(CTRL, BLOCKS, number, self.native)
+        while not _wait_done(CTRL, count, self.rounds, self.native):
             time.sleep(1e-4)  # a helper preempted in its block: stop burning the core
 
     def _main(self, i):
@@ -305,12 +335,12 @@ class Crew:
             if number != seen:
                 seen = number
                 if job is None:  # native blocks, posted while this helper slept
-                    self.native[0](CTRL, BLOCKS, number)
+                    _take(CTRL, BLOCKS, number, self.native)
                 elif i < helpers:
                     job()
                 continue
             if self.native is not None:
-                seen, python = self.native[1](FLAGS, CTRL, BLOCKS, seen, self.rounds)
+                seen, python = _serve(FLAGS, CTRL, BLOCKS, seen, self.rounds, self.native)
                 if python or self.job[0] != seen:
                     continue
             elif _spin(FLAGS, 0, seen, self.rounds):
