@@ -116,7 +116,14 @@ class Block:
         if fast:
             o, p = y.shape[1], y.shape[2] * y.shape[3]
             at = n * o * p * y.dtype.itemsize
-            self.native = (y.ctypes.data + at, o, p, e.bias.ctypes.data, 0 if r is None else r.ctypes.data + at, int(e.relu))
+            self.native = (
+                y.ctypes.data + at,
+                o,
+                p,
+                e.bias.ctypes.data,
+                0 if r is None else r.ctypes.data + at,
+                int(e.relu),
+            )
 
     def __call__(self, o0, o1, p0, p1):
         self.e(self.y, self.n, self.n + 1, o0, o1, p0, p1)

@@ -155,7 +155,9 @@ def test_native_blocks_apply_the_epilogue_as_the_python_blocks_do(blas, residual
     assert np.array_equal(ys[True], ys[False], equal_nan=True)
     assert np.isnan(ys[True][0]).all()  # the other sample untouched
     expected = w @ x + e.bias[:, None] + (r[1, :, :, 0] if residual else 0)
-    np.testing.assert_allclose(ys[True][1, :, :, 0], np.maximum(expected, 0) if relu else expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        ys[True][1, :, :, 0], np.maximum(expected, 0) if relu else expected, rtol=1e-4, atol=1e-4
+    )
 
 
 def test_native_blocks_leave_operands_blas_cannot_take_to_python(blas):
