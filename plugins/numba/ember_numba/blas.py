@@ -491,11 +491,18 @@ def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
     from . import crew
 
     team = _crew(threads - 1)
-    if team.native is None or not crew.NATIVE:
-        return False
-    BLOCKS = crew.BLOCKS
+    if team.native is None or not crew.NATIVE or not crew.NATIVE_LOCK.acquire(blocking=False):
+        return False  # the lock: another thread's product holds the one table of blocks
+    try:
+        _post_blocks(team, crew.BLOCKS, a, b, out, edges, by_columns, kind, after)
+    finally:
+        crew.NATIVE_LOCK.release()
+    return True
 
-    k = a.shape[1]
+
+def _post_blocks(team, BLOCKS, a, b, out, edges, by_columns, kind, after):
+    """Fill ``BLOCKS`` with ``out = a @ b``'s blocks (and ``after``'s epilogue) and run them."""
+    size, k = a.dtype.itemsize, a.shape[1]
     lda, ldb, ldc = (x.strides[0] // size for x in (a, b, out))
     pa, pb, pc = (x.ctypes.data for x in (a, b, out))
     m, n = out.shape
@@ -513,7 +520,6 @@ def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
             BLOCKS[i, 11:] = (y, o, p, *rows, *cols, bias, residual, relu)
     with team.pinned():
         team.run_blocks(len(edges) - 1)
-    return True
 
 
 def matmul(a, b, out=None):

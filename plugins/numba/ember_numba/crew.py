@@ -59,6 +59,9 @@ BLOCKS = np.zeros((64, 21), np.int64)
 #: block to take; [1] its blocks done. One word, so a helper late for a finished job (still
 #: holding its number) can never take a block of the next one.
 CTRL = np.zeros(2, np.int64)
+#: Held while a caller's native blocks are in BLOCKS: a second thread's product at the same
+#: time (two inference threads) goes as Python blocks instead of overwriting them.
+NATIVE_LOCK = threading.Lock()
 _NUMBER = (1 << 31) - 1
 
 

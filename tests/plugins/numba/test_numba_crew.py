@@ -188,3 +188,29 @@ def test_native_blocks_are_done_by_the_caller_when_the_helper_sleeps(blas):
         with blas.one_thread(), blas.awake():
             out = blas.shared_matmul(a, b, 2)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_two_threads_products_at_once_each_get_their_own(blas):
+    """Two inference threads in one process: while one thread's native blocks are in the
+    table, the other's product goes as Python blocks (crew.NATIVE_LOCK), never into it."""
+    _native(blas)
+    rng = np.random.default_rng(11)
+    pairs = [
+        (rng.standard_normal((192, 96)).astype(np.float32), rng.standard_normal((96, 700)).astype(np.float32))
+        for _ in range(2)
+    ]
+    expected = [a @ b for a, b in pairs]
+    wrong = []
+
+    def run(j):
+        a, b = pairs[j]
+        for _ in range(60):
+            with blas.one_thread(), blas.awake():
+                out = blas.shared_matmul(a, b, 2)
+            if not np.allclose(out, expected[j], rtol=1e-5, atol=1e-4):
+                wrong.append(j)
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not wrong
