@@ -11,7 +11,8 @@ millisecond, so each step of the jitted program is timed too (step_profile's tim
 steps whose medians differ are listed. ``--threads 2 --one`` forces every thread choice onto
 one thread of two (onnx_threads.forced): the road the benchmark takes where it keeps a layer on
 one thread; ``--all`` onto all of them, so a change to the threads' hand-offs is measured on
-every layer, not only where a busy moment left the choice. CPU time is the process's (``time.process_time``): on one thread, the work itself.
+every layer, not only where a busy moment left the choice. CPU time is the process's
+(``time.process_time``): on one thread, the work itself.
 """
 
 from __future__ import annotations

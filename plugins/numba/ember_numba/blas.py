@@ -483,7 +483,7 @@ def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
     if not _AWAKE[0] or kind is None or not a.dtype == b.dtype == out.dtype or len(edges) - 1 > 64:
         return False
     after = None if then is None else getattr(then, "native", None)
-    if then is not None and (after is None or then.y.dtype != a.dtype):
+    if then is not None and after is None:
         return False
     size = a.dtype.itemsize
     if any(x.strides[1] != size or x.strides[0] % size or x.strides[0] < x.shape[1] * size for x in (a, b, out)):

@@ -65,13 +65,18 @@ NATIVE_LOCK = threading.Lock()
 _NUMBER = (1 << 31) - 1
 
 
+def _item(context, builder, sig, args):
+    """The address of ``words[i]`` for an intrinsic whose first two arguments are (words, i)."""
+    ary = context.make_array(sig.args[0])(context, builder, args[0])
+    return cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+
+
 @intrinsic
 def _load_acquire(typingctx, flags, i):
     """``flags[i]`` as an atomic load, so the loop below reads memory each time round."""
 
     def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        ptr = _item(context, builder, sig, args)
         return builder.load_atomic(ptr, "acquire", 8)
 
     return types.int64(flags, i), codegen
@@ -82,8 +87,7 @@ def _compare_swap(typingctx, words, i, old, new):
     """Atomically ``words[i] = new`` if it holds ``old``; returns whether it did."""
 
     def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        ptr = _item(context, builder, sig, args)
         pair = builder.cmpxchg(ptr, args[2], args[3], "acq_rel", "acquire")
         return builder.extract_value(pair, 1)
 
@@ -95,8 +99,7 @@ def _fetch_add(typingctx, words, i, value):
     """Atomically ``words[i] += value``; returns the old value."""
 
     def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        ptr = _item(context, builder, sig, args)
         return builder.atomic_rmw("add", ptr, args[2], "acq_rel")
 
     return types.int64(words, i, value), codegen
@@ -133,7 +136,7 @@ def _spin(flags, i, seen, rounds):  # pragma: no cover - compiled
 F32, F64 = np.zeros((), np.float32), np.zeros((), np.float64)  # dtype markers for _pointer
 
 
-@numba.njit(nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _epilogue(r, like):  # pragma: no cover - compiled
     """epilogue._apply on the block that row ``r`` of BLOCKS describes (columns 11-20)."""
     size = r[12] * r[13]

@@ -64,12 +64,17 @@ class Epilogue:
     def __init__(self, bias, residual=None, relu=False):
         self.bias, self.residual, self.relu = np.ascontiguousarray(bias), residual, relu
 
+    def fast(self, y) -> bool:
+        """Does :func:`_apply` take output ``y`` (contiguous, of the bias's dtype, and so the
+        residual if there is one)? Else NumPy's passes."""
+        r = self.residual
+        if not (y.flags.c_contiguous and y.dtype == self.bias.dtype):
+            return False
+        return r is None or (r.shape == y.shape and r.dtype == y.dtype and r.flags.c_contiguous)
+
     def __call__(self, y, n0, n1, o0, o1, p0, p1):
         r = self.residual
-        fast = y.flags.c_contiguous and y.dtype == self.bias.dtype
-        if fast and r is not None:
-            fast = r.shape == y.shape and r.dtype == y.dtype and r.flags.c_contiguous
-        if fast:
+        if self.fast(y):
             flat_r = r.reshape(-1) if r is not None else y.reshape(-1)[:0]
             o, p = y.shape[1], y.shape[2] * y.shape[3]
             _apply(y.reshape(-1), o, p, n0, n1, o0, o1, p0, p1, self.bias, flat_r, self.relu)
@@ -109,11 +114,8 @@ class Block:
 
     def __init__(self, e, y, n):
         self.e, self.y, self.n = e, y, n
-        r, fast = e.residual, y.flags.c_contiguous and y.dtype == e.bias.dtype and y.dtype.kind == "f"
-        if fast and r is not None:
-            fast = r.shape == y.shape and r.dtype == y.dtype and r.flags.c_contiguous
-        self.native = None
-        if fast:
+        r, self.native = e.residual, None
+        if y.dtype.kind == "f" and e.fast(y):
             o, p = y.shape[1], y.shape[2] * y.shape[3]
             at = n * o * p * y.dtype.itemsize
             self.native = (
