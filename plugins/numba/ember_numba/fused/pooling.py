@@ -317,8 +317,11 @@ _pool_2x2_relu_backward_block = _backward_block(True)
 
 @numba.njit(inline="always", **JIT)
 def _later(best, v):
-    """max(best, v) where v comes later in the window: larger, or NaN, to win."""
-    return v if (v > best) | (v != v) else best
+    """max(best, v) where v comes later in the window: larger, or NaN, to win. Two selects,
+    not one on ``(v > best) | (v != v)``: LLVM vectorized that one poorly, and the stem's pool
+    (3x3, stride 2, 64 x 112 x 112) took 1.4 ms on one thread against 0.4 (AVX2, Zen 3)."""
+    larger = v if v > best else best
+    return larger if v == v else v
 
 
 _POOL_2X2: dict = {}
