@@ -470,7 +470,8 @@ def shared_matmul(a, b, threads, out=None, then=None):
     return out
 
 
-_KINDS = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
+#: The dtypes of native blocks, and the empty arrays that stand for "no epilogue" in them.
+_NO_EPILOGUE = {np.dtype(t): np.zeros(0, t) for t in (np.float32, np.float64)}
 
 
 def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
@@ -479,47 +480,24 @@ def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
     epilogue (epilogue.Block.native) after it; False, having done nothing, where that cannot
     be: no crew awake, no native BLAS, an epilogue with no native form, or an operand whose
     rows are not contiguous (BLAS takes a leading dimension, not an inner stride)."""
-    kind = _KINDS.get(a.dtype)
-    if not _AWAKE[0] or kind is None or not a.dtype == b.dtype == out.dtype or len(edges) - 1 > 64:
+    none = _NO_EPILOGUE.get(a.dtype)
+    if not _AWAKE[0] or none is None or not a.dtype == b.dtype == out.dtype or len(edges) - 1 > 64:
         return False
     after = None if then is None else getattr(then, "native", None)
     if then is not None and after is None:
         return False
-    size = a.dtype.itemsize
-    if any(x.strides[1] != size or x.strides[0] % size or x.strides[0] < x.shape[1] * size for x in (a, b, out)):
-        return False
     from . import crew
 
-    team = _crew(threads - 1)
+    team = _CREW[0] if _CREW and _CREW[0].helpers >= threads - 1 else _crew(threads - 1)
     if team.native is None or not crew.NATIVE or not crew.NATIVE_LOCK.acquire(blocking=False):
         return False  # the lock: another thread's product holds the one table of blocks
     try:
-        _post_blocks(team, crew.BLOCKS, a, b, out, edges, by_columns, kind, after)
+        return team.run_blocks(len(edges) - 1, by_columns, a, b, out, after or (none, none, none, _OFF))
     finally:
         crew.NATIVE_LOCK.release()
-    return True
 
 
-def _post_blocks(team, BLOCKS, a, b, out, edges, by_columns, kind, after):
-    """Fill ``BLOCKS`` with ``out = a @ b``'s blocks (and ``after``'s epilogue) and run them."""
-    size, k = a.dtype.itemsize, a.shape[1]
-    lda, ldb, ldc = (x.strides[0] // size for x in (a, b, out))
-    pa, pb, pc = (x.ctypes.data for x in (a, b, out))
-    m, n = out.shape
-    for i in range(len(edges) - 1):
-        lo, hi = edges[i], edges[i + 1]
-        if by_columns:
-            BLOCKS[i, :10] = (kind, m, hi - lo, k, pa, lda, pb + lo * size, ldb, pc + lo * size, ldc)
-            rows, cols = (0, m), (lo, hi)
-        else:
-            BLOCKS[i, :10] = (kind, hi - lo, n, k, pa + lo * lda * size, lda, pb, ldb, pc + lo * ldc * size, ldc)
-            rows, cols = (lo, hi), (0, n)
-        BLOCKS[i, 10] = after is not None
-        if after is not None:
-            y, o, p, bias, residual, relu = after
-            BLOCKS[i, 11:] = (y, o, p, *rows, *cols, bias, residual, relu)
-    with team.pinned():
-        team.run_blocks(len(edges) - 1)
+_OFF = (0, 0, 0, 0, 0)
 
 
 def matmul(a, b, out=None):

@@ -108,24 +108,18 @@ class Epilogue:
 
 class Block:
     """:class:`Epilogue` ``e`` on blocks of sample ``n`` of ``y``: ``block(o0, o1, p0, p1)``.
-    ``native`` is the same epilogue as plain numbers, for a helper that applies it without
-    the GIL (crew.py's native blocks: ``_apply`` on the sample at ``y_address``): (y_address,
-    O, P, bias_address, residual_address or 0, relu); None where ``_apply`` would not take it."""
+    ``native`` is the same epilogue for a helper that applies it without the GIL (crew.py's
+    native blocks: ``_apply`` on the sample's part of ``y``): (``y`` flat, ``bias``, the
+    residual flat or empty, (1, the sample's offset, O, P, relu)); None where ``_apply``
+    would not take it."""
 
     def __init__(self, e, y, n):
         self.e, self.y, self.n = e, y, n
         r, self.native = e.residual, None
         if y.dtype.kind == "f" and e.fast(y):
             o, p = y.shape[1], y.shape[2] * y.shape[3]
-            at = n * o * p * y.dtype.itemsize
-            self.native = (
-                y.ctypes.data + at,
-                o,
-                p,
-                e.bias.ctypes.data,
-                0 if r is None else r.ctypes.data + at,
-                int(e.relu),
-            )
+            flat = y.reshape(-1)
+            self.native = (flat, e.bias, flat[:0] if r is None else r.reshape(-1), (1, n * o * p, o, p, int(e.relu)))
 
     def __call__(self, o0, o1, p0, p1):
         self.e(self.y, self.n, self.n + 1, o0, o1, p0, p1)
