@@ -53,8 +53,10 @@ FLAGS = np.zeros(2, np.int64)
 #: float32 ``gemm`` and 2 a float64 one, ``a``, ``b``, ``c`` addresses (row-major, no
 #: transposition): ``c[:m, :n] = a[:m, :k] @ b[:k, :n]``; then, if column 10 is 1, an
 #: epilogue (epilogue.py) on that block, columns 11-20: (y, O, P, o0, o1, p0, p1, bias,
-#: residual or 0, relu), ``y`` a sample's (O, P) output.
-BLOCKS = np.zeros((64, 21), np.int64)
+#: residual or 0, relu), ``y`` a sample's (O, P) output. Kind 3: column 1 the address of a C
+#: function ``void f(int64 *args)`` called with columns 2 on (a convolution's band, compiled as
+#: a numba cfunc: winograd.py's native bands).
+BLOCKS = np.zeros((64, 32), np.int64)
 #: [0] the native job's claim word: its number (low 31 bits) << 32 | block count << 16 | next
 #: block to take; [1] its blocks done. One word, so a helper late for a finished job (still
 #: holding its number) can never take a block of the next one.
@@ -144,7 +146,7 @@ def _spin(flags, i, seen, rounds):  # pragma: no cover - compiled
     return _load_acquire(flags, i) != seen
 
 
-F32, F64 = np.zeros((), np.float32), np.zeros((), np.float64)  # dtype markers for _pointer
+F32, F64, I64 = (np.zeros((), t) for t in (np.float32, np.float64, np.int64))  # dtype markers for _pointer
 
 
 @numba.njit(cache=True, nogil=True)
@@ -158,22 +160,37 @@ def _epilogue(r, like):  # pragma: no cover - compiled
 
 
 @intrinsic
-def _gemm_at(typingctx, address, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+def _gemm_at(typingctx, address, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
     """Call the CBLAS ``?gemm`` at ``address`` (64-bit integers; ``alpha`` and ``beta`` of
-    its precision) row-major with no transposition; ``a``, ``b``, ``c`` addresses. The
-    address is an argument, not a constant of the machine code, so the callers are cached."""
+    its precision) row-major, ``ta``/``tb`` CBLAS's transposition codes (111 none, 112
+    transposed); ``a``, ``b``, ``c`` addresses. The address is an argument, not a constant
+    of the machine code, so the callers are cached."""
     scalar = alpha
 
     def codegen(context, builder, sig, args):
         i32, i64, fl = ir.IntType(32), ir.IntType(64), context.get_value_type(scalar)
         fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, fl, i64, i64, i64, i64, fl, i64, i64])
         fn = builder.inttoptr(args[0], fnty.as_pointer())
-        row_major, no_transpose = ir.Constant(i32, 101), ir.Constant(i32, 111)
-        builder.call(fn, [row_major, no_transpose, no_transpose, *args[1:]])
+        ta, tb = (builder.trunc(v, i32) for v in args[1:3])
+        builder.call(fn, [ir.Constant(i32, 101), ta, tb, *args[3:]])  # 101: row-major
         return context.get_dummy_value()
 
     i = types.int64
-    return types.none(i, i, i, i, scalar, i, i, i, i, scalar, i, i), codegen
+    return types.none(i, i, i, i, i, i, scalar, i, i, i, i, scalar, i, i), codegen
+
+
+@intrinsic
+def _call_row(typingctx, address, row):
+    """Call the C function ``void f(int64 *args)`` at ``address`` with ``row``'s address (a
+    native block of kind 3: a band of a convolution, say, compiled as a numba cfunc)."""
+
+    def codegen(context, builder, sig, args):
+        ptr = ir.IntType(64).as_pointer()
+        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), [ptr]).as_pointer())
+        builder.call(fn, [builder.inttoptr(args[1], ptr)])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -201,13 +218,17 @@ def _take(ctrl, blocks, number, fns):  # pragma: no cover - compiled
             continue
         r = blocks[i]
         if r[0] == 1:
-            _gemm_at(fns[0], r[1], r[2], r[3], np.float32(1.0), r[4], r[5], r[6], r[7], np.float32(0.0), r[8], r[9])
+            _gemm_at(
+                fns[0], 111, 111, r[1], r[2], r[3], np.float32(1), r[4], r[5], r[6], r[7], np.float32(0), r[8], r[9]
+            )
             if r[10]:
                 _epilogue(r, F32)
-        else:
-            _gemm_at(fns[1], r[1], r[2], r[3], 1.0, r[4], r[5], r[6], r[7], 0.0, r[8], r[9])
+        elif r[0] == 2:
+            _gemm_at(fns[1], 111, 111, r[1], r[2], r[3], 1.0, r[4], r[5], r[6], r[7], 0.0, r[8], r[9])
             if r[10]:
                 _epilogue(r, F64)
+        else:
+            _call_row(r[1], r.ctypes.data + 16)  # kind 3: its function, on the row from column 2
         _fetch_add(ctrl, 1, 1)
 
 
@@ -278,6 +299,13 @@ def _product(
             r[14], r[15], r[16], r[17] = lo, hi, 0, n
         r[11], r[12], r[13], r[18], r[20] = at, O, P, bias.ctypes.data, relu
         r[19] = residual.ctypes.data + offset * size if residual.size else 0
+    return _post(flags, ctrl, blocks, fns, number, rounds, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def _post(flags, ctrl, blocks, fns, number, rounds, count):  # pragma: no cover - compiled
+    """Post job ``number`` of ``count`` rows filled in BLOCKS, take the caller's share and wait
+    for the rest: 1 once all are done, 0 if some are not yet."""
     ctrl[1] = 0
     ctrl[0] = ((number & 0x7FFFFFFF) << 32) | (count << 16)
     _store_release(flags, 0, number)  # the rows and the claim word first
@@ -380,11 +408,7 @@ class Crew:
         (y, bias, residual, e)) on the caller and the awake helpers, each block taken once by
         whoever is free; returns once all are done, or False (nothing run) where BLAS cannot
         take an operand."""
-        number = int(FLAGS[0]) + 1
-        self.job = (number, None, self.helpers)
-        for i in range(self.helpers):
-            if self.asleep[i]:  # woken before the post, it takes what is left when it runs
-                self.events[i].set()
+        number = self._number()
         with self.pinned():
             done = _product(
                 FLAGS, CTRL, BLOCKS, self.native, number, self.rounds, count, by_columns, a, b, c, *epilogue
@@ -394,6 +418,25 @@ class Crew:
             while not done and not _wait_done(CTRL, count, self.rounds, self.native):
                 time.sleep(1e-4)  # a helper preempted in its block: stop burning the core
         return True
+
+    def run_rows(self, count):
+        """Run native blocks ``BLOCKS[:count]``, filled by the caller (kind 3: a C function and
+        its arguments, :func:`_call_row`), on the caller and the awake helpers; returns once
+        all are done. The caller holds NATIVE_LOCK."""
+        number = self._number()
+        with self.pinned():
+            if not _post(FLAGS, CTRL, BLOCKS, self.native, number, self.rounds, count):
+                while not _wait_done(CTRL, count, self.rounds, self.native):
+                    time.sleep(1e-4)  # a helper preempted in its block: stop burning the core
+
+    def _number(self):
+        """The next native job's number, announced to the helpers (sleeping ones woken)."""
+        number = int(FLAGS[0]) + 1
+        self.job = (number, None, self.helpers)
+        for i in range(self.helpers):
+            if self.asleep[i]:  # woken before the post, it takes what is left when it runs
+                self.events[i].set()
+        return number
 
     def _main(self, i):
         seen = self.job[0]

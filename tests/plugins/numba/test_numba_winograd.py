@@ -336,3 +336,48 @@ def test_f43_by_tile_position_where_chunks_would_be_narrow(monkeypatch, direct):
     x[5, 3, 2, 2] = np.inf
     assert winograd.conv2d(x, w, (1, 1), Epilogue(bias, relu=True)) is None
     assert taken == ["_f43_by_position"] * 2 + ["_grad_weight_f43_by_position"] + ["_f43_by_position"] * 3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("epilogue", ["none", "bias", "bias, residual, relu"])
+def test_native_bands_carry_the_python_bands_bits(dtype, epilogue, transform, monkeypatch):
+    """A sample's bands run by the helpers' spin (winograd._band as a C function, crew.py's
+    kind 3) make the Python bands' bits: the same transforms, the same BLAS calls as np.matmul
+    on the same operands, the same epilogue; and an input that is not finite still comes back None."""
+    from ember_numba import blas, crew
+    from ember_numba.epilogue import Epilogue
+
+    if blas._crew(1).native is None:
+        pytest.skip("NumPy's BLAS is not a bundled OpenBLAS with CBLAS entry points")
+    monkeypatch.setattr(winograd, "threads", lambda: 2)
+    monkeypatch.setattr(winograd, "BAND_TILES", 8)  # several bands
+    monkeypatch.setattr(winograd.BAND_THREADS, "choose", lambda key, watch=False: (False, False, None))
+    monkeypatch.setattr(winograd.BAND_THREADS, "record", lambda *args: None)
+    rows = []
+    real = crew.Crew.run_rows
+    monkeypatch.setattr(crew.Crew, "run_rows", lambda self, count: rows.append(count) or real(self, count))
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 24, 26, 23)).astype(dtype)
+    w = rng.standard_normal((20, 24, 3, 3)).astype(dtype)
+    residual = rng.standard_normal((1, 20, 26, 23)).astype(dtype) if "residual" in epilogue else None
+
+    def run():
+        e = (
+            None
+            if epilogue == "none"
+            else Epilogue(rng.standard_normal(20).astype(dtype), residual, "relu" in epilogue)
+        )
+        ys = {}
+        for native in (False, True):
+            monkeypatch.setattr(winograd, "NATIVE_BANDS", native)
+            ys[native] = winograd.conv2d(x, w, (1, 1), None if e is None else Epilogue(e.bias, e.residual, e.relu))
+        return ys
+
+    ys = run()
+    assert rows and all(count > 1 for count in rows), "the bands did not go as native blocks"
+    assert ys[True].dtype == dtype
+    np.testing.assert_array_equal(ys[True], ys[False])
+    x[0, 5, 13, 13] = np.inf
+    with np.errstate(invalid="ignore"):  # the sum that finds inf - inf
+        ys = run()  # with an epilogue, each band is checked before it; without, the whole output after
+    assert ys[True] is None and ys[False] is None
