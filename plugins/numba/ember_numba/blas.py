@@ -500,6 +500,25 @@ def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
 _OFF = (0, 0, 0, 0, 0)
 
 
+def native_rows(threads, fill) -> bool:
+    """Run native blocks of kind 3 (crew.py: a C function and its arguments a row) on the
+    crew: ``fill(BLOCKS, fns, slots)`` writes them (``fns``: crew.native_functions' addresses;
+    ``slots``: the threads that may take them, each its own buffers) and returns their count. False, having done nothing, where they cannot run so: outside
+    :func:`awake`, no native BLAS, or another thread holding the one table of blocks."""
+    from . import crew
+
+    if not _AWAKE[0] or not crew.NATIVE:
+        return False
+    team = _CREW[0] if _CREW and _CREW[0].helpers >= threads - 1 else _crew(threads - 1)
+    if team.native is None or not crew.NATIVE_LOCK.acquire(blocking=False):
+        return False
+    try:
+        team.run_rows(fill(crew.BLOCKS, team.native, team.helpers + 1))
+    finally:
+        crew.NATIVE_LOCK.release()
+    return True
+
+
 def matmul(a, b, out=None):
     """``np.matmul(a, b)`` (the reference), into ``out`` when given. Products of at least
     :data:`MIN_FLOPS` go on all threads: in "blas" mode on BLAS's own (or on one, where that

@@ -51,8 +51,9 @@ from numba import uint64
 
 from ember.backends.numpy import backend as nb
 
-from . import channels_last, skinny, winograd
-from .blas import awake, matmul, on_demand, one_thread, shared_matmul
+from . import channels_last, crew, skinny, winograd
+from .blas import awake, matmul, native_rows, on_demand, one_thread, shared_matmul
+from .epilogue import _apply
 from .kernels import FLOATS, JIT, MIN_SIZE
 from .launch import ThreadChoice, hot, threads
 from .scratch import ThreadSums, scratch
@@ -428,11 +429,13 @@ class Chunks:
             # that will share the GEMM share the copy too.
             kk, blocks = self.ckk // c, min(c, 2 * workers)
             e = [c * i // blocks for i in range(blocks + 1)]
-            on_demand(
-                len(e) - 1,
-                workers,
-                lambda i: self._fill(x[n0 : n0 + 1, e[i] : e[i + 1]], cols[e[i] * kk : e[i + 1] * kk]),
-            )
+            pieces = [(1, e[i], e[i + 1], cols[e[i] * kk : e[i + 1] * kk]) for i in range(blocks)]
+            if not _native_blocks(self, x[n0], pieces, workers):
+                on_demand(
+                    len(e) - 1,
+                    workers,
+                    lambda i: self._fill(x[n0 : n0 + 1, e[i] : e[i + 1]], cols[e[i] * kk : e[i + 1] * kk]),
+                )
         else:
             self._fill(x[n0 : n0 + m], cols)
         return cols
@@ -481,6 +484,10 @@ class Chunks:
             if then is not None:
                 then(0, self.o, r0 * ow, r1 * ow)
 
+        if threads > 1 and _native_blocks(
+            self, x[n], [(0, r0, r1, None) for r0, r1 in zip(edges, edges[1:])], threads, wm, out, then
+        ):
+            return
         on_demand(len(edges) - 1, threads, band)
 
     def _fill(self, xs, cols):
@@ -595,6 +602,124 @@ def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):
 
     ch.run(work)
     return dx
+
+
+# ----------------------------------------------------------------------------- native blocks
+#: Whether one sample's bands of output rows and its shared im2col copies go to the crew as
+#: native blocks (crew.py's kind 3) where they can: the helpers run them in their spin,
+#: without the GIL (read at each call: ``python -m benchmarks.onnx_ab --flag`` compares).
+NATIVE_BLOCKS = True
+#: A native block's arguments, crew.BLOCKS columns 2 on: ``mode`` 0 a band of output rows
+#: r0 .. r1-1 (its columns, the product, the epilogue where ``bias``), 1 the columns of
+#: ``C`` channels (a share of the copy); ``form`` :data:`FORMS`' index; addresses of ``x``
+#: (the first channel's plane), the band's ``cols``, ``wm``, ``out`` (the sample's (O, P)),
+#: ``bias``, ``residual`` (0: none) and the tap table; a band's ``cols`` are slot 0's, each other
+#: slot's ``stride`` bytes on (a copy's are its share of the sample's columns, stride 0).
+# fmt: off
+ARGS = (
+    "gemm", "mode", "form", "x", "C", "H", "W", "KH", "KW", "sh", "sw", "ph", "pw", "dh", "dw",
+    "OH", "OW", "r0", "r1", "cols", "wm", "O", "out", "bias", "residual", "relu", "taps", "stride",
+)
+# fmt: on
+_SAME, _SPLIT, _TAPS = 0, 1, 2  # FORMS' indices
+
+
+@numba.njit(**JIT)
+def _native(a, slot, like, one, zero):  # pragma: no cover - compiled
+    """One native block (:data:`ARGS` ``a``, plain numbers) taken by ``slot``: what
+    Chunks._forward_sample's ``band`` or Chunks.im2col's shared copy does, the same kernels
+    and BLAS call."""
+    mode, form, C, H, W, KH, KW = a[1], a[2], a[4], a[5], a[6], a[7], a[8]
+    sh, sw, ph, pw, dh, dw, OH, OW, r0, r1 = a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18]
+    x = numba.carray(crew._pointer(a[3], like), C * H * W)
+    rows = OH if mode == 1 else r1 - r0
+    at = a[19] + slot * a[27]
+    cols = numba.carray(crew._pointer(at, like), C * KH * KW * rows * OW)
+    if mode == 1 and form == _SAME:
+        _im2col_same(x, 1, C, H, W, KH, KW, ph, pw, dh, dw, cols)
+    elif mode == 1 and form == _TAPS:
+        tab = numba.carray(crew._pointer(a[26], crew.I64), (KH * KW, OH * OW))
+        _im2col_taps(x, 1, C, H, W, KH * KW, tab, OH * OW, cols)
+    elif form == _SPLIT:
+        _im2col_split(
+            x, 1, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, r0 if mode == 0 else 0, r1 if mode == 0 else OH, cols
+        )
+    else:
+        _im2col(
+            x, 1, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, r0 if mode == 0 else 0, r1 if mode == 0 else OH, cols
+        )
+    if mode == 1:
+        return
+    O, P, K, b, n = a[21], OH * OW, C * KH * KW, like.itemsize, rows * OW
+    crew._gemm_at(a[0], 111, 111, O, n, K, one, a[20], K, at, n, zero, a[22] + r0 * OW * b, P)
+    if a[23]:
+        y = numba.carray(crew._pointer(a[22], like), O * P)
+        bias = numba.carray(crew._pointer(a[23], like), O)
+        residual = numba.carray(crew._pointer(a[24] if a[24] else a[22], like), O * P if a[24] else 0)
+        _apply(y, O, P, 0, 1, 0, O, r0 * OW, r1 * OW, bias, residual, a[25] != 0)
+
+
+_NATIVE_FUNCTIONS: dict = {}
+
+
+def _native_functions():
+    """{dtype: the address of :func:`_native` as a C function ``void f(int64 *args, int64
+    slot)``}, compiled at the first native block (cached on disk), not when the module loads."""
+    if not _NATIVE_FUNCTIONS:
+        from numba import types
+
+        signature = types.void(types.CPointer(types.int64), types.int64)
+
+        @numba.cfunc(signature, cache=True, nogil=True)
+        def native32(args, slot):  # pragma: no cover - compiled
+            _native(numba.carray(args, len(ARGS)), slot, crew.F32, np.float32(1), np.float32(0))
+
+        @numba.cfunc(signature, cache=True, nogil=True)
+        def native64(args, slot):  # pragma: no cover - compiled
+            _native(numba.carray(args, len(ARGS)), slot, crew.F64, 1.0, 0.0)
+
+        _NATIVE_FUNCTIONS.update({np.dtype(np.float32): native32.address, np.dtype(np.float64): native64.address})
+    return _NATIVE_FUNCTIONS
+
+
+def _native_blocks(ch, x, pieces, threads, wm=None, out=None, then=None) -> bool:
+    """Native blocks of one sample's forward convolution on ``threads`` threads (blas.native_rows):
+    ``pieces`` (mode, start, stop, cols), each a band of output rows (mode 0: its columns in a
+    buffer of the thread's, ``wm @ cols`` into ``out`` (O, P), ``then``'s epilogue) or the
+    columns of a run of channels into ``cols`` (mode 1). False, having done nothing, where
+    they cannot go so."""
+    dtype = ch.dtype
+    after = None if then is None else getattr(then, "native", None)
+    if not NATIVE_BLOCKS or dtype.type not in (np.float32, np.float64) or len(pieces) > 64:
+        return False
+    if (then is not None and after is None) or not x.flags.c_contiguous:
+        return False
+    if wm is not None and not (wm.flags.c_contiguous and out.strides == (ch.p * dtype.itemsize, dtype.itemsize)):
+        return False
+    g, b = ch.geo, dtype.itemsize
+    form = {"same": _SAME, "split": _SPLIT, "taps": _TAPS}.get(ch.form, 3)
+
+    def fill(blocks, fns, slots):
+        fn, gemm = _native_functions()[dtype], fns[0 if dtype == np.float32 else 1]
+        widest = max((hi - lo for mode, lo, hi, _ in pieces if mode == 0), default=0)
+        per = -(-ch.ckk * widest * g[13] // 16) * 16  # a slot's band columns, 64-byte aligned apart
+        band = crew.address(scratch("native_band", slots * per, dtype)) if widest else 0
+        xa, plane = crew.address(x), g[2] * g[3] * b
+        taps = crew.address(ch.taps) if ch.taps is not None else 0
+        wa, oa = (crew.address(wm), crew.address(out)) if wm is not None else (0, 0)
+        bias = residual = relu = 0
+        if after is not None:  # on the sample's (O, P), ``out`` (the residual's the same sample of it)
+            r, (_, offset, _, _, relu) = after[2], after[3]
+            bias, residual = crew.address(after[1]), crew.address(r) + offset * b if r.size else 0
+        for i, (mode, lo, hi, cols) in enumerate(pieces):
+            c, at = (g[1], xa) if mode == 0 else (hi - lo, xa + lo * plane)
+            rows, buffer, stride = ((lo, hi), band, per * b) if mode == 0 else ((0, 0), crew.address(cols), 0)
+            blocks[i, : 2 + len(ARGS)] = (
+                3, fn, gemm, mode, form, at, c, *g[2:14], *rows, buffer, wa, ch.o, oa, bias, residual, relu, taps, stride,
+            )  # fmt: skip
+        return len(pieces)
+
+    return native_rows(threads, fill)
 
 
 # ----------------------------------------------------------------------------- the primitives

@@ -54,8 +54,8 @@ FLAGS = np.zeros(2, np.int64)
 #: transposition): ``c[:m, :n] = a[:m, :k] @ b[:k, :n]``; then, if column 10 is 1, an
 #: epilogue (epilogue.py) on that block, columns 11-20: (y, O, P, o0, o1, p0, p1, bias,
 #: residual or 0, relu), ``y`` a sample's (O, P) output. Kind 3: column 1 the address of a C
-#: function ``void f(int64 *args)`` called with columns 2 on (a convolution's band, compiled as
-#: a numba cfunc: winograd.py's native bands).
+#: function ``void f(int64 *args, int64 slot)`` called with columns 2 on and the taker's slot
+#: (a convolution's band, compiled as a numba cfunc: winograd.py's and conv.py's native blocks).
 BLOCKS = np.zeros((64, 32), np.int64)
 #: [0] the native job's claim word: its number (low 31 bits) << 32 | block count << 16 | next
 #: block to take; [1] its blocks done. One word, so a helper late for a finished job (still
@@ -150,6 +150,13 @@ F32, F64, I64 = (np.zeros((), t) for t in (np.float32, np.float64, np.int64))  #
 
 
 @numba.njit(cache=True, nogil=True)
+def address(a):  # pragma: no cover - compiled
+    """``a``'s data address, for a native block's row (``a.ctypes.data`` costs 2-3 µs from
+    Python, this call 0.3)."""
+    return a.ctypes.data
+
+
+@numba.njit(cache=True, nogil=True)
 def _epilogue(r, like):  # pragma: no cover - compiled
     """epilogue._apply on the block that row ``r`` of BLOCKS describes (columns 11-20)."""
     size = r[12] * r[13]
@@ -180,17 +187,18 @@ def _gemm_at(typingctx, address, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c
 
 
 @intrinsic
-def _call_row(typingctx, address, row):
-    """Call the C function ``void f(int64 *args)`` at ``address`` with ``row``'s address (a
-    native block of kind 3: a band of a convolution, say, compiled as a numba cfunc)."""
+def _call_row(typingctx, address, row, slot):
+    """Call the C function ``void f(int64 *args, int64 slot)`` at ``address`` with ``row``'s
+    address and the taker's slot (a native block of kind 3: a band of a convolution, say,
+    compiled as a numba cfunc; the slot picks its buffers, one set a thread)."""
 
     def codegen(context, builder, sig, args):
-        ptr = ir.IntType(64).as_pointer()
-        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), [ptr]).as_pointer())
-        builder.call(fn, [builder.inttoptr(args[1], ptr)])
+        i64 = ir.IntType(64)
+        fn = builder.inttoptr(args[0], ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64]).as_pointer())
+        builder.call(fn, [builder.inttoptr(args[1], i64.as_pointer()), args[2]])
         return context.get_dummy_value()
 
-    return types.none(types.int64, types.int64), codegen
+    return types.none(types.int64, types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -206,9 +214,10 @@ def _call_at(typingctx, address):
 
 
 @numba.njit(cache=True, nogil=True)
-def _take(ctrl, blocks, number, fns):  # pragma: no cover - compiled
+def _take(ctrl, blocks, number, fns, slot):  # pragma: no cover - compiled
     """Take job ``number``'s native blocks one at a time until none is left (or the job is
-    over); ``fns``: the addresses of :func:`native_functions`."""
+    over); ``fns``: the addresses of :func:`native_functions`; ``slot``: the taker's number
+    (the caller 0, helper i i + 1), which a kind-3 block's function gets to pick its buffers."""
     while True:
         word = _load_acquire(ctrl, 0)
         count, i = (word >> 16) & 0xFFFF, word & 0xFFFF
@@ -228,12 +237,12 @@ def _take(ctrl, blocks, number, fns):  # pragma: no cover - compiled
             if r[10]:
                 _epilogue(r, F64)
         else:
-            _call_row(r[1], r.ctypes.data + 16)  # kind 3: its function, on the row from column 2
+            _call_row(r[1], r.ctypes.data + 16, slot)  # kind 3: its function, on the row from column 2
         _fetch_add(ctrl, 1, 1)
 
 
 @numba.njit(cache=True, nogil=True)
-def _serve(flags, ctrl, blocks, seen, rounds, fns):  # pragma: no cover - compiled
+def _serve(flags, ctrl, blocks, seen, rounds, fns, slot):  # pragma: no cover - compiled
     """:func:`_spin` that runs the native jobs posted meanwhile itself and spins on. Returns
     (the last job number seen, whether a Python job is waiting); at most ``rounds`` rounds
     with nothing to do."""
@@ -243,7 +252,7 @@ def _serve(flags, ctrl, blocks, seen, rounds, fns):  # pragma: no cover - compil
         if number != seen:
             if (_load_acquire(ctrl, 0) >> 32) != (number & 0x7FFFFFFF):
                 return seen, True
-            _take(ctrl, blocks, number, fns)
+            _take(ctrl, blocks, number, fns, slot)
             seen, left = number, rounds
             continue
         _call_at(fns[2])
@@ -309,7 +318,7 @@ def _post(flags, ctrl, blocks, fns, number, rounds, count):  # pragma: no cover 
     ctrl[1] = 0
     ctrl[0] = ((number & 0x7FFFFFFF) << 32) | (count << 16)
     _store_release(flags, 0, number)  # the rows and the claim word first
-    _take(ctrl, blocks, number, fns)
+    _take(ctrl, blocks, number, fns, 0)
     return 1 if _wait_done(ctrl, count, rounds, fns) else 0
 
 
@@ -421,8 +430,8 @@ class Crew:
 
     def run_rows(self, count):
         """Run native blocks ``BLOCKS[:count]``, filled by the caller (kind 3: a C function and
-        its arguments, :func:`_call_row`), on the caller and the awake helpers; returns once
-        all are done. The caller holds NATIVE_LOCK."""
+        its arguments, :func:`_call_row`), on the caller (slot 0) and the awake helpers (slots
+        1 .. helpers); returns once all are done. The caller holds NATIVE_LOCK."""
         number = self._number()
         with self.pinned():
             if not _post(FLAGS, CTRL, BLOCKS, self.native, number, self.rounds, count):
@@ -445,12 +454,12 @@ class Crew:
             if number != seen:
                 seen = number
                 if job is None:  # native blocks, posted while this helper slept
-                    _take(CTRL, BLOCKS, number, self.native)
+                    _take(CTRL, BLOCKS, number, self.native, i + 1)
                 elif i < helpers:
                     job()
                 continue
             if self.native is not None:
-                seen, python = _serve(FLAGS, CTRL, BLOCKS, seen, self.rounds, self.native)
+                seen, python = _serve(FLAGS, CTRL, BLOCKS, seen, self.rounds, self.native, i + 1)
                 if python or self.job[0] != seen:
                     continue
             elif _spin(FLAGS, 0, seen, self.rounds):

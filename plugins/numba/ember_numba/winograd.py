@@ -50,7 +50,7 @@ from numba import uint64
 from ember.backends.numpy import winograd as reference
 
 from . import crew, winograd43
-from .blas import _crew, awake, on_demand, one_thread
+from .blas import awake, native_rows, on_demand, one_thread
 from .epilogue import _apply
 from .kernels import JIT
 from .launch import ThreadChoice, threads
@@ -460,9 +460,12 @@ def conv2d(x, w, padding, epilogue=None):
         if count >= nt:
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
         else:  # too few chunks to go round: each chunk's tile rows are shared out instead
+
+            def native(n0, m, edges):
+                return _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges)
+
             for i in range(count):
                 m = min(per, n - i * per)
-                native = lambda n0, m, edges: _native_bands(size, x, U, out, padding, epilogue, broken, n0, m, edges)  # noqa: E731
                 _bands(i * per, m, th, tw, nt, tiles, (size, m, c, k, th, tw, dtype.num), native)
     if epilogue is not None:
         return None if broken else out
@@ -560,47 +563,43 @@ def _grad_weight_f43(x, g, weight_shape, padding):
 #: the helpers run them in their spin, without the GIL, where a Python band waited 64-82 µs
 #: for it (read at each call: ``python -m benchmarks.onnx_ab --flag`` compares).
 NATIVE_BANDS = True
-#: A native band's arguments, crew.BLOCKS columns 2 on (addresses, or numbers):
+#: A native band's arguments, crew.BLOCKS columns 2 on (addresses, or numbers; the buffers
+#: V, M, P, S, Z, O slot 0's, each other slot's ``stride`` bytes on):
 # fmt: off
 ARGS = (
     "gemm", "x", "m", "c", "h", "w", "ph", "pw", "tw", "ty0", "ty1", "U", "k", "V", "M", "out",
-    "oh", "ow", "bias", "residual", "relu", "broken", "P", "S", "Z", "O", "size",
+    "oh", "ow", "bias", "residual", "relu", "broken", "P", "S", "Z", "O", "size", "stride",
 )
 # fmt: on
 #: Per band of the job: set to 1 by a band whose output is not finite (its epilogue not applied).
 _BROKEN = np.zeros(64, np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
-def _address(a):  # pragma: no cover - compiled
-    """``a``'s data address (``a.ctypes.data`` costs 2-3 µs from Python, this call 0.3)."""
-    return a.ctypes.data
-
-
 @numba.njit(**JIT)
-def _band(a, like, one, zero):  # pragma: no cover - compiled
+def _band(a, slot, like, one, zero):  # pragma: no cover - compiled
     """One band of tile rows ty0 .. ty1-1 (:func:`conv2d`'s ``tiles``), its arguments ``a``
-    (:data:`ARGS`) as plain numbers: the transforms, the GEMMs as the same BLAS calls that
-    np.matmul makes on the same operands (so the band's bits are the Python band's), then,
-    with a bias, the finite check and the epilogue. ``like``: a 0-d array of the dtype."""
+    (:data:`ARGS`) as plain numbers, on the buffers of ``slot``: the transforms, the GEMMs as
+    the same BLAS calls that np.matmul makes on the same operands (so the band's bits are the
+    Python band's), then, with a bias, the finite check and the epilogue. ``like``: a 0-d
+    array of the dtype."""
     m, c, h, w, ph, pw, tw, ty0, ty1 = a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]
-    k, oh, ow, size, b = a[12], a[16], a[17], a[26], like.itemsize
+    k, oh, ow, size, b, mine = a[12], a[16], a[17], a[26], like.itemsize, slot * a[27]
     nty = ty1 - ty0
     T = m * nty * tw
     x = numba.carray(crew._pointer(a[1], like), m * c * h * w)
     out = numba.carray(crew._pointer(a[15], like), m * k * oh * ow)
-    V, M = a[13], a[14]
+    V, M = a[13] + mine, a[14] + mine
     if size == 4:
-        P = numba.carray(crew._pointer(a[22], like), m * (4 * nty + 2) * (4 * tw + 2) * c)
-        S = numba.carray(crew._pointer(a[23], like), 6 * (4 * tw + 2) * c)
+        P = numba.carray(crew._pointer(a[22] + mine, like), m * (4 * nty + 2) * (4 * tw + 2) * c)
+        S = numba.carray(crew._pointer(a[23] + mine, like), 6 * (4 * tw + 2) * c)
         winograd43.channels_last(x, m, c, h, w, ph, pw, tw, ty0, ty1, P)
         winograd43.input_transform(P, m, c, nty, tw, T, numba.carray(crew._pointer(V, like), 36 * T * c), S)
         for p in range(36):  # V[p] (T, C) @ U[p] (C, K), U[p] a transposed (K, C): BLAS reads it so
             crew._gemm_at(
                 a[0], 111, 112, T, k, c, one, V + p * T * c * b, c, a[11] + p * k * c * b, c, zero, M + p * T * k * b, k
             )
-        Z = numba.carray(crew._pointer(a[24], like), 24 * k)
-        O = numba.carray(crew._pointer(a[25], like), 16 * tw * k)
+        Z = numba.carray(crew._pointer(a[24] + mine, like), 24 * k)
+        O = numba.carray(crew._pointer(a[25] + mine, like), 16 * tw * k)
         winograd43.output_transform(
             numba.carray(crew._pointer(M, like), 36 * T * k), m, k, oh, ow, nty, tw, ty0, T, out, Z, O
         )
@@ -631,77 +630,73 @@ _BAND_FUNCTIONS: dict = {}
 
 
 def _band_functions():
-    """{dtype: the address of :func:`_band` as a C function ``void f(int64 *args)``}, compiled
-    at the first native band (cached on disk), not when the module loads."""
+    """{dtype: the address of :func:`_band` as a C function ``void f(int64 *args, int64 slot)``},
+    compiled at the first native band (cached on disk), not when the module loads."""
     if not _BAND_FUNCTIONS:
         from numba import types
 
-        signature = types.void(types.CPointer(types.int64))
+        signature = types.void(types.CPointer(types.int64), types.int64)
 
         @numba.cfunc(signature, cache=True, nogil=True)
-        def band32(args):  # pragma: no cover - compiled
-            _band(numba.carray(args, 27), crew.F32, np.float32(1), np.float32(0))
+        def band32(args, slot):  # pragma: no cover - compiled
+            _band(numba.carray(args, len(ARGS)), slot, crew.F32, np.float32(1), np.float32(0))
 
         @numba.cfunc(signature, cache=True, nogil=True)
-        def band64(args):  # pragma: no cover - compiled
-            _band(numba.carray(args, 27), crew.F64, 1.0, 0.0)
+        def band64(args, slot):  # pragma: no cover - compiled
+            _band(numba.carray(args, len(ARGS)), slot, crew.F64, 1.0, 0.0)
 
         _BAND_FUNCTIONS.update({np.dtype(np.float32): band32.address, np.dtype(np.float64): band64.address})
     return _BAND_FUNCTIONS
 
 
-def _native_bands(size, x, U, out, padding, epilogue, broken, n0, m, edges) -> bool:
+def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) -> bool:
     """:func:`conv2d`'s bands of tile rows ``edges`` of samples n0 .. n0+m-1 as native blocks on
-    the crew (crew.Crew.run_rows: the helpers take them in their spin, without the GIL), each
-    band's epilogue on it there; ``broken`` gets True where a band is not finite. False,
-    having done nothing, where they cannot go so: no crew with native BLAS, another dtype or
-    epilogue form than :func:`_band` takes, or another thread holding the table of blocks."""
+    the crew of ``nt`` threads (blas.native_rows: the helpers take them in their spin, without
+    the GIL), each band's epilogue on it there; ``broken`` gets True where a band is not finite. False,
+    having done nothing, where they cannot go so (blas.native_rows), or the dtype or the
+    epilogue's form is not one :func:`_band` takes."""
     dtype = out.dtype
     after = None if epilogue is None else epilogue.on(out, n0).native
-    if not NATIVE_BANDS or not crew.NATIVE or dtype.type not in (np.float32, np.float64) or len(edges) > 64:
+    if not NATIVE_BANDS or dtype.type not in (np.float32, np.float64) or len(edges) > 64:
         return False
     if (epilogue is not None and after is None) or not (x.flags.c_contiguous and U.dtype == dtype):
         return False
-    team = _crew(1)
-    if team.native is None or not crew.NATIVE_LOCK.acquire(blocking=False):
-        return False
-    try:
-        n, c, h, w = x.shape
-        k, oh, ow = out.shape[1:]
-        tw = -(-ow // size)
-        fn, gemm = _band_functions()[dtype], team.native[0 if dtype == np.float32 else 1]
-        b = dtype.itemsize
-        xa, oa = _address(x) + n0 * c * h * w * b, _address(out) + n0 * k * oh * ow * b
+    n, c, h, w = x.shape
+    k, oh, ow = out.shape[1:]
+    tw, b, count = -(-ow // size), dtype.itemsize, len(edges) - 1
+
+    def fill(blocks, fns, slots):
+        gemm, fn = fns[0 if dtype == np.float32 else 1], _band_functions()[dtype]
+        oa = crew.address(out) + n0 * k * oh * ow * b
         bias = residual = relu = 0
         if after is not None:
+            r = after[2]
             bias, residual, relu = (
-                _address(after[1]),
-                _address(after[2]) + n0 * k * oh * ow * b if after[2].size else 0,
+                crew.address(after[1]),
+                crew.address(r) + n0 * k * oh * ow * b if r.size else 0,
                 after[3][4],
             )
-        head = (gemm, xa, m, c, h, w, *padding, tw)
-        _BROKEN[: len(edges) - 1] = 0
-        broken_at = _address(_BROKEN)
-        for i in range(len(edges) - 1):
-            ty0, ty1 = edges[i], edges[i + 1]
-            nty = ty1 - ty0
-            T = m * nty * tw
-            taps = 36 if size == 4 else 16
-            V, M = scratch(f"native_v{i}", taps * c * T, dtype), scratch(f"native_m{i}", taps * k * T, dtype)
-            if size == 4:
-                P = scratch(f"native_p{i}", m * (4 * nty + 2) * (4 * tw + 2) * c, dtype)
-                S = scratch(f"native_s{i}", 6 * (4 * tw + 2) * c, dtype)
-                Z, O = scratch(f"native_z{i}", 24 * k, dtype), scratch(f"native_o{i}", 16 * tw * k, dtype)
-                extra = (_address(P), _address(S), _address(Z), _address(O))
-            else:
-                extra = (0, 0, 0, 0)
-            row = (*head, ty0, ty1, _address(U), k, _address(V), _address(M), oa, oh, ow, bias, residual, relu)
-            crew.BLOCKS[i, : 2 + len(ARGS)] = (3, fn, *row, broken_at + 8 * i, *extra, size)
-        team.run_rows(len(edges) - 1)
-        if _BROKEN[: len(edges) - 1].any():
-            broken.append(True)
-    finally:
-        crew.NATIVE_LOCK.release()
+        # one set of buffers a slot, for the widest band: V, M, then F(4x4)'s P, S, Z, O
+        nty = max(t1 - t0 for t0, t1 in zip(edges, edges[1:]))
+        T, taps = m * nty * tw, 36 if size == 4 else 16
+        sizes = [taps * c * T, taps * k * T]
+        if size == 4:
+            sizes += [m * (4 * nty + 2) * (4 * tw + 2) * c, 6 * (4 * tw + 2) * c, 24 * k, 16 * tw * k]
+        per = -(-sum(sizes) // 16) * 16  # a slot's elements, 64-byte aligned apart
+        base = crew.address(scratch("native_bands", slots * per, dtype))
+        at = [base + b * sum(sizes[:j]) for j in range(len(sizes))] + [0] * (6 - len(sizes))
+        head = (gemm, crew.address(x) + n0 * c * h * w * b, m, c, h, w, *padding, tw)
+        _BROKEN[:count] = 0
+        broken_at, ua = crew.address(_BROKEN), crew.address(U)
+        for i in range(count):
+            row = (*head, edges[i], edges[i + 1], ua, k, at[0], at[1], oa, oh, ow, bias, residual, relu)
+            blocks[i, : 2 + len(ARGS)] = (3, fn, *row, broken_at + 8 * i, *at[2:], size, per * b)
+        return count
+
+    if not native_rows(nt, fill):
+        return False
+    if _BROKEN[:count].any():
+        broken.append(True)
     return True
 
 

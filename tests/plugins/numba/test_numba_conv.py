@@ -342,3 +342,50 @@ class _AllThreads:
 
     def record(self, *args):
         pass
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "xs,ws,stride,padding",
+    [
+        ((1, 3, 60, 58), (16, 3, 7, 7), (2, 2), (3, 3)),  # the stem's bands of rows, split columns
+        ((1, 40, 14, 14), (24, 40, 3, 3), (1, 1), (1, 1)),  # a "same" copy shared by the threads
+        ((1, 48, 30, 29), (32, 48, 3, 3), (2, 2), (1, 1)),  # a row copy at stride 2
+        ((1, 64, 7, 7), (40, 64, 3, 3), (1, 1), (1, 1)),  # a tap-table copy
+    ],
+)
+def test_native_blocks_carry_the_python_blocks_bits(xs, ws, stride, padding, dtype, monkeypatch):
+    """One sample's bands of rows and shared im2col copies run by the helpers' spin
+    (conv._native as a C function, crew.py's kind 3) make the Python blocks' bits, with the
+    bias, residual and ReLU of the nodes after the convolution."""
+    from ember_numba import crew
+    from ember_numba.epilogue import Epilogue
+
+    if blas._crew(1).native is None:
+        pytest.skip("NumPy's BLAS is not a bundled OpenBLAS with CBLAS entry points")
+    monkeypatch.setattr(conv, "threads", lambda: 2)
+    monkeypatch.setattr(conv, "SHARED_IM2COL_BYTES", 0)
+    monkeypatch.setattr(conv, "BAND_MIN_P", 256)
+    monkeypatch.setattr(conv, "BAND_BYTES", 16 << 10)  # several bands
+    monkeypatch.setattr(conv.SAMPLE_THREADS, "choose", lambda key, watch=False: (False, False, None))
+    monkeypatch.setattr(conv.SAMPLE_THREADS, "record", lambda *args: None)
+    monkeypatch.setattr(conv.skinny, "takes", lambda w, x: False)
+    monkeypatch.setattr(conv.channels_last, "takes", lambda ch: False)
+    rows = []
+    real = crew.Crew.run_rows
+    monkeypatch.setattr(crew.Crew, "run_rows", lambda self, count: rows.append(count) or real(self, count))
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
+    shape = conv.Chunks(xs, ws, stride, padding, (1, 1), dtype)
+    residual = rng.standard_normal((1, ws[0], *shape.geo[-2:])).astype(dtype)
+    bias = rng.standard_normal(ws[0]).astype(dtype)
+    for epilogue in (None, Epilogue(bias, residual, relu=True)):
+        ys = {}
+        for native in (False, True):
+            monkeypatch.setattr(conv, "NATIVE_BLOCKS", native)
+            ys[native] = conv.conv2d_cols(x, w, stride, padding, (1, 1), epilogue)
+        np.testing.assert_array_equal(ys[True], ys[False])
+    assert rows, "no native block ran"
+    v = nb.IMPLS["conv2d"](x, w, stride, padding, (1, 1), 1) + bias.reshape(1, -1, 1, 1) + residual
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(ys[True], np.maximum(v, 0), rtol=tol, atol=tol)
