@@ -659,29 +659,6 @@ def _native(a, slot, like, one, zero):  # pragma: no cover - compiled
         _apply(y, O, P, 0, 1, 0, O, r0 * OW, r1 * OW, bias, residual, a[25] != 0)
 
 
-_NATIVE_FUNCTIONS: dict = {}
-
-
-def _native_functions():
-    """{dtype: the address of :func:`_native` as a C function ``void f(int64 *args, int64
-    slot)``}, compiled at the first native block (cached on disk), not when the module loads."""
-    if not _NATIVE_FUNCTIONS:
-        from numba import types
-
-        signature = types.void(types.CPointer(types.int64), types.int64)
-
-        @numba.cfunc(signature, cache=True, nogil=True)
-        def native32(args, slot):  # pragma: no cover - compiled
-            _native(numba.carray(args, len(ARGS)), slot, crew.F32, np.float32(1), np.float32(0))
-
-        @numba.cfunc(signature, cache=True, nogil=True)
-        def native64(args, slot):  # pragma: no cover - compiled
-            _native(numba.carray(args, len(ARGS)), slot, crew.F64, 1.0, 0.0)
-
-        _NATIVE_FUNCTIONS.update({np.dtype(np.float32): native32.address, np.dtype(np.float64): native64.address})
-    return _NATIVE_FUNCTIONS
-
-
 def _native_blocks(ch, x, pieces, threads, wm=None, out=None, then=None) -> bool:
     """Native blocks of one sample's forward convolution on ``threads`` threads (blas.native_rows):
     ``pieces`` (mode, start, stop, cols), each a band of output rows (mode 0: its columns in a
@@ -700,7 +677,7 @@ def _native_blocks(ch, x, pieces, threads, wm=None, out=None, then=None) -> bool
     form = {"same": _SAME, "split": _SPLIT, "taps": _TAPS}.get(ch.form, 3)
 
     def fill(blocks, fns, slots):
-        fn, gemm = _native_functions()[dtype], fns[0 if dtype == np.float32 else 1]
+        fn, gemm = crew.c_functions(_native, len(ARGS))[dtype], fns[0 if dtype == np.float32 else 1]
         widest = max((hi - lo for mode, lo, hi, _ in pieces if mode == 0), default=0)
         per = -(-ch.ckk * widest * g[13] // 16) * 16  # a slot's band columns, 64-byte aligned apart
         band = crew.address(scratch("native_band", slots * per, dtype)) if widest else 0

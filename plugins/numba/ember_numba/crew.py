@@ -322,6 +322,31 @@ def _post(flags, ctrl, blocks, fns, number, rounds, count):  # pragma: no cover 
     return 1 if _wait_done(ctrl, count, rounds, fns) else 0
 
 
+_C_FUNCTIONS: dict = {}
+
+
+def c_functions(kernel, width):
+    """{dtype: the address of ``kernel(args, slot, like, one, zero)`` as a C function ``void
+    f(int64 *args, int64 slot)``} for float32 and float64 (``args`` a native block's row from
+    column 2, ``width`` values; ``like`` a 0-d array of the dtype; ``one``, ``zero`` its 1 and
+    0): a kind-3 block's function. Compiled at the first call (cached on disk), not when
+    the kernel's module loads."""
+    found = _C_FUNCTIONS.get(kernel)
+    if found is None:
+        signature = types.void(types.CPointer(types.int64), types.int64)
+
+        @numba.cfunc(signature, cache=True, nogil=True)
+        def f32(args, slot):  # pragma: no cover - compiled
+            kernel(numba.carray(args, width), slot, F32, np.float32(1), np.float32(0))
+
+        @numba.cfunc(signature, cache=True, nogil=True)
+        def f64(args, slot):  # pragma: no cover - compiled
+            kernel(numba.carray(args, width), slot, F64, 1.0, 0.0)
+
+        found = _C_FUNCTIONS[kernel] = {np.dtype(np.float32): f32.address, np.dtype(np.float64): f64.address}
+    return found
+
+
 def native_functions():
     """The addresses the native blocks call, (sgemm, dgemm, sched_yield): the bundled
     OpenBLAS's 64-bit-integer CBLAS entries; None where NumPy has no such library."""

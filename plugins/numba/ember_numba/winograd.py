@@ -626,29 +626,6 @@ def _band(a, slot, like, one, zero):  # pragma: no cover - compiled
     _apply(out, k, oh * ow, 0, m, 0, k, p0, p1, bias, residual, a[20] != 0)
 
 
-_BAND_FUNCTIONS: dict = {}
-
-
-def _band_functions():
-    """{dtype: the address of :func:`_band` as a C function ``void f(int64 *args, int64 slot)``},
-    compiled at the first native band (cached on disk), not when the module loads."""
-    if not _BAND_FUNCTIONS:
-        from numba import types
-
-        signature = types.void(types.CPointer(types.int64), types.int64)
-
-        @numba.cfunc(signature, cache=True, nogil=True)
-        def band32(args, slot):  # pragma: no cover - compiled
-            _band(numba.carray(args, len(ARGS)), slot, crew.F32, np.float32(1), np.float32(0))
-
-        @numba.cfunc(signature, cache=True, nogil=True)
-        def band64(args, slot):  # pragma: no cover - compiled
-            _band(numba.carray(args, len(ARGS)), slot, crew.F64, 1.0, 0.0)
-
-        _BAND_FUNCTIONS.update({np.dtype(np.float32): band32.address, np.dtype(np.float64): band64.address})
-    return _BAND_FUNCTIONS
-
-
 def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) -> bool:
     """:func:`conv2d`'s bands of tile rows ``edges`` of samples n0 .. n0+m-1 as native blocks on
     the crew of ``nt`` threads (blas.native_rows: the helpers take them in their spin, without
@@ -666,7 +643,7 @@ def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) 
     tw, b, count = -(-ow // size), dtype.itemsize, len(edges) - 1
 
     def fill(blocks, fns, slots):
-        gemm, fn = fns[0 if dtype == np.float32 else 1], _band_functions()[dtype]
+        gemm, fn = fns[0 if dtype == np.float32 else 1], crew.c_functions(_band, len(ARGS))[dtype]
         oa = crew.address(out) + n0 * k * oh * ow * b
         bias = residual = relu = 0
         if after is not None:
