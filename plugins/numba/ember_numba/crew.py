@@ -64,7 +64,6 @@ CTRL = np.zeros(2, np.int64)
 #: Held while a caller's native blocks are in BLOCKS: a second thread's product at the same
 #: time (two inference threads) goes as Python blocks instead of overwriting them.
 NATIVE_LOCK = threading.Lock()
-_NUMBER = (1 << 31) - 1
 
 
 def _item(context, builder, sig, args):
@@ -286,9 +285,10 @@ def _product(
     whole output, flat, ``bias`` (O,), ``residual`` ``y``'s or empty. Fills the rows, posts the
     job, takes the caller's share and waits for the rest, in one call: the same steps from
     Python cost 40-60 µs a product. Returns 1 once all blocks are done, 0 if some are not yet,
-    -1 (nothing posted) where BLAS cannot take an operand: its rows not contiguous."""
+    -1 (an empty job posted) where BLAS cannot take an operand: its rows not contiguous."""
     size = a.itemsize
     if not (_blas_rows(a, size) and _blas_rows(b, size) and _blas_rows(c, size)):
+        _post(flags, ctrl, blocks, fns, number, rounds, 0)  # an empty job: the numbers stay in step
         return -1
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     lda, ldb, ldc = a.strides[0] // size, b.strides[0] // size, c.strides[0] // size
@@ -382,6 +382,8 @@ class Crew:
         self.rounds = max(1, int(AWAKE * _rounds_per_second()))
         #: The addresses the native blocks call (:func:`native_functions`), or None: no native blocks
         self.native = native_functions()
+        if self.native is not None:  # compiled (or loaded) here, not by a helper racing the first job
+            _serve(FLAGS, CTRL, BLOCKS, 0, 0, self.native, 0)  # no rounds: it returns at once
         self.job = (int(FLAGS[0]), None, 0)
         self.events = [threading.Event() for _ in range(helpers)]
         self.asleep = [False] * helpers  # each starts in its spin (and says so before it sleeps)
