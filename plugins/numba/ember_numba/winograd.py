@@ -636,11 +636,14 @@ def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) 
     after = None if epilogue is None else epilogue.on(out, n0).native
     if not NATIVE_BANDS or dtype.type not in (np.float32, np.float64) or len(edges) > 64:
         return False
-    if (epilogue is not None and after is None) or not (x.flags.c_contiguous and U.dtype == dtype):
-        return False
     n, c, h, w = x.shape
     k, oh, ow = out.shape[1:]
-    tw, b, count = -(-ow // size), dtype.itemsize, len(edges) - 1
+    b = dtype.itemsize
+    # U as _band reads it: F(2x2)'s (16, K, C) contiguous, F(4x4)'s (36, C, K) a transposed (36, K, C)
+    layout = (k * c * b, c * b, b) if size == 2 else (k * c * b, b, c * b)
+    if (epilogue is not None and after is None) or not (x.flags.c_contiguous and U.strides == layout):
+        return False
+    tw, count = -(-ow // size), len(edges) - 1
 
     def fill(blocks, fns, slots):
         gemm, fn = fns[0 if dtype == np.float32 else 1], crew.c_functions(_band, len(ARGS))[dtype]
