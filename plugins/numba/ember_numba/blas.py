@@ -500,20 +500,25 @@ def _native_blocks(a, b, out, edges, by_columns, threads, then=None) -> bool:
 _OFF = (0, 0, 0, 0, 0)
 
 
-def native_rows(threads, fill) -> bool:
-    """Run native blocks of kind 3 (crew.py: a C function and its arguments a row) on the
-    crew: ``fill(BLOCKS, fns, slots)`` writes them (``fns``: crew.native_functions' addresses;
-    ``slots``: the threads that may take them, each its own buffers) and returns their count. False, having done nothing, where they cannot run so: outside
-    :func:`awake`, no native BLAS, or another thread holding the one table of blocks."""
+def native_rows(threads, dtype, kernel, width, count, fill) -> bool:
+    """Run ``count`` native blocks of kind 3 (crew.py: a C function and its arguments a row)
+    on the crew: ``kernel`` (``width`` arguments) as the C function of ``dtype``
+    (crew.c_functions), ``fill(BLOCKS, fn, gemm, slots)`` writing the rows (``fn`` that
+    function's address, ``gemm`` the dtype's BLAS ``gemm``, ``slots`` the threads that may take
+    them, each with its own buffers). False, having done nothing, where they cannot run so:
+    outside :func:`awake`, a dtype other than float32 or float64, more rows than the table
+    holds, no native BLAS, or another thread holding the one table of blocks."""
     from . import crew
 
-    if not _AWAKE[0] or not crew.NATIVE:
+    if not _AWAKE[0] or not crew.NATIVE or dtype not in _NO_EPILOGUE or count > len(crew.BLOCKS):
         return False
     team = _CREW[0] if _CREW and _CREW[0].helpers >= threads - 1 else _crew(threads - 1)
     if team.native is None or not crew.NATIVE_LOCK.acquire(blocking=False):
         return False
     try:
-        team.run_rows(fill(crew.BLOCKS, team.native, team.helpers + 1))
+        fn, gemm = crew.c_functions(kernel, width)[dtype], team.native[0 if dtype == np.float32 else 1]
+        fill(crew.BLOCKS, fn, gemm, team.helpers + 1)
+        team.run_rows(count)
     finally:
         crew.NATIVE_LOCK.release()
     return True

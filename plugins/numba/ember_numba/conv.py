@@ -667,7 +667,7 @@ def _native_blocks(ch, x, pieces, threads, wm=None, out=None, then=None) -> bool
     they cannot go so."""
     dtype = ch.dtype
     after = None if then is None else getattr(then, "native", None)
-    if not NATIVE_BLOCKS or dtype.type not in (np.float32, np.float64) or len(pieces) > 64:
+    if not NATIVE_BLOCKS:
         return False
     if (then is not None and after is None) or not x.flags.c_contiguous:
         return False
@@ -676,8 +676,7 @@ def _native_blocks(ch, x, pieces, threads, wm=None, out=None, then=None) -> bool
     g, b = ch.geo, dtype.itemsize
     form = {"same": _SAME, "split": _SPLIT, "taps": _TAPS}.get(ch.form, 3)
 
-    def fill(blocks, fns, slots):
-        fn, gemm = crew.c_functions(_native, len(ARGS))[dtype], fns[0 if dtype == np.float32 else 1]
+    def fill(blocks, fn, gemm, slots):
         widest = max((hi - lo for mode, lo, hi, _ in pieces if mode == 0), default=0)
         per = -(-ch.ckk * widest * g[13] // 16) * 16  # a slot's band columns, 64-byte aligned apart
         band = crew.address(scratch("native_band", slots * per, dtype)) if widest else 0
@@ -694,9 +693,8 @@ def _native_blocks(ch, x, pieces, threads, wm=None, out=None, then=None) -> bool
             blocks[i, : 2 + len(ARGS)] = (
                 3, fn, gemm, mode, form, at, c, *g[2:14], *rows, buffer, wa, ch.o, oa, bias, residual, relu, taps, stride,
             )  # fmt: skip
-        return len(pieces)
 
-    return native_rows(threads, fill)
+    return native_rows(threads, dtype, _native, len(ARGS), len(pieces), fill)
 
 
 # ----------------------------------------------------------------------------- the primitives

@@ -634,7 +634,7 @@ def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) 
     epilogue's form is not one :func:`_band` takes."""
     dtype = out.dtype
     after = None if epilogue is None else epilogue.on(out, n0).native
-    if not NATIVE_BANDS or dtype.type not in (np.float32, np.float64) or len(edges) > 64:
+    if not NATIVE_BANDS:
         return False
     n, c, h, w = x.shape
     k, oh, ow = out.shape[1:]
@@ -645,8 +645,7 @@ def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) 
         return False
     tw, count = -(-ow // size), len(edges) - 1
 
-    def fill(blocks, fns, slots):
-        gemm, fn = fns[0 if dtype == np.float32 else 1], crew.c_functions(_band, len(ARGS))[dtype]
+    def fill(blocks, fn, gemm, slots):
         oa = crew.address(out) + n0 * k * oh * ow * b
         bias = residual = relu = 0
         if after is not None:
@@ -671,9 +670,8 @@ def _native_bands(size, x, U, out, padding, epilogue, broken, nt, n0, m, edges) 
         for i in range(count):
             row = (*head, edges[i], edges[i + 1], ua, k, at[0], at[1], oa, oh, ow, bias, residual, relu)
             blocks[i, : 2 + len(ARGS)] = (3, fn, *row, broken_at + 8 * i, *at[2:], size, per * b)
-        return count
 
-    if not native_rows(nt, fill):
+    if not native_rows(nt, dtype, _band, len(ARGS), count, fill):
         return False
     if _BROKEN[:count].any():
         broken.append(True)
