@@ -2,7 +2,9 @@
 planted bug) is caught by tier 2, its failures name only the mutated primitive, and each
 failure message is of the kind the mutant declares (so docs/conformance.md's table, made from
 those declarations, says what was measured). Each mutant is a real ``ember certify`` of tiers
-0-2 in a child process."""
+0-2 in a child process, on its own primitive's cases; that a bug fails no other primitive's
+tests is checked with the bugs in groups (``mb.GROUPS``), each group one certification of
+every primitive."""
 
 import json
 import os
@@ -57,19 +59,46 @@ def test_a_tiled_add_fails_at_the_default_example_count(tmp_path):
     }
 
 
+def _contract():
+    # the contract's dtypes only: the optional integers would double the run and every
+    # mutant is caught on these (test_a_tiled_add... checks that a planted bug reaches them all)
+    return ",".join(d.name for d in D.ALL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(mb.BY_NAME))
 def test_mutant_is_caught_at_tier_2_naming_its_primitive(name, tmp_path):
+    """Its own primitive's cases only: that no other primitive's tests fail is the groups' check."""
     m = mb.BY_NAME[name]
     examples = os.environ.get("EMBER_MUTANT_EXAMPLES", "10")
-    # the contract's dtypes only: the optional integers would double the run and every
-    # mutant is caught on these (test_a_tiled_add... checks that a planted bug reaches them all)
-    contract = ",".join(d.name for d in D.ALL)
-    rc, cert = certify_mutant(name, tmp_path, "--tiers", "0,1,2", "--max-examples", examples, "--dtypes", contract)
+    args = ["--tiers", "0,1,2", "--max-examples", examples, "--dtypes", _contract(), "--ops", m.primitive]
+    rc, cert = certify_mutant(name, tmp_path, *args)
     assert rc == 1 and cert["verdict"] == "fail"
     tier2 = [f for f in cert["failures"] if f["tier"] == 2]
     assert tier2, f"{name} was not caught by tier 2: {cert['failures']}"
     assert {f["op"] for f in cert["failures"] if f["op"]} == {m.primitive}, cert["failures"]
     assert all(m.primitive in f["message"] for f in tier2), tier2
     assert any(mb.KINDS[m.caught_by] in f["message"] for f in tier2), [f["message"] for f in tier2]
+    assert cert["tiers"]["0"]["failed"] == 0, cert["failures"]
+
+
+def test_the_groups_hold_every_mutant_once_with_distinct_primitives():
+    assert sorted(m.name for g in mb.GROUPS for m in g) == sorted(mb.BY_NAME)
+    assert all(len({m.primitive for m in g}) == len(g) for g in mb.GROUPS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", range(len(mb.GROUPS)))
+def test_a_group_of_bugs_fails_exactly_their_primitives_in_every_primitives_run(k, tmp_path):
+    """All of a group's bugs at once, every primitive's cases run: the failing tests name exactly
+    the mutated primitives, each caught by tier 2, and nothing else fails."""
+    group = mb.GROUPS[k]
+    examples = os.environ.get("EMBER_MUTANT_EXAMPLES", "10")
+    rc, cert = certify_mutant(
+        f"group_{k}", tmp_path, "--tiers", "0,1,2", "--max-examples", examples, "--dtypes", _contract()
+    )
+    assert rc == 1 and cert["verdict"] == "fail"
+    assert cert["run"]["ops"] is None  # every primitive ran
+    assert {f["op"] for f in cert["failures"] if f["op"]} == {m.primitive for m in group}, cert["failures"]
+    assert {f["op"] for f in cert["failures"] if f["tier"] == 2} == {m.primitive for m in group}
     assert cert["tiers"]["0"]["failed"] == 0, cert["failures"]
