@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import EmberError, user_frame, where
@@ -86,6 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run one ``ember`` command; return its exit status. Output cut off by its reader
+    (``ember certify numpy | head``) ends the command quietly, with status 141 as for any
+    program a closed pipe stops, rather than a traceback."""
+    try:
+        status = _command(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows itself on the last flush too
+        return status
+    except BrokenPipeError:
+        # what is left in stdout's buffer would fail again when Python exits
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _command(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["certify"]:
         return _certify(argv[1:])
@@ -99,6 +114,8 @@ def main(argv=None) -> int:
         if args.command == "backends":
             return _backends(args)
         return args.run(args)
+    except BrokenPipeError:
+        raise  # not the machine saying no: the reader stopped reading (main)
     except (EmberError, OSError) as err:  # OSError: the machine said no (disk full, permission)
         text = str(err).replace(launcher, "") if launcher else str(err)
         print(f"ember: error: {' '.join(text.split())}", file=sys.stderr)
