@@ -59,10 +59,13 @@ def test_a_tiled_add_fails_at_the_default_example_count(tmp_path):
     }
 
 
-def _contract():
-    # the contract's dtypes only: the optional integers would double the run and every
-    # mutant is caught on these (test_a_tiled_add... checks that a planted bug reaches them all)
-    return ",".join(d.name for d in D.ALL)
+def certify_tiers_0_to_2(name, tmp_path, *args):
+    """``certify_mutant`` at tiers 0-2, ``EMBER_MUTANT_EXAMPLES`` examples (default 10), on the
+    contract's dtypes only: the optional integers would double the run and every mutant is
+    caught on these (test_a_tiled_add... checks that a planted bug reaches them all)."""
+    examples = os.environ.get("EMBER_MUTANT_EXAMPLES", "10")
+    contract = ",".join(d.name for d in D.ALL)
+    return certify_mutant(name, tmp_path, "--tiers", "0,1,2", "--max-examples", examples, "--dtypes", contract, *args)
 
 
 @pytest.mark.slow
@@ -70,9 +73,7 @@ def _contract():
 def test_mutant_is_caught_at_tier_2_naming_its_primitive(name, tmp_path):
     """Its own primitive's cases only: that no other primitive's tests fail is the groups' check."""
     m = mb.BY_NAME[name]
-    examples = os.environ.get("EMBER_MUTANT_EXAMPLES", "10")
-    args = ["--tiers", "0,1,2", "--max-examples", examples, "--dtypes", _contract(), "--ops", m.primitive]
-    rc, cert = certify_mutant(name, tmp_path, *args)
+    rc, cert = certify_tiers_0_to_2(name, tmp_path, "--ops", m.primitive)
     assert rc == 1 and cert["verdict"] == "fail"
     tier2 = [f for f in cert["failures"] if f["tier"] == 2]
     assert tier2, f"{name} was not caught by tier 2: {cert['failures']}"
@@ -93,10 +94,7 @@ def test_a_group_of_bugs_fails_exactly_their_primitives_in_every_primitives_run(
     """All of a group's bugs at once, every primitive's cases run: the failing tests name exactly
     the mutated primitives, each caught by tier 2, and nothing else fails."""
     group = mb.GROUPS[k]
-    examples = os.environ.get("EMBER_MUTANT_EXAMPLES", "10")
-    rc, cert = certify_mutant(
-        f"group_{k}", tmp_path, "--tiers", "0,1,2", "--max-examples", examples, "--dtypes", _contract()
-    )
+    rc, cert = certify_tiers_0_to_2(f"group_{k}", tmp_path)
     assert rc == 1 and cert["verdict"] == "fail"
     assert cert["run"]["ops"] is None  # every primitive ran
     assert {f["op"] for f in cert["failures"] if f["op"]} == {m.primitive for m in group}, cert["failures"]
