@@ -1,10 +1,15 @@
-"""Models exported by PyTorch (``torch.onnx.export(..., dynamo=False)``) load and match torch.
+"""Models exported by PyTorch's two ONNX exporters load and match torch.
 
-A ResNet-18 (torchvision is not a dependency: the blocks come from benchmarks/workloads.py) and
-a small transformer encoder, both with random weights, in eval mode.
+``torch.onnx.export`` has two exporters: the TorchScript one (``dynamo=False``), and the one
+on ``torch.export`` (``dynamo=True``, the default since PyTorch 2.9, which needs the
+``onnxscript`` package and writes opset 18 and up). A ResNet-18 (torchvision is not a
+dependency: the blocks come from benchmarks/workloads.py) and a small transformer encoder go
+through both; a table of smaller models (recurrent layers, attention, normalizations,
+resizing, indexing ops) through the default one. All have random weights, in eval mode.
 """
 
 import io
+import os
 import pathlib
 import sys
 
@@ -34,11 +39,35 @@ def resnet18():
     return model
 
 
-def export(model, *args, **kw):
+#: The exporters, as ``torch.onnx.export``'s ``dynamo`` flag.
+EXPORTERS = {"torchscript": False, "dynamo": True}
+
+
+def export(model, *args, exporter="torchscript", dynamic=None, tmp=None, **kw):
+    """The ONNX bytes of ``model`` on ``args``; ``dynamic``: {input index: {axis: name}}.
+    The TorchScript exporter writes opset 17, the dynamo one its own default (20 here)."""
     model.eval()
-    buf = io.BytesIO()
-    torch.onnx.export(model, args, buf, dynamo=False, **kw)
-    return buf.getvalue()
+    if not EXPORTERS[exporter]:
+        buf = io.BytesIO()
+        kw.setdefault("opset_version", 17)
+        if dynamic:
+            names = kw.setdefault("input_names", [f"input{i}" for i in range(len(args))])
+            kw["dynamic_axes"] = {names[i]: axes for i, axes in dynamic.items()}
+        torch.onnx.export(model, args, buf, dynamo=False, **kw)
+        return buf.getvalue()
+    pytest.importorskip("onnxscript")  # the dynamo exporter writes its graphs with it
+    if dynamic:
+        kw["dynamic_shapes"] = tuple(
+            {
+                axis: torch.export.Dim(name, **({} if axis == 0 else {"min": 32}))
+                for axis, name in dynamic.get(i, {}).items()
+            }
+            for i in range(len(args))
+        )
+    program = torch.onnx.export(model, args, dynamo=True, verbose=False, **kw)
+    path = os.path.join(tmp, "model.onnx")  # the program saves to a file; read it back as bytes
+    program.save(path)
+    return pathlib.Path(path).read_bytes()
 
 
 def randomize_batch_norms(model):
@@ -51,7 +80,8 @@ def randomize_batch_norms(model):
                 m.bias.uniform_(-0.2, 0.2)
 
 
-def test_resnet18_matches_torch():
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_resnet18_matches_torch(exporter, tmp_path):
     torch.manual_seed(0)
     model = resnet18()
     randomize_batch_norms(model)
@@ -62,9 +92,10 @@ def test_resnet18_matches_torch():
         export(
             model,
             x,
+            exporter=exporter,
+            tmp=tmp_path,
             input_names=["image"],
-            opset_version=17,
-            dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}},
+            dynamic={0: {0: "batch", 2: "height", 3: "width"}},
         )
     )
     assert m.num_parameters() > 11_000_000  # the initializers are its parameters (BN folded in)
@@ -78,7 +109,8 @@ def test_resnet18_matches_torch():
         np.testing.assert_allclose(m(ember.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_transformer_encoder_matches_torch():
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_transformer_encoder_matches_torch(exporter, tmp_path):
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
     model = nn.Sequential()
@@ -87,7 +119,90 @@ def test_transformer_encoder_matches_torch():
     x = torch.randn(2, 7, 32)
     with torch.no_grad():
         want = model.eval()(x).numpy()
-    m = ember.onnx.load(export(model, x, opset_version=17))
+    m = ember.onnx.load(export(model, x, exporter=exporter, tmp=tmp_path))
     with ember.no_grad():
         got = m(ember.tensor(x.numpy())).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class CausalAttention(nn.Module):
+    """Self-attention through ``scaled_dot_product_attention`` with a causal mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x):
+        n, t, _ = x.shape
+        q, k, v = self.qkv(x).reshape(n, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(n, t, 16)
+
+
+class Indexing(nn.Module):
+    """Running sums, a select, top-k, argmax, a clip, a reduction and a bilinear resize."""
+
+    def forward(self, x):
+        b = torch.where(x > 0, x, torch.cumsum(x, 1) * 0.5)
+        top = torch.topk(b, 3, dim=1).values
+        image = nn.functional.interpolate(x.reshape(2, 1, 2, 6), scale_factor=2, mode="bilinear")
+        return top.argmax(1), torch.clamp(b, -1, 1).amax(1), image
+
+
+class DepthwiseBlock(nn.Module):
+    """A depthwise convolution, group norm (exported as InstanceNormalization), pooling, hardswish."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return nn.functional.hardswish(nn.functional.avg_pool2d(self.norm(self.conv(x)), 2))
+
+
+#: name -> (model, example inputs, dynamic axes or None), for the default (dynamo) exporter.
+DYNAMO_MODELS = {
+    "lstm": (lambda: nn.LSTM(8, 16, batch_first=True), lambda: (torch.randn(2, 5, 8),), None),
+    "gru": (lambda: nn.GRU(8, 16, num_layers=2), lambda: (torch.randn(5, 2, 8),), None),
+    "multihead_attention": (
+        lambda: nn.MultiheadAttention(16, 2, batch_first=True),
+        lambda: (torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)),
+        None,
+    ),
+    "causal_attention": (CausalAttention, lambda: (torch.randn(2, 5, 16),), None),
+    "indexing": (Indexing, lambda: (torch.randn(2, 12),), None),
+    "depthwise": (DepthwiseBlock, lambda: (torch.randn(2, 8, 8, 8),), None),
+    "mlp_dynamic_batch": (
+        lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3), nn.Softmax(-1)),
+        lambda: (torch.randn(3, 8),),
+        {0: {0: "batch"}},
+    ),
+}
+
+
+def flat(values):
+    """The tensors of a (nested) output, in order: an LSTM returns (y, (h, c))."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    return [t for v in values for t in flat(v)]
+
+
+@pytest.mark.parametrize("name", DYNAMO_MODELS)
+def test_dynamo_exported_models_match_torch(name, tmp_path):
+    make, inputs, dynamic = DYNAMO_MODELS[name]
+    torch.manual_seed(0)
+    model, args = make().eval(), inputs()
+    with torch.no_grad():
+        want = [t.numpy() for t in flat(model(*args))]
+    m = ember.onnx.load(export(model, *args, exporter="dynamo", dynamic=dynamic, tmp=tmp_path))
+    with ember.no_grad():
+        got = m(*(ember.tensor(a.numpy()) for a in args))
+    got = [t.numpy() for t in (got if isinstance(got, tuple) else (got,))]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    if dynamic:  # another batch size through the dynamic axis
+        x = torch.randn(5, *args[0].shape[1:])
+        with torch.no_grad(), ember.no_grad():
+            np.testing.assert_allclose(m(ember.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
