@@ -56,13 +56,10 @@ def export(model, *args, exporter="torchscript", dynamic=None, tmp=None, **kw):
         torch.onnx.export(model, args, buf, dynamo=False, **kw)
         return buf.getvalue()
     pytest.importorskip("onnxscript")  # the dynamo exporter writes its graphs with it
-    if dynamic:
+    if dynamic:  # a batch axis by name (its example may be 1); the others' ranges as export infers them
         kw["dynamic_shapes"] = tuple(
-            {
-                axis: torch.export.Dim(name, **({} if axis == 0 else {"min": 32}))
-                for axis, name in dynamic.get(i, {}).items()
-            }
-            for i in range(len(args))
+            {axis: torch.export.Dim(name) if axis == 0 else torch.export.Dim.AUTO for axis, name in axes.items()}
+            for axes in (dynamic.get(i, {}) for i in range(len(args)))
         )
     program = torch.onnx.export(model, args, dynamo=True, verbose=False, **kw)
     path = os.path.join(tmp, "model.onnx")  # the program saves to a file; read it back as bytes
@@ -149,6 +146,51 @@ class Indexing(nn.Module):
         return top.argmax(1), torch.clamp(b, -1, 1).amax(1), image
 
 
+class SqueezeExcite(nn.Module):
+    """A MobileNetV3-like block: relu6, depthwise convolution, batch norm, hardswish, a
+    squeeze-and-excite gate (hardsigmoid), a 1x1 convolution, SiLU and global pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.dw = nn.Conv2d(3, 16, 3, 2, 1), nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        self.bn, self.squeeze, self.excite = nn.BatchNorm2d(16), nn.Linear(16, 4), nn.Linear(4, 16)
+        self.pw = nn.Conv2d(16, 24, 1)
+
+    def forward(self, x):
+        f = nn.functional
+        y = f.hardswish(self.bn(self.dw(f.relu6(self.stem(x)))))
+        gate = f.hardsigmoid(self.excite(f.relu(self.squeeze(y.mean((2, 3))))))
+        return f.silu(self.pw(y * gate[:, :, None, None])).mean((2, 3))
+
+
+class TinyViT(nn.Module):
+    """Patches by a strided convolution, a class token expanded to the batch, learned
+    positions, two pre-norm GELU encoder layers: Shape, Expand and Concat on a dynamic batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 32, 8, 8)
+        self.cls, self.pos = nn.Parameter(torch.randn(1, 1, 32)), nn.Parameter(torch.randn(1, 17, 32))
+        layer = nn.TransformerEncoderLayer(32, 4, 64, 0.0, batch_first=True, activation="gelu", norm_first=True)
+        self.enc, self.head = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Linear(32, 10)
+
+    def forward(self, x):
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], 1) + self.pos
+        return self.head(self.enc(tokens)[:, 0])
+
+
+class TokenModel(nn.Module):
+    """Token ids through an embedding, a GRU and log-softmax, batch and length dynamic."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.rnn, self.out = nn.Embedding(50, 16), nn.GRU(16, 16, batch_first=True), nn.Linear(16, 50)
+
+    def forward(self, ids):
+        return nn.functional.log_softmax(self.out(self.rnn(self.embed(ids))[0]), -1)
+
+
 class DepthwiseBlock(nn.Module):
     """A depthwise convolution, group norm (exported as InstanceNormalization), pooling, hardswish."""
 
@@ -160,22 +202,43 @@ class DepthwiseBlock(nn.Module):
         return nn.functional.hardswish(nn.functional.avg_pool2d(self.norm(self.conv(x)), 2))
 
 
-#: name -> (model, example inputs, dynamic axes or None), for the default (dynamo) exporter.
+#: name -> (model, example inputs, dynamic axes or None, other inputs through those axes or
+#: None), for the default (dynamo) exporter.
 DYNAMO_MODELS = {
-    "lstm": (lambda: nn.LSTM(8, 16, batch_first=True), lambda: (torch.randn(2, 5, 8),), None),
-    "gru": (lambda: nn.GRU(8, 16, num_layers=2), lambda: (torch.randn(5, 2, 8),), None),
+    "lstm": (lambda: nn.LSTM(8, 16, batch_first=True), lambda: (torch.randn(2, 5, 8),), None, None),
+    "gru": (lambda: nn.GRU(8, 16, num_layers=2), lambda: (torch.randn(5, 2, 8),), None, None),
     "multihead_attention": (
         lambda: nn.MultiheadAttention(16, 2, batch_first=True),
         lambda: (torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)),
         None,
+        None,
     ),
-    "causal_attention": (CausalAttention, lambda: (torch.randn(2, 5, 16),), None),
-    "indexing": (Indexing, lambda: (torch.randn(2, 12),), None),
-    "depthwise": (DepthwiseBlock, lambda: (torch.randn(2, 8, 8, 8),), None),
+    "causal_attention": (CausalAttention, lambda: (torch.randn(2, 5, 16),), None, None),
+    "indexing": (Indexing, lambda: (torch.randn(2, 12),), None, None),
+    "depthwise": (DepthwiseBlock, lambda: (torch.randn(2, 8, 8, 8),), None, None),
+    "squeeze_excite": (
+        SqueezeExcite,
+        lambda: (torch.randn(2, 3, 32, 32),),
+        {0: {0: "batch"}},
+        lambda: (torch.randn(3, 3, 32, 32),),
+    ),
+    "vit_dynamic_batch": (
+        TinyViT,
+        lambda: (torch.randn(2, 3, 32, 32),),
+        {0: {0: "batch"}},
+        lambda: (torch.randn(3, 3, 32, 32),),
+    ),
+    "tokens_dynamic_length": (
+        TokenModel,
+        lambda: (torch.randint(0, 50, (2, 7)),),
+        {0: {0: "batch", 1: "length"}},
+        lambda: (torch.randint(0, 50, (3, 5)),),
+    ),
     "mlp_dynamic_batch": (
         lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3), nn.Softmax(-1)),
         lambda: (torch.randn(3, 8),),
         {0: {0: "batch"}},
+        lambda: (torch.randn(5, 8),),
     ),
 }
 
@@ -189,20 +252,19 @@ def flat(values):
 
 @pytest.mark.parametrize("name", DYNAMO_MODELS)
 def test_dynamo_exported_models_match_torch(name, tmp_path):
-    make, inputs, dynamic = DYNAMO_MODELS[name]
+    make, inputs, dynamic, others = DYNAMO_MODELS[name]
     torch.manual_seed(0)
     model, args = make().eval(), inputs()
-    with torch.no_grad():
-        want = [t.numpy() for t in flat(model(*args))]
     m = ember.onnx.load(export(model, *args, exporter="dynamo", dynamic=dynamic, tmp=tmp_path))
-    with ember.no_grad():
-        got = m(*(ember.tensor(a.numpy()) for a in args))
-    got = [t.numpy() for t in (got if isinstance(got, tuple) else (got,))]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    if dynamic:  # another batch size through the dynamic axis
-        x = torch.randn(5, *args[0].shape[1:])
-        with torch.no_grad(), ember.no_grad():
-            np.testing.assert_allclose(m(ember.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+    for a in (args, others() if others else None):
+        if a is None:
+            continue
+        with torch.no_grad():
+            want = [t.numpy() for t in flat(model(*a))]
+        with ember.no_grad():
+            got = m(*(ember.tensor(t.numpy()) for t in a))
+        got = [t.numpy() for t in (got if isinstance(got, tuple) else (got,))]
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
