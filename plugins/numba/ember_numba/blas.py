@@ -503,7 +503,7 @@ _OFF = (0, 0, 0, 0, 0)
 def native_rows(threads, dtype, kernel, width, count, fill) -> bool:
     """Run ``count`` native blocks of kind 3 (crew.py: a C function and its arguments a row)
     on the crew: ``kernel`` (``width`` arguments) as the C function of ``dtype``
-    (crew.c_functions), ``fill(BLOCKS, fn, gemm, slots)`` writing the rows (``fn`` that
+    (crew.c_function), ``fill(BLOCKS, fn, gemm, slots)`` writing the rows (``fn`` that
     function's address, ``gemm`` the dtype's BLAS ``gemm``, ``slots`` the threads that may take
     them, each with its own buffers). False, having done nothing, where they cannot run so:
     outside :func:`awake`, a dtype other than float32 or float64, more rows than the table
@@ -516,7 +516,7 @@ def native_rows(threads, dtype, kernel, width, count, fill) -> bool:
     if team.native is None or not crew.NATIVE_LOCK.acquire(blocking=False):
         return False
     try:
-        fn, gemm = crew.c_functions(kernel, width)[dtype], team.native[0 if dtype == np.float32 else 1]
+        fn, gemm = crew.c_function(kernel, width, dtype), team.native[0 if dtype == np.float32 else 1]
         fill(crew.BLOCKS, fn, gemm, team.helpers + 1)
         team.run_rows(count)
     finally:

@@ -28,6 +28,7 @@ from pathlib import Path
 PREFIX = "ember_numba_kernel_"
 _DIR: list = []  # the directory, resolved once per process
 _MODULES: dict = {}  # digest -> module (also in sys.modules)
+_PACKAGE: list = []  # package_digest(), once computed
 #: ``EMBER_NUMBA_LIGHT_LOAD=0`` loads cached kernels the way numba does (see install_light_loads).
 LIGHT = os.environ.get("EMBER_NUMBA_LIGHT_LOAD", "1") != "0"
 STATS = {"light": 0, "full": 0}  # cached overloads loaded light, and light loads that fell back
@@ -63,6 +64,22 @@ def cache_dir() -> Path:
 
 def digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def package_digest() -> str:
+    """A digest of this package's source files, read once per process: generated code that
+    calls into the package names it, so that a changed package makes new modules.
+
+    >>> package_digest() == package_digest() and len(package_digest()) == 20
+    True
+    """
+    if not _PACKAGE:
+        h = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        _PACKAGE.append(h.hexdigest()[:20])
+    return _PACKAGE[0]
 
 
 def load(source: str):

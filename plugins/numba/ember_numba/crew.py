@@ -131,17 +131,22 @@ def _pointer(typingctx, address, like):
 _LIBC = ctypes.CDLL(None)
 _yield = _LIBC.sched_yield
 _yield.argtypes, _yield.restype = [], ctypes.c_int
+#: sched_yield's address: an argument of the compiled loops that call it, as the native blocks
+#: take theirs (native_functions). A ctypes function is a constant of the machine code, and
+#: numba caches no function with one: :func:`_spin` was compiled again in every process (0.4-1
+#: s, and numba's whole set-up for compiling with it, in the first call of a network).
+YIELD_AT = ctypes.cast(_yield, ctypes.c_void_p).value
 #: The core the calling thread runs on (Linux), or None where it cannot be known or pinned.
 _getcpu = getattr(_LIBC, "sched_getcpu", None) if hasattr(os, "sched_setaffinity") else None
 
 
-@numba.njit(nogil=True)
-def _spin(flags, i, seen, rounds):  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True)
+def _spin(flags, i, seen, rounds, yield_at):  # pragma: no cover - compiled
     """Spin while ``flags[i] == seen``, at most ``rounds`` times; returns whether it changed."""
     for _ in range(rounds):
         if _load_acquire(flags, i) != seen:
             return True
-        _yield()  # the core to any thread waiting for it (an OpenMP worker, another process)
+        _call_at(yield_at)  # the core to any thread waiting for it (an OpenMP worker, another process)
     return _load_acquire(flags, i) != seen
 
 
@@ -322,28 +327,52 @@ def _post(flags, ctrl, blocks, fns, number, rounds, count):  # pragma: no cover 
     return 1 if _wait_done(ctrl, count, rounds, fns) else 0
 
 
-_C_FUNCTIONS: dict = {}
+_C_FUNCTIONS: dict = {}  # (kernel, width, dtype) -> the C function's address
+
+#: The module a kind-3 block's C function is made in: written to the kernel cache (cache.py)
+#: and imported, so numba's disk cache can find the compiled function again. The C function is
+#: not a closure over the kernel: numba keys a cached closure by its pickled cells, and a
+#: dispatcher pickles with an id new in every process, so each process missed the cache,
+#: compiled again (1-2.5 s a function) and added one more entry to the cache's index.
+_C_SOURCE = """\
+\"\"\"{module}.{name} as a native block's C function, for {dtype} (ember_numba.crew.c_function).\"\"\"
+# The plugin's source: {digest}. numba's cache does not notice a change in a function this one
+# calls from another file, so a change anywhere in the plugin makes a new module.
+import numba
+import numpy as np
+from numba import types
+
+from ember_numba.crew import {like} as LIKE
+from {module} import {name} as kernel
 
 
-def c_functions(kernel, width):
-    """{dtype: the address of ``kernel(args, slot, like, one, zero)`` as a C function ``void
-    f(int64 *args, int64 slot)``} for float32 and float64 (``args`` a native block's row from
+@numba.cfunc(types.void(types.CPointer(types.int64), types.int64), cache=True, nogil=True)
+def c_function(args, slot):
+    kernel(numba.carray(args, {width}), slot, LIKE, np.{dtype}(1), np.{dtype}(0))
+"""
+
+
+def c_function(kernel, width, dtype):
+    """The address of ``kernel(args, slot, like, one, zero)`` as a C function ``void f(int64
+    *args, int64 slot)`` for ``dtype``, float32 or float64 (``args`` a native block's row from
     column 2, ``width`` values; ``like`` a 0-d array of the dtype; ``one``, ``zero`` its 1 and
-    0): a kind-3 block's function. Compiled at the first call (cached on disk), not when
-    the kernel's module loads."""
-    found = _C_FUNCTIONS.get(kernel)
+    0): a kind-3 block's function. Made at the first call, from numba's disk cache where an
+    earlier process compiled it, not when the kernel's module loads."""
+    dtype = np.dtype(dtype)
+    key = (kernel, width, dtype)
+    found = _C_FUNCTIONS.get(key)
     if found is None:
-        signature = types.void(types.CPointer(types.int64), types.int64)
+        from . import cache
 
-        @numba.cfunc(signature, cache=True, nogil=True)
-        def f32(args, slot):  # pragma: no cover - compiled
-            kernel(numba.carray(args, width), slot, F32, np.float32(1), np.float32(0))
-
-        @numba.cfunc(signature, cache=True, nogil=True)
-        def f64(args, slot):  # pragma: no cover - compiled
-            kernel(numba.carray(args, width), slot, F64, 1.0, 0.0)
-
-        found = _C_FUNCTIONS[kernel] = {np.dtype(np.float32): f32.address, np.dtype(np.float64): f64.address}
+        source = _C_SOURCE.format(
+            module=kernel.py_func.__module__,
+            name=kernel.py_func.__name__,
+            dtype=dtype.name,
+            like={np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}[dtype],
+            width=int(width),
+            digest=cache.package_digest(),
+        )
+        found = _C_FUNCTIONS[key] = cache.load(source).c_function.address
     return found
 
 
@@ -355,14 +384,14 @@ def native_functions():
     found = [openblas.gemm_address(np.float32), openblas.gemm_address(np.float64)]
     if None in found:
         return None
-    return np.array([*found, ctypes.cast(_yield, ctypes.c_void_p).value], np.int64)
+    return np.array([*found, YIELD_AT], np.int64)
 
 
 def _rounds_per_second():
     """Rounds of :func:`_spin` a second on this machine (compiles it, once)."""
-    _spin(FLAGS, 0, FLAGS[0], 10)
+    _spin(FLAGS, 0, FLAGS[0], 10, YIELD_AT)
     t0 = time.perf_counter()
-    _spin(FLAGS, 0, FLAGS[0], 20_000)
+    _spin(FLAGS, 0, FLAGS[0], 20_000, YIELD_AT)
     return 20_000 / max(time.perf_counter() - t0, 1e-6)
 
 
@@ -435,7 +464,7 @@ class Crew:
         be moments away, then checking every 0.1 ms."""
         seen = int(FLAGS[1])
         while not done():
-            if not _spin(FLAGS, 1, seen, self.rounds):
+            if not _spin(FLAGS, 1, seen, self.rounds, YIELD_AT):
                 time.sleep(1e-4)  # a helper preempted in its block: stop burning the core
             seen = int(FLAGS[1])
 
@@ -489,7 +518,7 @@ class Crew:
                 seen, python = _serve(FLAGS, CTRL, BLOCKS, seen, self.rounds, self.native, i + 1)
                 if python or self.job[0] != seen:
                     continue
-            elif _spin(FLAGS, 0, seen, self.rounds):
+            elif _spin(FLAGS, 0, seen, self.rounds, YIELD_AT):
                 continue
             # sleep: the call is over (or the machine busy); the next post sets the event
             self.asleep[i] = True

@@ -3,7 +3,10 @@
 the caller, the caller's core is kept apart from the helpers' inside a call and its affinity
 restored after, and the helpers sleep once the calls stop."""
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -214,3 +217,37 @@ def test_two_threads_products_at_once_each_get_their_own(blas):
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert not wrong
+
+
+CACHED = """
+import json, sys
+import numpy as np
+import ember
+ember.get_backend("numba")
+from ember_numba import blas, cache, conv, crew
+blas._crew(1)  # times its spin loop (crew._spin)
+crew.c_function(conv._native, len(conv.ARGS), np.float32)  # a convolution band's C function
+made = [m.c_function for m in cache._MODULES.values() if hasattr(m, "c_function")]
+print(json.dumps({"c_function_hits": [f.cache_hits for f in made],
+                  "spin_hits": sum(crew._spin.stats.cache_hits.values()),
+                  "rules_loaded": "numba.np.linalg" in sys.modules}))
+"""
+
+
+def test_the_spin_and_the_native_blocks_c_functions_load_from_the_disk_cache(tmp_path):
+    """A second process compiles neither the crew's spin loop nor a kind-3 block's C function:
+    both load from numba's disk cache (light: numba's rules for compiling stay unloaded). Before,
+    the C function was a closure over the kernel, which numba keyed by a per-process id, and
+    the spin loop called sched_yield through ctypes, which numba cannot cache: both compiled
+    again in every process (5-15 s of a ResNet-50's first two calls at batch 1)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_NUMBA_", "NUMBA_"))}
+    env.update(EMBER_CACHE=str(tmp_path / "ember"), NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", CACHED], capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["c_function_hits"] == [0] and first["spin_hits"] == 0, first
+    assert second == {"c_function_hits": [1], "spin_hits": 1, "rules_loaded": False}, second
