@@ -388,7 +388,7 @@ def native_functions():
 
 
 def _rounds_per_second():
-    """Rounds of :func:`_spin` a second on this machine (compiles it, once)."""
+    """Rounds of :func:`_spin` a second on this machine (compiles or loads it, once)."""
     _spin(FLAGS, 0, FLAGS[0], 10, YIELD_AT)
     t0 = time.perf_counter()
     _spin(FLAGS, 0, FLAGS[0], 20_000, YIELD_AT)
