@@ -129,13 +129,11 @@ def _pointer(typingctx, address, like):
 
 
 _LIBC = ctypes.CDLL(None)
-_yield = _LIBC.sched_yield
-_yield.argtypes, _yield.restype = [], ctypes.c_int
 #: sched_yield's address: an argument of the compiled loops that call it, as the native blocks
 #: take theirs (native_functions). A ctypes function is a constant of the machine code, and
 #: numba caches no function with one: :func:`_spin` was compiled again in every process (0.4-1
 #: s, and numba's whole set-up for compiling with it, in the first call of a network).
-YIELD_AT = ctypes.cast(_yield, ctypes.c_void_p).value
+YIELD_AT = ctypes.cast(_LIBC.sched_yield, ctypes.c_void_p).value
 #: The core the calling thread runs on (Linux), or None where it cannot be known or pinned.
 _getcpu = getattr(_LIBC, "sched_getcpu", None) if hasattr(os, "sched_setaffinity") else None
 
