@@ -190,6 +190,59 @@ def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
     print(f"6 jitted MLP steps: cold caches {cold['seconds']:.2f} s, warm {warm['seconds']:.2f} s")
 
 
+CNN_WARM = """
+    import json, sys, time
+    t0 = time.perf_counter()
+    import ember
+    from ember import models, optim
+    from ember.nn import functional as F
+    from ember_numba import threads
+    ember.use("numba")
+    threads.set_num_threads(2)  # the batch-1 layers' native blocks run on the crew only with threads
+    ember.manual_seed(0)
+    model = models.resnet18(num_classes=10)
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = ember.randn(8, 3, 32, 32), ember.randint(0, 10, (8,))
+
+    @ember.jit
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses = [step(x, y).item() for _ in range(3)]
+    model.eval()
+    serve = ember.jit(lambda x: model(x))
+    with ember.no_grad():
+        outs = [serve(x[:1]).numpy() for _ in range(4)]
+        eager = model(x[:1]).numpy()
+    from ember_numba import cache
+    error = float(abs(outs[-1] - eager).max() / (abs(eager).max() + 1e-6))
+    print(json.dumps({"losses": losses, "error": error, "seconds": time.perf_counter() - t0,
+                      "loads": cache.STATS, "rules_loaded": "numba.np.linalg" in sys.modules}))
+"""
+
+
+@pytest.mark.slow
+def test_a_warm_process_trains_and_serves_a_cnn_without_compiling(tmp_path):
+    """ResNet-18 (CIFAR shapes): three jitted training steps at batch 8, then four jitted
+    batch-1 calls in eval mode (checked against the eager call), in a process with empty caches
+    and again in one with the caches it filled. The second must load every kernel and compile none: numba's typing rules, which
+    any compile loads, stay unloaded. A kernel numba cannot cache (a closure over a dispatcher,
+    a ctypes call) compiles again in every process; two such once cost a ResNet-50 process 11-15 s
+    of its first calls (the crew's spin loop and the native blocks' C functions, crew.c_function)."""
+    caches = {"EMBER_CACHE": str(tmp_path / "ember"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    cold = _run(CNN_WARM, **caches)
+    warm = _run(CNN_WARM, **caches)
+    assert cold["rules_loaded"]  # the check can fail: an empty cache compiles
+    assert warm["loads"]["full"] == 0 and not warm["rules_loaded"], warm
+    np.testing.assert_allclose(warm["losses"], cold["losses"], rtol=1e-4)
+    assert warm["error"] < 1e-4 and cold["error"] < 1e-4, (cold["error"], warm["error"])  # jit against eager
+    print(f"ResNet-18, 3 steps and 4 batch-1 calls: cold caches {cold['seconds']:.1f} s, warm {warm['seconds']:.1f} s")
+
+
 @pytest.mark.parametrize("R,C", [(128, 10), (7, 1000), (1, 3)])
 def test_the_cross_entropy_rows_one_thread_twins_give_the_parallel_kernels_bits(R, C):
     """W1's loss: small logits run the twins compiled without threads, large ones the parallel
