@@ -449,6 +449,9 @@ def test_thread_choice_watching_tries_all_threads_once_the_machine_quiets(watch,
         def spell(self, now=True):
             return self.count
 
+        def quiet(self):
+            return self.count > 0
+
     machine = Machine()
     monkeypatch.setattr(launch, "QUIETED", machine)
     choice = ThreadChoice()
@@ -466,6 +469,48 @@ def test_thread_choice_watching_tries_all_threads_once_the_machine_quiets(watch,
         assert not uses[0] and sum(uses) <= ThreadChoice.TRIES  # all threads, but for one's re-try
     else:
         assert all(uses)
+
+
+def test_a_watching_key_keeps_all_threads_that_won_while_the_machine_is_quiet(monkeypatch):
+    """All threads win (0.5 s against 1 s); then the host slows every call 3x for 40 calls, no
+    other process busy: a watching key stays on all threads and never re-tries one, where a key
+    that does not watch re-tries one thread and goes to it once all threads' running mean passes
+    one thread's time. A stall (all threads 4x one thread's time) or another process busy
+    ends the rule."""
+    from ember_numba import launch
+    from ember_numba.launch import ThreadChoice
+
+    class Machine:
+        busy = False
+
+        def spell(self, now=True):
+            return 0
+
+        def quiet(self):
+            return not self.busy
+
+    machine = Machine()
+    monkeypatch.setattr(launch, "QUIETED", machine)
+    monkeypatch.setattr(ThreadChoice, "streak", [0])
+
+    def calls(choice, watch, n, one_s, all_s):
+        uses = []
+        for _call in range(n):
+            one, explore, st = choice.choose("k", watch)
+            uses.append(one)
+            choice.record(st, one, explore, one_s if one else all_s)
+        return uses
+
+    watching, other = ThreadChoice(), ThreadChoice()
+    for choice, watch in ((watching, True), (other, False)):
+        calls(choice, watch, 200, 1.0, 0.5)
+    assert not any(calls(watching, True, 40, 3.0, 1.5) + calls(watching, True, 100, 1.0, 0.5))
+    assert any(calls(other, False, 40, 3.0, 1.5))  # the old rule: the host's slow spell sends it to one
+    assert calls(watching, True, 10, 1.0, 4.0)[-1]  # a stall: one thread
+    calls(watching, True, 3000, 1.0, 0.5)  # all threads again (tried, won)
+    assert not calls(watching, True, 1, 1.0, 0.5)[0]
+    machine.busy = True  # another process: the key's running times decide again
+    assert calls(watching, True, 10, 1.0, 2.0)[-1]
 
 
 def test_quieted_counts_turns_from_busy_to_quiet(monkeypatch):
