@@ -115,7 +115,19 @@ def test_groups_too_small_to_pay_for_compiling_run_op_by_op():
     np.testing.assert_allclose(got, (x * x).sum(), rtol=1e-6)
 
 
-COLD_WARM = """
+#: The jitted SGD step of the subprocess scripts below (their ``model``, ``opt``, ``x`` and ``y``).
+JIT_STEP = """
+    @ember.jit
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+"""
+
+COLD_WARM = (
+    """
     import hashlib, json, time
     t0 = time.perf_counter()
     import ember
@@ -126,15 +138,9 @@ COLD_WARM = """
     model = models.MLP(784, (512, 512), 10)
     opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x, y = ember.randn(128, 784), ember.randint(0, 10, (128,))
-
-    @ember.jit
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
+"""
+    + JIT_STEP
+    + """
     losses = [step(x, y).item() for _ in range(6)]
     digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in model.parameters())).hexdigest()
     import sys
@@ -143,6 +149,7 @@ COLD_WARM = """
                       "seconds": time.perf_counter() - t0, "compiled": step.lower(x, y).program.compiled,
                       "loads": cache.STATS, "rules_loaded": "numba.np.linalg" in sys.modules}))
 """
+)
 
 
 def _run(code, **env):
@@ -190,7 +197,8 @@ def test_a_cold_cache_and_a_warm_one_train_to_the_same_bits(tmp_path):
     print(f"6 jitted MLP steps: cold caches {cold['seconds']:.2f} s, warm {warm['seconds']:.2f} s")
 
 
-CNN_WARM = """
+CNN_WARM = (
+    """
     import json, sys, time
     t0 = time.perf_counter()
     import ember
@@ -203,15 +211,9 @@ CNN_WARM = """
     model = models.resnet18(num_classes=10)
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = ember.randn(8, 3, 32, 32), ember.randint(0, 10, (8,))
-
-    @ember.jit
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
+"""
+    + JIT_STEP
+    + """
     losses = [step(x, y).item() for _ in range(3)]
     model.eval()
     serve = ember.jit(lambda x: model(x))
@@ -223,6 +225,7 @@ CNN_WARM = """
     print(json.dumps({"losses": losses, "error": error, "seconds": time.perf_counter() - t0,
                       "loads": cache.STATS, "rules_loaded": "numba.np.linalg" in sys.modules}))
 """
+)
 
 
 @pytest.mark.slow
