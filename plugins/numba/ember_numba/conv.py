@@ -744,7 +744,7 @@ def _conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilatio
     if not _conv_ok("conv2d_grad_input", g, w, groups, g.size * w.size // max(w.shape[0], 1)):
         return nb.IMPLS["conv2d_grad_input"](g, w, input_shape, stride, padding, dilation, groups)
     if (
-        winograd.plan(input_shape, w.shape, stride, padding, dilation, groups, g.dtype)
+        winograd.plan(input_shape, w.shape, stride, padding, dilation, groups, g.dtype, grad_input=True)
         and (dx := winograd.conv2d_grad_input(g, w, input_shape, padding)) is not None
     ):
         return dx

@@ -121,11 +121,25 @@ WEIGHT_MIN_CHANNELS = 64
 # fmt: off
 F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least, samples at most; 0: any)
     (512, 64, 0),
+    (512, 32, 0),
     (128, 256, 0),
     (32, 512, 0),
     (144, 64, 1),
 )
 # fmt: on
+#: The 32-channel row was measured on an AVX2 machine (Zen 3, OpenBLAS at 94 GFLOP/s a core),
+#: batch 128, 20 alternating calls, F(4x4) / F(2x2) / im2col time: 32 channels at 32x32 forward
+#: 18.0 / 24.7 / 21.3 ms, weight gradient 18.9 / 19.1 / 21.0, input gradient 19.1 / 24.4 / 23.0;
+#: at 16x16 5.4 / 8.2 / 6.6, 5.1 / 7.6 / 6.7, 5.0 / 8.4 / 7.4. F(2x2) lost to im2col there.
+#:
+#: In a batch that :func:`takes_f43`, maps under MIN_PIXELS take F(4x4) too where its tiles
+#: cover them with little waste (output pixels / tiles' pixels at least F43_MIN_FILL): LeNet's
+#: 32 -> 64 layer (11x11 outputs in 3x3 tiles, 0.84 full), batch 128, F(4x4) / im2col time
+#: forward 4.4 / 5.3 ms, weight gradient 4.2-5.0 / 5.4-5.6; its input gradient, a 13x13 map in
+#: 4x4 tiles (0.66 full), lost (6.9 / 5.4); 64 -> 64 channels at 11x11: 6.3 / 9.5, 6.1 / 10.2,
+#: input gradient 9.3 / 9.6 (AVX2 machine as above). At batch 32 (288 tiles: no F(4x4)) the
+#: forward lost (2.0 / 1.8).
+F43_MIN_FILL = 0.8
 #: 2 MB rather than 4 (64 ch 32x32, batch 128: 4 samples a chunk, not 7): CPU time 0.89-0.90
 #: forward, 0.89-0.96 input gradient (2 runs of 10 alternating calls, load 5-6), the other
 #: layers' chunks the same.
@@ -158,10 +172,22 @@ def takes_f43(n, c, k, oh, ow):
     return any(tiles >= t and min(c, k) >= ch and n <= (most or n) for t, ch, most in F43_TAKES)
 
 
+def _small_by_f43(n, c, k, oh, ow):
+    """A batch's map under MIN_PIXELS by F(4x4): :func:`takes_f43`, and ``oh`` x ``ow`` fills
+    its 4x4 tiles to :data:`F43_MIN_FILL` at least.
+
+    >>> _small_by_f43(128, 32, 64, 11, 11), _small_by_f43(128, 64, 32, 13, 13)  # LeNet: forward, input gradient
+    (True, False)
+    """
+    fill = oh * ow / (16 * -(-oh // 4) * -(-ow // 4))
+    return n > 1 and fill >= F43_MIN_FILL and takes_f43(n, c, k, oh, ow)
+
+
 def plan_weight(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     """Take the Winograd path for ``conv2d_grad_weight``? 3x3 kernels at stride 1 as for
     :func:`plan`, in batches (a sample alone runs im2col's product on all threads), with at
-    least :data:`WEIGHT_MIN_CHANNELS` channels in and out, at any number of pixels.
+    least :data:`WEIGHT_MIN_CHANNELS` channels in and out, or by F(4x4) (:func:`takes_f43`),
+    at any number of pixels.
 
     >>> plan_weight((8, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
@@ -170,14 +196,17 @@ def plan_weight(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     """
     if not reference.eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype):
         return False
-    return x_shape[0] > 1 and min(w_shape[0], w_shape[1]) >= WEIGHT_MIN_CHANNELS
+    n, k, c = x_shape[0], w_shape[0], w_shape[1]
+    oh, ow = x_shape[2] + 2 * padding[0] - 2, x_shape[3] + 2 * padding[1] - 2
+    return n > 1 and (min(k, c) >= WEIGHT_MIN_CHANNELS or takes_f43(n, c, k, oh, ow))
 
 
-def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
-    """Take the Winograd path (``conv2d`` of ``x_shape`` or its input gradient)? 3x3 kernels at
-    stride 1, dilation 1, one group, float32/64, padding at most 2, at least
-    :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a sample (in
-    a batch, a row of :data:`SMALL` will do).
+def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype, grad_input=False):
+    """Take the Winograd path (``conv2d`` of ``x_shape``, or with ``grad_input`` its input
+    gradient)? 3x3 kernels at stride 1, dilation 1, one group, float32/64, padding at most 2,
+    at least :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a
+    sample (in a batch, a row of :data:`SMALL` will do, or F(4x4) on a map that fills its tiles:
+    :func:`_small_by_f43`, on the map the path computes: the input's for its gradient).
 
     >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
@@ -193,7 +222,10 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype):
     if channels < MIN_CHANNELS:
         return False
     small = x_shape[0] > 1 and any(pixels >= p and channels >= c for p, c in SMALL)
-    return pixels >= MIN_PIXELS or small
+    n, k, c = x_shape[0], w_shape[0], w_shape[1]
+    oh, ow = x_shape[2] + 2 * padding[0] - 2, x_shape[3] + 2 * padding[1] - 2
+    mapped = (k, c, *x_shape[2:]) if grad_input else (c, k, oh, ow)
+    return pixels >= MIN_PIXELS or small or _small_by_f43(n, *mapped)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -371,6 +403,20 @@ def _chunks(n, tiles, bytes_per_sample, min_tiles=None, chunk_bytes=None):
     return m, -(-n // m), nt
 
 
+def _evened(n, per, nt):
+    """(samples a chunk, chunks): ``per`` cut where its chunks would not go evenly round ``nt``
+    threads, the last round's thread alone. LeNet's 32 -> 64 layer at batch 128 by F(4x4):
+    5 chunks of 29 samples on 2 threads took 4.3-4.4 ms, 6 of 22 3.9 ms (30 alternating calls).
+
+    >>> _evened(128, 29, 2), _evened(128, 16, 2), _evened(1, 1, 2)
+    ((22, 6), (16, 8), (1, 1))
+    """
+    count = -(-n // per)
+    if count > nt and count % nt:
+        per = -(-n // (nt * -(-count // nt)))
+    return per, -(-n // per)
+
+
 def _bands(n0, m, th, tw, nt, tiles, key, native=None):
     """``tiles`` of samples n0 .. n0+m-1 as bands of tile rows that ``nt`` threads take on
     demand (at least :data:`BAND_TILES` tiles a band, BANDS_PER_THREAD a thread where there are
@@ -450,6 +496,7 @@ def conv2d(x, w, padding, epilogue=None):
         # Each of a chunk's 16 GEMMs packs its U[p] (K, C) again: at least K/2 tiles keep that a
         # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
         per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize, max(MIN_TILES, k // 2))
+    per, count = _evened(n, per, nt)
     with one_thread():
         # on one thread: BLAS's own sleep between layers
         w = w.astype(dtype, copy=False)
@@ -499,6 +546,7 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
         return _grad_weight_f43(x, g, weight_shape, padding)
     th, tw = -(-oh // 2), -(-ow // 2)
     per, count, nt = _chunks(n, th * tw, 16 * c * th * tw * dtype.itemsize)  # as conv2d's: 1 MB of V
+    per, count = _evened(n, per, nt)
     sums = ThreadSums()  # (16, K, C) a thread
 
     @np.errstate(invalid="ignore", over="ignore")  # on each thread: not finite, computed directly
@@ -531,6 +579,7 @@ def _grad_weight_f43(x, g, weight_shape, padding):
     th, tw = -(-oh // 4), -(-ow // 4)
     least = max(F43_WEIGHT_MIN_TILES, k)
     per, count, nt = _chunks(n, th * tw, 36 * c * th * tw * dtype.itemsize, least, F43_WEIGHT_CHUNK_BYTES)
+    per, count = _evened(n, per, nt)
     sums = ThreadSums(WIDE)  # (36, K, C) a thread, its first part in scratch
     rows, width = 4 * th + 2, 4 * tw + 2
 

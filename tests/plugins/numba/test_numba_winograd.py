@@ -121,13 +121,17 @@ def test_the_f43_kernel_transform_is_the_numpy_modules_in_gemm_order(dtype, tol)
         (4, 512, 4, False),  # 4 tiles: not measured
         (1, 64, 32, False),  # one sample: 64 tiles (1.23x)
         (128, 16, 32, False),  # 16 channels: not measured
+        (128, 32, 32, True),  # 32 channels: from 512 tiles (measured on AVX2, against F(2x2) and im2col)
+        (4, 32, 32, False),  # ... 256 tiles
     ],
 )
 def test_the_rule_for_which_layers_take_f43(n, c, hw, taken):
     assert winograd.takes_f43(n, c, c, hw, hw) is taken
 
 
-@pytest.mark.parametrize("n,c,hw", [(8, 64, 32), (32, 128, 16), (32, 256, 8), (32, 512, 4), (128, 512, 4)])
+@pytest.mark.parametrize(
+    "n,c,hw", [(8, 64, 32), (32, 128, 16), (32, 256, 8), (32, 512, 4), (128, 512, 4), (128, 32, 11)]
+)
 def test_float32_f43_is_within_the_conformance_tolerance(n, c, hw):
     """The float32 forward by F(4x4, 3x3) against the float64 definition, as a share of the
     allowance the conformance suite gives a convolution (tolerances.tolerance): its transforms
@@ -212,6 +216,9 @@ def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
         ((8, 128, 4, 4), (128, 128, 3, 3), (1, 1), (1, 1), False),  # 16 pixels, 128 channels: not measured
         ((1, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1, 1), False),  # ... one sample: im2col
         ((8, 32, 13, 13), (64, 32, 3, 3), (1, 1), (0, 0), False),  # LeNet's second layer: 121 pixels
+        ((128, 32, 13, 13), (64, 32, 3, 3), (1, 1), (0, 0), True),  # ... at batch 128: F(4x4), 11x11 fills 3x3 tiles
+        ((128, 64, 9, 9), (64, 64, 3, 3), (1, 1), (0, 0), False),  # 7x7 fills 2x2 4x4 tiles to 0.77 only
+        ((128, 16, 13, 13), (16, 16, 3, 3), (1, 1), (0, 0), False),  # 16 channels: no F(4x4)
         ((8, 3, 32, 32), (16, 3, 3, 3), (1, 1), (1, 1), False),  # 3 channels
         ((8, 64, 32, 32), (64, 64, 3, 3), (2, 2), (1, 1), False),  # stride 2
         ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (3, 3), False),  # padding 3
@@ -222,6 +229,20 @@ def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken)
 
 
 @pytest.mark.parametrize(
+    "xs,ws,taken",
+    [
+        ((128, 32, 13, 13), (64, 32, 3, 3), False),  # LeNet's second layer: a 13x13 map fills 4x4 tiles to 0.66
+        ((128, 32, 12, 12), (64, 32, 3, 3), True),  # a 12x12 one fills them
+        ((8, 64, 32, 32), (64, 64, 3, 3), True),  # a map of MIN_PIXELS, as for the forward
+    ],
+)
+def test_the_input_gradients_rule_looks_at_the_map_it_computes(xs, ws, taken):
+    """The input gradient is a full convolution that computes the input-sized map, so its
+    tiles are cut from that map, not from the forward's output."""
+    assert winograd.plan(xs, ws, (1, 1), (0, 0), (1, 1), 1, np.float32, grad_input=True) is taken
+
+
+@pytest.mark.parametrize(
     "xs,ws,stride,taken",
     [
         ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), True),  # ResNet-18's stages, every map size
@@ -229,6 +250,8 @@ def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken)
         ((8, 512, 4, 4), (512, 512, 3, 3), (1, 1), True),  # unlike the forward: K = tiles, not C
         ((1, 64, 32, 32), (64, 64, 3, 3), (1, 1), False),  # one sample: im2col on all threads
         ((8, 32, 13, 13), (64, 32, 3, 3), (1, 1), False),  # LeNet's second layer (measured slower)
+        ((128, 32, 13, 13), (64, 32, 3, 3), (1, 1), True),  # ... at batch 128 by F(4x4) (measured faster)
+        ((128, 16, 32, 32), (16, 16, 3, 3), (1, 1), False),  # 16 channels
         ((8, 64, 32, 32), (128, 64, 3, 3), (2, 2), False),  # stride 2
     ],
 )
