@@ -23,6 +23,9 @@ output transform    ``A^T m A`` of every tile, 4 output rows (4 tw, K) at a time
 The weight gradient is the forward's adjoint in the kernel, as for F(2x2): per chunk ``V``
 as above, the output gradient channels last and ``D = A dY A^T`` (36, T, K) on vectors of K,
 then ``D[p]^T @ V[p]`` (K, T) @ (T, C) summed per thread, and ``G^T . G`` once at the end.
+The input gradient may be the forward's adjoint in the input too (:func:`input_adjoint`), on
+the forward's own tiles: ``D`` as for the weight gradient, ``D[p] @ U[p]^T`` (T, K) @ (K, C),
+then ``B . B^T`` of every tile added into a channels-last gradient.
 
 winograd.py drives these as it does its own kernels (chunks, bands, the epilogue) and
 :data:`winograd.F43_TAKES` says which layers take them.
@@ -220,6 +223,82 @@ def gradient_transform(P, N, K, th, tw, T, D, S):
                         D[out + _3 * TK + k] = c + d
                         D[out + _4 * TK + k] = c - d
                         D[out + _5 * TK + k] = g3
+
+
+@numba.njit(**JIT)
+def _adjoint_row(i, e0, e1, e2, e3, e4, e5):
+    """Row ``i`` of ``B e``: the input transform's sums read down its columns."""
+    if i == 0:
+        return 4 * e0
+    if i == 1:
+        return 4 * (e2 - e1) + 2 * (e4 - e3) + 4 * e5
+    if i == 2:
+        return -(5 * e0 + 4 * (e1 + e2) + e3 + e4)
+    if i == 3:
+        return e1 - e2 + 2 * (e3 - e4) - 5 * e5
+    if i == 4:
+        return e0 + e1 + e2 + e3 + e4
+    return e5
+
+
+@numba.njit(**JIT)
+def input_adjoint(E, N, C, nty, tw, T, Q, S):
+    """``Q`` (N, 4*nty+2, 4*tw+2, C), flat, zeroed by the caller += ``B e B^T`` of the first
+    N*nty*tw tiles ``e`` of ``E`` (36, T, C), flat: the input transform's adjoint, each 6x6 tile
+    added at a stride of 4, so neighbouring tiles' two shared rows and columns sum. ``S`` (6,
+    4*tw+2, C) is scratch for a tile row's ``e B^T``. ``B`` is ``B^T``'s transpose.
+
+    Each loop adds into one run of memory: six sums into six runs of one array in one loop
+    keep LLVM from vectorizing it (the runs could overlap across lanes), 4x slower."""
+    T = uint64(T)
+    cu = uint64(C)
+    wc = uint64((4 * tw + 2) * C)
+    TC = T * cu
+    zero = Q.dtype.type(0)
+    for n in range(N):
+        for ty in range(nty):
+            for j in range(uint64(6) * wc):
+                S[j] = zero
+            # e B^T across each tile's 6 columns, into the tile row's 6 rows (columns shared)
+            t0 = uint64((n * nty + ty) * tw)
+            for p in range(6):
+                for tx in range(uint64(tw)):
+                    src = (uint64(6 * p) * T + t0 + tx) * cu
+                    for i in range(6):
+                        dst = uint64(p) * wc + (uint64(4) * tx + uint64(i)) * cu
+                        for c in range(cu):
+                            S[dst + c] += _adjoint_row(
+                                i,
+                                E[src + c],
+                                E[src + TC + c],
+                                E[src + _2 * TC + c],
+                                E[src + _3 * TC + c],
+                                E[src + _4 * TC + c],
+                                E[src + _5 * TC + c],
+                            )
+            # B (e B^T) down the 6 rows, every column and channel at once (rows shared)
+            base = uint64((n * (4 * nty + 2) + 4 * ty) * (4 * tw + 2)) * cu
+            for i in range(6):
+                dst = base + uint64(i) * wc
+                for j in range(wc):
+                    Q[dst + j] += _adjoint_row(
+                        i, S[j], S[wc + j], S[_2 * wc + j], S[_3 * wc + j], S[_4 * wc + j], S[_5 * wc + j]
+                    )
+
+
+@numba.njit(**JIT)
+def channels_first(Q, N, C, H, W, ph, pw, rows, width, out):
+    """``out`` (N, C, H, W), flat <- ``Q`` (N, rows, width, C), flat, from row ``ph`` and column
+    ``pw`` on: :func:`channels_last`'s inverse, the padding dropped."""
+    cu = uint64(C)
+    for n in range(N):
+        for c in range(C):
+            dst = uint64((n * C + c) * H * W)
+            for y in range(H):
+                src = uint64((n * rows + y + ph) * width + pw) * cu + uint64(c)
+                row = dst + uint64(y * W)
+                for x in range(uint64(W)):
+                    out[row + x] = Q[src + x * cu]
 
 
 #: ``G (x) G`` (36, 9): row ``6p + q`` takes a kernel's 9 taps to ``(G g G^T)[p, q]``.

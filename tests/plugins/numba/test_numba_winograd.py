@@ -100,6 +100,45 @@ def test_the_kernels_agree_with_the_numpy_winograd(transform):
     )
 
 
+def test_the_input_adjoint_is_the_input_transforms_adjoint():
+    """``<input_transform(P), E> == <P, input_adjoint(E)>`` for any P and E (float64): the
+    dot-product test of an adjoint, overlapping tiles included (2 samples, 2x3 tiles)."""
+    rng = np.random.default_rng(7)
+    m, c, nty, tw = 2, 5, 2, 3
+    T = m * nty * tw
+    P = rng.standard_normal(m * (4 * nty + 2) * (4 * tw + 2) * c)
+    E = rng.standard_normal(36 * T * c)
+    V, S = np.zeros(36 * T * c), np.zeros(6 * (4 * tw + 2) * c)
+    winograd43.input_transform(P, m, c, nty, tw, T, V, S)
+    Q = np.zeros_like(P)
+    winograd43.input_adjoint(E, m, c, nty, tw, T, Q, S)
+    assert np.dot(V, E) == pytest.approx(np.dot(P, Q), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
+@pytest.mark.parametrize(
+    "xs,k,padding",
+    [((4, 6, 13, 13), 5, (0, 0)), ((3, 5, 10, 7), 4, (0, 1)), ((2, 3, 9, 9), 2, (0, 0))],  # LeNet-like, odd, 7x7
+)
+def test_the_input_gradient_on_the_forwards_tiles_matches_the_direct_convolution(
+    xs, k, padding, dtype, tol, chunks, direct, monkeypatch
+):
+    """Padding under 1: the forward's output has fewer 4x4 tiles than the input, and the input
+    gradient is the forward's adjoint on them (winograd._grad_input_f43)."""
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),))
+    taken = []
+    real = winograd._grad_input_f43
+    monkeypatch.setattr(winograd, "_grad_input_f43", lambda *a: taken.append(a[2]) or real(*a))
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((k, xs[1], 3, 3)).astype(dtype)
+    oh, ow = xs[2] + 2 * padding[0] - 2, xs[3] + 2 * padding[1] - 2
+    g = rng.standard_normal((xs[0], k, oh, ow)).astype(dtype)
+    got = winograd.conv2d_grad_input(g, w, xs, padding)
+    assert taken == [xs] and got.dtype == dtype and got.flags.c_contiguous
+    want = direct["conv2d_grad_input"](g, w, xs, (1, 1), padding, (1, 1), 1)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-13), (np.float32, 1e-6)])
 def test_the_f43_kernel_transform_is_the_numpy_modules_in_gemm_order(dtype, tol):
     w = np.random.default_rng(2).standard_normal((24, 13, 3, 3)).astype(dtype)
@@ -229,17 +268,19 @@ def test_the_rule_for_which_layers_take_winograd(xs, ws, stride, padding, taken)
 
 
 @pytest.mark.parametrize(
-    "xs,ws,taken",
+    "xs,ws,padding,taken",
     [
-        ((128, 32, 13, 13), (64, 32, 3, 3), False),  # LeNet's second layer: a 13x13 map fills 4x4 tiles to 0.66
-        ((128, 32, 12, 12), (64, 32, 3, 3), True),  # a 12x12 one fills them
-        ((8, 64, 32, 32), (64, 64, 3, 3), True),  # a map of MIN_PIXELS, as for the forward
+        ((128, 32, 13, 13), (64, 32, 3, 3), (0, 0), True),  # LeNet's second layer: on the forward's 3x3 tiles
+        ((128, 32, 13, 13), (64, 32, 3, 3), (1, 1), False),  # a 13x13 map either way: its 4x4 tiles 0.66 full
+        ((128, 32, 12, 12), (64, 32, 3, 3), (0, 0), True),  # 9 tiles either way: the input's 12x12 fills them
+        ((8, 64, 32, 32), (64, 64, 3, 3), (0, 0), True),  # MIN_PIXELS, as for the forward
     ],
 )
-def test_the_input_gradients_rule_looks_at_the_map_it_computes(xs, ws, taken):
-    """The input gradient is a full convolution that computes the input-sized map, so its
-    tiles are cut from that map, not from the forward's output."""
-    assert winograd.plan(xs, ws, (1, 1), (0, 0), (1, 1), 1, np.float32, grad_input=True) is taken
+def test_the_input_gradients_rule_looks_at_the_map_it_computes(xs, ws, padding, taken):
+    """The input gradient is computed on the forward's tiles where they are fewer than the
+    input's (winograd._on_forward_tiles), else as a full convolution on the input-sized map:
+    the small-map rule looks at that map's tiles."""
+    assert winograd.plan(xs, ws, (1, 1), padding, (1, 1), 1, np.float32, grad_input=True) is taken
 
 
 @pytest.mark.parametrize(
