@@ -1,10 +1,11 @@
-"""Where one compiled training step spends its time: each step of ember.jit's program timed
+"""Where one compiled training or inference step spends its time: each step of ember.jit's program timed
 on its own, in the step (in-step) and, with ``--hot``, repeated alone on the same buffers
 (hot caches), so a kernel slow in itself tells apart from one slowed by what ran before it.
 
     python -m benchmarks.step_profile --workload W1-train --backend numba+jit --hot
     python -m benchmarks.step_profile --workload W2-train --groups
     python -m benchmarks.step_profile --workload W3-train --layers
+    python -m benchmarks.step_profile --workload W3-infer-b1 --batch 1 --layers
 
 ``--layers`` adds up the runner steps by kind of layer (:func:`layer_kind`: convolutions by
 kernel, stride and primitive, batch norm, ReLU, ...), beside the time a step spends outside
@@ -27,6 +28,11 @@ import time
 
 from benchmarks import recording
 from benchmarks.workloads import WORKLOADS, Ember
+
+
+def _finish(out):
+    """Wait for a step's result: a training step's loss, an inference step's outputs."""
+    return out.numpy()
 
 
 def _programs():
@@ -163,6 +169,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     recording.warn_blas_overrides("python -m benchmarks.step_profile")
 
+    if not args.backend.endswith("+jit"):
+        ap.error(f"--backend {args.backend}: the profile times ember.jit's program; name a +jit target, e.g. numba+jit")
     made = _programs()
     step = WORKLOADS[args.workload].setup(Ember(args.backend, 2), args.batch)
     for _ in range(5):  # traced, planned, kernels compiled
@@ -176,7 +184,7 @@ def main(argv=None):
     with instrumented(program, timer(times, kept)):
         for _ in range(args.steps):
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-            step().item()
+            _finish(step())
             steps.append(time.perf_counter() - t0)
             r1 = resource.getrusage(resource.RUSAGE_SELF)
             usage.append((r1.ru_stime - r0.ru_stime, r1.ru_utime - r0.ru_utime))
@@ -202,7 +210,7 @@ def main(argv=None):
 def _once(step):
     """Seconds of one training step (its loss read back: asynchronous devices finish)."""
     t0 = time.perf_counter()
-    step().item()
+    _finish(step())
     return time.perf_counter() - t0
 
 

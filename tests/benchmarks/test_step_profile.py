@@ -51,6 +51,26 @@ def test_layers_add_up_the_runner_steps_of_a_lenet_step():
     assert sum(share for _, share, _ in groups.values()) == pytest.approx(100, abs=0.5)
 
 
+def test_an_inference_step_is_profiled_too():
+    """An inference workload's step returns logits, not a loss: profiled all the same."""
+    args = ["--workload", "W3-infer-b1", "--backend", "numpy+jit", "--batch", "1", "--steps", "2", "--top", "0"]
+    lines = _run("benchmarks.step_profile", *args, "--layers")
+    assert re.match(r"W3-infer-b1 on numpy\+jit, batch 1: best step", lines[0]), lines[0]
+    groups = _groups(lines[2:])
+    assert groups["3x3 s1 forward"][2] == 13 and "3x3 s1 input gradient" not in groups  # ResNet-18's, forward only
+
+
+def test_a_backend_without_the_jit_is_one_clear_error():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_profile", "--backend", "numpy"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "name a +jit target" in proc.stderr.splitlines()[-1], proc.stderr
+
+
 def test_torch_ops_groups_pytorchs_ops_the_same_way():
     pytest.importorskip("torch")
     lines = _run("benchmarks.torch_ops", "--workload", "W2-train", "--batch", "4", "--threads", "1")
