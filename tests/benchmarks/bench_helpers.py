@@ -1,9 +1,11 @@
 """Checks shared by the benchmark tests."""
 
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `benchmarks` is a folder of the repository
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # `benchmarks` is a folder of the repository
 
 from benchmarks import recording  # noqa: E402
 
@@ -14,3 +16,10 @@ def assert_blas_warning(stderr, prog):
     line = recording.blas_warning(prog)
     warned = [x for x in stderr.splitlines() if x.startswith("warning: OPENBLAS_")]
     assert warned == ([line] if line else []), stderr[-2000:]
+
+
+def run_module(module, *args, timeout=60):
+    """``python -m module *args`` from the repository's root: the finished process."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_helpers import assert_blas_warning
+from bench_helpers import assert_blas_warning, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the repository, not installed
@@ -47,13 +47,7 @@ def test_batch_1_inference_runs_at_its_own_batch_under_jit(capsys):
 
 
 def test_a_workload_without_steps_is_a_one_line_error():
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.numpy_ab", "--workload", "W4-overhead"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_module("benchmarks.numpy_ab", "--workload", "W4-overhead")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "W4-overhead" in proc.stderr and "W1-infer" in proc.stderr
 

@@ -2,20 +2,15 @@
 kind of layer, ember's runner steps and PyTorch's ops grouped by the same names."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from bench_helpers import assert_blas_warning
+from bench_helpers import assert_blas_warning, run_module
 
 from benchmarks.step_profile import conv_kind
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _run(module, *args):
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_module(module, *args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert_blas_warning(proc.stderr, f"python -m {module}")
     return proc.stdout.strip().splitlines()
@@ -61,13 +56,7 @@ def test_an_inference_step_is_profiled_too():
 
 
 def test_a_backend_without_the_jit_is_one_clear_error():
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step_profile", "--backend", "numpy"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_module("benchmarks.step_profile", "--backend", "numpy")
     assert proc.returncode == 2 and "name a +jit target" in proc.stderr.splitlines()[-1], proc.stderr
 
 
