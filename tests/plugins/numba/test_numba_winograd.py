@@ -315,6 +315,23 @@ def test_a_non_finite_weight_gradient_is_computed_directly(transform, monkeypatc
     assert np.isinf(got).any()
 
 
+def test_a_non_finite_input_gradient_on_the_forwards_tiles_is_computed_directly(monkeypatch, direct):
+    monkeypatch.setattr(launch, "HOT", 1)
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),))
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((2, 16, 11, 11)).astype(np.float32)
+    g[1, 3, 4, 5] = np.inf
+    xs = (2, 16, 13, 13)
+    assert winograd.plan(xs, w.shape, (1, 1), (0, 0), (1, 1), 1, np.float32, grad_input=True)
+    assert winograd.conv2d_grad_input(g, w, xs, (0, 0)) is None
+    got = conv.IMPLS["conv2d_grad_input"](g, w, xs, (1, 1), (0, 0), (1, 1), 1)
+    want = direct["conv2d_grad_input"](g, w, xs, (1, 1), (0, 0), (1, 1), 1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert np.isinf(got).any()
+
+
 def test_docstring_examples():
     result = doctest.testmod(winograd, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
