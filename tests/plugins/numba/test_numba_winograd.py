@@ -383,6 +383,7 @@ def test_f43_by_tile_position_where_chunks_would_be_narrow(monkeypatch, direct):
     """Few tiles a sample (ResNet-18's 512-channel 4x4 layer at batch 128): the forward, input
     gradient and weight gradient take whole-batch GEMMs a tile position, the epilogue on each
     piece of samples, and match the direct convolution; a non-finite input still gives None."""
+    from ember.conformance.tolerances import tolerance
     from ember_numba.epilogue import Epilogue
 
     monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),))
@@ -396,19 +397,18 @@ def test_f43_by_tile_position_where_chunks_would_be_narrow(monkeypatch, direct):
     w = rng.standard_normal((20, 24, 3, 3)).astype(np.float32)
     geo = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
     want = direct["conv2d"](x, w, **geo)
-    np.testing.assert_allclose(winograd.conv2d(x, w, (1, 1)), want, rtol=1e-4, atol=1e-4)
     g = rng.standard_normal(want.shape).astype(np.float32)
-    np.testing.assert_allclose(
-        winograd.conv2d_grad_input(g, w, x.shape, (1, 1)),
-        direct["conv2d_grad_input"](g, w, x.shape, **geo),
-        rtol=1e-4,
-        atol=1e-4,
-    )
-    np.testing.assert_allclose(
-        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)),
-        direct["conv2d_grad_weight"](x, g, w.shape, **geo),
-        rtol=1e-4,
-        atol=1e-4,
+
+    def close(got, want, terms):
+        # the conformance allowance (F(4x4)'s transforms scale the rounding; an AVX-512 BLAS
+        # rounded one output 1.2e-4 off a fixed 1e-4 at values of 15)
+        rtol, atol = tolerance("float32", terms, float(max(np.abs(a).max() for a in (x, w, g)) ** 2))
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+    close(winograd.conv2d(x, w, (1, 1)), want, 9 * 24)
+    close(winograd.conv2d_grad_input(g, w, x.shape, (1, 1)), direct["conv2d_grad_input"](g, w, x.shape, **geo), 9 * 20)
+    close(
+        winograd.conv2d_grad_weight(x, g, w.shape, (1, 1)), direct["conv2d_grad_weight"](x, g, w.shape, **geo), 7 * 20
     )
     bias = rng.standard_normal(20).astype(np.float32)
     v = winograd.conv2d(x, w, (1, 1)) + bias.reshape(1, -1, 1, 1)
