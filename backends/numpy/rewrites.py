@@ -32,7 +32,9 @@ The transposed products are plain nodes, which every backend runs with its own i
 apply everywhere. A kernel applies only where the backend runs every node of the pattern
 with the NumPy backend's own function and compiles no groups (numba's and CuPy's host
 backends keep their own kernels), or where the backend names the rule's kernel in its
-``rewrite_kernels`` (name -> its own function, which gives the same bits).
+``rewrite_kernels`` (name -> its own function, which gives the same bits); its
+``rewrite_when`` (name -> a guard of the match, such as :func:`gates_batch_norm`) may keep a
+rule to the matches where the kernel beats the backend's own groups.
 
 The rewritten graph's nodes are ``kernel`` nodes (``params``: ``{"name", "params"}``), which
 :class:`~ember.backends.numpy.jit_runner.NumpyProgram` lowers to the functions in
@@ -742,13 +744,40 @@ def _in_order(nodes):
     return order
 
 
+def gates_batch_norm(v, users) -> bool:
+    """Whether ReLU's gradient ``v = where(c, g, 0)`` (a :func:`_relu_backward` match) is that
+    of a ReLU taken on batch norm's output, or on that plus a residual: where the rewrite frees
+    the mask that :func:`_batch_norm_relu` needs. A backend whose compiled groups fuse the
+    gradient's ``where`` with its neighbours (numba's: ``where`` and the bias gradient's
+    ``sum`` in one pass) takes the rewrite only there (``rewrite_when``)."""
+    c = v.args[0]
+    r = next(u for u in users.get(c.id, ()) if u is not v and (_relu_of(u) or (None,))[0] is c)
+    a = _relu_of(r)[1]
+    if _batch_norm_of(a) is not None:
+        return True
+    return a.op == "add" and any(isinstance(t, Var) and _batch_norm_of(t) is not None for t in a.args)
+
+
+def _guarded(rule, guard):
+    """``rule``, its matches kept only where ``guard(v, users)`` holds."""
+
+    def guarded(v, users):
+        found = rule(v, users)
+        return found if found is not None and guard(v, users) else None
+
+    return guarded
+
+
 def rewrite(graph, groups, backend):
     """``(graph, groups)`` with every rule that applies on ``backend`` made (the same objects
-    when none does)."""
+    when none does). A backend's ``rewrite_when`` (kernel name -> ``guard(v, users)``) keeps a
+    rule's matches to those its guard accepts."""
     out = graph
+    when = getattr(backend, "rewrite_when", {})
     for rule, impls, fused_names in RULES:
         if _applies(backend, impls, fused_names, MAKES[rule]):
-            out = _apply(rule, out)
+            guard = when.get(MAKES[rule])
+            out = _apply(rule if guard is None else _guarded(rule, guard), out)
             if rule is _weight_product and out is not graph:
                 sums = _applies(backend, {"sum": nb.IMPLS["sum"], "matmul": nb.IMPLS["matmul"]}, set(), "row_sums")
                 out = dce(_apply(_transposed_layout(sums), out))

@@ -123,22 +123,52 @@ def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape
         np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
-def test_a_backend_with_its_own_rewrite_kernels_gets_the_rewrites(monkeypatch):
-    """numba compiles groups, but names its own kernels for two rewrites (rewrite_kernels):
-    a compiled LeNet step takes them, and its gradients are eager numba's, bit for bit."""
+@pytest.mark.parametrize(
+    "build,shape,kernels",
+    [
+        (_lenet, (5, 1, 14, 15), ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2),
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
+        (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
+        # its groups fuse the ReLUs with the bias and the bias gradient's sum: no rewrite (rewrite_when)
+        (_mlp, (5, 1, 14, 15), []),
+    ],
+)
+def test_a_backend_with_its_own_rewrite_kernels_gets_the_rewrites(build, shape, kernels, monkeypatch):
+    """numba compiles groups, but names its own kernels for some rewrites (rewrite_kernels), and
+    ReLU's gradient only after batch norm (rewrite_when): a compiled step takes them, and its
+    gradients are eager numba's, bit for bit."""
     pytest.importorskip("ember_numba", reason="ember-numba is not installed: pip install ./plugins/numba")
     from ember_numba import conv, launch
 
     monkeypatch.setattr(launch, "HOT", 1)  # numba's kernels from the first call, however small
     monkeypatch.setattr(conv, "MIN_SIZE", 0)
     rng = np.random.RandomState(0)
-    x = ember.tensor(rng.randint(-2, 3, size=(5, 1, 14, 15)).astype(np.float32), backend="numba")
-    y = ember.tensor(rng.randint(0, 10, size=5), backend="numba")
-    want, _ = _grads(lambda: _lenet().to("numba"), x, y, compiled=False)
-    got, program = _grads(lambda: _lenet().to("numba"), x, y, compiled=True)
-    assert _kernels(program) == ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2
+    x = ember.tensor(rng.randint(-2, 3, size=shape).astype(np.float32), backend="numba")
+    y = ember.tensor(rng.randint(0, 10, size=shape[0]), backend="numba")
+    want, _ = _grads(lambda: build().to("numba"), x, y, compiled=False)
+    got, program = _grads(lambda: build().to("numba"), x, y, compiled=True)
+    assert _kernels(program) == kernels
     for g, w in zip(got, want):
         np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def test_a_guard_keeps_a_rules_matches_to_those_it_accepts():
+    """``rewrite_when``: ReLU's gradient after batch norm is rewritten, after a product not (and
+    the product's bias and ReLU then stay nodes: the gradient still reads their mask)."""
+
+    class Guarded(NumpyBackend):
+        name = "guarded"
+        rewrite_when = {"relu_backward": rewrites.gates_batch_norm}
+
+    be = Guarded()
+    for build, shape, kernels in (
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
+        (_mlp, (5, 1, 14, 15), []),
+    ):
+        x = ember.tensor(np.zeros(shape, np.float32), backend=be)
+        y = ember.tensor(np.zeros(shape[0], np.int64), backend=be)
+        _, program = _grads(lambda: build().to(be), x, y, compiled=True)
+        assert _kernels(program) == kernels
 
 
 def test_no_rewrite_where_the_backend_runs_a_node_with_its_own_function():

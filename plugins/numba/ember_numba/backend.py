@@ -186,6 +186,7 @@ class NumbaBackend(NumpyBackend):
     #: for, each giving its pattern's bits with this backend's ops (rewrites.py here): they
     #: apply although the backend compiles groups.
     rewrite_kernels = rewrites.KERNELS
+    rewrite_when = rewrites.WHEN
 
     def capabilities(self):
         import numba

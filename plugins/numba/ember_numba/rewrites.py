@@ -13,6 +13,11 @@ it replaces give on this backend, to the bit; NumbaBackend.rewrite_kernels names
 | :func:`pointwise_bias_relu` | ``where(gt(p, 0), p, 0)``, ``p = reshape(matmul(w, x)) + bias`` (+ a residual) | ONNX's 1x1 convolutions: the sums and ReLU go on each block of the product as it is made, on its thread |
 | :func:`pointwise_bias` | ``reshape(matmul(w, x)) + bias`` | the same, without the ReLU |
 | :func:`relu_max_pool2d_backward` | ``where(c, max_pool2d_backward(g, r), 0)``, ``r`` ReLU's output under mask ``c`` | the full-size ``where`` and the forward pass's mask: ReLU's gradient is taken on the pooled gradient |
+| :func:`batch_norm_relu` (fused/channels.py) | ``where(gt(a, 0), a, 0)``, ``a`` batch norm's output (+ a residual) | ResNet's: two passes over the activation and the mask; the sum and ReLU go on each value as batch norm makes it |
+| :func:`relu_backward` | ``where(c, g, 0)``, ``c`` the mask of a ReLU on batch norm's output (:data:`WHEN`) | the mask, which the forward no longer makes: ``r > 0`` is read instead |
+
+ResNet-18 training at batch 128 (W3, AVX-512 machine, two threads, 10 pairs of alternating
+steps in one process): the last two rules took 0.978x the step's time (1252 -> 1227 ms).
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
-from . import launch, skinny
+from ember.backends.numpy import rewrites as numpy_rewrites
+
+from . import kernels, launch, skinny
 from .blas import MIN_FLOPS, awake, matmul, on_demand, one_thread, shared_matmul
 from .epilogue import Epilogue
+from .fused.channels import batch_norm_relu
 from .fused.common import FLOATS, JIT
 from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
 
@@ -56,6 +64,33 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     flat = [np.ascontiguousarray(a).reshape(-1) for a in (grad, best)]
     launch.run(launch.for_work(_relu_gate, grad.size), grad.size, *flat, gated.reshape(-1))
     return max_pool2d_backward(gated, r, **pool)
+
+
+def _flat_pair(a, out):
+    """``a`` and ``out`` as 1-d views of their memory, when both are C-contiguous and of one
+    float dtype and shape, else None (the NumPy runner's kernel then does it)."""
+    if a.dtype not in FLOATS or out.dtype != a.dtype or out.shape != a.shape:
+        return None
+    if not (a.flags.c_contiguous and out.flags.c_contiguous):
+        return None
+    return a.reshape(-1), out.reshape(-1)
+
+
+def relu_backward(grad, r, out=None):
+    """``where(r > 0, grad, 0)`` for ReLU's output ``r``: its gradient in one parallel pass,
+    without the forward pass's mask (``r > 0`` exactly where the mask was true)."""
+    out = np.empty_like(grad) if out is None else out
+    flat = _flat_pair(grad, out)
+    if (
+        flat is None
+        or grad.size < kernels.MIN_SIZE
+        or r.shape != grad.shape
+        or r.dtype != grad.dtype
+        or not r.flags.c_contiguous
+    ):
+        return numpy_rewrites.relu_backward(grad, r, out)
+    launch.run(launch.for_work(_relu_gate, grad.size), grad.size, flat[0], r.reshape(-1), flat[1])
+    return out
 
 
 def conv2d_bias(x, w, bias, **params):
@@ -119,4 +154,12 @@ KERNELS = {
     "pointwise_bias_relu": pointwise_bias_relu,
     "pointwise_bias": pointwise_bias,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
+    "relu_backward": relu_backward,
+    "batch_norm_relu": batch_norm_relu,
 }
+#: kernel name -> the guard that keeps its rule's matches (ember.backends.numpy.rewrites.rewrite):
+#: ReLU's gradient by :func:`relu_backward` only where that lets batch norm take its ReLU
+#: (:func:`batch_norm_relu`). Elsewhere this backend's compiled groups fuse the ``where`` with
+#: its neighbours, a Linear layer's bias and ReLU, the gradient's gate and the bias gradient's
+#: sum, in one pass each (W1 ran 1.03x slower with the rewrite everywhere).
+WHEN = {"relu_backward": numpy_rewrites.gates_batch_norm}

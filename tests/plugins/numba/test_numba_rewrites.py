@@ -151,3 +151,59 @@ def test_pointwise_bias_relu_is_the_nodes(batch, one, relu, residual, monkeypatc
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
         return
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def _signed_zeros_and_nan(a):
+    flat = a.reshape(-1)
+    flat[::7] = 0.0
+    flat[1::11] = -0.0
+    flat[2::13] = np.nan
+    return a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "reference"])
+def test_batch_norm_relu_is_batch_norm_then_the_sum_and_where(dtype, residual, kernel, monkeypatch):
+    """The kernel's output is batch norm's, then ``+ residual`` and ``where(gt(y, 0), y, 0)``
+    as NumPy computes them, bit for bit; its statistics are batch norm's. Before batch norm's
+    kernel is hot (the reference's first calls) the same holds with the reference's output."""
+    from ember_numba import launch, rewrites
+    from ember_numba.fused import channels
+
+    monkeypatch.setattr(launch, "HOT", 1 if kernel else 10**9)
+    rng = np.random.RandomState(5)
+    x = _signed_zeros_and_nan(rng.standard_normal((3, 6, 5, 7)).astype(dtype))
+    x[:, 5] = 1.5  # a constant channel: batch norm gives exact zeros there
+    w, b = rng.standard_normal(6).astype(dtype), rng.standard_normal(6).astype(dtype)
+    r = _signed_zeros_and_nan(rng.standard_normal(x.shape).astype(dtype)) if residual else None
+    y, mean, var = channels.batch_norm(x, w, b, eps=1e-5)
+    if residual:
+        y = np.add(y, r)
+    want = np.where(y > 0, y, 0).astype(dtype)
+    got, got_mean, got_var = rewrites.batch_norm_relu(x, w, b, r, eps=1e-5)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    np.testing.assert_array_equal(_bits(got_mean), _bits(mean))
+    np.testing.assert_array_equal(_bits(got_var), _bits(var))
+    assert not np.signbit(got[got == 0]).any()  # where's zeros are +0.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [(4, 8, 16, 16), (3, 5)], ids=["kernel", "small: NumPy's"])
+def test_relu_backward_is_the_gradient_where(dtype, size, monkeypatch):
+    """``where(r > 0, g, 0)`` for ReLU's output ``r``, g's bits kept (-0.0, NaN), +0.0 elsewhere,
+    into the runner's buffer when it gives one; a strided gradient goes to NumPy's kernel."""
+    from ember_numba import rewrites
+
+    rng = np.random.RandomState(6)
+    x = _signed_zeros_and_nan(rng.standard_normal(size).astype(dtype))
+    r = np.where(x > 0, x, 0).astype(dtype)
+    g = _signed_zeros_and_nan(rng.standard_normal(size).astype(dtype))
+    want = np.where(x > 0, g, 0).astype(dtype)
+    np.testing.assert_array_equal(_bits(rewrites.relu_backward(g, r)), _bits(want))
+    out = np.empty_like(g)
+    assert rewrites.relu_backward(g, r, out=out) is out
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    wide = np.empty((*size[:-1], 2 * size[-1]), dtype)
+    wide[..., ::2] = g
+    np.testing.assert_array_equal(_bits(rewrites.relu_backward(wide[..., ::2], r)), _bits(want))

@@ -16,14 +16,17 @@ from .common import FLOATS, JIT, REASSOC, _reference
 
 
 @numba.njit(parallel=True, fastmath=REASSOC, **JIT)
-def batch_norm_channels(x, w, b, N, C, L, G, eps, has_w, has_b, out, mean, var):
+def batch_norm_channels(x, w, b, r, N, C, L, G, eps, has_w, has_b, has_r, relu, out, mean, var):
     """Batch norm of contiguous x (N, C, L), one task per G consecutive channels (G * L values
     in a row: a single channel's runs of a few values, C * L apart -- 32 KB for 512 4x4 maps --
     would fight over the same cache sets). Per channel: mean and biased variance in float64, two passes, the mean
     rounded to x's dtype before centering as the reference does; then
-    ``(x - mean) / sqrt(var + eps) * w[c] + b[c]``."""
+    ``(x - mean) / sqrt(var + eps) * w[c] + b[c]``, rounded to x's dtype, and with ``has_r``
+    plus ``r`` (a residual of x's shape) in x's dtype, with ``relu`` zero where not above zero:
+    the bits of the separate sum and ``where(gt(y, 0), y, 0)``, while the values are in registers."""
     l_n = uint64(L)
     count = N * L
+    zero = out.dtype.type(0)
     for t in prange((C + G - 1) // G):
         c0, c1 = t * G, min(C, (t + 1) * G)
         acc = np.zeros(c1 - c0)
@@ -56,8 +59,19 @@ def batch_norm_channels(x, w, b, N, C, L, G, eps, has_w, has_b, out, mean, var):
                 if has_w:
                     scale = scale * w[c]
                 shift = b[c] if has_b else 0.0
-                for k in range(l_n):
-                    out[base + k] = (x[base + k] - m) * scale + shift
+                if has_r:
+                    for k in range(l_n):
+                        out[base + k] = (x[base + k] - m) * scale + shift
+                        y = out[base + k] + r[base + k]  # rounded to x's dtype, then summed in it
+                        out[base + k] = y if y > 0 or not relu else zero
+                elif relu:
+                    for k in range(l_n):
+                        out[base + k] = (x[base + k] - m) * scale + shift
+                        y = out[base + k]
+                        out[base + k] = y if y > 0 else zero
+                else:
+                    for k in range(l_n):
+                        out[base + k] = (x[base + k] - m) * scale + shift
 
 
 @numba.njit(parallel=True, fastmath=REASSOC, **JIT)
@@ -110,16 +124,33 @@ def _channel_params_ok(x, *params):
 
 
 def batch_norm(x, weight, bias, *, eps=1e-5):
+    return batch_norm_relu(x, weight, bias, eps=eps, relu=False)
+
+
+def batch_norm_relu(x, weight, bias, residual=None, *, eps=1e-5, relu=True):
+    """``batch_norm(x)``'s ``(out, mean, var)`` with ``out`` replaced by ``relu(out + residual)``
+    (no sum without ``residual``; no ReLU with ``relu`` False): the jit's rewrite of batch
+    norm and the ReLU after it (ember.backends.numpy.rewrites), computed as ``out`` is made, in
+    registers, instead of in two more passes over memory. The nodes' bits: where batch norm's
+    kernel does not run (its first calls, other dtypes), the reference and then the sum and
+    ``where`` as NumPy computes them."""
     if (
         x.dtype not in FLOATS
         or x.ndim < 2
         or x.size == 0
         or not _channel_params_ok(x, weight, bias)
         or not launch.hot(("batch_norm", x.shape, x.dtype.num))
+        or (residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype))
     ):
-        return _reference("batch_norm", x, weight, bias, eps=eps)
+        out, mean, var = _reference("batch_norm", x, weight, bias, eps=eps)
+        if residual is not None:
+            out = np.add(out, residual)
+        if relu:
+            out = np.where(out > 0, out, out.dtype.type(0))
+        return out, mean, var
     N, C = x.shape[:2]
     w, b = (np.zeros(1, x.dtype) if p is None else np.ascontiguousarray(p) for p in (weight, bias))
+    r = np.zeros(1, x.dtype) if residual is None else np.ascontiguousarray(residual).reshape(-1)
     out, mean, var = np.empty(x.shape, x.dtype), np.empty(C, x.dtype), np.empty(C, x.dtype)
     L = x.size // (N * C)
     launch.run(
@@ -128,6 +159,7 @@ def batch_norm(x, weight, bias, *, eps=1e-5):
         np.ascontiguousarray(x).reshape(-1),
         w,
         b,
+        r,
         N,
         C,
         L,
@@ -135,6 +167,8 @@ def batch_norm(x, weight, bias, *, eps=1e-5):
         float(eps),
         weight is not None,
         bias is not None,
+        residual is not None,
+        relu,
         out.reshape(-1),
         mean,
         var,
