@@ -323,3 +323,19 @@ def test_a_run_of_two_rounds_shows_both_rounds_gemm_rates(tmp_path):
     assert sorted(gemm) == ["1", "2"] and all(v > 0 for v in gemm.values())
     line = next(x for x in proc.stdout.splitlines() if x.startswith("| GEMM numpy GFLOP/s |"))
     assert [c.strip() for c in line.split("|")[2:4]] == [runner.fmt(gemm["1"]), runner.fmt(gemm["2"])]
+
+
+def test_backends_with_a_disk_cache_of_kernels_get_a_warm_up_process_first(monkeypatch):
+    """Round 0 runs each steady-state pair on ember-numba (eager or jit) once, unmeasured, so a
+    cold kernel cache is filled before round 1; other targets and W5 measure as before."""
+    ran = []
+    monkeypatch.setattr(runner, "run_one", lambda w, t, s: ran.append((w, t.label)) or {"status": "ok"})
+    monkeypatch.setattr(runner, "describe", str)
+    targets = [runner.Target("ember", b) for b in ("numba+jit", "numba", "numpy+jit")] + [runner.REFERENCE]
+    records = runner.run(["W1-train", "W5-cold"], targets, runner.Settings(rounds=1), {}, log=lambda _: None)
+    warm = [(w, t) for (w, t), r in zip(ran, records) if r["round"] == 0]
+    assert warm == [("W1-train", "ember/numba+jit"), ("W1-train", "ember/numba")]
+    assert all(r["warmup"] == (r["round"] == 0) for r in records)
+    ran.clear()
+    runner.run(["W1-train"], targets, runner.Settings(rounds=1, cache_warmup_process=False), {}, log=lambda _: None)
+    assert ("W1-train", "ember/numba+jit") in ran and len(ran) == len(runner.GEMM_TARGETS) + len(targets)
