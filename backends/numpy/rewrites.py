@@ -7,7 +7,7 @@ computes them fastest.
 |---|---|---|
 | ``matmul(x, w)`` of an activation and a weight (a captured 2-d tensor or its transpose), the result at least TRANSPOSE_MIN on both sides | :func:`_weight_product`: the same product as ``matmul(w.mT, x.mT).mT``, and (:func:`_transposed_layout`) the elementwise ops and column sums after it computed in that layout; plain nodes, which every backend runs with its own impls | OpenBLAS's slow path for an MLP's shapes (batch 128: the forward products 1.25-1.4x faster, the input gradient 1.4x), without copies between layouts |
 | ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
-| ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)`` | :func:`relu_backward`: ``where(r > 0, g, 0)`` | keeping the mask from the forward pass to the backward |
+| ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)``, ``g`` perhaps ``add(g1, g2)`` that nothing else reads | :func:`relu_backward`: ``where(r > 0, g, 0)`` (``g1 + g2`` summed in it) | keeping the mask from the forward pass to the backward (and a residual block's gradient sum's pass) |
 | ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to each block of the convolution's output right after its GEMM (conv.py's ``then``), a cache-sized chunk at a time | three passes over the activation, and reading it back from memory |
 | ``conv2d(x, w) + bias`` (no ReLU after it: ResNet's downsample layers) | :func:`conv2d_bias`: the bias added in place to each block of the convolution's output | a pass over the activation, and its buffer |
 | ``where(gt(p, 0), p, 0)`` with ``p = reshape(matmul(w, x)) + bias``, or that plus a residual (ONNX's 1x1 convolutions, ember.onnx) | :func:`pointwise_bias_relu`: the sums and ReLU applied in place to the product | one or two passes over the activation, and their buffers |
@@ -198,11 +198,15 @@ def relu(x, out=None):
     return out
 
 
-def relu_backward(grad, r, out=None):
+def relu_backward(grad, r, other=None, out=None):
     """``where(r > 0, grad, 0)`` for ReLU's output ``r``: its gradient, without keeping the
-    forward pass's mask (``r > 0`` exactly where the input was)."""
+    forward pass's mask (``r > 0`` exactly where the input was); with ``other``, of
+    ``grad + other`` (a residual block's two gradients), summed a chunk at a time in cache."""
     out = np.empty_like(grad) if out is None else out
-    _each_chunk(lambda gc, rc, oc: _zero_unless(gc, rc > 0, oc), grad, r, out)
+    if other is None:
+        _each_chunk(lambda gc, rc, oc: _zero_unless(gc, rc > 0, oc), grad, r, out)
+    else:
+        _each_chunk(lambda gc, rc, hc, oc: _zero_unless(np.add(gc, hc, out=oc), rc > 0, oc), grad, r, other, out)
     return out
 
 
@@ -458,6 +462,12 @@ def _relu_backward(v, users):
         return None
     if not (g.shape == r.shape == v.shape):
         return None
+    if (
+        g.op == "add"
+        and _ids(users.get(g.id, ())) == {v.id}
+        and all(isinstance(t, Var) and t.shape == v.shape and t.dtype == v.dtype for t in g.args)
+    ):  # the sum of a residual block's two gradients, read by nothing else: summed in the kernel
+        return [_kernel(v, "relu_backward", (g.args[0], r, g.args[1]), {})], [g]
     return [_kernel(v, "relu_backward", (g, r), {})], []
 
 

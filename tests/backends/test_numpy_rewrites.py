@@ -98,7 +98,12 @@ def _grads(build, x, y, compiled):
 
 
 def _kernels(program):
-    return sorted(v.params["name"] for v in program.graph.nodes if v.op == rewrites.KERNEL)
+    """The program's kernel nodes by name; ReLU's gradient with a residual sum in it as
+    ``relu_backward+add``."""
+    kernels = [v for v in program.graph.nodes if v.op == rewrites.KERNEL]
+    return sorted(
+        v.params["name"] + ("+add" if v.params["name"] == "relu_backward" and len(v.args) == 3 else "") for v in kernels
+    )
 
 
 @pytest.mark.parametrize(
@@ -106,7 +111,7 @@ def _kernels(program):
     [
         (_lenet, (5, 1, 14, 15), ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2),
         (_mlp, (5, 1, 14, 15), ["matmul_bias_relu"] * 2 + ["relu_backward"] * 2),
-        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"]),
         (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
         (_conv_tanh, (5, 1, 14, 15), ["conv2d_bias"]),
     ],
@@ -127,7 +132,7 @@ def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape
     "build,shape,kernels",
     [
         (_lenet, (5, 1, 14, 15), ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2),
-        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"]),
         (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
         # its groups fuse the ReLUs with the bias and the bias gradient's sum: no rewrite (rewrite_when)
         (_mlp, (5, 1, 14, 15), []),
@@ -162,7 +167,7 @@ def test_a_guard_keeps_a_rules_matches_to_those_it_accepts():
 
     be = Guarded()
     for build, shape, kernels in (
-        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward"] * 2),
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"]),
         (_mlp, (5, 1, 14, 15), []),
     ):
         x = ember.tensor(np.zeros(shape, np.float32), backend=be)
@@ -235,6 +240,9 @@ def test_relu_kernels_give_wheres_bits(dtype, layout, monkeypatch):
     out = np.empty_like(g)
     assert rewrites.relu_backward(g, r, out=out) is out
     np.testing.assert_array_equal(_bits(out), _bits(np.where(x > 0, g, 0)))
+    h = _relu_input(rng, g.shape, dtype)  # a residual block's other gradient, in C order
+    with np.errstate(invalid="ignore"):  # inf + -inf, as the add node warns
+        np.testing.assert_array_equal(_bits(rewrites.relu_backward(g, r, h)), _bits(np.where(x > 0, g + h, 0)))
 
 
 @pytest.mark.parametrize("hw", [(8, 8), (11, 9)])  # covered by the windows / a row and column left over

@@ -192,7 +192,8 @@ def test_batch_norm_relu_is_batch_norm_then_the_sum_and_where(dtype, residual, k
 @pytest.mark.parametrize("size", [(4, 8, 16, 16), (3, 5)], ids=["kernel", "small: NumPy's"])
 def test_relu_backward_is_the_gradient_where(dtype, size, monkeypatch):
     """``where(r > 0, g, 0)`` for ReLU's output ``r``, g's bits kept (-0.0, NaN), +0.0 elsewhere,
-    into the runner's buffer when it gives one; a strided gradient goes to NumPy's kernel."""
+    into the runner's buffer when it gives one; a strided gradient goes to NumPy's kernel; with
+    a second gradient ``h``, ``where(r > 0, g + h, 0)`` with the sum rounded as NumPy's."""
     from ember_numba import rewrites
 
     rng = np.random.RandomState(6)
@@ -207,3 +208,7 @@ def test_relu_backward_is_the_gradient_where(dtype, size, monkeypatch):
     wide = np.empty((*size[:-1], 2 * size[-1]), dtype)
     wide[..., ::2] = g
     np.testing.assert_array_equal(_bits(rewrites.relu_backward(wide[..., ::2], r)), _bits(want))
+    h = _signed_zeros_and_nan(rng.standard_normal(size).astype(dtype))  # a residual block's other gradient
+    with np.errstate(invalid="ignore"):
+        want = np.where(x > 0, g + h, 0).astype(dtype)
+    np.testing.assert_array_equal(_bits(rewrites.relu_backward(g, r, h)), _bits(want))
