@@ -109,8 +109,52 @@ def _ufunc(f, quiet=False, nargs=1):
     return run
 
 
+#: Elements from which :func:`channel_sums` takes a sum (below, NumPy's reduce is as fast).
+CHANNEL_SUM_MIN = 1 << 15
+_ONES: dict = {}  # (length, dtype) -> a vector of ones, made once
+
+
+def channel_sums(x, axes, keepdims=False, out=None):
+    """The sum of float32/64 ``x`` over every axis but one, where ``x`` is a view whose memory
+    holds that axis last (a convolution's channels-last output seen as NCHW: a bias gradient),
+    as one BLAS product of a row of ones with the (rows, channels) memory; None elsewhere.
+    NumPy reduces such a view a row of channels at a time, 4x slower for 32 channels of
+    128x26x26 (1.6 ms against 0.41), and adds the rows one after another in the array's dtype;
+    BLAS's blocked order was nearer the float64 sum there (0.22 against 0.38 off).
+
+    >>> x = np.ones((8, 32, 32, 16), np.float32).transpose(0, 3, 1, 2)  # NCHW, channels last in memory
+    >>> channel_sums(x, (0, 2, 3)).tolist()[:2], channel_sums(x, (0, 2, 3), keepdims=True).shape
+    ([8192.0, 8192.0], (1, 16, 1, 1))
+    >>> channel_sums(np.ascontiguousarray(x), (0, 2, 3)) is None  # NCHW in memory: NumPy's reduce
+    True
+    """
+    axes = tuple(a % x.ndim for a in axes)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    if len(kept) != 1 or x.size < CHANNEL_SUM_MIN or x.dtype not in (np.float32, np.float64) or x.flags.c_contiguous:
+        return None
+    rows = np.moveaxis(x, kept[0], -1)
+    if not rows.flags.c_contiguous:
+        return None
+    rows = rows.reshape(-1, x.shape[kept[0]])
+    key = (len(rows), x.dtype)
+    ones = _ONES.get(key)
+    if ones is None:
+        ones = _ONES[key] = np.ones(len(rows), x.dtype)
+    shape = tuple(1 if a in axes else n for a, n in enumerate(x.shape)) if keepdims else (x.shape[kept[0]],)
+    if out is not None and out.flags.c_contiguous:
+        np.matmul(ones, rows, out=out.reshape(-1))
+        return out
+    summed = np.matmul(ones, rows).reshape(shape)
+    if out is None:
+        return summed
+    np.copyto(out, summed)
+    return out
+
+
 def _sum(x, axes, keepdims=False):
     # np.add.reduce is ndarray.sum without its Python wrapper (half the time of a small sum)
+    if (s := channel_sums(x, axes, keepdims)) is not None:
+        return s
     if x.dtype.type is np.float16:
         return np.add.reduce(x, axis=tuple(axes), keepdims=keepdims, dtype=np.float32).astype(np.float16)
     return np.asarray(np.add.reduce(x, axis=tuple(axes), keepdims=keepdims, dtype=x.dtype))

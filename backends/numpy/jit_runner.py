@@ -150,6 +150,13 @@ def _into(v, out, impl, scratch=None):
         f = REDUCERS[v.op].reduce
         axes, keep = tuple(params["axes"]), params.get("keepdims", False)
         dtype = nb.NP[v.dtype] if v.op == "sum" else None
+        if v.op == "sum" and v.args[0].dtype == v.dtype:  # eager's sum: a channels-last view's as one product
+
+            def summed(x, o):
+                s = nb.channel_sums(x, axes, keep, out=o)
+                return f(x, axis=axes, dtype=dtype, keepdims=keep, out=o) if s is None else s
+
+            return summed if out is None else (lambda x: summed(x, out))
         if out is None:
             return lambda x, o: f(x, axis=axes, dtype=dtype, keepdims=keep, out=o)
         return lambda x: f(x, axis=axes, dtype=dtype, keepdims=keep, out=out)
