@@ -114,6 +114,17 @@ CHANNEL_SUM_MIN = 1 << 15
 _ONES: dict = {}  # (length, dtype) -> a vector of ones, made once
 
 
+def ones(n, dtype):
+    """A read-only vector of ``n`` ones of ``dtype``, made once: the operand that turns a sum
+    into one BLAS product (:func:`channel_sums`, rewrites.row_sums)."""
+    key = (n, np.dtype(dtype))
+    v = _ONES.get(key)
+    if v is None:
+        v = _ONES[key] = np.ones(n, dtype)
+        v.flags.writeable = False
+    return v
+
+
 def channel_sums(x, axes, keepdims=False, out=None):
     """The sum of float32/64 ``x`` over every axis but one, where ``x`` is a view whose memory
     holds that axis last (a convolution's channels-last output seen as NCHW: a bias gradient),
@@ -136,18 +147,15 @@ def channel_sums(x, axes, keepdims=False, out=None):
     if not rows.flags.c_contiguous:
         return None
     rows = rows.reshape(-1, x.shape[kept[0]])
-    key = (len(rows), x.dtype)
-    ones = _ONES.get(key)
-    if ones is None:
-        ones = _ONES[key] = np.ones(len(rows), x.dtype)
-    shape = tuple(1 if a in axes else n for a, n in enumerate(x.shape)) if keepdims else (x.shape[kept[0]],)
-    if out is not None and out.flags.c_contiguous:
-        np.matmul(ones, rows, out=out.reshape(-1))
-        return out
-    summed = np.matmul(ones, rows).reshape(shape)
+    column = ones(len(rows), x.dtype)
     if out is None:
-        return summed
-    np.copyto(out, summed)
+        return np.matmul(column, rows).reshape(
+            tuple(1 if a in axes else n for a, n in enumerate(x.shape)) if keepdims else -1
+        )
+    if out.flags.c_contiguous:
+        np.matmul(column, rows, out=out.reshape(-1))
+    else:
+        np.copyto(out, np.matmul(column, rows).reshape(out.shape))
     return out
 
 

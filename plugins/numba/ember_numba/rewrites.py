@@ -66,16 +66,6 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     return max_pool2d_backward(gated, r, **pool)
 
 
-def _flat_pair(a, out):
-    """``a`` and ``out`` as 1-d views of their memory, when both are C-contiguous and of one
-    float dtype and shape, else None (the NumPy runner's kernel then does it)."""
-    if a.dtype not in FLOATS or out.dtype != a.dtype or out.shape != a.shape:
-        return None
-    if not (a.flags.c_contiguous and out.flags.c_contiguous):
-        return None
-    return a.reshape(-1), out.reshape(-1)
-
-
 @numba.njit(parallel=True, **JIT)
 def _relu_gate_sum(g, h, best, out):
     """out = g + h (rounded to their dtype) where best > 0, else +0.0."""
@@ -90,19 +80,15 @@ def relu_backward(grad, r, other=None, out=None):
     without the forward pass's mask (``r > 0`` exactly where the mask was true); with
     ``other``, of ``grad + other`` (a residual block's two gradients) in the same pass."""
     out = np.empty_like(grad) if out is None else out
-    flat = _flat_pair(grad, out)
-    like = [a for a in (r, other) if a is not None]
+    arrays = [a for a in (grad, other, r, out) if a is not None]
     if (
-        flat is None
+        grad.dtype not in FLOATS
         or grad.size < kernels.MIN_SIZE
-        or any(a.shape != grad.shape or a.dtype != grad.dtype or not a.flags.c_contiguous for a in like)
-    ):
+        or any(a.shape != grad.shape or a.dtype != grad.dtype or not a.flags.c_contiguous for a in arrays)
+    ):  # the NumPy runner's kernel, a chunk at a time in any layout
         return numpy_rewrites.relu_backward(grad, r, other, out)
-    if other is None:
-        launch.run(launch.for_work(_relu_gate, grad.size), grad.size, flat[0], r.reshape(-1), flat[1])
-    else:
-        kernel = launch.for_work(_relu_gate_sum, grad.size)
-        launch.run(kernel, grad.size, flat[0], other.reshape(-1), r.reshape(-1), flat[1])
+    kernel = _relu_gate if other is None else _relu_gate_sum
+    launch.run(launch.for_work(kernel, grad.size), grad.size, *(a.reshape(-1) for a in arrays))
     return out
 
 
