@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ember-cupy on a GPU machine, in one go and under 8 minutes: the plugin's GPU tests, the
-# conformance suite on `cupy`, and the MLP / ResNet-18 training benchmarks against PyTorch CUDA.
+# ember-cupy on a GPU machine, in one go and under 10 minutes: the plugin's GPU tests, the
+# conformance suite on `cupy`, the MLP / ResNet-18 training benchmarks against PyTorch CUDA, and
+# the official ONNX model sets and node cases on `cupy`.
 #
 #   bash plugins/cupy/gpu_check.sh [OUT_DIR]        (default: $OUT, else a new temporary folder)
 #
@@ -65,6 +66,14 @@ step conformance 150 $PY -m ember.cli certify cupy --require-available --max-exa
 # Training throughput against PyTorch CUDA: MLP first (cheap), ResNet-18 after.
 step bench 160 $PY -m benchmarks.cupy_gpu --out "$OUT/bench" --workloads mlp,resnet18 \
   --targets torch-cuda,ember-cupy,ember-cupy-multi,ember-cupy-jit --steps 20 --warmup 3 --timeout 45
+
+# The official ONNX cases on the device (docs/onnx.md): the model sets, then the node cases in two
+# halves, so that a half cut short by its limit leaves the other's table.
+step onnx-models 60 $PY -m ember.cli onnx test --backend cupy --set models --out "$OUT/onnx-models.json"
+step onnx-node-a-l 90 $PY -m ember.cli onnx test --backend cupy --set node --cases '^test_[a-l]' \
+  --out "$OUT/onnx-node-a-l.json"
+step onnx-node-m-z 90 $PY -m ember.cli onnx test --backend cupy --set node --cases '^test_[^a-l]' \
+  --out "$OUT/onnx-node-m-z.json"
 
 {
   printf '\ntotal: %ds\n\n' "$(($(date +%s) - START))"
