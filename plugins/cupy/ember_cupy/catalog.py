@@ -136,6 +136,8 @@ def library_kernels(exhaustive: bool = False) -> list:
         )
     for dt in ("float32", "float64", "int32", "int64"):
         ks.append(kernels.col2im_kernel(dt))
+    for dt in ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        ks.append(kernels.remainder_kernel(dt))
     return list({k.key: k for k in ks}.values())
 
 

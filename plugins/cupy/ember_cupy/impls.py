@@ -4,8 +4,12 @@ CuPy mirrors NumPy, so most entries are the reference backend's one-liners with 
 ``np``; every one of them is a kernel on the device, queued on the current stream, with no
 host synchronisation. The exceptions, each for a reason:
 
-* ``random_bits`` and ``erf`` run kernels of our own (kernels/): Philox must be
-  bit-identical to the reference, and the same source is checked on the CPU;
+* ``random_bits``, ``erf`` and ``remainder`` run kernels of our own (kernels/): Philox must be
+  bit-identical to the reference, CuPy's remainder is not NumPy's (NaN for an infinite divisor,
+  an ulp or a whole divisor off near multiples; seen on an H200), and the same source is
+  checked on the CPU;
+* ``arange`` counts an unsigned range with a negative step in int64 (CuPy converts the step to
+  the dtype first, which NumPy 2 refuses);
 * ``matmul`` is ``xp.matmul`` (cuBLAS GEMM, batched); convolution is im2col — a strided
   view of windows, copied to columns — times the weight on cuBLAS, and its input gradient
   gathers columns back with one kernel (``col2im``) instead of ``kh * kw`` strided adds;
@@ -18,6 +22,8 @@ arrays in the host harness.
 from __future__ import annotations
 
 import math
+
+import numpy
 
 from ember import dtypes as D
 from ember.backends.numpy import ordering
@@ -68,7 +74,6 @@ def make_impls(rt) -> dict:
         """A binary op with a Python scalar follows the spec's weak-scalar rule (NumPy's: an int
         array with a Python float gives float64, otherwise the array's dtype), whatever the
         library's own scalar rules; NumPy's result_type on an empty host array states it."""
-        import numpy
 
         def run(*args):
             out = f(*args)
@@ -97,6 +102,19 @@ def make_impls(rt) -> dict:
         out = xp.empty(x.shape, dtype=x.dtype)
         rt.launch(kernels.unary_kernel("erf", name), x.size, x, out)
         return out
+
+    def remainder(a, b):
+        want = numpy.result_type(*(numpy.empty(0, x.dtype) if hasattr(x, "dtype") else x for x in (a, b)))
+        run = "float32" if want == numpy.float16 else want.name  # as NumPy: in float32, rounded once
+        a, b = xp.broadcast_arrays(*(xp.asarray(x, dtype=want).astype(run, copy=False) for x in (a, b)))
+        out = xp.empty(a.shape, dtype=run)
+        rt.launch(kernels.remainder_kernel(run), out.size, contiguous(a), contiguous(b), out)
+        return out if run == want.name else out.astype(want)
+
+    def arange(start, stop, step, dtype):
+        if dtype.name.startswith("uint") and (step < 0 or start < 0):
+            return xp.arange(start, stop, step, dtype=xp.int64).astype(NP[dtype])
+        return xp.arange(start, stop, step, dtype=NP[dtype])
 
     def div(a, b):
         return xp.true_divide(a, b, dtype=dtype_of(a, b))
@@ -227,7 +245,7 @@ def make_impls(rt) -> dict:
 
     table = {
         "full": lambda shape, value, dtype: xp.full(tuple(shape), value, dtype=NP[dtype]),
-        "arange": lambda start, stop, step, dtype: xp.arange(start, stop, step, dtype=NP[dtype]),
+        "arange": arange,
         "random_bits": random_bits,
         "neg": xp.negative,
         "exp": xp.exp,
@@ -249,7 +267,7 @@ def make_impls(rt) -> dict:
         "pow": quiet(weak(xp.power)),
         "maximum": weak(xp.maximum),
         "minimum": weak(xp.minimum),
-        "remainder": quiet(weak(xp.remainder)),
+        "remainder": remainder,
         "eq": xp.equal,
         "ne": xp.not_equal,
         "lt": xp.less,

@@ -194,3 +194,23 @@ def test_pool_and_batch_norm_kernels_match_the_reference(gpu, rng):
     stats = want[1:]
     for a, r in zip(run("batch_norm_backward", g, x, w, b, *stats), ref("batch_norm_backward", g, x, w, b, *stats)):
         np.testing.assert_allclose(a, r, rtol=1e-3, atol=1e-3)
+
+
+def test_remainder_and_unsigned_arange_are_numpys(gpu):
+    """Two differences from NumPy that the first GPU run found (CuPy 14.2): remainder at signed
+    zeros and infinities, and an unsigned arange with a negative step."""
+    v = np.array([0.0, -0.0, 3.0, -3.0, 5.5, 0.1, np.inf, -np.inf, np.nan], np.float32)
+    a, b = np.repeat(v, len(v)), np.tile(v, len(v))
+    got = gpu.to_numpy(gpu.impls["remainder"](gpu.xp.asarray(a), gpu.xp.asarray(b)))
+    with np.errstate(all="ignore"):
+        want = np.remainder(a, b)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    i = np.array([-128, -7, -1, 0, 1, 7, 127], np.int8)
+    a, b = np.repeat(i, len(i)), np.tile(i, len(i))
+    with np.errstate(all="ignore"):
+        want = np.remainder(a, b)
+    np.testing.assert_array_equal(gpu.to_numpy(gpu.impls["remainder"](gpu.xp.asarray(a), gpu.xp.asarray(b))), want)
+    for dt in (ember.uint8, ember.uint32, ember.uint64):
+        got = gpu.to_numpy(gpu.impls["arange"](15, 3, -4, dt))
+        np.testing.assert_array_equal(got, np.arange(15, 3, -4, dtype=dt.name))

@@ -422,3 +422,44 @@ def test_eager_cnn_training_runs_the_pool_and_batch_norm_kernels(host, rng):
     (got_g, got_var, _), (want_g, want_var, _) = results["cupy-host"], results["numpy"]
     for got, want in zip(got_g + [got_var], want_g + [want_var]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+FLOAT_EDGES = [0.0, -0.0, 3.0, -3.0, 1.0, -1.0, 5.5, -7.25, 0.1, 1e30, -1e-30, np.inf, -np.inf, np.nan]
+
+
+def _edges(dtype: str) -> np.ndarray:
+    if dtype.startswith("float"):
+        with np.errstate(over="ignore"):  # 1e30 is inf in float16
+            return np.array(FLOAT_EDGES, dtype)
+    info = np.iinfo(dtype)
+    values = {0, 1, 2, 7, info.max, info.max - 1, -1, -7, info.min, info.min + 1}
+    return np.array(sorted(v for v in values if info.min <= v <= info.max), dtype)
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+)
+def test_remainder_kernel_is_numpys_bit_for_bit(host, dtype):
+    # every pair of edge values: zeros of both signs, infinities, NaN, the extreme integers, -1
+    v = _edges(dtype)
+    a, b = np.repeat(v, len(v)), np.tile(v, len(v))
+    calls = sum(host.rt.calls.values())
+    got = host.impls["remainder"](a, b)
+    assert sum(host.rt.calls.values()) == calls + 1  # the plugin's kernel, not the library's remainder
+    with np.errstate(all="ignore"):
+        want = np.remainder(a, b)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 where NumPy has it
+    np.testing.assert_array_equal(got, want)
+
+
+def test_remainder_broadcasts_and_takes_weak_scalars(host, rng):
+    x = rng.integers(-50, 50, (3, 1, 4)).astype(np.int32)
+    y = rng.integers(-9, 9, (5, 1)).astype(np.int32)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(host.impls["remainder"](x, y), np.remainder(x, y))
+        for a, b in [(x, 2.5), (-7, x), (x.astype(np.float16), 0.3), (np.float32(2.0) * x, np.array(-0.0))]:
+            want = np.remainder(a, b)
+            got = host.impls["remainder"](a, b)
+            assert got.dtype == want.dtype, (a, b)
+            np.testing.assert_array_equal(got, want)

@@ -12,7 +12,7 @@ NumPy on machines without a GPU):
   fused reduction); the rows' arithmetic is in ``__host__ __device__`` functions shared by the
   device kernel (block-cooperative, a shared-memory tree) and the serial host loop.
 
-The kernels, by module: ``elementwise`` (random bits, unary ops, GELU), ``rows`` (softmax,
+The kernels, by module: ``elementwise`` (random bits, unary ops, remainder, GELU), ``rows`` (softmax,
 cross-entropy, layer norm), ``windows`` (max-pool, col2im), ``channels`` (batch norm),
 ``optimizers`` (SGD/Adam/RMSprop steps, one tensor or many); ``source`` holds the
 :class:`Kernel` record and the two shapes. This package's names are the catalogue the rest of
@@ -36,6 +36,8 @@ from .elementwise import (
     gelu_kernel,
     random_bits_kernel,
     random_bits_threads,
+    remainder_body,
+    remainder_kernel,
     unary_kernel,
 )
 from .optimizers import (
@@ -100,6 +102,8 @@ __all__ = [
     "multi_step_kernel",
     "random_bits_kernel",
     "random_bits_threads",
+    "remainder_body",
+    "remainder_kernel",
     "rmsprop_body",
     "sgd_body",
     "softmax_backward_kernel",

@@ -1,4 +1,4 @@
-"""Elementwise kernels: Philox random bits, a unary op, and GELU with its backward op."""
+"""Elementwise kernels: Philox random bits, a unary op, remainder, and GELU with its backward op."""
 
 from __future__ import annotations
 
@@ -66,6 +66,45 @@ def unary_kernel(op: str, dtype) -> Kernel:
     name = f"ember_{op}_{dtype}"
     body = f"__host__ __device__ inline void {name}_thread(long long i, const {t}* x, {t}* y) {{ y[i] = {e}; }}\n"
     return threads_kernel(name, [(f"const {t}*", "x"), (f"{t}*", "y")], body)
+
+
+def remainder_body(dtype) -> str:
+    """``__host__ __device__ T ember_remainder_<dtype>(T a, T b)``: NumPy's remainder, bit for bit.
+
+    Floats: C's exact ``fmod``, moved by one ``b`` when its sign differs from ``b``'s, and a zero
+    takes ``b``'s sign (NumPy's divmod; CuPy's ``a - floor(a / b) * b`` is NaN for an infinite
+    ``b`` and can be off by an ulp, or by ``b`` near a multiple). Integers: 0 for ``b == 0``,
+    and for ``b == -1`` (so the most negative value's overflow never happens).
+    """
+    t, name = _t(dtype), f"ember_remainder_{dtype}"
+    if str(dtype) in render.FLOATS:
+        zero = f"({t})0"
+        body = (
+            f"  {t} m = {_fn('fmodf', dtype)}(a, b);\n"
+            f"  if (m != {zero}) {{ if ((b < {zero}) != (m < {zero})) m += b; }}\n"
+            f"  else m = {_fn('copysignf', dtype)}({zero}, b);\n"
+            "  return m;\n"
+        )
+    elif str(dtype).startswith("uint"):
+        body = f"  return b == 0 ? ({t})0 : ({t})(a % b);\n"
+    else:
+        body = (
+            f"  if (b == 0 || b == -1) return ({t})0;\n"
+            f"  {t} m = ({t})(a % b);\n"
+            f"  if (m != 0 && ((m < 0) != (b < 0))) m = ({t})(m + b);\n"
+            "  return m;\n"
+        )
+    return guarded(name, f"__host__ __device__ inline {t} {name}({t} a, {t} b) {{\n{body}}}\n")
+
+
+def remainder_kernel(dtype) -> Kernel:
+    """``remainder`` over two contiguous arrays of one shape and dtype (:func:`remainder_body`)."""
+    t, name = _t(dtype), f"ember_remainder_{dtype}"
+    body = remainder_body(dtype) + (
+        f"__host__ __device__ inline void {name}_all_thread(long long i, const {t}* a, const {t}* b, {t}* y) "
+        f"{{ y[i] = {name}(a[i], b[i]); }}\n"
+    )
+    return threads_kernel(f"{name}_all", [(f"const {t}*", "a"), (f"const {t}*", "b"), (f"{t}*", "y")], body)
 
 
 def gelu_body(dtype, approximate: str) -> str:
