@@ -5,8 +5,8 @@ A buffer holds one value a byte, the format's code in its low bits, in a one-fie
 dtype per format (``BUFFERS``) as float8.py does, and byte for byte as ml_dtypes holds them.
 Files pack two 4-bit or four 2-bit codes a byte; packing and unpacking are the file readers'
 job. Decoding is one lookup in a table of every code's value; encoding follows the rules below,
-which are ml_dtypes' (and so the values ONNX's official cases expect), except that e8m0 rounds
-as torch does.
+which are ml_dtypes' from 0.7 (and so the values ONNX's official cases expect; before 0.7 an
+integer cast out of range kept the low bits), except that e8m0 rounds as torch does.
 
 ==============  =====================================  ==========================================
 format          values                                 a value that is not one of them
