@@ -41,7 +41,8 @@ step() {
 
 step environment 20 bash -c "nvidia-smi; $PY -c 'import sys, numpy, cupy, torch; print(sys.version); \
 print(\"numpy\", numpy.__version__, \"cupy\", cupy.__version__, \"torch\", torch.__version__, \
-\"torch cuda\", torch.version.cuda, torch.cuda.is_available()); cupy.show_config()'"
+\"torch cuda\", torch.version.cuda, torch.cuda.is_available()); cupy.show_config()'; \
+$PY -c 'import onnx, ml_dtypes; print(\"onnx\", onnx.__version__, \"ml_dtypes\", ml_dtypes.__version__)' || true"
 
 step install 45 bash -c "$PY -m pip install --no-deps --no-build-isolation -e . -e plugins/cupy && \
 ( $PY -c 'import hypothesis' 2>/dev/null || $PY -m pip install --no-index \
@@ -58,6 +59,18 @@ fi
 step pytest 75 $PY -m pytest tests/plugins/cupy/test_cupy_gpu.py tests/plugins/cupy/test_cupy_plugin.py \
   -q -rs -p no:cacheprovider -m "not slow" \
   --junitxml="$OUT/pytest.xml"
+
+# CuPy compiles a kernel for each new combination of operation, dtypes and rank, about a second
+# each on a fresh machine: the suite took over 8 minutes that way on the first GPU run (2026-12-04),
+# against 20 s on the host harness. So the suite runs once first on many processes (pytest-xdist,
+# where installed) only to fill CuPy's kernel cache on disk; its result is not the certificate.
+if $PY -c 'import xdist' 2>/dev/null; then
+  WORKERS=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))
+  WARM="$(mktemp -d)" && printf '[pytest]\n' > "$WARM/pytest.ini"  # as certify: no project configuration
+  step conformance-warm-up 120 env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $PY -m pytest -c "$WARM/pytest.ini" \
+    --rootdir "$WARM" -p xdist -p ember.conformance.plugin -p no:cacheprovider --pyargs ember.conformance \
+    --ember-backend cupy --ember-max-examples 5 -q --tb=no -n "$WORKERS"
+fi
 
 # The conformance suite on the real backend (a failing tier fails the step; the certificate says which).
 step conformance 150 $PY -m ember.cli certify cupy --require-available --max-examples 5 \
