@@ -6,8 +6,7 @@ host synchronisation. The exceptions, each for a reason:
 
 * ``random_bits``, ``erf`` and ``remainder`` run kernels of our own (kernels/): Philox must be
   bit-identical to the reference, CuPy's remainder is not NumPy's (NaN for an infinite divisor,
-  an ulp or a whole divisor off near multiples; seen on an H200), and the same source is
-  checked on the CPU;
+  no -0.0, rounding; seen on an H200), and the same source is checked on the CPU;
 * ``arange`` counts an unsigned range with a negative step in int64 (CuPy converts the step to
   the dtype first, which NumPy 2 refuses);
 * ``matmul`` is ``xp.matmul`` (cuBLAS GEMM, batched); convolution is im2col — a strided

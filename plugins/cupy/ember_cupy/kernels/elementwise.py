@@ -73,7 +73,7 @@ def remainder_body(dtype) -> str:
 
     Floats: C's exact ``fmod``, moved by one ``b`` when its sign differs from ``b``'s, and a zero
     takes ``b``'s sign (NumPy's divmod; CuPy's ``a - floor(a / b) * b`` is NaN for an infinite
-    ``b`` and can be off by an ulp, or by ``b`` near a multiple). Integers: 0 for ``b == 0``,
+    ``b``, has no -0.0, and rounds). Integers: 0 for ``b == 0``,
     and for ``b == -1`` (so the most negative value's overflow never happens).
     """
     t, name = _t(dtype), f"ember_remainder_{dtype}"
