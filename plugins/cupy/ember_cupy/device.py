@@ -24,6 +24,8 @@ def probe() -> tuple:
         return False, f"CuPy is not installed ({exc}); {INSTALL}"
     except Exception as exc:  # noqa: BLE001 - a broken CUDA install shows up here
         return False, f"importing CuPy failed: {type(exc).__name__}: {exc}"
+    if getattr(cupy, "__file__", None) is None:  # a folder named cupy on sys.path (a namespace package), not CuPy
+        return False, f"CuPy is not installed (No module named 'cupy'); {INSTALL}"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # noqa: BLE001
