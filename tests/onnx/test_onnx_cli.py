@@ -136,3 +136,16 @@ def test_run_on_a_backend_without_strings_is_one_error_line(tmp_path, capsys, la
     err = capsys.readouterr().err
     assert err.startswith("ember: error: dtype string is not supported by backend 'python-lacking'")  # making the input
     assert err.count("\n") == 1
+
+
+def test_failed_narrow_casts_name_an_old_ml_dtypes(monkeypatch):
+    import ml_dtypes
+
+    from ember.onnx.cli import _ml_dtypes_note
+
+    failed = ["test_cast_FLOAT_to_INT4", "test_castlike_FLOAT16_to_UINT2_expanded", "test_abs"]
+    assert _ml_dtypes_note(failed) is None  # the installed ml_dtypes is 0.7 or later (the onnx extra)
+    monkeypatch.setattr(ml_dtypes, "__version__", "0.6.0")
+    note = _ml_dtypes_note(failed)
+    assert note.startswith("note: 2 of these cast to 4- or 2-bit integers") and "ml_dtypes 0.6.0" in note
+    assert _ml_dtypes_note(["test_abs"]) is None
