@@ -73,8 +73,8 @@ def remainder_body(dtype) -> str:
 
     Floats: C's exact ``fmod``, moved by one ``b`` when its sign differs from ``b``'s, and a zero
     takes ``b``'s sign (NumPy's divmod; CuPy's ``a - floor(a / b) * b`` is NaN for an infinite
-    ``b``, has no -0.0, and rounds). Integers: 0 for ``b == 0``,
-    and for ``b == -1`` (so the most negative value's overflow never happens).
+    ``b``, has no -0.0, and rounds). Integers: 0 for ``b == 0``, and for ``b == -1`` (so the
+    most negative value's overflow never happens).
     """
     t, name = _t(dtype), f"ember_remainder_{dtype}"
     if str(dtype) in render.FLOATS:
