@@ -69,17 +69,22 @@ def make_impls(rt) -> dict:
                 return a.dtype
         return None
 
+    def promoted(*ops):
+        """The dtype NumPy gives ``ops`` (arrays and Python scalars, weak): its result_type on
+        empty host arrays of the arrays' dtypes."""
+        return numpy.result_type(*(numpy.empty(0, a.dtype) if hasattr(a, "dtype") else a for a in ops))
+
     def weak(f):
         """A binary op with a Python scalar follows the spec's weak-scalar rule (NumPy's: an int
         array with a Python float gives float64, otherwise the array's dtype), whatever the
-        library's own scalar rules; NumPy's result_type on an empty host array states it."""
+        library's own scalar rules (:func:`promoted`)."""
 
         def run(*args):
             out = f(*args)
             ops = args[1:] if f is xp.where else args
             if all(hasattr(a, "dtype") for a in ops) or dtype_of(*ops) is None:
                 return out
-            want = numpy.result_type(*(numpy.empty(0, a.dtype) if hasattr(a, "dtype") else a for a in ops))
+            want = promoted(*ops)
             return out if out.dtype == want else out.astype(want)
 
         run.__name__ = getattr(f, "__name__", "weak")
@@ -103,7 +108,7 @@ def make_impls(rt) -> dict:
         return out
 
     def remainder(a, b):
-        want = numpy.result_type(*(numpy.empty(0, x.dtype) if hasattr(x, "dtype") else x for x in (a, b)))
+        want = promoted(a, b)
         run = "float32" if want == numpy.float16 else want.name  # as NumPy: in float32, rounded once
         a, b = xp.broadcast_arrays(*(xp.asarray(x, dtype=want).astype(run, copy=False) for x in (a, b)))
         out = xp.empty(a.shape, dtype=run)

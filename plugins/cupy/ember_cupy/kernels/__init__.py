@@ -36,7 +36,6 @@ from .elementwise import (
     gelu_kernel,
     random_bits_kernel,
     random_bits_threads,
-    remainder_body,
     remainder_kernel,
     unary_kernel,
 )
@@ -102,7 +101,6 @@ __all__ = [
     "multi_step_kernel",
     "random_bits_kernel",
     "random_bits_threads",
-    "remainder_body",
     "remainder_kernel",
     "rmsprop_body",
     "sgd_body",
