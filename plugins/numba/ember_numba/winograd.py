@@ -49,7 +49,7 @@ from numba import uint64
 
 from ember.backends.numpy import winograd as reference
 
-from . import crew, winograd43
+from . import crew, skinny, winograd43
 from .blas import awake, native_rows, on_demand, one_thread
 from .epilogue import _apply
 from .kernels import JIT
@@ -467,7 +467,7 @@ def conv2d(x, w, padding, epilogue=None):
         V = scratch("winograd_v", 36 * T * c, dtype)
         winograd43.input_transform(P, m, c, nty, tw, T, V, scratch("winograd_s", 6 * (4 * tw + 2) * c, dtype))
         M = scratch("winograd_m", 36 * T * k, dtype)
-        np.matmul(V.reshape(36, T, c), U, out=M.reshape(36, T, k))  # 36 one-thread BLAS GEMMs (T, C) @ (C, K)
+        skinny.stacked(V.reshape(36, T, c), U, M.reshape(36, T, k))  # 36 one-thread products (T, C) @ (C, K)
         Z, O = scratch("winograd_z", 24 * k, dtype), scratch("winograd_o", 16 * tw * k, dtype)
         winograd43.output_transform(M, m, k, oh, ow, nty, tw, ty0, T, flat[n0 * k * oh * ow :], Z, O)
 
@@ -507,6 +507,8 @@ def conv2d(x, w, padding, epilogue=None):
         else:
             U = kernel_transform(w)
         if count >= nt:
+            if size == 4:  # the chunks' products read U[p] (C, K) row by row (skinny.stacked)
+                U = skinny.stacked_operand(U)
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
         else:  # too few chunks to go round: each chunk's tile rows are shared out instead
 
@@ -575,7 +577,7 @@ def _grad_input_f43(g, w, input_shape, padding):
         E = scratch("winograd_v", 36 * T * c, dtype)
         winograd43.channels_last(g[n0 : n0 + m].reshape(-1), m, k, oh, ow, 0, 0, tw, 0, th, P)
         winograd43.gradient_transform(P, m, k, th, tw, T, D, S)
-        np.matmul(D.reshape(36, T, k), U, out=E.reshape(36, T, c))  # 36 one-thread GEMMs (T, K) @ (K, C)
+        skinny.stacked(D.reshape(36, T, k), U, E.reshape(36, T, c))  # 36 one-thread products (T, K) @ (K, C)
         Q = P[: m * rows * width * c]  # g's copy is spent: the gradient is summed there
         Q[:] = 0
         winograd43.input_adjoint(E, m, c, th, tw, T, Q, S)

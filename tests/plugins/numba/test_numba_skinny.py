@@ -169,6 +169,53 @@ def test_batch1_convolution_takes_it_and_its_rewrite_agrees(skinny_always, threa
     np.testing.assert_array_equal(_bits(rewrites.conv2d_bias_relu(x, w, bias, **geo)), _bits(np.where(p > 0, p, 0)))
 
 
+# stacked products (Winograd F(4x4)'s 36 a chunk): rows in tiles of 12 and single rows,
+# 1 to 8 vectors of columns, sums of 1 to 64 terms
+@pytest.mark.parametrize(
+    "s,o,k,p", [(36, 288, 32, 64), (3, 29, 64, 32), (2, 5, 7, 16), (4, 13, 1, 128), (1, 12, 48, 48)]
+)
+def test_stacked_is_each_product(s, o, k, p, monkeypatch):
+    from ember_numba import skinny
+
+    monkeypatch.setattr(skinny, "VECTORS", True)  # the row kernel on any machine (LLVM splits the vectors)
+    rng = np.random.RandomState(s + o + k + p)
+    a, b = rng.standard_normal((s, o, k)).astype(np.float32), rng.standard_normal((s, k, p)).astype(np.float32)
+    calls = []
+    rows = skinny._stacked_rows
+    monkeypatch.setattr(skinny, "_stacked_rows", lambda *args: calls.append(1) or rows(*args))
+    out = np.full((s, o, p), np.nan, np.float32)
+    assert skinny.stacked(a, b, out) is out and calls == [1]
+    for i in range(s):
+        _close(out[i], a[i], b[i])
+    # each output one chain of multiply-adds in k's order: the same bits from any block of rows
+    part = np.empty((s, o - 1, p), np.float32)
+    skinny.stacked(np.ascontiguousarray(a[:, 1:]), b, part)
+    np.testing.assert_array_equal(_bits(part), _bits(out[:, 1:]))
+
+
+def test_stacked_leaves_other_products_to_blas(monkeypatch):
+    from ember_numba import skinny
+
+    monkeypatch.setattr(skinny, "VECTORS", True)
+    monkeypatch.setattr(skinny, "_stacked_rows", lambda *args: pytest.fail("the row kernel took it"))
+    rng = np.random.RandomState(3)
+    for a, b in [
+        (rng.standard_normal((2, 8, 65)), rng.standard_normal((2, 65, 16))),  # too many terms
+        (rng.standard_normal((2, 8, 16)), rng.standard_normal((2, 16, 20))),  # not whole vectors
+        (rng.standard_normal((2, 8, 16)), rng.standard_normal((2, 16, 144))),  # too many columns
+        (rng.standard_normal((2, 16, 8)).transpose(0, 2, 1), rng.standard_normal((2, 16, 16))),  # a view
+    ]:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        out = np.empty((2, a.shape[1], b.shape[2]), np.float32)
+        np.testing.assert_array_equal(skinny.stacked(a, b, out), np.matmul(a, b))
+    double = np.ones((2, 8, 16)), np.ones((2, 16, 16))
+    assert skinny.stacked(*double, np.empty((2, 8, 16))).dtype == np.float64
+    view = np.ones((2, 16, 32), np.float32).transpose(0, 2, 1)
+    assert skinny.stacked_operand(view).flags.c_contiguous
+    big = np.ones((2, 16, 256), np.float32).transpose(0, 2, 1)
+    assert skinny.stacked_operand(big) is big
+
+
 def test_docstring_examples():
     import doctest
 

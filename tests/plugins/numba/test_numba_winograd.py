@@ -68,6 +68,34 @@ def test_all_three_primitives_match_the_direct_convolution(xs, k, padding, dtype
     np.testing.assert_allclose(dw, direct["conv2d_grad_weight"](x, g, w.shape, **geo), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("xs,k,padding", [((6, 32, 13, 13), 64, (0, 0)), ((3, 64, 8, 8), 16, (1, 1))])
+def test_f43_products_on_the_row_kernel_match_the_direct_convolution(xs, k, padding, monkeypatch, direct):
+    """Channel counts in whole vectors: the chunks' forward and input-gradient products go to
+    skinny.stacked's row kernel (LeNet's 32 -> 64 layer on its forward's tiles; 64 -> 16)."""
+    from ember_numba import skinny
+
+    monkeypatch.setattr(winograd, "F43_TAKES", ((0, 0, 0),))
+    monkeypatch.setattr(winograd, "threads", lambda: 1)  # chunks, not a chunk's bands
+    monkeypatch.setattr(skinny, "VECTORS", True)
+    taken = []
+    rows = skinny._stacked_rows
+    monkeypatch.setattr(skinny, "_stacked_rows", lambda *a: taken.append(a[4:7]) or rows(*a))
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((k, xs[1], 3, 3)).astype(np.float32)
+    geo = dict(stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
+
+    def near(got, want):  # F(4x4)'s float32 error, whichever kernel multiplies: 1e-5 of the scale
+        assert got.dtype == np.float32 and np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+    y = winograd.conv2d(x, w, padding)
+    near(y, direct["conv2d"](x.astype(np.float64), w.astype(np.float64), **geo))
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    dx = winograd.conv2d_grad_input(g, w, xs, padding)
+    near(dx, direct["conv2d_grad_input"](g.astype(np.float64), w.astype(np.float64), xs, **geo))
+    shapes = {t[1:] for t in taken}  # (terms, columns) of each stack of products
+    assert shapes == {(xs[1], k), (k, xs[1])}  # the forward (T, C) @ (C, K); the input gradient (T, K) @ (K, C)
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("xs,k,padding", GEOMETRIES)
 def test_tile_row_bands_shared_among_threads_match_the_direct_convolution(
