@@ -65,6 +65,13 @@ F23 = reference.F23
 #: (with chunks of 4 MB; for the 8x8 and 4x4 layers see SMALL).
 MIN_CHANNELS = 16
 MIN_PIXELS = 256
+#: ... but a batch of one from this many (20x20, between the two measured sizes; its bands'
+#: 16 GEMMs are narrow): on the AVX-512 machine (2 cores, 2 MB of L2 a core) ResNet-18's
+#: 128-channel 16x16 layers on im2col at batch 1 made the W3-infer-b1 step 0.868 of its time
+#: (0.75-0.94, 8 rounds of benchmarks.numpy_ab), where ResNet-50's 128-channel 28x28 layers
+#: took 1.17-1.27x their F(2x2) time on im2col (benchmarks.onnx_ab) and the step with
+#: ResNet-18's 64-channel 32x32 layers on im2col as well was 1.051.
+SAMPLE_MIN_PIXELS = 400
 #: ... and, in batches, from each row's pixels with at least its channels: with the chunks in
 #: L2 (below) ResNet-18's 8x8 layers (256 channels) at batch 128 ran 0.76-0.88x im2col's time
 #: (forward, 8-12 alternating calls, 3 runs); LeNet's 11x11 (32 -> 64) still lost (1.30). With
@@ -205,7 +212,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype, grad_input=
     """Take the Winograd path (``conv2d`` of ``x_shape``, or with ``grad_input`` its input
     gradient)? 3x3 kernels at stride 1, dilation 1, one group, float32/64, padding at most 2,
     at least :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a
-    sample (in a batch, a row of :data:`SMALL` will do, or F(4x4) on a map that fills its tiles:
+    sample (:data:`SAMPLE_MIN_PIXELS` for a batch of one; in a batch, a row of :data:`SMALL` will do, or F(4x4) on a map that fills its tiles:
     :func:`_small_by_f43`, on the map the path computes: the input's for its gradient, unless
     that is computed on the forward's tiles, :func:`_on_forward_tiles`).
 
@@ -215,6 +222,8 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype, grad_input=
     False
     >>> plan((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
+    >>> [plan((n, 128, 16, 16), (128, 128, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32) for n in (1, 8)]
+    [False, True]
     """
     if not reference.eligible(x_shape, w_shape, stride, padding, dilation, groups, dtype):
         return False
@@ -227,7 +236,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype, grad_input=
     oh, ow = x_shape[2] + 2 * padding[0] - 2, x_shape[3] + 2 * padding[1] - 2
     computed = not grad_input or _on_forward_tiles(n, c, k, x_shape[2:], (oh, ow))  # the forward's map
     mapped = (c, k, oh, ow) if computed else (k, c, *x_shape[2:])
-    return pixels >= MIN_PIXELS or small or _small_by_f43(n, *mapped)
+    return pixels >= (MIN_PIXELS if n > 1 else SAMPLE_MIN_PIXELS) or small or _small_by_f43(n, *mapped)
 
 
 # ----------------------------------------------------------------------------- kernels

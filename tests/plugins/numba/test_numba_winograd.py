@@ -276,6 +276,9 @@ def test_conv_py_takes_winograd_for_eligible_layers(monkeypatch):
     [
         ((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), True),  # ResNet's first stage
         ((8, 128, 16, 16), (128, 128, 3, 3), (1, 1), (1, 1), True),  # ... its second
+        ((1, 128, 16, 16), (128, 128, 3, 3), (1, 1), (1, 1), False),  # ... one sample: im2col (SAMPLE_MIN_PIXELS)
+        ((1, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), True),  # ... one sample of the first stage
+        ((1, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1), True),  # ResNet-50's second stage, one sample
         ((8, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), True),  # 64 pixels a sample, 256 channels, a batch
         ((1, 256, 8, 8), (256, 256, 3, 3), (1, 1), (1, 1), False),  # ... one sample: not measured, im2col
         ((8, 64, 8, 8), (64, 64, 3, 3), (1, 1), (1, 1), False),  # 64 pixels, 64 channels: transforms cost more
