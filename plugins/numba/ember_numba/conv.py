@@ -85,6 +85,13 @@ TRANSPOSED_MIN_PIXELS = 4096
 #: cost more than its copy (ResNet-18's 4x4 stage: 3.9 ms against 8.4 ms a half batch; equal
 #: at 16 wide, 3x slower at 32).
 TAPS_MAX_OW = 8
+#: Output rows at least this wide take :func:`_im2col_same` where it applies; narrower ones the
+#: tap table, whose loop has no bounds to work out for each of a tap's few pixels (one sample,
+#: AVX-512 machine, medians of 300: 512 channels at 4x4 0.060 ms against 0.116, at 7x7 0.128
+#: against 0.134, 64 at 6x6 0.014 against 0.017; at 8x8, 256 channels, the plane copies won,
+#: 0.069 against 0.075). W3-infer-b1 on numba+jit (its 4x4 layers): step 0.979 (0.66-1.10, 10
+#: rounds of benchmarks.numpy_ab).
+SAME_MIN_OW = 8
 #: Input columns (KW) from which a stride-2 im2col splits each input row into its even and
 #: odd columns first (:func:`_im2col_split`), so that each of the KW taps copies a straight run:
 #: the stem (7x7) 0.57x the row kernel's time; 3x3 layers lost (1.2-1.9x: 3 taps do not repay
@@ -339,7 +346,7 @@ def _geometry(x_shape, w_shape, stride, padding, dilation):
 #:
 #: ("same" copies whole planes: a band of output rows, Chunks.forward_sample's, takes the row kernel.)
 FORMS = (
-    ("same", lambda g, taps: g[6] == g[7] == 1 and g[12:14] == g[2:4]),
+    ("same", lambda g, taps: g[6] == g[7] == 1 and g[12:14] == g[2:4] and g[13] >= SAME_MIN_OW),
     ("split", lambda g, taps: g[7] == 2 and g[5] >= SPLIT_MIN_KW),
     ("taps", lambda g, taps: taps),
     ("rows", lambda g, taps: True),

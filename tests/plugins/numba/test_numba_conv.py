@@ -147,16 +147,20 @@ def test_both_im2col_kernels_write_the_same_columns(xs, ws, s, p, d, monkeypatch
         ((1, 2, 6, 5), (3, 2, 5, 3), (1, 1), (2, 1), (1, 1), "same"),  # taller than wide
         ((2, 2, 3, 2), (3, 2, 5, 7), (1, 1), (4, 6), (2, 2), "same"),  # taps that miss the plane
         ((1, 2, 7, 7), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1), "same"),  # a 7x7 layer: not the tap kernel
+        ((1, 8, 4, 4), (3, 8, 3, 3), (1, 1), (1, 1), (1, 1), "taps"),  # narrower than SAME_MIN_OW
         ((2, 3, 23, 21), (5, 3, 7, 7), (2, 2), (3, 3), (1, 1), "split"),  # a stem, odd width
         ((1, 2, 16, 24), (3, 2, 5, 5), (1, 2), (2, 0), (1, 1), "split"),  # no padding, even width
         ((2, 2, 19, 30), (3, 2, 3, 5), (2, 2), (1, 5), (1, 2), "split"),  # dilated, wide padding
         ((2, 2, 19, 30), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1), "rows"),  # 3 taps do not repay a split
     ],
 )
-def test_each_im2col_form_writes_the_row_kernels_columns(xs, ws, s, p, d, form):
-    """The plane-shift and split-row kernels (Chunks.form) give the row kernel's columns bit
-    for bit, inf and NaN inputs and zero padding included: whole samples and, for a split,
-    bands of output rows."""
+def test_each_im2col_form_writes_the_row_kernels_columns(xs, ws, s, p, d, form, monkeypatch):
+    """The plane-shift, tap-table and split-row kernels (Chunks.form) give the row kernel's
+    columns bit for bit, inf and NaN inputs and zero padding included: whole samples and, for a
+    split, bands of output rows. The plane shifts on narrow maps too, which SAME_MIN_OW gives
+    to the tap table."""
+    if form == "same":
+        monkeypatch.setattr(conv, "SAME_MIN_OW", 1)
     x = np.random.default_rng(4).standard_normal(xs).astype(np.float32)
     x.reshape(-1)[::7] = np.inf
     x.reshape(-1)[3::11] = np.nan
