@@ -212,9 +212,10 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, dtype, grad_input=
     """Take the Winograd path (``conv2d`` of ``x_shape``, or with ``grad_input`` its input
     gradient)? 3x3 kernels at stride 1, dilation 1, one group, float32/64, padding at most 2,
     at least :data:`MIN_CHANNELS` channels in and out and :data:`MIN_PIXELS` output pixels a
-    sample (:data:`SAMPLE_MIN_PIXELS` for a batch of one; in a batch, a row of :data:`SMALL` will do, or F(4x4) on a map that fills its tiles:
-    :func:`_small_by_f43`, on the map the path computes: the input's for its gradient, unless
-    that is computed on the forward's tiles, :func:`_on_forward_tiles`).
+    sample (:data:`SAMPLE_MIN_PIXELS` for a batch of one; in a batch, a row of :data:`SMALL`
+    will do, or F(4x4) on a map that fills its tiles: :func:`_small_by_f43`, on the map the
+    path computes: the input's for its gradient, unless that is computed on the forward's
+    tiles, :func:`_on_forward_tiles`).
 
     >>> plan((8, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, np.float32)
     True
