@@ -7,6 +7,7 @@ computes them fastest.
 |---|---|---|
 | ``matmul(x, w)`` of an activation and a weight (a captured 2-d tensor or its transpose), the result at least TRANSPOSE_MIN on both sides | :func:`_weight_product`: the same product as ``matmul(w.mT, x.mT).mT``, and (:func:`_transposed_layout`) the elementwise ops and column sums after it computed in that layout; plain nodes, which every backend runs with its own impls | OpenBLAS's slow path for an MLP's shapes (batch 128: the forward products 1.25-1.4x faster, the input gradient 1.4x), without copies between layouts |
 | ``where(c, max_pool2d_backward(g, r), 0)`` with ``r = where(c, y, 0)``, ``c = gt(y, 0)`` | :func:`relu_max_pool2d_backward`: ReLU's gradient taken on the pooled gradient (a quarter of the size for 2x2 pools), then written at each window's first maximum, found by comparing with the pooled forward output | the full-size ``where``, and the search for the maxima |
+| ``conv2d_grad_weight(x, dr)`` and ``sum(dr, (0, 2, 3))`` (its bias's gradient) of that pool backward ``dr`` when nothing else reads it (no input gradient: a first layer), the pool's windows unpadded | :func:`relu_max_pool2d_conv_grads`: both from the pooled gradient, each window position's share of it multiplied by the columns of the input pixels that position reads | the full-size gradient, its two reads and the zeros in its product (LeNet's first layer, batch 128, one process, hot: 3.6 against 7.3 ms) |
 | ``where(c, g, 0)`` with ``c`` the mask of a ReLU ``r = where(c, x, 0)``, ``g`` perhaps ``add(g1, g2)`` that nothing else reads | :func:`relu_backward`: ``where(r > 0, g, 0)`` (``g1 + g2`` summed in it) | keeping the mask from the forward pass to the backward (and a residual block's gradient sum's pass) |
 | ``where(gt(p, 0), p, 0)`` with ``p = conv2d(x, w) + bias`` | :func:`conv2d_bias_relu`: the bias and ReLU applied in place to each block of the convolution's output right after its GEMM (conv.py's ``then``), a cache-sized chunk at a time | three passes over the activation, and reading it back from memory |
 | ``conv2d(x, w) + bias`` (no ReLU after it: ResNet's downsample layers) | :func:`conv2d_bias`: the bias added in place to each block of the convolution's output | a pass over the activation, and its buffer |
@@ -19,12 +20,14 @@ computes them fastest.
 
 The rules run in that order (the transposed products first, so the others match in their
 layout; the backward ones free the forward masks the forward ones need). Every rewrite gives
-the values of the nodes it replaces, bit for bit, but two. ``axpy`` rounds each element once
-(a fused multiply-add) where the nodes round the product and the sum. The transposed products are the
+the values of the nodes it replaces, bit for bit, but three. ``axpy`` rounds each element once
+(a fused multiply-add) where the nodes round the product and the sum.
+``relu_max_pool2d_conv_grads`` makes the nodes' products without their zeros, and sums them
+and the bias gradient's terms in another order. The transposed products are the
 same products, which BLAS may sum in another order, and a bias gradient becomes a sum along
 the other axis of the transposed array (NumPy sums a contiguous run pairwise; on the
-NumPy backend itself one BLAS product with a column of ones, ``row_sums``): equal to
-float32 rounding, as for ember.jit's ``transpose_matmuls``. Elsewhere: ReLU's output ``r``
+NumPy backend itself one BLAS product with a column of ones, ``row_sums``). All three are
+equal to float32 rounding, as for ember.jit's ``transpose_matmuls``. Elsewhere: ReLU's output ``r``
 is never NaN and never -0.0, so ``r > 0`` exactly where its mask was true, and the gradient
 that reaches a window's maximum passes ReLU exactly when the pooled output is above zero.
 
@@ -159,6 +162,73 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     return dx[..., top : top + h, left : left + w]
 
 
+#: Images of the pooled gradient :func:`relu_max_pool2d_conv_grads` takes at a time: its passes
+#: over the pooled size stay in cache, and each of its products sums a few thousand rows (LeNet's
+#: first layer, one thread, hot: 12 images 3.63 ms, 6 3.63, 16 3.71, 48 5.29).
+CONV_GRADS_IMAGES = 12
+
+
+def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias):
+    """The weight gradient of ``r = relu(conv2d(x, w) + b)`` (and with ``bias`` its bias's, the
+    sum over all but the channels) when its output gradient is ``dr =``
+    :func:`relu_max_pool2d_backward` ``(grad, r, best)`` and nothing else reads ``dr``: a first
+    layer's, whose input needs no gradient. Returns ``(dw,)`` or ``(dw, db)``.
+
+    ``dr`` is zero but at each disjoint window's first maximum, so it is never made. The
+    pooled gradient goes to each window position ``q`` as the first-maximum scatter does
+    (:func:`~ember.backends.numpy.fused.first_max_scatter`), into a pooled-size array ``T[q]``,
+    and ``dw`` is the sum over the positions of ``columns_q.T @ T[q]``: the im2col columns of
+    the input pixels that position ``q`` of every window reads (the conv's stride times the
+    pool's). The same products as ``columns.T @ dr`` without the zeros, summed in another order:
+    equal to float32 rounding (LeNet's first layer, 9 taps x 86,528 rows: 4e-7 of the largest
+    value; the bias 3e-6). An input with inf or NaN goes the long way (``0 * inf`` is NaN in
+    the full product, and the positions no window covers are in it)."""
+    (kh, kw), (sh, sw), _, (dh, dw_) = fused._pool_args(
+        pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1)
+    )
+    w_shape, cs, cp, cd = (conv_params[k] for k in ("weight_shape", "stride", "padding", "dilation"))
+    if best is None:
+        best = fused.max_pool2d(r, **pool)
+    if not np.isfinite(np.add.reduce(x, axis=None)):  # inf, NaN, or a sum too large to tell
+        dr = relu_max_pool2d_backward(grad, r, best, **pool)
+        dw = conv.conv2d_grad_weight(x, dr, w_shape, cs, cp, cd)
+        return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
+    n, o, ph, pw = grad.shape
+    c, kk = w_shape[1], w_shape[2] * w_shape[3]
+    dtype, itype = grad.dtype, _INT[grad.dtype.itemsize]
+    xh = conv._channels_last(x, cp)
+    rows_of = lambda a: a.transpose(0, 2, 3, 1)  # noqa: E731  (N, PH, PW, O): the rows' order
+    g4, b4 = rows_of(grad), rows_of(best)
+    positions = [(i, j) for i in range(kh) for j in range(kw)]
+    slices = fused._views(r, (kh, kw), (sh, sw), (dh, dw_), (ph, pw))  # in positions' order
+    per = min(n, CONV_GRADS_IMAGES)
+    taken = np.empty((len(positions), per, ph, pw, o), dtype)
+    rest = np.empty((per, ph, pw, o), itype)
+    equal = np.empty((per, ph, pw, o), bool)
+    dwt = np.zeros((kk * c, o), dtype)  # the columns' order: (KH, KW, C) rows
+    db = np.zeros((1, o), dtype)
+    ones = nb.ones(per * ph * pw, dtype).reshape(1, -1)
+    for a in range(0, n, per):
+        at, m = slice(a, min(n, a + per)), min(per, n - a)
+        rr, e, b = rest[:m], equal[:m], b4[at]
+        np.greater(b, 0, out=e)  # ReLU's gradient, on the pooled gradient
+        np.multiply(g4[at].view(itype), e, out=rr)
+        if bias:
+            db += ones[:, : m * ph * pw] @ rr.view(dtype).reshape(-1, o)
+        for q, piece in enumerate(slices[:-1]):
+            t = taken[q, :m].view(itype)
+            np.equal(rows_of(piece[at]), b, out=e)
+            np.multiply(rr, e, out=t)
+            np.subtract(rr, t, out=rr)
+        np.copyto(taken[-1, :m].view(itype), rr)
+        for q, (i, j) in enumerate(positions):
+            shifted = xh[at, i * dh * cs[0] :, j * dw_ * cs[1] :]
+            cols = conv._columns(shifted, w_shape[2:], (sh * cs[0], sw * cs[1]), cd, (ph, pw))
+            dwt += cols.T @ taken[q, :m].reshape(-1, o)  # BLAS GEMM
+    dwk = np.ascontiguousarray(dwt.T.reshape(o, w_shape[2], w_shape[3], c).transpose(0, 3, 1, 2))
+    return (dwk, db.reshape(1, o, 1, 1)) if bias else (dwk,)
+
+
 def _flat(a):
     """``a``'s memory as a 1-d view when it is contiguous in some order of its axes, else None."""
     order = sorted(range(a.ndim), key=lambda i: -abs(a.strides[i]))
@@ -259,6 +329,7 @@ KERNELS = {
     "pointwise_bias_relu": pointwise_bias_relu,
     "pointwise_bias": pointwise_bias,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
+    "relu_max_pool2d_conv_grads": relu_max_pool2d_conv_grads,
     "relu": relu,
     "relu_backward": relu_backward,
     "batch_norm_relu": batch_norm_relu,
@@ -314,6 +385,33 @@ def _pool_backward(v, users):
     )
     args = (g, r) if best is None else (g, r, best)
     return [_kernel(v, "relu_max_pool2d_backward", args, pool)], [p]
+
+
+def _pooled_conv_grads(v, users):
+    """``conv2d_grad_weight(x, dr)`` (and ``sum(dr, (0, 2, 3))``, its bias's gradient) with ``dr``
+    a :func:`_pool_backward` kernel that nothing else reads (no input gradient: a first
+    layer), the pool's windows disjoint and unpadded: both from the pooled gradient."""
+    if v.op != "conv2d_grad_weight" or v.params.get("groups", 1) != 1 or not isinstance(v.args[1], Var):
+        return None
+    x, dr = v.args
+    if dr.op != KERNEL or dr.params["name"] != "relu_max_pool2d_backward" or dr.dtype != v.dtype:
+        return None
+    pool = dr.params["params"]
+    _, _, padding, _ = fused._pool_args(pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), 1)
+    if any(padding) or pool.get("ceil_mode", False) or len(dr.args[0].shape) != 4:
+        return None
+    others = [u for u in users.get(dr.id, ()) if u is not v]
+    sums = [u for u in others if u.op == "sum" and u.params["axes"] == (0, 2, 3) and u.params.get("keepdims")]
+    if len(sums) != len(others) or len(sums) > 1:
+        return None
+    params = {"pool": pool, "conv_params": dict(v.params), "bias": bool(sums)}
+    kernel = Var(
+        None, KERNEL, (x, *dr.args), {"name": "relu_max_pool2d_conv_grads", "params": params}, (), None, v.where
+    )
+    picks = [
+        Var(t.id, "fused_output", (kernel,), {"index": i}, t.shape, t.dtype, t.where) for i, t in enumerate([v, *sums])
+    ]
+    return [kernel, *picks], [dr]
 
 
 def _sum_of(a, users, op):
@@ -643,6 +741,7 @@ def _transposed_layout(row_sums=False):
 RULES = (
     (_weight_product, {op: nb.IMPLS[op] for op in ("matmul", "permute")}, set()),
     (_pool_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, {"max_pool2d", "max_pool2d_backward"}),
+    (_pooled_conv_grads, {op: nb.IMPLS[op] for op in ("conv2d_grad_weight", "sum")}, {"max_pool2d"}),
     (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
     (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
     (_matmul_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "matmul")}, set()),
@@ -657,6 +756,7 @@ RULES = (
 #: for a rule that makes primitives' nodes only: it applies on every backend.
 MAKES = {
     _pool_backward: "relu_max_pool2d_backward",
+    _pooled_conv_grads: "relu_max_pool2d_conv_grads",
     _relu_backward: "relu_backward",
     _conv_bias_relu: "conv2d_bias_relu",
     _matmul_bias_relu: "matmul_bias_relu",
