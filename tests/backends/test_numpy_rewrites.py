@@ -137,16 +137,21 @@ def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape
 
 
 @pytest.mark.parametrize(
-    "build,shape,kernels",
+    "build,shape,kernels,rounded",
     [
-        (_lenet, (5, 1, 14, 15), ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward"] * 2),
-        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"]),
-        (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"]),
+        (
+            _lenet,
+            (5, 1, 14, 15),
+            ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward", "relu_max_pool2d_conv_grads"],
+            (1, 2),
+        ),
+        (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"], ()),
+        (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"], ()),
         # its groups fuse the ReLUs with the bias and the bias gradient's sum: no rewrite (rewrite_when)
-        (_mlp, (5, 1, 14, 15), []),
+        (_mlp, (5, 1, 14, 15), [], ()),
     ],
 )
-def test_a_backend_with_its_own_rewrite_kernels_gets_the_rewrites(build, shape, kernels, monkeypatch):
+def test_a_backend_with_its_own_rewrite_kernels_gets_the_rewrites(build, shape, kernels, rounded, monkeypatch):
     """numba compiles groups, but names its own kernels for some rewrites (rewrite_kernels), and
     ReLU's gradient only after batch norm (rewrite_when): a compiled step takes them, and its
     gradients are eager numba's, bit for bit."""
@@ -161,8 +166,11 @@ def test_a_backend_with_its_own_rewrite_kernels_gets_the_rewrites(build, shape, 
     want, _ = _grads(lambda: build().to("numba"), x, y, compiled=False)
     got, program = _grads(lambda: build().to("numba"), x, y, compiled=True)
     assert _kernels(program) == kernels
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(_bits(g), _bits(w))
+    for i, (g, w) in enumerate(zip(got, want)):
+        if i in rounded:  # the first layer's weight and bias gradients: other orders of the same sums
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6 * np.abs(w).max())
+        else:
+            np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
 def test_a_guard_keeps_a_rules_matches_to_those_it_accepts():

@@ -575,19 +575,21 @@ def conv2d_grad_weight_cols(x, g, weight_shape, stride, padding, dilation):
     ch = Chunks(x.shape, weight_shape, stride, padding, dilation, x.dtype)
     if channels_last.takes(ch):
         return channels_last.conv2d_grad_weight(ch, x, g, weight_shape)
-    transposed = ch.ckk > ch.o and ch.o <= TRANSPOSED_MAX_O and ch.n * ch.p >= TRANSPOSED_MIN_PIXELS
-
-    def part(n0, m):
-        cols = ch.im2col(x, n0, m)
-        if ch.per_sample(m) and ch.ckk <= PER_SAMPLE_CKK:  # a GEMM a sample, then their sum
-            samples = g[n0 : n0 + m].reshape(m, ch.o, ch.p), cols.reshape(ch.ckk, m, ch.p).transpose(1, 2, 0)
-            return ch.gemm(*samples).sum(0)
-        if transposed:
-            return ch.gemm(cols, ch.o_major(g, n0, m).T).T  # BLAS GEMM, K = m*P
-        return ch.gemm(ch.o_major(g, n0, m), cols.T)
-
-    dw = ch.summed(part)
+    dw = ch.summed(lambda n0, m: weight_part(ch, ch.im2col(x, n0, m), g[n0 : n0 + m]))
     return np.ascontiguousarray(dw).reshape(weight_shape)
+
+
+def weight_part(ch, cols, g):
+    """A chunk's share of the weight gradient, (O, K): its output gradient ``g`` (m, O, OH,
+    OW), contiguous, times its columns ``cols`` (K, m*P): the CKK columns of its inputs, and
+    perhaps more rows (a row of ones sums ``g``: a bias's gradient)."""
+    m = len(g)
+    if ch.per_sample(m) and ch.ckk <= PER_SAMPLE_CKK:  # a GEMM a sample, then their sum
+        samples = g.reshape(m, ch.o, ch.p), cols.reshape(len(cols), m, ch.p).transpose(1, 2, 0)
+        return ch.gemm(*samples).sum(0)
+    if ch.ckk > ch.o and ch.o <= TRANSPOSED_MAX_O and ch.n * ch.p >= TRANSPOSED_MIN_PIXELS:
+        return ch.gemm(cols, ch.o_major(g, 0, m).T).T  # BLAS GEMM, K = m*P
+    return ch.gemm(ch.o_major(g, 0, m), cols.T)
 
 
 def conv2d_grad_input_cols(g, w, input_shape, stride, padding, dilation):

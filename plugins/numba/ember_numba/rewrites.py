@@ -22,6 +22,7 @@ steps in one process): the last two rules took 0.971x the step's time (1308 -> 1
 
 from __future__ import annotations
 
+import math
 import time
 
 import numba
@@ -36,6 +37,7 @@ from .epilogue import Epilogue
 from .fused.channels import batch_norm_relu
 from .fused.common import FLOATS, JIT
 from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
+from .scratch import ThreadSums, scratch
 
 
 @numba.njit(parallel=True, **JIT)
@@ -64,6 +66,58 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     flat = [np.ascontiguousarray(a).reshape(-1) for a in (grad, best)]
     launch.run(launch.for_work(_relu_gate, grad.size), grad.size, *flat, gated.reshape(-1))
     return max_pool2d_backward(gated, r, **pool)
+
+
+def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias):
+    """A first layer's weight (and bias) gradient from the pooled gradient of the ReLU and
+    2x2 max pool after it (ember.backends.numpy.rewrites' kernel of the same name), a chunk
+    of the batch at a time: the pool's backward kernel writes the chunk's full-size gradient
+    into the thread's scratch, where the chunk's weight-gradient product (conv.weight_part,
+    the convolution's own, with a row of ones more in its columns: the bias's gradient) reads
+    it from cache, instead of the whole batch's gradient going out to memory and being read
+    back twice. Equal to float32 rounding: the bias gradient's terms go in another order than
+    the ``sum`` node's, and the product has one column more. Other pools and convolutions take
+    the nodes' kernels one after another."""
+    from . import channels_last, conv
+    from .fused.pooling import BLOCK, _is_2x2, _pool_2x2_kernels, _pool_args
+
+    w_shape, cs, cp, cd = (conv_params[k] for k in ("weight_shape", "stride", "padding", "dilation"))
+    args = _pool_args(
+        r, pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1), False
+    )
+    ch = None
+    if (
+        args is not None
+        and _is_2x2(args)
+        and grad.dtype in FLOATS
+        and x.dtype == r.dtype == grad.dtype
+        and grad.shape == r.shape[:2] + args[3:5]
+        and conv._conv_ok("conv2d_grad_weight", x, r, 1, math.prod(w_shape) * r.size // max(r.shape[1], 1))
+    ):
+        ch = conv.Chunks(x.shape, w_shape, cs, cp, cd, x.dtype)
+        if channels_last.takes(ch) or ch.wide:
+            ch = None
+    if ch is None:
+        dr = relu_max_pool2d_backward(grad, r, best, **pool)
+        dw = conv._conv2d_grad_weight(x, dr, w_shape, cs, cp, cd)
+        return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
+    x, r, grad = (np.ascontiguousarray(a) for a in (x, r, grad))
+    o, (_, h, w, oh, ow) = w_shape[0], args[:5]
+    backward = launch.for_work(_pool_2x2_kernels(min(ow, BLOCK))[1], 0)  # one thread: a chunk's
+    sums = ThreadSums()
+
+    def part(n0, m):
+        dr = scratch("relu_pool_grad", m * o * h * w, r.dtype)
+        backward(r[n0 : n0 + m].reshape(-1), grad[n0 : n0 + m].reshape(-1), m * o, h, w, oh, ow, dr, True)
+        cols = scratch("relu_pool_cols", (ch.ckk + bias) * m * ch.p, r.dtype).reshape(-1, m * ch.p)
+        ch._fill(x[n0 : n0 + m], cols[: ch.ckk])
+        cols[ch.ckk :] = 1  # the bias's gradient: the weight's last column, the sum of dr
+        sums.add(conv.weight_part(ch, cols, dr.reshape(m, o, h, w)))
+
+    ch.run(part)
+    total = sums.total()
+    dw = np.ascontiguousarray(total[:, : ch.ckk]).reshape(w_shape)
+    return (dw, np.ascontiguousarray(total[:, -1]).reshape(1, o, 1, 1)) if bias else (dw,)
 
 
 @numba.njit(parallel=True, **JIT)
@@ -153,6 +207,7 @@ KERNELS = {
     "pointwise_bias_relu": pointwise_bias_relu,
     "pointwise_bias": pointwise_bias,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
+    "relu_max_pool2d_conv_grads": relu_max_pool2d_conv_grads,
     "relu_backward": relu_backward,
     "batch_norm_relu": batch_norm_relu,
 }

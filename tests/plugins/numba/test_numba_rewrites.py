@@ -212,3 +212,68 @@ def test_relu_backward_is_the_gradient_where(dtype, size, monkeypatch):
     with np.errstate(invalid="ignore"):
         want = np.where(x > 0, g + h, 0).astype(dtype)
     np.testing.assert_array_equal(_bits(rewrites.relu_backward(g, r, h)), _bits(want))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3000, 1 << 22], ids=["one-sample", "few-samples", "whole-batch"])
+@pytest.mark.parametrize(
+    "x_shape,w_shape,padding",
+    [
+        ((5, 1, 14, 15), (4, 1, 3, 3), (0, 0)),  # a row and a column no window reads
+        ((20, 1, 26, 26), (4, 1, 3, 3), (0, 0)),  # chunks of several samples, a product a sample
+        ((12, 3, 10, 11), (6, 3, 3, 3), (1, 1)),  # chunks of several samples, one product
+    ],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_pooled_conv_grads_are_the_nodes_gradients(chunk_bytes, x_shape, w_shape, padding, bias, monkeypatch):
+    """A first layer's weight and bias gradients a chunk at a time from the pooled gradient:
+    the nodes' values, to the bit on small integers (every sum exact; ties in the windows), to
+    float32 rounding on random values."""
+    from ember_numba import conv, rewrites
+    from ember_numba.fused import pooling
+
+    monkeypatch.setattr(conv, "MIN_SIZE", 0)
+    monkeypatch.setattr(conv, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
+    geo = {"stride": (1, 1), "padding": padding, "dilation": (1, 1), "groups": 1}
+    for ints in (True, False):
+        rng = np.random.RandomState(7)
+        draw = (lambda shape: rng.randint(-2, 3, size=shape)) if ints else rng.standard_normal
+        x, w, b = (draw(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+        r = rewrites.conv2d_bias_relu(x, w, b, **geo)
+        best = pooling.max_pool2d(r, **POOL)
+        g = draw(best.shape).astype(np.float32)
+        dr = rewrites.relu_max_pool2d_backward(g, r, best, **POOL)
+        want = [conv._conv2d_grad_weight(x, dr, w_shape, *list(geo.values())[:3]), dr.sum((0, 2, 3), keepdims=True)]
+        got = rewrites.relu_max_pool2d_conv_grads(
+            x, g, r, best, pool=POOL, conv_params={"weight_shape": w_shape, **geo}, bias=bias
+        )
+        assert len(got) == 1 + bias
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == e.dtype
+            if ints:
+                np.testing.assert_array_equal(a, e)
+            else:
+                np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6 * np.abs(e).max())
+
+
+def test_pooled_conv_grads_of_other_pools_take_the_nodes_kernels(monkeypatch):
+    """A 3x3 pool is not the vector kernel's: the nodes' kernels, one after another, their bits."""
+    from ember_numba import conv, rewrites
+    from ember_numba.fused import pooling
+
+    monkeypatch.setattr(conv, "MIN_SIZE", 0)
+    pool = dict(POOL, kernel_size=(3, 3), stride=(3, 3))
+    geo = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    rng = np.random.RandomState(8)
+    x, w, b = rng.standard_normal((3, 1, 11, 11)), rng.standard_normal((2, 1, 3, 3)), rng.standard_normal(2)
+    x, w, b = (a.astype(np.float32) for a in (x, w, b))
+    r = rewrites.conv2d_bias_relu(x, w, b, **geo)
+    g = rng.standard_normal(pooling.max_pool2d(r, **pool).shape).astype(np.float32)
+    dr = rewrites.relu_max_pool2d_backward(g, r, None, **pool)
+    got = rewrites.relu_max_pool2d_conv_grads(
+        x, g, r, pool=pool, conv_params={"weight_shape": w.shape, **geo}, bias=True
+    )
+    np.testing.assert_array_equal(
+        _bits(got[0]), _bits(conv._conv2d_grad_weight(x, dr, w.shape, (1, 1), (0, 0), (1, 1)))
+    )
+    np.testing.assert_array_equal(_bits(got[1]), _bits(dr.sum((0, 2, 3), keepdims=True)))
