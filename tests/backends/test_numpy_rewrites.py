@@ -112,8 +112,9 @@ def _kernels(program):
         (
             _lenet,
             (5, 1, 14, 15),
-            ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward", "relu_max_pool2d_conv_grads"],
-            (1, 2),  # the first layer's weight and bias gradients: other orders of the same sums
+            ["conv2d_bias_relu"] * 2
+            + ["relu_max_pool2d_backward", "relu_max_pool2d_conv_grads", "relu_pool_bias_grad"],
+            (1, 2, 4),  # the first layer's gradients, the second's bias: other orders of the same sums
         ),
         (_mlp, (5, 1, 14, 15), ["matmul_bias_relu"] * 2 + ["relu_backward"] * 2, ()),
         (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"], ()),
@@ -142,8 +143,9 @@ def test_rewritten_training_steps_give_eagers_gradients_bit_for_bit(build, shape
         (
             _lenet,
             (5, 1, 14, 15),
-            ["conv2d_bias_relu"] * 2 + ["relu_max_pool2d_backward", "relu_max_pool2d_conv_grads"],
-            (1, 2),
+            ["conv2d_bias_relu"] * 2
+            + ["relu_max_pool2d_backward", "relu_max_pool2d_conv_grads", "relu_pool_bias_grad"],
+            (1, 2, 4),
         ),
         (_block, (3, 3, 6, 6), ["batch_norm_relu"] * 2 + ["relu_backward", "relu_backward+add"], ()),
         (_downsample, (3, 3, 6, 6), ["batch_norm_relu", "relu_backward"], ()),
@@ -562,3 +564,30 @@ def test_a_layer_whose_input_needs_its_gradient_keeps_the_full_size_gradient():
     assert names.count("relu_max_pool2d_backward") == 1 and names.count("relu_max_pool2d_conv_grads") == 1
     convs = [v for v in program.graph.nodes if v.op == "conv2d_grad_weight"]
     assert [v.params["weight_shape"] for v in convs] == [(8, 4, 3, 3)]
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [POOL, {**POOL, "padding": (1, 1)}, {**POOL, "kernel_size": (3, 3), "stride": (3, 3)}, {**POOL, "ceil_mode": True}],
+)
+def test_a_bias_gradient_through_relu_and_pool_is_the_gated_pooled_gradients_sum(pool):
+    """Each window's gradient lands once in the full-size gradient, where ReLU passes it: the
+    sum of the gated pooled gradient is the full-size gradient's sum, to the bit on small
+    integers (ties, zeros, a row and a column no window covers, padding, ceil_mode's last
+    windows), to float32 rounding on random values; NaN where a NaN passes."""
+    rng = np.random.RandomState(5)
+    y = rng.randint(-2, 3, size=(4, 3, 11, 11)).astype(np.float32)
+    r = np.where(y > 0, y, 0)
+    best = numpy_fused.max_pool2d(r, **pool)
+    for ints in (True, False):
+        g = (rng.randint(-3, 4, size=best.shape) if ints else rng.standard_normal(best.shape)).astype(np.float32)
+        for layout in (g, np.ascontiguousarray(g.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):  # planes, rows
+            want = rewrites.relu_max_pool2d_backward(layout, r, best, **pool).sum((0, 2, 3), keepdims=True)
+            got = rewrites.relu_pool_bias_grad(layout, best)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            if ints:
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    g[1, 2, 0, 0], best[1, 2, 0, 0] = np.nan, 1.0
+    assert np.isnan(rewrites.relu_pool_bias_grad(g, best)[0, 2, 0, 0])
