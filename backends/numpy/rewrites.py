@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember import dtypes
 from ember.backend import Backend
 from ember.jit.graph import ELEMENTWISE, Graph, Var
 from ember.jit.passes import dce, fusion_groups
@@ -494,6 +495,42 @@ def _conv_bias_relu(v, users):
     return [_kernel(v, "conv2d_bias_relu", (y.args[0], y.args[1], b.args[0]), y.params)], dropped
 
 
+def _pool_positions(v, users):
+    """A :func:`_pooled_conv_grads` kernel whose layer's output ``r`` (a :func:`_conv_bias_relu`
+    kernel) nothing but it and the 2x2 pool after ``r`` reads: the pool taken as the
+    convolution makes its output, with each window's first maximum's position (int8, 0-3),
+    and the gradients from those positions, so that ``r`` is never kept. Only where a backend
+    brings both kernels (``rewrite_kernels``: numba's)."""
+    if v.op != KERNEL or v.params["name"] != "relu_max_pool2d_conv_grads" or len(v.args) != 4:
+        return None
+    x, grad, r, best = v.args
+    if r.op != KERNEL or r.params["name"] != "conv2d_bias_relu" or r.params["params"].get("groups", 1) != 1:
+        return None
+    pool = v.params["params"]["pool"]
+    kernel_size, stride, padding, dilation = fused._pool_args(
+        pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1)
+    )
+    if (kernel_size, stride, padding, dilation) != ((2, 2), (2, 2), (0, 0), (1, 1)) or pool.get("ceil_mode", False):
+        return None
+    if not _fused(best, "max_pool2d") or best.args[0] is not r or _ids(users.get(r.id, ())) != {best.id, v.id}:
+        return None
+    forward = Var(
+        None,
+        KERNEL,
+        r.args,
+        {"name": "conv2d_bias_relu_max_pool2d", "params": {**r.params["params"], "pool": pool}},
+        (),
+        None,
+        r.where,
+    )
+    pooled = Var(best.id, "fused_output", (forward,), {"index": 0}, best.shape, best.dtype, best.where)
+    positions = Var(None, "fused_output", (forward,), {"index": 1}, best.shape, dtypes.int8, best.where)
+    grads = Var(
+        v.id, KERNEL, (x, grad, positions, pooled), {**v.params, "name": "pooled_conv_grads"}, (), None, v.where
+    )
+    return [forward, positions, pooled, grads], [r]
+
+
 def _conv_bias(v, users):
     """``add(conv2d(x, w), reshape(bias))`` (either order) with nothing else reading the
     convolution: a bias that no ReLU follows (those take :func:`_conv_bias_relu` first)."""
@@ -780,6 +817,7 @@ RULES = (
     (_pooled_bias_grad, {"sum": nb.IMPLS["sum"]}, set()),
     (_relu_backward, {"where": nb.IMPLS["where"], "gt": nb.IMPLS["gt"]}, set()),
     (_conv_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "conv2d")}, set()),
+    (_pool_positions, {}, {"max_pool2d"}),
     (_matmul_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "matmul")}, set()),
     (_conv_bias, {op: nb.IMPLS[op] for op in ("add", "reshape", "conv2d")}, set()),
     (_pointwise_bias_relu, {op: nb.IMPLS[op] for op in ("where", "gt", "add", "reshape", "matmul")}, set()),
@@ -796,6 +834,7 @@ MAKES = {
     _pooled_bias_grad: "relu_pool_bias_grad",
     _relu_backward: "relu_backward",
     _conv_bias_relu: "conv2d_bias_relu",
+    _pool_positions: "pooled_conv_grads",  # and conv2d_bias_relu_max_pool2d, which a backend brings with it
     _matmul_bias_relu: "matmul_bias_relu",
     _conv_bias: "conv2d_bias",
     _pointwise_bias_relu: "pointwise_bias_relu",
@@ -812,6 +851,8 @@ def _applies(backend, impls, fused_names, kernel=None) -> bool:
         return True
     if kernel in getattr(backend, "rewrite_kernels", {}):
         return True  # the backend's own kernel, which vouches for the pattern's bits
+    if kernel not in KERNELS:
+        return False  # a kernel only a backend brings
     if type(backend).compile is not Backend.compile:
         return False
     if any(backend.impls.get(op) is not f for op, f in impls.items()):

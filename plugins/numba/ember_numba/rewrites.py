@@ -1,10 +1,12 @@
 """The NumPy runner's graph rewrites (ember.backends.numpy.rewrites) with this backend's kernels.
 
 The runner rewrites a few node patterns of convolutional training steps as one kernel each,
-where the backend computes the pattern's values bit for bit with it. Here the pattern's
+where the backend computes the pattern's values with it. Here the pattern's
 ``where``/``gt``/``add`` are NumPy's bits (the elementwise kernels), the pooling kernels are
 exact and the convolution is this backend's own, so each kernel below gives what the nodes
-it replaces give on this backend, to the bit; NumbaBackend.rewrite_kernels names them.
+it replaces give on this backend, to the bit, but the three that make a first layer's
+gradients or a bias's from the pooled gradient (to float32 rounding, below);
+NumbaBackend.rewrite_kernels names them.
 
 | kernel | pattern | saves (LeNet, W2) |
 |---|---|---|
@@ -13,11 +15,18 @@ it replaces give on this backend, to the bit; NumbaBackend.rewrite_kernels names
 | :func:`pointwise_bias_relu` | ``where(gt(p, 0), p, 0)``, ``p = reshape(matmul(w, x)) + bias`` (+ a residual) | ONNX's 1x1 convolutions: the sums and ReLU go on each block of the product as it is made, on its thread |
 | :func:`pointwise_bias` | ``reshape(matmul(w, x)) + bias`` | the same, without the ReLU |
 | :func:`relu_max_pool2d_backward` | ``where(c, max_pool2d_backward(g, r), 0)``, ``r`` ReLU's output under mask ``c`` | the full-size ``where`` and the forward pass's mask: ReLU's gradient is taken on the pooled gradient |
+| :func:`relu_max_pool2d_conv_grads` | a first layer's ``conv2d_grad_weight(x, dr)`` and ``sum(dr)`` of that ReLU + pool backward ``dr`` | ``dr`` going out to memory and being read back twice: each chunk of the batch makes its share in the thread's scratch, where its weight product (a row of ones more: the bias) reads it |
+| :func:`conv2d_bias_relu_max_pool2d`, :func:`pooled_conv_grads` | the same, where nothing else reads the first layer's output ``r`` than its 2x2 pool and the kernel above | ``r`` itself: the pool is taken on each chunk of the convolution's output in cache, with each window's first maximum's position (int8), from which the backward makes ``dr`` |
+| ``relu_pool_bias_grad`` (NumPy's) | ``sum(dr)`` of a ReLU + pool backward ``dr`` given the pooled output | a read of ``dr``: the gated pooled gradient's sum |
 | :func:`batch_norm_relu` (fused/channels.py) | ``where(gt(a, 0), a, 0)``, ``a`` batch norm's output (+ a residual) | ResNet's: two passes over the activation and the mask; the sum and ReLU go on each value as batch norm makes it |
 | :func:`relu_backward` | ``where(c, g, 0)``, ``c`` the mask of a ReLU on batch norm's output (:data:`WHEN`), ``g`` perhaps ``add(g1, g2)`` | the mask, which the forward no longer makes: ``r > 0`` is read instead; a residual block's gradient sum goes in the same pass |
 
 ResNet-18 training at batch 128 (W3, AVX-512 machine, two threads, 10 pairs of alternating
 steps in one process): the last two rules took 0.971x the step's time (1308 -> 1263 ms).
+LeNet training at batch 128 (W2, the same machine, processes of the two trees alternating,
+``benchmarks.numpy_ab``): the first layer's gradients 0.953-0.963x the step's time, the bias
+sum from the pooled gradient 0.973x, the pool with positions 0.956x. The three give the
+nodes' values to float32 rounding (the sums in another order), not their bits.
 """
 
 from __future__ import annotations
@@ -68,56 +77,164 @@ def relu_max_pool2d_backward(grad, r, best=None, **pool):
     return max_pool2d_backward(gated, r, **pool)
 
 
-def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias):
-    """A first layer's weight (and bias) gradient from the pooled gradient of the ReLU and
-    2x2 max pool after it (ember.backends.numpy.rewrites' kernel of the same name), a chunk
-    of the batch at a time: the pool's backward kernel writes the chunk's full-size gradient
-    into the thread's scratch, where the chunk's weight-gradient product (conv.weight_part,
-    the convolution's own, with a row of ones more in its columns: the bias's gradient) reads
-    it from cache, instead of the whole batch's gradient going out to memory and being read
-    back twice. Equal to float32 rounding: the bias gradient's terms go in another order than
-    the ``sum`` node's, and the product has one column more. Other pools and convolutions take
-    the nodes' kernels one after another."""
+def _chunked_conv_grads(x, w_shape, conv_params, bias, shape, fill):
+    """A first layer's weight (and bias) gradient a chunk of the batch at a time, where its
+    full-size gradient dr, of ``shape`` (N, O, OH, OW), is made by ``fill(dr, n0, m)``
+    (samples n0 .. n0+m-1, into the thread's scratch) and read from cache by the chunk's
+    weight-gradient product (conv.weight_part, the convolution's own, with a row of ones more
+    in its columns: the bias's gradient). ``(dw,)`` or ``(dw, db)``; None where the
+    convolution does not go by such chunks (channels last, a batch of one)."""
     from . import channels_last, conv
-    from .fused.pooling import BLOCK, _is_2x2, _pool_2x2_kernels, _pool_args
 
-    w_shape, cs, cp, cd = (conv_params[k] for k in ("weight_shape", "stride", "padding", "dilation"))
-    args = _pool_args(
-        r, pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1), False
-    )
-    ch = None
-    if (
-        args is not None
-        and _is_2x2(args)
-        and grad.dtype in FLOATS
-        and x.dtype == r.dtype == grad.dtype
-        and grad.shape == r.shape[:2] + args[3:5]
-        and conv._conv_ok("conv2d_grad_weight", x, r, 1, math.prod(w_shape) * r.size // max(r.shape[1], 1))
-    ):
-        ch = conv.Chunks(x.shape, w_shape, cs, cp, cd, x.dtype)
-        if channels_last.takes(ch) or ch.wide:
-            ch = None
-    if ch is None:
-        dr = relu_max_pool2d_backward(grad, r, best, **pool)
-        dw = conv._conv2d_grad_weight(x, dr, w_shape, cs, cp, cd)
-        return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
-    x, r, grad = (np.ascontiguousarray(a) for a in (x, r, grad))
-    o, (_, h, w, oh, ow) = w_shape[0], args[:5]
-    backward = launch.for_work(_pool_2x2_kernels(min(ow, BLOCK))[1], 0)  # one thread: a chunk's
+    cs, cp, cd = (conv_params[k] for k in ("stride", "padding", "dilation"))
+    ch = conv.Chunks(x.shape, w_shape, cs, cp, cd, x.dtype)
+    if channels_last.takes(ch) or ch.wide or ch.geo[-2:] != tuple(shape[2:]):
+        return None
+    x, o = np.ascontiguousarray(x), w_shape[0]
     sums = ThreadSums()
 
     def part(n0, m):
-        dr = scratch("relu_pool_grad", m * o * h * w, r.dtype)
-        backward(r[n0 : n0 + m].reshape(-1), grad[n0 : n0 + m].reshape(-1), m * o, h, w, oh, ow, dr, True)
-        cols = scratch("relu_pool_cols", (ch.ckk + bias) * m * ch.p, r.dtype).reshape(-1, m * ch.p)
+        dr = scratch("relu_pool_grad", m * math.prod(shape[1:]), x.dtype)
+        fill(dr, n0, m)
+        cols = scratch("relu_pool_cols", (ch.ckk + bias) * m * ch.p, x.dtype).reshape(-1, m * ch.p)
         ch._fill(x[n0 : n0 + m], cols[: ch.ckk])
         cols[ch.ckk :] = 1  # the bias's gradient: the weight's last column, the sum of dr
-        sums.add(conv.weight_part(ch, cols, dr.reshape(m, o, h, w)))
+        sums.add(conv.weight_part(ch, cols, dr.reshape(m, *shape[1:])))
 
     ch.run(part)
     total = sums.total()
     dw = np.ascontiguousarray(total[:, : ch.ckk]).reshape(w_shape)
     return (dw, np.ascontiguousarray(total[:, -1]).reshape(1, o, 1, 1)) if bias else (dw,)
+
+
+def _first_layer_fits(x, full_shape, grad, w_shape, pool):
+    """The plane arguments of a 2x2 pool over a layer's output of ``full_shape`` (N, O, H, W)
+    whose pooled gradient is ``grad``, where the chunked gradient can take the layer (float
+    dtypes, hot shapes); else None."""
+    from . import conv
+    from .fused.pooling import _is_2x2, _pool_args
+
+    full = np.broadcast_to(np.zeros((), grad.dtype), full_shape)  # its shape and dtype only
+    args = _pool_args(
+        full, pool["kernel_size"], pool.get("stride"), pool.get("padding", 0), pool.get("dilation", 1), False
+    )
+    if args is None or not _is_2x2(args) or grad.dtype not in FLOATS or x.dtype != grad.dtype:
+        return None
+    if grad.shape != full.shape[:2] + args[3:5]:
+        return None
+    macs = math.prod(w_shape) * math.prod(full.shape) // max(full.shape[1], 1)
+    return args if conv._conv_ok("conv2d_grad_weight", x, full, 1, macs) else None
+
+
+def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias):
+    """A first layer's weight (and bias) gradient from the pooled gradient of the ReLU and
+    2x2 max pool after it (ember.backends.numpy.rewrites' kernel of the same name), a chunk
+    of the batch at a time (:func:`_chunked_conv_grads`): the pool's backward kernel writes the
+    chunk's full-size gradient into the thread's scratch, instead of the whole batch's gradient
+    going out to memory and being read back twice. Equal to float32 rounding: the bias
+    gradient's terms go in another order than the ``sum`` node's, and the product has one
+    column more. Other pools and convolutions take the nodes' kernels one after another."""
+    from . import conv
+    from .fused.pooling import BLOCK, _pool_2x2_kernels
+
+    w_shape, geo = conv_params["weight_shape"], [conv_params[k] for k in ("stride", "padding", "dilation")]
+    args = _first_layer_fits(x, r.shape, grad, w_shape, pool) if r.dtype == grad.dtype else None
+    if args is not None:
+        r, grad = np.ascontiguousarray(r), np.ascontiguousarray(grad)
+        o, (_, h, w, oh, ow) = r.shape[1], args[:5]
+        backward = launch.for_work(_pool_2x2_kernels(min(ow, BLOCK))[1], 0)  # one thread: a chunk's
+
+        def fill(dr, n0, m):
+            backward(r[n0 : n0 + m].reshape(-1), grad[n0 : n0 + m].reshape(-1), m * o, h, w, oh, ow, dr, True)
+
+        done = _chunked_conv_grads(x, w_shape, conv_params, bias, r.shape, fill)
+        if done is not None:
+            return done
+    dr = relu_max_pool2d_backward(grad, r, best, **pool)
+    dw = conv._conv2d_grad_weight(x, dr, w_shape, *geo)
+    return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
+
+
+class _PoolPositions:
+    """An epilogue (epilogue.Epilogue ``e``, then the 2x2 pool): each chunk of the convolution's
+    output, once ``e`` has run on it, pooled into ``out`` with its maxima's positions into
+    ``pos``, while the chunk is in cache."""
+
+    def __init__(self, e, out, pos):
+        from .fused.pooling import BLOCK, positions_2x2_kernels
+
+        self.e, self.out, self.pos = e, out, pos
+        self.kernel = positions_2x2_kernels(min(out.shape[-1], BLOCK))[0]  # one thread: the chunk's
+
+    def __call__(self, y, n0, n1, o0, o1, p0, p1):
+        self.e(y, n0, n1, o0, o1, p0, p1)
+        _, o, h, w = y.shape
+        _, _, oh, ow = self.out.shape
+        args = (y[n0:n1].reshape(-1), (n1 - n0) * o, h, w, oh, ow)
+        self.kernel(*args, self.out[n0:n1].reshape(-1), self.pos[n0:n1].reshape(-1))
+
+
+def conv2d_bias_relu_max_pool2d(x, w, bias, *, pool, **params):
+    """``(max_pool2d(r), positions)`` of a first layer ``r = relu(conv2d(x, w) + bias)`` whose
+    backward pass needs only the pooled output and where each window's first maximum is
+    (:func:`pooled_conv_grads`): the 2x2 pool is taken on each chunk of the convolution's
+    output right after its bias and ReLU, while it is in cache, so ``r`` is never read back
+    (nor kept for the backward pass). The pooled values are the pool's; ``positions`` (int8,
+    0-3) is each window's first maximum, row by row."""
+    from . import conv
+
+    geo = [params[k] for k in ("stride", "padding", "dilation")]
+    r_shape = (x.shape[0], w.shape[0], *conv._geometry(x.shape, w.shape, *geo)[-2:])
+    oh, ow = r_shape[2] // 2, r_shape[3] // 2
+    out = np.empty((*r_shape[:2], oh, ow), np.result_type(x, w))
+    pos = np.empty(out.shape, np.int8)
+    e = Epilogue(bias, relu=True)
+    ch = None
+    if conv._conv_ok("conv2d", x, w, 1, x.shape[0] * w.size * math.prod(r_shape[2:])) and e.fast(
+        np.empty((0, *r_shape[1:]), out.dtype)
+    ):
+        from . import channels_last, winograd
+
+        ch = conv.Chunks(x.shape, w.shape, *geo, x.dtype)
+        if ch.wide or channels_last.takes(ch) or winograd.plan(x.shape, w.shape, *geo, 1, x.dtype):
+            ch = None
+    if ch is not None:
+        conv.conv2d_cols(x, w, *geo, _PoolPositions(e, out, pos))
+        return out, pos
+    r = np.ascontiguousarray(conv2d_bias_relu(x, w, bias, **params))
+    _PoolPositions(lambda *block: None, out, pos)(r, 0, len(r), 0, r.shape[1], 0, oh * ow)
+    return out, pos
+
+
+def pooled_conv_grads(x, grad, pos, best, *, pool, conv_params, bias):
+    """:func:`relu_max_pool2d_conv_grads` from the positions of the windows' first maxima that
+    :func:`conv2d_bias_relu_max_pool2d` kept, not from the layer's full-size output: each
+    chunk's full-size gradient is made from the pooled arrays alone (fused/pooling.py's
+    positions_2x2_kernels)."""
+    from . import conv
+
+    w_shape, geo = conv_params["weight_shape"], [conv_params[k] for k in ("stride", "padding", "dilation")]
+    n, o, oh, ow = grad.shape
+    shape = (n, o, *conv._geometry(x.shape, w_shape, *geo)[-2:])
+    grad, best, pos = (np.ascontiguousarray(a) for a in (grad, best, pos))
+    h, w = shape[2:]
+
+    from .fused.pooling import BLOCK, positions_2x2_kernels
+
+    one = positions_2x2_kernels(min(ow, BLOCK))[1]  # one thread: a chunk's
+
+    def fill(dr, n0, m):
+        at = slice(n0, n0 + m)
+        one(grad[at].reshape(-1), best[at].reshape(-1), pos[at].reshape(-1), m * o, h, w, oh, ow, dr)
+
+    if _first_layer_fits(x, shape, grad, w_shape, pool) is not None:
+        done = _chunked_conv_grads(x, w_shape, conv_params, bias, shape, fill)
+        if done is not None:
+            return done
+    dr = np.empty(shape, grad.dtype)
+    fill(dr.reshape(-1), 0, n)
+    dw = conv._conv2d_grad_weight(x, dr, w_shape, *geo)
+    return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
 
 
 @numba.njit(parallel=True, **JIT)
@@ -208,6 +325,8 @@ KERNELS = {
     "pointwise_bias": pointwise_bias,
     "relu_max_pool2d_backward": relu_max_pool2d_backward,
     "relu_max_pool2d_conv_grads": relu_max_pool2d_conv_grads,
+    "conv2d_bias_relu_max_pool2d": conv2d_bias_relu_max_pool2d,
+    "pooled_conv_grads": pooled_conv_grads,
     "relu_pool_bias_grad": numpy_rewrites.relu_pool_bias_grad,  # NumPy's passes: 0.8 MB for LeNet
     "relu_backward": relu_backward,
     "batch_norm_relu": batch_norm_relu,

@@ -277,3 +277,57 @@ def test_pooled_conv_grads_of_other_pools_take_the_nodes_kernels(monkeypatch):
         _bits(got[0]), _bits(conv._conv2d_grad_weight(x, dr, w.shape, (1, 1), (0, 0), (1, 1)))
     )
     np.testing.assert_array_equal(_bits(got[1]), _bits(dr.sum((0, 2, 3), keepdims=True)))
+
+
+@pytest.mark.parametrize("hw", [(8, 8), (11, 13), (4, 40)])  # covered / a row and column over / two blocks a row
+def test_pool_positions_and_their_backward_are_the_pool_and_its_relu_backward(hw):
+    """The 2x2 pool with each window's first maximum's position, and the full-size gradient made
+    from those positions and the pooled output alone: the pool's and the ReLU + pool backward's
+    bits (ties, zeros, a -0.0 gradient)."""
+    from ember_numba import rewrites
+    from ember_numba.fused import pooling
+
+    rng = np.random.RandomState(9)
+    y = rng.randint(-2, 3, size=(3, 2, *hw)).astype(np.float32)
+    r = np.where(y > 0, y, 0).astype(np.float32)
+    want = pooling.max_pool2d(r, **POOL)
+    forward, backward = pooling.positions_2x2_kernels(min(hw[1] // 2, pooling.BLOCK))
+    out, pos = np.empty(want.shape, np.float32), np.empty(want.shape, np.int8)
+    forward(r.reshape(-1), 6, *hw, *want.shape[2:], out.reshape(-1), pos.reshape(-1))
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    rows, cols = np.divmod(pos.astype(int), 2)  # each window's first maximum
+    n, c, i, j = np.indices(want.shape)
+    at = r[n, c, 2 * i + rows, 2 * j + cols]
+    np.testing.assert_array_equal(at, want)
+    earlier = [r[n, c, 2 * i + k // 2, 2 * j + k % 2] for k in range(4)]
+    assert all(((pos <= k) | (e < want)).all() for k, e in enumerate(earlier))  # none before it ties
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    g[0, 0, 0, :2] = -0.0
+    dx = np.empty(r.shape, np.float32)
+    backward(g.reshape(-1), out.reshape(-1), pos.reshape(-1), 6, *hw, *want.shape[2:], dx.reshape(-1))
+    np.testing.assert_array_equal(_bits(dx), _bits(rewrites.relu_max_pool2d_backward(g, r, want, **POOL)))
+
+
+@pytest.mark.parametrize("cold", [False, True], ids=["chunks", "whole"])
+def test_conv_pool_positions_and_their_gradients_are_the_nodes(cold, monkeypatch):
+    """A first layer's pool taken on the convolution's chunks gives the pool of the layer's
+    output, bit for bit, and its gradients from the positions are those from the output; cold
+    shapes (the reference's convolution) take the whole output."""
+    from ember_numba import conv, rewrites
+    from ember_numba.fused import pooling
+
+    monkeypatch.setattr(conv, "MIN_SIZE", 1 << 40 if cold else 0)
+    monkeypatch.setattr(conv, "MIN_COLUMNS", 1)
+    geo = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    rng = np.random.RandomState(10)
+    x, w, b = (rng.randint(-2, 3, size=s).astype(np.float32) for s in ((12, 1, 15, 14), (4, 1, 3, 3), (4,)))
+    r = rewrites.conv2d_bias_relu(x, w, b, **geo)
+    best = pooling.max_pool2d(r, **POOL)
+    pooled, pos = rewrites.conv2d_bias_relu_max_pool2d(x, w, b, pool=POOL, **geo)
+    np.testing.assert_array_equal(_bits(pooled), _bits(best))
+    g = rng.randint(-3, 4, size=best.shape).astype(np.float32)
+    params = {"pool": POOL, "conv_params": {"weight_shape": w.shape, **geo}, "bias": True}
+    want = rewrites.relu_max_pool2d_conv_grads(x, g, r, best, **params)
+    got = rewrites.pooled_conv_grads(x, g, pos, pooled, **params)
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(a, e)  # integers: every sum exact

@@ -376,6 +376,106 @@ def _pool_2x2_kernels(L):
     return kernels
 
 
+@intrinsic
+def _pool_2x2_positions_block(typingctx, x, q0, q1, ahead, out, pos, o, L):
+    """:func:`_pool_2x2_block`, and ``pos[o + j]`` (int8) = the position of window j's first
+    maximum, 0-3 row by row: the cell the backward block takes."""
+    n = _block_size(L)
+
+    def codegen(context, builder, signature, args):
+        a, b, c, d = _corners(context, builder, signature.args[0], args[0], args[1], args[2], args[3], n)
+        right, right_below = _wins(builder, b, a), _wins(builder, d, c)
+        top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
+        below = _wins(builder, bottom, top)
+        _store(context, builder, signature.args[4], args[4], args[6], builder.select(below, bottom, top))
+        bytes_ = ir.VectorType(ir.IntType(8), n)
+        row = builder.shl(builder.zext(below, bytes_), ir.Constant(bytes_, [1] * n))
+        column = builder.zext(builder.select(below, right_below, right), bytes_)
+        _store(context, builder, signature.args[5], args[5], args[6], builder.or_(row, column))
+        return context.get_dummy_value()
+
+    return types.void(x, q0, q1, ahead, out, pos, o, L), codegen
+
+
+@intrinsic
+def _unpool_2x2_block(typingctx, g, best, pos, o, q0, q1, dx, L):
+    """Both rows of dx for L windows from the pooled arrays alone: ``0 + g[o + j]`` at
+    position ``pos[o + j]`` of window j where ReLU passes it (``best[o + j] > 0``), +0.0 in
+    its other cells: the ReLU + pool backward block's values, without the layer's output."""
+    n = _block_size(L)
+
+    def codegen(context, builder, signature, args):
+        g_type, best_type, pos_type, _, _, _, dx_type, _ = signature.args
+        grad = _load(context, builder, g_type, args[0], args[3], n)
+        zero = ir.Constant(grad.type, None)
+        passes = builder.fcmp_ordered(">", _load(context, builder, best_type, args[1], args[3], n), zero)
+        grad = builder.select(passes, builder.fadd(grad, zero), zero)  # 0 + g: a -0.0 becomes +0.0
+        p = _load(context, builder, pos_type, args[2], args[3], n)
+        bytes_ = p.type
+        below = builder.icmp_unsigned("!=", builder.and_(p, ir.Constant(bytes_, [2] * n)), ir.Constant(bytes_, None))
+        right = builder.icmp_unsigned("!=", builder.and_(p, ir.Constant(bytes_, [1] * n)), ir.Constant(bytes_, None))
+        cells = (
+            builder.select(builder.or_(below, right), zero, grad),
+            builder.select(right, builder.select(below, zero, grad), zero),
+            builder.select(below, builder.select(right, zero, grad), zero),
+            builder.select(builder.and_(below, right), grad, zero),
+        )
+        interleave = [k for j in range(n) for k in (j, n + j)]
+        _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[0], cells[1], interleave))
+        _store(context, builder, dx_type, args[6], args[5], _shuffle(builder, cells[2], cells[3], interleave))
+        return context.get_dummy_value()
+
+    return types.void(g, best, pos, o, q0, q1, dx, L), codegen
+
+
+_POSITIONS_2X2: dict = {}
+
+
+def positions_2x2_kernels(L):
+    """(forward, backward) plane kernels for a ReLU's output whose 2x2 pool keeps each window's
+    first maximum's position (int8) instead of the output itself: the forward pools planes of
+    x into ``out`` and ``pos``; the backward makes dx from ``g``, the pooled output ``best``
+    and ``pos`` (the ReLU + pool backward's values). Blocks of L windows as _pool_2x2_kernels'.
+    One thread each (parallel=False): they run on a chunk of a convolution's output, on the
+    thread that made it."""
+    kernels = _POSITIONS_2X2.get(L)
+    if kernels is not None:
+        return kernels
+
+    @numba.njit(**JIT)
+    def forward(x, P, H, W, OH, OW, out, pos):
+        w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
+        for p in range(P):
+            base, ob = uint64(p * H * W), uint64(p * OH * OW)
+            for i in range(OH):
+                r0, o = base + uint64(2 * i) * w, ob + uint64(i * OW)
+                for j0 in range(0, OW, L):
+                    j = min(uint64(j0), last)
+                    q = r0 + uint64(2) * j
+                    _pool_2x2_positions_block(x, q, q + w, ahead, out, pos, o + j, L)
+
+    @numba.njit(**JIT)
+    def backward(g, best, pos, P, H, W, OH, OW, dx):
+        w, last = uint64(W), uint64(OW - L)
+        zero = dx.dtype.type(0)
+        for p in range(P):
+            base, gb = uint64(p * H * W), uint64(p * OH * OW)
+            for i in range(OH):
+                r0, o = base + uint64(2 * i) * w, gb + uint64(i * OW)
+                for j0 in range(0, OW, L):
+                    j = min(uint64(j0), last)
+                    q = r0 + uint64(2) * j
+                    _unpool_2x2_block(g, best, pos, o + j, q, q + w, dx, L)
+                for c in range(uint64(2 * OW), w):  # an odd width's last column
+                    dx[r0 + c] = zero
+                    dx[r0 + w + c] = zero
+            for k in range(uint64(2 * OH) * w, uint64(H) * w):  # an odd height's last row
+                dx[base + k] = zero
+
+    kernels = _POSITIONS_2X2[L] = (forward, backward)
+    return kernels
+
+
 def max_pool_2x2_planes(x, P, H, W, OH, OW, out):
     """out[p, i, j] = the max of window (i, j) of plane p of contiguous x (P, H, W), for
     kernel 2 and stride 2 without padding or dilation: the kernel for OW's block width."""
