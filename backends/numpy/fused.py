@@ -144,8 +144,14 @@ def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation,
     the last position belongs there: it takes ``rest`` whole. Three passes over the pooled
     size per kernel position, one for the last, a few images at a time (POOLED_BYTES)."""
     itype = {4: np.int32, 8: np.int64}[grad.dtype.itemsize]
-    covered = all(s == k and s * o == n for k, s, o, n in zip(kernel_size, stride, out_hw, padded.shape[-2:]))
-    dx = np.empty_like(padded) if covered else np.zeros_like(padded)  # laid out like x
+    # windows side by side (stride = kernel, no dilation) write every cell they cover, so only
+    # the rows and columns past the last window need zeros (an 11x11 map's last row and column)
+    tiled = all(s == k and d == 1 for k, s, d in zip(kernel_size, stride, dilation))
+    dx = np.empty_like(padded) if tiled else np.zeros_like(padded)  # laid out like x
+    if tiled:
+        (sh, sw), (oh, ow) = stride, out_hw
+        dx[..., sh * oh :, :] = 0
+        dx[..., : sh * oh, sw * ow :] = 0
     targets = _views(dx, kernel_size, stride, dilation, out_hw)
     bits = grad.view(itype)
     chunks = _pooled_chunks(best)
