@@ -45,7 +45,7 @@ from .blas import MIN_FLOPS, awake, matmul, on_demand, one_thread, shared_matmul
 from .epilogue import Epilogue
 from .fused.channels import batch_norm_relu
 from .fused.common import FLOATS, JIT
-from .fused.pooling import max_pool2d, max_pool2d_backward, relu_max_pool_2x2_backward
+from .fused.pooling import max_pool2d, max_pool2d_backward, pool_2x2_positions, relu_max_pool_2x2_backward, unpool_2x2
 from .scratch import ThreadSums, scratch
 
 
@@ -135,17 +135,17 @@ def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias
     gradient's terms go in another order than the ``sum`` node's, and the product has one
     column more. Other pools and convolutions take the nodes' kernels one after another."""
     from . import conv
-    from .fused.pooling import BLOCK, _pool_2x2_kernels
+    from .fused.pooling import relu_pool_2x2_backward_planes
 
     w_shape, geo = conv_params["weight_shape"], [conv_params[k] for k in ("stride", "padding", "dilation")]
     args = _first_layer_fits(x, r.shape, grad, w_shape, pool) if r.dtype == grad.dtype else None
     if args is not None:
         r, grad = np.ascontiguousarray(r), np.ascontiguousarray(grad)
         o, (_, h, w, oh, ow) = r.shape[1], args[:5]
-        backward = launch.for_work(_pool_2x2_kernels(min(ow, BLOCK))[1], 0)  # one thread: a chunk's
 
         def fill(dr, n0, m):
-            backward(r[n0 : n0 + m].reshape(-1), grad[n0 : n0 + m].reshape(-1), m * o, h, w, oh, ow, dr, True)
+            at = slice(n0, n0 + m)
+            relu_pool_2x2_backward_planes(r[at].reshape(-1), grad[at].reshape(-1), m * o, h, w, oh, ow, dr)
 
         done = _chunked_conv_grads(x, w_shape, conv_params, bias, r.shape, fill)
         if done is not None:
@@ -161,17 +161,14 @@ class _PoolPositions:
     ``pos``, while the chunk is in cache."""
 
     def __init__(self, e, out, pos):
-        from .fused.pooling import BLOCK, positions_2x2_kernels
-
         self.e, self.out, self.pos = e, out, pos
-        self.kernel = positions_2x2_kernels(min(out.shape[-1], BLOCK))[0]  # one thread: the chunk's
 
     def __call__(self, y, n0, n1, o0, o1, p0, p1):
         self.e(y, n0, n1, o0, o1, p0, p1)
         _, o, h, w = y.shape
         _, _, oh, ow = self.out.shape
         args = (y[n0:n1].reshape(-1), (n1 - n0) * o, h, w, oh, ow)
-        self.kernel(*args, self.out[n0:n1].reshape(-1), self.pos[n0:n1].reshape(-1))
+        pool_2x2_positions(*args, self.out[n0:n1].reshape(-1), self.pos[n0:n1].reshape(-1))
 
 
 def conv2d_bias_relu_max_pool2d(x, w, bias, *, pool, **params):
@@ -210,7 +207,7 @@ def pooled_conv_grads(x, grad, pos, best, *, pool, conv_params, bias):
     """:func:`relu_max_pool2d_conv_grads` from the positions of the windows' first maxima that
     :func:`conv2d_bias_relu_max_pool2d` kept, not from the layer's full-size output: each
     chunk's full-size gradient is made from the pooled arrays alone (fused/pooling.py's
-    positions_2x2_kernels)."""
+    :func:`unpool_2x2`)."""
     from . import conv
 
     w_shape, geo = conv_params["weight_shape"], [conv_params[k] for k in ("stride", "padding", "dilation")]
@@ -219,13 +216,9 @@ def pooled_conv_grads(x, grad, pos, best, *, pool, conv_params, bias):
     grad, best, pos = (np.ascontiguousarray(a) for a in (grad, best, pos))
     h, w = shape[2:]
 
-    from .fused.pooling import BLOCK, positions_2x2_kernels
-
-    one = positions_2x2_kernels(min(ow, BLOCK))[1]  # one thread: a chunk's
-
     def fill(dr, n0, m):
         at = slice(n0, n0 + m)
-        one(grad[at].reshape(-1), best[at].reshape(-1), pos[at].reshape(-1), m * o, h, w, oh, ow, dr)
+        unpool_2x2(grad[at].reshape(-1), best[at].reshape(-1), pos[at].reshape(-1), m * o, h, w, oh, ow, dr)
 
     if _first_layer_fits(x, shape, grad, w_shape, pool) is not None:
         done = _chunked_conv_grads(x, w_shape, conv_params, bias, shape, fill)

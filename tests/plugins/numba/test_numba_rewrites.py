@@ -291,9 +291,8 @@ def test_pool_positions_and_their_backward_are_the_pool_and_its_relu_backward(hw
     y = rng.randint(-2, 3, size=(3, 2, *hw)).astype(np.float32)
     r = np.where(y > 0, y, 0).astype(np.float32)
     want = pooling.max_pool2d(r, **POOL)
-    forward, backward = pooling.positions_2x2_kernels(min(hw[1] // 2, pooling.BLOCK))
     out, pos = np.empty(want.shape, np.float32), np.empty(want.shape, np.int8)
-    forward(r.reshape(-1), 6, *hw, *want.shape[2:], out.reshape(-1), pos.reshape(-1))
+    pooling.pool_2x2_positions(r.reshape(-1), 6, *hw, *want.shape[2:], out.reshape(-1), pos.reshape(-1))
     np.testing.assert_array_equal(_bits(out), _bits(want))
     rows, cols = np.divmod(pos.astype(int), 2)  # each window's first maximum
     n, c, i, j = np.indices(want.shape)
@@ -304,7 +303,7 @@ def test_pool_positions_and_their_backward_are_the_pool_and_its_relu_backward(hw
     g = rng.standard_normal(want.shape).astype(np.float32)
     g[0, 0, 0, :2] = -0.0
     dx = np.empty(r.shape, np.float32)
-    backward(g.reshape(-1), out.reshape(-1), pos.reshape(-1), 6, *hw, *want.shape[2:], dx.reshape(-1))
+    pooling.unpool_2x2(g.reshape(-1), out.reshape(-1), pos.reshape(-1), 6, *hw, *want.shape[2:], dx.reshape(-1))
     np.testing.assert_array_equal(_bits(dx), _bits(rewrites.relu_max_pool2d_backward(g, r, want, **POOL)))
 
 

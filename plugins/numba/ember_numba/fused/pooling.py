@@ -299,16 +299,25 @@ def _backward_codegen(relu, n, context, builder, signature, args):
     grad = builder.fadd(_load(context, builder, g_type, args[1], args[2], n), zero)
     if relu:
         grad = builder.select(builder.fcmp_ordered(">", builder.select(below, bottom, top), zero), grad, zero)
+    _store_cells(context, builder, dx_type, args[6], args[3], args[4], grad, below, right, right_below)
+    return context.get_dummy_value()
+
+
+def _store_cells(context, builder, dx_type, dx, q0, q1, grad, below, right, right_below):
+    """Both rows of n windows' cells in ``dx`` (top row at ``q0``, bottom at ``q1``): ``grad``
+    in the cell each window's maximum is in (the bottom row when ``below``; then the right
+    column when ``right_below``, else when ``right``), zero in the other three."""
+    zero = ir.Constant(grad.type, None)
     cells = (
         builder.select(builder.or_(below, right), zero, grad),
         builder.select(right, builder.select(below, zero, grad), zero),
         builder.select(below, builder.select(right_below, zero, grad), zero),
         builder.select(builder.and_(below, right_below), grad, zero),
     )
+    n = grad.type.count
     interleave = [k for j in range(n) for k in (j, n + j)]
-    _store(context, builder, dx_type, args[6], args[3], _shuffle(builder, cells[0], cells[1], interleave))
-    _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[2], cells[3], interleave))
-    return context.get_dummy_value()
+    _store(context, builder, dx_type, dx, q0, _shuffle(builder, cells[0], cells[1], interleave))
+    _store(context, builder, dx_type, dx, q1, _shuffle(builder, cells[2], cells[3], interleave))
 
 
 _pool_2x2_backward_block = _backward_block(False)
@@ -324,6 +333,17 @@ def _later(best, v):
     return larger if v == v else v
 
 
+@numba.njit(inline="always", **JIT)
+def _zero_past_windows(dx, r0, w, OW, zero):
+    """Zero the cells of a pair of rows (at ``dx[r0]``, ``w`` wide) right of the last of their
+    OW 2x2 windows: an odd width's last column. With OW 0 and one "row" of the remaining
+    length, an odd height's last row."""
+    for c in range(uint64(2 * OW), w):
+        dx[r0 + c] = zero
+        if OW:
+            dx[r0 + w + c] = zero
+
+
 _POOL_2X2: dict = {}
 
 
@@ -336,7 +356,7 @@ def _pool_2x2_kernels(L):
 
     # Index arithmetic stays in uint64: numba makes uint64 + int64 a float64 (4x slower).
     @numba.njit(parallel=True, **JIT)
-    def forward(x, P, H, W, OH, OW, out):
+    def forward(x, P, H, W, OH, OW, out, pos, positions):
         w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
         for p in prange(P):
             base, ob = uint64(p * H * W), uint64(p * OH * OW)
@@ -345,14 +365,16 @@ def _pool_2x2_kernels(L):
                 for j0 in range(0, OW, L):  # one block, unless the row is wider than BLOCK
                     j = min(uint64(j0), last)
                     q = r0 + uint64(2) * j
-                    if L == 1:  # one-lane vectors compile to 4x slower code
+                    if positions:
+                        _pool_2x2_positions_block(x, q, q + w, ahead, out, pos, o + j, L)
+                    elif L == 1:  # one-lane vectors compile to 4x slower code
                         one = uint64(1)
                         out[o + j] = _later(_later(_later(x[q], x[q + one]), x[q + w]), x[q + w + one])
                     else:
                         _pool_2x2_block(x, q, q + w, ahead, out, o + j, L)
 
     @numba.njit(parallel=True, **JIT)
-    def backward(x, g, P, H, W, OH, OW, dx, relu):
+    def backward(x, g, P, H, W, OH, OW, dx, relu, best, pos, positions):
         w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
         zero = dx.dtype.type(0)
         for p in prange(P):
@@ -362,15 +384,14 @@ def _pool_2x2_kernels(L):
                 for j0 in range(0, OW, L):
                     j = min(uint64(j0), last)
                     q = r0 + uint64(2) * j
-                    if relu:
+                    if positions:
+                        _unpool_2x2_block(g, best, pos, o + j, q, q + w, dx, L)
+                    elif relu:
                         _pool_2x2_relu_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
                     else:
                         _pool_2x2_backward_block(x, g, o + j, q, q + w, ahead, dx, L)
-                for c in range(uint64(2 * OW), w):  # an odd width's last column
-                    dx[r0 + c] = zero
-                    dx[r0 + w + c] = zero
-            for k in range(uint64(2 * OH) * w, uint64(H) * w):  # an odd height's last row
-                dx[base + k] = zero
+                _zero_past_windows(dx, r0, w, OW, zero)
+            _zero_past_windows(dx, base + uint64(2 * OH) * w, uint64(H - 2 * OH) * w, 0, zero)
 
     kernels = _POOL_2X2[L] = (forward, backward)
     return kernels
@@ -414,79 +435,50 @@ def _unpool_2x2_block(typingctx, g, best, pos, o, q0, q1, dx, L):
         bytes_ = p.type
         below = builder.icmp_unsigned("!=", builder.and_(p, ir.Constant(bytes_, [2] * n)), ir.Constant(bytes_, None))
         right = builder.icmp_unsigned("!=", builder.and_(p, ir.Constant(bytes_, [1] * n)), ir.Constant(bytes_, None))
-        cells = (
-            builder.select(builder.or_(below, right), zero, grad),
-            builder.select(right, builder.select(below, zero, grad), zero),
-            builder.select(below, builder.select(right, zero, grad), zero),
-            builder.select(builder.and_(below, right), grad, zero),
-        )
-        interleave = [k for j in range(n) for k in (j, n + j)]
-        _store(context, builder, dx_type, args[6], args[4], _shuffle(builder, cells[0], cells[1], interleave))
-        _store(context, builder, dx_type, args[6], args[5], _shuffle(builder, cells[2], cells[3], interleave))
+        _store_cells(context, builder, dx_type, args[6], args[4], args[5], grad, below, right, right)
         return context.get_dummy_value()
 
     return types.void(g, best, pos, o, q0, q1, dx, L), codegen
 
 
-_POSITIONS_2X2: dict = {}
-
-
-def positions_2x2_kernels(L):
-    """(forward, backward) plane kernels for a ReLU's output whose 2x2 pool keeps each window's
-    first maximum's position (int8) instead of the output itself: the forward pools planes of
-    x into ``out`` and ``pos``; the backward makes dx from ``g``, the pooled output ``best``
-    and ``pos`` (the ReLU + pool backward's values). Blocks of L windows as _pool_2x2_kernels'.
-    One thread each (parallel=False): they run on a chunk of a convolution's output, on the
-    thread that made it."""
-    kernels = _POSITIONS_2X2.get(L)
-    if kernels is not None:
-        return kernels
-
-    @numba.njit(**JIT)
-    def forward(x, P, H, W, OH, OW, out, pos):
-        w, ahead, last = uint64(W), uint64(AHEAD * W), uint64(OW - L)
-        for p in range(P):
-            base, ob = uint64(p * H * W), uint64(p * OH * OW)
-            for i in range(OH):
-                r0, o = base + uint64(2 * i) * w, ob + uint64(i * OW)
-                for j0 in range(0, OW, L):
-                    j = min(uint64(j0), last)
-                    q = r0 + uint64(2) * j
-                    _pool_2x2_positions_block(x, q, q + w, ahead, out, pos, o + j, L)
-
-    @numba.njit(**JIT)
-    def backward(g, best, pos, P, H, W, OH, OW, dx):
-        w, last = uint64(W), uint64(OW - L)
-        zero = dx.dtype.type(0)
-        for p in range(P):
-            base, gb = uint64(p * H * W), uint64(p * OH * OW)
-            for i in range(OH):
-                r0, o = base + uint64(2 * i) * w, gb + uint64(i * OW)
-                for j0 in range(0, OW, L):
-                    j = min(uint64(j0), last)
-                    q = r0 + uint64(2) * j
-                    _unpool_2x2_block(g, best, pos, o + j, q, q + w, dx, L)
-                for c in range(uint64(2 * OW), w):  # an odd width's last column
-                    dx[r0 + c] = zero
-                    dx[r0 + w + c] = zero
-            for k in range(uint64(2 * OH) * w, uint64(H) * w):  # an odd height's last row
-                dx[base + k] = zero
-
-    kernels = _POSITIONS_2X2[L] = (forward, backward)
-    return kernels
+_NO_POSITIONS = np.empty(0, np.int8)
 
 
 def max_pool_2x2_planes(x, P, H, W, OH, OW, out):
     """out[p, i, j] = the max of window (i, j) of plane p of contiguous x (P, H, W), for
     kernel 2 and stride 2 without padding or dilation: the kernel for OW's block width."""
-    _pool_2x2_kernels(min(OW, BLOCK))[0](x, P, H, W, OH, OW, out)
+    _pool_2x2_kernels(min(OW, BLOCK))[0](x, P, H, W, OH, OW, out, _NO_POSITIONS, False)
 
 
 def max_pool_2x2_backward_planes(x, g, P, H, W, OH, OW, dx, relu=False):
     """Its VJP: each window's gradient at its first maximum, zeros elsewhere -- every cell of
     dx written once (the windows do not overlap), with no separate zeroing pass. ``relu``:
     only the windows whose maximum is above zero pass theirs (see _backward_block)."""
-    _pool_2x2_kernels(min(OW, BLOCK))[1](x, g, P, H, W, OH, OW, dx, relu)
+    _pool_2x2_kernels(min(OW, BLOCK))[1](x, g, P, H, W, OH, OW, dx, relu, x, _NO_POSITIONS, False)
+
+
+def _here(kernel):
+    """``kernel`` (the pool's forward or backward) on the calling thread alone: for a chunk of
+    a larger piece of work, on the thread that took it."""
+    return launch.for_work(kernel, 0)
+
+
+def relu_pool_2x2_backward_planes(x, g, P, H, W, OH, OW, dx):
+    """:func:`max_pool_2x2_backward_planes` with ``relu``, on the calling thread alone."""
+    _here(_pool_2x2_kernels(min(OW, BLOCK))[1])(x, g, P, H, W, OH, OW, dx, True, x, _NO_POSITIONS, False)
+
+
+def pool_2x2_positions(x, P, H, W, OH, OW, out, pos):
+    """:func:`max_pool_2x2_planes` of a ReLU's output (never NaN), and ``pos`` (int8) = each
+    window's first maximum's position, 0-3 row by row; on the calling thread alone."""
+    _here(_pool_2x2_kernels(min(OW, BLOCK))[0])(x, P, H, W, OH, OW, out, pos, True)
+
+
+def unpool_2x2(g, best, pos, P, H, W, OH, OW, dx):
+    """The ReLU + 2x2 pool backward's ``dx`` (P, H, W) from the pooled arrays alone: ``0 + g``
+    at position ``pos`` of each window where ReLU passes it (``best > 0``), +0.0 elsewhere; on
+    the calling thread alone."""
+    _here(_pool_2x2_kernels(min(OW, BLOCK))[1])(g, g, P, H, W, OH, OW, dx, True, best, pos, True)
 
 
 def _is_2x2(args) -> bool:
