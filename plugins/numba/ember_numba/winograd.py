@@ -484,14 +484,14 @@ def conv2d(x, w, padding, epilogue=None):
     compute = f43 if size == 4 else f23
 
     def tiles(n0, m, ty0, ty1):
-        """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread."""
+        """Tile rows ty0 .. ty1-1 of samples n0 .. n0+m-1, on the calling thread, found finite
+        there while they are in cache (not afterwards, one thread over the whole output)."""
         compute(n0, m, ty0, ty1)
-        if epilogue is not None:
-            rows = slice(size * ty0, min(size * ty1, oh))
-            if not reference.finite(out[n0 : n0 + m, :, rows]):
-                broken.append(True)
-            elif not broken:
-                epilogue(out, n0, n0 + m, 0, k, rows.start * ow, rows.stop * ow)
+        rows = slice(size * ty0, min(size * ty1, oh))
+        if not reference.finite(out[n0 : n0 + m, :, rows]):
+            broken.append(True)
+        elif epilogue is not None and not broken:
+            epilogue(out, n0, n0 + m, 0, k, rows.start * ow, rows.stop * ow)
 
     if size == 4:
         per, count, nt = _chunks(
@@ -501,9 +501,7 @@ def conv2d(x, w, padding, epilogue=None):
             with one_thread():
                 U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype))
                 _f43_by_position(x, U, padding, out, epilogue, broken)
-            if epilogue is not None:
-                return None if broken else out
-            return out if reference.finite(out) else None
+            return None if broken else out
     else:
         # Each of a chunk's 16 GEMMs packs its U[p] (K, C) again: at least K/2 tiles keep that a
         # small share (ResNet-18's 512-channel 4x4 layer, batch 128: 0.68x im2col's time, 0.80x with 64).
@@ -516,7 +514,8 @@ def conv2d(x, w, padding, epilogue=None):
             U = winograd43.kernel_transform(w, scratch(WIDE, 36 * k * c, dtype))
         else:
             U = kernel_transform(w)
-        if count >= nt:
+        checked = count >= nt  # every chunk by tiles(), which checks it
+        if checked:
             if size == 4:  # the chunks' products read U[p] (C, K) row by row (skinny.stacked)
                 U = skinny.stacked_operand(U)
             on_demand(count, nt, lambda i: tiles(i * per, min(per, n - i * per), 0, th))
@@ -528,9 +527,9 @@ def conv2d(x, w, padding, epilogue=None):
             for i in range(count):
                 m = min(per, n - i * per)
                 _bands(i * per, m, th, tw, nt, tiles, (size, m, c, k, th, tw, dtype.num), native)
-    if epilogue is not None:
+    if epilogue is not None or checked:
         return None if broken else out
-    return out if reference.finite(out) else None
+    return out if reference.finite(out) else None  # native bands check only with an epilogue
 
 
 def conv2d_grad_input(g, w, input_shape, padding):
@@ -592,14 +591,17 @@ def _grad_input_f43(g, w, input_shape, padding):
         Q[:] = 0
         winograd43.input_adjoint(E, m, c, th, tw, T, Q, S)
         winograd43.channels_first(Q, m, c, h, wd, ph, pw, rows, width, flat[n0 * c * h * wd :])
+        if not reference.finite(out[n0 : n0 + m]):  # in cache, on this thread
+            broken.append(True)
 
+    broken: list = []
     with one_thread(), np.errstate(invalid="ignore", over="ignore"):
         # U[p] (K, C): the forward's (C, K) transposed, as kernel_transform's product lies
         U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype)).transpose(
             0, 2, 1
         )
         on_demand(count, nt, part)
-    return out if reference.finite(out) else None
+    return None if broken else out
 
 
 def conv2d_grad_weight(x, g, weight_shape, padding):
@@ -854,11 +856,10 @@ def _f43_by_position(x, U, padding, out, epilogue, broken):
         m = min(per, n - n0)
         Z, O = scratch("winograd_z", 24 * k, dtype), scratch("winograd_o", 16 * tw * k, dtype)
         winograd43.output_transform(M[n0 * th * tw * k :], m, k, oh, ow, th, tw, 0, T, flat[n0 * k * oh * ow :], Z, O)
-        if epilogue is not None:
-            if not reference.finite(out[n0 : n0 + m]):
-                broken.append(True)
-            elif not broken:
-                epilogue(out, n0, n0 + m, 0, k, 0, oh * ow)
+        if not reference.finite(out[n0 : n0 + m]):
+            broken.append(True)
+        elif epilogue is not None and not broken:
+            epilogue(out, n0, n0 + m, 0, k, 0, oh * ow)
 
     V3, M3 = V.reshape(36, T, c), M.reshape(36, T, k)
     on_demand(count, nt, transform)

@@ -492,3 +492,21 @@ def test_native_bands_carry_the_python_bands_bits(dtype, epilogue, transform, mo
     x[0, 5, 13, 13] = np.inf
     ys = run()  # with an epilogue, each band is checked before it; without, the whole output after
     assert ys[True] is None and ys[False] is None
+
+
+@pytest.mark.parametrize("bad", [0, 5])  # the first chunk's sample or a later one
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+def test_each_chunk_is_found_not_finite_where_it_is_made(transform, chunks, bad, value, monkeypatch):
+    """Each chunk's output is checked on the thread that made it: an inf or NaN in any sample
+    gives None (the caller computes the layer directly), forward and input gradient alike; a
+    finite batch passes."""
+    monkeypatch.setattr(launch, "HOT", 1)
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((6, 16, 13, 13)).astype(np.float32)
+    g = rng.standard_normal((6, 16, 11, 11)).astype(np.float32)
+    assert winograd.conv2d(x, w, (0, 0)) is not None
+    assert winograd.conv2d_grad_input(g, w, x.shape, (0, 0)) is not None
+    x[bad, 3, 4, 5], g[bad, 2, 1, 1] = value, value
+    assert winograd.conv2d(x, w, (0, 0)) is None
+    assert winograd.conv2d_grad_input(g, w, x.shape, (0, 0)) is None
