@@ -499,7 +499,7 @@ def conv2d(x, w, padding, epilogue=None):
         )
         if _by_position(n, per, th * tw, nt):
             with one_thread():
-                U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype))
+                U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype), nt)
                 _f43_by_position(x, U, padding, out, epilogue, broken)
             return None if broken else out
     else:
@@ -511,7 +511,7 @@ def conv2d(x, w, padding, epilogue=None):
         # on one thread: BLAS's own sleep between layers
         w = w.astype(dtype, copy=False)
         if size == 4:  # U in scratch: 36 MiB at 512 channels, faulted in afresh each call otherwise
-            U = winograd43.kernel_transform(w, scratch(WIDE, 36 * k * c, dtype))
+            U = winograd43.kernel_transform(w, scratch(WIDE, 36 * k * c, dtype), nt)
         else:
             U = kernel_transform(w)
         checked = count >= nt  # every chunk by tiles(), which checks it
@@ -597,9 +597,8 @@ def _grad_input_f43(g, w, input_shape, padding):
     broken: list = []
     with one_thread(), np.errstate(invalid="ignore", over="ignore"):
         # U[p] (K, C): the forward's (C, K) transposed, as kernel_transform's product lies
-        U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype)).transpose(
-            0, 2, 1
-        )
+        wt = w.astype(dtype, copy=False)
+        U = winograd43.kernel_transform(wt, scratch(WIDE, 36 * k * c, dtype), nt).transpose(0, 2, 1)
         on_demand(count, nt, part)
     return None if broken else out
 

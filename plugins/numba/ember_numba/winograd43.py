@@ -342,11 +342,25 @@ def channels_first(Q, N, C, H, W, ph, pw, rows, width, out):
 GG = {dt: np.kron(np.array(F43.G), np.array(F43.G)).astype(dt) for dt in (np.float32, np.float64)}
 
 
-def kernel_transform(w, out=None):
+#: Bytes of ``U`` from which :func:`kernel_transform` splits its product among the threads: it
+#: writes 4x what it reads (ResNet-18's 512-channel layers: 38 MB a call, 26 calls a W3 step).
+SPLIT_BYTES = 4 << 20
+
+
+def kernel_transform(w, out=None, threads=1):
     """``U`` (36, C, K) = ``G g G^T`` of every 3x3 kernel of ``w`` (K, C, 3, 3), in the GEMMs'
     (C, K) order as a transposed view of one product (36, 9) @ (9, K*C) (call it with BLAS on
-    one thread): BLAS reads it transposed. Into ``out`` (36*K*C of w's dtype), if given."""
+    one thread): BLAS reads it transposed. Into ``out`` (36*K*C of w's dtype), if given. With
+    ``threads``, a large ``U``'s rows go to that many threads, a block of rows each."""
+    from .blas import on_demand
+
     k, c = w.shape[:2]
     taps = np.ascontiguousarray(w).reshape(k * c, 9)
-    out = None if out is None else out.reshape(36, k * c)
-    return np.matmul(GG[w.dtype.type], taps.T, out=out).reshape(36, k, c).transpose(0, 2, 1)
+    gg = GG[w.dtype.type]
+    out = np.empty((36, k * c), w.dtype) if out is None else out.reshape(36, k * c)
+    if threads > 1 and out.nbytes >= SPLIT_BYTES:
+        e = [36 * i // threads for i in range(threads + 1)]
+        on_demand(threads, threads, lambda i: np.matmul(gg[e[i] : e[i + 1]], taps.T, out=out[e[i] : e[i + 1]]))
+    else:
+        np.matmul(gg, taps.T, out=out)
+    return out.reshape(36, k, c).transpose(0, 2, 1)

@@ -510,3 +510,19 @@ def test_each_chunk_is_found_not_finite_where_it_is_made(transform, chunks, bad,
     x[bad, 3, 4, 5], g[bad, 2, 1, 1] = value, value
     assert winograd.conv2d(x, w, (0, 0)) is None
     assert winograd.conv2d_grad_input(g, w, x.shape, (0, 0)) is None
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_kernel_transform_split_among_threads_is_the_whole_product(threads, monkeypatch):
+    """A large U's rows go to several threads, a block each: the same values as one product."""
+    from ember_numba import winograd43
+    from ember_numba.blas import one_thread
+
+    monkeypatch.setattr(winograd43, "SPLIT_BYTES", 0)
+    w = np.random.default_rng(12).standard_normal((24, 20, 3, 3)).astype(np.float32)
+    with one_thread():
+        whole = winograd43.kernel_transform(w).copy()
+        split = winograd43.kernel_transform(w, np.empty(36 * 24 * 20, np.float32), threads)
+    np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-7)
+    gg = winograd43.GG[np.float32]  # U[p] (C, K) = the p-th row of G (x) G on each kernel's taps
+    np.testing.assert_allclose(whole[5], np.einsum("i,kci->ck", gg[5], w.reshape(24, 20, 9)), rtol=1e-5, atol=1e-6)
