@@ -159,7 +159,6 @@ def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation,
         return dx
     rest = np.empty_like(best[chunks[0]], dtype=itype)
     equal = np.empty_like(rest, dtype=bool)
-    *taking, (_, last) = zip(slices, targets)
     for at in chunks:
         b = best[at]
         r, e = rest[: len(b)], equal[: len(b)]
@@ -168,13 +167,21 @@ def first_max_scatter(grad, padded, slices, best, kernel_size, stride, dilation,
             np.multiply(bits[at], e, out=r)
         else:
             np.copyto(r, bits[at])
-        for piece, target in taking:
-            taken = target[at].view(itype)
-            np.equal(piece[at], b, out=e)
-            np.multiply(r, e, out=taken)
-            np.subtract(r, taken, out=r)
-        np.copyto(last[at].view(itype), r)
+        take_first_maxima(r, e, b, [piece[at] for piece in slices], [t[at].view(itype) for t in targets])
     return dx
+
+
+def take_first_maxima(rest, equal, best, pieces, takers):
+    """Hand the integer bits ``rest`` down the window positions: position q takes ``rest``
+    where ``pieces[q] == best`` into ``takers[q]`` (the bits, or zero) and leaves ``rest``
+    minus that; the last takes what is left, which belongs there (``best`` is one of its
+    window's values). ``equal`` is a boolean buffer of ``rest``'s shape; ``rest`` is spent."""
+    *first, last = takers
+    for piece, taken in zip(pieces, first):
+        np.equal(piece, best, out=equal)
+        np.multiply(rest, equal, out=taken)
+        np.subtract(rest, taken, out=rest)
+    np.copyto(last, rest)
 
 
 def max_pool2d_backward(grad, x, *, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):

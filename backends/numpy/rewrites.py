@@ -218,12 +218,7 @@ def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias
         np.multiply(g4[at].view(itype), e, out=rr)
         if bias:
             db += ones[:, : m * ph * pw] @ rr.view(dtype).reshape(-1, o)
-        for q, piece in enumerate(slices[:-1]):
-            t = taken[q, :m].view(itype)
-            np.equal(rows_of(piece[at]), b, out=e)
-            np.multiply(rr, e, out=t)
-            np.subtract(rr, t, out=rr)
-        np.copyto(taken[-1, :m].view(itype), rr)
+        fused.take_first_maxima(rr, e, b, [rows_of(p[at]) for p in slices], list(taken[:, :m].view(itype)))
         for q, (i, j) in enumerate(positions):
             shifted = xh[at, i * dh * cs[0] :, j * dw_ * cs[1] :]
             cols = conv._columns(shifted, w_shape[2:], (sh * cs[0], sw * cs[1]), cd, (ph, pw))

@@ -107,6 +107,15 @@ def _chunked_conv_grads(x, w_shape, conv_params, bias, shape, fill):
     return (dw, np.ascontiguousarray(total[:, -1]).reshape(1, o, 1, 1)) if bias else (dw,)
 
 
+def _nodes_conv_grads(x, dr, w_shape, geo, bias):
+    """The replaced nodes' own kernels on the full-size gradient ``dr``: the convolution's
+    weight gradient and the bias's sum."""
+    from . import conv
+
+    dw = conv._conv2d_grad_weight(x, dr, w_shape, *geo)
+    return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
+
+
 def _first_layer_fits(x, full_shape, grad, w_shape, pool):
     """The plane arguments of a 2x2 pool over a layer's output of ``full_shape`` (N, O, H, W)
     whose pooled gradient is ``grad``, where the chunked gradient can take the layer (float
@@ -134,7 +143,6 @@ def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias
     going out to memory and being read back twice. Equal to float32 rounding: the bias
     gradient's terms go in another order than the ``sum`` node's, and the product has one
     column more. Other pools and convolutions take the nodes' kernels one after another."""
-    from . import conv
     from .fused.pooling import relu_pool_2x2_backward_planes
 
     w_shape, geo = conv_params["weight_shape"], [conv_params[k] for k in ("stride", "padding", "dilation")]
@@ -150,9 +158,7 @@ def relu_max_pool2d_conv_grads(x, grad, r, best=None, *, pool, conv_params, bias
         done = _chunked_conv_grads(x, w_shape, conv_params, bias, r.shape, fill)
         if done is not None:
             return done
-    dr = relu_max_pool2d_backward(grad, r, best, **pool)
-    dw = conv._conv2d_grad_weight(x, dr, w_shape, *geo)
-    return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
+    return _nodes_conv_grads(x, relu_max_pool2d_backward(grad, r, best, **pool), w_shape, geo, bias)
 
 
 class _PoolPositions:
@@ -185,21 +191,15 @@ def conv2d_bias_relu_max_pool2d(x, w, bias, *, pool, **params):
     oh, ow = r_shape[2] // 2, r_shape[3] // 2
     out = np.empty((*r_shape[:2], oh, ow), np.result_type(x, w))
     pos = np.empty(out.shape, np.int8)
-    e = Epilogue(bias, relu=True)
-    ch = None
-    if conv._conv_ok("conv2d", x, w, 1, x.shape[0] * w.size * math.prod(r_shape[2:])) and e.fast(
-        np.empty((0, *r_shape[1:]), out.dtype)
-    ):
+    if conv._conv_ok("conv2d", x, w, 1, x.shape[0] * w.size * math.prod(r_shape[2:])):
         from . import channels_last, winograd
 
         ch = conv.Chunks(x.shape, w.shape, *geo, x.dtype)
-        if ch.wide or channels_last.takes(ch) or winograd.plan(x.shape, w.shape, *geo, 1, x.dtype):
-            ch = None
-    if ch is not None:
-        conv.conv2d_cols(x, w, *geo, _PoolPositions(e, out, pos))
-        return out, pos
-    r = np.ascontiguousarray(conv2d_bias_relu(x, w, bias, **params))
-    _PoolPositions(lambda *block: None, out, pos)(r, 0, len(r), 0, r.shape[1], 0, oh * ow)
+        if not (ch.wide or channels_last.takes(ch) or winograd.plan(x.shape, w.shape, *geo, 1, x.dtype)):
+            conv.conv2d_cols(x, w, *geo, _PoolPositions(Epilogue(bias, relu=True), out, pos))
+            return out, pos
+    r = np.ascontiguousarray(conv2d_bias_relu(x, w, bias, **params))  # the whole output, then its pool
+    pool_2x2_positions(r.reshape(-1), r.shape[0] * r.shape[1], *r.shape[2:], oh, ow, out.reshape(-1), pos.reshape(-1))
     return out, pos
 
 
@@ -226,8 +226,7 @@ def pooled_conv_grads(x, grad, pos, best, *, pool, conv_params, bias):
             return done
     dr = np.empty(shape, grad.dtype)
     fill(dr.reshape(-1), 0, n)
-    dw = conv._conv2d_grad_weight(x, dr, w_shape, *geo)
-    return (dw, dr.sum((0, 2, 3), keepdims=True)) if bias else (dw,)
+    return _nodes_conv_grads(x, dr, w_shape, geo, bias)
 
 
 @numba.njit(parallel=True, **JIT)

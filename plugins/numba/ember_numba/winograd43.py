@@ -39,6 +39,7 @@ from numba import uint64
 
 from ember.backends.numpy import winograd as reference
 
+from .blas import on_demand
 from .kernels import JIT
 
 F43 = reference.F43
@@ -352,8 +353,6 @@ def kernel_transform(w, out=None, threads=1):
     (C, K) order as a transposed view of one product (36, 9) @ (9, K*C) (call it with BLAS on
     one thread): BLAS reads it transposed. Into ``out`` (36*K*C of w's dtype), if given. With
     ``threads``, a large ``U``'s rows go to that many threads, a block of rows each."""
-    from .blas import on_demand
-
     k, c = w.shape[:2]
     taps = np.ascontiguousarray(w).reshape(k * c, 9)
     gg = GG[w.dtype.type]

@@ -260,15 +260,8 @@ def _pool_2x2_block(typingctx, x, q0, q1, ahead, out, o, L):
 
     def codegen(context, builder, signature, args):
         a, b, c, d = _corners(context, builder, signature.args[0], args[0], args[1], args[2], args[3], n)
-        top, bottom = builder.select(_wins(builder, b, a), b, a), builder.select(_wins(builder, d, c), d, c)
-        _store(
-            context,
-            builder,
-            signature.args[4],
-            args[4],
-            args[5],
-            builder.select(_wins(builder, bottom, top), bottom, top),
-        )
+        _, _, below, top, bottom = _first_max(builder, a, b, c, d)
+        _store(context, builder, signature.args[4], args[4], args[5], builder.select(below, bottom, top))
         return context.get_dummy_value()
 
     return types.void(x, q0, q1, ahead, out, o, L), codegen
@@ -288,12 +281,19 @@ def _backward_block(relu):
     return block
 
 
+def _first_max(builder, a, b, c, d):
+    """``(right, right_below, below, top, bottom)`` of windows with corners a b / c d: each
+    row's maximum (``top``, ``bottom``) and whether its right cell holds it, then whether the
+    bottom row's does: the first maximum in row-major order, a later NaN winning."""
+    right, right_below = _wins(builder, b, a), _wins(builder, d, c)
+    top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
+    return right, right_below, _wins(builder, bottom, top), top, bottom
+
+
 def _backward_codegen(relu, n, context, builder, signature, args):
     x_type, g_type, _, _, _, _, dx_type, _ = signature.args
     a, b, c, d = _corners(context, builder, x_type, args[0], args[3], args[4], args[5], n)
-    right, right_below = _wins(builder, b, a), _wins(builder, d, c)
-    top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
-    below = _wins(builder, bottom, top)
+    right, right_below, below, top, bottom = _first_max(builder, a, b, c, d)
     zero = ir.Constant(a.type, None)
     # 0 + g, not g: the reference adds the gradient into zeros (a -0.0 becomes +0.0)
     grad = builder.fadd(_load(context, builder, g_type, args[1], args[2], n), zero)
@@ -405,9 +405,7 @@ def _pool_2x2_positions_block(typingctx, x, q0, q1, ahead, out, pos, o, L):
 
     def codegen(context, builder, signature, args):
         a, b, c, d = _corners(context, builder, signature.args[0], args[0], args[1], args[2], args[3], n)
-        right, right_below = _wins(builder, b, a), _wins(builder, d, c)
-        top, bottom = builder.select(right, b, a), builder.select(right_below, d, c)
-        below = _wins(builder, bottom, top)
+        right, right_below, below, top, bottom = _first_max(builder, a, b, c, d)
         _store(context, builder, signature.args[4], args[4], args[6], builder.select(below, bottom, top))
         bytes_ = ir.VectorType(ir.IntType(8), n)
         row = builder.shl(builder.zext(below, bytes_), ir.Constant(bytes_, [1] * n))
