@@ -41,6 +41,7 @@ from ember.backends.numpy import winograd as reference
 
 from .blas import on_demand
 from .kernels import JIT
+from .scratch import scratch
 
 F43 = reference.F43
 _2, _3, _4, _5 = uint64(2), uint64(3), uint64(4), uint64(5)
@@ -341,25 +342,57 @@ def channels_first(Q, N, C, H, W, ph, pw, rows, width, out):
 
 #: ``G (x) G`` (36, 9): row ``6p + q`` takes a kernel's 9 taps to ``(G g G^T)[p, q]``.
 GG = {dt: np.kron(np.array(F43.G), np.array(F43.G)).astype(dt) for dt in (np.float32, np.float64)}
+#: ``G`` (6, 3) in each dtype.
+G = {dt: np.array(F43.G, dt) for dt in (np.float32, np.float64)}
 
 
-#: Bytes of ``U`` from which :func:`kernel_transform` splits its product among the threads: it
-#: writes 4x what it reads (ResNet-18's 512-channel layers: 38 MB a call, 26 calls a W3 step).
-SPLIT_BYTES = 4 << 20
+#: Kernels a block of :func:`_kernel_rows` takes: their taps and ``G g`` (27 rows) stay in L1.
+KT_BLOCK = 512
+#: Kernels from which :func:`kernel_transform` shares them out among the threads: it writes 4x
+#: what it reads (ResNet-18's 512-channel layers: 38 MB a call, 26 calls a W3 step).
+SPLIT_KERNELS = 1 << 15
+
+
+@numba.njit(**JIT)
+def _kernel_rows(taps, j0, j1, KC, G, S, out):
+    """``out[(6p + q) * KC + j] = (G g_j G^T)[p, q]`` for the kernels j0 .. j1-1 of ``taps``
+    (KC, 9), flat: ``G g`` first (6x3), then ``(G g) G^T``, each a loop across a block of
+    kernels (vectors of kernels, not of taps). ``S`` holds a block's taps, transposed, and its
+    ``G g``: 27 rows of KT_BLOCK."""
+    B = KT_BLOCK
+    for b0 in range(j0, j1, B):
+        nb = min(B, j1 - b0)
+        for i in range(nb):
+            for t in range(9):
+                S[t * B + i] = taps[(b0 + i) * 9 + t]
+        for r in range(6):
+            g0, g1, g2 = G[r, 0], G[r, 1], G[r, 2]
+            for col in range(3):
+                h = (9 + 3 * r + col) * B
+                for i in range(nb):
+                    S[h + i] = g0 * S[col * B + i] + g1 * S[(3 + col) * B + i] + g2 * S[(6 + col) * B + i]
+        for r in range(6):
+            h = (9 + 3 * r) * B
+            for q in range(6):
+                g0, g1, g2 = G[q, 0], G[q, 1], G[q, 2]
+                dst = (6 * r + q) * KC + b0
+                for i in range(nb):
+                    out[dst + i] = g0 * S[h + i] + g1 * S[h + B + i] + g2 * S[h + 2 * B + i]
 
 
 def kernel_transform(w, out=None, threads=1):
     """``U`` (36, C, K) = ``G g G^T`` of every 3x3 kernel of ``w`` (K, C, 3, 3), in the GEMMs'
-    (C, K) order as a transposed view of one product (36, 9) @ (9, K*C) (call it with BLAS on
-    one thread): BLAS reads it transposed. Into ``out`` (36*K*C of w's dtype), if given. With
-    ``threads``, a large ``U``'s rows go to that many threads, a block of rows each."""
+    (C, K) order as a transposed view of (36, K*C) (:func:`_kernel_rows`). Into ``out``
+    (36*K*C of w's dtype), if given. With ``threads``, many kernels are shared out among that
+    many threads, a block each (each kernel's values are the same whichever thread makes them)."""
     k, c = w.shape[:2]
-    taps = np.ascontiguousarray(w).reshape(k * c, 9)
-    gg = GG[w.dtype.type]
-    out = np.empty((36, k * c), w.dtype) if out is None else out.reshape(36, k * c)
-    if threads > 1 and out.nbytes >= SPLIT_BYTES:
-        e = [36 * i // threads for i in range(threads + 1)]
-        on_demand(threads, threads, lambda i: np.matmul(gg[e[i] : e[i + 1]], taps.T, out=out[e[i] : e[i + 1]]))
-    else:
-        np.matmul(gg, taps.T, out=out)
+    kc = k * c
+    taps = np.ascontiguousarray(w).reshape(-1)
+    g = G[w.dtype.type]
+    out = np.empty(36 * kc, w.dtype) if out is None else out.reshape(-1)[: 36 * kc]
+    parts = threads if threads > 1 and kc >= SPLIT_KERNELS else 1
+    e = [kc * i // parts // KT_BLOCK * KT_BLOCK for i in range(parts)] + [kc]
+    on_demand(
+        parts, parts, lambda i: _kernel_rows(taps, e[i], e[i + 1], kc, g, scratch("winograd_kt", 27 * KT_BLOCK, w.dtype), out)
+    )
     return out.reshape(36, k, c).transpose(0, 2, 1)

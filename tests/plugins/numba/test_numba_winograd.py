@@ -514,15 +514,16 @@ def test_each_chunk_is_found_not_finite_where_it_is_made(transform, chunks, bad,
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_the_kernel_transform_split_among_threads_is_the_whole_product(threads, monkeypatch):
-    """A large U's rows go to several threads, a block each: the same values as one product."""
+    """Many kernels are shared out among the threads, a block each: the same bits as on one
+    thread (1,200 kernels: several of _kernel_rows' blocks, a partial one last)."""
     from ember_numba import winograd43
     from ember_numba.blas import one_thread
 
-    monkeypatch.setattr(winograd43, "SPLIT_BYTES", 0)
-    w = np.random.default_rng(12).standard_normal((24, 20, 3, 3)).astype(np.float32)
+    monkeypatch.setattr(winograd43, "SPLIT_KERNELS", 0)
+    w = np.random.default_rng(12).standard_normal((40, 30, 3, 3)).astype(np.float32)
     with one_thread():
         whole = winograd43.kernel_transform(w).copy()
-        split = winograd43.kernel_transform(w, np.empty(36 * 24 * 20, np.float32), threads)
-    np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-7)
+        split = winograd43.kernel_transform(w, np.empty(36 * 40 * 30, np.float32), threads)
+    np.testing.assert_array_equal(split, whole)
     gg = winograd43.GG[np.float32]  # U[p] (C, K) = the p-th row of G (x) G on each kernel's taps
-    np.testing.assert_allclose(whole[5], np.einsum("i,kci->ck", gg[5], w.reshape(24, 20, 9)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(whole[5], np.einsum("i,kci->ck", gg[5], w.reshape(40, 30, 9)), rtol=1e-5, atol=1e-6)
