@@ -393,6 +393,8 @@ def kernel_transform(w, out=None, threads=1):
     parts = threads if threads > 1 and kc >= SPLIT_KERNELS else 1
     e = [kc * i // parts // KT_BLOCK * KT_BLOCK for i in range(parts)] + [kc]
     on_demand(
-        parts, parts, lambda i: _kernel_rows(taps, e[i], e[i + 1], kc, g, scratch("winograd_kt", 27 * KT_BLOCK, w.dtype), out)
+        parts,
+        parts,
+        lambda i: _kernel_rows(taps, e[i], e[i + 1], kc, g, scratch("winograd_kt", 27 * KT_BLOCK, w.dtype), out),
     )
     return out.reshape(36, k, c).transpose(0, 2, 1)
