@@ -6,11 +6,17 @@ on its own, in the step (in-step) and, with ``--hot``, repeated alone on the sam
     python -m benchmarks.step_profile --workload W2-train --groups
     python -m benchmarks.step_profile --workload W3-train --layers
     python -m benchmarks.step_profile --workload W3-infer-b1 --batch 1 --layers
+    python -m benchmarks.step_profile --workload W3-train --idle
 
 ``--layers`` adds up the runner steps by kind of layer (:func:`layer_kind`: convolutions by
 kernel, stride and primitive, batch norm, ReLU, ...), beside the time a step spends outside
 them (the runner, allocation) and its system and user CPU time; benchmarks/torch_ops.py
 groups PyTorch's own per-op times the same way, for a side-by-side map.
+
+``--idle`` also takes the process's CPU time (all threads) around each runner step: a step
+whose CPU time is under its wall time times the threads left cores idle (a pass on one thread,
+uneven blocks, a hand-off). It prints those idle core-milliseconds by kind of layer and the
+runner steps that leave the most.
 
 Run speed measurements through the project's quiet-machine wrapper (docs/performance.md).
 The in-step times add up to the step's time; "hot" times of a product are its speed with its
@@ -28,6 +34,9 @@ import time
 
 from benchmarks import recording
 from benchmarks.workloads import WORKLOADS, Ember
+
+#: Threads the profiled backend runs on (the benchmarks' two).
+THREADS = 2
 
 
 def _finish(out):
@@ -72,16 +81,19 @@ def instrumented(program, on_step):
         cls.run = real
 
 
-def timer(times, kept=None):
+def timer(times, kept=None, cpu=None):
     """An ``on_step`` for :func:`instrumented` that times each runner step into ``times[i]``
-    (and keeps its arguments in ``kept[i]``)."""
+    (and keeps its arguments in ``kept[i]``, and the process's CPU seconds in ``cpu[i]``)."""
 
     def timed(i, fn, bufs):
         if kept is not None:
             kept[i] = bufs
+        c0 = time.process_time() if cpu is not None else 0.0
         t0 = time.perf_counter()
         out = fn(*bufs)
         times.setdefault(i, []).append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.setdefault(i, []).append(time.process_time() - c0)
         return out
 
     return timed
@@ -156,6 +168,26 @@ def layers(program, times, steps, usage):
         print(f"{t * 1e3:10.2f} ms {100 * t / nodes:5.1f}%  {counts[kind]:4d}  {kind}")
 
 
+def idle(program, times, cpu, threads, top):
+    """Print the idle core time of ``program``'s runner steps (``threads`` x wall - CPU, medians),
+    by :func:`layer_kind` and for the ``top`` steps that leave the most."""
+    rows, groups = [], collections.defaultdict(lambda: [0.0, 0.0, 0])
+    for i, t in times.items():
+        wall, used = statistics.median(t), statistics.median(cpu[i])
+        rows.append((threads * wall - used, wall, used, i))
+        g = groups[layer_kind(program.origin[i])]
+        g[0], g[1], g[2] = g[0] + wall, g[1] + used, g[2] + 1
+    wall, used = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    print(f"idle cores: {(threads * wall - used) * 1e3:.1f} core-ms of {threads * wall * 1e3:.1f} ({threads} threads)")
+    for kind, (w, c, n) in sorted(groups.items(), key=lambda kv: kv[1][1] - threads * kv[1][0]):
+        print(f"{(threads * w - c) * 1e3:10.2f} core-ms idle  CPU/wall {c / w:4.2f}  {n:4d}  {kind}")
+    for gap, w, c, i in sorted(rows, reverse=True)[:top]:
+        v = program.origin[i]
+        print(
+            f"{gap * 1e3:9.2f} core-ms  {w * 1e3:9.2f} ms  CPU/wall {c / w:4.2f}  #{i:<3d} {_name(v):28s} {tuple(v.shape)}"
+        )
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="W1-train")
@@ -166,28 +198,35 @@ def main(argv=None):
     ap.add_argument("--hot", action="store_true", help="also time each step repeated alone")
     ap.add_argument("--groups", action="store_true", help="print the program's fusion groups")
     ap.add_argument("--layers", action="store_true", help="add up the runner steps by kind of layer")
+    ap.add_argument("--idle", action="store_true", help="the cores each runner step leaves idle (CPU against wall)")
     args = ap.parse_args(argv)
     recording.warn_blas_overrides("python -m benchmarks.step_profile")
 
     if not args.backend.endswith("+jit"):
         ap.error(f"--backend {args.backend}: the profile times ember.jit's program; name a +jit target, e.g. numba+jit")
     made = _programs()
-    step = WORKLOADS[args.workload].setup(Ember(args.backend, 2), args.batch)
+    step = WORKLOADS[args.workload].setup(Ember(args.backend, THREADS), args.batch)
     for _ in range(5):  # traced, planned, kernels compiled
         step()
     best = min(_once(step) for _ in range(args.steps))
     program = made[-1]  # the training step's (earlier ones: a first-step trace)
     times: dict = {}
-    kept: dict = {}  # runner step -> its arguments, for --hot
+    cpu: dict | None = {} if args.idle else None  # runner step -> the process's CPU seconds
 
     steps, usage = [], []
-    with instrumented(program, timer(times, kept)):
+    with instrumented(program, timer(times, cpu=cpu)):
         for _ in range(args.steps):
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
             _finish(step())
             steps.append(time.perf_counter() - t0)
             r1 = resource.getrusage(resource.RUSAGE_SELF)
             usage.append((r1.ru_stime - r0.ru_stime, r1.ru_utime - r0.ru_utime))
+    kept: dict = {}  # runner step -> its arguments, for --hot
+    if args.hot:
+        # One more step keeps every runner step's arguments: alive together they are memory
+        # the allocator cannot hand out again, and a step timed so would fault fresh pages in.
+        with instrumented(program, timer({}, kept)):
+            _finish(step())
     rows = sorted(((statistics.median(t), i) for i, t in times.items()), reverse=True)
     print(
         f"{args.workload} on {args.backend}, batch {args.batch}: best step {best * 1e3:.2f} ms; "
@@ -201,6 +240,8 @@ def main(argv=None):
         print(f"{t * 1e6:9.1f} µs  {hot}  #{i:<3d} {_name(v):28s} {tuple(v.shape)}")
     if args.layers:
         layers(program, times, steps, usage)
+    if cpu is not None:
+        idle(program, times, cpu, THREADS, args.top)
     if args.groups:
         for g in program.groups:
             kind = (g.kind if g.fused else "-") + (" compiled" if program.kernels.get(id(g)) else "")

@@ -46,6 +46,21 @@ def test_layers_add_up_the_runner_steps_of_a_lenet_step():
     assert sum(share for _, share, _ in groups.values()) == pytest.approx(100, abs=0.5)
 
 
+def test_idle_cores_and_hot_times_of_a_lenet_step():
+    """--idle: each runner step's idle core time (threads x wall - the process's CPU), by kind
+    and for the top steps; --hot times the top steps again alone, from a step of their own."""
+    args = ["--workload", "W2-train", "--backend", "numpy+jit", "--batch", "8", "--steps", "3", "--top", "2"]
+    lines = _run("benchmarks.step_profile", *args, "--idle", "--hot")
+    assert all(re.search(r"µs +[\d.]+ µs hot +#\d+", line) for line in lines[1:3]), lines[:3]
+    head = next(i for i, line in enumerate(lines) if line.startswith("idle cores:"))
+    assert re.match(r"idle cores: -?[\d.]+ core-ms of [\d.]+ \(2 threads\)$", lines[head])
+    kinds = [re.match(r" *-?[\d.]+ core-ms idle  CPU/wall [\d.]+ +(\d+)  (.+)$", line) for line in lines[head + 1 : -2]]
+    assert all(kinds) and {k[2] for k in kinds} >= {"3x3 s1 forward", "stem forward"}
+    assert sum(int(k[1]) for k in kinds) == int(re.search(r"(\d+) runner steps", lines[0])[1])
+    tops = [re.match(r" *-?[\d.]+ core-ms +[\d.]+ ms  CPU/wall [\d.]+  #\d+ ", line) for line in lines[-2:]]
+    assert all(tops), lines[-2:]
+
+
 def test_an_inference_step_is_profiled_too():
     """An inference workload's step returns logits, not a loss: profiled all the same."""
     args = ["--workload", "W3-infer-b1", "--backend", "numpy+jit", "--batch", "1", "--steps", "2", "--top", "0"]
