@@ -372,7 +372,16 @@ def test_training_steps_match_numpy(use_jit, rng):
 
 
 # ----------------------------------------------------------------------------- threads
-def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
+@pytest.fixture
+def steady_memory(monkeypatch):
+    """The simulated calls below fault no pages: the process's real count (the interpreter's
+    own allocations) must not take calls out of their timing."""
+    from ember_numba import launch
+
+    monkeypatch.setattr(launch, "_minor_faults", lambda: 0)
+
+
+def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch, steady_memory):
     """Simulated times: all threads 10x slower, then (the machine quiets down) 2x faster."""
     from ember_numba.launch import ThreadChoice
 
@@ -397,7 +406,35 @@ def test_thread_choice_follows_the_faster_way_and_backs_off(monkeypatch):
     assert sum(uses[-500:]) <= 2 * ThreadChoice.TRIES  # now all threads, re-checking one now and then
 
 
-def test_thread_choice_waits_by_the_margin_all_threads_won_before_trying_one_again(monkeypatch):
+def test_thread_choice_does_not_time_calls_that_faulted_fresh_pages(monkeypatch):
+    """All threads take half one thread's time, but the first try of all threads meets fresh
+    buffers: page faults, and 20x the time. Those calls are not timed (the try goes on), so
+    all threads win at once; a key whose every call faults is timed after FAULT_SKIPS."""
+    from ember_numba import launch
+    from ember_numba.launch import ThreadChoice
+
+    faults = [0]
+    monkeypatch.setattr(launch, "_minor_faults", lambda: faults[0])
+    monkeypatch.setattr(ThreadChoice, "streak", [0])
+    choice = ThreadChoice()
+    uses = []
+    for call in range(30):
+        one, explore, st = choice.choose("k")
+        uses.append(one)
+        fresh = call in (3, 4, 5)  # the try's first three timed calls fault
+        faults[0] += 500 if fresh else 0
+        choice.record(st, one, explore, 20.0 if fresh else (1.0 if one else 0.5))
+    assert uses[:2] == [True, True] and not any(uses[2:])  # warmed up, timed; tried; kept
+    assert st[2] == 0.5
+    always = ThreadChoice()
+    for _call in range(ThreadChoice.FAULT_SKIPS + 2):
+        one, explore, st = always.choose("j")
+        faults[0] += 1
+        always.record(st, one, explore, 1.0)
+    assert st[1] == 1.0 and st[10] == 0  # the skips spent, then timed
+
+
+def test_thread_choice_waits_by_the_margin_all_threads_won_before_trying_one_again(monkeypatch, steady_memory):
     """All threads at 0.65 of one thread's time: after they win, one thread is tried again
     only when that try (losing by the same margin) costs under ~5% of the calls in between,
     not after EXPLORE calls (3 calls in 16 at 1.54x: 8% of the layer's time)."""
@@ -418,7 +455,7 @@ def test_thread_choice_waits_by_the_margin_all_threads_won_before_trying_one_aga
     assert len(later) <= 3 * ThreadChoice.TRIES  # and ever more rarely after that
 
 
-def test_thread_choice_is_not_decided_by_one_stall_or_a_first_call(monkeypatch):
+def test_thread_choice_is_not_decided_by_one_stall_or_a_first_call(monkeypatch, steady_memory):
     """All threads take half the time, but their first call (fresh buffers) and one call of
     the first try stall: the choice still goes to all threads, at once."""
     from ember_numba.launch import ThreadChoice
@@ -436,7 +473,7 @@ def test_thread_choice_is_not_decided_by_one_stall_or_a_first_call(monkeypatch):
 
 
 @pytest.mark.parametrize("watch", [False, True])
-def test_thread_choice_watching_tries_all_threads_once_the_machine_quiets(watch, monkeypatch):
+def test_thread_choice_watching_tries_all_threads_once_the_machine_quiets(watch, monkeypatch, steady_memory):
     """A busy spell (one thread 2 s, all threads 8 s) keeps the key on one thread and grows the
     period between tries; then the machine goes quiet (one thread 1 s, all 0.5 s). A watching
     key tries all threads at once and keeps them; without watching it waits out the period."""
@@ -471,7 +508,7 @@ def test_thread_choice_watching_tries_all_threads_once_the_machine_quiets(watch,
         assert all(uses)
 
 
-def test_a_watching_key_keeps_all_threads_that_won_while_the_machine_is_quiet(monkeypatch):
+def test_a_watching_key_keeps_all_threads_that_won_while_the_machine_is_quiet(monkeypatch, steady_memory):
     """All threads win (0.5 s against 1 s); then the host slows every call 3x for 40 calls, no
     other process busy: a watching key stays on all threads and never re-tries one, where a key
     that does not watch re-tries one thread and goes to it once all threads' running mean passes
