@@ -238,20 +238,64 @@ def _relu_gate_sum(g, h, best, out):
         out[i] = s if best[i] > 0 else zero
 
 
+@numba.njit(parallel=True, **JIT)
+def _relu_gate_strided(g, st, h, r, out, N, C, H, W, with_h):
+    """:func:`_relu_gate` (``with_h``: :func:`_relu_gate_sum`) for a ``g`` of any layout: its
+    elements at ``n*st[0] + c*st[1] + y*st[2] + x*st[3]`` of the flat ``g`` (a broadcast
+    has stride 0), the others C-contiguous (N, C, H, W); a task per (n, c) plane."""
+    zero = out.dtype.type(0)
+    for nc in prange(N * C):
+        base = (nc // C) * st[0] + (nc % C) * st[1]
+        o = nc * H * W
+        for y in range(H):
+            row = base + y * st[2]
+            for x in range(W):
+                i = o + y * W + x
+                v = g[row + x * st[3]]
+                if with_h:
+                    v = v + h[i]
+                out[i] = v if r[i] > 0 else zero
+
+
+def _strided_flat(a):
+    """(the memory of ``a`` from its first element as a flat view, its element strides as four,
+    its shape as four), or None where its strides are not whole non-negative elements."""
+    if a.ndim > 4 or any(st < 0 or st % a.itemsize for st in a.strides):
+        return None
+    shape = (1,) * (4 - a.ndim) + a.shape
+    steps = (0,) * (4 - a.ndim) + tuple(st // a.itemsize for st in a.strides)
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, steps))
+    flat = np.lib.stride_tricks.as_strided(a, shape=(extent,), strides=(a.itemsize,))
+    return flat, np.array(steps, np.int64), shape
+
+
 def relu_backward(grad, r, other=None, out=None):
     """``where(r > 0, grad, 0)`` for ReLU's output ``r``: its gradient in one parallel pass,
     without the forward pass's mask (``r > 0`` exactly where the mask was true); with
-    ``other``, of ``grad + other`` (a residual block's two gradients) in the same pass."""
-    out = np.empty_like(grad) if out is None else out
-    arrays = [a for a in (grad, other, r, out) if a is not None]
+    ``other``, of ``grad + other`` (a residual block's two gradients) in the same pass. A
+    ``grad`` of another layout (a pooling-by-mean gradient broadcast over the map, a
+    convolution's gradient channels first) is read where it lies."""
+    out = np.empty(grad.shape, grad.dtype) if out is None else out
+    rest = [a for a in (other, r, out) if a is not None]
     if (
         grad.dtype not in FLOATS
         or grad.size < kernels.MIN_SIZE
-        or any(a.shape != grad.shape or a.dtype != grad.dtype or not a.flags.c_contiguous for a in arrays)
+        or any(a.shape != grad.shape or a.dtype != grad.dtype or not a.flags.c_contiguous for a in rest)
+        or grad.shape != r.shape
+        or grad.dtype != r.dtype
     ):  # the NumPy runner's kernel, a chunk at a time in any layout
         return numpy_rewrites.relu_backward(grad, r, other, out)
+    if not grad.flags.c_contiguous:
+        strided = _strided_flat(grad)
+        if strided is None:
+            return numpy_rewrites.relu_backward(grad, r, other, out)
+        flat, steps, shape = strided
+        h = r.reshape(-1) if other is None else other.reshape(-1)
+        kernel = launch.for_work(_relu_gate_strided, grad.size)
+        launch.run(kernel, grad.size, flat, steps, h, r.reshape(-1), out.reshape(-1), *shape, other is not None)
+        return out
     kernel = _relu_gate if other is None else _relu_gate_sum
-    launch.run(launch.for_work(kernel, grad.size), grad.size, *(a.reshape(-1) for a in arrays))
+    launch.run(launch.for_work(kernel, grad.size), grad.size, *(a.reshape(-1) for a in [grad, *rest]))
     return out
 
 

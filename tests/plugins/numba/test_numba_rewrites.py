@@ -192,7 +192,7 @@ def test_batch_norm_relu_is_batch_norm_then_the_sum_and_where(dtype, residual, k
 @pytest.mark.parametrize("size", [(4, 8, 16, 16), (3, 5)], ids=["kernel", "small: NumPy's"])
 def test_relu_backward_is_the_gradient_where(dtype, size, monkeypatch):
     """``where(r > 0, g, 0)`` for ReLU's output ``r``, g's bits kept (-0.0, NaN), +0.0 elsewhere,
-    into the runner's buffer when it gives one; a strided gradient goes to NumPy's kernel; with
+    into the runner's buffer when it gives one; a strided gradient read where it lies; with
     a second gradient ``h``, ``where(r > 0, g + h, 0)`` with the sum rounded as NumPy's."""
     from ember_numba import rewrites
 
@@ -212,6 +212,43 @@ def test_relu_backward_is_the_gradient_where(dtype, size, monkeypatch):
     with np.errstate(invalid="ignore"):
         want = np.where(x > 0, g + h, 0).astype(dtype)
     np.testing.assert_array_equal(_bits(rewrites.relu_backward(g, r, h)), _bits(want))
+
+
+@pytest.mark.parametrize("layout", ["broadcast", "channels first", "reversed", "2-d transposed"])
+def test_relu_backward_reads_a_gradient_of_any_layout(layout, monkeypatch):
+    """ResNet's gradients come to ReLU's backward as the pooling-by-mean gradient broadcast over
+    the map, or a convolution's gradient channels first: the same bits as NumPy's kernel, with
+    and without the residual's gradient, into a C-contiguous result; negative strides (a
+    reversed view) go to NumPy's kernel."""
+    from ember.backends.numpy import rewrites as numpy_rewrites
+    from ember_numba import rewrites
+
+    rng = np.random.RandomState(7)
+    n, c, hw = 16, 40, 4  # past kernels.MIN_SIZE (the file's fixture: all threads from any size)
+    shape = (n, c, hw, hw) if layout != "2-d transposed" else (n * 4, c * 4)
+
+    def values(*dims):
+        return _signed_zeros_and_nan(rng.standard_normal(dims).astype(np.float32))
+
+    g = {
+        "broadcast": lambda: np.broadcast_to(values(c, n).T[:, :, None, None], shape),
+        "channels first": lambda: values(c, n, hw, hw).transpose(1, 0, 2, 3),
+        "reversed": lambda: values(*shape)[::-1],
+        "2-d transposed": lambda: values(*shape[::-1]).T,
+    }[layout]()
+    assert not g.flags.c_contiguous
+    x = rng.standard_normal(shape).astype(np.float32)
+    r, h = np.where(x > 0, x, 0).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    reference, fallbacks = numpy_rewrites.relu_backward, []
+    monkeypatch.setattr(numpy_rewrites, "relu_backward", lambda *a: fallbacks.append(1) or reference(*a))
+    for other in (None, h):
+        for _ in range(4):  # past the first calls: the compiled kernel, on one thread and on all
+            got = rewrites.relu_backward(g, r, other)
+        with np.errstate(invalid="ignore"):
+            want = reference(np.ascontiguousarray(g), r, other)
+        assert got.flags.c_contiguous
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert len(fallbacks) == (8 if layout == "reversed" else 0)
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 3000, 1 << 22], ids=["one-sample", "few-samples", "whole-batch"])
