@@ -69,6 +69,10 @@ class ThreadSums:
         else:
             mine[0] += part
 
+    def partials(self):
+        """The threads' partial sums, unadded (for a caller that adds them block by block)."""
+        return [p for p, _ in self._mine.values()]
+
     def total(self):
         """The partials added up (into the first)."""
         parts = [p for p, _ in self._mine.values()]

@@ -639,10 +639,42 @@ def conv2d_grad_weight(x, g, weight_shape, padding):
 
     with one_thread(), np.errstate(invalid="ignore", over="ignore"):
         on_demand(count, nt, part)
-        total = sums.total()
-        # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
-        dw = np.matmul(total.reshape(16, k * c).T, _GG[dtype.type]).reshape(weight_shape)
-    return dw if reference.finite(dw) else None
+        return kernel_side(sums.partials(), _GG[dtype.type], weight_shape, nt)
+
+
+#: Kernels a block of :func:`kernel_side` takes: blocks of a fixed size, so that the bits do not
+#: depend on the threads.
+SIDE_BLOCK = 1 << 13
+
+
+def kernel_side(parts, gg, weight_shape, nt):
+    """A weight gradient's last step: ``G^T m G`` of every (K, C) of the sum of ``parts`` (each
+    (P, K, C), P = 16 or 36; ``gg`` (P, 9)), the taps as (K*C, 9), the weights' own layout; or
+    None if it is not finite. Blocks of SIDE_BLOCK kernels are taken on demand by ``nt``
+    threads (with BLAS on one thread): each adds up its columns of the parts, multiplies them
+    and checks its taps in cache, where one thread did all three over the whole (ResNet-18's
+    512-channel layers: a 38 MB sum)."""
+    p, kc = gg.shape[0], int(np.prod(weight_shape[:2]))
+    flat = [a.reshape(p, kc) for a in parts]
+    dw = np.empty(weight_shape, flat[0].dtype)
+    taps = dw.reshape(kc, 9)
+    blocks = -(-kc // SIDE_BLOCK)
+    broken = []
+
+    def block(i):
+        lo, hi = i * SIDE_BLOCK, min(kc, (i + 1) * SIDE_BLOCK)
+        m = flat[0][:, lo:hi]
+        if len(flat) > 1:
+            m = np.add(m, flat[1][:, lo:hi], out=scratch("winograd_side", p * (hi - lo), m.dtype).reshape(p, hi - lo))
+            for other in flat[2:]:
+                m += other[:, lo:hi]
+        np.matmul(m.T, gg, out=taps[lo:hi])
+        if not reference.finite(taps[lo:hi]):
+            broken.append(True)
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        on_demand(blocks, nt, block)
+    return None if broken else dw
 
 
 def _grad_weight_f43(x, g, weight_shape, padding):
@@ -678,10 +710,7 @@ def _grad_weight_f43(x, g, weight_shape, padding):
 
     with one_thread(), np.errstate(invalid="ignore", over="ignore"):
         on_demand(count, nt, part)
-        total = sums.total()
-        # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
-        dw = np.matmul(total.reshape(36, k * c).T, winograd43.GG[dtype.type]).reshape(weight_shape)
-    return dw if reference.finite(dw) else None
+        return kernel_side(sums.partials(), winograd43.GG[dtype.type], weight_shape, nt)
 
 
 # ----------------------------------------------------------------------------- native bands
@@ -894,6 +923,4 @@ def _grad_weight_f43_by_position(x, g, weight_shape, padding):
         V3, D3 = V.reshape(36, T, c), D.reshape(36, T, k)
         on_demand(count, nt, transform)
         on_demand(36, nt, lambda p: np.matmul(D3[p].T, V3[p], out=total[p]))  # (K, T) @ (T, C)
-        # G^T m G of every (K, C): the taps come out as (K*C, 9), the weights' own layout
-        dw = np.matmul(total.reshape(36, k * c).T, winograd43.GG[dtype.type]).reshape(weight_shape)
-    return dw if reference.finite(dw) else None
+        return kernel_side([total], winograd43.GG[dtype.type], weight_shape, nt)

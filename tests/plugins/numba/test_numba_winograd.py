@@ -527,3 +527,25 @@ def test_the_kernel_transform_split_among_threads_is_the_whole_product(threads, 
     np.testing.assert_array_equal(split, whole)
     gg = winograd43.GG[np.float32]  # U[p] (C, K) = the p-th row of G (x) G on each kernel's taps
     np.testing.assert_allclose(whole[5], np.einsum("i,kci->ck", gg[5], w.reshape(40, 30, 9)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_the_kernel_side_of_a_weight_gradient_in_blocks_is_the_whole_product(parts, monkeypatch):
+    """``G^T m G`` of the summed partials, in blocks of kernels on the threads: the whole
+    product's values, the same bits on 1, 2 or 3 threads (the blocks do not follow the
+    threads), None when a block is not finite."""
+    from ember_numba import winograd43
+    from ember_numba.blas import one_thread
+
+    monkeypatch.setattr(winograd, "SIDE_BLOCK", 64)
+    rng = np.random.default_rng(13)
+    shape, gg = (24, 19, 3, 3), winograd43.GG[np.float32]
+    sums = [rng.standard_normal((36, 24, 19)).astype(np.float32) for _ in range(parts)]
+    want = np.matmul(np.sum(sums, axis=0).reshape(36, -1).T, gg).reshape(shape)
+    with one_thread():
+        got = [winograd.kernel_side(sums, gg, shape, nt) for nt in (1, 2, 3)]
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+        for other in got[1:]:
+            np.testing.assert_array_equal(other, got[0])
+        sums[0][7, 20, 5] = np.inf
+        assert winograd.kernel_side(sums, gg, shape, 2) is None
