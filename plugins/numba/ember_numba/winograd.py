@@ -445,14 +445,16 @@ def _bands(n0, m, th, tw, nt, tiles, key, native=None):
     BAND_THREADS.record(st, one, explore, time.perf_counter() - t0)
 
 
-def conv2d(x, w, padding, epilogue=None):
+def conv2d(x, w, padding, epilogue=None, flipped=False):
     """``conv2d`` at stride 1 for NCHW float ``x`` and a 3x3 ``w`` (K, C, 3, 3): contiguous
     NCHW output, or None if it is not finite. ``epilogue`` (epilogue.Epilogue), if given, goes
     on each band of tile rows as it is made, on its thread, once the band is found finite.
-    F(4x4, 3x3) (winograd43.py) where :func:`takes_f43` says so, F(2x2, 3x3) otherwise."""
+    F(4x4, 3x3) (winograd43.py) where :func:`takes_f43` says so, F(2x2, 3x3) otherwise.
+    ``flipped``: with the kernel ``w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]`` (an input
+    gradient's), which F(4x4)'s kernel transform reads from ``w`` as it lies."""
     x = np.ascontiguousarray(x)
     n, c, h, wd = x.shape
-    k = w.shape[0]
+    k = w.shape[1] if flipped else w.shape[0]
     (ph, pw), dtype = padding, x.dtype
     oh, ow = h + 2 * ph - 2, wd + 2 * pw - 2
     size = 4 if takes_f43(n, c, k, oh, ow) else 2  # output tile: size x size
@@ -499,7 +501,9 @@ def conv2d(x, w, padding, epilogue=None):
         )
         if _by_position(n, per, th * tw, nt):
             with one_thread():
-                U = winograd43.kernel_transform(w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype), nt)
+                U = winograd43.kernel_transform(
+                    w.astype(dtype, copy=False), scratch(WIDE, 36 * k * c, dtype), nt, flipped
+                )
                 _f43_by_position(x, U, padding, out, epilogue, broken)
             return None if broken else out
     else:
@@ -511,9 +515,9 @@ def conv2d(x, w, padding, epilogue=None):
         # on one thread: BLAS's own sleep between layers
         w = w.astype(dtype, copy=False)
         if size == 4:  # U in scratch: 36 MiB at 512 channels, faulted in afresh each call otherwise
-            U = winograd43.kernel_transform(w, scratch(WIDE, 36 * k * c, dtype), nt)
+            U = winograd43.kernel_transform(w, scratch(WIDE, 36 * k * c, dtype), nt, flipped)
         else:
-            U = kernel_transform(w)
+            U = kernel_transform(np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]) if flipped else w)
         checked = count >= nt  # every chunk by tiles(), which checks it
         if checked:
             if size == 4:  # the chunks' products read U[p] (C, K) row by row (skinny.stacked)
@@ -539,8 +543,7 @@ def conv2d_grad_input(g, w, input_shape, padding):
     n, k, oh, ow = g.shape
     if _on_forward_tiles(n, input_shape[1], k, input_shape[2:], (oh, ow)):
         return _grad_input_f43(g, w, input_shape, padding)
-    flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-    return conv2d(g, flipped, (2 - padding[0], 2 - padding[1]))
+    return conv2d(g, w, (2 - padding[0], 2 - padding[1]), flipped=True)
 
 
 def _on_forward_tiles(n, c, k, in_hw, out_hw):

@@ -354,17 +354,25 @@ SPLIT_KERNELS = 1 << 15
 
 
 @numba.njit(**JIT)
-def _kernel_rows(taps, j0, j1, KC, G, S, out):
+def _kernel_rows(taps, j0, j1, KC, G, S, out, K, C, flip):
     """``out[(6p + q) * KC + j] = (G g_j G^T)[p, q]`` for the kernels j0 .. j1-1 of ``taps``
-    (KC, 9), flat: ``G g`` first (6x3), then ``(G g) G^T``, each a loop across a block of
+    (K*C, 9), flat: ``G g`` first (6x3), then ``(G g) G^T``, each a loop across a block of
     kernels (vectors of kernels, not of taps). ``S`` holds a block's taps, transposed, and its
-    ``G g``: 27 rows of KT_BLOCK."""
+    ``G g``: 27 rows of KT_BLOCK. With ``flip``, kernel j = c*K + k is kernel (k, c) of
+    ``taps`` turned half a turn (its taps in reverse): an input gradient's kernel, read where
+    the weights lie instead of from a flipped copy."""
     B = KT_BLOCK
     for b0 in range(j0, j1, B):
         nb = min(B, j1 - b0)
-        for i in range(nb):
-            for t in range(9):
-                S[t * B + i] = taps[(b0 + i) * 9 + t]
+        if flip:
+            for i in range(nb):
+                src = ((b0 + i) % K * C + (b0 + i) // K) * 9
+                for t in range(9):
+                    S[t * B + i] = taps[src + 8 - t]
+        else:
+            for i in range(nb):
+                for t in range(9):
+                    S[t * B + i] = taps[(b0 + i) * 9 + t]
         for r in range(6):
             g0, g1, g2 = G[r, 0], G[r, 1], G[r, 2]
             for col in range(3):
@@ -380,12 +388,15 @@ def _kernel_rows(taps, j0, j1, KC, G, S, out):
                     out[dst + i] = g0 * S[h + i] + g1 * S[h + B + i] + g2 * S[h + 2 * B + i]
 
 
-def kernel_transform(w, out=None, threads=1):
+def kernel_transform(w, out=None, threads=1, flipped=False):
     """``U`` (36, C, K) = ``G g G^T`` of every 3x3 kernel of ``w`` (K, C, 3, 3), in the GEMMs'
     (C, K) order as a transposed view of (36, K*C) (:func:`_kernel_rows`). Into ``out``
     (36*K*C of w's dtype), if given. With ``threads``, many kernels are shared out among that
-    many threads, a block each (each kernel's values are the same whichever thread makes them)."""
-    k, c = w.shape[:2]
+    many threads, a block each (each kernel's values are the same whichever thread makes them).
+    ``flipped``: the transform of ``w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]`` (an input
+    gradient's kernel), without making that copy."""
+    k0, c0 = w.shape[:2]
+    k, c = (c0, k0) if flipped else (k0, c0)
     kc = k * c
     taps = np.ascontiguousarray(w).reshape(-1)
     g = G[w.dtype.type]
@@ -395,6 +406,8 @@ def kernel_transform(w, out=None, threads=1):
     on_demand(
         parts,
         parts,
-        lambda i: _kernel_rows(taps, e[i], e[i + 1], kc, g, scratch("winograd_kt", 27 * KT_BLOCK, w.dtype), out),
+        lambda i: _kernel_rows(
+            taps, e[i], e[i + 1], kc, g, scratch("winograd_kt", 27 * KT_BLOCK, w.dtype), out, k0, c0, flipped
+        ),
     )
     return out.reshape(36, k, c).transpose(0, 2, 1)

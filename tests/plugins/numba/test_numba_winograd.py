@@ -549,3 +549,20 @@ def test_the_kernel_side_of_a_weight_gradient_in_blocks_is_the_whole_product(par
             np.testing.assert_array_equal(other, got[0])
         sums[0][7, 20, 5] = np.inf
         assert winograd.kernel_side(sums, gg, shape, 2) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_flipped_kernel_transform_reads_the_weights_as_they_lie(threads, monkeypatch):
+    """An input gradient's kernel (channels swapped, turned half a turn) transformed from the
+    weights in place: the bits of the transform of that kernel as a copy (1,200 kernels:
+    several blocks, a partial one last)."""
+    from ember_numba import winograd43
+    from ember_numba.blas import one_thread
+
+    monkeypatch.setattr(winograd43, "SPLIT_KERNELS", 0)
+    w = np.random.default_rng(14).standard_normal((40, 30, 3, 3)).astype(np.float32)
+    with one_thread():
+        want = winograd43.kernel_transform(np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])).copy()
+        got = winograd43.kernel_transform(w, np.empty(36 * 40 * 30, np.float32), threads, flipped=True)
+    assert got.shape == want.shape == (36, 40, 30)
+    np.testing.assert_array_equal(got, want)
