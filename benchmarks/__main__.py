@@ -36,6 +36,12 @@ def main(argv=None):
     r.add_argument("--smoke", action="store_true", help="a few steps of everything, to check the harness")
     r.add_argument("--rounds", type=int)
     r.add_argument("--steps", type=int, help="measured steps per process, for every workload")
+    r.add_argument(
+        "--warmup",
+        type=int,
+        help="warm-up steps per process, for every workload and target alike (default: the workload's, "
+        "at least 3 for ember.jit targets)",
+    )
     r.add_argument("--batch", type=int)
     r.add_argument("--threads", type=int)
     r.add_argument("--timeout", type=float, help="seconds per process before it is killed")
@@ -57,7 +63,7 @@ def main(argv=None):
         return 0
 
     settings = runner.Settings.smoke() if args.smoke else runner.Settings()
-    for name in ("rounds", "steps", "batch", "threads", "timeout", "max_seconds"):
+    for name in ("rounds", "steps", "warmup", "batch", "threads", "timeout", "max_seconds"):
         if getattr(args, name) is not None:
             setattr(settings, name, getattr(args, name))
     workloads = runner.select_workloads(args.workloads)

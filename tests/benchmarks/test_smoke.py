@@ -181,6 +181,24 @@ def test_targets_that_compile_in_their_third_step_warm_up_past_it():
     assert WORKLOADS["W3-train"].warmup < runner.JIT_WARMUP
     assert warmup("numba") == warmup("numba+jit") == warmup("numpy+jit") == runner.JIT_WARMUP
     assert warmup("numpy") == warmup("eager", "torch") == WORKLOADS["W3-train"].warmup
+    s.warmup = 4  # --warmup: every target alike, torch.compile's settling steps too
+    assert warmup("numba+jit") == warmup("compile", "torch") == warmup("eager", "torch") == 4
+
+
+def test_the_warmup_flag_reaches_the_settings(monkeypatch):
+    """``python -m benchmarks run --warmup N`` sets the run's warm-up for every target."""
+    from benchmarks import __main__ as cli
+
+    class Ran(Exception):
+        pass
+
+    def run(workloads, targets, settings, not_run, log=print):
+        raise Ran(settings)
+
+    monkeypatch.setattr(runner, "run", run)
+    with pytest.raises(Ran) as ran:
+        cli.main(["run", "--workloads", "W3-train", "--backends", "torch", "--warmup", "4", "--no-docs"])
+    assert ran.value.args[0].warmup == 4
 
 
 def _record(workload, target, rnd, metrics):
