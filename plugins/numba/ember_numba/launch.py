@@ -92,8 +92,8 @@ class ThreadChoice:
     set those calls' times (ResNet-18's first training step: 527-1073 faults in calls of
     41-93 ms that take 5-8 ms once the buffers are warm). Timed, a try of all threads that
     met them lost, and a key whose try loses waits 50-60 calls (15-20 ResNet-18 steps) for
-    the next one: one run in three kept its residual ReLU gradients on one thread, 8.4 ms a
-    call against 4.1-5.2 on two.
+    the next one: 4 of 4 processes kept its residual ReLU gradients on one thread, 8.3 ms a
+    call against 4.2 on two (0 of 3 with the rule).
 
     A call may ``watch`` the machine (the layers of a network at batch 1): a key kept on one
     thread tries all threads at once when the machine goes quiet (:class:`Quieted`), not after

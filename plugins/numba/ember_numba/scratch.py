@@ -75,7 +75,7 @@ class ThreadSums:
 
     def total(self):
         """The partials added up (into the first)."""
-        parts = [p for p, _ in self._mine.values()]
+        parts = self.partials()
         total = parts[0]
         for p in parts[1:]:
             total += p
