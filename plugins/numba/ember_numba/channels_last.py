@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import uint64
+from numba import prange, uint64
 
+from . import launch
 from .kernels import JIT
 
 #: Output rows at most this wide: conv.py's runs of OW values are short there. Measured per
@@ -155,10 +156,34 @@ def conv2d(ch, x, w, epilogue=None):
 
 
 def conv2d_grad_weight(ch, x, g, weight_shape):
-    """conv.conv2d_grad_weight_cols for chunks that :func:`takes`: one partial dWᵀ per thread."""
+    """conv.conv2d_grad_weight_cols for chunks that :func:`takes`: one partial dWᵀ per thread,
+    then dWᵀ (KH*KW*C, O) laid out as the weights (O, C, KH, KW) by :func:`_taps_last`."""
     dwt = ch.summed(lambda n0, m: _columns(ch, x, n0, m).T @ _pixel_major(ch, g, n0, m))
     o, c, kh, kw = weight_shape
-    return np.ascontiguousarray(dwt.reshape(kh, kw, c, o).transpose(3, 2, 0, 1))
+    dw = np.empty(weight_shape, dwt.dtype)
+    dwt = np.ascontiguousarray(dwt)
+    kernel = launch.for_work(_taps_last, dwt.size)
+    launch.run(kernel, dwt.size, dwt.reshape(-1), kh * kw, c, o, dw.reshape(-1))
+    return dw
+
+
+#: Output channels a task of :func:`_taps_last` takes: a cache line of each row it reads.
+TAPS_O = 16
+
+
+@numba.njit(parallel=True, **JIT)
+def _taps_last(dwt, T, C, O, out):
+    """out (O, C, T) <- dwt (T*C, O), flat: a weight gradient made tap-major, channels last
+    (channels_last's products) put in the weights' layout. A task per TAPS_O output channels
+    reads that many columns of every row (a cache line) and writes its rows of ``out`` in
+    order; NumPy's strided copy took 7.9 ms for ResNet-18's 512 x 256 x 3 x 3 on one thread."""
+    for b in prange((O + TAPS_O - 1) // TAPS_O):
+        o0, o1 = b * TAPS_O, min(O, (b + 1) * TAPS_O)
+        for c in range(C):
+            for t in range(T):
+                src = uint64((t * C + c) * O)
+                for o in range(o0, o1):
+                    out[uint64((o * C + c) * T + t)] = dwt[src + o]
 
 
 def conv2d_grad_input(ch, g, w, input_shape):
