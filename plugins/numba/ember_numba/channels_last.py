@@ -141,7 +141,17 @@ def _pixel_major(ch, g, n0, m):
 def conv2d(ch, x, w, epilogue=None):
     """conv.conv2d_cols for chunks that :func:`takes`; ``epilogue`` on each chunk's samples."""
     o, p = ch.o, ch.p
-    wc = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(ch.ckk, o)
+    w = np.ascontiguousarray(w)
+    wc = np.empty((ch.ckk, o), w.dtype)  # (KH*KW*C, O): the weights tap-major, channels last
+    launch.run(
+        launch.for_work(_taps_first, w.size),
+        w.size,
+        w.reshape(-1),
+        w.shape[2] * w.shape[3],
+        w.shape[1],
+        o,
+        wc.reshape(-1),
+    )
     out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
 
     def work(n0, m):
@@ -167,8 +177,23 @@ def conv2d_grad_weight(ch, x, g, weight_shape):
     return dw
 
 
-#: Output channels a task of :func:`_taps_last` takes: a cache line of each row it reads.
+#: Output channels a task of :func:`_taps_last` and :func:`_taps_first` takes: a cache line of
+#: each row of the (T*C, O) side.
 TAPS_O = 16
+
+
+@numba.njit(parallel=True, **JIT)
+def _taps_first(w, T, C, O, out):
+    """out (T*C, O) <- w (O, C, T), flat: :func:`_taps_last`'s inverse, the weights as the
+    channels-last products take them (NumPy's strided copy: 3.9 ms for 512 x 256 x 3 x 3 on
+    one thread)."""
+    for b in prange((O + TAPS_O - 1) // TAPS_O):
+        o0, o1 = b * TAPS_O, min(O, (b + 1) * TAPS_O)
+        for c in range(C):
+            for t in range(T):
+                dst = uint64((t * C + c) * O)
+                for o in range(o0, o1):
+                    out[dst + o] = w[uint64((o * C + c) * T + t)]
 
 
 @numba.njit(parallel=True, **JIT)
