@@ -143,15 +143,8 @@ def conv2d(ch, x, w, epilogue=None):
     o, p = ch.o, ch.p
     w = np.ascontiguousarray(w)
     wc = np.empty((ch.ckk, o), w.dtype)  # (KH*KW*C, O): the weights tap-major, channels last
-    launch.run(
-        launch.for_work(_taps_first, w.size),
-        w.size,
-        w.reshape(-1),
-        w.shape[2] * w.shape[3],
-        w.shape[1],
-        o,
-        wc.reshape(-1),
-    )
+    taps = w.shape[2] * w.shape[3]
+    launch.run(launch.for_work(_retile, w.size), w.size, w.reshape(-1), taps, w.shape[1], o, wc.reshape(-1), True)
     out = np.empty((ch.n, o, ch.geo[-2], ch.geo[-1]), x.dtype)
 
     def work(n0, m):
@@ -167,48 +160,37 @@ def conv2d(ch, x, w, epilogue=None):
 
 def conv2d_grad_weight(ch, x, g, weight_shape):
     """conv.conv2d_grad_weight_cols for chunks that :func:`takes`: one partial dWᵀ per thread,
-    then dWᵀ (KH*KW*C, O) laid out as the weights (O, C, KH, KW) by :func:`_taps_last`."""
+    then dWᵀ (KH*KW*C, O) laid out as the weights (O, C, KH, KW) by :func:`_retile`."""
     dwt = ch.summed(lambda n0, m: _columns(ch, x, n0, m).T @ _pixel_major(ch, g, n0, m))
     o, c, kh, kw = weight_shape
     dw = np.empty(weight_shape, dwt.dtype)
     dwt = np.ascontiguousarray(dwt)
-    kernel = launch.for_work(_taps_last, dwt.size)
-    launch.run(kernel, dwt.size, dwt.reshape(-1), kh * kw, c, o, dw.reshape(-1))
+    launch.run(launch.for_work(_retile, dwt.size), dwt.size, dwt.reshape(-1), kh * kw, c, o, dw.reshape(-1), False)
     return dw
 
 
-#: Output channels a task of :func:`_taps_last` and :func:`_taps_first` takes: a cache line of
-#: each row of the (T*C, O) side.
+#: Output channels a task of :func:`_retile` takes: a cache line of each row of the (T*C, O) side.
 TAPS_O = 16
 
 
 @numba.njit(parallel=True, **JIT)
-def _taps_first(w, T, C, O, out):
-    """out (T*C, O) <- w (O, C, T), flat: :func:`_taps_last`'s inverse, the weights as the
-    channels-last products take them (NumPy's strided copy: 3.9 ms for 512 x 256 x 3 x 3 on
-    one thread)."""
+def _retile(src, T, C, O, out, tap_major):
+    """Weights between their layout (O, C, T) and the channels-last products' (T*C, O), flat:
+    ``tap_major`` makes ``out`` (T*C, O) from ``src`` (O, C, T) (the forward's weights), else
+    ``out`` (O, C, T) from ``src`` (T*C, O) (a weight gradient). A task per TAPS_O output
+    channels touches a cache line of every (T*C, O) row and each (O, C, T) row in order; NumPy's
+    strided copies took 3.9 and 7.9 ms for ResNet-18's 512 x 256 x 3 x 3 on one thread."""
     for b in prange((O + TAPS_O - 1) // TAPS_O):
         o0, o1 = b * TAPS_O, min(O, (b + 1) * TAPS_O)
         for c in range(C):
             for t in range(T):
-                dst = uint64((t * C + c) * O)
+                row = uint64((t * C + c) * O)
                 for o in range(o0, o1):
-                    out[dst + o] = w[uint64((o * C + c) * T + t)]
-
-
-@numba.njit(parallel=True, **JIT)
-def _taps_last(dwt, T, C, O, out):
-    """out (O, C, T) <- dwt (T*C, O), flat: a weight gradient made tap-major, channels last
-    (channels_last's products) put in the weights' layout. A task per TAPS_O output channels
-    reads that many columns of every row (a cache line) and writes its rows of ``out`` in
-    order; NumPy's strided copy took 7.9 ms for ResNet-18's 512 x 256 x 3 x 3 on one thread."""
-    for b in prange((O + TAPS_O - 1) // TAPS_O):
-        o0, o1 = b * TAPS_O, min(O, (b + 1) * TAPS_O)
-        for c in range(C):
-            for t in range(T):
-                src = uint64((t * C + c) * O)
-                for o in range(o0, o1):
-                    out[uint64((o * C + c) * T + t)] = dwt[src + o]
+                    at = uint64((o * C + c) * T + t)
+                    if tap_major:
+                        out[row + o] = src[at]
+                    else:
+                        out[at] = src[row + o]
 
 
 def conv2d_grad_input(ch, g, w, input_shape):

@@ -124,8 +124,8 @@ def test_the_weight_gradient_is_put_in_the_weights_layout_as_numpy_would(o):
     kh, kw, c = 2, 3, 5
     dwt = np.random.default_rng(3).standard_normal((kh * kw * c, o)).astype(np.float32)
     out = np.empty((o, c, kh, kw), np.float32)
-    channels_last._taps_last(dwt.reshape(-1), kh * kw, c, o, out.reshape(-1))
+    channels_last._retile(dwt.reshape(-1), kh * kw, c, o, out.reshape(-1), False)
     np.testing.assert_array_equal(out, dwt.reshape(kh, kw, c, o).transpose(3, 2, 0, 1))
     back = np.empty_like(dwt)  # and the weights as the forward's product takes them
-    channels_last._taps_first(out.reshape(-1), kh * kw, c, o, back.reshape(-1))
+    channels_last._retile(out.reshape(-1), kh * kw, c, o, back.reshape(-1), True)
     np.testing.assert_array_equal(back, dwt)
