@@ -73,7 +73,7 @@ def test_a_samples_pool_on_blocks_of_planes_matches_the_reference(backend, rng, 
 )
 def test_batch_norm_kernels_match_the_reference(backend, rng, dtype, shape):
     """(N, C, H, W); small planes, several channels a task; (N, C); (N, C, L); 2 values a
-    channel; 8x8 planes (the backward as runs of channels, the sums kept per position)."""
+    channel; 8x8 planes."""
     x = (rng.standard_normal(shape) * 3 + 2).astype(dtype)
     g = rng.standard_normal(shape).astype(dtype)
     w, b = rng.standard_normal(shape[1]).astype(dtype), rng.standard_normal(shape[1]).astype(dtype)
@@ -122,8 +122,7 @@ def _cnn(nn):
 
 def test_eager_cnn_training_runs_the_kernels(launches, rng):
     """Each step: two batch-norm and two max-pool kernels forward (the 2x2 one and the general
-    one), their backward kernels (batch norm's on 12x12 planes by channel, on 10x10 planes as
-    runs of several channels);
+    one), their backward kernels;
     losses, gradients and running statistics are the NumPy reference's."""
     import ember.nn as nn
     from ember import optim
@@ -150,9 +149,8 @@ def test_eager_cnn_training_runs_the_kernels(launches, rng):
             [p.grad.numpy() for p in model.parameters()],
             [b.numpy() for b in model.buffers() if b.dtype.is_floating_point],
         )
-    assert launches.count(bn_kernels.batch_norm_channels) == 6
-    for kernel in (bn_kernels.batch_norm_backward_channels, bn_kernels.batch_norm_backward_runs):
-        assert launches.count(kernel) == 3, kernel
+    for kernel in (bn_kernels.batch_norm_channels, bn_kernels.batch_norm_backward_channels):
+        assert launches.count(kernel) == 6, kernel
     for kernel in (
         pool_kernels.max_pool_2x2_planes,
         pool_kernels.max_pool_2x2_backward_planes,  # MaxPool2d(2)
