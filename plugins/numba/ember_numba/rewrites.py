@@ -281,8 +281,6 @@ def relu_backward(grad, r, other=None, out=None):
         grad.dtype not in FLOATS
         or grad.size < kernels.MIN_SIZE
         or any(a.shape != grad.shape or a.dtype != grad.dtype or not a.flags.c_contiguous for a in rest)
-        or grad.shape != r.shape
-        or grad.dtype != r.dtype
     ):  # the NumPy runner's kernel, a chunk at a time in any layout
         return numpy_rewrites.relu_backward(grad, r, other, out)
     if not grad.flags.c_contiguous:

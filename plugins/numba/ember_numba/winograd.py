@@ -664,6 +664,7 @@ def kernel_side(parts, gg, weight_shape, nt):
     blocks = -(-kc // SIDE_BLOCK)
     broken = []
 
+    @np.errstate(invalid="ignore", over="ignore")  # on each thread: not finite, computed directly
     def block(i):
         lo, hi = i * SIDE_BLOCK, min(kc, (i + 1) * SIDE_BLOCK)
         m = flat[0][:, lo:hi]
@@ -675,8 +676,7 @@ def kernel_side(parts, gg, weight_shape, nt):
         if not reference.finite(taps[lo:hi]):
             broken.append(True)
 
-    with np.errstate(invalid="ignore", over="ignore"):
-        on_demand(blocks, nt, block)
+    on_demand(blocks, nt, block)
     return None if broken else dw
 
 
