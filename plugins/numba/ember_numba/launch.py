@@ -134,7 +134,7 @@ class ThreadChoice:
             # this call began, calls with faults that may still go untimed
             st = self.stats[key] = [0, None, None, 0, self.EXPLORE, [], 0, None, False, 0, self.FAULT_SKIPS]
         st[0] += 1
-        st[9] = _minor_faults()
+        st[9] = _minor_faults() if st[10] else 0  # read only while a faulting call may go untimed
         if st[1] is None:
             return True, False, st
         if st[2] is None:
