@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import winograd
+from . import split, winograd
 
 
 def _channels_last(x, padding):
@@ -109,6 +109,19 @@ def _blocks(n, rows_per_image, row_bytes):
     return [slice(a, min(n, a + per)) for a in range(0, n, per)]
 
 
+#: Convolutions whose products are at most this many channels wide (a group's output
+#: channels; an input gradient's, its input channels) run their blocks on all of BLAS's
+#: threads at once, each block's products on one thread (split.py; measured, batch 128, 2
+#: cores: 64 and 128 channels 0.58-0.89x the time, 512 channels 1.14x).
+SPLIT_MAX_CHANNELS = 128
+
+
+def _over(run, blocks, channels):
+    """``run`` over the blocks: split.py's runs of them on all threads for narrow products
+    (SPLIT_MAX_CHANNELS), else one run of all on the calling thread; the runs' results."""
+    return split.each(run, blocks) if channels <= SPLIT_MAX_CHANNELS else [run(blocks)]
+
+
 def _geometry(input_hw, kernel, stride, padding, dilation):
     return tuple(_out_size(input_hw[i], kernel[i], stride[i], padding[i], dilation[i]) for i in range(2))
 
@@ -132,13 +145,17 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, then=
     wm = _weight_matrix(w)
     out = np.empty((n, oh, ow, o), dtype=np.result_type(x, w))
     row_bytes = max(wm.shape[1], o * BLOCK_BYTES // OUT_BLOCK_BYTES) * xh.itemsize
-    for b in _blocks(n, oh * ow, row_bytes):
-        rows = out[b].reshape(-1, o)
-        for gi in range(groups):
-            cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], kernel, stride, dilation, (oh, ow))
-            np.matmul(cols, wm[gi * og : (gi + 1) * og].T, out=rows[:, gi * og : (gi + 1) * og])  # BLAS GEMM
-        if then is not None:
-            then(rows)
+
+    def run(blocks):
+        for b in blocks:
+            rows = out[b].reshape(-1, o)
+            for gi in range(groups):
+                cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], kernel, stride, dilation, (oh, ow))
+                np.matmul(cols, wm[gi * og : (gi + 1) * og].T, out=rows[:, gi * og : (gi + 1) * og])  # BLAS GEMM
+            if then is not None:
+                then(rows)
+
+    _over(run, _blocks(n, oh * ow, row_bytes), og)
     return out.transpose(0, 3, 1, 2)
 
 
@@ -163,16 +180,23 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
     xh = _channels_last(x, padding)
     gr = _rows(g).reshape(n, oh * ow, o)
     first = o <= COLUMNS_FIRST_MAX_CHANNELS and kh * kw > 1
-    out = np.zeros((kh * kw * cg, o) if first else (o, kh * kw * cg), dtype=np.result_type(x, g))
-    for b in _blocks(n, oh * ow, kh * kw * cg * xh.itemsize):
-        grb = gr[b].reshape(-1, o)
-        for gi in range(groups):
-            cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], (kh, kw), stride, dilation, (oh, ow))
-            gb, at = grb[:, gi * og : (gi + 1) * og], slice(gi * og, (gi + 1) * og)
-            if first:
-                out[:, at] += cols.T @ gb
-            else:
-                out[at] += gb.T @ cols
+
+    def run(blocks):
+        out = np.zeros((kh * kw * cg, o) if first else (o, kh * kw * cg), dtype=np.result_type(x, g))
+        for b in blocks:
+            grb = gr[b].reshape(-1, o)
+            for gi in range(groups):
+                cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], (kh, kw), stride, dilation, (oh, ow))
+                gb, at = grb[:, gi * og : (gi + 1) * og], slice(gi * og, (gi + 1) * og)
+                if first:
+                    out[:, at] += cols.T @ gb
+                else:
+                    out[at] += gb.T @ cols
+        return out
+
+    out, *rest = _over(run, _blocks(n, oh * ow, kh * kw * cg * xh.itemsize), og)
+    for part in rest:  # the runs' sums, in order
+        out += part
     # laid out like the weight
     return np.ascontiguousarray((out.T if first else out).reshape(o, kh, kw, cg).transpose(0, 3, 1, 2))
 
@@ -233,13 +257,17 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
     else:
         wm = _weight_matrix(w)
     dx = np.zeros((n, h + 2 * ph, wd + 2 * pw, c), dtype=np.result_type(g, w))
-    for b in _blocks(n, oh * ow, kh * kw * cg * dx.itemsize):
-        grb = gr[b].reshape(-1, o)
-        for gi in range(groups):
-            if by_tap:  # BLAS GEMM per kernel position, each position's columns contiguous
-                cols = np.matmul(grb[:, gi * og : (gi + 1) * og], wm[gi]).reshape(kh, kw, -1, oh, ow, cg)
-            else:
-                cols = (grb[:, gi * og : (gi + 1) * og] @ wm[gi * og : (gi + 1) * og]).reshape(-1, oh, ow, kh, kw, cg)
-                cols = cols.transpose(3, 4, 0, 1, 2, 5)
-            _col2im(dx[b, ..., gi * cg : (gi + 1) * cg], cols, stride, dilation, (oh, ow))
+
+    def run(blocks):
+        for b in blocks:
+            grb = gr[b].reshape(-1, o)
+            for gi in range(groups):
+                if by_tap:  # BLAS GEMM per kernel position, each position's columns contiguous
+                    cols = np.matmul(grb[:, gi * og : (gi + 1) * og], wm[gi]).reshape(kh, kw, -1, oh, ow, cg)
+                else:
+                    cols = grb[:, gi * og : (gi + 1) * og] @ wm[gi * og : (gi + 1) * og]
+                    cols = cols.reshape(-1, oh, ow, kh, kw, cg).transpose(3, 4, 0, 1, 2, 5)
+                _col2im(dx[b, ..., gi * cg : (gi + 1) * cg], cols, stride, dilation, (oh, ow))
+
+    _over(run, _blocks(n, oh * ow, kh * kw * cg * dx.itemsize), cg)
     return dx[:, ph : ph + h, pw : pw + wd].transpose(0, 3, 1, 2)

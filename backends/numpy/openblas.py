@@ -81,3 +81,34 @@ def gemm_address(dtype):
         return ctypes.cast(f, ctypes.c_void_p).value if integer is ctypes.c_int64 else None
 
     return _cblas("gemm", dtype, make)
+
+
+def thread_count():
+    """``(get, set)``: read and set the bundled OpenBLAS's thread count (process-wide: every
+    thread's products use it), or None where there is no such library."""
+    if "threads" not in _FOUND:
+        _FOUND["threads"] = None
+        lib = _library()
+        for name in ("scipy_openblas_{}64_", "scipy_openblas_{}", "openblas_{}") if lib is not None else ():
+            get = getattr(lib, name.format("get_num_threads"), None)
+            put = getattr(lib, name.format("set_num_threads"), None)
+            if get is not None and put is not None:
+                get.argtypes, get.restype = [], ctypes.c_int
+                put.argtypes, put.restype = [ctypes.c_int], None
+                _FOUND["threads"] = (get, put)
+                break
+    return _FOUND["threads"]
+
+
+def stop_workers():
+    """Stop the bundled OpenBLAS's worker threads (they start again with the next product on
+    several threads); False where there is no way to. After each product OpenBLAS's workers
+    spin, waiting for the next one, for 2**28 cycles by default (~0.1 s): long enough to take a
+    core from threads of our own that run next. What OpenBLAS's own fork handler calls; call it
+    between products, never while one runs."""
+    lib = _library()
+    stop = getattr(lib, "blas_thread_shutdown_", None) if lib is not None else None
+    if stop is None:
+        return False
+    stop()
+    return True
