@@ -122,6 +122,15 @@ def _over(run, blocks, channels):
     return split.each(run, blocks) if channels <= SPLIT_MAX_CHANNELS else [run(blocks)]
 
 
+def _padded_run(x, padding, blocks):
+    """The images of a run of blocks channels last and padded (:func:`_channels_last`: on the
+    thread that runs them, a run at a time), and each block as ``(its slice of those, its
+    slice of the batch)``."""
+    first = blocks[0].start
+    xh = _channels_last(x[first : blocks[-1].stop], padding)
+    return xh, [(slice(b.start - first, b.stop - first), b) for b in blocks]
+
+
 def _geometry(input_hw, kernel, stride, padding, dilation):
     return tuple(_out_size(input_hw[i], kernel[i], stride[i], padding[i], dilation[i]) for i in range(2))
 
@@ -141,16 +150,16 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, then=
     kernel = w.shape[2:]
     oh, ow = _geometry(x.shape[2:], kernel, stride, padding, dilation)
     cg, og = x.shape[1] // groups, o // groups
-    xh = _channels_last(x, padding)
     wm = _weight_matrix(w)
     out = np.empty((n, oh, ow, o), dtype=np.result_type(x, w))
-    row_bytes = max(wm.shape[1], o * BLOCK_BYTES // OUT_BLOCK_BYTES) * xh.itemsize
+    row_bytes = max(wm.shape[1], o * BLOCK_BYTES // OUT_BLOCK_BYTES) * x.itemsize
 
     def run(blocks):
-        for b in blocks:
+        xh, blocks = _padded_run(x, padding, blocks)
+        for mine, b in blocks:
             rows = out[b].reshape(-1, o)
             for gi in range(groups):
-                cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], kernel, stride, dilation, (oh, ow))
+                cols = _columns(xh[mine, ..., gi * cg : (gi + 1) * cg], kernel, stride, dilation, (oh, ow))
                 np.matmul(cols, wm[gi * og : (gi + 1) * og].T, out=rows[:, gi * og : (gi + 1) * og])  # BLAS GEMM
             if then is not None:
                 then(rows)
@@ -177,16 +186,16 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
     o, cg, kh, kw = weight_shape
     og = o // groups
     n, _, oh, ow = g.shape
-    xh = _channels_last(x, padding)
     gr = _rows(g).reshape(n, oh * ow, o)
     first = o <= COLUMNS_FIRST_MAX_CHANNELS and kh * kw > 1
 
     def run(blocks):
+        xh, blocks = _padded_run(x, padding, blocks)
         out = np.zeros((kh * kw * cg, o) if first else (o, kh * kw * cg), dtype=np.result_type(x, g))
-        for b in blocks:
+        for mine, b in blocks:
             grb = gr[b].reshape(-1, o)
             for gi in range(groups):
-                cols = _columns(xh[b, ..., gi * cg : (gi + 1) * cg], (kh, kw), stride, dilation, (oh, ow))
+                cols = _columns(xh[mine, ..., gi * cg : (gi + 1) * cg], (kh, kw), stride, dilation, (oh, ow))
                 gb, at = grb[:, gi * og : (gi + 1) * og], slice(gi * og, (gi + 1) * og)
                 if first:
                     out[:, at] += cols.T @ gb
@@ -194,7 +203,7 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
                     out[at] += gb.T @ cols
         return out
 
-    out, *rest = _over(run, _blocks(n, oh * ow, kh * kw * cg * xh.itemsize), og)
+    out, *rest = _over(run, _blocks(n, oh * ow, kh * kw * cg * x.itemsize), og)
     for part in rest:  # the runs' sums, in order
         out += part
     # laid out like the weight
