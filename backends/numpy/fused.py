@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from . import split
+
 
 def _reference(name, *args, **params):
     """Run the reference decomposition of fused op ``name`` on NumPy buffers."""
@@ -258,13 +260,32 @@ def _row_chunks(rows):
     return [slice(a, min(len(rows), a + per)) for a in range(0, len(rows), per)], per
 
 
+#: Chunks a pass needs at least for its runs of chunks to go on all of BLAS's threads at once
+#: (split.py: 4 MiB of activation, where a run's hand-over costs a few percent at most).
+SPLIT_CHUNKS = 16
+
+
 def _per_chunk(chunks, fn, scratch):
     """``fn(i, chunk, t)`` for every chunk, with ``t`` a scratch array for the chunk's rows
-    (``scratch`` = (rows, C, dtype))."""
+    (``scratch`` = (rows, C, dtype)); runs of chunks on all threads for SPLIT_CHUNKS or more
+    (each chunk's arithmetic is the same on any thread: the same bits)."""
     rows, c, dtype = scratch
-    t = np.empty((rows, c), dtype)
-    for i, sl in enumerate(chunks):
-        fn(i, sl, t[: sl.stop - sl.start])
+
+    def run(part):
+        t = np.empty((rows, c), dtype)
+        for i, sl in part:
+            fn(i, sl, t[: sl.stop - sl.start])
+
+    each_run(run, list(enumerate(chunks)))
+
+
+def each_run(run, items):
+    """``run`` over runs of ``items`` on all threads (split.py) where there are SPLIT_CHUNKS
+    of them or more, else once over all of them on the calling thread."""
+    if len(items) >= SPLIT_CHUNKS:
+        split.each(run, items)
+    else:
+        run(items)
 
 
 def _in_order(partials):

@@ -265,9 +265,14 @@ def _chunks(*arrays):
 
 
 def _each_chunk(fn, *arrays):
-    """``fn(*chunks)`` for the matching chunks of ``arrays`` (:func:`_chunks`)."""
-    for c in _chunks(*arrays):
-        fn(*c)
+    """``fn(*chunks)`` for the matching chunks of ``arrays`` (:func:`_chunks`), runs of them on
+    all threads for large arrays (``fused.each_run``)."""
+
+    def run(part):
+        for c in part:
+            fn(*c)
+
+    fused.each_run(run, list(_chunks(*arrays)))
 
 
 def relu(x, out=None):
