@@ -110,16 +110,22 @@ def _blocks(n, rows_per_image, row_bytes):
 
 
 #: Convolutions whose products are at most this many channels wide (a group's output
-#: channels; an input gradient's, its input channels) run their blocks on all of BLAS's
-#: threads at once, each block's products on one thread (split.py; measured, batch 128, 2
-#: cores: 64 and 128 channels 0.58-0.89x the time, 512 channels 1.14x).
+#: channels; an input gradient's, its input channels) and at least SPLIT_MIN_DEPTH deep (the
+#: products' inner size) run their blocks on all of BLAS's threads at once, each block's
+#: products on one thread (split.py). Measured on 2 cores, batch 128, alone: ResNet-18's 3x3
+#: layers of 64 channels 0.69-0.74x the time, 128 channels 0.83-0.98x, 512 channels 0.93-1.07x
+#: (not split: no gain in the W3 step); LeNet's first layer (one input channel, depth 9) 1.6x.
 SPLIT_MAX_CHANNELS = 128
+SPLIT_MIN_DEPTH = 64
 
 
-def _over(run, blocks, channels):
-    """``run`` over the blocks: split.py's runs of them on all threads for narrow products
-    (SPLIT_MAX_CHANNELS), else one run of all on the calling thread; the runs' results."""
-    return split.each(run, blocks) if channels <= SPLIT_MAX_CHANNELS else [run(blocks)]
+def _over(run, blocks, width, depth):
+    """``run`` over the blocks: split.py's runs of them on all threads for products ``width``
+    wide and ``depth`` deep that gain by it (SPLIT_MAX_CHANNELS, SPLIT_MIN_DEPTH), else one run
+    of all on the calling thread; the runs' results."""
+    if width <= SPLIT_MAX_CHANNELS and depth >= SPLIT_MIN_DEPTH:
+        return split.each(run, blocks)
+    return [run(blocks)]
 
 
 def _padded_run(x, padding, blocks):
@@ -164,7 +170,7 @@ def conv2d(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, then=
             if then is not None:
                 then(rows)
 
-    _over(run, _blocks(n, oh * ow, row_bytes), og)
+    _over(run, _blocks(n, oh * ow, row_bytes), og, wm.shape[1])
     return out.transpose(0, 3, 1, 2)
 
 
@@ -203,7 +209,7 @@ def conv2d_grad_weight(x, g, weight_shape, stride=(1, 1), padding=(0, 0), dilati
                     out[at] += gb.T @ cols
         return out
 
-    out, *rest = _over(run, _blocks(n, oh * ow, kh * kw * cg * x.itemsize), og)
+    out, *rest = _over(run, _blocks(n, oh * ow, kh * kw * cg * x.itemsize), og, kh * kw * cg)
     for part in rest:  # the runs' sums, in order
         out += part
     # laid out like the weight
@@ -278,5 +284,5 @@ def conv2d_grad_input(g, w, input_shape, stride=(1, 1), padding=(0, 0), dilation
                     cols = cols.reshape(-1, oh, ow, kh, kw, cg).transpose(3, 4, 0, 1, 2, 5)
                 _col2im(dx[b, ..., gi * cg : (gi + 1) * cg], cols, stride, dilation, (oh, ow))
 
-    _over(run, _blocks(n, oh * ow, kh * kw * cg * dx.itemsize), cg)
+    _over(run, _blocks(n, oh * ow, kh * kw * cg * dx.itemsize), cg, og)
     return dx[:, ph : ph + h, pw : pw + wd].transpose(0, 3, 1, 2)
