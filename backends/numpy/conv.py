@@ -14,7 +14,11 @@ whole conv -> batch-norm -> ReLU stack stays channels last, and the next convolu
 
 Each runs over blocks of the batch whose columns stay in cache (BLOCK_BYTES); the forward
 pass can run an epilogue (``then``: a bias and ReLU, rewrites.py) on each block's output rows
-while they are in cache.
+while they are in cache. Layers with narrow, deep products (SPLIT_MAX_CHANNELS,
+SPLIT_MIN_DEPTH: ResNet's 64- and 128-channel layers, LeNet's second) run runs of those
+blocks on all of BLAS's threads at once, each block's products on one thread, each run
+padding its own images (split.py): the same products on the same blocks, so the same bits,
+but for the weight gradient, which adds its runs' sums in order.
 
 The backward pass uses the same layout: the input gradient is one GEMM ``g @ weights``
 into columns (one GEMM per kernel position for at most 128 channels, so that each

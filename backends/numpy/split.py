@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,6 +41,19 @@ PARTS = 4
 _POOL: dict = {}
 _LOCK = threading.Lock()
 _HELD = {"splits": 0, "threads": 1}  # splits running now; BLAS's thread count before the first
+
+
+def _forget_in_child():
+    # a forked child (a data loader's worker) has none of the parent's threads: a pool it
+    # inherited would take work that no thread runs
+    global _LOCK
+    _POOL.clear()
+    _LOCK = threading.Lock()
+    _HELD["splits"] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def threads() -> int:

@@ -140,3 +140,21 @@ def test_split_batch_norm_and_relu_passes_have_the_bits_of_unsplit_ones(threads,
     monkeypatch.setattr(fused, "SPLIT_CHUNKS", 1)
     for a, b in zip(passes(), whole, strict=True):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_splits_on_threads_of_its_own(monkeypatch):
+    import os
+
+    monkeypatch.setattr(split, "threads", lambda: 2)
+    _blas()
+    split.each(sum, list(range(8)))  # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its split finishes (in 20 s) and is right
+        import signal
+
+        signal.alarm(20)
+        ok = split.each(sum, list(range(8))) == [1, 5, 9, 13]
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
