@@ -136,6 +136,8 @@ def _padded_run(x, padding, blocks):
     """The images of a run of blocks channels last and padded (:func:`_channels_last`: on the
     thread that runs them, a run at a time), and each block as ``(its slice of those, its
     slice of the batch)``."""
+    if not blocks:  # an empty batch
+        return None, []
     first = blocks[0].start
     xh = _channels_last(x[first : blocks[-1].stop], padding)
     return xh, [(slice(b.start - first, b.stop - first), b) for b in blocks]

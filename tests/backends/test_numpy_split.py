@@ -158,3 +158,11 @@ def test_a_forked_child_splits_on_threads_of_its_own(monkeypatch):
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_an_empty_batch_splits_into_nothing(monkeypatch):
+    monkeypatch.setattr(conv, "SPLIT_MIN_DEPTH", 0)
+    x, w, g = _narrow_layer(np.random.default_rng(3), n=0)
+    assert conv.conv2d(x, w, padding=(1, 1)).shape == (0, 8, 7, 7)
+    assert conv.conv2d_grad_input(g, w, x.shape, padding=(1, 1)).shape == (0, 8, 7, 7)
+    assert not conv.conv2d_grad_weight(x, g, w.shape, padding=(1, 1)).any()
