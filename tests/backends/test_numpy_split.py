@@ -136,8 +136,10 @@ def test_split_batch_norm_and_relu_passes_have_the_bits_of_unsplit_ones(threads,
         return (out, mean, var, *back, rewrites.relu_backward(g, out), rewrites.relu(x))
 
     monkeypatch.setattr(fused, "SPLIT_CHUNKS", 10**9)
+    monkeypatch.setattr(rewrites, "SPLIT_CHUNKS", 10**9)
     whole = passes()
     monkeypatch.setattr(fused, "SPLIT_CHUNKS", 1)
+    monkeypatch.setattr(rewrites, "SPLIT_CHUNKS", 1)
     for a, b in zip(passes(), whole, strict=True):
         assert np.array_equal(a, b)
 
