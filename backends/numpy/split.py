@@ -16,7 +16,14 @@ OpenBLAS gives the same bits on one thread or several. A sum over blocks (a weig
 gradient) is taken in PARTS fixed runs of blocks, added in order, whatever the thread count.
 
 OpenBLAS's thread count is process-wide: while a split runs, products that other Python
-threads start run on one thread too. Where NumPy's BLAS is not its bundled OpenBLAS (no
+threads start run on one thread too. And OpenBLAS's workers spin for a while after each
+product (2**28 cycles by default, ~0.1 s), taking a core from the split's threads (measured:
+1.1-1.9x the time), so a split stops them first (``openblas.stop_workers``, as OpenBLAS's
+fork handler does); a product another Python thread is running at that moment would not
+survive it. A program that runs NumPy products on threads of its own while it trains (a data
+loader's transform with a matrix product, say) should set ``EMBER_NUMPY_SPLIT=0``, which
+turns splitting off. A shorter spin for the whole process instead (what the numba plugin
+sets) cost W1-train on numpy+jit 6.5%. Where NumPy's BLAS is not its bundled OpenBLAS (no
 :func:`~ember.backends.numpy.openblas.thread_count`), or runs on one thread, the runs go one
 after the other on the calling thread.
 
@@ -57,9 +64,12 @@ if hasattr(os, "register_at_fork"):
 
 
 def threads() -> int:
-    """BLAS's thread count now: how many threads a split would use (1: none)."""
+    """BLAS's thread count now: how many threads a split would use (1: none; always 1 with
+    ``EMBER_NUMPY_SPLIT=0``)."""
     control = openblas.thread_count()
-    return 1 if control is None else max(1, control[0]())
+    if control is None or os.environ.get("EMBER_NUMPY_SPLIT", "").strip() == "0":
+        return 1
+    return max(1, control[0]())
 
 
 def runs(items, parts=PARTS):

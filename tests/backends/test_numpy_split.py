@@ -168,3 +168,17 @@ def test_an_empty_batch_splits_into_nothing(monkeypatch):
     assert conv.conv2d(x, w, padding=(1, 1)).shape == (0, 8, 7, 7)
     assert conv.conv2d_grad_input(g, w, x.shape, padding=(1, 1)).shape == (0, 8, 7, 7)
     assert not conv.conv2d_grad_weight(x, g, w.shape, padding=(1, 1)).any()
+
+
+def test_ember_numpy_split_0_turns_splitting_off(monkeypatch):
+    get, put = _blas()
+    before = get()
+    put(2)
+    try:
+        monkeypatch.setenv("EMBER_NUMPY_SPLIT", "0")
+        assert split.threads() == 1
+        assert split.each(lambda part: get(), list(range(8))) == [2, 2, 2, 2]  # BLAS untouched
+        monkeypatch.delenv("EMBER_NUMPY_SPLIT")
+        assert split.threads() == 2
+    finally:
+        put(before)
