@@ -6,10 +6,11 @@ Why. OpenBLAS cuts every product across its threads. For a convolution's narrow 
 two-thread product a block runs well below two one-thread products side by side, and the
 NumPy copies between the products (each block's columns, col2im) run on the calling
 thread while BLAS's other threads wait. Giving each thread whole blocks, with BLAS on one
-thread meanwhile, runs the copies on every core too (measured on 2 cores, batch 128, the
-same bits: ResNet-18's 64-channel 3x3 convolution 60 -> 43 ms, its weight gradient 78 ->
-45 ms; 128 channels 38.5 -> 34.3 and 43 -> 36 ms; 512 channels 30 -> 34 ms slower, so the
-callers split only narrow layers).
+thread meanwhile, runs the copies on every core too (measured on 2 cores, batch 128, alone:
+ResNet-18's 64-channel 3x3 convolution 68.8 -> 49.6 ms, its weight gradient 64.7 -> 46.6 ms;
+128 channels 41.7 -> 36.0 and 41.9 -> 35.9 ms; at 512 channels the weight gradient took
+1.07x the time and the W3 step gained nothing from the others, so the callers split only
+narrow layers; docs/performance.md).
 
 Each block is computed as on one thread: the same calls on the same block, whose products
 OpenBLAS gives the same bits on one thread or several. A sum over blocks (a weight
