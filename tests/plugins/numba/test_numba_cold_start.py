@@ -204,9 +204,14 @@ CNN_WARM = (
     import ember
     from ember import models, optim
     from ember.nn import functional as F
-    from ember_numba import threads
+    import os
+    from ember_numba import launch, threads
     ember.use("numba")
     threads.set_num_threads(2)  # the batch-1 layers' native blocks run on the crew only with threads
+    if os.environ.get("ROAD"):  # every thread choice takes this road: "one" thread or "all"
+        one = os.environ["ROAD"] == "one"
+        launch.ThreadChoice.choose = lambda self, key, watch=False: (one, False, [0] * 11)
+        launch.ThreadChoice.record = lambda self, *args: None
     ember.manual_seed(0)
     model = models.resnet18(num_classes=10)
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -235,9 +240,18 @@ def test_a_warm_process_trains_and_serves_a_cnn_without_compiling(tmp_path):
     and again in one with the caches it filled. The second must load every kernel and compile none: numba's typing rules, which
     any compile loads, stay unloaded. A kernel numba cannot cache (a closure over a dispatcher,
     a ctypes call) compiles again in every process; two such once cost a ResNet-50 process 11-15 s
-    of its first calls (the crew's spin loop and the native blocks' C functions, crew.c_function)."""
+    of its first calls (the crew's spin loop and the native blocks' C functions, crew.c_function).
+
+    A thread choice (launch.ThreadChoice) runs one thread's kernels or all threads' by timing
+    them, and each road compiles its own kernels the first time a process takes it: a cold
+    process that stayed on one thread (a busy machine, or calls whose page faults left them
+    untimed) leaves the other road's kernels uncompiled, and a quiet warm process then compiled
+    them (17 s; a CI dry run failed so). So the cold processes take each road in turn, every
+    choice forced, and the warm one chooses as it likes: whichever roads it takes, it compiles
+    nothing."""
     caches = {"EMBER_CACHE": str(tmp_path / "ember"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    cold = _run(CNN_WARM, **caches)
+    cold = _run(CNN_WARM, **caches, ROAD="one")
+    cold_all = _run(CNN_WARM, **caches, ROAD="all")
     warm = _run(CNN_WARM, **caches)
     assert cold["rules_loaded"]  # the check can fail: an empty cache compiles
     assert warm["loads"]["full"] == 0 and not warm["rules_loaded"], warm
@@ -245,7 +259,9 @@ def test_a_warm_process_trains_and_serves_a_cnn_without_compiling(tmp_path):
     # roads, so two processes may sum a product in another order: float32's last bits, grown by
     # two SGD steps with momentum. 1e-4 once failed by 1.35e-4 at the third loss (CI dry run).
     np.testing.assert_allclose(warm["losses"], cold["losses"], rtol=2e-3)
-    assert warm["error"] < 1e-4 and cold["error"] < 1e-4, (cold["error"], warm["error"])  # jit against eager
+    np.testing.assert_allclose(cold_all["losses"], cold["losses"], rtol=2e-3)
+    errors = [r["error"] for r in (cold, cold_all, warm)]
+    assert max(errors) < 1e-4, errors  # jit against eager
     print(f"ResNet-18, 3 steps and 4 batch-1 calls: cold caches {cold['seconds']:.1f} s, warm {warm['seconds']:.1f} s")
 
 
