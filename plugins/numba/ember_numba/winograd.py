@@ -145,7 +145,8 @@ F43_TAKES = (  # (4x4 tiles in the batch at least, channels at least, samples at
 #: forward 4.4 / 5.3 ms, weight gradient 4.2-5.0 / 5.4-5.6; its input gradient, a 13x13 map in
 #: 4x4 tiles (0.66 full), lost (6.9 / 5.4); 64 -> 64 channels at 11x11: 6.3 / 9.5, 6.1 / 10.2,
 #: input gradient 9.3 / 9.6 (AVX2 machine as above). At batch 32 (288 tiles: no F(4x4)) the
-#: forward lost (2.0 / 1.8).
+#: forward lost (2.0 / 1.8). On an AVX-512 Xeon (OpenBLAS ~200 GFLOP/s a core) the W2 step
+#: with LeNet's layer on im2col took 1.105x the time of F(4x4) (150 alternating steps).
 F43_MIN_FILL = 0.8
 #: 2 MB rather than 4 (64 ch 32x32, batch 128: 4 samples a chunk, not 7): CPU time 0.89-0.90
 #: forward, 0.89-0.96 input gradient (2 runs of 10 alternating calls, load 5-6), the other
