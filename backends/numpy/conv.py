@@ -127,9 +127,8 @@ def _over(run, blocks, width, depth):
     """``run`` over the blocks: split.py's runs of them on all threads for products ``width``
     wide and ``depth`` deep that gain by it (SPLIT_MAX_CHANNELS, SPLIT_MIN_DEPTH), else one run
     of all on the calling thread; the runs' results."""
-    if width <= SPLIT_MAX_CHANNELS and depth >= SPLIT_MIN_DEPTH:
-        return split.each(run, blocks)
-    return [run(blocks)]
+    narrow = width <= SPLIT_MAX_CHANNELS and depth >= SPLIT_MIN_DEPTH
+    return split.each(run, blocks, split.PARTS if narrow else 1)
 
 
 def _padded_run(x, padding, blocks):

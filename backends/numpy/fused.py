@@ -278,16 +278,7 @@ def _per_chunk(chunks, fn, scratch):
         for i, sl in part:
             fn(i, sl, t[: sl.stop - sl.start])
 
-    each_run(run, list(enumerate(chunks)))
-
-
-def each_run(run, items, least=None):
-    """``run`` over runs of ``items`` on all threads (split.py) where there are ``least`` of
-    them or more (SPLIT_CHUNKS), else once over all of them on the calling thread."""
-    if len(items) >= (SPLIT_CHUNKS if least is None else least):
-        split.each(run, items)
-    else:
-        run(items)
+    split.each(run, list(enumerate(chunks)), split.PARTS if len(chunks) >= SPLIT_CHUNKS else 1)
 
 
 def _in_order(partials):

@@ -55,7 +55,7 @@ from ember.backend import Backend
 from ember.jit.graph import ELEMENTWISE, Graph, Var
 from ember.jit.passes import dce, fusion_groups
 
-from . import backend as nb, conv, fused, openblas
+from . import backend as nb, conv, fused, openblas, split
 
 #: The op name of a rewritten node.
 KERNEL = "numpy_kernel"
@@ -265,7 +265,7 @@ def _chunks(*arrays):
 
 
 #: Chunks ReLU's one-pass kernels need at least for their runs to go on all of BLAS's threads
-#: (``fused.each_run``): 16 MiB. Less work a byte than batch norm's passes, so a run's
+#: (split.py): 16 MiB. Less work a byte than batch norm's passes, so a run's
 #: hand-over weighs more (ReLU's gradient, 2 cores, alone: 32 MiB 0.73x the time, 16 MiB
 #: 0.85x, 8 MiB 1.06x, 4 MiB 1.37x).
 SPLIT_CHUNKS = 64
@@ -279,7 +279,8 @@ def _each_chunk(fn, *arrays):
         for c in part:
             fn(*c)
 
-    fused.each_run(run, list(_chunks(*arrays)), SPLIT_CHUNKS)
+    chunks = list(_chunks(*arrays))
+    split.each(run, chunks, split.PARTS if len(chunks) >= SPLIT_CHUNKS else 1)
 
 
 def relu(x, out=None):

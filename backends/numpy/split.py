@@ -85,11 +85,13 @@ def runs(items, parts=PARTS):
     return [items[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def each(fn, items):
-    """``[fn(run) for run in runs(items)]``: the runs on up to :func:`threads` threads (the
-    calling one among them), BLAS on one thread while they run; results in the runs' order."""
-    parts = runs(items)
-    n = min(threads(), len(parts))
+def each(fn, items, parts=PARTS):
+    """``[fn(run) for run in runs(items, parts)]``: the runs on up to :func:`threads` threads
+    (the calling one among them), BLAS on one thread while they run; results in the runs'
+    order. ``parts=1``: ``[fn(items)]`` on the calling thread, BLAS untouched (work too small
+    to split)."""
+    parts = runs(items, parts)
+    n = min(threads(), len(parts)) if len(parts) > 1 else 1
     if n <= 1:
         return [fn(p) for p in parts]
     results = [None] * len(parts)

@@ -49,6 +49,9 @@ def test_blas_runs_on_one_thread_during_a_split_and_gets_its_count_back(monkeypa
         inside = split.each(lambda part: get(), list(range(8)))
         assert inside == [1, 1, 1, 1]
         assert get() == 2
+        caller = threading.get_ident()
+        whole = split.each(lambda part: (part, get(), threading.get_ident() == caller), list(range(8)), parts=1)
+        assert whole == [(list(range(8)), 2, True)]  # one run of all, on the caller, BLAS untouched
     finally:
         put(before)
 
