@@ -15,10 +15,12 @@ of RO rows by RV vectors of 16 columns of the output, its RO*RV accumulators in 
 =============  ===================================================================
 each k step    RO scalar weights ``W[o, k]`` broadcast; RV loads of ``X[k, p:p+16]``;
                RO*RV fused multiply-adds ``acc[r][v] += W[o+r, k] * X[k, p+16v : +16]``
-tile shapes    12 x 2 and 12 x 1 (so 1, 2, 4, ... vectors), 8 x 3 (3 vectors: P = 48-50);
-               at most 24 of the 32 vector registers hold accumulators, the rest the
-               broadcasts and the loads of X; a block's last tile moves back to end at the
-               block's end (1 x RV tiles only for blocks of fewer rows than a tile)
+tile shapes    12 x 1 (one vector), 8 x 2 (so 2, 4, ... vectors), 8 x 3 (3 vectors: P =
+               48-50); at most 24 of the 32 vector registers hold accumulators, the rest
+               the broadcasts and the loads of X, so that nothing spills where LLVM loads
+               two k steps' broadcasts ahead (:data:`TILE_ROWS`); a block's last tile moves
+               back to end at the block's end (1 x RV tiles only for blocks of fewer rows
+               than a tile)
 order          per tile all K steps at once: its weight rows are read front to back (from
                memory, once: the hardware prefetcher follows them; blocks of 128 k, which
                jump between rows, ran 1.5x slower on K = 4608), then stay in cache for the
@@ -63,6 +65,14 @@ MIN_WEIGHT_BYTES = 1 << 20
 MAX_TAIL = 2
 #: Blocks of output rows per thread, their edges multiples of the tiles' 12 and 8 rows.
 BLOCKS_PER_THREAD, ROW_UNIT = 2, 24
+#: Rows of a tile of one vector, and of two or three. Tiles of 12 x 2 (24 accumulators) spilled
+#: vectors to the stack: LLVM unrolls the k loop by two and loads the broadcasts of both steps
+#: first (38 spills and reloads in the loop compiled for znver4, 50 for sapphirerapids and
+#: skylake-avx512; none for 8 x 2, 8 x 3 or 12 x 1). One thread on an AMD EPYC (Zen 4, AVX-512),
+#: GFLOP/s 12 x 2 -> 8 x 2: Winograd F(4x4)'s 36 products (1152, 32) @ (32, 64) 36 -> 105,
+#: (256, 64) @ (64, 64) 44 -> 114, (1152, 64) @ (64, 32) 43 -> 106; a batch-1 3x3 layer's (256,
+#: 2304) @ (2304, 64), weights from memory, 79 -> 98.
+TILE_ROWS = (12, 8, 8)
 
 
 def _literal(v, what):
@@ -211,12 +221,14 @@ def _tile_of(w, K, x, xs, c, cs, o, p, rv, ro):
     the constants the microkernel is compiled for, chosen by branch."""
     at_w, at_c = o * K, o * cs + p
     if ro == 12:
-        if rv == 2:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 12, 2)
-        else:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 12, 1)
+        _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 12, 1)
     elif ro == 8:
-        _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 3)
+        if rv == 3:
+            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 3)
+        elif rv == 2:
+            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 2)
+        else:
+            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 1)
     elif rv == 3:
         _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 1, 3)
     elif rv == 2:
@@ -251,8 +263,8 @@ def _rows_block(w, K, x, xs, vectors, xt, tail, c, cs, o0, o1):
     """Rows o0 .. o1-1 of c (O, cs) = w (O, K) @ [x (K, 16*vectors, row stride xs), xt.T].
     A tile's rows of w are read from memory once, front to back, and stay in cache for the
     tile's other columns and the dot products."""
-    big = 8 if vectors == 3 else 12  # 3 vectors: one tile of 8 x 3; else tiles of 12 x (2 or 1)
-    per = 3 if vectors == 3 else 2
+    per = 3 if vectors == 3 else 2  # 3 vectors: one tile of 8 x 3; else tiles of 8 x 2 (12 x 1)
+    big = TILE_ROWS[min(vectors, per) - 1]
     tiles = -(-vectors // per)
     o = o0
     while o < o1:

@@ -42,7 +42,7 @@ def _close(got, w, x):
     assert (np.abs(got - want) <= 1e-6 * w.shape[1] ** 0.5 * scale + 1e-30).all()
 
 
-# tiles of 12 or 8 rows, then 4, then 1; 1 to 3 vectors of columns, and one or two columns
+# tiles of 12 x 1, 8 x 2 and 8 x 3, then single rows; 1 to 5 vectors of columns, and one or two columns
 # as dot products (K a multiple of 16) or padded to a vector (other K, more columns)
 @pytest.mark.parametrize(
     "o,k,p",
@@ -169,7 +169,7 @@ def test_batch1_convolution_takes_it_and_its_rewrite_agrees(skinny_always, threa
     np.testing.assert_array_equal(_bits(rewrites.conv2d_bias_relu(x, w, bias, **geo)), _bits(np.where(p > 0, p, 0)))
 
 
-# stacked products (Winograd F(4x4)'s 36 a chunk): rows in tiles of 12 and single rows,
+# stacked products (Winograd F(4x4)'s 36 a chunk): rows in tiles of 12 or 8 and single rows,
 # 1 to 8 vectors of columns, sums of 1 to 64 terms
 @pytest.mark.parametrize(
     "s,o,k,p", [(36, 288, 32, 64), (3, 29, 64, 32), (2, 5, 7, 16), (4, 13, 1, 128), (1, 12, 48, 48)]
