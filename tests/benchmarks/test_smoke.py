@@ -357,3 +357,22 @@ def test_backends_with_a_disk_cache_of_kernels_get_a_warm_up_process_first(monke
     ran.clear()
     runner.run(["W1-train"], targets, runner.Settings(rounds=1, cache_warmup_process=False), {}, log=lambda _: None)
     assert ("W1-train", "ember/numba+jit") in ran and len(ran) == len(runner.GEMM_TARGETS) + len(targets)
+
+
+def test_a_run_with_w5_starts_from_bytecode_as_an_installed_ember_does(tmp_path, monkeypatch):
+    """Before a run with W5, the harness writes the bytecode of ember's packages (pip does at
+    install), even where PYTHONDONTWRITEBYTECODE is set; a run without W5 writes none."""
+    pkg = tmp_path / "bytepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(runner, "BYTECODE_PACKAGES", ("bytepkg", "no_such_package"))
+    monkeypatch.setattr(runner, "run_one", lambda w, t, s: {"status": "ok"})
+    monkeypatch.setattr(runner, "describe", str)
+    cached = Path(importlib.util.cache_from_source(str(pkg / "mod.py")))
+    runner.run(["W1-train"], [runner.REFERENCE], runner.Settings(rounds=1), {}, log=lambda _: None)
+    assert not cached.exists()
+    runner.run(["W5-first-step"], [runner.REFERENCE], runner.Settings(rounds=1), {}, log=lambda _: None)
+    assert cached.exists()
