@@ -44,10 +44,12 @@ GEOMETRIES = [  # x shape, w shape, stride, padding, dilation, groups
 ]
 
 
-@pytest.mark.parametrize("blocks", ["whole batch", "one image at a time", "stride-1 paths"])
+@pytest.mark.parametrize("blocks", ["whole batch", "one image at a time", "stride-1 paths", "weights first"])
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GEOMETRIES)
 def test_conv_and_its_gradients_match_the_definition(xs, ws, stride, padding, dilation, groups, blocks, monkeypatch):
-    if blocks == "one image at a time":
+    if blocks == "weights first":  # every one-group forward as (O, C*KH*KW) @ columns
+        monkeypatch.setattr(conv, "WEIGHTS_FIRST", 0)
+    elif blocks == "one image at a time":
         monkeypatch.setattr(conv, "BLOCK_BYTES", 1)
         monkeypatch.setattr(conv, "MIN_ROWS", 1)
         assert len(conv._blocks(xs[0], 4, 4)) == xs[0]
@@ -93,6 +95,28 @@ def test_one_channel_columns_give_the_copied_columns_bits(xs, ws, stride, paddin
     np.testing.assert_array_equal((cols @ wm.T).view(np.uint32), (copied @ wm.T).view(np.uint32))
     g = rng.standard_normal((len(cols), ws[0])).astype(np.float32)
     np.testing.assert_array_equal((g.T @ cols).view(np.uint32), (g.T @ copied).view(np.uint32))
+
+
+def test_a_sample_through_a_deep_layer_takes_the_weights_as_they_lie(monkeypatch):
+    """One sample, more output channels than output pixels: the weights-first product (the
+    weights read in place, not copied channels last), equal to the definition, its output
+    NCHW; the bias-and-ReLU epilogue on its rows gives the separate ops' bits."""
+    from ember.backends.numpy import rewrites
+
+    taken = []
+    real = conv._weights_first
+    monkeypatch.setattr(conv, "_weights_first", lambda *a: taken.append(a[1].shape) or real(*a))
+    rng = np.random.RandomState(4)
+    x, w = rng.standard_normal((1, 16, 4, 4)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    y = conv.conv2d(x, w, padding=(1, 1))
+    assert taken == [w.shape] and y.flags.c_contiguous
+    np.testing.assert_allclose(y, _direct_conv(x, w, (1, 1), (1, 1), (1, 1), 1), rtol=1e-4, atol=1e-4)
+    fused = rewrites.conv2d_bias_relu(x, w, bias, padding=(1, 1))
+    separate = np.maximum(y + bias[:, None, None], 0)
+    np.testing.assert_array_equal(fused.view(np.uint32), separate.view(np.uint32))
+    conv.conv2d(np.concatenate([x] * 4), w, padding=(1, 1))  # 64 output pixels: channels last
+    assert len(taken) == 2
 
 
 def test_conv_output_is_channels_last_and_a_chain_stays_so():
