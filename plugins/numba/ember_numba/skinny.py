@@ -222,13 +222,12 @@ def _tile_of(w, K, x, xs, c, cs, o, p, rv, ro):
     at_w, at_c = o * K, o * cs + p
     if ro == 12:
         _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 12, 1)
+    elif ro == 8 and rv == 3:
+        _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 3)
+    elif ro == 8 and rv == 2:
+        _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 2)
     elif ro == 8:
-        if rv == 3:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 3)
-        elif rv == 2:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 2)
-        else:
-            _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 1)
+        _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 8, 1)
     elif rv == 3:
         _tile(w, at_w, K, x, p, xs, K, c, at_c, cs, 1, 3)
     elif rv == 2:
