@@ -401,8 +401,12 @@ def matmul(w, x, out=None, threads=1, then=None):
 #: vectors. There OpenBLAS spends much of each product packing both operands for a sum of a
 #: few dozen terms. One thread, 36 products, this kernel's time over OpenBLAS's (AVX-512
 #: machine, medians of 20): (1152, 32) @ (32, 64) 0.68, (1152, 64) @ (64, 32) 0.77, (256, 64)
-#: @ (64, 64) 0.78, (512, 64) @ (64, 64) 0.80; with 128 terms 0.92, 256 0.93, 512 1.38.
-STACKED_MAX_K = 64
+#: @ (64, 64) 0.78, (512, 64) @ (64, 64) 0.80; with 128 terms 0.92, 256 0.93, 512 1.38 (the
+#: 12 x 2 tiles then, which spilled: TILE_ROWS). With 8 x 2 tiles on the AMD EPYC (Zen 4),
+#: (1152, 64) @ (64, 64) 0.76, (512, 128) @ (128, 128) 0.84, (1152, 128) @ (128, 128) 0.94,
+#: (512, 256) @ (256, 128) 0.91; ResNet-18's 128-channel layers on it, in one process against
+#: 64 terms (30 alternating W3-train steps, twice): 0.985 and 0.986 of the step, W3-infer 0.985.
+STACKED_MAX_K = 128
 STACKED_MAX_P = 128
 _NO_TAIL = np.zeros(0, np.float32)
 

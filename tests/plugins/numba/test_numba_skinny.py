@@ -170,9 +170,9 @@ def test_batch1_convolution_takes_it_and_its_rewrite_agrees(skinny_always, threa
 
 
 # stacked products (Winograd F(4x4)'s 36 a chunk): rows in tiles of 12 or 8 and single rows,
-# 1 to 8 vectors of columns, sums of 1 to 64 terms
+# 1 to 8 vectors of columns, sums of 1 to 128 terms
 @pytest.mark.parametrize(
-    "s,o,k,p", [(36, 288, 32, 64), (3, 29, 64, 32), (2, 5, 7, 16), (4, 13, 1, 128), (1, 12, 48, 48)]
+    "s,o,k,p", [(36, 288, 32, 64), (3, 29, 64, 32), (2, 5, 7, 16), (4, 13, 1, 128), (1, 12, 48, 48), (2, 40, 128, 128)]
 )
 def test_stacked_is_each_product(s, o, k, p, monkeypatch):
     from ember_numba import skinny
@@ -200,7 +200,7 @@ def test_stacked_leaves_other_products_to_blas(monkeypatch):
     monkeypatch.setattr(skinny, "_stacked_rows", lambda *args: pytest.fail("the row kernel took it"))
     rng = np.random.RandomState(3)
     for a, b in [
-        (rng.standard_normal((2, 8, 65)), rng.standard_normal((2, 65, 16))),  # too many terms
+        (rng.standard_normal((2, 8, 129)), rng.standard_normal((2, 129, 16))),  # too many terms
         (rng.standard_normal((2, 8, 16)), rng.standard_normal((2, 16, 20))),  # not whole vectors
         (rng.standard_normal((2, 8, 16)), rng.standard_normal((2, 16, 144))),  # too many columns
         (rng.standard_normal((2, 16, 8)).transpose(0, 2, 1), rng.standard_normal((2, 16, 16))),  # a view
