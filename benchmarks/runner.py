@@ -316,11 +316,10 @@ BYTECODE_PACKAGES = ("ember", "ember.backends", "ember_numba", "ember_cupy", "be
 
 def byte_compile(packages=None):
     """Write the bytecode of ``packages`` (default :data:`BYTECODE_PACKAGES`; those importable),
-    as ``pip install`` does: W5 times a
-    launch as an installed ember starts. From a checkout where ``PYTHONDONTWRITEBYTECODE=1``
-    every process would compile ember's ~130 modules from source, 0.17-0.19 s of its start
-    (warm numba+jit W5 0.573 s against 0.386 s with bytecode, the same tree). Returns the
-    folders compiled.
+    as ``pip install`` does: W5 times a launch as an installed ember starts. From a checkout
+    where ``PYTHONDONTWRITEBYTECODE=1`` every process would compile ember's ~130 modules from
+    source, 0.17-0.19 s of its start (warm numba+jit W5 0.573 s against 0.386 s with bytecode,
+    the same tree). Returns the folders compiled.
 
     >>> byte_compile(("no_such_package",))
     []

@@ -18,7 +18,7 @@ each k step    RO scalar weights ``W[o, k]`` broadcast; RV loads of ``X[k, p:p+1
 tile shapes    12 x 1 (one vector), 8 x 2 (so 2, 4, ... vectors), 8 x 3 (3 vectors: P =
                48-50); at most 24 of the 32 vector registers hold accumulators, the rest
                the broadcasts and the loads of X, so that nothing spills where LLVM loads
-               two k steps' broadcasts ahead (:data:`TILE_ROWS`); a block's last tile moves
+               two k steps' broadcasts ahead (:func:`_rows_block`); a block's last tile moves
                back to end at the block's end (1 x RV tiles only for blocks of fewer rows
                than a tile)
 order          per tile all K steps at once: its weight rows are read front to back (from
@@ -65,14 +65,6 @@ MIN_WEIGHT_BYTES = 1 << 20
 MAX_TAIL = 2
 #: Blocks of output rows per thread, their edges multiples of the tiles' 12 and 8 rows.
 BLOCKS_PER_THREAD, ROW_UNIT = 2, 24
-#: Rows of a tile of one vector, and of two or three. Tiles of 12 x 2 (24 accumulators) spilled
-#: vectors to the stack: LLVM unrolls the k loop by two and loads the broadcasts of both steps
-#: first (38 spills and reloads in the loop compiled for znver4, 50 for sapphirerapids and
-#: skylake-avx512; none for 8 x 2, 8 x 3 or 12 x 1). One thread on an AMD EPYC (Zen 4, AVX-512),
-#: GFLOP/s 12 x 2 -> 8 x 2: Winograd F(4x4)'s 36 products (1152, 32) @ (32, 64) 36 -> 105,
-#: (256, 64) @ (64, 64) 44 -> 114, (1152, 64) @ (64, 32) 43 -> 106; a batch-1 3x3 layer's (256,
-#: 2304) @ (2304, 64), weights from memory, 79 -> 98.
-TILE_ROWS = (12, 8, 8)
 
 
 def _literal(v, what):
@@ -261,9 +253,17 @@ def _dots_of(w, K, xt, tail, c, cs, o, p, ro):
 def _rows_block(w, K, x, xs, vectors, xt, tail, c, cs, o0, o1):
     """Rows o0 .. o1-1 of c (O, cs) = w (O, K) @ [x (K, 16*vectors, row stride xs), xt.T].
     A tile's rows of w are read from memory once, front to back, and stay in cache for the
-    tile's other columns and the dot products."""
+    tile's other columns and the dot products.
+
+    Tiles of two vectors are 8 rows, not 12: 12 x 2 (24 accumulators) spilled vectors to the
+    stack, LLVM unrolling the k loop by two and loading both steps' broadcasts first (38 spills
+    and reloads in the loop compiled for znver4, 50 for sapphirerapids and skylake-avx512; none
+    for 8 x 2, 8 x 3 or 12 x 1). One thread on an AMD EPYC (Zen 4), GFLOP/s 12 x 2 -> 8 x 2:
+    Winograd F(4x4)'s 36 products (1152, 32) @ (32, 64) 36 -> 105, (256, 64) @ (64, 64) 44 ->
+    114, (1152, 64) @ (64, 32) 43 -> 106; a batch-1 3x3 layer's (256, 2304) @ (2304, 64),
+    weights from memory, 79 -> 98."""
     per = 3 if vectors == 3 else 2  # 3 vectors: one tile of 8 x 3; else tiles of 8 x 2 (12 x 1)
-    big = TILE_ROWS[min(vectors, per) - 1]
+    big = 12 if vectors == 1 else 8
     tiles = -(-vectors // per)
     o = o0
     while o < o1:
@@ -402,7 +402,7 @@ def matmul(w, x, out=None, threads=1, then=None):
 #: few dozen terms. One thread, 36 products, this kernel's time over OpenBLAS's (AVX-512
 #: machine, medians of 20): (1152, 32) @ (32, 64) 0.68, (1152, 64) @ (64, 32) 0.77, (256, 64)
 #: @ (64, 64) 0.78, (512, 64) @ (64, 64) 0.80; with 128 terms 0.92, 256 0.93, 512 1.38 (the
-#: 12 x 2 tiles then, which spilled: TILE_ROWS). With 8 x 2 tiles on the AMD EPYC (Zen 4),
+#: 12 x 2 tiles then, which spilled: _rows_block). With 8 x 2 tiles on the AMD EPYC (Zen 4),
 #: (1152, 64) @ (64, 64) 0.76, (512, 128) @ (128, 128) 0.84, (1152, 128) @ (128, 128) 0.94,
 #: (512, 256) @ (256, 128) 0.91; ResNet-18's 128-channel layers on it, in one process against
 #: 64 terms (30 alternating W3-train steps, twice): 0.985 and 0.986 of the step, W3-infer 0.985.
